@@ -1,0 +1,20 @@
+# keel_module(NAME DEP...) makes the static library keel_NAME from src/NAME/**.cpp.
+# A module without sources yet becomes an INTERFACE library, so the graph stays whole.
+function(keel_module name)
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp)
+  # CUDA sources live in their own target (src/exec/cuda/CMakeLists.txt).
+  list(FILTER srcs EXCLUDE REGEX "/src/exec/cuda/")
+  set(deps)
+  foreach(d ${ARGN})
+    list(APPEND deps keel_${d})
+  endforeach()
+  if(srcs)
+    add_library(keel_${name} STATIC ${srcs})
+    target_include_directories(keel_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(keel_${name} PUBLIC ${deps} keel_deps)
+  else()
+    add_library(keel_${name} INTERFACE)
+    target_include_directories(keel_${name} INTERFACE ${PROJECT_SOURCE_DIR}/src)
+    target_link_libraries(keel_${name} INTERFACE ${deps} keel_deps)
+  endif()
+endfunction()

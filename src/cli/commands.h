@@ -1,0 +1,16 @@
+// The subcommands of the one `keel` binary. Each lives in its own cmd_*.cpp and
+// receives argv with the subcommand name at argv[0].
+#pragma once
+
+namespace keel::cli {
+
+int cmd_serve(int argc, char **argv);       // the server (front process)
+int cmd_engine(int argc, char **argv);      // internal: one engine child process
+int cmd_run(int argc, char **argv);         // one-shot generation
+int cmd_bench(int argc, char **argv);       // serving / kernel benchmarks
+int cmd_make_model(int argc, char **argv);  // random-weight models for tests and benchmarks
+int cmd_tokenize(int argc, char **argv);
+int cmd_detokenize(int argc, char **argv);
+int cmd_template(int argc, char **argv);    // render a chat template
+
+}  // namespace keel::cli

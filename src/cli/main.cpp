@@ -1,0 +1,63 @@
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+#include "cli/commands.h"
+#include "cli/version.h"
+#include "core/error.h"
+
+namespace {
+
+struct Subcommand {
+  const char *name;
+  int (*run)(int, char **);
+  const char *help;
+};
+
+constexpr Subcommand kSubcommands[] = {
+    {"serve", keel::cli::cmd_serve, "serve models over the OpenAI and Anthropic APIs"},
+    {"run", keel::cli::cmd_run, "generate a continuation of a prompt"},
+    {"bench", keel::cli::cmd_bench, "benchmark a model"},
+    {"make-model", keel::cli::cmd_make_model, "write a random-weight model"},
+    {"tokenize", keel::cli::cmd_tokenize, "print the token ids of a text"},
+    {"detokenize", keel::cli::cmd_detokenize, "print the text of token ids"},
+    {"template", keel::cli::cmd_template, "render a chat template"},
+    {"engine", keel::cli::cmd_engine, "(internal) one engine process"},
+};
+
+void print_usage() {
+  std::printf("keel %s: an LLM inference server\n\nusage: keel <command> [options]\n\n",
+              keel::cli::version_string().c_str());
+  for (const auto &s : kSubcommands) std::printf("  %-12s %s\n", s.name, s.help);
+  std::printf("\n  keel <command> --help for its options; keel --version for the build.\n");
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    print_usage();
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) {
+    std::printf("%s\n", keel::cli::version_report().c_str());
+    return 0;
+  }
+  for (const auto &s : kSubcommands) {
+    if (std::string_view(argv[1]) == s.name) {
+      try {
+        return s.run(argc - 1, argv + 1);
+      } catch (const keel::Error &e) {
+        std::fprintf(stderr, "keel %s: %s\n", s.name, e.what());
+        return 1;
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "keel %s: %s\n", s.name, e.what());
+        return 1;
+      }
+    }
+  }
+  std::fprintf(stderr, "keel: unknown command '%s'\n\n", argv[1]);
+  print_usage();
+  return 2;
+}

@@ -1,0 +1,32 @@
+// What a request asks of sampling and stopping. Plain data; validated at the API edge.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace keel {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 means greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  float repetition_penalty = 1.0f;  // 1: off (HF semantics: divide positive logits)
+  float presence_penalty = 0.0f;    // OpenAI semantics
+  float frequency_penalty = 0.0f;   // OpenAI semantics
+  std::optional<std::uint64_t> seed;  // same seed, same output
+  int32_t max_tokens = 256;
+  std::vector<TokenId> stop_token_ids;  // in addition to the model's eos unless ignore_eos
+  std::vector<std::string> stop_strings;
+  bool ignore_eos = false;
+  int32_t logprobs = -1;         // -1: none; N >= 0: the sampled token's logprob and the top N
+  bool prompt_logprobs = false;  // logprobs of the prompt tokens too (echo)
+
+  bool greedy() const { return temperature <= 0.0f; }
+};
+
+}  // namespace keel

@@ -1,0 +1,72 @@
+// What the rest of keel sees of an engine: submit a request, abort it, read status, and
+// receive neutral token and finish events. No wire formats here: server/ renders them.
+// Implemented in-process by engine/engine.h and across a process boundary by the IPC
+// client, with the same semantics.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/sampling_params.h"
+
+namespace keel {
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+
+struct GenerationRequest {
+  RequestId id;
+  std::vector<TokenId> prompt;
+  SamplingParams sampling;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+};
+
+struct TokenLogprob {
+  TokenId token = 0;
+  float logprob = 0.0f;
+};
+
+// One event per request per step (or fewer): tokens appended, and possibly the finish.
+struct RequestEvent {
+  RequestId id;
+  std::vector<TokenId> tokens;                        // new output tokens, in order
+  std::vector<TokenLogprob> sampled_logprobs;         // [tokens.size()] when logprobs were asked
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // [tokens.size()][N]
+  // Prompt logprobs, sent once with the first event when asked (first token has none).
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
+  std::int32_t cached_prompt_tokens = 0;  // prefix-cache hit, reported with the first event
+  std::optional<FinishReason> finish;
+  std::string error;  // with FinishReason::kError
+};
+
+struct EngineStatus {
+  std::int32_t running = 0, waiting = 0, preempted = 0, loading_cache = 0;
+  std::int64_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_cached = 0;
+  std::int64_t prefix_hit_tokens = 0, prompt_tokens = 0;
+  std::int64_t prefill_tokens = 0, decode_tokens = 0;  // computed, cumulative
+  std::uint64_t steps = 0;
+  double last_step_seconds = 0.0;
+  double step_in_progress_seconds = 0.0;  // 0 when idle between steps
+  double heartbeat_age_seconds = 0.0;
+};
+
+using EventSink = std::function<void(const RequestEvent &)>;
+
+class EngineApi {
+ public:
+  virtual ~EngineApi() = default;
+  // Queues a request; events arrive on `sink` from the engine's side (never re-entrantly
+  // from inside submit). Every submitted request gets exactly one event with `finish`.
+  virtual void submit(GenerationRequest request, EventSink sink) = 0;
+  // Acknowledged at once; the engine frees the request at its next step and sends a
+  // finish(kAbort) event unless it had already finished.
+  virtual void abort(RequestId id) = 0;
+  virtual EngineStatus status() const = 0;
+};
+
+}  // namespace keel

@@ -1,0 +1,39 @@
+// The input of one forward pass: a ragged batch of sequences, each a prefill chunk or
+// one decode token, attending over the paged KV cache. Plain data, built by the engine
+// from a step plan, consumed by any backend.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace keel {
+
+struct SequenceSlice {
+  std::int32_t token_offset = 0;  // first token of this sequence in ForwardBatch::tokens
+  std::int32_t num_tokens = 0;    // tokens computed this step (a prefill chunk, or 1 to decode)
+  std::int32_t start_pos = 0;     // position of the first of them == tokens already in the KV cache
+  std::int32_t block_offset = 0;  // first entry of this sequence in ForwardBatch::block_table
+  std::int32_t num_blocks = 0;    // blocks covering positions [0, start_pos + num_tokens)
+  // Which rows of logits to return: none (a non-final prefill chunk), the last token's,
+  // or every token's (prompt logprobs / echo).
+  enum class Logits : std::uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
+};
+
+struct ForwardBatch {
+  std::vector<TokenId> tokens;             // [total_tokens]
+  std::vector<SequenceSlice> seqs;         // [num_seqs]
+  std::vector<std::int32_t> block_table;   // concatenated block ids; position p of a sequence
+                                           // lives in block table[p / block_size], slot p % block_size
+  std::int32_t total_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
+};
+
+struct ForwardOutput {
+  std::int32_t vocab_size = 0;
+  std::vector<float> logits;           // [rows, vocab_size], float32, rows in batch order
+  std::vector<std::int32_t> row_seq;   // [rows] index into ForwardBatch::seqs
+  std::vector<std::int32_t> row_pos;   // [rows] position of the token whose next-token logits these are
+};
+
+}  // namespace keel

@@ -1,0 +1,40 @@
+// A loaded model on one backend together with its paged KV cache. Every method runs on
+// the engine thread that owns the ExecContext it was made with (checked in debug
+// builds); nothing here is thread-safe by design, since exactly one thread drives it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "exec/forward_batch.h"
+#include "formats/model_config.h"
+
+namespace keel {
+
+// The device-side KV block store. Blocks are addressed by index; what a block holds is
+// decided by the engine's cache manager. A block's bytes are [layers][K|V][block_size]
+// [kv_heads][head_dim] in the runner's KV dtype; save/load move them to and from host
+// memory bit-exactly (the tier and SSD code treat them as opaque bytes).
+class KvBlockStore {
+ public:
+  virtual ~KvBlockStore() = default;
+  virtual std::int32_t num_blocks() const = 0;
+  virtual std::int32_t block_size() const = 0;    // tokens per block
+  virtual std::size_t block_bytes() const = 0;    // bytes of one block, all layers
+  virtual void copy_block(std::int32_t src, std::int32_t dst) = 0;  // copy-on-write
+  virtual void save_block(std::int32_t block, std::span<std::byte> host_out) = 0;
+  virtual void load_block(std::int32_t block, std::span<const std::byte> host_in) = 0;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig &config() const = 0;
+  virtual KvBlockStore &kv() = 0;
+  // Computes the batch, writes its new K/V into the blocks its block tables name, and
+  // fills `out` with the requested logits rows.
+  virtual void forward(const ForwardBatch &batch, ForwardOutput &out) = 0;
+};
+
+}  // namespace keel
