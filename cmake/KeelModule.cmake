@@ -1,9 +1,17 @@
 # keel_module(NAME DEP...) makes the static library keel_NAME from src/NAME/**.cpp.
 # A module without sources yet becomes an INTERFACE library, so the graph stays whole.
 function(keel_module name)
-  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp)
-  # CUDA sources live in their own target (src/exec/cuda/CMakeLists.txt).
+  # Modules that live inside another's folder: jinja in src/text/jinja.
+  set(dir ${name})
+  if(name STREQUAL "jinja")
+    set(dir text/jinja)
+  endif()
+  file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${dir}/*.cpp)
+  # CUDA sources live in their own target (src/exec/cuda/CMakeLists.txt); jinja is its own module.
   list(FILTER srcs EXCLUDE REGEX "/src/exec/cuda/")
+  if(NOT name STREQUAL "jinja")
+    list(FILTER srcs EXCLUDE REGEX "/src/text/jinja/")
+  endif()
   set(deps)
   foreach(d ${ARGN})
     list(APPEND deps keel_${d})

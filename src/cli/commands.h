@@ -12,5 +12,6 @@ int cmd_make_model(int argc, char **argv);  // random-weight models for tests an
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);    // render a chat template
+int cmd_perplexity(int argc, char **argv);  // perplexity of a model on a text file
 
 }  // namespace keel::cli

@@ -23,6 +23,7 @@ constexpr Subcommand kSubcommands[] = {
     {"tokenize", keel::cli::cmd_tokenize, "print the token ids of a text"},
     {"detokenize", keel::cli::cmd_detokenize, "print the text of token ids"},
     {"template", keel::cli::cmd_template, "render a chat template"},
+    {"perplexity", keel::cli::cmd_perplexity, "perplexity of a model on a text file"},
     {"engine", keel::cli::cmd_engine, "(internal) one engine process"},
 };
 
