@@ -19,12 +19,12 @@ enum class Arch { kLlama, kMistral, kQwen2, kQwen3 };
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3, kYarn } type = Type::kNone;
   double factor = 1.0;
-  double low_freq_factor = 1.0;                 // llama3
-  double high_freq_factor = 4.0;                // llama3
-  std::int64_t original_max_position = 8192;   // llama3, yarn
-  double beta_fast = 32.0;                      // yarn
-  double beta_slow = 1.0;                       // yarn
-  std::optional<double> attention_factor;       // yarn mscale override
+  double low_freq_factor = 1.0;               // llama3
+  double high_freq_factor = 4.0;              // llama3
+  std::int64_t original_max_position = 8192;  // llama3, yarn
+  double beta_fast = 32.0;                    // yarn
+  double beta_slow = 1.0;                     // yarn
+  std::optional<double> attention_factor;     // yarn mscale override
 };
 
 // HF's rotate_half pairs (i, i + d/2); GGUF llama-type files permute q/k rows so that
@@ -33,21 +33,21 @@ enum class RopeStyle { kNeox, kInterleaved };
 
 struct ModelConfig {
   Arch arch = Arch::kLlama;
-  std::string arch_name;            // as the file spells it ("llama", "qwen2", ...)
+  std::string arch_name;  // as the file spells it ("llama", "qwen2", ...)
   std::int64_t vocab_size = 0;
   std::int64_t hidden_size = 0;
   std::int64_t intermediate_size = 0;
   std::int64_t num_layers = 0;
   std::int64_t num_heads = 0;
   std::int64_t num_kv_heads = 0;
-  std::int64_t head_dim = 0;        // explicit (qwen3) or hidden_size / num_heads
+  std::int64_t head_dim = 0;  // explicit (qwen3) or hidden_size / num_heads
   std::int64_t max_position_embeddings = 4096;
   double rms_norm_eps = 1e-6;
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::kNeox;
-  bool attention_bias = false;      // q/k/v projections have biases (qwen2)
-  bool qk_norm = false;             // per-head RMSNorm on q and k (qwen3)
+  bool attention_bias = false;  // q/k/v projections have biases (qwen2)
+  bool qk_norm = false;         // per-head RMSNorm on q and k (qwen3)
   bool tie_word_embeddings = false;
   std::optional<std::int64_t> sliding_window;
   std::optional<TokenId> bos_token_id;
