@@ -1,0 +1,276 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace keel {
+
+Scheduler::Scheduler(const SchedulerConfig &config, KvCacheManager &kv) : config_(config), kv_(kv) {
+  if (config.max_num_seqs <= 0 || config.max_chunk_tokens <= 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "scheduler: max_num_seqs and max_chunk_tokens must be positive");
+  // Every running request must fit its decode token into every step.
+  if (config.max_num_batched_tokens < config.max_num_seqs)
+    throw Error(ErrorCode::kInvalidArgument, "scheduler: max_num_batched_tokens (" +
+                                                 std::to_string(config.max_num_batched_tokens) +
+                                                 ") must be at least max_num_seqs (" +
+                                                 std::to_string(config.max_num_seqs) + ")");
+  running_.reserve(config.max_num_seqs + 1);
+}
+
+SchedRequest &Scheduler::add_request(RequestId id, std::vector<TokenId> prompt,
+                                     bool use_prefix_cache, std::string extra_keys) {
+  if (prompt.empty())
+    throw Error(ErrorCode::kInvalidArgument, "scheduler: request prompt is empty");
+  if (requests_.count(id))
+    throw Error(ErrorCode::kInvalidArgument,
+                "scheduler: duplicate request id " + std::to_string(id.value));
+  auto r = std::make_unique<SchedRequest>();
+  r->id = id;
+  r->arrival = next_arrival_++;
+  r->num_prompt_tokens = static_cast<std::int32_t>(prompt.size());
+  r->tokens = std::move(prompt);
+  r->use_prefix_cache = use_prefix_cache;
+  r->extra_keys = std::move(extra_keys);
+  SchedRequest &ref = *r;
+  requests_.emplace(id, std::move(r));
+  push_waiting(&ref);
+  return ref;
+}
+
+SchedRequest *Scheduler::get(RequestId id) {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+const SchedRequest *Scheduler::find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : it->second.get();
+}
+
+void Scheduler::insert_running(SchedRequest *r) {
+  auto pos = std::upper_bound(
+      running_.begin(), running_.end(), r,
+      [](const SchedRequest *a, const SchedRequest *b) { return a->arrival < b->arrival; });
+  running_.insert(pos, r);
+}
+
+void Scheduler::erase_running(SchedRequest *r) {
+  auto it = std::find(running_.begin(), running_.end(), r);
+  KEEL_CHECK(it != running_.end());
+  running_.erase(it);
+}
+
+void Scheduler::push_waiting(SchedRequest *r) {
+  waiting_.emplace(r->arrival, r);
+  (r->state == RequestState::kPreempted ? num_preempted_waiting_ : num_waiting_)++;
+}
+
+void Scheduler::erase_waiting(SchedRequest *r) {
+  KEEL_CHECK(waiting_.erase(r->arrival) == 1);
+  (r->state == RequestState::kPreempted ? num_preempted_waiting_ : num_waiting_)--;
+}
+
+bool Scheduler::finish(RequestId id, RequestState finished_state) {
+  SchedRequest *r = get(id);
+  if (r == nullptr) return false;
+  if (!is_finished(finished_state))
+    throw Error(ErrorCode::kInternal, "scheduler: finish with a live state");
+  if (!is_legal_transition(r->state, finished_state))
+    transition(r->state, finished_state);  // throws, naming both states
+  switch (r->state) {
+    case RequestState::kRunning:
+      erase_running(r);
+      break;
+    case RequestState::kWaiting:
+    case RequestState::kPreempted:
+      erase_waiting(r);
+      break;
+    case RequestState::kLoadingCache:
+      loading_.erase(r->arrival);
+      break;
+    default:
+      break;
+  }
+  transition(r->state, finished_state);
+  kv_.free(id);
+  requests_.erase(id);
+  return true;
+}
+
+void Scheduler::preempt(SchedRequest *victim, StepPlan &plan, std::int32_t &budget) {
+  if (victim->scheduled_step == plan.step) {  // drop its work from this step
+    auto it = std::find_if(plan.seqs.begin(), plan.seqs.end(),
+                           [&](const ScheduledSeq &s) { return s.id == victim->id; });
+    KEEL_CHECK(it != plan.seqs.end());
+    budget += it->num_tokens;
+    plan.total_tokens -= it->num_tokens;
+    plan.seqs.erase(it);
+    victim->scheduled_step = 0;
+  }
+  erase_running(victim);
+  kv_.free(victim->id);
+  victim->num_computed_tokens = 0;
+  transition(victim->state, RequestState::kPreempted);
+  ++victim->num_preemptions;
+  ++total_preemptions_;
+  push_waiting(victim);
+  plan.preempted.push_back(victim->id);
+}
+
+void Scheduler::schedule_running(SchedRequest *r, StepPlan &plan, std::int32_t &budget,
+                                 bool &preempted_any) {
+  const std::int32_t remaining = r->num_tokens() - r->num_computed_tokens;
+  const std::int32_t n = std::min({remaining, config_.max_chunk_tokens, budget});
+  if (n <= 0) return;
+  while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
+    SchedRequest *victim = running_.back();
+    preempt(victim, plan, budget);
+    preempted_any = true;
+    if (victim == r) return;
+  }
+  ScheduledSeq s;
+  s.id = r->id;
+  s.start_pos = r->num_computed_tokens;
+  s.num_tokens = n;
+  s.samples = r->num_computed_tokens + n == r->num_tokens();
+  plan.seqs.push_back(s);
+  plan.total_tokens += n;
+  budget -= n;
+  r->scheduled_step = plan.step;
+}
+
+StepPlan Scheduler::schedule() {
+  StepPlan plan;
+  plan.step = ++step_;
+  std::int32_t budget = config_.max_num_batched_tokens;
+  bool preempted_any = false;
+
+  // 1. Decodes first: one token for each running request that has all but one computed.
+  //    Preemption only removes requests from the back, so indices before i stay valid.
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    SchedRequest *r = running_[i];
+    if (r->num_tokens() - r->num_computed_tokens == 1)
+      schedule_running(r, plan, budget, preempted_any);
+  }
+  // 2. Then the next chunk of running requests that are still prefilling.
+  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+    SchedRequest *r = running_[i];
+    if (r->scheduled_step != plan.step && r->num_tokens() - r->num_computed_tokens > 1)
+      schedule_running(r, plan, budget, preempted_any);
+  }
+  // 3. Admission, oldest first (preempted requests are older than anything that arrived
+  //    after them). The head of the queue waits for blocks; nothing overtakes it.
+  if (preempted_any) return plan;
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs) {
+    SchedRequest *r = waiting_.begin()->second;
+    PrefixHit hit;
+    if (r->use_prefix_cache) hit = kv_.get_computed_blocks(r->tokens, r->extra_keys);
+    const std::int32_t computed = hit.num_tokens;
+    const std::int32_t n = std::min({r->num_tokens() - computed, config_.max_chunk_tokens, budget});
+    std::optional<BlockCopy> copy;
+    if (!kv_.allocate_slots(r->id, computed + n, &hit, &copy)) break;
+    erase_waiting(r);
+    transition(r->state, RequestState::kRunning);
+    r->num_computed_tokens = computed;
+    if (r->num_cached_prompt_tokens < 0) r->num_cached_prompt_tokens = computed;
+    insert_running(r);
+    ScheduledSeq s;
+    s.id = r->id;
+    s.start_pos = computed;
+    s.num_tokens = n;
+    s.samples = computed + n == r->num_tokens();
+    s.copy = copy;
+    plan.seqs.push_back(s);
+    plan.total_tokens += n;
+    budget -= n;
+    r->scheduled_step = plan.step;
+  }
+  return plan;
+}
+
+void Scheduler::on_step_done(const StepPlan &plan) {
+  for (const ScheduledSeq &s : plan.seqs) {
+    SchedRequest *r = get(s.id);
+    KEEL_CHECK(r != nullptr && r->state == RequestState::kRunning);
+    KEEL_CHECK(r->num_computed_tokens == s.start_pos);
+    r->num_computed_tokens += s.num_tokens;
+    kv_.cache_full_blocks(r->id, r->tokens, r->num_computed_tokens, r->extra_keys);
+  }
+  kv_.end_step();
+}
+
+void Scheduler::append_token(RequestId id, TokenId token) {
+  SchedRequest *r = get(id);
+  KEEL_CHECK(r != nullptr && r->state == RequestState::kRunning);
+  KEEL_CHECK(r->num_computed_tokens == r->num_tokens());
+  r->tokens.push_back(token);
+}
+
+bool Scheduler::start_loading(RequestId id, std::int32_t num_tokens) {
+  SchedRequest *r = get(id);
+  if (r == nullptr)
+    throw Error(ErrorCode::kNotFound, "scheduler: unknown request " + std::to_string(id.value));
+  if (r->state != RequestState::kWaiting && r->state != RequestState::kPreempted)
+    throw Error(ErrorCode::kInternal,
+                std::string("scheduler: start_loading in state ") + request_state_name(r->state));
+  // The last token is always computed, for its logits.
+  if (num_tokens <= 0 || num_tokens >= r->num_tokens())
+    throw Error(ErrorCode::kInvalidArgument, "scheduler: tokens to load out of range");
+  if (!kv_.allocate_slots(r->id, num_tokens)) return false;
+  erase_waiting(r);
+  transition(r->state, RequestState::kLoadingCache);
+  r->loading_tokens = num_tokens;
+  loading_.emplace(r->arrival, r);
+  return true;
+}
+
+void Scheduler::finish_loading(RequestId id, bool ok) {
+  SchedRequest *r = get(id);
+  if (r == nullptr) return;  // aborted while loading
+  KEEL_CHECK(r->state == RequestState::kLoadingCache);
+  loading_.erase(r->arrival);
+  if (ok) {
+    transition(r->state, RequestState::kRunning);
+    r->num_computed_tokens = r->loading_tokens;
+    if (r->num_cached_prompt_tokens < 0)
+      r->num_cached_prompt_tokens = std::min(r->loading_tokens, r->num_prompt_tokens);
+    insert_running(r);
+  } else {
+    kv_.free(r->id);
+    transition(r->state, RequestState::kWaiting);
+    push_waiting(r);
+  }
+  r->loading_tokens = 0;
+}
+
+void Scheduler::check_invariants() const {
+  kv_.check_invariants();
+  std::int32_t waiting = 0, preempted = 0;
+  for (const auto &[arrival, r] : waiting_) {
+    KEEL_CHECK(r->arrival == arrival);
+    KEEL_CHECK(!kv_.holds_blocks(r->id));
+    if (r->state == RequestState::kWaiting)
+      ++waiting;
+    else if (r->state == RequestState::kPreempted)
+      ++preempted;
+    else
+      KEEL_CHECK(!"waiting queue holds a request in another state");
+  }
+  KEEL_CHECK(waiting == num_waiting_ && preempted == num_preempted_waiting_);
+  const std::int32_t bs = kv_.block_size();
+  for (std::size_t i = 0; i < running_.size(); ++i) {
+    const SchedRequest *r = running_[i];
+    KEEL_CHECK(r->state == RequestState::kRunning);
+    KEEL_CHECK(i == 0 || running_[i - 1]->arrival < r->arrival);
+    KEEL_CHECK(static_cast<std::int32_t>(kv_.blocks(r->id).size()) * bs >= r->num_computed_tokens);
+  }
+  for (const auto &[arrival, r] : loading_) KEEL_CHECK(r->state == RequestState::kLoadingCache);
+  KEEL_CHECK(waiting_.size() + running_.size() + loading_.size() == requests_.size());
+  KEEL_CHECK(kv_.num_requests() <= static_cast<std::int32_t>(running_.size() + loading_.size()));
+}
+
+}  // namespace keel

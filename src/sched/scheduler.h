@@ -1,0 +1,124 @@
+// Continuous batching, vLLM v1 style: each step has a token budget; running requests
+// get their next token first, then partial prefills of running requests, then waiting
+// requests are admitted in arrival order (FCFS) with chunked prefill. There are no
+// prefill and decode phases, only computed-token counts.
+//
+// Guarantees:
+// - every running request that is ready to decode gets its token in every step (the
+//   budget is at least max_num_seqs), so a long prefill delays decodes by at most one
+//   chunk of at most max_chunk_tokens;
+// - admission needs KV blocks; when a running request cannot grow, the newest running
+//   request is preempted (its blocks freed; it recomputes, mostly from the prefix cache,
+//   when it resumes ahead of newer arrivals); no admission happens in a step that
+//   preempted;
+// - requests in LOADING_CACHE (blocks being restored) are skipped, never waited for.
+//
+// The scheduler owns each request's token sequence and state, never tensors or streams.
+// Single-threaded: the engine thread calls every method.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/request_state.h"
+#include "kv/kv_cache_manager.h"
+#include "sched/step_plan.h"
+
+namespace keel {
+
+struct SchedulerConfig {
+  std::int32_t max_num_batched_tokens = 2048;  // token budget of one step
+  std::int32_t max_num_seqs = 256;             // running requests at most
+  std::int32_t max_chunk_tokens = 512;         // prefill tokens of one request per step
+};
+
+struct SchedRequest {
+  RequestId id;
+  std::uint64_t arrival = 0;  // FCFS order
+  RequestState state = RequestState::kWaiting;
+  std::vector<TokenId> tokens;  // prompt, then output
+  std::int32_t num_prompt_tokens = 0;
+  std::int32_t num_computed_tokens = 0;        // tokens whose KV is in the cache
+  std::int32_t num_cached_prompt_tokens = -1;  // prefix hit at first admission; -1 before
+  std::int32_t num_preemptions = 0;
+  bool use_prefix_cache = true;     // off for prompt logprobs, which need every prompt row
+  std::string extra_keys;           // hashed into every block key (cache salt)
+  std::int32_t loading_tokens = 0;  // in LOADING_CACHE: tokens being restored
+  std::uint64_t scheduled_step = 0;
+
+  std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
+  std::int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig &config, KvCacheManager &kv);
+  Scheduler(const Scheduler &) = delete;
+  Scheduler &operator=(const Scheduler &) = delete;
+
+  // Queues a request (WAITING). Throws Error(kInvalidArgument) on an empty prompt or a
+  // duplicate id.
+  SchedRequest &add_request(RequestId id, std::vector<TokenId> prompt, bool use_prefix_cache = true,
+                            std::string extra_keys = {});
+  // Ends a request in any live state with a finished state and frees its blocks now.
+  // Returns false when the id is unknown (already finished).
+  bool finish(RequestId id, RequestState finished_state);
+
+  StepPlan schedule();
+  // After the forward: counts the computed tokens, caches newly full blocks, releases
+  // the step's copy sources.
+  void on_step_done(const StepPlan &plan);
+  // After sampling: the request's next token.
+  void append_token(RequestId id, TokenId token);
+
+  // Tier restore (issue 7): a waiting request's first `num_tokens` are being loaded into
+  // freshly allocated blocks; until finish_loading() the request is skipped by steps.
+  // Returns false when too few blocks are free.
+  bool start_loading(RequestId id, std::int32_t num_tokens);
+  // ok: the tokens are computed and the request runs; !ok: blocks freed, back to waiting.
+  void finish_loading(RequestId id, bool ok);
+
+  const SchedRequest *find(RequestId id) const;
+  const KvCacheManager &kv() const { return kv_; }
+  const SchedulerConfig &config() const { return config_; }
+
+  std::int32_t num_running() const { return static_cast<std::int32_t>(running_.size()); }
+  std::int32_t num_waiting() const { return num_waiting_; }
+  std::int32_t num_preempted() const { return num_preempted_waiting_; }
+  std::int32_t num_loading() const { return static_cast<std::int32_t>(loading_.size()); }
+  std::int32_t num_requests() const { return static_cast<std::int32_t>(requests_.size()); }
+  std::int64_t total_preemptions() const { return total_preemptions_; }
+  std::uint64_t steps() const { return step_; }
+
+  // Throws Error(kInternal) if queues, states and KV views disagree. O(requests + blocks).
+  void check_invariants() const;
+
+ private:
+  SchedRequest *get(RequestId id);
+  void insert_running(SchedRequest *r);
+  void erase_running(SchedRequest *r);
+  void push_waiting(SchedRequest *r);
+  void erase_waiting(SchedRequest *r);
+  void preempt(SchedRequest *victim, StepPlan &plan, std::int32_t &budget);
+  // Schedules a running request's next tokens, preempting newer ones for blocks.
+  void schedule_running(SchedRequest *r, StepPlan &plan, std::int32_t &budget, bool &preempted_any);
+
+  SchedulerConfig config_;
+  KvCacheManager &kv_;
+  std::unordered_map<RequestId, std::unique_ptr<SchedRequest>> requests_;
+  std::vector<SchedRequest *> running_;              // by arrival; newest at the back
+  std::map<std::uint64_t, SchedRequest *> waiting_;  // by arrival: WAITING and PREEMPTED
+  std::map<std::uint64_t, SchedRequest *> loading_;  // LOADING_CACHE
+  std::int32_t num_waiting_ = 0, num_preempted_waiting_ = 0;
+  std::uint64_t next_arrival_ = 0;
+  std::uint64_t step_ = 0;
+  std::int64_t total_preemptions_ = 0;
+};
+
+}  // namespace keel

@@ -1,0 +1,31 @@
+// What one engine step computes: plain data, made by the scheduler, read by the engine
+// to build the forward batch. No tensors, no streams.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "core/ids.h"
+#include "kv/kv_cache_manager.h"
+
+namespace keel {
+
+struct ScheduledSeq {
+  RequestId id;
+  std::int32_t start_pos = 0;   // tokens already in the KV cache
+  std::int32_t num_tokens = 0;  // tokens to compute now: a prefill chunk, or 1 to decode
+  // The chunk reaches the last known token, so the step yields a next token to sample.
+  bool samples = false;
+  std::optional<BlockCopy> copy;  // copy-on-write to run before the forward
+};
+
+struct StepPlan {
+  std::uint64_t step = 0;
+  std::vector<ScheduledSeq> seqs;    // running requests' next tokens first, then prefills
+  std::vector<RequestId> preempted;  // lost their blocks in this step's scheduling
+  std::int32_t total_tokens = 0;
+  bool empty() const { return seqs.empty(); }
+};
+
+}  // namespace keel
