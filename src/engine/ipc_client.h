@@ -1,0 +1,69 @@
+// The front's side of the IPC: an EngineApi whose engine lives in a child process.
+// Same semantics as the in-process engine: events arrive on the sink from the client's
+// reader thread, exactly one finish per request. When the child dies or the supervisor
+// gives up on it (fail_all), every request in flight gets finish(kError) at once with
+// the reason, so no caller waits on a dead engine.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "engine/engine_api.h"
+#include "engine/ipc_frame.h"
+#include "engine/ipc_messages.h"
+
+namespace keel::ipc {
+
+class IpcEngineClient : public EngineApi {
+ public:
+  // Takes ownership of `fd` (a connected socket to the child) and starts reading.
+  explicit IpcEngineClient(int fd);
+  ~IpcEngineClient() override;
+  IpcEngineClient(const IpcEngineClient &) = delete;
+  IpcEngineClient &operator=(const IpcEngineClient &) = delete;
+
+  // Throws Error(kUnavailable) when the engine is dead (nothing is queued then).
+  void submit(GenerationRequest request, EventSink sink) override;
+  void abort(RequestId id) override;
+  // The last status the child reported.
+  EngineStatus status() const override;
+
+  // Waits for the child's hello. Throws Error(kUnavailable) naming the cause when the
+  // child reported a load error or died, and Error(kTimeout) past the deadline.
+  ReadyInfo wait_ready(std::chrono::steady_clock::time_point deadline);
+  // Seconds since the last frame of any kind arrived (a heartbeat at least).
+  double seconds_since_heard() const;
+  bool dead() const;
+  std::string dead_reason() const;
+  std::size_t in_flight() const;
+  // Ends every request in flight with finish(kError, reason) and refuses new ones.
+  void fail_all(const std::string &reason);
+  // Asks the child to stop (it aborts what is left and exits).
+  void request_shutdown();
+
+ private:
+  void reader_loop();
+  void deliver(const RequestEvent &event);
+
+  int fd_;
+  FrameWriter writer_;
+  std::thread reader_;
+
+  mutable std::mutex mu_;
+  std::condition_variable ready_cv_;
+  std::optional<ReadyInfo> ready_;
+  std::string load_error_;
+  bool dead_ = false;
+  std::string dead_reason_;
+  EngineStatus status_;
+  std::chrono::steady_clock::time_point last_heard_;
+  std::unordered_map<std::uint64_t, EventSink> sinks_;
+  std::mutex deliver_mu_;  // orders deliveries so a request never gets two finishes
+};
+
+}  // namespace keel::ipc

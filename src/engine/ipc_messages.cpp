@@ -1,0 +1,242 @@
+#include "engine/ipc_messages.h"
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace keel::ipc {
+
+using nlohmann::json;
+
+namespace {
+
+json parse(const std::string &payload, const char *what) {
+  try {
+    return json::parse(payload);
+  } catch (const json::exception &e) {
+    throw Error(ErrorCode::kFormat, std::string("ipc ") + what + ": " + e.what());
+  }
+}
+
+template <typename F>
+auto guarded(const char *what, F &&f) {
+  try {
+    return f();
+  } catch (const json::exception &e) {
+    throw Error(ErrorCode::kFormat, std::string("ipc ") + what + ": " + e.what());
+  }
+}
+
+json lp_json(const TokenLogprob &lp) { return json::array({lp.token, lp.logprob}); }
+TokenLogprob lp_from(const json &j) { return {j.at(0).get<TokenId>(), j.at(1).get<float>()}; }
+
+json lp_list(const std::vector<TokenLogprob> &v) {
+  json a = json::array();
+  for (const auto &lp : v) a.push_back(lp_json(lp));
+  return a;
+}
+std::vector<TokenLogprob> lp_list_from(const json &j) {
+  std::vector<TokenLogprob> v;
+  for (const auto &e : j) v.push_back(lp_from(e));
+  return v;
+}
+
+}  // namespace
+
+const char *finish_reason_name(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kError:
+      return "error";
+  }
+  return "error";
+}
+
+std::string encode_ready(const ReadyInfo &info) {
+  return json{{"context_length", info.context_length},
+              {"vocab_size", info.vocab_size},
+              {"eos", info.eos_token_ids},
+              {"memory_bytes", info.memory_bytes},
+              {"pid", info.pid},
+              {"backend", info.backend}}
+      .dump();
+}
+
+ReadyInfo decode_ready(const std::string &payload) {
+  const json j = parse(payload, "hello");
+  return guarded("hello", [&] {
+    ReadyInfo r;
+    r.context_length = j.at("context_length").get<std::int64_t>();
+    r.vocab_size = j.at("vocab_size").get<std::int64_t>();
+    r.eos_token_ids = j.at("eos").get<std::vector<TokenId>>();
+    r.memory_bytes = j.at("memory_bytes").get<std::int64_t>();
+    r.pid = j.at("pid").get<std::int64_t>();
+    r.backend = j.at("backend").get<std::string>();
+    return r;
+  });
+}
+
+std::string encode_submit(const GenerationRequest &r) {
+  const auto &s = r.sampling;
+  json sp{{"temperature", s.temperature},
+          {"top_k", s.top_k},
+          {"top_p", s.top_p},
+          {"min_p", s.min_p},
+          {"repetition_penalty", s.repetition_penalty},
+          {"presence_penalty", s.presence_penalty},
+          {"frequency_penalty", s.frequency_penalty},
+          {"max_tokens", s.max_tokens},
+          {"stop_token_ids", s.stop_token_ids},
+          {"stop_strings", s.stop_strings},
+          {"ignore_eos", s.ignore_eos},
+          {"logprobs", s.logprobs},
+          {"prompt_logprobs", s.prompt_logprobs}};
+  if (s.seed) sp["seed"] = *s.seed;
+  json j{{"id", r.id.value}, {"prompt", r.prompt}, {"sampling", sp}};
+  if (r.deadline) {
+    // Deadlines cross the process boundary as a remaining duration: the clocks differ.
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        *r.deadline - std::chrono::steady_clock::now());
+    j["deadline_ms"] = std::max<std::int64_t>(0, left.count());
+  }
+  return j.dump();
+}
+
+GenerationRequest decode_submit(const std::string &payload) {
+  const json j = parse(payload, "submit");
+  return guarded("submit", [&] {
+    GenerationRequest r;
+    r.id = RequestId(j.at("id").get<std::uint64_t>());
+    r.prompt = j.at("prompt").get<std::vector<TokenId>>();
+    const json &sp = j.at("sampling");
+    auto &s = r.sampling;
+    s.temperature = sp.at("temperature").get<float>();
+    s.top_k = sp.at("top_k").get<std::int32_t>();
+    s.top_p = sp.at("top_p").get<float>();
+    s.min_p = sp.at("min_p").get<float>();
+    s.repetition_penalty = sp.at("repetition_penalty").get<float>();
+    s.presence_penalty = sp.at("presence_penalty").get<float>();
+    s.frequency_penalty = sp.at("frequency_penalty").get<float>();
+    s.max_tokens = sp.at("max_tokens").get<std::int32_t>();
+    s.stop_token_ids = sp.at("stop_token_ids").get<std::vector<TokenId>>();
+    s.stop_strings = sp.at("stop_strings").get<std::vector<std::string>>();
+    s.ignore_eos = sp.at("ignore_eos").get<bool>();
+    s.logprobs = sp.at("logprobs").get<std::int32_t>();
+    s.prompt_logprobs = sp.at("prompt_logprobs").get<bool>();
+    if (sp.contains("seed")) s.seed = sp.at("seed").get<std::uint64_t>();
+    if (j.contains("deadline_ms"))
+      r.deadline = std::chrono::steady_clock::now() +
+                   std::chrono::milliseconds(j.at("deadline_ms").get<std::int64_t>());
+    return r;
+  });
+}
+
+std::string encode_abort(RequestId id) { return json{{"id", id.value}}.dump(); }
+
+RequestId decode_abort(const std::string &payload) {
+  const json j = parse(payload, "abort");
+  return guarded("abort", [&] { return RequestId(j.at("id").get<std::uint64_t>()); });
+}
+
+std::string encode_event(const RequestEvent &e) {
+  json j{{"id", e.id.value}, {"tokens", e.tokens}};
+  if (!e.sampled_logprobs.empty()) j["lp"] = lp_list(e.sampled_logprobs);
+  if (!e.top_logprobs.empty()) {
+    json a = json::array();
+    for (const auto &v : e.top_logprobs) a.push_back(lp_list(v));
+    j["top"] = std::move(a);
+  }
+  if (!e.prompt_logprobs.empty()) {
+    json a = json::array();
+    for (const auto &o : e.prompt_logprobs) a.push_back(o ? lp_json(*o) : json(nullptr));
+    j["plp"] = std::move(a);
+  }
+  if (!e.prompt_top_logprobs.empty()) {
+    json a = json::array();
+    for (const auto &v : e.prompt_top_logprobs) a.push_back(lp_list(v));
+    j["ptop"] = std::move(a);
+  }
+  if (e.cached_prompt_tokens) j["cached"] = e.cached_prompt_tokens;
+  if (e.finish) j["finish"] = static_cast<int>(*e.finish);
+  if (!e.error.empty()) j["error"] = e.error;
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+RequestEvent decode_event(const std::string &payload) {
+  const json j = parse(payload, "event");
+  return guarded("event", [&] {
+    RequestEvent e;
+    e.id = RequestId(j.at("id").get<std::uint64_t>());
+    e.tokens = j.at("tokens").get<std::vector<TokenId>>();
+    if (j.contains("lp")) e.sampled_logprobs = lp_list_from(j["lp"]);
+    if (j.contains("top"))
+      for (const auto &v : j["top"]) e.top_logprobs.push_back(lp_list_from(v));
+    if (j.contains("plp"))
+      for (const auto &o : j["plp"]) {
+        if (o.is_null())
+          e.prompt_logprobs.emplace_back(std::nullopt);
+        else
+          e.prompt_logprobs.emplace_back(lp_from(o));
+      }
+    if (j.contains("ptop"))
+      for (const auto &v : j["ptop"]) e.prompt_top_logprobs.push_back(lp_list_from(v));
+    e.cached_prompt_tokens = j.value("cached", 0);
+    if (j.contains("finish")) {
+      int f = j["finish"].get<int>();
+      if (f < 0 || f > static_cast<int>(FinishReason::kError))
+        throw Error(ErrorCode::kFormat, "ipc event: bad finish");
+      e.finish = static_cast<FinishReason>(f);
+    }
+    e.error = j.value("error", std::string());
+    return e;
+  });
+}
+
+std::string encode_status(const EngineStatus &s) {
+  return json{{"running", s.running},
+              {"waiting", s.waiting},
+              {"preempted", s.preempted},
+              {"loading_cache", s.loading_cache},
+              {"kv_total", s.kv_blocks_total},
+              {"kv_used", s.kv_blocks_used},
+              {"kv_cached", s.kv_blocks_cached},
+              {"prefix_hit_tokens", s.prefix_hit_tokens},
+              {"prompt_tokens", s.prompt_tokens},
+              {"prefill_tokens", s.prefill_tokens},
+              {"decode_tokens", s.decode_tokens},
+              {"steps", s.steps},
+              {"last_step_s", s.last_step_seconds},
+              {"step_in_progress_s", s.step_in_progress_seconds},
+              {"heartbeat_age_s", s.heartbeat_age_seconds}}
+      .dump();
+}
+
+EngineStatus decode_status(const std::string &payload) {
+  const json j = parse(payload, "status");
+  return guarded("status", [&] {
+    EngineStatus s;
+    s.running = j.at("running").get<std::int32_t>();
+    s.waiting = j.at("waiting").get<std::int32_t>();
+    s.preempted = j.at("preempted").get<std::int32_t>();
+    s.loading_cache = j.at("loading_cache").get<std::int32_t>();
+    s.kv_blocks_total = j.at("kv_total").get<std::int64_t>();
+    s.kv_blocks_used = j.at("kv_used").get<std::int64_t>();
+    s.kv_blocks_cached = j.at("kv_cached").get<std::int64_t>();
+    s.prefix_hit_tokens = j.at("prefix_hit_tokens").get<std::int64_t>();
+    s.prompt_tokens = j.at("prompt_tokens").get<std::int64_t>();
+    s.prefill_tokens = j.at("prefill_tokens").get<std::int64_t>();
+    s.decode_tokens = j.at("decode_tokens").get<std::int64_t>();
+    s.steps = j.at("steps").get<std::uint64_t>();
+    s.last_step_seconds = j.at("last_step_s").get<double>();
+    s.step_in_progress_seconds = j.at("step_in_progress_s").get<double>();
+    s.heartbeat_age_seconds = j.at("heartbeat_age_s").get<double>();
+    return s;
+  });
+}
+
+}  // namespace keel::ipc

@@ -1,0 +1,41 @@
+// The payloads of IPC frames (ipc_frame.h), as JSON. Both sides of the process
+// boundary use these functions, so the wire shape lives in one place.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine_api.h"
+
+namespace keel::ipc {
+
+// What an engine child reports once its model is loaded: the facts the front needs to
+// validate requests without touching the model's tensors.
+struct ReadyInfo {
+  std::int64_t context_length = 0;
+  std::int64_t vocab_size = 0;
+  std::vector<TokenId> eos_token_ids;
+  std::int64_t memory_bytes = 0;  // weights + KV cache, as the engine allocated them
+  std::int64_t pid = 0;
+  std::string backend;  // "cpu", "cuda:0"
+};
+
+std::string encode_ready(const ReadyInfo &info);
+ReadyInfo decode_ready(const std::string &payload);
+
+std::string encode_submit(const GenerationRequest &request);
+GenerationRequest decode_submit(const std::string &payload);
+
+std::string encode_abort(RequestId id);
+RequestId decode_abort(const std::string &payload);
+
+std::string encode_event(const RequestEvent &event);
+RequestEvent decode_event(const std::string &payload);
+
+std::string encode_status(const EngineStatus &status);
+EngineStatus decode_status(const std::string &payload);
+
+const char *finish_reason_name(FinishReason reason);
+
+}  // namespace keel::ipc
