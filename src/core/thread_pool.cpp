@@ -1,0 +1,108 @@
+#include "core/thread_pool.h"
+
+#include <algorithm>
+#include <exception>
+#include <mutex>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define KEEL_CPU_RELAX() _mm_pause()
+#else
+#define KEEL_CPU_RELAX() ((void)0)
+#endif
+
+namespace keel {
+
+namespace {
+// Spin iterations before sleeping: long enough to bridge the gap between two kernels
+// of one forward pass, short enough not to steal a core from other work for long.
+constexpr int kSpinIterations = 1 << 12;
+}  // namespace
+
+ThreadPool::ThreadPool(int threads) {
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  num_threads_ = std::min(threads, 256);
+  workers_.reserve(num_threads_ - 1);
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  for (auto &t : workers_) t.join();
+}
+
+void ThreadPool::run_task(int index) {
+  try {
+    (*task_)(index, num_threads_);
+  } catch (...) {
+    bool expected = false;
+    if (has_error_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
+  }
+}
+
+void ThreadPool::worker_main(int index) {
+  std::uint64_t seen = 0;
+  for (;;) {
+    std::uint64_t gen = generation_.load(std::memory_order_acquire);
+    for (int spin = 0; gen == seen && spin < kSpinIterations; ++spin) {
+      KEEL_CPU_RELAX();
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    while (gen == seen) {
+      generation_.wait(seen, std::memory_order_acquire);
+      gen = generation_.load(std::memory_order_acquire);
+    }
+    seen = gen;
+    if (stop_.load(std::memory_order_acquire)) return;
+    run_task(index);
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+  }
+}
+
+void ThreadPool::run(const std::function<void(int, int)> &fn) {
+  if (num_threads_ == 1) {
+    fn(0, 1);
+    return;
+  }
+  task_ = &fn;
+  has_error_.store(false, std::memory_order_relaxed);
+  error_ = nullptr;
+  pending_.store(num_threads_ - 1, std::memory_order_release);
+  generation_.fetch_add(1, std::memory_order_acq_rel);
+  generation_.notify_all();
+  run_task(0);
+  int left = pending_.load(std::memory_order_acquire);
+  for (int spin = 0; left != 0 && spin < kSpinIterations; ++spin) {
+    KEEL_CPU_RELAX();
+    left = pending_.load(std::memory_order_acquire);
+  }
+  while (left != 0) {
+    pending_.wait(left, std::memory_order_acquire);
+    left = pending_.load(std::memory_order_acquire);
+  }
+  task_ = nullptr;
+  if (has_error_.load(std::memory_order_acquire)) std::rethrow_exception(error_);
+}
+
+void ThreadPool::parallel_for(std::int64_t n,
+                              const std::function<void(std::int64_t, std::int64_t)> &fn,
+                              std::int64_t grain) {
+  if (n <= 0) return;
+  grain = std::max<std::int64_t>(grain, 1);
+  const std::int64_t units = (n + grain - 1) / grain;
+  const int threads = static_cast<int>(std::min<std::int64_t>(num_threads_, units));
+  if (threads <= 1) {
+    fn(0, n);
+    return;
+  }
+  run([&](int t, int) {
+    if (t >= threads) return;
+    const std::int64_t u0 = units * t / threads, u1 = units * (t + 1) / threads;
+    const std::int64_t b = u0 * grain, e = std::min(n, u1 * grain);
+    if (b < e) fn(b, e);
+  });
+}
+
+}  // namespace keel

@@ -1,0 +1,238 @@
+#include "exec/arch/llama.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "exec/cpu/activation.h"
+#include "exec/cpu/norm.h"
+#include "exec/cpu/quant_blocks.h"
+
+namespace keel::arch {
+
+namespace {
+
+TensorView need(const WeightLookup &lookup, const std::string &name,
+                std::vector<std::int64_t> shape) {
+  auto t = lookup(name);
+  if (!t) throw Error(ErrorCode::kFormat, name + ": tensor missing");
+  if (t->shape != shape) {
+    std::string want, got;
+    for (auto d : shape) want += std::to_string(d) + ",";
+    for (auto d : t->shape) got += std::to_string(d) + ",";
+    throw Error(ErrorCode::kFormat,
+                name + ": shape [" + got + "] where [" + want + "] was expected");
+  }
+  if (static_cast<std::int64_t>(t->nbytes) < dtype_bytes(t->dtype, t->numel()) ||
+      (t->cols() % dtype_info(t->dtype).block_elems) != 0)
+    throw Error(ErrorCode::kFormat, name + ": data size does not match shape and dtype");
+  return *t;
+}
+
+std::vector<float> to_f32(const TensorView &t) {
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  cpu::dequantize_row(t.dtype, t.data, v.data(), t.numel());
+  return v;
+}
+
+std::vector<float> need_vec(const WeightLookup &lookup, const std::string &name, std::int64_t n) {
+  return to_f32(need(lookup, name, {n}));
+}
+
+}  // namespace
+
+LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup) : cfg_(cfg) {
+  const std::int64_t hidden = cfg.hidden_size, H = cfg.num_heads, G = cfg.num_kv_heads,
+                     D = cfg.head_dim, I = cfg.intermediate_size, V = cfg.vocab_size;
+  if (hidden <= 0 || H <= 0 || G <= 0 || D <= 0 || I <= 0 || V <= 0 || cfg.num_layers <= 0 ||
+      H % G != 0)
+    throw Error(ErrorCode::kFormat, "config: inconsistent model dimensions");
+  if (cfg.num_layers > 4096 || hidden > (1 << 20) || V > (1 << 24))
+    throw Error(ErrorCode::kFormat, "config: model dimensions out of range");
+  embed_ = need(lookup, "model.embed_tokens.weight", {V, hidden});
+  if (auto head = lookup("lm_head.weight"); head && !cfg.tie_word_embeddings) {
+    lm_head_ = need(lookup, "lm_head.weight", {V, hidden});
+  } else if (head) {
+    lm_head_ = need(lookup, "lm_head.weight", {V, hidden});  // tied, but stored anyway
+  } else {
+    if (!cfg.tie_word_embeddings) throw Error(ErrorCode::kFormat, "lm_head.weight: tensor missing");
+    lm_head_ = embed_;
+  }
+  final_norm_ = need_vec(lookup, "model.norm.weight", hidden);
+  layers_.resize(cfg.num_layers);
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LlamaLayer &L = layers_[l];
+    L.wq = need(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
+    L.wk = need(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
+    L.wv = need(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
+    L.wo = need(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
+    L.w_gate = need(lookup, p + "mlp.gate_proj.weight", {I, hidden});
+    L.w_up = need(lookup, p + "mlp.up_proj.weight", {I, hidden});
+    L.w_down = need(lookup, p + "mlp.down_proj.weight", {hidden, I});
+    L.attn_norm = need_vec(lookup, p + "input_layernorm.weight", hidden);
+    L.ffn_norm = need_vec(lookup, p + "post_attention_layernorm.weight", hidden);
+    if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
+      L.bq = need_vec(lookup, p + "self_attn.q_proj.bias", H * D);
+      L.bk = need_vec(lookup, p + "self_attn.k_proj.bias", G * D);
+      L.bv = need_vec(lookup, p + "self_attn.v_proj.bias", G * D);
+    }
+    if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
+      L.q_norm = need_vec(lookup, p + "self_attn.q_norm.weight", D);
+      L.k_norm = need_vec(lookup, p + "self_attn.k_norm.weight", D);
+    }
+  }
+  rope_ = cpu::make_rope_table(cfg);
+}
+
+std::int64_t LlamaModel::weight_bytes() const {
+  std::int64_t b = static_cast<std::int64_t>(lm_head_.nbytes);
+  for (const auto &L : layers_)
+    b += static_cast<std::int64_t>(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes + L.wo.nbytes +
+                                   L.w_gate.nbytes + L.w_up.nbytes + L.w_down.nbytes);
+  return b;
+}
+
+void LlamaModel::validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) const {
+  auto bad = [](const std::string &why) {
+    throw Error(ErrorCode::kInvalidArgument, "forward batch: " + why);
+  };
+  const std::int64_t T = batch.total_tokens();
+  const std::int64_t bs = kv.block_size();
+  std::int64_t covered = 0;
+  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+    const SequenceSlice &s = batch.seqs[i];
+    if (s.num_tokens <= 0 || s.token_offset < 0 || s.start_pos < 0 || s.num_blocks < 0 ||
+        s.block_offset < 0)
+      bad("sequence " + std::to_string(i) + " has negative or empty fields");
+    if (static_cast<std::int64_t>(s.token_offset) + s.num_tokens > T)
+      bad("sequence tokens out of range");
+    if (static_cast<std::int64_t>(s.block_offset) + s.num_blocks >
+        static_cast<std::int64_t>(batch.block_table.size()))
+      bad("sequence blocks out of the block table");
+    const std::int64_t end = static_cast<std::int64_t>(s.start_pos) + s.num_tokens;
+    if (end > static_cast<std::int64_t>(s.num_blocks) * bs)
+      bad("sequence " + std::to_string(i) + " needs more blocks");
+    for (std::int32_t b = 0; b < s.num_blocks; ++b) {
+      const std::int32_t id = batch.block_table[s.block_offset + b];
+      if (id < 0 || id >= kv.num_blocks()) bad("block id " + std::to_string(id) + " out of range");
+    }
+    covered += s.num_tokens;
+  }
+  if (covered != T) bad("sequences do not cover the tokens exactly once");
+  // Overlap check: each token belongs to exactly one sequence.
+  std::vector<char> seen(static_cast<std::size_t>(T), 0);
+  for (const auto &s : batch.seqs)
+    for (std::int32_t j = 0; j < s.num_tokens; ++j) {
+      if (seen[s.token_offset + j]++) bad("sequences overlap");
+    }
+  for (TokenId t : batch.tokens)
+    if (t < 0 || t >= cfg_.vocab_size)
+      bad("token id " + std::to_string(t) + " out of the vocabulary");
+}
+
+void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
+                         ExecContext &ctx) {
+  validate(batch, kv);
+  ThreadPool &pool = ctx.pool();
+  Workspace &ws = ctx.workspace();
+  ws.reset();
+  const std::int64_t T = batch.total_tokens();
+  const std::int64_t hidden = cfg_.hidden_size, H = cfg_.num_heads, G = cfg_.num_kv_heads,
+                     D = cfg_.head_dim, I = cfg_.intermediate_size, V = cfg_.vocab_size;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const std::int32_t bs = kv.block_size();
+
+  std::vector<std::int32_t> token_seq(T), token_pos(T);
+  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+    const auto &s = batch.seqs[i];
+    for (std::int32_t j = 0; j < s.num_tokens; ++j) {
+      token_seq[s.token_offset + j] = static_cast<std::int32_t>(i);
+      token_pos[s.token_offset + j] = s.start_pos + j;
+    }
+  }
+
+  float *x = ws.floats(T * hidden);   // [T, hidden] residual stream
+  float *h = ws.floats(T * hidden);   // [T, hidden] normed
+  float *q = ws.floats(T * H * D);    // [T, H, D]
+  float *k = ws.floats(T * G * D);    // [T, G, D]
+  float *v = ws.floats(T * G * D);    // [T, G, D]
+  float *att = ws.floats(T * H * D);  // [T, H, D]
+  float *gate = ws.floats(T * I);     // [T, I]
+  float *up = ws.floats(T * I);       // [T, I]
+
+  const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
+  for (std::int64_t t = 0; t < T; ++t)
+    cpu::dequantize_row(embed_.dtype, embed_.data + batch.tokens[t] * row_bytes, x + t * hidden,
+                        hidden);
+
+  cpu::AttentionShape ashape{H, G, D, 1.0f / std::sqrt(static_cast<float>(D)),
+                             cfg_.sliding_window.value_or(0)};
+  auto add_bias = [](float *y, const std::vector<float> &b, std::int64_t rows) {
+    if (b.empty()) return;
+    const std::int64_t n = static_cast<std::int64_t>(b.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+  };
+
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
+    const LlamaLayer &L = layers_[l];
+    cpu::rmsnorm(x, L.attn_norm.data(), h, T, hidden, eps);
+    cpu::linear(L.wq, h, T, q, pool, lin_scratch_);
+    cpu::linear(L.wk, h, T, k, pool, lin_scratch_);
+    cpu::linear(L.wv, h, T, v, pool, lin_scratch_);
+    add_bias(q, L.bq, T);
+    add_bias(k, L.bk, T);
+    add_bias(v, L.bv, T);
+    if (!L.q_norm.empty()) {
+      cpu::rmsnorm(q, L.q_norm.data(), q, T * H, D, eps);
+      cpu::rmsnorm(k, L.k_norm.data(), k, T * G, D, eps);
+    }
+    cpu::apply_rope(rope_, q, T, H, D, token_pos.data());
+    cpu::apply_rope(rope_, k, T, G, D, token_pos.data());
+    for (std::int64_t t = 0; t < T; ++t) {  // write this step's K/V into the cache
+      const SequenceSlice &s = batch.seqs[token_seq[t]];
+      const std::int32_t p = token_pos[t];
+      const std::int32_t block = batch.block_table[s.block_offset + p / bs];
+      std::copy(k + t * G * D, k + (t + 1) * G * D, kv.row(block, l, 0, p % bs));
+      std::copy(v + t * G * D, v + (t + 1) * G * D, kv.row(block, l, 1, p % bs));
+    }
+    cpu::paged_attention(q, att, batch, token_seq.data(), token_pos.data(), kv, l, ashape, pool,
+                         attn_scores_);
+    cpu::linear(L.wo, att, T, h, pool, lin_scratch_);
+    for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
+
+    cpu::rmsnorm(x, L.ffn_norm.data(), h, T, hidden, eps);
+    cpu::linear(L.w_gate, h, T, gate, pool, lin_scratch_);
+    cpu::linear(L.w_up, h, T, up, pool, lin_scratch_);
+    cpu::swiglu(gate, up, gate, T * I);
+    cpu::linear(L.w_down, gate, T, h, pool, lin_scratch_);
+    for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
+  }
+
+  // Logits for the rows the batch asks for.
+  out.vocab_size = static_cast<std::int32_t>(V);
+  out.row_seq.clear();
+  out.row_pos.clear();
+  std::vector<std::int64_t> rows;
+  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
+    const auto &s = batch.seqs[i];
+    if (s.logits == SequenceSlice::Logits::kNone) continue;
+    const std::int32_t first = s.logits == SequenceSlice::Logits::kAll ? 0 : s.num_tokens - 1;
+    for (std::int32_t j = first; j < s.num_tokens; ++j) {
+      rows.push_back(s.token_offset + j);
+      out.row_seq.push_back(static_cast<std::int32_t>(i));
+      out.row_pos.push_back(s.start_pos + j);
+    }
+  }
+  const std::int64_t R = static_cast<std::int64_t>(rows.size());
+  out.logits.resize(static_cast<std::size_t>(R * V));
+  if (R == 0) return;
+  float *sel = ws.floats(R * hidden);  // [R, hidden]
+  for (std::int64_t r = 0; r < R; ++r)
+    std::copy(x + rows[r] * hidden, x + (rows[r] + 1) * hidden, sel + r * hidden);
+  cpu::rmsnorm(sel, final_norm_.data(), sel, R, hidden, eps);
+  cpu::linear(lm_head_, sel, R, out.logits.data(), pool, lin_scratch_);
+}
+
+}  // namespace keel::arch

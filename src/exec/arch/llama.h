@@ -1,0 +1,62 @@
+// The forward pass of the Llama family on the CPU: Llama 2/3.x, Mistral, Qwen2/2.5
+// (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim); tied or untied
+// embeddings; MHA, GQA, MQA. Weights are views into memory-mapped files (never copied,
+// except the small norm and bias vectors, widened to float32).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor_view.h"
+#include "exec/cpu/attention.h"
+#include "exec/cpu/kv_store.h"
+#include "exec/cpu/linear.h"
+#include "exec/cpu/rope.h"
+#include "exec/exec_context.h"
+#include "exec/forward_batch.h"
+#include "formats/model_config.h"
+
+namespace keel::arch {
+
+// Finds a tensor by its HF name ("model.layers.0.self_attn.q_proj.weight").
+using WeightLookup = std::function<std::optional<TensorView>(const std::string &)>;
+
+struct LlamaLayer {
+  TensorView wq, wk, wv, wo;        // [H*D, hidden], [G*D, hidden], [G*D, hidden], [hidden, H*D]
+  TensorView w_gate, w_up, w_down;  // [I, hidden], [I, hidden], [hidden, I]
+  std::vector<float> attn_norm, ffn_norm;  // [hidden]
+  std::vector<float> bq, bk, bv;           // [H*D], [G*D], [G*D] (qwen2) or empty
+  std::vector<float> q_norm, k_norm;       // [D] (qwen3) or empty
+};
+
+class LlamaModel {
+ public:
+  // Binds and checks every tensor's presence, shape and dtype; throws Error(kFormat)
+  // naming the tensor otherwise.
+  LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup);
+
+  const ModelConfig &config() const { return cfg_; }
+  // Bytes of the weights read per decoded token (all matrices, embeddings row aside).
+  std::int64_t weight_bytes() const;
+
+  // Validates `batch` against the cache, computes it and fills `out`.
+  void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
+               ExecContext &ctx);
+
+ private:
+  void validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) const;
+
+  ModelConfig cfg_;
+  TensorView embed_;    // [vocab, hidden]
+  TensorView lm_head_;  // [vocab, hidden] (the embedding when tied)
+  std::vector<float> final_norm_;
+  std::vector<LlamaLayer> layers_;
+  cpu::RopeTable rope_;
+  cpu::LinearScratch lin_scratch_;
+  std::vector<std::vector<float>> attn_scores_;  // per thread
+};
+
+}  // namespace keel::arch

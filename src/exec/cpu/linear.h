@@ -1,0 +1,40 @@
+// The linear layer y = x W^T for every weight dtype, for decode (one token) and
+// prefill (many) alike.
+//
+// Batch invariance: y[t, n] is always computed by the same sequence of operations (one
+// 8-lane accumulator chain over K, then a fixed horizontal sum), whatever T is and
+// however the work is tiled over threads, so a token's logits do not depend on the
+// other tokens in its batch. Register tiles (several tokens x several weight rows)
+// only share loads between such chains.
+//
+// Q8_0 and Q4_0 weights multiply 8-bit quantized activations with integer dot
+// products (as llama.cpp does); F32/F16/BF16 weights multiply float32 activations;
+// Q4_K/Q6_K rows are dequantized to float32 tiles first.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor_view.h"
+#include "core/thread_pool.h"
+#include "exec/cpu/quant_blocks.h"
+
+namespace keel::cpu {
+
+// Reusable buffers, so that steady-state decode allocates nothing.
+struct LinearScratch {
+  std::vector<BlockQ8Act> xq;             // [T, K / 32]
+  std::vector<std::vector<float>> tiles;  // per thread: [rows of a tile, K]
+};
+
+bool uses_q8_activations(DType w);
+
+// w: [N, K] (any weight dtype; K a multiple of its block size); x: [T, K]; y: [T, N].
+void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
+            LinearScratch &scratch);
+
+// Scalar reference: dequantized weights (and, where linear() uses them, the same
+// quantized activations) with double accumulation.
+void linear_reference(const TensorView &w, const float *x, std::int64_t T, float *y);
+
+}  // namespace keel::cpu

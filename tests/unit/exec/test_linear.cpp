@@ -1,0 +1,119 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "exec/cpu/linear.h"
+
+namespace keel::cpu {
+
+namespace {
+
+// Random weight bytes of `dt` for [N, K], with sane block scales.
+std::vector<std::byte> random_weight(DType dt, std::int64_t N, std::int64_t K, std::mt19937 &rng) {
+  std::vector<std::byte> buf(static_cast<std::size_t>(dtype_bytes(dt, N * K)));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto &b : buf) b = static_cast<std::byte>(byte(rng));
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::uniform_real_distribution<float> scale(0.001f, 0.05f);
+  auto put16 = [&](std::size_t off, std::uint16_t v) { std::memcpy(buf.data() + off, &v, 2); };
+  const std::int64_t n = N * K;
+  switch (dt) {
+    case DType::kF32:
+      for (std::int64_t i = 0; i < n; ++i) {
+        float f = nd(rng);
+        std::memcpy(buf.data() + 4 * i, &f, 4);
+      }
+      break;
+    case DType::kF16:
+      for (std::int64_t i = 0; i < n; ++i) put16(2 * i, f32_to_f16(nd(rng)));
+      break;
+    case DType::kBF16:
+      for (std::int64_t i = 0; i < n; ++i) put16(2 * i, f32_to_bf16(nd(rng)));
+      break;
+    case DType::kQ8_0:
+      for (std::int64_t b = 0; b < n / 32; ++b) put16(34 * b, f32_to_f16(scale(rng)));
+      break;
+    case DType::kQ4_0:
+      for (std::int64_t b = 0; b < n / 32; ++b) put16(18 * b, f32_to_f16(scale(rng)));
+      break;
+    case DType::kQ4_K:
+      for (std::int64_t b = 0; b < n / 256; ++b) {
+        put16(144 * b, f32_to_f16(scale(rng)));
+        put16(144 * b + 2, f32_to_f16(scale(rng)));
+      }
+      break;
+    case DType::kQ6_K:
+      for (std::int64_t b = 0; b < n / 256; ++b) put16(210 * b + 208, f32_to_f16(scale(rng)));
+      break;
+    default:
+      break;
+  }
+  return buf;
+}
+
+class LinearTest : public ::testing::TestWithParam<DType> {};
+
+TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
+  const DType dt = GetParam();
+  std::mt19937 rng(42);
+  const std::int64_t N = 37, K = 512;
+  auto wbytes = random_weight(dt, N, K, rng);
+  TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  ThreadPool pool(3);
+  LinearScratch scratch;
+  for (std::int64_t T : {1, 2, 5, 9}) {
+    std::vector<float> x(T * K), y(T * N), ref(T * N);
+    for (auto &v : x) v = nd(rng);
+    linear(w, x.data(), T, y.data(), pool, scratch);
+    linear_reference(w, x.data(), T, ref.data());
+    std::vector<float> wrow(K);
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t n = 0; n < N; ++n) {
+        // Bound: float32 accumulation error relative to the sum of |products|.
+        dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
+        double mag = 0;
+        for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
+        EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
+      }
+    // Each token alone gives bit-identical results.
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::vector<float> one(N);
+      linear(w, x.data() + t * K, 1, one.data(), pool, scratch);
+      EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * N, N * sizeof(float))) << "token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
+                         [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+TEST(Linear, RejectsMismatchedData) {
+  std::vector<std::byte> buf(100);
+  TensorView w{"w", DType::kF32, {10, 8}, buf.data(), buf.size()};
+  std::vector<float> x(8), y(10);
+  ThreadPool pool(1);
+  LinearScratch s;
+  EXPECT_THROW(linear(w, x.data(), 1, y.data(), pool, s), Error);
+}
+
+TEST(Quant, Q8ActivationRoundTrip) {
+  std::vector<float> x(64);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (auto &v : x) v = nd(rng);
+  std::vector<BlockQ8Act> q(2);
+  quantize_row_q8_act(x.data(), q.data(), 64);
+  for (int i = 0; i < 64; ++i)
+    EXPECT_NEAR(q[i / 32].d * q[i / 32].qs[i % 32], x[i], q[i / 32].d * 0.5001f);
+}
+
+}  // namespace
+}  // namespace keel::cpu
