@@ -46,13 +46,18 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::kNeox;
-  bool attention_bias = false;  // q/k/v projections have biases (qwen2)
-  bool qk_norm = false;         // per-head RMSNorm on q and k (qwen3)
+  bool attention_bias = false;      // q/k/v projections have biases (qwen2)
+  bool qk_norm = false;             // per-head RMSNorm on q and k (qwen3)
+  bool attention_out_bias = false;  // o_proj has a bias too (llama with attention_bias)
   bool tie_word_embeddings = false;
   std::optional<std::int64_t> sliding_window;
   std::optional<TokenId> bos_token_id;
   std::vector<TokenId> eos_token_ids;  // config and generation_config, merged
   std::string torch_dtype;             // as saved ("bfloat16", ...), informational
+  // GGUF llama files bake llama3 rope scaling into a tensor (rope_freqs.weight,
+  // [head_dim / 2] f32): pair i's frequency is divided by rope_freq_factors[i]. Empty
+  // when absent; then rope_scaling says what to do.
+  std::vector<float> rope_freq_factors;
 };
 
 // Reads config.json (and generation_config.json when present) of an HF model directory.
@@ -62,5 +67,11 @@ ModelConfig load_hf_config(const std::filesystem::path &model_dir);
 ModelConfig parse_hf_config(const std::string &config_json, const std::string &origin);
 // Reads the {arch}.* keys of a GGUF file.
 ModelConfig config_from_gguf(const GgufFile &gguf);
+
+// "llama", "mistral", "qwen2", "qwen3".
+const char *arch_name(Arch arch);
+// Checks dimensions (positive, heads divisible by kv heads, ...); throws Error(kFormat)
+// naming `origin` and the field.
+void validate_config(const ModelConfig &config, const std::string &origin);
 
 }  // namespace keel

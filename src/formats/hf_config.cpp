@@ -1,0 +1,373 @@
+// ModelConfig from HF config.json (+ generation_config.json) or from GGUF metadata.
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/model_config.h"
+
+namespace keel {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string &origin, const std::string &why) {
+  throw Error(ErrorCode::kFormat, origin + ": " + why);
+}
+
+// A field that must be a positive integer, or nullopt when absent or null.
+std::optional<std::int64_t> opt_int(const json &j, const char *key, const std::string &origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer()) fail(origin, std::string(key) + ": expected an integer");
+  return it->get<std::int64_t>();
+}
+
+std::int64_t req_int(const json &j, const char *key, const std::string &origin) {
+  auto v = opt_int(j, key, origin);
+  if (!v) fail(origin, std::string(key) + ": missing");
+  return *v;
+}
+
+std::optional<double> opt_num(const json &j, const char *key, const std::string &origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) fail(origin, std::string(key) + ": expected a number");
+  return it->get<double>();
+}
+
+std::optional<bool> opt_bool(const json &j, const char *key, const std::string &origin) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) fail(origin, std::string(key) + ": expected a bool");
+  return it->get<bool>();
+}
+
+// eos_token_id / bos_token_id: an integer, a list of integers, or null.
+std::vector<TokenId> token_ids(const json &j, const char *key, const std::string &origin) {
+  std::vector<TokenId> out;
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return out;
+  auto one = [&](const json &v) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 0 ||
+        v.get<std::int64_t>() > std::numeric_limits<TokenId>::max())
+      fail(origin, std::string(key) + ": expected token ids");
+    out.push_back(static_cast<TokenId>(v.get<std::int64_t>()));
+  };
+  if (it->is_array()) {
+    for (const auto &v : *it) one(v);
+  } else {
+    one(*it);
+  }
+  return out;
+}
+
+void merge_ids(std::vector<TokenId> &into, const std::vector<TokenId> &more) {
+  for (TokenId t : more) {
+    bool seen = false;
+    for (TokenId u : into) seen = seen || u == t;
+    if (!seen) into.push_back(t);
+  }
+}
+
+RopeScaling parse_rope_scaling(const json &rs, const std::string &origin) {
+  RopeScaling r;
+  if (!rs.is_object()) fail(origin, "rope_scaling: expected an object");
+  // transformers 4.x writes "rope_type"; older configs wrote "type".
+  std::string type;
+  if (rs.contains("rope_type") && rs["rope_type"].is_string())
+    type = rs["rope_type"].get<std::string>();
+  else if (rs.contains("type") && rs["type"].is_string())
+    type = rs["type"].get<std::string>();
+  else
+    fail(origin, "rope_scaling: missing rope_type");
+  const std::string where = origin + ": rope_scaling";
+  if (type == "default") return r;
+  if (type == "linear") {
+    r.type = RopeScaling::Type::kLinear;
+  } else if (type == "llama3") {
+    r.type = RopeScaling::Type::kLlama3;
+  } else if (type == "yarn") {
+    r.type = RopeScaling::Type::kYarn;
+  } else {
+    throw Error(ErrorCode::kUnsupported, where + ": rope type \"" + type + "\" is not supported");
+  }
+  auto factor = opt_num(rs, "factor", where);
+  if (!factor || *factor <= 0) fail(where, "factor: missing or not positive");
+  r.factor = *factor;
+  if (auto v = opt_num(rs, "low_freq_factor", where)) r.low_freq_factor = *v;
+  if (auto v = opt_num(rs, "high_freq_factor", where)) r.high_freq_factor = *v;
+  if (auto v = opt_int(rs, "original_max_position_embeddings", where)) r.original_max_position = *v;
+  if (auto v = opt_num(rs, "beta_fast", where)) r.beta_fast = *v;
+  if (auto v = opt_num(rs, "beta_slow", where)) r.beta_slow = *v;
+  if (auto v = opt_num(rs, "attention_factor", where)) r.attention_factor = *v;
+  if (r.type == RopeScaling::Type::kLlama3 &&
+      (r.high_freq_factor <= r.low_freq_factor || r.original_max_position <= 0))
+    fail(where, "llama3 needs high_freq_factor > low_freq_factor and a positive original length");
+  return r;
+}
+
+std::string read_text(const std::filesystem::path &p) {
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw Error(ErrorCode::kNotFound, p.string() + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+const char *arch_name(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama:
+      return "llama";
+    case Arch::kMistral:
+      return "mistral";
+    case Arch::kQwen2:
+      return "qwen2";
+    case Arch::kQwen3:
+      return "qwen3";
+  }
+  return "?";
+}
+
+void validate_config(const ModelConfig &c, const std::string &origin) {
+  auto positive = [&](std::int64_t v, const char *name, std::int64_t max) {
+    if (v <= 0 || v > max)
+      fail(origin, std::string(name) + ": " + std::to_string(v) + " is out of range");
+  };
+  constexpr std::int64_t kBig = std::int64_t{1} << 24;
+  positive(c.vocab_size, "vocab_size", std::int64_t{1} << 26);
+  positive(c.hidden_size, "hidden_size", kBig);
+  positive(c.intermediate_size, "intermediate_size", kBig);
+  positive(c.num_layers, "num_hidden_layers", 1 << 16);
+  positive(c.num_heads, "num_attention_heads", 1 << 16);
+  positive(c.num_kv_heads, "num_key_value_heads", 1 << 16);
+  positive(c.head_dim, "head_dim", 1 << 16);
+  positive(c.max_position_embeddings, "max_position_embeddings", std::int64_t{1} << 40);
+  if (c.num_heads % c.num_kv_heads != 0)
+    fail(origin, "num_attention_heads (" + std::to_string(c.num_heads) +
+                     ") is not a multiple of num_key_value_heads (" +
+                     std::to_string(c.num_kv_heads) + ")");
+  if (c.head_dim % 2 != 0) fail(origin, "head_dim must be even for rotary embeddings");
+  if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1)) fail(origin, "rms_norm_eps out of range");
+  if (!(c.rope_theta > 0)) fail(origin, "rope_theta must be positive");
+  if (c.sliding_window && *c.sliding_window <= 0) fail(origin, "sliding_window must be positive");
+  for (TokenId t : c.eos_token_ids)
+    if (t >= c.vocab_size) fail(origin, "eos_token_id " + std::to_string(t) + " >= vocab_size");
+  if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
+    fail(origin, "bos_token_id " + std::to_string(*c.bos_token_id) + " >= vocab_size");
+}
+
+ModelConfig parse_hf_config(const std::string &text, const std::string &origin) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::exception &e) {
+    fail(origin, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) fail(origin, "not a JSON object");
+  ModelConfig c;
+  if (!j.contains("model_type") || !j["model_type"].is_string())
+    fail(origin, "model_type: missing");
+  c.arch_name = j["model_type"].get<std::string>();
+  if (c.arch_name == "llama") {
+    c.arch = Arch::kLlama;
+  } else if (c.arch_name == "mistral") {
+    c.arch = Arch::kMistral;
+  } else if (c.arch_name == "qwen2") {
+    c.arch = Arch::kQwen2;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::kQwen3;
+  } else {
+    throw Error(ErrorCode::kUnsupported,
+                origin + ": model_type \"" + c.arch_name + "\" is not supported");
+  }
+  c.vocab_size = req_int(j, "vocab_size", origin);
+  c.hidden_size = req_int(j, "hidden_size", origin);
+  c.intermediate_size = req_int(j, "intermediate_size", origin);
+  c.num_layers = req_int(j, "num_hidden_layers", origin);
+  c.num_heads = req_int(j, "num_attention_heads", origin);
+  c.num_kv_heads = opt_int(j, "num_key_value_heads", origin).value_or(c.num_heads);
+  if (auto hd = opt_int(j, "head_dim", origin)) {
+    c.head_dim = *hd;
+  } else {
+    if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
+      fail(origin, "hidden_size is not a multiple of num_attention_heads (and no head_dim)");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (auto v = opt_int(j, "max_position_embeddings", origin)) c.max_position_embeddings = *v;
+  if (auto v = opt_num(j, "rms_norm_eps", origin)) c.rms_norm_eps = *v;
+
+  // transformers 5 nests rope_theta (and the scaling) in rope_parameters.
+  const json *rope_params = nullptr;
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    rope_params = &j["rope_parameters"];
+  if (auto v = opt_num(j, "rope_theta", origin)) {
+    c.rope_theta = *v;
+  } else if (rope_params) {
+    if (auto w = opt_num(*rope_params, "rope_theta", origin + ": rope_parameters"))
+      c.rope_theta = *w;
+  }
+  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
+    c.rope_scaling = parse_rope_scaling(j["rope_scaling"], origin);
+  } else if (rope_params && (rope_params->contains("rope_type") || rope_params->contains("type"))) {
+    c.rope_scaling = parse_rope_scaling(*rope_params, origin);
+  }
+
+  const bool attn_bias = opt_bool(j, "attention_bias", origin).value_or(false);
+  switch (c.arch) {
+    case Arch::kQwen2:
+      c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o_proj)
+      break;
+    case Arch::kQwen3:
+      c.qk_norm = true;
+      c.attention_bias = attn_bias;
+      c.attention_out_bias = attn_bias;
+      break;
+    case Arch::kLlama:
+    case Arch::kMistral:
+      c.attention_bias = attn_bias;
+      c.attention_out_bias = attn_bias;
+      break;
+  }
+  if (opt_bool(j, "mlp_bias", origin).value_or(false))
+    throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");
+  c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", origin).value_or(false);
+
+  // Qwen configs carry a sliding_window that is off unless use_sliding_window is set.
+  const auto sw = opt_int(j, "sliding_window", origin);
+  const auto use_sw = opt_bool(j, "use_sliding_window", origin);
+  if (sw && use_sw.value_or(true)) c.sliding_window = *sw;
+
+  const auto bos = token_ids(j, "bos_token_id", origin);
+  if (!bos.empty()) c.bos_token_id = bos.front();
+  c.eos_token_ids = token_ids(j, "eos_token_id", origin);
+  if (j.contains("torch_dtype") && j["torch_dtype"].is_string())
+    c.torch_dtype = j["torch_dtype"].get<std::string>();
+  else if (j.contains("dtype") && j["dtype"].is_string())
+    c.torch_dtype = j["dtype"].get<std::string>();
+  validate_config(c, origin);
+  return c;
+}
+
+ModelConfig load_hf_config(const std::filesystem::path &model_dir) {
+  const auto config_path = model_dir / "config.json";
+  ModelConfig c = parse_hf_config(read_text(config_path), config_path.string());
+  const auto gen_path = model_dir / "generation_config.json";
+  if (std::filesystem::exists(gen_path)) {
+    const std::string origin = gen_path.string();
+    json g;
+    try {
+      g = json::parse(read_text(gen_path));
+    } catch (const json::exception &e) {
+      fail(origin, std::string("not valid JSON: ") + e.what());
+    }
+    if (!g.is_object()) fail(origin, "not a JSON object");
+    merge_ids(c.eos_token_ids, token_ids(g, "eos_token_id", origin));
+    if (!c.bos_token_id) {
+      const auto bos = token_ids(g, "bos_token_id", origin);
+      if (!bos.empty()) c.bos_token_id = bos.front();
+    }
+  }
+  validate_config(c, config_path.string());
+  return c;
+}
+
+ModelConfig config_from_gguf(const GgufFile &g) {
+  const std::string &origin = g.path();
+  ModelConfig c;
+  c.arch_name = std::string(g.get_string("general.architecture"));
+  if (c.arch_name == "llama") {
+    c.arch = Arch::kLlama;
+    // llama.cpp's converter permutes llama q/k rows so rotary pairs are adjacent.
+    c.rope_style = RopeStyle::kInterleaved;
+  } else if (c.arch_name == "qwen2") {
+    c.arch = Arch::kQwen2;
+  } else if (c.arch_name == "qwen3") {
+    c.arch = Arch::kQwen3;
+  } else {
+    throw Error(ErrorCode::kUnsupported,
+                origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
+  }
+  const std::string a = c.arch_name + ".";
+  c.hidden_size = g.get_i64(a + "embedding_length");
+  c.intermediate_size = g.get_i64(a + "feed_forward_length");
+  c.num_layers = g.get_i64(a + "block_count");
+  c.num_heads = g.get_i64(a + "attention.head_count");
+  c.num_kv_heads = g.get_opt_i64(a + "attention.head_count_kv").value_or(c.num_heads);
+  if (auto hd = g.get_opt_i64(a + "attention.key_length")) {
+    c.head_dim = *hd;
+  } else {
+    if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
+      fail(origin, a + "embedding_length is not a multiple of the head count");
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  if (auto v = g.get_opt_i64(a + "context_length")) c.max_position_embeddings = *v;
+  if (auto v = g.get_opt_f64(a + "attention.layer_norm_rms_epsilon")) c.rms_norm_eps = *v;
+  if (auto v = g.get_opt_f64(a + "rope.freq_base")) c.rope_theta = *v;
+  if (auto v = g.get_opt_i64(a + "attention.sliding_window")) c.sliding_window = *v;
+
+  if (auto type = g.get_opt_string(a + "rope.scaling.type")) {
+    auto &r = c.rope_scaling;
+    if (*type == "linear") {
+      r.type = RopeScaling::Type::kLinear;
+    } else if (*type == "yarn") {
+      r.type = RopeScaling::Type::kYarn;
+    } else if (*type == "llama3") {  // keel's own key; llama.cpp uses rope_freqs instead
+      r.type = RopeScaling::Type::kLlama3;
+    } else if (*type != "none") {
+      throw Error(ErrorCode::kUnsupported,
+                  origin + ": rope scaling \"" + std::string(*type) + "\" is not supported");
+    }
+    if (auto v = g.get_opt_f64(a + "rope.scaling.factor")) r.factor = *v;
+    if (auto v = g.get_opt_i64(a + "rope.scaling.original_context_length"))
+      r.original_max_position = *v;
+    if (auto v = g.get_opt_f64(a + "rope.scaling.yarn_beta_fast")) r.beta_fast = *v;
+    if (auto v = g.get_opt_f64(a + "rope.scaling.yarn_beta_slow")) r.beta_slow = *v;
+    if (auto v = g.get_opt_f64(a + "rope.scaling.low_freq_factor")) r.low_freq_factor = *v;
+    if (auto v = g.get_opt_f64(a + "rope.scaling.high_freq_factor")) r.high_freq_factor = *v;
+    if (r.type != RopeScaling::Type::kNone && !(r.factor > 0))
+      fail(origin, a + "rope.scaling.factor must be positive");
+  }
+  if (const GgufTensorInfo *rf = g.find_tensor("rope_freqs.weight")) {
+    if (rf->dtype != DType::kF32 || rf->nbytes != static_cast<std::size_t>(c.head_dim / 2) * 4)
+      fail(origin, "rope_freqs.weight: expected f32 [head_dim / 2]");
+    c.rope_freq_factors.resize(c.head_dim / 2);
+    std::memcpy(c.rope_freq_factors.data(), rf->data, rf->nbytes);
+  }
+
+  c.tie_word_embeddings = g.find_tensor("output.weight") == nullptr;
+  c.attention_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
+  c.attention_out_bias = g.find_tensor("blk.0.attn_output.bias") != nullptr;
+  c.qk_norm = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+
+  if (auto v = g.get_opt_i64(a + "vocab_size")) {
+    c.vocab_size = *v;
+  } else if (const GgufTensorInfo *emb = g.find_tensor("token_embd.weight")) {
+    c.vocab_size = emb->shape.front();
+  } else if (const GgufValue *toks = g.get_opt_array("tokenizer.ggml.tokens")) {
+    c.vocab_size = static_cast<std::int64_t>(toks->size());
+  } else {
+    fail(origin, "vocabulary size unknown (no vocab_size, token_embd.weight or tokens)");
+  }
+  auto token = [&](const char *key) -> std::optional<TokenId> {
+    auto v = g.get_opt_i64(key);
+    if (!v) return std::nullopt;
+    if (*v < 0 || *v > std::numeric_limits<TokenId>::max())
+      fail(origin, std::string(key) + ": out of range");
+    return static_cast<TokenId>(*v);
+  };
+  c.bos_token_id = token("tokenizer.ggml.bos_token_id");
+  for (const char *key : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id"})
+    if (auto t = token(key)) merge_ids(c.eos_token_ids, {*t});
+  validate_config(c, origin);
+  return c;
+}
+
+}  // namespace keel
