@@ -451,7 +451,10 @@ def main():
                 f"{tokens / (time.time() - t_start) / 1e6:.2f}M tok/s, {tokens / len(stream):.1f} epochs")
     log(f"done: {step} steps, {tokens / 1e6:.0f}M tokens, final held-out loss {held_loss():.3f}")
 
-    # ---- export: bf16 weights, and evaluate exactly those weights in float32.
+    # ---- export: bf16 weights, and evaluate exactly those weights in float32
+    # (true float32: TF32 matmuls would blur the reference and the logit check).
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.set_float32_matmul_precision("highest")
     model.eval()
     state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in model.state_dict().items()}
     save_safetensors(state, args.out / "model.safetensors")
