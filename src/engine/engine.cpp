@@ -1,0 +1,542 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <optional>
+#include <sstream>
+
+#include "core/error.h"
+#include "engine/token_sampling.h"
+
+namespace keel {
+
+namespace {
+
+RequestState finished_state(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kStop:
+      return RequestState::kFinishedStop;
+    case FinishReason::kLength:
+      return RequestState::kFinishedLength;
+    case FinishReason::kAbort:
+      return RequestState::kFinishedAbort;
+    case FinishReason::kError:
+      return RequestState::kFinishedError;
+  }
+  return RequestState::kFinishedError;
+}
+
+std::vector<TokenLogprob> to_api(const std::vector<std::pair<TokenId, float>> &top) {
+  std::vector<TokenLogprob> v;
+  v.reserve(top.size());
+  for (const auto &[t, lp] : top) v.push_back(TokenLogprob{t, lp});
+  return v;
+}
+
+// Sinks belong to other modules; one that throws must not take the engine down.
+void deliver(const EventSink &sink, const RequestEvent &ev) {
+  if (!sink) return;
+  try {
+    sink(ev);
+  } catch (...) {
+  }
+}
+
+std::string default_fingerprint(const ModelConfig &c, const KvBlockStore &kv) {
+  std::ostringstream s;
+  s << "arch=" << c.arch_name << ";vocab=" << c.vocab_size << ";hidden=" << c.hidden_size
+    << ";layers=" << c.num_layers << ";heads=" << c.num_heads << ";kv_heads=" << c.num_kv_heads
+    << ";head_dim=" << c.head_dim << ";rope=" << c.rope_theta << ";dtype=" << c.torch_dtype
+    << ";block_size=" << kv.block_size() << ";block_bytes=" << kv.block_bytes();
+  return s.str();
+}
+
+}  // namespace
+
+struct Engine::Live {
+  EventSink sink;
+  SamplingParams params;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::unique_ptr<RequestSampler> sampler;
+  std::int32_t num_prompt_tokens = 0;
+  bool first_event_sent = false;
+  // Prompt logprobs, gathered chunk by chunk and sent with the first event.
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  std::vector<std::vector<TokenLogprob>> prompt_top;
+  RequestEvent pending;  // this step's output, sent at the end of the step
+};
+
+Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(config)) {
+  std::promise<void> ready;
+  auto ready_future = ready.get_future();
+  thread_ = std::thread([this, f = std::move(factory), p = std::move(ready)]() mutable {
+    try {
+      engine_thread_id_ = std::this_thread::get_id();
+      backend_ = f();
+      if (!backend_.runner) throw Error(ErrorCode::kInternal, "engine: backend without a runner");
+      if (backend_.context) backend_.context->bind_to_current_thread();
+      model_config_ = backend_.runner->config();
+      KvBlockStore &store = backend_.runner->kv();
+      block_size_ = store.block_size();
+      KvCacheConfig kc;
+      kc.num_blocks = store.num_blocks();
+      kc.block_size = store.block_size();
+      kc.enable_prefix_caching = config_.enable_prefix_caching;
+      kc.model = ModelFingerprint::of(config_.model_fingerprint.empty()
+                                          ? default_fingerprint(model_config_, store)
+                                          : config_.model_fingerprint);
+      kv_ = std::make_unique<KvCacheManager>(kc);
+      sched_ = std::make_unique<Scheduler>(config_.scheduler, *kv_);
+      const std::int64_t capacity = static_cast<std::int64_t>(kc.num_blocks) * kc.block_size;
+      std::int64_t len =
+          config_.max_model_len > 0 ? config_.max_model_len : model_config_.max_position_embeddings;
+      if (len <= 0) len = capacity;
+      max_model_len_ = static_cast<std::int32_t>(std::min(len, capacity));
+      publish_status();
+    } catch (...) {
+      backend_ = EngineBackend{};
+      p.set_exception(std::current_exception());
+      return;
+    }
+    p.set_value();
+    thread_main();
+  });
+  try {
+    ready_future.get();
+  } catch (...) {
+    thread_.join();
+    joined_ = true;
+    throw;
+  }
+}
+
+Engine::~Engine() {
+  if (joined_) return;
+  if (!stop(std::chrono::steady_clock::now() + config_.shutdown_grace)) {
+    std::fprintf(stderr, "keel engine: engine thread still inside a step after %lld ms; aborting\n",
+                 static_cast<long long>(config_.shutdown_grace.count()));
+    std::abort();
+  }
+}
+
+std::int64_t Engine::now_ns() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              epoch_)
+             .count() +
+         1;  // never 0, which means "not in a step"
+}
+
+void Engine::check_engine_thread(const char *what) const {
+  if (std::this_thread::get_id() != engine_thread_id_)
+    throw Error(ErrorCode::kInternal,
+                std::string("engine: ") + what + " called off the engine thread");
+}
+
+// ---- other threads ----------------------------------------------------------------
+
+void Engine::submit(GenerationRequest request, EventSink sink) {
+  {
+    std::lock_guard lk(cmd_mu_);
+    if (stopping_) throw Error(ErrorCode::kUnavailable, "engine: stopped, not accepting requests");
+    commands_.emplace_back(Submit{std::move(request), std::move(sink)});
+    queued_submits_.fetch_add(1);
+  }
+  cmd_cv_.notify_one();
+}
+
+void Engine::abort(RequestId id) {
+  {
+    std::lock_guard lk(cmd_mu_);
+    if (stopping_) return;  // stop() aborts everything anyway
+    commands_.emplace_back(Finish{id, FinishReason::kAbort});
+  }
+  cmd_cv_.notify_one();
+}
+
+void Engine::stop_request(RequestId id) {
+  {
+    std::lock_guard lk(cmd_mu_);
+    if (stopping_) return;
+    commands_.emplace_back(Finish{id, FinishReason::kStop});
+  }
+  cmd_cv_.notify_one();
+}
+
+EngineStatus Engine::status() const {
+  EngineStatus s;
+  {
+    std::lock_guard lk(status_mu_);
+    s = snapshot_;
+  }
+  s.waiting += queued_submits_.load();
+  const std::int64_t now = now_ns();
+  const std::int64_t start = step_start_ns_.load();
+  s.step_in_progress_seconds = start != 0 ? (now - start) * 1e-9 : 0.0;
+  const std::int64_t hb = heartbeat_ns_.load();
+  s.heartbeat_age_seconds = hb != 0 ? (now - hb) * 1e-9 : 0.0;
+  return s;
+}
+
+bool Engine::stop(std::chrono::steady_clock::time_point deadline) {
+  {
+    std::lock_guard lk(cmd_mu_);
+    stopping_ = true;
+  }
+  cmd_cv_.notify_one();
+  std::unique_lock lk(done_mu_);
+  if (!done_cv_.wait_until(lk, deadline, [&] { return thread_done_; })) return false;
+  lk.unlock();
+  if (!joined_) {
+    thread_.join();
+    joined_ = true;
+  }
+  return true;
+}
+
+// ---- engine thread ----------------------------------------------------------------
+
+void Engine::thread_main() {
+  try {
+    loop();
+  } catch (const std::exception &e) {
+    // A broken invariant: the engine is unusable. Fail every request, queued or live,
+    // and refuse new ones, rather than hang.
+    const std::string msg = std::string("engine: internal error: ") + e.what();
+    std::deque<Command> queued;
+    {
+      std::lock_guard lk(cmd_mu_);
+      stopping_ = true;
+      queued.swap(commands_);
+    }
+    for (Command &c : queued)
+      if (auto *s = std::get_if<Submit>(&c)) {
+        RequestEvent ev;
+        ev.id = s->request.id;
+        ev.finish = FinishReason::kError;
+        ev.error = msg;
+        deliver(s->sink, ev);
+        queued_submits_.fetch_sub(1);
+      }
+    for (auto &[id, live] : live_) {
+      RequestEvent ev = std::move(live->pending);
+      ev.id = id;
+      ev.finish = FinishReason::kError;
+      ev.error = msg;
+      deliver(live->sink, ev);
+    }
+    live_.clear();
+  }
+  // Drop the backend here, on its owning thread.
+  sched_.reset();
+  kv_.reset();
+  backend_ = EngineBackend{};
+  step_start_ns_.store(0);
+  {
+    std::lock_guard lk(done_mu_);
+    thread_done_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void Engine::loop() {
+  bool idle = false;
+  for (;;) {
+    heartbeat_ns_.store(now_ns());
+    std::deque<Command> batch;
+    bool stopping;
+    {
+      std::unique_lock lk(cmd_mu_);
+      if (idle)
+        cmd_cv_.wait_for(lk, config_.idle_tick, [&] { return !commands_.empty() || stopping_; });
+      batch.swap(commands_);
+      stopping = stopping_;
+    }
+    heartbeat_ns_.store(now_ns());
+    std::int32_t submits = 0;
+    for (Command &c : batch) {
+      if (auto *s = std::get_if<Submit>(&c)) {
+        ++submits;
+        if (stopping) {
+          RequestEvent ev;
+          ev.id = s->request.id;
+          ev.finish = FinishReason::kAbort;
+          deliver(s->sink, ev);
+        } else {
+          admit(*s);
+        }
+      } else {
+        const auto &f = std::get<Finish>(c);
+        finish(f.id, f.reason);
+      }
+    }
+    if (stopping) {
+      std::vector<RequestId> ids;
+      for (const auto &[id, live] : live_) ids.push_back(id);
+      for (RequestId id : ids) finish(id, FinishReason::kAbort);
+      publish_status();
+      queued_submits_.fetch_sub(submits);
+      return;
+    }
+    expire_deadlines();
+    if (!batch.empty()) publish_status();
+    queued_submits_.fetch_sub(submits);
+    idle = !run_step();
+  }
+}
+
+void Engine::admit(Submit &cmd) {
+  GenerationRequest &req = cmd.request;
+  auto reject = [&](const std::string &msg) {
+    RequestEvent ev;
+    ev.id = req.id;
+    ev.finish = FinishReason::kError;
+    ev.error = msg;
+    deliver(cmd.sink, ev);
+  };
+  const std::string rid = "request " + std::to_string(req.id.value);
+  if (live_.count(req.id)) return reject("engine: duplicate " + rid);
+  if (req.prompt.empty()) return reject("engine: " + rid + ": prompt is empty");
+  const auto n = static_cast<std::int64_t>(req.prompt.size());
+  if (n >= max_model_len_)
+    return reject("engine: " + rid + ": prompt of " + std::to_string(n) +
+                  " tokens leaves no room to generate within the limit of " +
+                  std::to_string(max_model_len_));
+  for (TokenId t : req.prompt)
+    if (t < 0 || t >= model_config_.vocab_size)
+      return reject("engine: " + rid + ": token id " + std::to_string(t) +
+                    " outside the vocabulary of " + std::to_string(model_config_.vocab_size));
+  if (req.sampling.max_tokens < 0) return reject("engine: " + rid + ": max_tokens is negative");
+  if (req.deadline && *req.deadline <= std::chrono::steady_clock::now())
+    return reject("engine: " + rid + ": deadline passed before admission");
+  auto live = std::make_unique<Live>();
+  try {
+    live->sampler = std::make_unique<RequestSampler>(req.sampling, seed_rng_());
+  } catch (const std::exception &e) {
+    return reject("engine: " + rid + ": " + e.what());
+  }
+  if (req.sampling.max_tokens == 0 && !req.sampling.prompt_logprobs) {
+    RequestEvent ev;
+    ev.id = req.id;
+    ev.finish = FinishReason::kLength;
+    deliver(cmd.sink, ev);
+    return;
+  }
+  live->sink = std::move(cmd.sink);
+  live->params = req.sampling;
+  live->deadline = req.deadline;
+  live->num_prompt_tokens = static_cast<std::int32_t>(n);
+  if (req.sampling.prompt_logprobs) {
+    live->prompt_logprobs.assign(n, std::nullopt);
+    live->prompt_top.assign(n, {});
+  }
+  if (live->deadline) ++num_with_deadline_;
+  // Prompt logprobs need a logits row for every prompt token: no prefix reuse.
+  sched_->add_request(req.id, std::move(req.prompt), !req.sampling.prompt_logprobs);
+  prompt_tokens_ += n;
+  live_.emplace(req.id, std::move(live));
+}
+
+void Engine::finish(RequestId id, FinishReason reason, std::string error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;  // already finished: abort after finish is a no-op
+  Live &live = *it->second;
+  RequestState target = finished_state(reason);
+  std::int32_t cached = 0;
+  if (const SchedRequest *r = sched_->find(id); r != nullptr) {
+    if (!is_legal_transition(r->state, target))
+      target = RequestState::kFinishedAbort;  // an early stop before any output
+    cached = std::max(r->num_cached_prompt_tokens, 0);
+  }
+  sched_->finish(id, target);
+  RequestEvent ev = std::move(live.pending);
+  ev.id = id;
+  ev.finish = reason;
+  ev.error = std::move(error);
+  if (!live.first_event_sent) {
+    ev.prompt_logprobs = std::move(live.prompt_logprobs);
+    ev.prompt_top_logprobs = std::move(live.prompt_top);
+    ev.cached_prompt_tokens = cached;
+  }
+  if (live.deadline) --num_with_deadline_;
+  EventSink sink = std::move(live.sink);
+  live_.erase(it);
+  deliver(sink, ev);
+}
+
+void Engine::expire_deadlines() {
+  if (num_with_deadline_ == 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<RequestId> expired;
+  for (const auto &[id, live] : live_)
+    if (live->deadline && *live->deadline <= now) expired.push_back(id);
+  for (RequestId id : expired) finish(id, FinishReason::kError, "engine: request deadline passed");
+}
+
+bool Engine::run_step() {
+  const std::int64_t start = now_ns();
+  step_start_ns_.store(start);
+  heartbeat_ns_.store(start);
+  StepPlan plan = sched_->schedule();
+  if (plan.empty()) {
+    step_start_ns_.store(0);
+    return false;
+  }
+  try {
+    // Build the ragged batch: tokens, positions and block tables of every sequence.
+    batch_.tokens.clear();
+    batch_.seqs.clear();
+    batch_.block_table.clear();
+    for (const ScheduledSeq &s : plan.seqs) {
+      const SchedRequest *r = sched_->find(s.id);
+      KEEL_CHECK(r != nullptr);
+      const auto blocks = kv_->blocks(s.id);
+      const std::int32_t end = s.start_pos + s.num_tokens;
+      const std::int32_t nb = (end + block_size_ - 1) / block_size_;
+      KEEL_CHECK(static_cast<std::int32_t>(blocks.size()) >= nb && end <= r->num_tokens());
+      // A shared or cached block is never written.
+      for (std::int32_t b = s.start_pos / block_size_; b < nb; ++b)
+        KEEL_CHECK(kv_->writable(blocks[b]));
+      SequenceSlice slice;
+      slice.token_offset = batch_.total_tokens();
+      slice.num_tokens = s.num_tokens;
+      slice.start_pos = s.start_pos;
+      slice.block_offset = static_cast<std::int32_t>(batch_.block_table.size());
+      slice.num_blocks = nb;
+      const Live &live = *live_.at(s.id);
+      if (live.params.prompt_logprobs && !live.first_event_sent &&
+          s.start_pos < live.num_prompt_tokens)
+        slice.logits = SequenceSlice::Logits::kAll;
+      else
+        slice.logits = s.samples ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone;
+      batch_.tokens.insert(batch_.tokens.end(), r->tokens.begin() + s.start_pos,
+                           r->tokens.begin() + end);
+      for (std::int32_t b = 0; b < nb; ++b) batch_.block_table.push_back(blocks[b].value);
+      batch_.seqs.push_back(slice);
+      if (s.num_tokens == 1 && s.start_pos >= r->num_prompt_tokens)
+        ++decode_tokens_;
+      else
+        prefill_tokens_ += s.num_tokens;
+    }
+    check_engine_thread("ModelRunner::forward");
+    ModelRunner &runner = *backend_.runner;
+    for (const ScheduledSeq &s : plan.seqs)
+      if (s.copy) runner.kv().copy_block(s.copy->src.value, s.copy->dst.value);
+    runner.forward(batch_, out_);
+  } catch (const std::exception &e) {
+    fail_step(plan, e.what());
+    step_start_ns_.store(0);
+    return true;
+  }
+  sched_->on_step_done(plan);
+  emit_outputs(plan);
+  ++steps_;
+  const std::int64_t end = now_ns();
+  last_step_seconds_ = (end - start) * 1e-9;
+  publish_status();
+  step_start_ns_.store(0);
+  heartbeat_ns_.store(end);
+  return true;
+}
+
+void Engine::fail_step(const StepPlan &plan, const std::string &what) {
+  // The blocks these requests wrote are theirs alone and were never cached, so
+  // freeing them leaves the cache clean; the copy sources are unpinned.
+  kv_->end_step();
+  for (const ScheduledSeq &s : plan.seqs)
+    finish(s.id, FinishReason::kError, std::string("engine: step failed: ") + what);
+  publish_status();
+}
+
+void Engine::emit_outputs(const StepPlan &plan) {
+  const std::int32_t vocab = out_.vocab_size;
+  const std::size_t rows = out_.row_seq.size();
+  auto bad_output = [&](const std::string &why) {
+    for (const ScheduledSeq &s : plan.seqs)
+      finish(s.id, FinishReason::kError, "engine: runner output " + why);
+  };
+  if (vocab != model_config_.vocab_size || out_.row_pos.size() != rows ||
+      out_.logits.size() != rows * static_cast<std::size_t>(vocab))
+    return bad_output("has the wrong shape");
+  for (std::size_t i = 0; i < rows; ++i) {
+    const std::int32_t si = out_.row_seq[i];
+    if (si < 0 || si >= static_cast<std::int32_t>(plan.seqs.size()))
+      return bad_output("names a sequence outside the batch");
+  }
+  for (std::size_t i = 0; i < rows; ++i) {
+    const ScheduledSeq &s = plan.seqs[out_.row_seq[i]];
+    const std::int32_t pos = out_.row_pos[i];
+    auto it = live_.find(s.id);
+    if (it == live_.end()) continue;  // finished earlier in this loop
+    Live &live = *it->second;
+    const std::span<const float> logits(out_.logits.data() + i * vocab, vocab);
+    const SchedRequest *r = sched_->find(s.id);
+    if (live.params.prompt_logprobs && !live.first_event_sent && pos + 1 < live.num_prompt_tokens &&
+        pos >= 0) {
+      const TokenId next = r->tokens[pos + 1];
+      SampledToken lp = logprob_of(logits, next, std::max(live.params.logprobs, 0));
+      live.prompt_logprobs[pos + 1] = TokenLogprob{next, lp.logprob};
+      live.prompt_top[pos + 1] = to_api(lp.top);
+    }
+    if (!s.samples || pos != s.start_pos + s.num_tokens - 1) continue;
+    if (live.params.max_tokens == 0) {  // prompt logprobs only
+      finish(s.id, FinishReason::kLength);
+      continue;
+    }
+    const std::span<const TokenId> all(r->tokens);
+    SampledToken t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
+                                          all.subspan(r->num_prompt_tokens));
+    if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
+      finish(s.id, FinishReason::kStop);
+      continue;
+    }
+    sched_->append_token(s.id, t.token);
+    live.pending.tokens.push_back(t.token);
+    if (live.params.logprobs >= 0) {
+      live.pending.sampled_logprobs.push_back(TokenLogprob{t.token, t.logprob});
+      live.pending.top_logprobs.push_back(to_api(t.top));
+    }
+    if (r->num_output_tokens() >= live.params.max_tokens || r->num_tokens() >= max_model_len_)
+      finish(s.id, FinishReason::kLength);
+  }
+  // One event per request that produced output this step.
+  for (const ScheduledSeq &s : plan.seqs) {
+    auto it = live_.find(s.id);
+    if (it == live_.end() || it->second->pending.tokens.empty()) continue;
+    Live &live = *it->second;
+    RequestEvent ev = std::move(live.pending);
+    live.pending = RequestEvent{};
+    ev.id = s.id;
+    if (!live.first_event_sent) {
+      ev.prompt_logprobs = std::move(live.prompt_logprobs);
+      ev.prompt_top_logprobs = std::move(live.prompt_top);
+      const SchedRequest *r = sched_->find(s.id);
+      ev.cached_prompt_tokens = std::max(r->num_cached_prompt_tokens, 0);
+      live.first_event_sent = true;
+    }
+    deliver(live.sink, ev);
+  }
+}
+
+void Engine::publish_status() {
+  EngineStatus s;
+  s.running = sched_->num_running();
+  s.waiting = sched_->num_waiting();
+  s.preempted = sched_->num_preempted();
+  s.loading_cache = sched_->num_loading();
+  const BlockPool &pool = kv_->pool();
+  s.kv_blocks_total = pool.num_blocks();
+  s.kv_blocks_used = pool.num_used();
+  s.kv_blocks_cached = pool.num_cached();
+  s.prefix_hit_tokens = kv_->stats().hit_tokens;
+  s.prompt_tokens = prompt_tokens_;
+  s.prefill_tokens = prefill_tokens_;
+  s.decode_tokens = decode_tokens_;
+  s.steps = steps_;
+  s.last_step_seconds = last_step_seconds_;
+  std::lock_guard lk(status_mu_);
+  snapshot_ = s;
+}
+
+}  // namespace keel

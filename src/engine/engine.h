@@ -1,0 +1,167 @@
+// The in-process engine: one thread that owns a model runner (and its execution
+// context), schedules, computes, samples and emits events, step after step.
+//
+//   other threads                      engine thread (the only one touching the runner)
+//   submit/abort/stop_request ──queue──▶ drain commands ─▶ schedule ─▶ copy-on-write
+//   status() ◀── published snapshot ──   ─▶ forward ─▶ sample ─▶ events ─▶ publish status
+//                + atomic heartbeats
+//
+// Why this shape (DESIGN.md, "The bug class"): device work for an engine is enqueued
+// from exactly one thread, so no stream or handle is shared; commands never wait for
+// a step (the queue's lock is never held while computing); status and heartbeats are
+// readable while a step runs, so a stuck step shows as a growing step age, not as a
+// frozen status. An abort is acknowledged at once and the request's blocks are freed
+// at the start of the next step.
+//
+// Events: exactly one finish per submitted request. A stop token (eos or
+// stop_token_ids) ends the request with kStop and is not included in `tokens`. Sinks
+// run on the engine thread and must not block.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "engine/engine_api.h"
+#include "exec/exec_context.h"
+#include "exec/forward_batch.h"
+#include "exec/model_runner.h"
+#include "kv/kv_cache_manager.h"
+#include "sched/scheduler.h"
+
+namespace keel {
+
+// What the engine thread builds when it starts and owns until it ends. The context
+// may be null for a runner that needs none (tests). Declared before the runner so
+// that the runner, which may refer to it, is destroyed first.
+struct EngineBackend {
+  std::unique_ptr<ExecContext> context;
+  std::unique_ptr<ModelRunner> runner;
+};
+// Runs on the engine thread, so the context it makes is owned by that thread.
+using BackendFactory = std::function<EngineBackend()>;
+
+struct EngineConfig {
+  SchedulerConfig scheduler;
+  bool enable_prefix_caching = true;
+  // Names the weights and KV layout in block keys; derived from the model config and
+  // the KV shape when empty (give the weights' path or digest to tell apart two models
+  // of one shape).
+  std::string model_fingerprint;
+  // Longest sequence (prompt + output); 0: max_position_embeddings, capped so that one
+  // request always fits in the KV cache.
+  std::int32_t max_model_len = 0;
+  // How often an idle engine wakes to stamp its heartbeat and check deadlines.
+  std::chrono::milliseconds idle_tick{100};
+  // The destructor's stop deadline.
+  std::chrono::milliseconds shutdown_grace{10000};
+};
+
+class Engine final : public EngineApi {
+ public:
+  // Starts the engine thread and waits until the backend is built; rethrows its error.
+  Engine(BackendFactory factory, EngineConfig config = {});
+  // Stops with config.shutdown_grace. A thread still inside a step after that means
+  // a wedged backend: the process aborts (DESIGN.md: a wedged engine is killed).
+  ~Engine() override;
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
+
+  void submit(GenerationRequest request, EventSink sink) override;
+  void abort(RequestId id) override;
+  // Ends a request early with kStop (the front saw a stop string). Like abort, takes
+  // effect at the next step.
+  void stop_request(RequestId id);
+  EngineStatus status() const override;
+
+  // Stops admission, aborts every request (each gets its finish event), ends the loop
+  // and joins the thread. Returns false, leaving the thread running, when it is still
+  // inside a step at the deadline.
+  bool stop(std::chrono::steady_clock::time_point deadline);
+
+  const ModelConfig &model_config() const { return model_config_; }
+  std::int32_t max_model_len() const { return max_model_len_; }
+  std::int32_t kv_block_size() const { return block_size_; }
+
+ private:
+  struct Submit {
+    GenerationRequest request;
+    EventSink sink;
+  };
+  struct Finish {
+    RequestId id;
+    FinishReason reason;
+  };
+  using Command = std::variant<Submit, Finish>;
+
+  struct Live;  // engine-side state of one request (engine.cpp)
+
+  void thread_main();
+  void loop();
+  bool wait_for_work();
+  void drain_commands();
+  void admit(Submit &cmd);
+  void finish(RequestId id, FinishReason reason, std::string error = {});
+  void expire_deadlines();
+  bool run_step();  // false when there was nothing to compute
+  void fail_step(const StepPlan &plan, const std::string &what);
+  void emit_outputs(const StepPlan &plan);
+  void publish_status();
+  void check_engine_thread(const char *what) const;
+  std::int64_t now_ns() const;
+
+  EngineConfig config_;
+
+  // Shared with other threads.
+  mutable std::mutex cmd_mu_;
+  std::condition_variable cmd_cv_;
+  std::deque<Command> commands_;
+  bool stopping_ = false;  // under cmd_mu_
+  std::atomic<std::int32_t> queued_submits_{0};
+
+  mutable std::mutex status_mu_;
+  EngineStatus snapshot_;  // under status_mu_
+  std::atomic<std::int64_t> heartbeat_ns_{0};
+  std::atomic<std::int64_t> step_start_ns_{0};  // 0 between steps
+  std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
+
+  std::mutex done_mu_;
+  std::condition_variable done_cv_;
+  bool thread_done_ = false;  // under done_mu_
+  bool joined_ = false;
+
+  // Set before the constructor returns, read-only after.
+  ModelConfig model_config_;
+  std::int32_t max_model_len_ = 0;
+  std::int32_t block_size_ = 0;
+  std::thread::id engine_thread_id_;
+
+  // Engine thread only.
+  EngineBackend backend_;
+  std::unique_ptr<KvCacheManager> kv_;
+  std::unique_ptr<Scheduler> sched_;
+  std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
+  std::int32_t num_with_deadline_ = 0;
+  std::mt19937_64 seed_rng_{std::random_device{}()};
+  ForwardBatch batch_;
+  ForwardOutput out_;
+  std::int64_t prompt_tokens_ = 0, prefill_tokens_ = 0, decode_tokens_ = 0;
+  std::uint64_t steps_ = 0;
+  double last_step_seconds_ = 0.0;
+
+  std::thread thread_;  // last: started when everything above exists
+};
+
+}  // namespace keel

@@ -1,0 +1,37 @@
+#include "engine/token_sampling.h"
+
+#include "exec/sampler.h"
+
+namespace keel {
+namespace {
+
+SampledToken convert(const SampleResult &r) {
+  SampledToken t;
+  t.token = r.token;
+  t.logprob = r.logprob;
+  t.top.reserve(r.top.size());
+  for (const auto &e : r.top) t.top.emplace_back(e.id, e.logprob);
+  return t;
+}
+
+}  // namespace
+
+RequestSampler::RequestSampler(const SamplingParams &params, std::uint64_t fallback_seed)
+    : impl_(std::make_unique<Sampler>(params, fallback_seed)) {}
+
+RequestSampler::~RequestSampler() = default;
+
+SampledToken RequestSampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
+                                    std::span<const TokenId> generated) {
+  return convert(impl_->sample(logits, prompt, generated));
+}
+
+bool RequestSampler::is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const {
+  return impl_->is_stop_token(token, eos_ids);
+}
+
+SampledToken logprob_of(std::span<const float> logits, TokenId token, int top_n) {
+  return convert(logprobs_of(logits, token, top_n));
+}
+
+}  // namespace keel

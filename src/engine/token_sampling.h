@@ -1,0 +1,46 @@
+// The engine's view of sampling: exec/sampler.h behind a narrow interface.
+//
+// Kept in its own translation unit because exec/sampler.h and engine/engine_api.h both
+// define keel::TokenLogprob (with different field names); no file may include both.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/sampling_params.h"
+
+namespace keel {
+
+class Sampler;
+
+struct SampledToken {
+  TokenId token = 0;
+  float logprob = 0.0f;                        // under the raw logits
+  std::vector<std::pair<TokenId, float>> top;  // best first
+};
+
+class RequestSampler {
+ public:
+  // Throws Error(kInvalidArgument) on parameters out of range.
+  RequestSampler(const SamplingParams &params, std::uint64_t fallback_seed);
+  ~RequestSampler();
+  RequestSampler(const RequestSampler &) = delete;
+  RequestSampler &operator=(const RequestSampler &) = delete;
+
+  // logits: [vocab].
+  SampledToken sample(std::span<const float> logits, std::span<const TokenId> prompt,
+                      std::span<const TokenId> generated);
+  bool is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const;
+
+ private:
+  std::unique_ptr<Sampler> impl_;
+};
+
+// Log-probability of `token` under `logits` ([vocab]) and the top `top_n` alternatives.
+SampledToken logprob_of(std::span<const float> logits, TokenId token, int top_n);
+
+}  // namespace keel
