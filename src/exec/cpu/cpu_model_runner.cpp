@@ -18,3 +18,24 @@ void CpuModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
 }
 
 }  // namespace keel::cpu
+
+// ---------------------------------------------------------------- opening a model
+#include "core/error.h"
+#include "formats/safetensors.h"
+
+namespace keel::cpu {
+
+std::unique_ptr<CpuModelRunner> CpuModelRunner::open(const std::filesystem::path &path,
+                                                     ExecContext &ctx, KvOptions kv) {
+  if (!std::filesystem::is_directory(path))
+    throw Error(ErrorCode::kUnsupported, path.string() + ": expected an HF model directory");
+  const ModelConfig cfg = load_hf_config(path);
+  std::shared_ptr<SafetensorsModel> st = SafetensorsModel::open(path);
+  arch::WeightLookup lookup = [st](const std::string &name) -> std::optional<TensorView> {
+    if (!st->find(name)) return std::nullopt;
+    return st->view(name);
+  };
+  return std::make_unique<CpuModelRunner>(cfg, lookup, st, ctx, kv);
+}
+
+}  // namespace keel::cpu

@@ -1,0 +1,55 @@
+// Turns one row of logits into the next token for one request: penalties, greedy or
+// temperature / top-k / top-p / min-p sampling with the request's own seeded RNG
+// (same seed, same output), and logprobs (log-softmax of the raw logits, before any
+// penalty or temperature) with the top N alternatives.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "core/ids.h"
+#include "core/sampling_params.h"
+
+namespace keel {
+
+struct TokenLogprob {
+  TokenId id = 0;
+  float logprob = 0;
+};
+
+struct SampleResult {
+  TokenId token = 0;
+  float logprob = 0;              // of `token` under the raw logits
+  std::vector<TokenLogprob> top;  // the top N by raw logit (N = params.logprobs), best first
+};
+
+class Sampler {
+ public:
+  // Without params.seed, the RNG is seeded from `fallback_seed` (the engine passes a
+  // fresh random value per request).
+  Sampler(const SamplingParams &params, std::uint64_t fallback_seed);
+
+  // logits: [vocab] raw. prompt / generated: the request's tokens so far (repetition
+  // penalty looks at both; presence and frequency penalties at generated ones, as
+  // vLLM and OpenAI do).
+  SampleResult sample(std::span<const float> logits, std::span<const TokenId> prompt,
+                      std::span<const TokenId> generated);
+
+  // True when `token` ends the request: a stop token, or an eos unless ignore_eos.
+  bool is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const;
+
+  const SamplingParams &params() const { return params_; }
+
+ private:
+  SamplingParams params_;
+  std::mt19937_64 rng_;
+  std::vector<float> work_;          // [vocab] penalized logits
+  std::vector<std::int32_t> order_;  // [vocab] candidate ids
+};
+
+// Log-softmax of `logits` at `token`, and the top `n` entries (n may be 0).
+SampleResult logprobs_of(std::span<const float> logits, TokenId token, int n);
+
+}  // namespace keel
