@@ -1,0 +1,213 @@
+#include "formats/model_weights.h"
+
+#include <array>
+#include <charconv>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+
+namespace keel {
+
+namespace {
+
+// Per-layer suffixes: GGUF's and HF's.
+constexpr std::array<std::pair<std::string_view, std::string_view>, 18> kLayerNames = {{
+    {"attn_q.weight", "self_attn.q_proj.weight"},
+    {"attn_k.weight", "self_attn.k_proj.weight"},
+    {"attn_v.weight", "self_attn.v_proj.weight"},
+    {"attn_output.weight", "self_attn.o_proj.weight"},
+    {"attn_q.bias", "self_attn.q_proj.bias"},
+    {"attn_k.bias", "self_attn.k_proj.bias"},
+    {"attn_v.bias", "self_attn.v_proj.bias"},
+    {"attn_output.bias", "self_attn.o_proj.bias"},
+    {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+    {"attn_k_norm.weight", "self_attn.k_norm.weight"},
+    {"attn_norm.weight", "input_layernorm.weight"},
+    {"ffn_norm.weight", "post_attention_layernorm.weight"},
+    {"ffn_gate.weight", "mlp.gate_proj.weight"},
+    {"ffn_up.weight", "mlp.up_proj.weight"},
+    {"ffn_down.weight", "mlp.down_proj.weight"},
+    {"attn_rot_embd", "self_attn.rotary_emb.inv_freq"},
+    {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+}};
+
+constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kGlobalNames = {{
+    {"token_embd.weight", "model.embed_tokens.weight"},
+    {"output_norm.weight", "model.norm.weight"},
+    {"output.weight", "lm_head.weight"},
+}};
+
+// Splits "<prefix><N>.<rest>" into N and rest.
+bool split_layer(std::string_view name, std::string_view prefix, int &layer,
+                 std::string_view &rest) {
+  if (!name.starts_with(prefix)) return false;
+  name.remove_prefix(prefix.size());
+  const auto dot = name.find('.');
+  if (dot == std::string_view::npos || dot == 0) return false;
+  auto [p, ec] = std::from_chars(name.data(), name.data() + dot, layer);
+  if (ec != std::errc() || p != name.data() + dot) return false;
+  rest = name.substr(dot + 1);
+  return true;
+}
+
+std::string shape_str(const std::vector<std::int64_t> &s) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+}  // namespace
+
+std::string ModelWeights::hf_name_from_gguf(std::string_view g) {
+  for (const auto &[gg, hf] : kGlobalNames)
+    if (g == gg) return std::string(hf);
+  int layer = 0;
+  std::string_view rest;
+  if (split_layer(g, "blk.", layer, rest)) {
+    for (const auto &[gg, hf] : kLayerNames)
+      if (rest == gg) return "model.layers." + std::to_string(layer) + "." + std::string(hf);
+  }
+  return std::string(g);
+}
+
+std::string ModelWeights::gguf_name_from_hf(std::string_view h) {
+  for (const auto &[gg, hf] : kGlobalNames)
+    if (h == hf) return std::string(gg);
+  int layer = 0;
+  std::string_view rest;
+  if (split_layer(h, "model.layers.", layer, rest)) {
+    for (const auto &[gg, hf] : kLayerNames)
+      if (rest == hf) return "blk." + std::to_string(layer) + "." + std::string(gg);
+  }
+  return std::string(h);
+}
+
+ModelWeights::~ModelWeights() = default;
+
+std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &path) {
+  namespace fs = std::filesystem;
+  std::unique_ptr<ModelWeights> w(new ModelWeights());
+  w->path_ = path;
+  fs::path gguf_path;
+  if (fs::is_directory(path)) {
+    if (!fs::exists(path / "config.json")) {
+      for (const auto &e : fs::directory_iterator(path)) {
+        if (e.path().extension() != ".gguf") continue;
+        if (!gguf_path.empty())
+          throw Error(ErrorCode::kInvalidArgument,
+                      path.string() + ": several .gguf files and no config.json: name one");
+        gguf_path = e.path();
+      }
+      if (gguf_path.empty())
+        throw Error(ErrorCode::kNotFound, path.string() + ": no config.json and no .gguf file");
+    }
+  } else if (!fs::exists(path)) {
+    throw Error(ErrorCode::kNotFound, path.string() + ": no such file or directory");
+  } else {
+    gguf_path = path;
+  }
+
+  if (!gguf_path.empty()) {
+    w->format_ = Format::kGguf;
+    w->path_ = gguf_path;
+    w->tokenizer_path_ = gguf_path;
+    w->gguf_ = GgufFile::open(gguf_path);
+    w->config_ = config_from_gguf(*w->gguf_);
+    for (const auto &t : w->gguf_->tensors()) {
+      std::string hf = hf_name_from_gguf(t.name);
+      if (t.supported())
+        w->tensors_.emplace(std::move(hf), GgufFile::view(t, gguf_path.string()));
+      else
+        w->unsupported_.emplace(std::move(hf),
+                                gguf_path.string() + ": " + t.name + ": tensor type " +
+                                    std::string(ggml_type_name(t.ggml_type)) + " is not supported");
+    }
+  } else {
+    w->format_ = Format::kSafetensors;
+    w->tokenizer_path_ = path;
+    w->config_ = load_hf_config(path);
+    w->safetensors_ = SafetensorsModel::open(path);
+    for (const auto &f : w->safetensors_->files()) {
+      for (const auto &t : f->tensors()) {
+        if (t.dtype)
+          w->tensors_.emplace(t.name, SafetensorsModel::view(t, f->path()));
+        else
+          w->unsupported_.emplace(
+              t.name, f->path() + ": " + t.name + ": dtype " + t.dtype_name + " is not supported");
+      }
+    }
+  }
+  w->check_shapes();
+  return w;
+}
+
+void ModelWeights::check_shapes() const {
+  const ModelConfig &c = config_;
+  const std::string origin = path_.string();
+  auto expect = [&](const std::string &name, std::vector<std::int64_t> shape, bool required) {
+    const TensorView *t = find(name);
+    if (!t) {
+      if (auto u = unsupported_.find(name); u != unsupported_.end())
+        throw Error(ErrorCode::kUnsupported, u->second);
+      if (required) throw Error(ErrorCode::kFormat, origin + ": missing tensor " + name);
+      return;
+    }
+    if (t->shape != shape)
+      throw Error(ErrorCode::kFormat, origin + ": " + name + ": shape " + shape_str(t->shape) +
+                                          ", the config implies " + shape_str(shape));
+  };
+  const std::int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
+                     kv = c.num_kv_heads * c.head_dim;
+  expect("model.embed_tokens.weight", {c.vocab_size, h}, true);
+  expect("model.norm.weight", {h}, true);
+  expect("lm_head.weight", {c.vocab_size, h}, true);
+  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    expect(p + "self_attn.q_proj.weight", {q, h}, true);
+    expect(p + "self_attn.k_proj.weight", {kv, h}, true);
+    expect(p + "self_attn.v_proj.weight", {kv, h}, true);
+    expect(p + "self_attn.o_proj.weight", {h, q}, true);
+    expect(p + "self_attn.q_proj.bias", {q}, c.attention_bias);
+    expect(p + "self_attn.k_proj.bias", {kv}, c.attention_bias);
+    expect(p + "self_attn.v_proj.bias", {kv}, c.attention_bias);
+    expect(p + "self_attn.o_proj.bias", {h}, c.attention_out_bias);
+    expect(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm);
+    expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
+    expect(p + "input_layernorm.weight", {h}, true);
+    expect(p + "post_attention_layernorm.weight", {h}, true);
+    expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, true);
+    expect(p + "mlp.up_proj.weight", {c.intermediate_size, h}, true);
+    expect(p + "mlp.down_proj.weight", {h, c.intermediate_size}, true);
+  }
+}
+
+const TensorView *ModelWeights::find(std::string_view name) const {
+  auto it = tensors_.find(name);
+  if (it != tensors_.end()) return &it->second;
+  if (name == "lm_head.weight" && config_.tie_word_embeddings)
+    return find("model.embed_tokens.weight");
+  return nullptr;
+}
+
+const TensorView &ModelWeights::get(std::string_view name) const {
+  if (const TensorView *t = find(name)) return *t;
+  if (auto u = unsupported_.find(name); u != unsupported_.end())
+    throw Error(ErrorCode::kUnsupported, u->second);
+  throw Error(ErrorCode::kNotFound, path_.string() + ": no tensor named " + std::string(name));
+}
+
+std::vector<std::string> ModelWeights::names() const {
+  std::vector<std::string> out;
+  for (const auto &[k, v] : tensors_) out.push_back(k);
+  return out;
+}
+
+std::size_t ModelWeights::total_bytes() const {
+  std::size_t n = 0;
+  for (const auto &[k, v] : tensors_) n += v.nbytes;
+  return n;
+}
+
+}  // namespace keel

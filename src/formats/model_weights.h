@@ -1,0 +1,74 @@
+// A model's configuration and weights, from an HF directory (config.json +
+// safetensors) or a GGUF file, addressed by HF tensor names. Tensors stay in the
+// memory-mapped files; views point into them.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor_view.h"
+#include "formats/model_config.h"
+
+namespace keel {
+
+class GgufFile;
+class SafetensorsModel;
+
+class ModelWeights {
+ public:
+  enum class Format { kSafetensors, kGguf };
+
+  // `path`: an HF model directory, a .gguf file, or a directory holding one .gguf.
+  // Checks that every tensor the architecture needs is present with the shape the
+  // config implies; throws Error(kFormat / kNotFound / kUnsupported) naming the file
+  // and tensor otherwise.
+  static std::unique_ptr<ModelWeights> open(const std::filesystem::path &path);
+
+  ~ModelWeights();
+  ModelWeights(const ModelWeights &) = delete;
+  ModelWeights &operator=(const ModelWeights &) = delete;
+
+  const ModelConfig &config() const { return config_; }
+  Format format() const { return format_; }
+  const std::filesystem::path &path() const { return path_; }
+  // Where the tokenizer lives: the HF directory, or the .gguf file itself.
+  const std::filesystem::path &tokenizer_path() const { return tokenizer_path_; }
+  // The GGUF file (metadata, tokenizer keys) when format() == kGguf, else null.
+  const GgufFile *gguf() const { return gguf_.get(); }
+
+  // By HF name (model.layers.3.self_attn.q_proj.weight, ...). With tied embeddings
+  // "lm_head.weight" resolves to the embedding. Null when absent.
+  const TensorView *find(std::string_view hf_name) const;
+  // As find(), but throws Error(kNotFound) naming the tensor and file when absent, or
+  // Error(kUnsupported) when present with a dtype keel cannot use.
+  const TensorView &get(std::string_view hf_name) const;
+  std::vector<std::string> names() const;
+  // Bytes of all tensors (the weights a forward pass streams through).
+  std::size_t total_bytes() const;
+
+  // GGUF tensor name -> HF name ("blk.3.attn_q.weight" ->
+  // "model.layers.3.self_attn.q_proj.weight"); names without an HF counterpart are returned
+  // unchanged.
+  static std::string hf_name_from_gguf(std::string_view gguf_name);
+  // The inverse, for writers.
+  static std::string gguf_name_from_hf(std::string_view hf_name);
+
+ private:
+  ModelWeights() = default;
+  void check_shapes() const;
+
+  ModelConfig config_;
+  Format format_ = Format::kSafetensors;
+  std::filesystem::path path_;
+  std::filesystem::path tokenizer_path_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<SafetensorsModel> safetensors_;
+  std::map<std::string, TensorView, std::less<>> tensors_;
+  std::map<std::string, std::string, std::less<>> unsupported_;  // name -> reason
+};
+
+}  // namespace keel
