@@ -1,0 +1,287 @@
+// CUDA backend benchmark on Llama 3.2 1B / Llama 3.1 8B shapes with pseudo-random bf16
+// weights made on the device: batch-1 decode, prefill at 512 and 8192 tokens, and
+// aggregate decode at 8..256 concurrent sequences (512-token prompts, 128 new tokens),
+// each beside its roofline (measured copy bandwidth and bf16 GEMM rate, given by flags).
+//
+//   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
+#include <cstdio>
+
+#if !defined(KEEL_WITH_CUDA)
+int main() {
+  std::puts("cuda_bench: built without CUDA");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "exec/cuda/cuda_model_runner.h"
+
+namespace {
+using namespace keel;
+using Clock = std::chrono::steady_clock;
+
+ModelConfig llama_config(const std::string &name) {
+  ModelConfig c;
+  c.arch_name = "llama";
+  c.vocab_size = 128256;
+  c.rope_theta = 500000.0;
+  c.rms_norm_eps = 1e-5;
+  c.max_position_embeddings = 131072;
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position = 8192;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  if (name == "1b") {  // Llama 3.2 1B
+    c.hidden_size = 2048;
+    c.intermediate_size = 8192;
+    c.num_layers = 16;
+    c.head_dim = 64;
+    c.tie_word_embeddings = true;
+    c.rope_scaling.factor = 32.0;
+  } else if (name == "8b") {  // Llama 3.1 8B
+    c.hidden_size = 4096;
+    c.intermediate_size = 14336;
+    c.num_layers = 32;
+    c.head_dim = 128;
+    c.rope_scaling.factor = 8.0;
+  } else {
+    throw Error(ErrorCode::kInvalidArgument, "--model: 1b or 8b");
+  }
+  return c;
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+struct Rates {
+  double bw, flops;
+};
+
+// Per-token matmul FLOPs of the linear layers (LM head for one row) plus attention
+// over `ctx` keys.
+double flops_per_token(const ModelConfig &c, double ctx, bool lm_head) {
+  const double H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
+  const double per_layer =
+      2.0 * (H * (c.num_heads + 2 * c.num_kv_heads) * hd + c.num_heads * hd * H + 3 * H * I) +
+      4.0 * c.num_heads * hd * ctx;
+  return per_layer * c.num_layers + (lm_head ? 2.0 * H * c.vocab_size : 0.0);
+}
+double kv_bytes_per_token(const ModelConfig &c) {
+  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
+}
+
+class Bench {
+ public:
+  Bench(cuda::CudaContext &ctx, const ModelConfig &cfg, const cuda::CudaRunnerOptions &o)
+      : cfg_(cfg), runner_(ctx, cfg, std::uint64_t{1234}, o), bs_(o.block_size) {}
+
+  // Gives sequence 0 blocks for `len0` positions and sequences 1..n-1 for `len` each.
+  void assign_blocks(int n, int len0, int len) {
+    blocks_.assign(n, {});
+    int next = 0;
+    for (int s = 0; s < n; ++s)
+      for (int i = 0; i < ((s == 0 ? len0 : len) + bs_ - 1) / bs_; ++i)
+        blocks_[s].push_back(next++);
+    if (next > runner_.kv().num_blocks())
+      throw Error(ErrorCode::kResourceExhausted, "bench: KV cache too small");
+  }
+  static int blocks_needed(int n, int len0, int len, int bs) {
+    return (len0 + bs - 1) / bs + (n - 1) * ((len + bs - 1) / bs);
+  }
+
+  // Prefills sequences [first, first + n) with `len` tokens each, chunked to max_tokens
+  // per pass. Returns seconds.
+  double prefill(int first, int n, int len, int max_tokens) {
+    const auto t0 = Clock::now();
+    int s = first;
+    std::vector<TokenId> next;
+    while (s < first + n) {
+      ForwardBatch b;
+      while (s < first + n && b.total_tokens() + len <= std::max(max_tokens, len)) {
+        add(b, s, 0, len, SequenceSlice::Logits::kLast);
+        ++s;
+      }
+      runner_.forward_greedy(b, next);
+      for (std::size_t i = 0; i < next.size(); ++i) last_[s - next.size() + i] = next[i];
+    }
+    return seconds(t0, Clock::now());
+  }
+
+  // Decodes `steps` tokens for sequences [0, n) from position `pos`. Returns seconds.
+  double decode(int n, int pos, int steps) {
+    std::vector<TokenId> next;
+    const auto t0 = Clock::now();
+    for (int step = 0; step < steps; ++step) {
+      ForwardBatch b;
+      for (int s = 0; s < n; ++s) {
+        b.tokens.push_back(last_[s]);
+        SequenceSlice q;
+        q.token_offset = s;
+        q.num_tokens = 1;
+        q.start_pos = pos + step;
+        q.block_offset = static_cast<int>(b.block_table.size());
+        q.num_blocks = (pos + step + 1 + bs_ - 1) / bs_;
+        b.block_table.insert(b.block_table.end(), blocks_[s].begin(),
+                             blocks_[s].begin() + q.num_blocks);
+        b.seqs.push_back(q);
+      }
+      runner_.forward_greedy(b, next);
+      for (int s = 0; s < n; ++s) last_[s] = next[s];
+    }
+    return seconds(t0, Clock::now());
+  }
+
+  void init_tokens(int n) {
+    last_.assign(n, 0);
+    prompt_.resize(8192);
+    for (std::size_t i = 0; i < prompt_.size(); ++i)
+      prompt_[i] = static_cast<TokenId>((i * 7919 + 13) % cfg_.vocab_size);
+  }
+  cuda::CudaModelRunner &runner() { return runner_; }
+
+ private:
+  void add(ForwardBatch &b, int s, int from, int n, SequenceSlice::Logits logits) {
+    SequenceSlice q;
+    q.token_offset = b.total_tokens();
+    q.num_tokens = n;
+    q.start_pos = from;
+    q.block_offset = static_cast<int>(b.block_table.size());
+    q.num_blocks = (from + n + bs_ - 1) / bs_;
+    q.logits = logits;
+    b.block_table.insert(b.block_table.end(), blocks_[s].begin(),
+                         blocks_[s].begin() + q.num_blocks);
+    for (int i = 0; i < n; ++i) b.tokens.push_back(prompt_[(from + i + 31 * s) % prompt_.size()]);
+    b.seqs.push_back(q);
+  }
+
+  ModelConfig cfg_;
+  cuda::CudaModelRunner runner_;
+  int bs_;
+  std::vector<std::vector<std::int32_t> > blocks_;
+  std::vector<TokenId> last_, prompt_;
+};
+
+std::vector<int> parse_list(const std::string &s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stoi(item));
+  return v;
+}
+
+int run(int argc, char **argv) {
+  std::string model = "8b";
+  int steps = 128;
+  Rates rates{4.3e12, 8.0e14};
+  std::vector<int> seqs = {8, 32, 64, 128, 256};
+  bool long_prefill = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--model")
+      model = val();
+    else if (a == "--decode-steps")
+      steps = std::stoi(val());
+    else if (a == "--bw")
+      rates.bw = std::stod(val());
+    else if (a == "--flops")
+      rates.flops = std::stod(val());
+    else if (a == "--seqs")
+      seqs = parse_list(val());
+    else if (a == "--no-long-prefill")
+      long_prefill = false;
+    else
+      throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
+  }
+  const ModelConfig cfg = llama_config(model);
+  cuda::CudaContext ctx;
+  cuda::CudaRunnerOptions o;
+  o.block_size = 16;
+  o.max_batch_tokens = 8192;
+  o.max_seqs = 256;
+  o.max_logits_rows = 256;
+  o.max_model_len = 8192 + 16;
+  const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
+  const int prompt = 512;
+  const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
+  o.num_kv_blocks = Bench::blocks_needed(std::max(max_seqs, 1), len0, prompt + steps, o.block_size);
+  const auto t_load = Clock::now();
+  Bench bench(ctx, cfg, o);
+  const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
+  std::printf("# %s on %s: weights %.2f GB (random bf16), KV blocks %d, set up in %.1f s\n",
+              model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
+              bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()));
+  // Bytes one decode token reads: every weight except the embedding table (one row), plus
+  // the tied or untied LM head.
+  const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;
+  const double step_weight_bytes = weight_bytes - (cfg.tie_word_embeddings ? 0.0 : embed);
+  bench.init_tokens(std::max(max_seqs, 1));
+  bench.assign_blocks(std::max(max_seqs, 1), len0, prompt + steps);
+
+  std::printf("| %-5s | %-36s | %12s | %12s | %6s |\n", "model", "measure", "tok/s", "roofline",
+              "% roof");
+  std::printf(
+      "|-------|--------------------------------------|--------------|--------------|--------|\n");
+  auto row = [&](const std::string &what, double tps, double roof) {
+    std::printf("| %-5s | %-36s | %12.0f | %12.0f | %5.1f%% |\n", model.c_str(), what.c_str(), tps,
+                roof, 100.0 * tps / roof);
+    std::fflush(stdout);
+  };
+
+  // Warm-up: cuBLASLt heuristics for the shapes used below, module load.
+  bench.prefill(0, 1, prompt, 8192);
+  bench.decode(1, prompt, 4);
+
+  // Prefill: one sequence of 512 tokens (median of 5), one of 8192 (median of 2).
+  for (int len : {512, 8192}) {
+    if (len == 8192 && !long_prefill) continue;
+    std::vector<double> t;
+    for (int r = 0; r < (len == 512 ? 5 : 2); ++r) t.push_back(bench.prefill(0, 1, len, 8192));
+    std::sort(t.begin(), t.end());
+    const double flops =
+        flops_per_token(cfg, len / 2.0, false) * len + 2.0 * cfg.hidden_size * cfg.vocab_size;
+    row("prefill " + std::to_string(len) + " tokens (1 seq)", len / t[t.size() / 2],
+        len / (flops / rates.flops));
+  }
+
+  // Prompts for every concurrent sequence at once (8192 tokens per pass).
+  const double tp = bench.prefill(0, max_seqs, prompt, 8192);
+  row("prefill " + std::to_string(max_seqs) + " x " + std::to_string(prompt) + " (batched)",
+      max_seqs * prompt / tp, 1.0 / (flops_per_token(cfg, prompt / 2.0, false) / rates.flops));
+
+  std::vector<int> ns = {1};
+  ns.insert(ns.end(), seqs.begin(), seqs.end());
+  for (int n : ns) {
+    const double t = bench.decode(n, prompt, steps);
+    const double ctx_avg = prompt + steps / 2.0;
+    const double bytes = step_weight_bytes + n * ctx_avg * kv_bytes_per_token(cfg);
+    const double flops = n * flops_per_token(cfg, ctx_avg, true);
+    const double roof_step = std::max(bytes / rates.bw, flops / rates.flops);
+    row("decode " + std::to_string(n) + " seq x " + std::to_string(steps) + " tok", n * steps / t,
+        n / roof_step);
+  }
+  return 0;
+}
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "cuda_bench: %s\n", e.what());
+    return 1;
+  }
+}
+#endif

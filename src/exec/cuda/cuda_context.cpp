@@ -1,0 +1,58 @@
+#include "exec/cuda/cuda_context.h"
+
+#include <sstream>
+
+#include "exec/cuda/cuda_check.h"
+
+namespace keel::cuda {
+
+namespace {
+int select_device(int device) {
+  const int n = device_count();
+  if (n == 0) throw Error(ErrorCode::kUnavailable, "cuda: no CUDA device is available");
+  if (device < 0 || device >= n)
+    throw Error(ErrorCode::kInvalidArgument, "cuda: device " + std::to_string(device) +
+                                                 " does not exist (" + std::to_string(n) +
+                                                 " present)");
+  KEEL_CUDA_CHECK(cudaSetDevice(device));
+  return device;
+}
+}  // namespace
+
+// Members that create CUDA objects are initialised after select_device() made the device current.
+CudaContext::CudaContext(const CudaContextOptions &opts)
+    : device_(select_device(opts.device)),
+      wait_timeout_(opts.wait_timeout),
+      owner_(std::this_thread::get_id()),
+      workspace_(opts.gemm_workspace_bytes) {
+  KEEL_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
+  if (props_.major < 8)
+    throw Error(ErrorCode::kUnsupported,
+                std::string("cuda: device ") + props_.name + " has compute capability " +
+                    std::to_string(props_.major) + "." + std::to_string(props_.minor) +
+                    "; keel needs bf16 (8.0 or newer)");
+  KEEL_CUBLAS_CHECK(cublasLtCreate(&lt_));
+}
+
+CudaContext::~CudaContext() {
+  // Shutdown is the one place that waits for everything: nothing may still be using the
+  // workspace or streams when they are destroyed. Errors are ignored (destructor).
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(compute_.get());
+  cudaStreamSynchronize(copy_h2d_.get());
+  cudaStreamSynchronize(copy_d2h_.get());
+  if (lt_) cublasLtDestroy(lt_);
+}
+
+void CudaContext::activate() const { KEEL_CUDA_CHECK(cudaSetDevice(device_)); }
+
+void CudaContext::check_owner_slow(const char *what) const {
+  if (std::this_thread::get_id() != owner_) {
+    std::ostringstream os;
+    os << "cuda: " << what << " called from thread " << std::this_thread::get_id()
+       << ", but this CudaContext is owned by thread " << owner_;
+    throw Error(ErrorCode::kInternal, os.str());
+  }
+}
+
+}  // namespace keel::cuda

@@ -1,0 +1,443 @@
+#include "exec/cuda/cuda_model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "core/half.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_fill.h"
+#include "exec/cuda/rope_table.h"
+
+namespace keel::cuda {
+
+namespace {
+std::string layer_name(std::int64_t i, const char *rest) {
+  return "model.layers." + std::to_string(i) + "." + rest;
+}
+
+Error bad_batch(const std::string &why) {
+  return Error(ErrorCode::kInvalidArgument, "forward batch: " + why);
+}
+
+// Byte offset of element `elems` in a bf16 matrix.
+std::size_t bf16_bytes(std::int64_t elems) {
+  return static_cast<std::size_t>(elems) * sizeof(bf16);
+}
+}  // namespace
+
+CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, const WeightSource &weights,
+                                 const CudaRunnerOptions &opts)
+    : ctx_(ctx), config_(std::move(config)), gemm_(ctx) {
+  ctx_.check_owner("CudaModelRunner");
+  ctx_.activate();
+  validate_config();
+  allocate_weights();
+  upload_weights(weights);
+  allocate_buffers(opts);
+}
+
+CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint64_t seed,
+                                 const CudaRunnerOptions &opts)
+    : ctx_(ctx), config_(std::move(config)), gemm_(ctx) {
+  ctx_.check_owner("CudaModelRunner");
+  ctx_.activate();
+  validate_config();
+  allocate_weights();
+  randomize_weights(seed);
+  allocate_buffers(opts);
+}
+
+CudaModelRunner::~CudaModelRunner() {
+  // Buffers must not be freed under running kernels; shutdown may wait (unbounded by design:
+  // a wedged engine is killed by its supervisor, not joined).
+  cudaSetDevice(ctx_.device());
+  cudaStreamSynchronize(ctx_.compute());
+  cudaStreamSynchronize(ctx_.copy_h2d());
+  cudaStreamSynchronize(ctx_.copy_d2h());
+}
+
+void CudaModelRunner::validate_config() const {
+  const auto &c = config_;
+  auto fail = [](const std::string &why) {
+    throw Error(ErrorCode::kUnsupported, "cuda runner: " + why);
+  };
+  if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
+      c.vocab_size <= 0 || c.intermediate_size <= 0 || c.head_dim <= 0)
+    throw Error(ErrorCode::kFormat, "cuda runner: config has a non-positive dimension");
+  if (c.num_heads % c.num_kv_heads != 0)
+    throw Error(ErrorCode::kFormat, "cuda runner: num_heads % num_kv_heads != 0");
+  if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
+    fail("head_dim " + std::to_string(c.head_dim));
+  if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");
+  if (c.attention_bias) fail("q/k/v biases (qwen2) are not implemented yet");
+  if (c.qk_norm) fail("q/k norm (qwen3) is not implemented yet");
+  if (c.hidden_size % 8 != 0) fail("hidden_size must be a multiple of 8");
+  if (c.vocab_size > (1ll << 31) - 1 || c.hidden_size > (1 << 20) ||
+      c.intermediate_size > (1 << 22))
+    fail("dimensions beyond the int32 launch range");
+}
+
+void CudaModelRunner::allocate_weights() {
+  const auto &c = config_;
+  H_ = c.hidden_size;
+  I_ = c.intermediate_size;
+  nh_ = c.num_heads;
+  nkv_ = c.num_kv_heads;
+  hd_ = c.head_dim;
+  V_ = c.vocab_size;
+  qkv_width_ = (nh_ + 2 * nkv_) * hd_;
+  auto alloc = [&](std::int64_t elems) {
+    weight_bytes_ += bf16_bytes(elems);
+    return DeviceBuffer(bf16_bytes(elems));
+  };
+  embed_ = alloc(V_ * H_);
+  if (!c.tie_word_embeddings) lm_head_ = alloc(V_ * H_);
+  final_norm_ = alloc(H_);
+  layers_.resize(c.num_layers);
+  for (auto &l : layers_) {
+    l.input_norm = alloc(H_);
+    l.qkv = alloc(qkv_width_ * H_);
+    l.o = alloc(H_ * nh_ * hd_);
+    l.post_norm = alloc(H_);
+    l.gate_up = alloc(2 * I_ * H_);
+    l.down = alloc(H_ * I_);
+  }
+  const RopeTable rope = make_rope_table(c);
+  inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
+  rope_mscale_ = rope.mscale;
+  KEEL_CUDA_CHECK(cudaMemcpyAsync(inv_freq_.data(), rope.inv_freq.data(), inv_freq_.bytes(),
+                                  cudaMemcpyHostToDevice, ctx_.copy_h2d()));
+  Event done;
+  done.record(ctx_.copy_h2d());
+  done.wait(ctx_.wait_timeout(), "cuda runner: rope table upload");
+}
+
+void CudaModelRunner::upload_weights(const WeightSource &weights) {
+  std::vector<std::uint16_t> converted;
+  Event done;
+  // Copies tensor `name` (expected shape [rows, cols]) to dst + byte offset, as bf16.
+  auto put = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
+                 const DeviceBuffer &dst, std::size_t offset) {
+    const TensorView t = weights(name);
+    const bool shape_ok = (cols == 0)
+                              ? (t.shape.size() == 1 && t.shape[0] == rows)
+                              : (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols);
+    const std::int64_t n = rows * std::max<std::int64_t>(cols, 1);
+    if (!shape_ok)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
+    if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
+    const void *src = t.data;
+    if (t.dtype == DType::kF32 || t.dtype == DType::kF16) {
+      converted.resize(n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        float f;
+        if (t.dtype == DType::kF32) {
+          std::memcpy(&f, t.data + i * 4, 4);
+        } else {
+          std::uint16_t h;
+          std::memcpy(&h, t.data + i * 2, 2);
+          f = f16_to_f32(h);
+        }
+        converted[i] = f32_to_bf16(f);
+      }
+      src = converted.data();
+    } else if (t.dtype != DType::kBF16) {
+      throw Error(ErrorCode::kUnsupported, "weights: " + name + ": dtype " +
+                                               std::string(dtype_name(t.dtype)) +
+                                               " is not supported by the CUDA runner yet");
+    }
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + offset, src, bf16_bytes(n),
+                                    cudaMemcpyHostToDevice, ctx_.copy_h2d()));
+    // `converted` is reused by the next tensor: wait for this copy to have read it.
+    done.record(ctx_.copy_h2d());
+    done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+  };
+  put("model.embed_tokens.weight", V_, H_, embed_, 0);
+  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0);
+  put("model.norm.weight", H_, 0, final_norm_, 0);
+  for (std::int64_t i = 0; i < config_.num_layers; ++i) {
+    Layer &l = layers_[i];
+    put(layer_name(i, "input_layernorm.weight"), H_, 0, l.input_norm, 0);
+    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0);
+    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv,
+        bf16_bytes(nh_ * hd_ * H_));
+    put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
+        bf16_bytes((nh_ + nkv_) * hd_ * H_));
+    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0);
+    put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
+    put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0);
+    put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_));
+    put(layer_name(i, "mlp.down_proj.weight"), H_, I_, l.down, 0);
+  }
+}
+
+void CudaModelRunner::randomize_weights(std::uint64_t seed) {
+  cudaStream_t s = ctx_.compute();
+  std::uint64_t n = 0;
+  // Uniform with variance 1/fan_in keeps activations O(1) through the layers.
+  auto fill = [&](const DeviceBuffer &b, std::int64_t fan_in) {
+    const float a = fan_in > 0 ? std::sqrt(3.0f / static_cast<float>(fan_in)) : 1.0f;
+    const float lo = fan_in > 0 ? -a : 1.0f, hi = fan_in > 0 ? a : 1.0f;  // norms: all ones
+    launch_fill_uniform(s, b.as<bf16>(), static_cast<std::int64_t>(b.bytes() / sizeof(bf16)),
+                        seed + (n++), lo, hi);
+  };
+  fill(embed_, 1);
+  if (lm_head_.bytes()) fill(lm_head_, H_);
+  fill(final_norm_, 0);
+  for (auto &l : layers_) {
+    fill(l.input_norm, 0);
+    fill(l.qkv, H_);
+    fill(l.o, nh_ * hd_);
+    fill(l.post_norm, 0);
+    fill(l.gate_up, H_);
+    fill(l.down, I_);
+  }
+  Event done;
+  done.record(s);
+  done.wait(ctx_.wait_timeout(), "cuda runner: random weights");
+}
+
+void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
+  if (opts.block_size <= 0 || opts.max_batch_tokens <= 0 || opts.max_seqs <= 0 ||
+      opts.max_logits_rows <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "cuda runner: options must be positive");
+  max_tokens_ = opts.max_batch_tokens;
+  max_seqs_ = opts.max_seqs;
+  max_rows_ = opts.max_logits_rows;
+  max_model_len_ = opts.max_model_len > 0 ? opts.max_model_len
+                                          : static_cast<std::int32_t>(std::min<std::int64_t>(
+                                                config_.max_position_embeddings, 131072));
+  const std::int32_t blocks_per_seq = (max_model_len_ + opts.block_size - 1) / opts.block_size;
+  max_table_ = max_seqs_ * blocks_per_seq;
+  const std::int64_t G = nh_ / nkv_;
+  tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kAttnMaxRows / G));
+  partial_entries_ = 8 * ctx_.num_sms();
+
+  const std::size_t T = max_tokens_;
+  const std::size_t in_ints = 3 * T + max_rows_ + 4 * T + max_table_;
+  host_in_ = PinnedBuffer(in_ints * sizeof(std::int32_t));
+  dev_in_ = DeviceBuffer(in_ints * sizeof(std::int32_t));
+  residual_ = DeviceBuffer(T * H_ * sizeof(float));
+  normed_ = DeviceBuffer(T * bf16_bytes(H_));
+  qkv_ = DeviceBuffer(T * bf16_bytes(qkv_width_));
+  attn_ = DeviceBuffer(T * bf16_bytes(nh_ * hd_));
+  proj_ = DeviceBuffer(T * bf16_bytes(H_));
+  gate_up_ = DeviceBuffer(T * bf16_bytes(2 * I_));
+  act_ = DeviceBuffer(T * bf16_bytes(I_));
+  partial_o_ =
+      DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
+  partial_ml_ =
+      DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * 2 * sizeof(float));
+  rows_in_ = DeviceBuffer(max_rows_ * bf16_bytes(H_));
+  logits_ = DeviceBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
+  argmax_ = DeviceBuffer(max_rows_ * sizeof(std::int32_t));
+  host_logits_ = PinnedBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
+  host_tokens_ = PinnedBuffer(max_rows_ * sizeof(std::int32_t));
+
+  KvLayout layout{static_cast<int>(config_.num_layers), opts.block_size, static_cast<int>(nkv_),
+                  static_cast<int>(hd_)};
+  std::int32_t blocks = opts.num_kv_blocks;
+  if (blocks <= 0) {
+    std::size_t free_b = 0, total_b = 0;
+    KEEL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double budget = static_cast<double>(free_b) * opts.kv_memory_fraction;
+    blocks = static_cast<std::int32_t>(std::min<double>(
+        budget / (static_cast<double>(layout.block_elems()) * sizeof(bf16)), 1 << 30));
+    if (blocks <= 0)
+      throw Error(ErrorCode::kResourceExhausted,
+                  "cuda runner: no device memory left for the KV cache");
+  }
+  kv_ = std::make_unique<CudaKvStore>(ctx_, layout, blocks);
+}
+
+int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &row_seq,
+                             std::vector<std::int32_t> &row_pos) {
+  ctx_.check_owner("CudaModelRunner::forward");
+  ctx_.activate();
+  const std::int32_t T = b.total_tokens();
+  const std::int32_t S = static_cast<std::int32_t>(b.seqs.size());
+  const std::int32_t bs = kv_->block_size();
+  if (T > max_tokens_)
+    throw bad_batch(std::to_string(T) + " tokens exceed max_batch_tokens " +
+                    std::to_string(max_tokens_));
+  if (S > max_seqs_)
+    throw bad_batch(std::to_string(S) + " sequences exceed max_seqs " + std::to_string(max_seqs_));
+  if (static_cast<std::int64_t>(b.block_table.size()) > max_table_)
+    throw bad_batch("block table too long");
+  for (TokenId t : b.tokens)
+    if (t < 0 || t >= V_)
+      throw bad_batch("token id " + std::to_string(t) + " outside the vocabulary");
+  for (std::int32_t blk : b.block_table)
+    if (blk < 0 || blk >= kv_->num_blocks())
+      throw bad_batch("block id " + std::to_string(blk) + " out of range");
+
+  // Stage: [tokens T][positions T][slots T][rows R][tiles 4 x n][block_table].
+  if (inputs_pending_) inputs_copied_.wait(ctx_.wait_timeout(), "cuda runner: input staging");
+  std::int32_t *h = host_in_.as<std::int32_t>();
+  std::int32_t *tokens = h, *positions = h + T, *slots = h + 2 * T, *rows = h + 3 * T;
+  std::fill(positions, positions + T, 0);
+  std::fill(slots, slots + T, -1);  // tokens no sequence claims are computed but never stored
+  std::copy(b.tokens.begin(), b.tokens.end(), tokens);
+  row_seq.clear();
+  row_pos.clear();
+  std::vector<AttnTile> tiles;
+  std::int32_t max_kv = 0;
+  for (std::int32_t s = 0; s < S; ++s) {
+    const SequenceSlice &q = b.seqs[s];
+    const std::int64_t end = std::int64_t(q.start_pos) + q.num_tokens;
+    if (q.num_tokens < 0 || q.token_offset < 0 || q.start_pos < 0 ||
+        std::int64_t(q.token_offset) + q.num_tokens > T)
+      throw bad_batch("sequence " + std::to_string(s) + ": tokens out of range");
+    if (end > max_model_len_)
+      throw bad_batch("sequence " + std::to_string(s) + ": longer than max_model_len");
+    if (q.num_blocks < 0 || q.block_offset < 0 ||
+        std::int64_t(q.block_offset) + q.num_blocks >
+            static_cast<std::int64_t>(b.block_table.size()) ||
+        std::int64_t(q.num_blocks) * bs < end)
+      throw bad_batch("sequence " + std::to_string(s) +
+                      ": block table does not cover its positions");
+    for (std::int32_t j = 0; j < q.num_tokens; ++j) {
+      const std::int32_t t = q.token_offset + j, pos = q.start_pos + j;
+      positions[t] = pos;
+      slots[t] = b.block_table[q.block_offset + pos / bs] * bs + pos % bs;
+    }
+    for (std::int32_t j = 0; j < q.num_tokens; j += tile_q_)
+      tiles.push_back({q.token_offset + j, std::min(tile_q_, q.num_tokens - j), q.start_pos + j,
+                       q.block_offset});
+    max_kv = std::max<std::int32_t>(max_kv, static_cast<std::int32_t>(end));
+    const bool all = q.logits == SequenceSlice::Logits::kAll;
+    if (q.num_tokens > 0 && q.logits != SequenceSlice::Logits::kNone)
+      for (std::int32_t j = all ? 0 : q.num_tokens - 1; j < q.num_tokens; ++j) {
+        if (static_cast<std::int32_t>(row_seq.size()) >= max_rows_)
+          throw bad_batch("more than max_logits_rows " + std::to_string(max_rows_) +
+                          " logits rows requested");
+        rows[row_seq.size()] = q.token_offset + j;
+        row_seq.push_back(s);
+        row_pos.push_back(q.start_pos + j);
+      }
+  }
+  const int R = static_cast<int>(row_seq.size());
+  const std::size_t tiles_at = 3 * std::size_t(T) + R;
+  std::memcpy(h + tiles_at, tiles.data(), tiles.size() * sizeof(AttnTile));
+  const std::size_t table_at = tiles_at + 4 * tiles.size();
+  std::copy(b.block_table.begin(), b.block_table.end(), h + table_at);
+  const std::size_t n_ints = table_at + b.block_table.size();
+
+  cudaStream_t s = ctx_.compute();
+  KEEL_CUDA_CHECK(
+      cudaMemcpyAsync(dev_in_.data(), h, n_ints * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
+  inputs_copied_.record(s);
+  inputs_pending_ = true;
+  const std::int32_t *d = dev_in_.as<std::int32_t>();
+  const std::int32_t *d_tokens = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
+  const auto *d_tiles = reinterpret_cast<const AttnTile *>(d + tiles_at);
+  const std::int32_t *d_table = d + table_at;
+
+  // Split-K when the grid would leave most SMs idle (decode with few sequences).
+  const int n_tiles = static_cast<int>(tiles.size());
+  const std::int64_t work = std::int64_t(n_tiles) * nkv_;
+  int splits = 1;
+  if (work > 0 && work < 2 * ctx_.num_sms()) {
+    splits = static_cast<int>(
+        std::min<std::int64_t>((2 * ctx_.num_sms() + work - 1) / work, (max_kv + 63) / 64));
+    splits = static_cast<int>(
+        std::max<std::int64_t>(1, std::min<std::int64_t>(splits, partial_entries_ / work)));
+  }
+
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const GemmType bf = GemmType::kBF16;
+  bf16 *normed = normed_.as<bf16>(), *qkv = qkv_.as<bf16>(), *proj = proj_.as<bf16>();
+  float *residual = residual_.as<float>();
+  launch_embedding(s, d_tokens, T, embed_.as<bf16>(), V_, static_cast<int>(H_), residual);
+  AttnParams ap;
+  ap.qkv = qkv;
+  ap.row_stride = static_cast<int>(qkv_width_);
+  ap.tiles = d_tiles;
+  ap.num_tiles = n_tiles;
+  ap.tile_q = tile_q_;
+  ap.block_table = d_table;
+  ap.cache = kv_->data();
+  ap.layout = kv_->layout();
+  ap.num_q_heads = static_cast<int>(nh_);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  ap.num_splits = splits;
+  ap.partial_o = partial_o_.as<float>();
+  ap.partial_ml = partial_ml_.as<float>();
+  ap.out = attn_.as<bf16>();
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const Layer &L = layers_[li];
+    const int layer = static_cast<int>(li);
+    launch_add_rmsnorm(s, li == 0 ? nullptr : proj, residual, L.input_norm.as<bf16>(), normed, T,
+                       static_cast<int>(H_), eps);
+    gemm_.run(s, bf, bf, normed, L.qkv.data(), qkv, T, qkv_width_, H_);
+    launch_rope(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_),
+                static_cast<int>(nkv_), static_cast<int>(hd_), d_positions, inv_freq_.as<float>(),
+                rope_mscale_, config_.rope_style == RopeStyle::kInterleaved);
+    launch_kv_write(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_ * hd_),
+                    static_cast<int>((nh_ + nkv_) * hd_), d_slots, kv_->data(), kv_->layout(),
+                    layer);
+    ap.layer = layer;
+    launch_paged_attention(s, ap);
+    gemm_.run(s, bf, bf, attn_.data(), L.o.data(), proj, T, H_, nh_ * hd_);
+    launch_add_rmsnorm(s, proj, residual, L.post_norm.as<bf16>(), normed, T, static_cast<int>(H_),
+                       eps);
+    gemm_.run(s, bf, bf, normed, L.gate_up.data(), gate_up_.data(), T, 2 * I_, H_);
+    launch_swiglu(s, gate_up_.as<bf16>(), act_.as<bf16>(), T, static_cast<int>(I_));
+    gemm_.run(s, bf, bf, act_.data(), L.down.data(), proj, T, H_, I_);
+  }
+  if (R > 0) {
+    // The final norm is cheap next to the LM head: norm every row, then only the
+    // requested rows go through the LM head.
+    launch_add_rmsnorm(s, proj, residual, final_norm_.as<bf16>(), normed, T, static_cast<int>(H_),
+                       eps);
+    launch_gather_rows(s, normed, d_rows, R, static_cast<int>(H_), rows_in_.as<bf16>());
+    const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
+    gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
+  }
+  return R;
+}
+
+void CudaModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
+  const int R = enqueue(batch, out.row_seq, out.row_pos);
+  out.vocab_size = static_cast<std::int32_t>(V_);
+  out.logits.resize(static_cast<std::size_t>(R) * V_);
+  const std::size_t bytes = static_cast<std::size_t>(R) * V_ * sizeof(float);
+  compute_done_.record(ctx_.compute());
+  if (R > 0) {
+    compute_done_.make_wait(ctx_.copy_d2h());
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.data(), bytes,
+                                    cudaMemcpyDeviceToHost, ctx_.copy_d2h()));
+    out_copied_.record(ctx_.copy_d2h());
+    out_copied_.wait(ctx_.wait_timeout(), "cuda runner: logits copy");
+    std::memcpy(out.logits.data(), host_logits_.data(), bytes);
+  } else {
+    compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
+  }
+}
+
+void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
+                                     std::vector<std::int32_t> *row_seq) {
+  std::vector<std::int32_t> seqs, pos;
+  const int R = enqueue(batch, seqs, pos);
+  if (R > 0)
+    launch_argmax(ctx_.compute(), logits_.as<float>(), R, static_cast<int>(V_),
+                  argmax_.as<std::int32_t>());
+  compute_done_.record(ctx_.compute());
+  next.resize(R);
+  if (R > 0) {
+    compute_done_.make_wait(ctx_.copy_d2h());
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(host_tokens_.data(), argmax_.data(), R * sizeof(std::int32_t),
+                                    cudaMemcpyDeviceToHost, ctx_.copy_d2h()));
+    out_copied_.record(ctx_.copy_d2h());
+    out_copied_.wait(ctx_.wait_timeout(), "cuda runner: token copy");
+    std::memcpy(next.data(), host_tokens_.data(), R * sizeof(std::int32_t));
+  } else {
+    compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
+  }
+  if (row_seq) *row_seq = std::move(seqs);
+}
+
+}  // namespace keel::cuda

@@ -1,0 +1,116 @@
+// ModelRunner for the Llama family (Llama 2/3.x, Mistral) on one CUDA device: bf16
+// weights resident on the device, a paged KV cache (CudaKvStore), every forward pass
+// enqueued on the context's compute stream, results returned through pinned memory and
+// the d2h copy stream with bounded waits. All buffers are allocated at construction, so
+// the hot path never calls cudaMalloc/cudaFree (which synchronise the whole device).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor_view.h"
+#include "exec/cuda/cuda_context.h"
+#include "exec/cuda/cuda_kv_store.h"
+#include "exec/cuda/gemm.h"
+#include "exec/cuda/kernels.h"
+#include "exec/model_runner.h"
+
+namespace keel::cuda {
+
+struct CudaRunnerOptions {
+  std::int32_t block_size = 16;
+  std::int32_t num_kv_blocks = 0;        // 0: as many as kv_memory_fraction of free memory holds
+  double kv_memory_fraction = 0.80;      // of the device memory free after weights and buffers
+  std::int32_t max_batch_tokens = 8192;  // tokens per forward pass
+  std::int32_t max_seqs = 256;           // sequences per forward pass
+  std::int32_t max_logits_rows = 256;    // logits rows per forward pass
+  std::int32_t max_model_len = 0;        // 0: max_position_embeddings (capped at 131072)
+};
+
+// Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
+using WeightSource = std::function<TensorView(const std::string &hf_name)>;
+
+class CudaModelRunner : public ModelRunner {
+ public:
+  // Uploads the weights named by `weights` (bf16, f16 or f32 on the host; stored bf16).
+  CudaModelRunner(CudaContext &ctx, ModelConfig config, const WeightSource &weights,
+                  const CudaRunnerOptions &opts);
+  // Pseudo-random bf16 weights made on the device (benchmarks, tests): no host copy.
+  CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint64_t seed,
+                  const CudaRunnerOptions &opts);
+  ~CudaModelRunner() override;
+
+  const ModelConfig &config() const override { return config_; }
+  KvBlockStore &kv() override { return *kv_; }
+  void forward(const ForwardBatch &batch, ForwardOutput &out) override;
+
+  // Greedy decoding helper: argmax of each logits row on the device; only the token ids
+  // come back (no logits copy). next[i] belongs to the i-th requested row.
+  void forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
+                      std::vector<std::int32_t> *row_seq = nullptr);
+
+  CudaKvStore &kv_store() { return *kv_; }
+  std::size_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Layer {
+    DeviceBuffer input_norm;  // [H]
+    DeviceBuffer qkv;         // [(nh + 2 nkv) hd, H]: q, k, v rows stacked
+    DeviceBuffer o;           // [H, nh hd]
+    DeviceBuffer post_norm;   // [H]
+    DeviceBuffer gate_up;     // [2 I, H]: gate rows then up rows
+    DeviceBuffer down;        // [H, I]
+  };
+  struct Step;  // host-side plan of one forward pass
+
+  void validate_config() const;
+  void allocate_weights();
+  void upload_weights(const WeightSource &weights);
+  void randomize_weights(std::uint64_t seed);
+  void allocate_buffers(const CudaRunnerOptions &opts);
+  // Validates and stages the batch, enqueues the whole pass; returns the logits rows.
+  int enqueue(const ForwardBatch &batch, std::vector<std::int32_t> &row_seq,
+              std::vector<std::int32_t> &row_pos);
+
+  CudaContext &ctx_;
+  ModelConfig config_;
+  Gemm gemm_;
+  std::int64_t H_, I_, nh_, nkv_, hd_, V_, qkv_width_;
+  std::int32_t max_tokens_, max_seqs_, max_rows_, max_model_len_, max_table_, tile_q_,
+      partial_entries_;
+  std::size_t weight_bytes_ = 0;
+
+  DeviceBuffer embed_;    // [V, H]
+  DeviceBuffer lm_head_;  // [V, H] (absent when tied to embed_)
+  DeviceBuffer final_norm_;
+  std::vector<Layer> layers_;
+  DeviceBuffer inv_freq_;  // [hd / 2] f32
+  float rope_mscale_ = 1.0f;
+  std::unique_ptr<CudaKvStore> kv_;
+
+  // Step inputs: one i32 array staged in pinned memory and copied in one go.
+  PinnedBuffer host_in_;
+  DeviceBuffer dev_in_;
+  Event inputs_copied_;
+  bool inputs_pending_ = false;
+  // Activations, sized for max_batch_tokens rows.
+  DeviceBuffer residual_;                // [T, H] f32
+  DeviceBuffer normed_;                  // [T, H] bf16
+  DeviceBuffer qkv_;                     // [T, qkv_width] bf16
+  DeviceBuffer attn_;                    // [T, nh hd] bf16
+  DeviceBuffer proj_;                    // [T, H] bf16 (o_proj and down_proj outputs)
+  DeviceBuffer gate_up_;                 // [T, 2I] bf16
+  DeviceBuffer act_;                     // [T, I] bf16
+  DeviceBuffer partial_o_, partial_ml_;  // split-K scratch
+  DeviceBuffer rows_in_;                 // [R, H] bf16
+  DeviceBuffer logits_;                  // [R, V] f32
+  DeviceBuffer argmax_;                  // [R] i32
+  PinnedBuffer host_logits_;             // [R, V] f32
+  PinnedBuffer host_tokens_;             // [R] i32
+  Event compute_done_, out_copied_;
+};
+
+}  // namespace keel::cuda

@@ -1,0 +1,45 @@
+// Linear layers through cuBLASLt: y[M,N] = x[M,K] @ W[N,K]^T with W row-major [out, in]
+// (the safetensors layout), bf16 or f16 operands, f32 accumulation, output in the
+// operand type or f32 (logits). Algorithms are chosen once per shape and cached here,
+// per runner: no global cache, so two engines never share state.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "exec/cuda/cuda_context.h"
+
+namespace keel::cuda {
+
+enum class GemmType : std::uint8_t { kBF16, kF16, kF32 };
+
+class Gemm {
+ public:
+  explicit Gemm(const CudaContext &ctx) : ctx_(ctx) {}
+  ~Gemm();
+  Gemm(const Gemm &) = delete;
+  Gemm &operator=(const Gemm &) = delete;
+
+  // x: [M, K] (ab), w: [N, K] (ab), y: [M, N] (out). When `accumulate` is set,
+  // y += x @ w^T (beta = 1), otherwise y = x @ w^T. Runs on `stream`.
+  void run(cudaStream_t stream, GemmType ab, GemmType out, const void *x, const void *w, void *y,
+           std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate = false);
+
+ private:
+  struct Plan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  using Key = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, bool>;
+  Plan &plan_for(const Key &key);
+
+  const CudaContext &ctx_;
+  std::map<Key, Plan> plans_;
+};
+
+}  // namespace keel::cuda

@@ -1,0 +1,107 @@
+// Launchers of keel's own CUDA kernels, one family per .cu file. Every launcher takes
+// the stream explicitly (never the legacy default stream: it throws on 0) and checks the
+// launch. Pointers are device pointers unless named host_*. Shapes are in comments.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace keel::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// ---- k_embedding.cu ----
+// out[t, :] = f32(table[tokens[t], :]); tokens outside [0, vocab) give a zero row
+// (the runner rejects them before launch; the kernel must still not read out of bounds).
+// tokens [T] i32, table [vocab, H] bf16, out [T, H] f32.
+void launch_embedding(cudaStream_t s, const std::int32_t *tokens, int T, const bf16 *table,
+                      std::int64_t vocab, int H, float *out);
+// out[i, :] = in[rows[i], :]; in [*, H] bf16, rows [R] i32, out [R, H] bf16.
+void launch_gather_rows(cudaStream_t s, const bf16 *in, const std::int32_t *rows, int R, int H,
+                        bf16 *out);
+
+// ---- k_rmsnorm.cu ----
+// Fused residual add + RMSNorm over rows of H: when x is given, residual += x first;
+// out = bf16(residual * rsqrt(mean(residual^2) + eps) * weight).
+// x [rows, H] bf16 (nullable), residual [rows, H] f32 (in/out), weight [H] bf16, out [rows, H]
+// bf16.
+void launch_add_rmsnorm(cudaStream_t s, const bf16 *x, float *residual, const bf16 *weight,
+                        bf16 *out, int rows, int H, float eps);
+
+// ---- k_rope.cu ----
+// Rotates q and k in place inside a fused qkv activation. Row t of qkv (stride
+// row_stride elements) holds [q heads | k heads | v heads], each head_dim wide; pair i of
+// a head is (i, i + head_dim/2) for neox, (2i, 2i + 1) for interleaved; its angle is
+// positions[t] * inv_freq[i], and cos/sin are scaled by mscale (yarn's attention factor).
+// qkv [T, row_stride] bf16, positions [T] i32, inv_freq [head_dim/2] f32.
+void launch_rope(cudaStream_t s, bf16 *qkv, int T, int row_stride, int num_q_heads,
+                 int num_kv_heads, int head_dim, const std::int32_t *positions,
+                 const float *inv_freq, float mscale, bool interleaved);
+
+// ---- k_swiglu.cu ----
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]; gate_up [T, 2I] bf16, out [T, I] bf16.
+void launch_swiglu(cudaStream_t s, const bf16 *gate_up, bf16 *out, int T, int I);
+
+// ---- paged KV cache layout (k_kv_write.cu, k_attention.cu) ----
+// One allocation of [num_blocks][num_layers][K|V][block_size][num_kv_heads][head_dim] bf16,
+// so one block's bytes (all layers) are contiguous, as KvBlockStore promises.
+struct KvLayout {
+  int num_layers = 0, block_size = 0, num_kv_heads = 0, head_dim = 0;
+  __host__ __device__ std::int64_t slot_elems() const {
+    return std::int64_t(num_kv_heads) * head_dim;
+  }
+  __host__ __device__ std::int64_t block_elems() const {
+    return std::int64_t(num_layers) * 2 * block_size * slot_elems();
+  }
+  // Element offset of (block, layer, kv = 0 for K / 1 for V, slot in block).
+  __host__ __device__ std::int64_t offset(std::int64_t block, int layer, int kv, int slot) const {
+    return ((block * num_layers + layer) * 2 + kv) * block_size * slot_elems() +
+           std::int64_t(slot) * slot_elems();
+  }
+};
+
+// ---- k_kv_write.cu ----
+// Writes the k and v heads of each token row into the cache slot slots[t] (= block *
+// block_size + slot); slots < 0 are skipped (padding). K starts at element k_offset of
+// a qkv row, V at v_offset. qkv [T, row_stride] bf16, slots [T] i32.
+void launch_kv_write(cudaStream_t s, const bf16 *qkv, int T, int row_stride, int k_offset,
+                     int v_offset, const std::int32_t *slots, bf16 *cache, const KvLayout &layout,
+                     int layer);
+
+// ---- k_attention.cu ----
+// A tile is up to tile_q consecutive query tokens of one sequence; all of them attend
+// causally over that sequence's paged keys [0, pos0 + num_q).
+struct AttnTile {
+  std::int32_t q_start = 0;       // first query row in qkv / out
+  std::int32_t num_q = 0;         // queries in this tile (<= tile_q)
+  std::int32_t pos0 = 0;          // position of the first query
+  std::int32_t block_offset = 0;  // first entry of the sequence's block table
+};
+struct AttnParams {
+  const bf16 *qkv = nullptr;  // [T, row_stride]; q heads at the start of a row
+  int row_stride = 0;
+  const AttnTile *tiles = nullptr;  // [num_tiles] (device)
+  int num_tiles = 0;
+  int tile_q = 0;  // queries per tile; tile_q * (num_q_heads / num_kv_heads) <= kAttnMaxRows
+  const std::int32_t *block_table = nullptr;  // device
+  const bf16 *cache = nullptr;
+  KvLayout layout;
+  int layer = 0;
+  int num_q_heads = 0;
+  float scale = 0;              // softmax scale (1/sqrt(head_dim) unless the model says otherwise)
+  int num_splits = 1;           // split-K over keys; > 1 needs the partial buffers
+  float *partial_o = nullptr;   // [num_tiles, num_kv_heads, num_splits, kAttnMaxRows, head_dim]
+  float *partial_ml = nullptr;  // [num_tiles, num_kv_heads, num_splits, kAttnMaxRows, 2]
+  bf16 *out = nullptr;          // [T, num_q_heads * head_dim]
+};
+constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
+constexpr int kAttnMaxHeadDim = 256;
+void launch_paged_attention(cudaStream_t s, const AttnParams &p);
+
+// ---- k_sampling.cu ----
+// Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties). logits [R, V] f32.
+void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out);
+
+}  // namespace keel::cuda

@@ -1,0 +1,139 @@
+// Stream ownership and bounded waits: a wedged stream in one engine must not stall
+// another engine in the same process, and host waits on it must time out with an error.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "cuda_test_util.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/gemm.h"
+#include "exec/cuda/k_debug.h"
+#include "tiny_llama.h"
+
+namespace keel::cuda {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Holds a context's compute stream with a spinning kernel until release() (or until the
+// kernel's own 60 s safety timeout).
+class StreamBlocker {
+ public:
+  explicit StreamBlocker(CudaContext &ctx)
+      : flag_(sizeof(std::int32_t), /*mapped=*/true), status_(4) {
+    *flag_.as<volatile std::int32_t>() = 0;
+    KEEL_CUDA_CHECK(cudaMemsetAsync(status_.data(), 0, 4, ctx.compute()));
+    launch_spin_until_released(ctx.compute(),
+                               static_cast<volatile std::int32_t *>(flag_.device_ptr()),
+                               status_.as<std::int32_t>(), 60000);
+    after_.record(ctx.compute());
+  }
+  ~StreamBlocker() { release(); }
+  void release() { *flag_.as<volatile std::int32_t>() = 1; }
+  const Event &after() const { return after_; }
+  const DeviceBuffer &status() const { return status_; }
+
+ private:
+  PinnedBuffer flag_;
+  DeviceBuffer status_;
+  Event after_;
+};
+
+TEST(CudaConcurrency, HostWaitOnWedgedStreamTimesOut) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  StreamBlocker blocker(ctx);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    blocker.after().wait(200ms, "wedged stream");
+    FAIL() << "wait returned while the stream was blocked";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("wedged stream"), std::string::npos);
+  }
+  const auto waited = std::chrono::steady_clock::now() - t0;
+  EXPECT_GE(waited, 200ms);
+  EXPECT_LT(waited, 5s);
+  EXPECT_FALSE(blocker.after().done());
+  blocker.release();
+  blocker.after().wait(10s, "released stream");
+  EXPECT_EQ(test::download<std::int32_t>(ctx, blocker.status(), 1)[0],
+            1);  // released, not timed out
+}
+
+TEST(CudaConcurrency, OtherEngineFinishesWhileOneIsWedged) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  // Engine B (a whole runner) and engine A (its own context) in one process.
+  CudaContext ctx_a, ctx_b;
+  test::TinyLlama m(46);
+  CudaRunnerOptions opts;
+  opts.block_size = 4;
+  opts.num_kv_blocks = 16;
+  opts.max_batch_tokens = 32;
+  opts.max_seqs = 4;
+  opts.max_logits_rows = 4;
+  opts.max_model_len = 64;
+  CudaModelRunner runner_b(
+      ctx_b, m.cfg, [&](const std::string &n) { return m.view(n); }, opts);
+  ForwardBatch batch;
+  for (int i = 0; i < 10; ++i) batch.tokens.push_back(3 * i + 1);
+  batch.seqs.push_back({0, 10, 0, 0, 3, SequenceSlice::Logits::kLast});
+  batch.block_table = {2, 0, 1};
+  ForwardOutput before, during;
+  runner_b.forward(batch, before);
+
+  {
+    StreamBlocker blocker(ctx_a);  // engine A wedged from here on
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 3; ++i) runner_b.forward(batch, during);
+    std::vector<std::byte> snap(runner_b.kv().block_bytes());
+    runner_b.kv().save_block(2, snap);  // copy streams of B are unaffected too
+    runner_b.kv().load_block(3, snap);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 20s);
+    EXPECT_FALSE(blocker.after().done()) << "engine A should still be wedged";
+    EXPECT_EQ(before.logits, during.logits);
+    blocker.release();
+    blocker.after().wait(10s, "engine A after release");
+  }
+}
+
+TEST(CudaConcurrency, OwnerThreadIsCheckedInDebugBuilds) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+#if !defined(KEEL_CHECK_THREAD_OWNERSHIP)
+  GTEST_SKIP() << "ownership checks are compiled into debug builds only";
+#else
+  CudaContext ctx;
+  test::TinyLlama m(47);
+  CudaRunnerOptions opts;
+  opts.block_size = 4;
+  opts.num_kv_blocks = 8;
+  opts.max_batch_tokens = 16;
+  opts.max_seqs = 2;
+  opts.max_logits_rows = 2;
+  opts.max_model_len = 32;
+  CudaModelRunner runner(ctx, m.cfg, std::uint64_t{5}, opts);
+  ForwardBatch batch;
+  batch.tokens = {1, 2};
+  batch.seqs.push_back({0, 2, 0, 0, 1, SequenceSlice::Logits::kLast});
+  batch.block_table = {0};
+  std::atomic<bool> threw{false};
+  std::thread other([&] {
+    ForwardOutput o;
+    try {
+      runner.forward(batch, o);
+    } catch (const Error &e) {
+      threw = e.code() == ErrorCode::kInternal;
+    }
+  });
+  other.join();
+  EXPECT_TRUE(threw.load());
+  ForwardOutput o;
+  runner.forward(batch, o);  // the owner still can
+  EXPECT_EQ(o.row_seq.size(), 1u);
+#endif
+}
+
+}  // namespace
+}  // namespace keel::cuda
