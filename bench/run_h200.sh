@@ -30,16 +30,16 @@ df -h . | tail -1
 
 if [ $skip_tests = 0 ]; then
   echo "== tests"
-  timeout 300 "$carry/bin/keel_test_cuda" 2>&1 | tee "$out/tests.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|error' | head -60
+  timeout 120 "$carry/bin/keel_test_cuda" 2>&1 | tee "$out/tests.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|error' | head -60
 fi
 if [ $skip_san = 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (kernels, attention, runner)"
-  timeout 240 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
     "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*' >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines)"
   tail -3 "$out/memcheck.log"
   echo "== compute-sanitizer racecheck (attention)"
-  timeout 180 compute-sanitizer --tool racecheck --error-exitcode 9 \
+  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
     "$carry/bin/keel_test_cuda" --gtest_filter='CudaAttention.MixedBatch*' >"$out/racecheck.log" 2>&1
   echo "racecheck exit $?"
   tail -3 "$out/racecheck.log"
@@ -47,7 +47,7 @@ fi
 
 echo "== benchmarks"
 for m in 1b 8b; do
-  timeout 240 "$carry/bin/cuda_bench" --model "$m" 2>&1 | tee "$out/bench_$m.log"
+  timeout 150 "$carry/bin/cuda_bench" --model "$m" 2>&1 | tee "$out/bench_$m.log"
 done
 echo
 echo "peer (C++ server, same GPU and shapes): 8B batch-1 decode 159 tok/s, 512 prefill 19,300 tok/s,"
