@@ -1,0 +1,32 @@
+// Reference (scalar) dequantization of every weight type keel reads, and quantizers
+// for the GGML block types, bit-compatible with GGML's block layouts:
+//   Q8_0  32 elems / 34 B:  f16 d, i8 qs[32]                       x = d * q
+//   Q4_0  32 elems / 18 B:  f16 d, u8 qs[16] (lo nibbles: 0..15,   x = d * (q - 8)
+//                           hi nibbles: 16..31)
+//   Q4_K 256 elems / 144 B: f16 d, f16 dmin, u8 scales[12] (8 x 6-bit scale and min),
+//                           u8 qs[128]                              x = d*sc*q - dmin*m
+//   Q6_K 256 elems / 210 B: u8 ql[128], u8 qh[64], i8 scales[16], f16 d
+//                                                                   x = d * sc * (q - 32)
+// Fast kernels live in exec/; these are the references they are tested against.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/tensor_view.h"
+
+namespace keel {
+
+// Converts n elements of `type` at src to f32. n must be a multiple of the block size
+// (throws Error(kInvalidArgument) otherwise, kUnsupported for integer types).
+void dequantize_row(DType type, const void *src, float *dst, std::int64_t n);
+
+// Encodes n f32 values (a multiple of the block size) as `type`: F32, F16, BF16,
+// Q8_0, Q4_0, Q4_K or Q6_K. dst holds dtype_bytes(type, n) bytes.
+void quantize_row(DType type, const float *src, void *dst, std::int64_t n);
+
+// The whole tensor as f32 (tests, small tensors).
+std::vector<float> dequantize(const TensorView &t);
+
+}  // namespace keel
