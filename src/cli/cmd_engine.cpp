@@ -1,11 +1,98 @@
+// `keel engine` (internal): one engine child process. The front spawns it with a
+// connected Unix socket on --fd; it loads the model, says hello, then serves the
+// engine over framed messages until the front closes the socket or asks it to stop.
+// It dies with the front: PR_SET_PDEATHSIG (set again here, in case an exec'ing
+// wrapper cleared it) and the socket's EOF, whichever comes first.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <cstdio>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/engine.h"
+#include "engine/ipc_server.h"
+#include "exec/cpu/cpu_model_runner.h"
 
 namespace keel::cli {
 
-// Not built yet: see the open issues.
-int cmd_engine(int, char **) {
-  throw Error(ErrorCode::kUnsupported, "this command is not available in this build yet");
+int cmd_engine(int argc, char **argv) {
+  CLI::App app{"keel engine: one engine process (started by keel serve)"};
+  int fd = -1;
+  std::string model, device = "cpu";
+  int threads = 0, max_concurrent = 256, kv_blocks = 1024, block_size = 16, heartbeat_ms = 100,
+      max_model_len = 0;
+  std::string cache_dir, hot_cache, ssd_cache;
+  app.add_option("--fd", fd, "connected socket to the front")->required();
+  app.add_option("--model", model, "model directory or .gguf file")->required();
+  app.add_option("--device", device, "cpu or cuda[:N]");
+  app.add_option("--threads", threads, "compute threads (0: all cores)");
+  app.add_option("--max-concurrent", max_concurrent, "running requests at most");
+  app.add_option("--kv-blocks", kv_blocks, "KV cache blocks");
+  app.add_option("--block-size", block_size, "tokens per KV block");
+  app.add_option("--max-model-len", max_model_len, "longest sequence (0: the model's)");
+  app.add_option("--heartbeat-ms", heartbeat_ms, "status report interval");
+  app.add_option("--cache-dir", cache_dir, "SSD cache directory");
+  app.add_option("--hot-cache-size", hot_cache, "host RAM cache size");
+  app.add_option("--ssd-cache-size", ssd_cache, "SSD cache size");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  ipc::IpcEngineServer server(fd, std::chrono::milliseconds(heartbeat_ms));
+  std::unique_ptr<Engine> engine;
+  std::atomic<std::int64_t> kv_bytes{0};
+  try {
+    if (device != "cpu")
+      throw Error(ErrorCode::kUnsupported,
+                  "--device " + device + ": only the cpu backend is wired into keel engine yet");
+    EngineConfig cfg;
+    cfg.scheduler.max_num_seqs = max_concurrent;
+    cfg.max_model_len = max_model_len;
+    cfg.model_fingerprint = model;
+    const std::filesystem::path path = model;
+    engine = std::make_unique<Engine>(
+        [path, threads, kv_blocks, block_size, &kv_bytes] {
+          EngineBackend b;
+          b.context = std::make_unique<ExecContext>(threads);
+          b.runner =
+              cpu::CpuModelRunner::open(path, *b.context, cpu::KvOptions{kv_blocks, block_size});
+          kv_bytes =
+              static_cast<std::int64_t>(b.runner->kv().block_bytes()) * b.runner->kv().num_blocks();
+          return b;
+        },
+        cfg);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "keel engine: %s: %s\n", model.c_str(), e.what());
+    server.send_load_error(std::string(model) + ": " + e.what());
+    return 1;
+  }
+  ipc::ReadyInfo info;
+  info.context_length = engine->max_model_len();
+  info.vocab_size = engine->model_config().vocab_size;
+  info.eos_token_ids = engine->model_config().eos_token_ids;
+  std::error_code ec;
+  std::int64_t weights = 0;
+  if (std::filesystem::is_directory(model, ec)) {
+    for (const auto &f : std::filesystem::directory_iterator(model, ec))
+      if (f.path().extension() == ".safetensors")
+        weights += static_cast<std::int64_t>(f.file_size(ec));
+  } else {
+    weights = static_cast<std::int64_t>(std::filesystem::file_size(model, ec));
+  }
+  info.memory_bytes = weights + kv_bytes.load();
+  info.pid = ::getpid();
+  info.backend = device;
+  const int rc = server.serve(*engine, info);
+  engine->stop(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+  return rc;
 }
 
 }  // namespace keel::cli

@@ -1,11 +1,171 @@
+// `keel serve`: the front process. Discovers models, starts the HTTP API, and spawns
+// one `keel engine` child per loaded model. Every option also comes from an
+// environment variable (KEEL_PORT, ...) or a settings file (--config / KEEL_CONFIG,
+// TOML or INI: `port = 8080`); the command line wins over the environment, which wins
+// over the file.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
 #include "cli/commands.h"
+#include "core/default_model.h"
 #include "core/error.h"
+#include "registry/model_registry.h"
+#include "server/api_server.h"
+#include "server/http_server.h"
 
 namespace keel::cli {
 
-// Not built yet: see the open issues.
-int cmd_serve(int, char **) {
-  throw Error(ErrorCode::kUnsupported, "this command is not available in this build yet");
+int cmd_serve(int argc, char **argv) {
+  CLI::App app{"keel serve: OpenAI- and Anthropic-compatible server"};
+  std::vector<std::string> model_paths, pins;
+  std::string model_dir, host = "127.0.0.1", api_key, device = "cpu", memory_budget = "0",
+                         cache_dir, hot_cache, ssd_cache, log_level = "info";
+  int port = 8000, threads = 0, max_concurrent = 256, kv_blocks = 1024, io_threads = 2,
+      workers = 16;
+  double step_deadline_s = 60, idle_ttl_s = 0, load_timeout_s = 600, sse_keepalive_s = 10,
+         unload_grace_s = 3;
+  std::string body_limit = "32M";
+  app.add_option("models", model_paths,
+                 "model directories or .gguf files (default: the built-in model)");
+  app.add_option("--model-dir", model_dir, "serve every model found in this directory")
+      ->envname("KEEL_MODEL_DIR");
+  app.add_option("--host", host, "address to bind")->envname("KEEL_HOST")->capture_default_str();
+  app.add_option("--port", port, "port (0: any free port)")
+      ->envname("KEEL_PORT")
+      ->capture_default_str();
+  app.add_option("--api-key", api_key, "require this key (Bearer or x-api-key)")
+      ->envname("KEEL_API_KEY");
+  app.add_option("--device", device, "cpu or cuda[:N]")
+      ->envname("KEEL_DEVICE")
+      ->capture_default_str();
+  app.add_option("--threads", threads, "compute threads per engine (0: all cores)")
+      ->envname("KEEL_THREADS");
+  app.add_option("--max-concurrent", max_concurrent, "running requests per engine")
+      ->envname("KEEL_MAX_CONCURRENT");
+  app.add_option("--memory-budget", memory_budget,
+                 "memory for loaded models, e.g. 8G (0: no limit)")
+      ->envname("KEEL_MEMORY_BUDGET");
+  app.add_option("--cache-dir", cache_dir, "KV cache directory (SSD tier)")
+      ->envname("KEEL_CACHE_DIR");
+  app.add_option("--hot-cache-size", hot_cache, "host-RAM KV cache size")
+      ->envname("KEEL_HOT_CACHE_SIZE");
+  app.add_option("--ssd-cache-size", ssd_cache, "SSD KV cache size")
+      ->envname("KEEL_SSD_CACHE_SIZE");
+  app.add_option("--log-level", log_level, "error, warn, info, debug")->envname("KEEL_LOG_LEVEL");
+  app.add_option("--kv-blocks", kv_blocks, "KV cache blocks per engine")->envname("KEEL_KV_BLOCKS");
+  app.add_option("--pin", pins, "keep this model loaded (never evicted)");
+  app.add_option("--idle-ttl", idle_ttl_s, "unload a model idle this many seconds (0: never)")
+      ->envname("KEEL_IDLE_TTL");
+  app.add_option("--step-deadline", step_deadline_s,
+                 "seconds one engine step may take before the engine is killed")
+      ->envname("KEEL_STEP_DEADLINE");
+  app.add_option("--load-timeout", load_timeout_s, "seconds a model load may take")
+      ->envname("KEEL_LOAD_TIMEOUT");
+  app.add_option("--unload-grace", unload_grace_s, "seconds an unload waits before killing")
+      ->envname("KEEL_UNLOAD_GRACE");
+  app.add_option("--sse-keepalive", sse_keepalive_s,
+                 "seconds between keepalive comments on a quiet stream");
+  app.add_option("--io-threads", io_threads, "HTTP I/O threads")->envname("KEEL_IO_THREADS");
+  app.add_option("--workers", workers, "request handler threads")->envname("KEEL_WORKERS");
+  app.add_option("--body-limit", body_limit, "largest request body")->envname("KEEL_BODY_LIMIT");
+  app.set_config("--config", "", "settings file (TOML/INI: option = value)")
+      ->envname("KEEL_CONFIG");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  if (port < 0 || port > 65535)
+    throw Error(ErrorCode::kInvalidArgument, "--port: must be 0..65535");
+  if (max_concurrent < 1)
+    throw Error(ErrorCode::kInvalidArgument, "--max-concurrent: must be at least 1");
+  auto ms = [](double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000)); };
+
+  RegistryOptions ro;
+  std::error_code ec;
+  ro.keel_executable = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) throw Error(ErrorCode::kInternal, "cannot find the keel executable: " + ec.message());
+  ro.engine_args = {"--device",         device,
+                    "--threads",        std::to_string(threads),
+                    "--max-concurrent", std::to_string(max_concurrent),
+                    "--kv-blocks",      std::to_string(kv_blocks)};
+  if (!cache_dir.empty()) ro.engine_args.insert(ro.engine_args.end(), {"--cache-dir", cache_dir});
+  if (!hot_cache.empty())
+    ro.engine_args.insert(ro.engine_args.end(), {"--hot-cache-size", hot_cache});
+  if (!ssd_cache.empty())
+    ro.engine_args.insert(ro.engine_args.end(), {"--ssd-cache-size", ssd_cache});
+  ro.memory_budget_bytes = parse_size(memory_budget, "--memory-budget");
+  ro.step_deadline = ms(step_deadline_s);
+  ro.idle_ttl = ms(idle_ttl_s);
+  ro.load_timeout = ms(load_timeout_s);
+  ro.unload_grace = ms(unload_grace_s);
+
+  // Signals are taken by sigwait below; block them before any thread starts so that
+  // every thread inherits the mask. SIGPIPE: a client gone mid-write is an error code.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+
+  ModelRegistry registry(ro);
+  std::string first_model;
+  for (const auto &p : model_paths) {
+    auto id = registry.add_model(p);
+    if (first_model.empty()) first_model = id;
+  }
+  if (!model_dir.empty()) registry.discover(model_dir);
+  if (model_paths.empty() && model_dir.empty()) {
+    auto def = default_model_dir();
+    if (!def)
+      throw Error(ErrorCode::kNotFound,
+                  "no model given and the built-in default model was not found");
+    first_model = registry.add_model(*def);
+  }
+  if (first_model.empty() && !registry.ids().empty()) first_model = registry.ids().front();
+  for (const auto &id : pins) registry.set_pinned(id, true);
+
+  server::ApiOptions ao;
+  ao.api_key = api_key;
+  ao.workers = workers;
+  ao.load_timeout = ro.load_timeout;
+  ao.step_deadline = ro.step_deadline;
+  ao.default_model = first_model;
+  server::ApiServer api(ao, registry);
+
+  server::HttpOptions ho;
+  ho.host = host;
+  ho.port = static_cast<std::uint16_t>(port);
+  ho.io_threads = io_threads;
+  ho.body_limit = static_cast<std::size_t>(parse_size(body_limit, "--body-limit"));
+  ho.sse_keepalive = ms(sse_keepalive_s);
+  server::HttpServer http(
+      ho, [&api](server::HttpRequest req, std::shared_ptr<server::ResponseChannel> ch) {
+        api.handle(std::move(req), std::move(ch));
+      });
+  http.start();
+  api.set_http_counters(&http.counters());
+  std::string ids;
+  for (const auto &id : registry.ids()) ids += (ids.empty() ? "" : ", ") + id;
+  std::fprintf(stderr, "keel serve: models: %s\n", ids.c_str());
+  std::fprintf(stderr, "keel serve: listening on http://%s:%u\n", host.c_str(),
+               static_cast<unsigned>(http.port()));
+  std::fflush(stderr);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "keel serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  // Order: stop taking connections, let handlers finish, then stop the engines (the
+  // registry's destructor unloads with a bounded grace each).
+  http.stop();
+  api.stop();
+  return 0;
 }
 
 }  // namespace keel::cli

@@ -59,6 +59,11 @@ ReadyInfo IpcEngineClient::wait_ready(std::chrono::steady_clock::time_point dead
               "engine: " + (load_error_.empty() ? dead_reason_ : load_error_));
 }
 
+std::optional<ReadyInfo> IpcEngineClient::ready_info() const {
+  std::lock_guard lock(mu_);
+  return ready_;
+}
+
 double IpcEngineClient::seconds_since_heard() const {
   std::lock_guard lock(mu_);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard_).count();

@@ -36,6 +36,8 @@ class IpcEngineClient : public EngineApi {
   // Waits for the child's hello. Throws Error(kUnavailable) naming the cause when the
   // child reported a load error or died, and Error(kTimeout) past the deadline.
   ReadyInfo wait_ready(std::chrono::steady_clock::time_point deadline);
+  // The hello, if it has arrived; never waits.
+  std::optional<ReadyInfo> ready_info() const;
   // Seconds since the last frame of any kind arrived (a heartbeat at least).
   double seconds_since_heard() const;
   bool dead() const;

@@ -1,0 +1,449 @@
+#include "registry/model_registry.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+
+namespace keel {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const char *model_state_name(ModelState s) {
+  switch (s) {
+    case ModelState::kAvailable:
+      return "available";
+    case ModelState::kLoading:
+      return "loading";
+    case ModelState::kReady:
+      return "ready";
+    case ModelState::kRestarting:
+      return "restarting";
+    case ModelState::kUnloading:
+      return "unloading";
+    case ModelState::kStalled:
+      return "stalled";
+  }
+  return "unknown";
+}
+
+std::int64_t parse_size(const std::string &text, const std::string &what) {
+  std::size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &pos);
+  } catch (const std::exception &) {
+    throw Error(ErrorCode::kInvalidArgument,
+                what + ": '" + text + "' is not a size (e.g. 512M, 8G)");
+  }
+  std::string unit = text.substr(pos);
+  for (auto &c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'B') unit.pop_back();
+  if (!unit.empty() && unit.back() == 'I') unit.pop_back();
+  double mul = 1;
+  if (unit == "K")
+    mul = 1024.0;
+  else if (unit == "M")
+    mul = 1024.0 * 1024;
+  else if (unit == "G")
+    mul = 1024.0 * 1024 * 1024;
+  else if (unit == "T")
+    mul = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty())
+    throw Error(ErrorCode::kInvalidArgument, what + ": unknown unit in '" + text + "'");
+  if (!(v >= 0) || v * mul > 9e18)
+    throw Error(ErrorCode::kInvalidArgument, what + ": '" + text + "' is out of range");
+  return static_cast<std::int64_t>(v * mul);
+}
+
+namespace {
+
+// Bytes of the weight files: the floor of what an engine will take.
+std::int64_t estimate_bytes(const fs::path &path) {
+  std::error_code ec;
+  std::int64_t total = 0;
+  if (fs::is_regular_file(path, ec)) return static_cast<std::int64_t>(fs::file_size(path, ec));
+  for (const auto &f : fs::directory_iterator(path, ec)) {
+    const auto ext = f.path().extension();
+    if (ext == ".safetensors" || ext == ".gguf" || ext == ".bin")
+      total += static_cast<std::int64_t>(f.file_size(ec));
+  }
+  return total;
+}
+
+std::string mib(std::int64_t b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+struct ModelRegistry::Entry {
+  std::string id;
+  fs::path path;
+  bool pinned = false;
+  ModelState state = ModelState::kAvailable;
+  std::unique_ptr<ModelText> text;
+  std::shared_ptr<EngineProcess> proc;
+  std::shared_ptr<LoadedModel> loaded;
+  std::int64_t estimate = 0;
+  std::int64_t memory = 0;  // reported by the engine once ready
+  Clock::time_point last_used{};
+  Clock::time_point spawned_at{};
+  std::uint64_t attempt = 0;  // counts spawns, so waiters can tell their attempt failed
+  std::int32_t restarts = 0;
+  std::string last_error;
+
+  std::int64_t footprint() const { return memory > 0 ? std::max(memory, estimate) : estimate; }
+};
+
+ModelLease::ModelLease(std::shared_ptr<LoadedModel> m, std::function<void()> on_release)
+    : model_(std::move(m)), on_release_(std::move(on_release)) {
+  model_->leases++;
+}
+
+ModelLease::~ModelLease() {
+  if (model_) {
+    model_->leases--;
+    if (on_release_) on_release_();
+  }
+}
+
+ModelRegistry::ModelRegistry(RegistryOptions options) : options_(std::move(options)) {
+  supervisor_ = std::thread([this] { supervise_loop(); });
+}
+
+ModelRegistry::~ModelRegistry() {
+  std::vector<std::shared_ptr<EngineProcess>> procs;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+    for (auto &[id, e] : entries_) {
+      if (e->proc) procs.push_back(std::move(e->proc));
+      e->loaded.reset();
+      e->state = ModelState::kAvailable;
+    }
+  }
+  cv_.notify_all();
+  supervisor_.join();
+  for (auto &p : procs) p->client().request_shutdown();
+  for (auto &p : procs) p->shutdown(options_.unload_grace);
+  graveyard_.clear();
+}
+
+std::string ModelRegistry::add_model(const fs::path &path, bool pinned) {
+  std::error_code ec;
+  if (!fs::exists(path, ec))
+    throw Error(ErrorCode::kNotFound, path.string() + ": no such model file or directory");
+  fs::path p = fs::absolute(path, ec);
+  while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
+  std::string id = fs::is_directory(p, ec) ? p.filename().string() : p.stem().string();
+  std::lock_guard lock(mu_);
+  auto &slot = entries_[id];
+  if (!slot) {
+    slot = std::make_unique<Entry>();
+    slot->id = id;
+    slot->path = p;
+    slot->estimate = estimate_bytes(p);
+  }
+  slot->pinned = slot->pinned || pinned;
+  return id;
+}
+
+void ModelRegistry::discover(const fs::path &dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw Error(ErrorCode::kNotFound, "--model-dir: " + dir.string() + " is not a directory");
+  std::vector<fs::path> found;
+  for (const auto &f : fs::directory_iterator(dir, ec)) {
+    if (f.is_directory(ec) && fs::exists(f.path() / "config.json", ec))
+      found.push_back(f.path());
+    else if (f.is_regular_file(ec) && f.path().extension() == ".gguf")
+      found.push_back(f.path());
+  }
+  std::sort(found.begin(), found.end());
+  for (const auto &p : found) add_model(p);
+}
+
+std::vector<std::string> ModelRegistry::ids() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto &[id, e] : entries_) out.push_back(id);
+  return out;
+}
+
+bool ModelRegistry::has(const std::string &id) const {
+  std::lock_guard lock(mu_);
+  return entries_.count(id) > 0;
+}
+
+void ModelRegistry::set_pinned(const std::string &id, bool pinned) {
+  std::lock_guard lock(mu_);
+  entry(id).pinned = pinned;
+}
+
+ModelRegistry::Entry &ModelRegistry::entry(const std::string &id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end())
+    throw Error(ErrorCode::kNotFound, "model: '" + id + "' is not a model this server knows");
+  return *it->second;
+}
+
+void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock) {
+  const std::int64_t budget = options_.memory_budget_bytes;
+  if (budget <= 0) return;
+  const std::int64_t need = target.footprint();
+  if (need > budget)
+    throw Error(ErrorCode::kResourceExhausted,
+                "model '" + target.id + "' needs about " + mib(need) +
+                    ", more than the whole memory budget of " + mib(budget));
+  for (;;) {
+    std::int64_t used = 0;
+    for (const auto &[id, e] : entries_)
+      if (e->proc && e.get() != &target) used += e->footprint();
+    if (used + need <= budget) return;
+    Entry *victim = nullptr;
+    for (const auto &[id, e] : entries_) {
+      if (e.get() == &target || e->state != ModelState::kReady || e->pinned) continue;
+      if (e->loaded && (e->loaded->leases > 0 || e->proc->client().in_flight() > 0)) continue;
+      if (!victim || e->last_used < victim->last_used) victim = e.get();
+    }
+    if (!victim)
+      throw Error(ErrorCode::kResourceExhausted,
+                  "model '" + target.id + "' needs about " + mib(need) + " but " + mib(used) +
+                      " of the " + mib(budget) +
+                      " memory budget is held by models that are busy or pinned");
+    std::fprintf(stderr, "keel serve: unloading '%s' (least recently used) to make room for '%s'\n",
+                 victim->id.c_str(), target.id.c_str());
+    stop_engine(*victim, lock, "model unloaded to make room for '" + target.id + "'");
+  }
+}
+
+void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock) {
+  if (!e.text) e.text = load_model_text(e.path);  // once per model; survives engine restarts
+  make_room(e, lock);
+  if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
+  EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args};
+  e.proc = EngineProcess::spawn(launch);
+  e.state = ModelState::kLoading;
+  e.spawned_at = Clock::now();
+  e.attempt++;
+  e.last_error.clear();
+}
+
+void ModelRegistry::stop_engine(Entry &e, std::unique_lock<std::mutex> &lock,
+                                const std::string &why) {
+  auto proc = std::move(e.proc);
+  e.loaded.reset();
+  e.memory = 0;
+  if (!proc) {
+    e.state = ModelState::kAvailable;
+    return;
+  }
+  e.state = ModelState::kUnloading;
+  lock.unlock();
+  proc->client().fail_all(why);  // ends streams at once; the child aborts its side
+  proc->shutdown(options_.unload_grace);
+  lock.lock();
+  e.state = ModelState::kAvailable;
+  cv_.notify_all();
+}
+
+ModelLease ModelRegistry::acquire(const std::string &id, Clock::time_point deadline) {
+  std::unique_lock lock(mu_);
+  Entry &e = entry(id);
+  std::uint64_t my_attempt = 0;
+  for (;;) {
+    if (stopping_) throw Error(ErrorCode::kUnavailable, "server is shutting down");
+    if (e.state == ModelState::kReady && e.loaded) {
+      e.last_used = Clock::now();
+      return ModelLease(e.loaded, [this, &e] {
+        std::lock_guard l(mu_);
+        e.last_used = Clock::now();
+      });
+    }
+    if (e.state == ModelState::kAvailable) {
+      if (my_attempt != 0 && e.attempt == my_attempt && !e.last_error.empty())
+        throw Error(ErrorCode::kUnavailable, "model '" + id + "' failed to load: " + e.last_error);
+      start_loading(e, lock);
+      my_attempt = e.attempt;
+      continue;
+    }
+    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && e.state != ModelState::kReady)
+      throw Error(ErrorCode::kTimeout, "model '" + id + "' is " + model_state_name(e.state) +
+                                           " and was not ready in time");
+  }
+}
+
+const ModelText &ModelRegistry::text(const std::string &id) {
+  std::lock_guard lock(mu_);
+  Entry &e = entry(id);
+  if (!e.text) e.text = load_model_text(e.path);
+  return *e.text;  // never replaced once loaded
+}
+
+void ModelRegistry::load(const std::string &id, Clock::time_point deadline) {
+  acquire(id, deadline);
+}
+
+void ModelRegistry::unload(const std::string &id) {
+  std::unique_lock lock(mu_);
+  Entry &e = entry(id);
+  stop_engine(e, lock, "model '" + id + "' was unloaded");
+}
+
+void ModelRegistry::supervise_loop() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    supervise_once(lock);
+    cv_.wait_for(lock, options_.supervise_interval, [&] { return stopping_; });
+  }
+}
+
+void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
+  {
+    std::vector<std::shared_ptr<EngineProcess>> dead;
+    {
+      std::lock_guard g(graveyard_mu_);
+      dead.swap(graveyard_);
+    }
+    lock.unlock();
+    dead.clear();
+    lock.lock();
+  }
+  const auto now = Clock::now();
+  for (auto &[id, ep] : entries_) {
+    Entry &e = *ep;
+    if (!e.proc) continue;
+    auto &client = e.proc->client();
+    std::string how;
+    if (e.state == ModelState::kLoading || e.state == ModelState::kRestarting) {
+      if (auto info = client.ready_info()) {
+        auto m = std::make_shared<LoadedModel>();
+        m->id = e.id;
+        m->engine = &client;
+        m->text = e.text.get();
+        m->info = *info;
+        // The lease keeps the process alive: a request in flight never sees a freed client.
+        auto keep = e.proc;
+        e.loaded = std::shared_ptr<LoadedModel>(m.get(), [this, m, keep](LoadedModel *) mutable {
+          std::lock_guard g(graveyard_mu_);
+          graveyard_.push_back(std::move(keep));
+        });
+        e.memory = info->memory_bytes;
+        e.state = ModelState::kReady;
+        e.last_used = now;
+        cv_.notify_all();
+      } else if (client.dead() || e.proc->exited(&how)) {
+        e.last_error = client.dead() ? client.dead_reason() : "engine process " + how;
+        auto proc = std::move(e.proc);
+        e.state = ModelState::kAvailable;
+        const std::string why = e.last_error;
+        lock.unlock();
+        proc->kill(why);
+        lock.lock();
+        cv_.notify_all();
+        return;  // the map may have changed while unlocked
+      } else if (now - e.spawned_at > options_.load_timeout) {
+        e.last_error = "loading took longer than " +
+                       std::to_string(options_.load_timeout.count() / 1000) + " s";
+        auto proc = std::move(e.proc);
+        e.state = ModelState::kAvailable;
+        const std::string why = e.last_error;
+        lock.unlock();
+        proc->kill(why);
+        lock.lock();
+        cv_.notify_all();
+        return;
+      }
+      continue;
+    }
+    if (e.state != ModelState::kReady) continue;
+    const double heard = client.seconds_since_heard();
+    const EngineStatus st = client.status();
+    const double step_age =
+        st.step_in_progress_seconds > 0 ? st.step_in_progress_seconds + heard : 0.0;
+    std::string why;
+    if (client.dead() || e.proc->exited(&how)) {
+      e.proc->exited(&how);
+      why = "engine for model '" + e.id + "' died (" + (how.empty() ? client.dead_reason() : how) +
+            ")";
+    } else if (heard * 1000 > options_.heartbeat_timeout.count()) {
+      why = "engine for model '" + e.id + "' stalled: no heartbeat for " +
+            std::to_string(static_cast<int>(heard)) + " s";
+    } else if (step_age * 1000 > options_.step_deadline.count()) {
+      why = "engine for model '" + e.id + "' stalled: a step has run for " +
+            std::to_string(static_cast<int>(step_age)) + " s, past its deadline of " +
+            std::to_string(options_.step_deadline.count() / 1000) + " s";
+    }
+    if (!why.empty()) {
+      std::fprintf(stderr, "keel serve: %s; killing and restarting it\n", why.c_str());
+      auto proc = std::move(e.proc);
+      e.loaded.reset();
+      e.state = ModelState::kStalled;
+      e.last_error = why;
+      lock.unlock();
+      proc->kill(why);  // fails its requests at once, then SIGKILL
+      proc.reset();
+      lock.lock();
+      if (stopping_) return;
+      e.restarts++;
+      try {
+        e.proc = EngineProcess::spawn({options_.keel_executable, e.path, options_.engine_args});
+        e.state = ModelState::kRestarting;
+        e.spawned_at = Clock::now();
+        e.attempt++;
+      } catch (const Error &err) {
+        e.state = ModelState::kAvailable;
+        e.last_error = err.what();
+      }
+      cv_.notify_all();
+      return;
+    }
+    if (options_.idle_ttl.count() > 0 && !e.pinned && e.loaded && e.loaded->leases == 0 &&
+        client.in_flight() == 0 && now - e.last_used > options_.idle_ttl) {
+      std::fprintf(stderr, "keel serve: unloading idle model '%s'\n", e.id.c_str());
+      stop_engine(e, lock, "model '" + e.id + "' unloaded after its idle time");
+      return;
+    }
+  }
+}
+
+std::vector<ModelReport> ModelRegistry::report() const {
+  std::lock_guard lock(mu_);
+  std::vector<ModelReport> out;
+  for (const auto &[id, e] : entries_) {
+    ModelReport r;
+    r.id = id;
+    r.path = e->path;
+    r.state = e->state;
+    r.pinned = e->pinned;
+    r.memory_bytes = e->footprint();
+    r.restarts = e->restarts;
+    r.last_error = e->last_error;
+    if (e->loaded) {
+      r.context_length = e->loaded->info.context_length;
+      r.pid = e->loaded->info.pid;
+      r.leases = e->loaded->leases;
+    }
+    if (e->proc && e->state == ModelState::kReady) {
+      r.engine = e->proc->client().status();
+      r.heartbeat_age_seconds = e->proc->client().seconds_since_heard();
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::int64_t ModelRegistry::memory_in_use() const {
+  std::lock_guard lock(mu_);
+  std::int64_t used = 0;
+  for (const auto &[id, e] : entries_)
+    if (e->proc) used += e->footprint();
+  return used;
+}
+
+}  // namespace keel

@@ -1,0 +1,120 @@
+// ModelText over keel's tokenizers and chat templates (src/text), for HF directories
+// and GGUF files.
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "registry/model_text.h"
+#include "text/jinja/chat_template.h"
+#include "text/tokenizer.h"
+#include "text/tokenizer_config.h"
+
+namespace keel {
+
+namespace {
+
+// Emits text once it is stable: decodes a small window of recent tokens and sends
+// what the newest token added, holding back while the tail is an incomplete UTF-8
+// character (decode shows it as U+FFFD). The window keeps SentencePiece-style
+// leading-space handling right without decoding everything every time.
+class WindowDetokenizer final : public StreamingDetokenizer {
+ public:
+  explicit WindowDetokenizer(const Tokenizer &tok) : tok_(tok) {}
+
+  std::string push(TokenId token) override {
+    ids_.push_back(token);
+    return advance(false);
+  }
+  std::string flush() override { return advance(true); }
+
+ private:
+  std::string advance(bool final) {
+    if (read_ >= ids_.size()) return {};
+    std::span<const TokenId> all(ids_);
+    const std::string prefix = tok_.decode(all.subspan(prefix_, read_ - prefix_), true);
+    const std::string text = tok_.decode(all.subspan(prefix_), true);
+    static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
+    const bool incomplete =
+        text.size() >= 3 && std::string_view(text).substr(text.size() - 3) == kReplacement;
+    if (text.size() <= prefix.size() || (incomplete && !final && ids_.size() - read_ < 4))
+      return {};
+    std::string out =
+        text.compare(0, prefix.size(), prefix) == 0 ? text.substr(prefix.size()) : text;
+    prefix_ = read_;
+    read_ = ids_.size();
+    // Keep the window short: tokens before prefix_ no longer affect the output.
+    if (prefix_ > 64) {
+      ids_.erase(ids_.begin(), ids_.begin() + static_cast<std::ptrdiff_t>(prefix_));
+      read_ -= prefix_;
+      prefix_ = 0;
+    }
+    return out;
+  }
+
+  const Tokenizer &tok_;
+  std::vector<TokenId> ids_;
+  std::size_t prefix_ = 0, read_ = 0;
+};
+
+class HfModelText final : public ModelText {
+ public:
+  HfModelText(std::unique_ptr<Tokenizer> tok, std::optional<ChatTemplate> tmpl)
+      : tok_(std::move(tok)), tmpl_(std::move(tmpl)) {}
+
+  std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const override {
+    EncodeOptions o;
+    o.allow_special = true;
+    o.add_bos = add_special_tokens;
+    return tok_->encode(text, o);
+  }
+  std::string decode(const std::vector<TokenId> &ids) const override {
+    return tok_->decode(ids, false);
+  }
+  std::string token_text(TokenId id) const override {
+    if (id < 0 || static_cast<std::size_t>(id) >= tok_->vocab_size()) return "";
+    return tok_->token_bytes(id);
+  }
+  std::unique_ptr<StreamingDetokenizer> streaming() const override {
+    return std::make_unique<WindowDetokenizer>(*tok_);
+  }
+  bool has_chat_template() const override { return tmpl_.has_value(); }
+  std::string render_chat(const nlohmann::json &messages, const nlohmann::json &tools,
+                          bool add_generation_prompt) const override {
+    if (!tmpl_) throw Error(ErrorCode::kUnsupported, "model has no chat template");
+    const auto m = nlohmann::ordered_json::parse(messages.dump());
+    const auto t = tools.is_null() ? nlohmann::ordered_json(nullptr)
+                                   : nlohmann::ordered_json::parse(tools.dump());
+    try {
+      return tmpl_->render(m, t, add_generation_prompt);
+    } catch (const Error &e) {
+      throw Error(ErrorCode::kInvalidArgument, e.what());
+    }
+  }
+  std::int64_t vocab_size() const override { return static_cast<std::int64_t>(tok_->vocab_size()); }
+
+ private:
+  std::unique_ptr<Tokenizer> tok_;
+  std::optional<ChatTemplate> tmpl_;
+};
+
+}  // namespace
+
+std::unique_ptr<ModelText> load_model_text(const std::filesystem::path &model_path) {
+  auto tok = Tokenizer::load(model_path);
+  std::optional<ChatTemplate> tmpl;
+  std::error_code ec;
+  if (std::filesystem::is_directory(model_path, ec)) {
+    try {
+      tmpl.emplace(ChatTemplate::load(model_path));
+    } catch (const Error &e) {
+      if (e.code() != ErrorCode::kNotFound) throw;  // a broken template is an error; none is fine
+    }
+  } else if (model_path.extension() == ".gguf") {
+    auto gguf = GgufFile::open(model_path);
+    auto cfg = TokenizerConfig::from_gguf(*gguf);
+    if (cfg.chat_template) tmpl.emplace(*cfg.chat_template, cfg.bos_token, cfg.eos_token);
+  }
+  return std::make_unique<HfModelText>(std::move(tok), std::move(tmpl));
+}
+
+}  // namespace keel

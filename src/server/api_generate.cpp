@@ -1,0 +1,300 @@
+// The generating endpoints: OpenAI chat and completions, Anthropic messages. Each
+// validates, leases the model (loading it on first use), builds the prompt, starts a
+// Generation and renders its deltas; a client that leaves aborts the generation.
+#include <chrono>
+
+#include "server/anthropic/anthropic_types.h"
+#include "server/api_server.h"
+#include "server/generation.h"
+#include "server/json_fields.h"
+#include "server/openai/openai_types.h"
+
+namespace keel::server {
+
+using nlohmann::json;
+
+namespace {
+
+std::int64_t unix_now() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Checks the prompt against the model's context and settles max_tokens.
+void fit_context(const LoadedModel &m, std::size_t prompt_len, SamplingParams &s, bool max_given,
+                 const char *prompt_field, const char *max_field) {
+  const std::int64_t ctx = m.info.context_length;
+  if (ctx <= 0) return;
+  if (static_cast<std::int64_t>(prompt_len) >= ctx)
+    throw ApiErrorException{
+        bad_field(prompt_field, "the prompt is " + std::to_string(prompt_len) +
+                                    " tokens, but the model's context length is " +
+                                    std::to_string(ctx) + " tokens")};
+  const std::int64_t room = ctx - static_cast<std::int64_t>(prompt_len);
+  if (max_given && s.max_tokens > room)
+    throw ApiErrorException{
+        bad_field(max_field, std::to_string(s.max_tokens) + " new tokens plus a prompt of " +
+                                 std::to_string(prompt_len) + " exceed the context length of " +
+                                 std::to_string(ctx) + " tokens")};
+  if (!max_given)
+    s.max_tokens = static_cast<std::int32_t>(std::min<std::int64_t>(s.max_tokens, room));
+}
+
+std::string sse_data(const std::string &payload) { return "data: " + payload + "\n\n"; }
+
+std::vector<TokenId> encode_chat(const ModelText &text, const json &messages, const json &tools) {
+  std::string prompt;
+  try {
+    prompt = render_chat_prompt(text, messages, tools);
+  } catch (const Error &e) {
+    throw ApiErrorException{
+        bad_field("messages", std::string("the chat template rejected them: ") + e.what())};
+  }
+  // Templates write the BOS themselves; the fallback relies on the tokenizer adding it.
+  return text.encode(prompt, !text.has_chat_template());
+}
+
+}  // namespace
+
+void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  auto cr = std::make_shared<openai::ChatRequest>(openai::parse_chat(body));
+  if (!registry_.has(cr->model))
+    throw ApiErrorException{
+        {404, "model: '" + cr->model + "' is not a model this server knows", "model"}};
+  ModelLease lease = registry_.acquire(cr->model, load_deadline());
+  GenerationSpec spec;
+  spec.prompts.push_back(encode_chat(*lease->text, cr->messages, cr->tools));
+  if (!cr->max_tokens_given) cr->sampling.max_tokens = INT32_MAX;
+  fit_context(*lease, spec.prompts[0].size(), cr->sampling, cr->max_tokens_given, "messages",
+              "max_tokens");
+  spec.n = cr->n;
+  spec.sampling = cr->sampling;
+  spec.stop = cr->stop;
+  auto ctx = std::make_shared<openai::RenderContext>();
+  ctx->id = new_id("chatcmpl-");
+  ctx->created = unix_now();
+  ctx->model = cr->model;
+  ctx->text = lease->text;
+
+  std::shared_ptr<Generation> g;
+  if (!cr->stream) {
+    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
+                          [this, ch, cr, ctx](const Generation &gen) {
+                            std::string err;
+                            if (gen.any_error(&err)) {
+                              generations_failed_++;
+                              send_error(ch, WireFormat::kOpenAI, {503, err, ""});
+                              return;
+                            }
+                            ch->send(200, "application/json", openai::render_chat(*ctx, *cr, gen));
+                          });
+  } else {
+    ch->begin_sse();
+    for (int i = 0; i < cr->n; ++i) ch->write(sse_data(openai::chat_chunk_role(*ctx, i)));
+    try {
+      g = Generation::start(
+          std::move(lease), std::move(spec), next_request_id_,
+          [ch, cr, ctx](const ChoiceDelta &d) {
+            if (d.finish == "error") {
+              ch->write(sse_data(render_openai_error({503, d.error, ""})));
+              return;
+            }
+            if (d.finish == "abort") return;
+            if (d.text.empty() && !d.finish && (!cr->logprobs || d.tokens.empty())) return;
+            ch->write(sse_data(openai::chat_chunk_delta(*ctx, *cr, d)));
+          },
+          [ch, cr, ctx](const Generation &gen) {
+            if (cr->include_usage) ch->write(sse_data(openai::chat_chunk_usage(*ctx, gen)));
+            ch->write("data: [DONE]\n\n");
+            ch->end();
+          });
+    } catch (const Error &e) {
+      ch->write(sse_data(render_openai_error(api_error_from(e))));
+      ch->end();
+      return;
+    }
+  }
+  generations_started_++;
+  ch->on_close([this, g] {
+    client_aborts_++;
+    g->abort();
+  });
+}
+
+void ApiServer::handle_completions(const HttpRequest &req,
+                                   const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  auto cr = std::make_shared<openai::CompletionRequest>(openai::parse_completion(body));
+  if (!registry_.has(cr->model))
+    throw ApiErrorException{
+        {404, "model: '" + cr->model + "' is not a model this server knows", "model"}};
+  ModelLease lease = registry_.acquire(cr->model, load_deadline());
+  const ModelText &text = *lease->text;
+  GenerationSpec spec;
+  auto prompt_texts = std::make_shared<std::vector<std::string>>();
+  if (cr->prompt_is_tokens) {
+    const std::int64_t vocab =
+        lease->info.vocab_size > 0 ? lease->info.vocab_size : text.vocab_size();
+    for (const auto &p : cr->token_prompts) {
+      for (TokenId t : p)
+        if (t >= vocab)
+          fail_field("prompt", "token id " + std::to_string(t) +
+                                   " is out of range for a vocabulary of " + std::to_string(vocab));
+      spec.prompts.push_back(p);
+      prompt_texts->push_back(cr->echo ? text.decode(p) : std::string());
+    }
+  } else {
+    for (const auto &s : cr->text_prompts) {
+      spec.prompts.push_back(text.encode(s, true));
+      if (spec.prompts.back().empty()) fail_field("prompt", "encodes to no tokens");
+      prompt_texts->push_back(s);
+    }
+  }
+  for (const auto &p : spec.prompts) {
+    SamplingParams s = cr->sampling;
+    fit_context(*lease, p.size(), s, cr->max_tokens_given, "prompt", "max_tokens");
+    cr->sampling.max_tokens = std::min(cr->sampling.max_tokens, s.max_tokens);
+  }
+  spec.n = cr->n;
+  spec.sampling = cr->sampling;
+  spec.stop = cr->stop;
+  auto ctx = std::make_shared<openai::RenderContext>();
+  ctx->id = new_id("cmpl-");
+  ctx->created = unix_now();
+  ctx->model = cr->model;
+  ctx->text = lease->text;
+
+  std::shared_ptr<Generation> g;
+  if (!cr->stream) {
+    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
+                          [this, ch, cr, ctx, prompt_texts](const Generation &gen) {
+                            std::string err;
+                            if (gen.any_error(&err)) {
+                              generations_failed_++;
+                              send_error(ch, WireFormat::kOpenAI, {503, err, ""});
+                              return;
+                            }
+                            ch->send(200, "application/json",
+                                     openai::render_completion(*ctx, *cr, gen, *prompt_texts));
+                          });
+  } else {
+    ch->begin_sse();
+    auto prompts = std::make_shared<std::vector<std::vector<TokenId>>>(spec.prompts);
+    const int n = spec.n;
+    try {
+      g = Generation::start(
+          std::move(lease), std::move(spec), next_request_id_,
+          [ch, cr, ctx, prompt_texts, prompts, n](const ChoiceDelta &d) {
+            if (d.finish == "error") {
+              ch->write(sse_data(render_openai_error({503, d.error, ""})));
+              return;
+            }
+            if (d.finish == "abort") return;
+            static const std::vector<TokenId> no_tokens;
+            const bool echo = cr->echo && d.first;
+            if (!echo && d.text.empty() && !d.finish && (cr->logprobs < 0 || d.tokens.empty()))
+              return;
+            const int p = d.index / n;
+            ch->write(sse_data(openai::completion_chunk(
+                *ctx, *cr, d, echo ? (*prompt_texts)[p] : std::string(),
+                echo ? (*prompts)[p] : no_tokens, d.prompt_logprobs, d.prompt_top)));
+          },
+          [ch, cr, ctx](const Generation &gen) {
+            if (cr->include_usage) ch->write(sse_data(openai::completion_chunk_usage(*ctx, gen)));
+            ch->write("data: [DONE]\n\n");
+            ch->end();
+          });
+    } catch (const Error &e) {
+      ch->write(sse_data(render_openai_error(api_error_from(e))));
+      ch->end();
+      return;
+    }
+  }
+  generations_started_++;
+  ch->on_close([this, g] {
+    client_aborts_++;
+    g->abort();
+  });
+}
+
+void ApiServer::handle_messages(const HttpRequest &req,
+                                const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  auto mr = std::make_shared<anthropic::MessagesRequest>(anthropic::parse_messages(body));
+  if (!registry_.has(mr->model))
+    throw ApiErrorException{
+        {404, "model: '" + mr->model + "' is not a model this server knows", "model"}};
+  ModelLease lease = registry_.acquire(mr->model, load_deadline());
+  GenerationSpec spec;
+  spec.prompts.push_back(encode_chat(*lease->text, mr->messages, mr->tools));
+  fit_context(*lease, spec.prompts[0].size(), mr->sampling, true, "messages", "max_tokens");
+  spec.sampling = mr->sampling;
+  spec.stop = mr->stop_sequences;
+  auto ctx = std::make_shared<anthropic::RenderContext>();
+  ctx->id = new_id("msg_");
+  ctx->model = mr->model;
+  const int input_tokens = static_cast<int>(spec.prompts[0].size());
+
+  std::shared_ptr<Generation> g;
+  if (!mr->stream) {
+    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
+                          [this, ch, ctx](const Generation &gen) {
+                            std::string err;
+                            if (gen.any_error(&err)) {
+                              generations_failed_++;
+                              send_error(ch, WireFormat::kAnthropic, {503, err, ""});
+                              return;
+                            }
+                            ch->send(200, "application/json", anthropic::render_message(*ctx, gen));
+                          });
+  } else {
+    ch->begin_sse();
+    // message_start waits for the first event, which carries the prefix-cache hit;
+    // the HTTP layer's keepalive comments cover a long prefill.
+    auto output_tokens = std::make_shared<int>(0);
+    try {
+      g = Generation::start(
+          std::move(lease), std::move(spec), next_request_id_,
+          [ch, ctx, input_tokens, output_tokens](const ChoiceDelta &d) {
+            std::string out;
+            if (d.first) out += anthropic::stream_start(*ctx, input_tokens, d.cached_prompt_tokens);
+            *output_tokens += static_cast<int>(d.tokens.size());
+            if (d.finish == "error") {
+              ch->write(out + anthropic::stream_error(503, d.error));
+              return;
+            }
+            if (d.finish == "abort") return;
+            if (!d.text.empty()) out += anthropic::stream_delta(d.text);
+            if (d.finish) out += anthropic::stream_finish(d, *output_tokens);
+            if (!out.empty()) ch->write(std::move(out));
+          },
+          [ch](const Generation &) { ch->end(); });
+    } catch (const Error &e) {
+      const ApiError ae = api_error_from(e);
+      ch->write(anthropic::stream_error(ae.status, ae.message));
+      ch->end();
+      return;
+    }
+  }
+  generations_started_++;
+  ch->on_close([this, g] {
+    client_aborts_++;
+    g->abort();
+  });
+}
+
+void ApiServer::handle_count_tokens(const HttpRequest &req,
+                                    const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  auto mr = anthropic::parse_messages(body, true);
+  if (!registry_.has(mr.model))
+    throw ApiErrorException{
+        {404, "model: '" + mr.model + "' is not a model this server knows", "model"}};
+  const ModelText &text = registry_.text(mr.model);
+  const auto ids = encode_chat(text, mr.messages, mr.tools);
+  send_json(ch, 200, json{{"input_tokens", ids.size()}}.dump());
+}
+
+}  // namespace keel::server

@@ -1,0 +1,304 @@
+#include "server/api_server.h"
+
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <cstdio>
+
+#include "server/json_fields.h"
+
+namespace keel::server {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+
+// Compares in time that depends only on the lengths, not on where the bytes differ.
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  volatile unsigned char diff = static_cast<unsigned char>(a.size() != b.size());
+  const std::size_t n = std::max(a.size(), b.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned char x = i < a.size() ? static_cast<unsigned char>(a[i]) : 0;
+    const unsigned char y = i < b.size() ? static_cast<unsigned char>(b[i]) : 0;
+    diff = diff | static_cast<unsigned char>(x ^ y);
+  }
+  return diff == 0;
+}
+
+WireFormat format_of(std::string_view path) {
+  return starts_with(path, "/v1/messages") ? WireFormat::kAnthropic : WireFormat::kOpenAI;
+}
+
+}  // namespace
+
+std::string render_chat_prompt(const ModelText &text, const json &messages, const json &tools) {
+  if (text.has_chat_template()) return text.render_chat(messages, tools, true);
+  std::string out;
+  for (const auto &m : messages)
+    out += m.value("role", std::string("user")) + ": " + m.value("content", std::string()) + "\n";
+  out += "assistant:";
+  return out;
+}
+
+ApiServer::ApiServer(ApiOptions options, ModelRegistry &registry)
+    : options_(std::move(options)),
+      registry_(registry),
+      pool_(static_cast<std::size_t>(std::max(1, options_.workers))) {}
+
+ApiServer::~ApiServer() { stop(); }
+
+void ApiServer::stop() {
+  pool_.stop();
+  pool_.join();
+}
+
+std::string ApiServer::new_id(const char *prefix) {
+  char buf[64];
+  const auto t = std::chrono::system_clock::now().time_since_epoch().count();
+  std::snprintf(buf, sizeof buf, "%s%012llx%06llx", prefix,
+                static_cast<unsigned long long>(t & 0xffffffffffffULL),
+                static_cast<unsigned long long>(next_wire_id_.fetch_add(1) & 0xffffff));
+  return buf;
+}
+
+Clock::time_point ApiServer::load_deadline() const { return Clock::now() + options_.load_timeout; }
+
+bool ApiServer::authorized(const HttpRequest &req) const {
+  if (options_.api_key.empty()) return true;
+  std::string_view auth = req.header("authorization");
+  if (starts_with(auth, "Bearer ") && constant_time_equal(auth.substr(7), options_.api_key))
+    return true;
+  std::string_view key = req.header("x-api-key");
+  return !key.empty() && constant_time_equal(key, options_.api_key);
+}
+
+void ApiServer::send_json(const std::shared_ptr<ResponseChannel> &ch, int status,
+                          const std::string &body) {
+  ch->send(status, "application/json", body);
+}
+
+void ApiServer::send_error(const std::shared_ptr<ResponseChannel> &ch, WireFormat f,
+                           const ApiError &e) {
+  send_json(ch, e.status,
+            f == WireFormat::kAnthropic ? render_anthropic_error(e) : render_openai_error(e));
+}
+
+template <typename Fn>
+void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, Fn fn) {
+  boost::asio::post(pool_, [this, ch, f, fn = std::move(fn)]() mutable {
+    try {
+      fn();
+    } catch (const ApiErrorException &e) {
+      send_error(ch, f, e.error);
+    } catch (const Error &e) {
+      send_error(ch, f, api_error_from(e));
+    } catch (const std::exception &e) {
+      send_error(ch, f, {500, std::string("internal error: ") + e.what(), ""});
+    }
+  });
+}
+
+void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
+  const WireFormat f = format_of(req.path);
+  if (req.transport_status != 0) {
+    send_error(ch, f, {req.transport_status, req.transport_error, "body"});
+    return;
+  }
+  if (req.path == "/health") {
+    handle_health(ch);
+    return;
+  }
+  if (!authorized(req)) {
+    send_error(
+        ch, f,
+        {401, "invalid or missing API key (Authorization: Bearer KEY or x-api-key: KEY)", ""});
+    return;
+  }
+  route(req, ch);
+}
+
+void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
+  const std::string &p = req.path;
+  const bool get = req.method == "GET", post = req.method == "POST";
+  auto need = [&](bool ok) {
+    if (!ok)
+      send_error(ch, format_of(p), {405, "method " + req.method + " is not allowed on " + p, ""});
+    return ok;
+  };
+  auto offload =
+      [&](void (ApiServer::*h)(const HttpRequest &, const std::shared_ptr<ResponseChannel> &)) {
+        run_guarded(ch, format_of(p), [this, h, ch, r = std::move(req)] { (this->*h)(r, ch); });
+      };
+  if (p == "/v1/models") {
+    if (need(get)) handle_models(req, ch);
+  } else if (starts_with(p, "/v1/models/")) {
+    std::string rest = p.substr(11);
+    const auto slash = rest.rfind('/');
+    if (slash != std::string::npos &&
+        (rest.substr(slash + 1) == "load" || rest.substr(slash + 1) == "unload")) {
+      if (!need(post)) return;
+      std::string id = rest.substr(0, slash), action = rest.substr(slash + 1);
+      run_guarded(ch, WireFormat::kOpenAI,
+                  [this, id, action, ch] { handle_model_action(id, action, ch); });
+    } else if (need(get)) {
+      if (!registry_.has(rest)) {
+        send_error(ch, WireFormat::kOpenAI,
+                   {404, "model: '" + rest + "' is not a model this server knows", "model"});
+        return;
+      }
+      send_json(
+          ch, 200,
+          json{{"id", rest}, {"object", "model"}, {"created", 0}, {"owned_by", "keel"}}.dump());
+    }
+  } else if (p == "/v1/chat/completions") {
+    if (need(post)) offload(&ApiServer::handle_chat);
+  } else if (p == "/v1/completions") {
+    if (need(post)) offload(&ApiServer::handle_completions);
+  } else if (p == "/v1/messages") {
+    if (need(post)) offload(&ApiServer::handle_messages);
+  } else if (p == "/v1/messages/count_tokens") {
+    if (need(post)) offload(&ApiServer::handle_count_tokens);
+  } else if (p == "/tokenize") {
+    if (need(post)) offload(&ApiServer::handle_tokenize);
+  } else if (p == "/detokenize") {
+    if (need(post)) offload(&ApiServer::handle_detokenize);
+  } else if (p == "/apply-template") {
+    if (need(post)) offload(&ApiServer::handle_apply_template);
+  } else if (p == "/api/status") {
+    if (need(get)) handle_status(ch);
+  } else if (p == "/metrics") {
+    if (need(get)) handle_metrics(ch);
+  } else {
+    send_error(ch, format_of(p), {404, "no such endpoint: " + req.method + " " + p, ""});
+  }
+}
+
+void ApiServer::handle_models(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
+  const auto reports = registry_.report();
+  json data = json::array();
+  const bool anthropic = !req.header("anthropic-version").empty();
+  for (const auto &r : reports) {
+    if (anthropic)
+      data.push_back({{"type", "model"},
+                      {"id", r.id},
+                      {"display_name", r.id},
+                      {"created_at", "1970-01-01T00:00:00Z"}});
+    else
+      data.push_back(
+          {{"id", r.id},
+           {"object", "model"},
+           {"created", 0},
+           {"owned_by", "keel"},
+           {"state", model_state_name(r.state)},
+           {"max_model_len", r.context_length ? json(r.context_length) : json(nullptr)}});
+  }
+  if (anthropic)
+    send_json(ch, 200,
+              json{{"data", data},
+                   {"has_more", false},
+                   {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+                   {"last_id", data.empty() ? json(nullptr) : data.back()["id"]}}
+                  .dump());
+  else
+    send_json(ch, 200, json{{"object", "list"}, {"data", data}}.dump());
+}
+
+void ApiServer::handle_model_action(const std::string &id, const std::string &action,
+                                    const std::shared_ptr<ResponseChannel> &ch) {
+  if (!registry_.has(id))
+    throw ApiErrorException{{404, "model: '" + id + "' is not a model this server knows", "model"}};
+  if (action == "load") {
+    registry_.load(id, load_deadline());
+  } else {
+    registry_.unload(id);
+  }
+  for (const auto &r : registry_.report())
+    if (r.id == id) {
+      send_json(
+          ch, 200,
+          json{{"id", id}, {"state", model_state_name(r.state)}, {"memory_bytes", r.memory_bytes}}
+              .dump());
+      return;
+    }
+}
+
+namespace {
+
+std::string model_field(const json &body, const std::string &fallback) {
+  auto m = opt_string(body, "model");
+  if (m) return *m;
+  if (fallback.empty()) fail_field("model", "is required");
+  return fallback;
+}
+
+}  // namespace
+
+void ApiServer::handle_tokenize(const HttpRequest &req,
+                                const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  const std::string model = model_field(body, options_.default_model);
+  if (!registry_.has(model))
+    throw ApiErrorException{
+        {404, "model: '" + model + "' is not a model this server knows", "model"}};
+  const ModelText &text = registry_.text(model);
+  std::vector<TokenId> ids;
+  if (body.contains("messages")) {
+    if (!body["messages"].is_array()) fail_field("messages", "must be an array");
+    ids =
+        text.encode(render_chat_prompt(text, body["messages"], nullptr), !text.has_chat_template());
+  } else {
+    auto prompt = opt_string(body, "prompt");
+    if (!prompt) prompt = opt_string(body, "text");
+    if (!prompt) fail_field("prompt", "is required (or messages)");
+    ids = text.encode(*prompt, opt_bool(body, "add_special_tokens").value_or(true));
+  }
+  json out{{"tokens", ids}, {"count", ids.size()}};
+  for (const auto &r : registry_.report())
+    if (r.id == model && r.context_length) out["max_model_len"] = r.context_length;
+  send_json(ch, 200, out.dump());
+}
+
+void ApiServer::handle_detokenize(const HttpRequest &req,
+                                  const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  const std::string model = model_field(body, options_.default_model);
+  if (!registry_.has(model))
+    throw ApiErrorException{
+        {404, "model: '" + model + "' is not a model this server knows", "model"}};
+  const ModelText &text = registry_.text(model);
+  auto it = body.find("tokens");
+  if (it == body.end() || !it->is_array()) fail_field("tokens", "must be an array of token ids");
+  std::vector<TokenId> ids;
+  for (const auto &t : *it) {
+    if (!t.is_number_integer() && !t.is_number_unsigned())
+      fail_field("tokens", "token ids must be integers");
+    const auto v = t.get<std::int64_t>();
+    if (v < 0 || v >= text.vocab_size())
+      fail_field("tokens", "token id " + std::to_string(v) + " is out of range");
+    ids.push_back(static_cast<TokenId>(v));
+  }
+  const std::string s = text.decode(ids);
+  send_json(ch, 200,
+            json{{"prompt", s}, {"text", s}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
+void ApiServer::handle_apply_template(const HttpRequest &req,
+                                      const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  const std::string model = model_field(body, options_.default_model);
+  if (!registry_.has(model))
+    throw ApiErrorException{
+        {404, "model: '" + model + "' is not a model this server knows", "model"}};
+  const ModelText &text = registry_.text(model);
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array()) fail_field("messages", "must be an array");
+  const json tools = body.contains("tools") ? body["tools"] : json(nullptr);
+  const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
+  std::string prompt = text.has_chat_template() ? text.render_chat(*it, tools, add_gen)
+                                                : render_chat_prompt(text, *it, tools);
+  send_json(ch, 200, json{{"prompt", prompt}}.dump());
+}
+
+}  // namespace keel::server

@@ -1,0 +1,93 @@
+// The HTTP API: routes requests to the OpenAI, Anthropic and admin handlers, checks the
+// API key, and runs handlers that may wait (model loads) on a worker pool so the I/O
+// threads never block. Wire formats stay in openai/ and anthropic/.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/thread_pool.hpp>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "registry/model_registry.h"
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/http_types.h"
+
+namespace keel::server {
+
+struct ApiOptions {
+  std::string api_key;  // empty: no key needed
+  int workers = 8;
+  std::chrono::milliseconds load_timeout{600'000};
+  std::chrono::milliseconds step_deadline{60'000};  // for /health's verdict
+  std::string default_model;  // used when a request names no model (/tokenize etc.)
+};
+
+enum class WireFormat { kOpenAI, kAnthropic };
+
+class ApiServer {
+ public:
+  ApiServer(ApiOptions options, ModelRegistry &registry);
+  ~ApiServer();
+  // Give the server's counters to /metrics and /api/status (optional).
+  void set_http_counters(const HttpCounters *counters) { http_counters_ = counters; }
+  void handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch);
+  // Waits for the worker pool to finish the handlers in progress.
+  void stop();
+
+ private:
+  bool authorized(const HttpRequest &req) const;
+  void route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void send_error(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, const ApiError &e);
+  void send_json(const std::shared_ptr<ResponseChannel> &ch, int status, const std::string &body);
+  // Runs `fn` on the worker pool, turning exceptions into errors in format `f`.
+  template <typename Fn>
+  void run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, Fn fn);
+
+  void handle_models(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_model_action(const std::string &id, const std::string &action,
+                           const std::shared_ptr<ResponseChannel> &ch);
+  void handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_completions(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_messages(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_count_tokens(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_tokenize(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_detokenize(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_apply_template(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_health(const std::shared_ptr<ResponseChannel> &ch);
+  void handle_status(const std::shared_ptr<ResponseChannel> &ch);
+  void handle_metrics(const std::shared_ptr<ResponseChannel> &ch);
+
+  std::string new_id(const char *prefix);
+  std::chrono::steady_clock::time_point load_deadline() const;
+
+  // Prefill / decode tokens per second from the engine's cumulative counters.
+  struct RateSample {
+    std::chrono::steady_clock::time_point at{};
+    std::int64_t prefill = 0, decode = 0;
+    double prefill_rate = 0, decode_rate = 0;
+  };
+  std::pair<double, double> rates(const std::string &model, const EngineStatus &s);
+
+  ApiOptions options_;
+  ModelRegistry &registry_;
+  const HttpCounters *http_counters_ = nullptr;
+  boost::asio::thread_pool pool_;
+  std::atomic<std::uint64_t> next_request_id_{1};
+  std::atomic<std::uint64_t> next_wire_id_{1};
+  std::atomic<std::int64_t> generations_started_{0};
+  std::atomic<std::int64_t> generations_failed_{0};
+  std::atomic<std::int64_t> client_aborts_{0};
+  std::mutex rates_mu_;
+  std::map<std::string, RateSample> rates_;
+};
+
+// The prompt text for chat messages: the model's chat template, or a plain fallback for
+// models that ship none ("role: content" lines ending in "assistant:").
+std::string render_chat_prompt(const ModelText &text, const nlohmann::json &messages,
+                               const nlohmann::json &tools);
+
+}  // namespace keel::server

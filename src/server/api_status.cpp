@@ -1,0 +1,229 @@
+// /health, /api/status and /metrics: liveness and load, from the engines' own reports.
+#include <sstream>
+
+#include "server/api_server.h"
+
+namespace keel::server {
+
+using nlohmann::json;
+
+namespace {
+
+// A loaded engine is healthy while it answers and its step in progress is younger than
+// the deadline. Returns the reason when it is not.
+std::string problem_of(const ModelReport &r, double step_deadline_s, double heartbeat_limit_s) {
+  switch (r.state) {
+    case ModelState::kStalled:
+      return "stalled: " + r.last_error;
+    case ModelState::kRestarting:
+      return "restarting after: " + r.last_error;
+    case ModelState::kReady: {
+      if (!r.engine) return "";
+      const double step_age = r.engine->step_in_progress_seconds > 0
+                                  ? r.engine->step_in_progress_seconds + r.heartbeat_age_seconds
+                                  : 0.0;
+      if (step_age > step_deadline_s)
+        return "stalled: a step has run for " + std::to_string(step_age) + " s (deadline " +
+               std::to_string(step_deadline_s) + " s)";
+      if (r.heartbeat_age_seconds > heartbeat_limit_s)
+        return "no heartbeat for " + std::to_string(r.heartbeat_age_seconds) + " s";
+      return "";
+    }
+    default:
+      return "";
+  }
+}
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+}  // namespace
+
+std::pair<double, double> ApiServer::rates(const std::string &model, const EngineStatus &s) {
+  std::lock_guard lock(rates_mu_);
+  auto now = std::chrono::steady_clock::now();
+  auto &r = rates_[model];
+  const double dt = std::chrono::duration<double>(now - r.at).count();
+  if (r.at.time_since_epoch().count() == 0 || s.prefill_tokens < r.prefill ||
+      s.decode_tokens < r.decode) {
+    r = {now, s.prefill_tokens, s.decode_tokens, 0, 0};
+  } else if (dt >= 1.0) {
+    r.prefill_rate = (s.prefill_tokens - r.prefill) / dt;
+    r.decode_rate = (s.decode_tokens - r.decode) / dt;
+    r.at = now;
+    r.prefill = s.prefill_tokens;
+    r.decode = s.decode_tokens;
+  }
+  return {r.prefill_rate, r.decode_rate};
+}
+
+void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
+  const double deadline = options_.step_deadline.count() / 1000.0;
+  json problems = json::array(), models = json::array();
+  for (const auto &r : registry_.report()) {
+    if (r.state == ModelState::kAvailable) continue;
+    const std::string why = problem_of(r, deadline, 10.0);
+    models.push_back({{"id", r.id}, {"state", model_state_name(r.state)}});
+    if (!why.empty())
+      problems.push_back({{"model", r.id}, {"state", model_state_name(r.state)}, {"reason", why}});
+  }
+  if (problems.empty())
+    ch->send(200, "application/json", json{{"status", "ok"}, {"models", models}}.dump());
+  else
+    ch->send(503, "application/json",
+             json{{"status", "unhealthy"}, {"problems", problems}, {"models", models}}.dump());
+}
+
+void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
+  json models = json::array();
+  std::int64_t running = 0, waiting = 0, preempted = 0, loading = 0;
+  double prefill_tps = 0, decode_tps = 0;
+  for (const auto &r : registry_.report()) {
+    json m{{"id", r.id},
+           {"state", model_state_name(r.state)},
+           {"pinned", r.pinned},
+           {"memory_bytes", r.memory_bytes},
+           {"pid", r.pid},
+           {"restarts", r.restarts},
+           {"last_error", r.last_error.empty() ? json(nullptr) : json(r.last_error)},
+           {"context_length", r.context_length},
+           {"active_requests", r.leases}};
+    if (r.engine) {
+      const auto &s = *r.engine;
+      auto [pre, dec] = rates(r.id, s);
+      m["running"] = s.running;
+      m["waiting"] = s.waiting;
+      m["preempted"] = s.preempted;
+      m["loading_cache"] = s.loading_cache;
+      m["step_in_progress_seconds"] = s.step_in_progress_seconds;
+      m["last_step_seconds"] = s.last_step_seconds;
+      m["heartbeat_age_seconds"] = r.heartbeat_age_seconds;
+      m["steps"] = s.steps;
+      m["prefill_tokens_per_second"] = pre;
+      m["decode_tokens_per_second"] = dec;
+      m["kv_blocks"] = {
+          {"total", s.kv_blocks_total}, {"used", s.kv_blocks_used}, {"cached", s.kv_blocks_cached}};
+      m["kv_usage"] =
+          ratio(static_cast<double>(s.kv_blocks_used), static_cast<double>(s.kv_blocks_total));
+      m["prefix_cache_hit_rate"] =
+          ratio(static_cast<double>(s.prefix_hit_tokens), static_cast<double>(s.prompt_tokens));
+      m["tiers"] = {{"device_blocks_used", s.kv_blocks_used},
+                    {"device_blocks_cached", s.kv_blocks_cached}};
+      running += s.running;
+      waiting += s.waiting;
+      preempted += s.preempted;
+      loading += s.loading_cache;
+      prefill_tps += pre;
+      decode_tps += dec;
+    } else {
+      m["running"] = 0;
+      m["waiting"] = 0;
+      m["preempted"] = 0;
+      m["loading_cache"] = 0;
+    }
+    models.push_back(std::move(m));
+  }
+  json totals{{"running", running},
+              {"waiting", waiting},
+              {"preempted", preempted},
+              {"loading_cache", loading},
+              {"prefill_tokens_per_second", prefill_tps},
+              {"decode_tokens_per_second", decode_tps},
+              {"memory_bytes", registry_.memory_in_use()},
+              {"memory_budget_bytes", registry_.memory_budget()},
+              {"generations", generations_started_.load()},
+              {"client_aborts", client_aborts_.load()}};
+  if (http_counters_)
+    totals["http"] = {{"open_connections", http_counters_->open_connections.load()},
+                      {"requests", http_counters_->requests.load()},
+                      {"disconnects", http_counters_->disconnects.load()},
+                      {"dropped_slow", http_counters_->dropped_slow.load()}};
+  ch->send(200, "application/json", json{{"models", models}, {"totals", totals}}.dump());
+}
+
+void ApiServer::handle_metrics(const std::shared_ptr<ResponseChannel> &ch) {
+  std::ostringstream o;
+  auto family = [&](const char *name, const char *type, const char *help) {
+    o << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
+  };
+  const auto reports = registry_.report();
+  auto per_model = [&](const char *name, const char *type, const char *help, auto value) {
+    family(name, type, help);
+    for (const auto &r : reports) o << name << "{model=\"" << r.id << "\"} " << value(r) << '\n';
+  };
+  auto eng = [](const ModelReport &r, auto f) -> double {
+    return r.engine ? static_cast<double>(f(*r.engine)) : 0.0;
+  };
+  per_model("keel_model_loaded", "gauge", "1 while the model has a ready engine",
+            [](const ModelReport &r) { return r.state == ModelState::kReady ? 1 : 0; });
+  per_model(
+      "keel_model_memory_bytes", "gauge", "memory held by the model's engine",
+      [](const ModelReport &r) { return r.state == ModelState::kAvailable ? 0 : r.memory_bytes; });
+  per_model("keel_engine_restarts_total", "counter", "engine restarts after a death or stall",
+            [](const ModelReport &r) { return r.restarts; });
+  per_model("keel_requests_running", "gauge", "requests running in the engine",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.running; });
+            });
+  per_model("keel_requests_waiting", "gauge", "requests waiting for admission",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.waiting; });
+            });
+  per_model("keel_requests_preempted", "gauge", "requests preempted", [&](const ModelReport &r) {
+    return eng(r, [](const EngineStatus &s) { return s.preempted; });
+  });
+  per_model("keel_requests_loading_cache", "gauge", "requests waiting for KV blocks to load",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.loading_cache; });
+            });
+  per_model("keel_step_in_progress_seconds", "gauge",
+            "age of the engine step in progress (0 when idle)", [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.step_in_progress_seconds; });
+            });
+  per_model("keel_last_step_seconds", "gauge", "duration of the last engine step",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.last_step_seconds; });
+            });
+  per_model("keel_heartbeat_age_seconds", "gauge", "seconds since the engine last reported",
+            [](const ModelReport &r) { return r.heartbeat_age_seconds; });
+  per_model("keel_engine_steps_total", "counter", "engine steps", [&](const ModelReport &r) {
+    return eng(r, [](const EngineStatus &s) { return s.steps; });
+  });
+  per_model("keel_prefill_tokens_total", "counter", "prompt tokens computed",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.prefill_tokens; });
+            });
+  per_model("keel_decode_tokens_total", "counter", "tokens generated", [&](const ModelReport &r) {
+    return eng(r, [](const EngineStatus &s) { return s.decode_tokens; });
+  });
+  per_model("keel_prompt_tokens_total", "counter", "prompt tokens submitted",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.prompt_tokens; });
+            });
+  per_model("keel_prefix_cache_hit_tokens_total", "counter",
+            "prompt tokens served from the prefix cache", [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.prefix_hit_tokens; });
+            });
+  per_model("keel_kv_blocks_used", "gauge", "KV blocks in use", [&](const ModelReport &r) {
+    return eng(r, [](const EngineStatus &s) { return s.kv_blocks_used; });
+  });
+  per_model("keel_kv_blocks_total", "gauge", "KV blocks in the pool", [&](const ModelReport &r) {
+    return eng(r, [](const EngineStatus &s) { return s.kv_blocks_total; });
+  });
+  family("keel_memory_budget_bytes", "gauge", "memory budget for loaded models (0: none)");
+  o << "keel_memory_budget_bytes " << registry_.memory_budget() << '\n';
+  family("keel_generations_total", "counter", "generation requests started");
+  o << "keel_generations_total " << generations_started_.load() << '\n';
+  family("keel_client_aborts_total", "counter", "generations aborted because the client left");
+  o << "keel_client_aborts_total " << client_aborts_.load() << '\n';
+  if (http_counters_) {
+    family("keel_http_open_connections", "gauge", "open HTTP connections");
+    o << "keel_http_open_connections " << http_counters_->open_connections.load() << '\n';
+    family("keel_http_requests_total", "counter", "HTTP requests read");
+    o << "keel_http_requests_total " << http_counters_->requests.load() << '\n';
+    family("keel_http_dropped_slow_total", "counter", "connections dropped for not reading");
+    o << "keel_http_dropped_slow_total " << http_counters_->dropped_slow.load() << '\n';
+  }
+  ch->send(200, "text/plain; version=0.0.4", o.str());
+}
+
+}  // namespace keel::server

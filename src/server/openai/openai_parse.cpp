@@ -1,0 +1,167 @@
+#include "server/json_fields.h"
+#include "server/openai/openai_types.h"
+#include "server/sampling_fields.h"
+
+namespace keel::server::openai {
+
+using nlohmann::json;
+
+namespace {
+
+// Content: a string, or an array of parts of which text parts are kept.
+std::string flatten_content(const json &content, const std::string &field) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) fail_field(field, "must be a string or an array of content parts");
+  std::string out;
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    const auto &part = content[i];
+    const std::string pf = field + "[" + std::to_string(i) + "]";
+    if (!part.is_object()) fail_field(pf, "must be an object");
+    auto type = part.find("type");
+    if (type == part.end() || !type->is_string()) fail_field(pf + ".type", "is required");
+    if (*type == "text") {
+      auto t = part.find("text");
+      if (t == part.end() || !t->is_string()) fail_field(pf + ".text", "must be a string");
+      out += t->get<std::string>();
+    } else {
+      fail_field(pf + ".type",
+                 "'" + type->get<std::string>() + "' content is not supported (text only)");
+    }
+  }
+  return out;
+}
+
+void parse_common(const json &body, SamplingParams &s, bool &max_given, int &n,
+                  std::vector<std::string> &stop, bool &stream, bool &include_usage,
+                  const char *max_field) {
+  parse_sampling_fields(body, s);
+  std::optional<std::int64_t> mt = opt_int(body, max_field, 1, 1 << 30);
+  if (!mt && std::string(max_field) == "max_completion_tokens")
+    mt = opt_int(body, "max_tokens", 1, 1 << 30);
+  if (mt) {
+    s.max_tokens = static_cast<int32_t>(*mt);
+    max_given = true;
+  }
+  if (auto v = opt_int(body, "n", 1, 16)) n = static_cast<int>(*v);
+  stop = parse_stop_field(body, "stop", 16);
+  stream = opt_bool(body, "stream").value_or(false);
+  auto so = body.find("stream_options");
+  if (so != body.end() && !so->is_null()) {
+    if (!so->is_object()) fail_field("stream_options", "must be an object");
+    if (!stream) fail_field("stream_options", "is only allowed when stream is true");
+    include_usage = opt_bool(*so, "include_usage").value_or(false);
+  }
+}
+
+}  // namespace
+
+ChatRequest parse_chat(const json &body) {
+  ChatRequest r;
+  r.model = req_string(body, "model");
+  auto msgs = body.find("messages");
+  if (msgs == body.end() || msgs->is_null()) fail_field("messages", "is required");
+  if (!msgs->is_array()) fail_field("messages", "must be an array");
+  if (msgs->empty()) fail_field("messages", "must not be empty");
+  r.messages = json::array();
+  for (std::size_t i = 0; i < msgs->size(); ++i) {
+    const auto &m = (*msgs)[i];
+    const std::string f = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) fail_field(f, "must be an object");
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string())
+      fail_field(f + ".role", "is required and must be a string");
+    const std::string rs = role->get<std::string>();
+    if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
+      fail_field(f + ".role", "must be one of system, developer, user, assistant, tool");
+    json out = m;
+    out["role"] = rs == "developer" ? "system" : rs;
+    auto c = m.find("content");
+    out["content"] = flatten_content(c == m.end() ? json(nullptr) : *c, f + ".content");
+    r.messages.push_back(std::move(out));
+  }
+  auto tools = body.find("tools");
+  if (tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) fail_field("tools", "must be an array");
+    r.tools = *tools;
+  }
+  parse_common(body, r.sampling, r.max_tokens_given, r.n, r.stop, r.stream, r.include_usage,
+               "max_completion_tokens");
+  r.logprobs = opt_bool(body, "logprobs").value_or(false);
+  if (auto v = opt_int(body, "top_logprobs", 0, 20)) {
+    if (!r.logprobs) fail_field("top_logprobs", "requires logprobs to be true");
+    r.top_logprobs = static_cast<int>(*v);
+  }
+  if (r.logprobs) r.sampling.logprobs = r.top_logprobs;
+  auto rf = body.find("response_format");
+  if (rf != body.end() && !rf->is_null()) {
+    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+      fail_field("response_format", "must be an object with a type");
+    if ((*rf)["type"] != "text") fail_field("response_format.type", "only 'text' is supported");
+  }
+  return r;
+}
+
+CompletionRequest parse_completion(const json &body) {
+  CompletionRequest r;
+  r.model = req_string(body, "model");
+  auto p = body.find("prompt");
+  if (p == body.end() || p->is_null()) fail_field("prompt", "is required");
+  auto is_token = [](const json &t) { return t.is_number_integer() || t.is_number_unsigned(); };
+  auto token_list = [&](const json &arr, const std::string &f) {
+    std::vector<TokenId> ids;
+    for (const auto &t : arr) {
+      if (!is_token(t)) fail_field(f, "token ids must be integers");
+      auto v = t.get<std::int64_t>();
+      if (v < 0 || v > INT32_MAX)
+        fail_field(f, "token id " + std::to_string(v) + " is out of range");
+      ids.push_back(static_cast<TokenId>(v));
+    }
+    if (ids.empty()) fail_field(f, "must not be empty");
+    return ids;
+  };
+  if (p->is_string()) {
+    r.text_prompts.push_back(p->get<std::string>());
+  } else if (p->is_array()) {
+    if (p->empty()) fail_field("prompt", "must not be empty");
+    const json &first = (*p)[0];
+    if (first.is_string()) {
+      for (const auto &s : *p) {
+        if (!s.is_string())
+          fail_field("prompt", "an array prompt must hold only strings or only token ids");
+        r.text_prompts.push_back(s.get<std::string>());
+      }
+    } else if (is_token(first)) {
+      r.prompt_is_tokens = true;
+      r.token_prompts.push_back(token_list(*p, "prompt"));
+    } else if (first.is_array()) {
+      r.prompt_is_tokens = true;
+      for (std::size_t i = 0; i < p->size(); ++i) {
+        if (!(*p)[i].is_array())
+          fail_field("prompt", "an array of token-id arrays must hold only arrays");
+        r.token_prompts.push_back(token_list((*p)[i], "prompt[" + std::to_string(i) + "]"));
+      }
+    } else {
+      fail_field("prompt",
+                 "must be a string, an array of strings, token ids, or arrays of token ids");
+    }
+  } else {
+    fail_field("prompt",
+               "must be a string, an array of strings, token ids, or arrays of token ids");
+  }
+  const std::size_t count = r.prompt_is_tokens ? r.token_prompts.size() : r.text_prompts.size();
+  if (count > 64) fail_field("prompt", "at most 64 prompts in one request");
+  parse_common(body, r.sampling, r.max_tokens_given, r.n, r.stop, r.stream, r.include_usage,
+               "max_tokens");
+  if (!r.max_tokens_given) r.sampling.max_tokens = 16;  // the OpenAI default for completions
+  r.echo = opt_bool(body, "echo").value_or(false);
+  if (auto v = opt_int(body, "logprobs", 0, 20)) r.logprobs = static_cast<int>(*v);
+  r.sampling.logprobs = r.logprobs;
+  r.sampling.prompt_logprobs = r.echo && r.logprobs >= 0;
+  if (auto v = opt_int(body, "best_of", 1, 16); v && *v != r.n)
+    fail_field("best_of", "only best_of == n is supported");
+  if (opt_string(body, "suffix")) fail_field("suffix", "is not supported");
+  return r;
+}
+
+}  // namespace keel::server::openai

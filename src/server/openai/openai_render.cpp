@@ -1,0 +1,217 @@
+#include "server/openai/openai_types.h"
+
+namespace keel::server::openai {
+
+using nlohmann::json;
+
+namespace {
+
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json bytes_of(const std::string &s) {
+  json a = json::array();
+  for (unsigned char c : s) a.push_back(static_cast<int>(c));
+  return a;
+}
+
+std::string tok(const RenderContext &ctx, TokenId id) {
+  return ctx.text ? ctx.text->token_text(id) : std::to_string(id);
+}
+
+json chat_logprob_entries(const RenderContext &ctx, const std::vector<TokenId> &tokens,
+                          const std::vector<TokenLogprob> &lps,
+                          const std::vector<std::vector<TokenLogprob>> &top) {
+  json content = json::array();
+  for (std::size_t i = 0; i < tokens.size() && i < lps.size(); ++i) {
+    const std::string t = tok(ctx, tokens[i]);
+    json tops = json::array();
+    if (i < top.size())
+      for (const auto &alt : top[i]) {
+        const std::string at = tok(ctx, alt.token);
+        tops.push_back({{"token", at}, {"logprob", alt.logprob}, {"bytes", bytes_of(at)}});
+      }
+    content.push_back({{"token", t},
+                       {"logprob", lps[i].logprob},
+                       {"bytes", bytes_of(t)},
+                       {"top_logprobs", tops}});
+  }
+  return content;
+}
+
+const char *openai_finish(const std::string &f) { return f == "length" ? "length" : "stop"; }
+
+// Legacy completions logprobs over (prompt tokens if echoed) + generated tokens.
+json completion_logprobs(const RenderContext &ctx, const std::vector<TokenId> &echo_tokens,
+                         const std::vector<std::optional<TokenLogprob>> &echo_lp,
+                         const std::vector<std::vector<TokenLogprob>> &echo_top,
+                         const std::vector<TokenId> &tokens, const std::vector<TokenLogprob> &lps,
+                         const std::vector<std::vector<TokenLogprob>> &top, std::size_t offset0) {
+  json toks = json::array(), tlps = json::array(), tops = json::array(), offs = json::array();
+  std::size_t off = offset0;
+  auto add = [&](TokenId id, const std::optional<float> &lp,
+                 const std::vector<TokenLogprob> *alts) {
+    const std::string t = tok(ctx, id);
+    toks.push_back(t);
+    tlps.push_back(lp ? json(*lp) : json(nullptr));
+    if (alts) {
+      json m = json::object();
+      for (const auto &a : *alts) m[tok(ctx, a.token)] = a.logprob;
+      tops.push_back(m);
+    } else {
+      tops.push_back(nullptr);
+    }
+    offs.push_back(off);
+    off += t.size();
+  };
+  for (std::size_t i = 0; i < echo_tokens.size(); ++i) {
+    std::optional<float> lp;
+    if (i < echo_lp.size() && echo_lp[i]) lp = echo_lp[i]->logprob;
+    const std::vector<TokenLogprob> *alts = (lp && i < echo_top.size()) ? &echo_top[i] : nullptr;
+    add(echo_tokens[i], lp, alts);
+  }
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    std::optional<float> lp;
+    if (i < lps.size()) lp = lps[i].logprob;
+    add(tokens[i], lp, i < top.size() ? &top[i] : nullptr);
+  }
+  return {
+      {"tokens", toks}, {"token_logprobs", tlps}, {"top_logprobs", tops}, {"text_offset", offs}};
+}
+
+}  // namespace
+
+json usage_json(const Generation &g) {
+  const int p = g.prompt_tokens(), c = g.completion_tokens();
+  return {{"prompt_tokens", p},
+          {"completion_tokens", c},
+          {"total_tokens", p + c},
+          {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens()}}}};
+}
+
+std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const Generation &g) {
+  json choices = json::array();
+  const auto &results = g.results();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto &r = results[i];
+    json lp = nullptr;
+    if (req.logprobs)
+      lp = {{"content", chat_logprob_entries(ctx, r.tokens, r.logprobs, r.top)},
+            {"refusal", nullptr}};
+    choices.push_back(
+        {{"index", i},
+         {"message", {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}}},
+         {"logprobs", lp},
+         {"finish_reason", openai_finish(r.finish)}});
+  }
+  return dump({{"id", ctx.id},
+               {"object", "chat.completion"},
+               {"created", ctx.created},
+               {"model", ctx.model},
+               {"choices", choices},
+               {"usage", usage_json(g)},
+               {"system_fingerprint", nullptr}});
+}
+
+std::string chat_chunk_role(const RenderContext &ctx, int index) {
+  return dump({{"id", ctx.id},
+               {"object", "chat.completion.chunk"},
+               {"created", ctx.created},
+               {"model", ctx.model},
+               {"choices", json::array({{{"index", index},
+                                         {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                         {"logprobs", nullptr},
+                                         {"finish_reason", nullptr}}})}});
+}
+
+std::string chat_chunk_delta(const RenderContext &ctx, const ChatRequest &req,
+                             const ChoiceDelta &d) {
+  json delta = json::object();
+  if (!d.text.empty()) delta["content"] = d.text;
+  json lp = nullptr;
+  if (req.logprobs && !d.tokens.empty())
+    lp = {{"content", chat_logprob_entries(ctx, d.tokens, d.logprobs, d.top)}};
+  json choice{{"index", d.index},
+              {"delta", delta},
+              {"logprobs", lp},
+              {"finish_reason", d.finish ? json(openai_finish(*d.finish)) : json(nullptr)}};
+  json j{{"id", ctx.id},
+         {"object", "chat.completion.chunk"},
+         {"created", ctx.created},
+         {"model", ctx.model},
+         {"choices", json::array({choice})}};
+  if (req.include_usage) j["usage"] = nullptr;
+  return dump(j);
+}
+
+std::string chat_chunk_usage(const RenderContext &ctx, const Generation &g) {
+  return dump({{"id", ctx.id},
+               {"object", "chat.completion.chunk"},
+               {"created", ctx.created},
+               {"model", ctx.model},
+               {"choices", json::array()},
+               {"usage", usage_json(g)}});
+}
+
+std::string render_completion(const RenderContext &ctx, const CompletionRequest &req,
+                              const Generation &g, const std::vector<std::string> &prompt_texts) {
+  json choices = json::array();
+  const auto &results = g.results();
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const auto &r = results[i];
+    std::string text = r.text;
+    const std::vector<TokenId> *echo_tokens = nullptr;
+    static const std::vector<TokenId> none;
+    if (req.echo) {
+      text = prompt_texts[r.prompt_index] + text;
+      echo_tokens = &g.spec().prompts[r.prompt_index];
+    }
+    json lp = nullptr;
+    if (req.logprobs >= 0)
+      lp = completion_logprobs(ctx, echo_tokens ? *echo_tokens : none, r.prompt_logprobs,
+                               r.prompt_top, r.tokens, r.logprobs, r.top, 0);
+    choices.push_back({{"index", i},
+                       {"text", text},
+                       {"logprobs", lp},
+                       {"finish_reason", openai_finish(r.finish)}});
+  }
+  return dump({{"id", ctx.id},
+               {"object", "text_completion"},
+               {"created", ctx.created},
+               {"model", ctx.model},
+               {"choices", choices},
+               {"usage", usage_json(g)},
+               {"system_fingerprint", nullptr}});
+}
+
+std::string completion_chunk(const RenderContext &ctx, const CompletionRequest &req,
+                             const ChoiceDelta &d, const std::string &echo_prefix,
+                             const std::vector<TokenId> &echo_tokens,
+                             const std::vector<std::optional<TokenLogprob>> &echo_logprobs,
+                             const std::vector<std::vector<TokenLogprob>> &echo_top) {
+  json lp = nullptr;
+  if (req.logprobs >= 0)
+    lp = completion_logprobs(ctx, echo_tokens, echo_logprobs, echo_top, d.tokens, d.logprobs, d.top,
+                             0);
+  json choice{{"index", d.index},
+              {"text", echo_prefix + d.text},
+              {"logprobs", lp},
+              {"finish_reason", d.finish ? json(openai_finish(*d.finish)) : json(nullptr)}};
+  json j{{"id", ctx.id},
+         {"object", "text_completion"},
+         {"created", ctx.created},
+         {"model", ctx.model},
+         {"choices", json::array({choice})}};
+  if (req.include_usage) j["usage"] = nullptr;
+  return dump(j);
+}
+
+std::string completion_chunk_usage(const RenderContext &ctx, const Generation &g) {
+  return dump({{"id", ctx.id},
+               {"object", "text_completion"},
+               {"created", ctx.created},
+               {"model", ctx.model},
+               {"choices", json::array()},
+               {"usage", usage_json(g)}});
+}
+
+}  // namespace keel::server::openai
