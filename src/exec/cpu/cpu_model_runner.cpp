@@ -21,21 +21,19 @@ void CpuModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
 
 // ---------------------------------------------------------------- opening a model
 #include "core/error.h"
-#include "formats/safetensors.h"
+#include "formats/model_weights.h"
 
 namespace keel::cpu {
 
 std::unique_ptr<CpuModelRunner> CpuModelRunner::open(const std::filesystem::path &path,
                                                      ExecContext &ctx, KvOptions kv) {
-  if (!std::filesystem::is_directory(path))
-    throw Error(ErrorCode::kUnsupported, path.string() + ": expected an HF model directory");
-  const ModelConfig cfg = load_hf_config(path);
-  std::shared_ptr<SafetensorsModel> st = SafetensorsModel::open(path);
-  arch::WeightLookup lookup = [st](const std::string &name) -> std::optional<TensorView> {
-    if (!st->find(name)) return std::nullopt;
-    return st->view(name);
+  std::shared_ptr<ModelWeights> weights = ModelWeights::open(path);
+  arch::WeightLookup lookup =
+      [w = weights.get()](const std::string &name) -> std::optional<TensorView> {
+    if (const TensorView *t = w->find(name)) return *t;
+    return std::nullopt;
   };
-  return std::make_unique<CpuModelRunner>(cfg, lookup, st, ctx, kv);
+  return std::make_unique<CpuModelRunner>(weights->config(), lookup, weights, ctx, kv);
 }
 
 }  // namespace keel::cpu
