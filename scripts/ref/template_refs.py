@@ -9,6 +9,9 @@ bytes, or an error where transformers raised.
 
 Run on the GPU machine (transformers installed):
     python3 scripts/ref/template_refs.py --out $OUT/refs.json
+With --cases FILE it instead renders the small language cases in FILE (each a template
+and a context) and writes them back with their output or error: the expectations of
+tests/unit/jinja/language_test.cpp (tests/fixtures/templates/language.json).
 Without transformers it falls back to a local jinja2 environment configured the way
 transformers configures it, and says so in the output's "generator" field (for trying
 the script out only: committed references must come from transformers).
@@ -91,7 +94,7 @@ def make_renderer():
         return env.from_string(src).render(messages=messages, tools=tools, documents=None,
                                            add_generation_prompt=agp, **kwargs)
 
-    return render, f"LOCAL jinja2 {jinja2.__version__} (not transformers: do not commit)"
+    return render, f"local jinja2 {jinja2.__version__}, configured as transformers configures it"
 
 
 def kwargs_variants(src):
@@ -109,9 +112,12 @@ def kwargs_variants(src):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--cases", help="render these language cases instead of the chat templates")
     args = ap.parse_args()
 
     render, generator = make_renderer()
+    if args.cases:
+        return render_cases(render, generator, args.cases, args.out)
     with open(os.path.join(FIXTURES, "conversations.json"), encoding="utf-8") as f:
         conv = json.load(f)
     src_dir = os.path.join(FIXTURES, "src")
@@ -145,6 +151,23 @@ def main():
         json.dump(out, f, ensure_ascii=False, indent=1)
     n_err = sum(1 for c in cases if "error" in c)
     print(f"{generator}: {len(cases)} cases, {n_err} raised, written to {args.out}")
+
+
+def render_cases(render, generator, cases_path, out_path):
+    with open(cases_path, encoding="utf-8") as f:
+        cases = json.load(f)["cases"]
+    for case in cases:
+        case.pop("output", None)
+        case.pop("error", None)
+        ctx = dict(case["context"])
+        messages = ctx.pop("messages", [])
+        try:
+            case["output"] = render(case["template"], messages, None, False, ctx)
+        except Exception as e:
+            case["error"] = {"type": type(e).__name__, "message": str(e)}
+    with open(out_path, "w", encoding="utf-8") as f:
+        json.dump({"generator": generator, "cases": cases}, f, ensure_ascii=False, indent=1)
+    print(f"{generator}: {len(cases)} language cases written to {out_path}")
 
 
 if __name__ == "__main__":

@@ -46,7 +46,7 @@ std::optional<std::string> token(const ojson &t, const char *key) {
 TEST(ChatTemplateRefs, EveryReferenceRenderingMatches) {
   ojson refs = ojson::parse(slurp(dir() / "refs.json"));
   ojson conv = ojson::parse(slurp(dir() / "conversations.json"));
-  ASSERT_NE(refs["generator"].get<std::string>().find("transformers"), std::string::npos)
+  ASSERT_EQ(refs["generator"].get<std::string>().rfind("transformers ", 0), 0u)
       << "refs.json must come from transformers, not the local fallback";
   EXPECT_EQ(refs["now"], "2024-07-26T12:00:00");
 
