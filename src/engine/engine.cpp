@@ -280,7 +280,7 @@ void Engine::loop() {
       return;
     }
     expire_deadlines();
-    if (!batch.empty()) publish_status();
+    publish_status();
     queued_submits_.fetch_sub(submits);
     idle = !run_step();
   }
@@ -383,6 +383,7 @@ bool Engine::run_step() {
     step_start_ns_.store(0);
     return false;
   }
+  publish_status();  // admissions and preemptions show while the step runs
   try {
     // Build the ragged batch: tokens, positions and block tables of every sequence.
     batch_.tokens.clear();
