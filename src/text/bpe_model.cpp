@@ -89,29 +89,28 @@ void BpeModel::encode_word(std::string_view word, std::vector<TokenId> &out) con
     }
   }
   const bool cacheable = word.size() <= WordCache::kMaxWordBytes;
-  if (cacheable && cache_.lookup(word, out)) return;
-  std::vector<TokenId> syms;
-  syms.reserve(word.size());
-  initial_symbols(word, syms);
-  merge(syms);
-  if (cacheable) cache_.store(word, syms.data(), syms.size());
-  out.insert(out.end(), syms.begin(), syms.end());
+  const std::uint64_t h = cacheable ? WordCache::hash(word) : 0;
+  if (cacheable && cache_.lookup(word, h, out)) return;
+  // Merge in place at the end of `out`: no allocation per word.
+  const std::size_t mark = out.size();
+  initial_symbols(word, out);
+  std::span<TokenId> syms(out.data() + mark, out.size() - mark);
+  const std::size_t n = merge(syms);
+  out.resize(mark + n);
+  if (cacheable) cache_.store(word, h, out.data() + mark, n);
 }
 
-void BpeModel::merge(std::vector<TokenId> &syms) const {
-  if (syms.size() < 2 || merges_.size() == 0) return;
+std::size_t BpeModel::merge(std::span<TokenId> syms) const {
+  if (syms.size() < 2 || merges_.size() == 0) return syms.size();
   // Rescanning is fastest for short words; long ones (runs of CJK or spaces, or
   // hostile input) need the O(n log n) queue so that they cannot stall encoding.
-  if (syms.size() <= 96) {
-    merge_small(syms);
-  } else {
-    merge_heap(syms);
-  }
+  if (syms.size() <= kSmallWord) return merge_small(syms);
+  return merge_heap(syms);
 }
 
-void BpeModel::merge_small(std::vector<TokenId> &syms) const {
+std::size_t BpeModel::merge_small(std::span<TokenId> syms) const {
   std::size_t n = syms.size();
-  Merge pairs[96];  // pairs[i]: the merge of syms[i], syms[i + 1]
+  Merge pairs[kSmallWord];  // pairs[i]: the merge of syms[i], syms[i + 1]
   for (std::size_t i = 0; i + 1 < n; ++i) pairs[i] = merges_.find(syms[i], syms[i + 1]);
   while (n > 1) {
     std::int32_t best = INT_MAX;
@@ -132,10 +131,10 @@ void BpeModel::merge_small(std::vector<TokenId> &syms) const {
     if (bi > 0) pairs[bi - 1] = merges_.find(syms[bi - 1], syms[bi]);
     if (bi + 1 < n) pairs[bi] = merges_.find(syms[bi], syms[bi + 1]);
   }
-  syms.resize(n);
+  return n;
 }
 
-void BpeModel::merge_heap(std::vector<TokenId> &syms) const {
+std::size_t BpeModel::merge_heap(std::span<TokenId> syms) const {
   const int n = static_cast<int>(syms.size());
   std::vector<int> prev(n), next(n);
   for (int i = 0; i < n; ++i) {
@@ -172,7 +171,7 @@ void BpeModel::merge_heap(std::vector<TokenId> &syms) const {
   }
   std::size_t w = 0;
   for (int i = 0; i >= 0 && i < n; i = next[i]) syms[w++] = syms[i];
-  syms.resize(w);
+  return w;
 }
 
 }  // namespace keel::text

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -53,9 +54,11 @@ class BpeModel final : public Model {
     std::size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
   };
   void initial_symbols(std::string_view word, std::vector<TokenId> &syms) const;
-  void merge(std::vector<TokenId> &syms) const;
-  void merge_small(std::vector<TokenId> &syms) const;
-  void merge_heap(std::vector<TokenId> &syms) const;
+  static constexpr std::size_t kSmallWord = 96;
+  // Merge the symbols in place; return how many remain.
+  std::size_t merge(std::span<TokenId> syms) const;
+  std::size_t merge_small(std::span<TokenId> syms) const;
+  std::size_t merge_heap(std::span<TokenId> syms) const;
 
   BpeOptions opt_;
   std::unordered_map<std::string, TokenId, Hash, std::equal_to<>> by_symbol_;

@@ -11,6 +11,17 @@ namespace keel::text {
 
 namespace {
 
+// Characters that NFC leaves alone whatever surrounds them: no canonical
+// decomposition, combining class 0, and never the second half of a composition.
+// Conservative ranges cover Latin-1, CJK ideographs, kana, Hangul syllables,
+// CJK punctuation and emoji, so most real text skips utf8proc entirely.
+bool nfc_inert(char32_t c) {
+  return c < 0x300 || (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x4E00 && c <= 0x9FFF) ||
+         (c >= 0x3000 && c <= 0x303F) || (c >= 0x3041 && c <= 0x3096) ||
+         (c >= 0x30A0 && c <= 0x30FA) || (c >= 0xAC00 && c <= 0xD7A3 && (c - 0xAC00) % 28 != 0) ||
+         (c >= 0x2010 && c <= 0x2027) || (c >= 0x1F300 && c <= 0x1FAFF);
+}
+
 class UnicodeNormalizer final : public NormalizerStep {
  public:
   explicit UnicodeNormalizer(UnicodeForm f) : form_(f) {}
@@ -18,6 +29,47 @@ class UnicodeNormalizer final : public NormalizerStep {
     bool ascii = true;
     for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
     if (ascii) return;  // ASCII is invariant under every normalization form
+    if (form_ == UnicodeForm::kNFC) {
+      nfc_by_chunks(text);
+      return;
+    }
+    text = normalize(text);
+  }
+
+ private:
+  // NFC only changes runs of non-inert characters together with the starter just
+  // before them; everything else is copied through.
+  void nfc_by_chunks(std::string &text) const {
+    std::string out;
+    std::size_t copied = 0, prev_start = std::string::npos, i = 0;
+    while (i < text.size()) {
+      char32_t cp;
+      std::size_t len;
+      const bool ok = utf8_decode(text, i, cp, len);
+      if (!ok || nfc_inert(cp)) {
+        prev_start = i;
+        i += len;
+        continue;
+      }
+      const std::size_t cs =
+          prev_start != std::string::npos && prev_start >= copied ? prev_start : i;
+      std::size_t j = i + len;
+      while (j < text.size()) {
+        if (!utf8_decode(text, j, cp, len) || nfc_inert(cp)) break;
+        j += len;
+      }
+      out.append(text, copied, cs - copied);
+      out += normalize(std::string_view(text).substr(cs, j - cs));
+      copied = j;
+      prev_start = std::string::npos;
+      i = j;
+    }
+    if (copied == 0) return;
+    out.append(text, copied);
+    text.swap(out);
+  }
+
+  std::string normalize(std::string_view text) const {
     int opts = UTF8PROC_STABLE;
     switch (form_) {
       case UnicodeForm::kNFC:
@@ -37,12 +89,12 @@ class UnicodeNormalizer final : public NormalizerStep {
     auto n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t *>(text.data()),
                           static_cast<utf8proc_ssize_t>(text.size()), &out,
                           static_cast<utf8proc_option_t>(opts));
-    if (n < 0) return;  // invalid input was sanitized before; keep text as is
-    text.assign(reinterpret_cast<char *>(out), static_cast<std::size_t>(n));
+    if (n < 0) return std::string(text);  // invalid input was sanitized before; keep as is
+    std::string result(reinterpret_cast<char *>(out), static_cast<std::size_t>(n));
     std::free(out);
+    return result;
   }
 
- private:
   UnicodeForm form_;
 };
 
