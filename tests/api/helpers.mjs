@@ -1,0 +1,66 @@
+// Shared setup for the API tests: SDK clients bound to the servers run.sh started.
+import { createRequire } from 'node:module';
+import path from 'node:path';
+
+const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
+const OpenAIModule = require('openai');
+const AnthropicModule = require('@anthropic-ai/sdk');
+export const OpenAI = OpenAIModule.OpenAI ?? OpenAIModule.default ?? OpenAIModule;
+export const Anthropic = AnthropicModule.Anthropic ?? AnthropicModule.default ?? AnthropicModule;
+
+export const URL_MAIN = process.env.KEEL_URL;
+export const URL_LRU = process.env.KEEL_LRU_URL;
+export const KEY = process.env.KEEL_API_KEY_FOR_TESTS;
+export const MODEL = process.env.KEEL_TEST_MODEL;
+export const KEEL_BIN = process.env.KEEL_BIN;
+export const MODEL_PATH = process.env.KEEL_TEST_MODEL_PATH;
+
+export function openai(url = URL_MAIN, key = KEY) {
+  return new OpenAI({ baseURL: `${url}/v1`, apiKey: key ?? 'none', maxRetries: 0, timeout: 60_000 });
+}
+
+export function anthropic(url = URL_MAIN, key = KEY) {
+  return new Anthropic({ baseURL: url, apiKey: key ?? 'none', maxRetries: 0, timeout: 60_000 });
+}
+
+// Raw HTTP for what SDKs cannot send (malformed bodies) and for admin endpoints.
+export async function http(method, pathname, { body, raw, headers = {}, url = URL_MAIN, key = KEY } = {}) {
+  const h = { ...headers };
+  if (key) h.authorization = `Bearer ${key}`;
+  let payload;
+  if (raw !== undefined) payload = raw;
+  else if (body !== undefined) {
+    payload = JSON.stringify(body);
+    h['content-type'] = 'application/json';
+  }
+  const res = await fetch(`${url}${pathname}`, { method, headers: h, body: payload });
+  const text = await res.text();
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {
+    json = undefined;
+  }
+  return { status: res.status, text, json, headers: res.headers };
+}
+
+export async function status(url = URL_MAIN) {
+  const r = await http('GET', '/api/status', { url });
+  if (r.status !== 200) throw new Error(`/api/status: ${r.status} ${r.text}`);
+  return r.json;
+}
+
+export function modelStatus(st, id) {
+  return st.models.find((m) => m.id === id);
+}
+
+export async function waitFor(fn, { timeoutMs = 10_000, intervalMs = 50, what = 'condition' } = {}) {
+  const until = Date.now() + timeoutMs;
+  let last;
+  while (Date.now() < until) {
+    last = await fn();
+    if (last) return last;
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Black-box API tests: starts real `keel serve` processes on free ports and runs the
+# official OpenAI and Anthropic SDKs (tests/npm/node_modules) under node's test runner.
+#   bash tests/api/run.sh [path/to/keel]
+# Servers: MAIN serves the test model (and a second id for load/unload) with an API
+# key and a small body limit; LRU serves three models under a budget that holds two.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/../.." && pwd)"
+KEEL="$(realpath "${1:-$root/build/keel}")"
+NODE_MODULES="$root/tests/npm/node_modules"
+[ -x "$KEEL" ] || { echo "api tests: no keel binary at $KEEL" >&2; exit 1; }
+[ -d "$NODE_MODULES/openai" ] || { echo "api tests: run scripts/setup (npm SDKs missing)" >&2; exit 1; }
+
+work="$(mktemp -d /tmp/keel-api.XXXXXX)"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# The test model: a tiny random model from `keel make-model` when that subcommand
+# works (with the default model's tokenizer), else the built-in default model.
+model_src="$root/models/default"
+mkdir -p "$work/models"
+if "$KEEL" make-model --arch llama --shape tiny --dtype f32 --format safetensors \
+     --tokenizer "$model_src" --seed 7 --out "$work/models/tiny" >"$work/make-model.log" 2>&1; then
+  test_model="$work/models/tiny"
+else
+  cp -r "$model_src" "$work/models/tiny"
+  test_model="$work/models/tiny"
+fi
+# Other ids for load/unload and LRU: the same files under other names.
+cp -r "$test_model" "$work/models/spare"
+mkdir -p "$work/lru"
+for n in lru-a lru-b lru-c; do cp -r "$test_model" "$work/lru/$n"; done
+
+start_server() {  # name, args...
+  local name="$1"; shift
+  "$KEEL" serve --port 0 --threads 1 --workers 8 "$@" >"$work/$name.log" 2>&1 &
+  pids+=($!)
+  local pid=$!
+  for _ in $(seq 1 200); do
+    if grep -q "listening on" "$work/$name.log"; then
+      sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$work/$name.log" | head -1
+      return 0
+    fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.05
+  done
+  echo "api tests: $name server did not start:" >&2
+  cat "$work/$name.log" >&2
+  exit 1
+}
+
+export KEEL_API_KEY_FOR_TESTS="test-key-$$"
+export KEEL_URL="$(start_server main "$test_model" "$work/models/spare" --api-key "$KEEL_API_KEY_FOR_TESTS" \
+                   --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5)"
+# A loaded model takes its weights plus 64 KV blocks (f32, 16 tokens each); the budget
+# holds two loaded models and half of a third's weights, so the third evicts one.
+weights=$(du -cb "$test_model"/*.safetensors | tail -1 | cut -f1)
+kv=$(node -e 'const c=require(process.argv[1]); const hd=c.head_dim ?? c.hidden_size/c.num_attention_heads;
+  console.log(64*16*c.num_hidden_layers*2*(c.num_key_value_heads ?? c.num_attention_heads)*hd*4)' "$test_model/config.json")
+budget=$(( 2 * (weights + kv) + weights / 2 ))
+export KEEL_LRU_URL="$(start_server lru --model-dir "$work/lru" --kv-blocks 64 --memory-budget "$budget")"
+export KEEL_BIN="$KEEL"
+export KEEL_TEST_MODEL="tiny"
+export KEEL_TEST_MODEL_PATH="$test_model"
+export NODE_PATH="$NODE_MODULES"
+
+status=0
+node --test --test-concurrency=1 "$here"/*.test.mjs || status=$?
+if [ $status -ne 0 ]; then
+  for f in "$work"/*.log; do echo "== $f"; tail -n 40 "$f"; done >&2
+fi
+exit $status
