@@ -184,6 +184,7 @@ int run(int argc, char **argv) {
   Rates rates{4.3e12, 8.0e14};
   std::vector<int> seqs = {8, 32, 64, 128, 256};
   bool long_prefill = true;
+  bool profile = false;  // per-phase device time (events between kernels; slows the step)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -202,6 +203,8 @@ int run(int argc, char **argv) {
       seqs = parse_list(val());
     else if (a == "--no-long-prefill")
       long_prefill = false;
+    else if (a == "--profile")
+      profile = true;
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
@@ -213,6 +216,7 @@ int run(int argc, char **argv) {
   o.max_seqs = 256;
   o.max_logits_rows = 256;
   o.max_model_len = 8192 + 16;
+  o.profile = profile;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -234,32 +238,40 @@ int run(int argc, char **argv) {
               "% roof");
   std::printf(
       "|-------|--------------------------------------|--------------|--------------|--------|\n");
-  auto row = [&](const std::string &what, double tps, double roof) {
+  auto row = [&](const std::string &what, double tps, double roof, int steps_timed) {
     std::printf("| %-5s | %-36s | %12.0f | %12.0f | %5.1f%% |\n", model.c_str(), what.c_str(), tps,
                 roof, 100.0 * tps / roof);
+    if (profile) {
+      const auto ms = bench.runner().take_profile();
+      std::printf("|       |   per step: gemm %.3f, attention %.3f, other %.3f ms |\n",
+                  ms[0] / steps_timed, ms[1] / steps_timed, ms[2] / steps_timed);
+    }
     std::fflush(stdout);
   };
 
   // Warm-up: cuBLASLt heuristics for the shapes used below, module load.
   bench.prefill(0, 1, prompt, 8192);
   bench.decode(1, prompt, 4);
+  bench.runner().take_profile();
 
   // Prefill: one sequence of 512 tokens (median of 5), one of 8192 (median of 2).
   for (int len : {512, 8192}) {
     if (len == 8192 && !long_prefill) continue;
     std::vector<double> t;
-    for (int r = 0; r < (len == 512 ? 5 : 2); ++r) t.push_back(bench.prefill(0, 1, len, 8192));
+    const int reps = len == 512 ? 5 : 2;
+    for (int r = 0; r < reps; ++r) t.push_back(bench.prefill(0, 1, len, 8192));
     std::sort(t.begin(), t.end());
     const double flops =
         flops_per_token(cfg, len / 2.0, false) * len + 2.0 * cfg.hidden_size * cfg.vocab_size;
     row("prefill " + std::to_string(len) + " tokens (1 seq)", len / t[t.size() / 2],
-        len / (flops / rates.flops));
+        len / (flops / rates.flops), reps);
   }
 
   // Prompts for every concurrent sequence at once (8192 tokens per pass).
   const double tp = bench.prefill(0, max_seqs, prompt, 8192);
   row("prefill " + std::to_string(max_seqs) + " x " + std::to_string(prompt) + " (batched)",
-      max_seqs * prompt / tp, 1.0 / (flops_per_token(cfg, prompt / 2.0, false) / rates.flops));
+      max_seqs * prompt / tp, 1.0 / (flops_per_token(cfg, prompt / 2.0, false) / rates.flops),
+      (max_seqs * prompt + 8191) / 8192);
 
   std::vector<int> ns = {1};
   ns.insert(ns.end(), seqs.begin(), seqs.end());
@@ -270,7 +282,7 @@ int run(int argc, char **argv) {
     const double flops = n * flops_per_token(cfg, ctx_avg, true);
     const double roof_step = std::max(bytes / rates.bw, flops / rates.flops);
     row("decode " + std::to_string(n) + " seq x " + std::to_string(steps) + " tok", n * steps / t,
-        n / roof_step);
+        n / roof_step, steps);
   }
   return 0;
 }

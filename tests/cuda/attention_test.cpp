@@ -22,10 +22,15 @@ struct Seq {
   int start_pos, num_tokens;
 };
 
-void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed) {
+const std::vector<Seq> kMixed = {{20, 37}, {300, 1}, {0, 5}, {0, 1}, {1000, 1}, {7, 16}};
+const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
+                                  {32, 1},  {4095, 1}, {77, 1}};
+
+// decode_kernel: run launch_decode_attention (every sequence must be one token).
+void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
+                     const std::vector<Seq> &seqs = kMixed, bool decode_kernel = false) {
   CudaContext ctx;
   std::mt19937 rng(seed);
-  const std::vector<Seq> seqs = {{20, 37}, {300, 1}, {0, 5}, {0, 1}, {1000, 1}, {7, 16}};
   const int G = nh / nkv;
   const int tile_q = std::max(1, kAttnMaxRows / G);
   const KvLayout layout{2, block_size, nkv, hd};
@@ -79,7 +84,10 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.partial_o = po.as<float>();
   p.partial_ml = pml.as<float>();
   p.out = out.as<bf16>();
-  launch_paged_attention(ctx.compute(), p);
+  if (decode_kernel)
+    launch_decode_attention(ctx.compute(), p);
+  else
+    launch_paged_attention(ctx.compute(), p);
   const auto got = from_bf16(download<std::uint16_t>(ctx, out, std::size_t(T) * nh * hd));
 
   std::vector<float> ref(got.size());
@@ -137,6 +145,23 @@ TEST(CudaAttention, MhaOddBlockSizeHd256) {
   KEEL_REQUIRE_CUDA_DEVICE();
   check_attention(2, 2, 256, 5, 1, 6);
   check_attention(4, 1, 96, 32, 4, 7);
+}
+
+TEST(CudaAttention, DecodeKernelMatchesReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  ASSERT_TRUE(decode_attention_supported(32, 8, 128));
+  ASSERT_FALSE(decode_attention_supported(32, 2, 128));  // 16 heads per group
+  ASSERT_FALSE(decode_attention_supported(8, 8, 96));
+  std::uint32_t seed = 20;
+  for (auto [nh, nkv, hd] :
+       {std::array<int, 3>{32, 8, 128}, {32, 8, 64}, {8, 8, 256}, {16, 2, 128}, {28, 4, 128}})
+    for (int splits : {1, 2, 9}) {
+      SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
+                   " splits " + std::to_string(splits));
+      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, true);
+    }
+  // The general kernel agrees on the same decode batch.
+  check_attention(32, 8, 128, 16, 1, seed++, kDecode, false);
 }
 
 TEST(CudaAttention, RejectsUnsupportedShapes) {

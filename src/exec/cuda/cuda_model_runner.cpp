@@ -9,6 +9,7 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/rope_table.h"
+#include "formats/model_weights.h"
 
 namespace keel::cuda {
 
@@ -47,6 +48,14 @@ CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint
   allocate_weights();
   randomize_weights(seed);
   allocate_buffers(opts);
+}
+
+std::unique_ptr<CudaModelRunner> CudaModelRunner::open(const std::filesystem::path &path,
+                                                       CudaContext &ctx,
+                                                       const CudaRunnerOptions &opts) {
+  const auto weights = ModelWeights::open(path);
+  return std::make_unique<CudaModelRunner>(
+      ctx, weights->config(), [&](const std::string &name) { return weights->get(name); }, opts);
 }
 
 CudaModelRunner::~CudaModelRunner() {
@@ -251,6 +260,33 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                   "cuda runner: no device memory left for the KV cache");
   }
   kv_ = std::make_unique<CudaKvStore>(ctx_, layout, blocks);
+  decode_kernel_ = decode_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
+                                              static_cast<int>(hd_));
+  if (opts.profile) {
+    // Per layer: 9 marks; plus the start and 3 for the LM head.
+    for (std::int64_t i = 0; i < 9 * config_.num_layers + 4; ++i)
+      profile_events_.emplace_back(true);
+    profile_phase_.assign(profile_events_.size(), kPhaseOther);
+  }
+}
+
+void CudaModelRunner::profile_begin(cudaStream_t s) {
+  if (profile_events_.empty()) return;
+  profile_used_ = 0;
+  profile_events_[profile_used_++].record(s);
+}
+
+void CudaModelRunner::profile_mark(cudaStream_t s, int phase) {
+  if (profile_events_.empty() || profile_used_ >= profile_events_.size()) return;
+  profile_phase_[profile_used_] = phase;
+  profile_events_[profile_used_++].record(s);
+}
+
+void CudaModelRunner::profile_collect() {
+  // Called after the step's last event completed.
+  for (std::size_t i = 1; i < profile_used_; ++i)
+    profile_ms_[profile_phase_[i]] += Event::elapsed_ms(profile_events_[i - 1], profile_events_[i]);
+  profile_used_ = 0;
 }
 
 int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &row_seq,
@@ -283,8 +319,10 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
   std::copy(b.tokens.begin(), b.tokens.end(), tokens);
   row_seq.clear();
   row_pos.clear();
-  std::vector<AttnTile> tiles;
-  std::int32_t max_kv = 0;
+  // Single-query tiles (decode steps, a chunk's last odd token) go to the decode kernel,
+  // the rest to the general one; each launch gets its own split-K factor.
+  std::vector<AttnTile> tiles, multi_tiles;
+  std::int32_t max_kv_single = 0, max_kv_multi = 0;
   for (std::int32_t s = 0; s < S; ++s) {
     const SequenceSlice &q = b.seqs[s];
     const std::int64_t end = std::int64_t(q.start_pos) + q.num_tokens;
@@ -304,10 +342,13 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
       positions[t] = pos;
       slots[t] = b.block_table[q.block_offset + pos / bs] * bs + pos % bs;
     }
-    for (std::int32_t j = 0; j < q.num_tokens; j += tile_q_)
-      tiles.push_back({q.token_offset + j, std::min(tile_q_, q.num_tokens - j), q.start_pos + j,
-                       q.block_offset});
-    max_kv = std::max<std::int32_t>(max_kv, static_cast<std::int32_t>(end));
+    for (std::int32_t j = 0; j < q.num_tokens; j += tile_q_) {
+      const AttnTile tile{q.token_offset + j, std::min(tile_q_, q.num_tokens - j), q.start_pos + j,
+                          q.block_offset};
+      auto &kv_max = tile.num_q == 1 && decode_kernel_ ? max_kv_single : max_kv_multi;
+      kv_max = std::max<std::int32_t>(kv_max, tile.pos0 + tile.num_q);
+      (tile.num_q == 1 && decode_kernel_ ? tiles : multi_tiles).push_back(tile);
+    }
     const bool all = q.logits == SequenceSlice::Logits::kAll;
     if (q.num_tokens > 0 && q.logits != SequenceSlice::Logits::kNone)
       for (std::int32_t j = all ? 0 : q.num_tokens - 1; j < q.num_tokens; ++j) {
@@ -320,6 +361,8 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
       }
   }
   const int R = static_cast<int>(row_seq.size());
+  const int n_single = static_cast<int>(tiles.size());
+  tiles.insert(tiles.end(), multi_tiles.begin(), multi_tiles.end());
   const std::size_t tiles_at = 3 * std::size_t(T) + R;
   std::memcpy(h + tiles_at, tiles.data(), tiles.size() * sizeof(AttnTile));
   const std::size_t table_at = tiles_at + 4 * tiles.size();
@@ -337,15 +380,14 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
   const std::int32_t *d_table = d + table_at;
 
   // Split-K when the grid would leave most SMs idle (decode with few sequences).
-  const int n_tiles = static_cast<int>(tiles.size());
-  const std::int64_t work = std::int64_t(n_tiles) * nkv_;
-  int splits = 1;
-  if (work > 0 && work < 2 * ctx_.num_sms()) {
-    splits = static_cast<int>(
-        std::min<std::int64_t>((2 * ctx_.num_sms() + work - 1) / work, (max_kv + 63) / 64));
-    splits = static_cast<int>(
-        std::max<std::int64_t>(1, std::min<std::int64_t>(splits, partial_entries_ / work)));
-  }
+  auto splits_for = [&](int n_tiles, std::int32_t max_kv) {
+    const std::int64_t work = std::int64_t(n_tiles) * nkv_;
+    if (work <= 0 || work >= 2 * ctx_.num_sms()) return 1;
+    const std::int64_t sp =
+        std::min<std::int64_t>((2 * ctx_.num_sms() + work - 1) / work, (max_kv + 63) / 64);
+    return static_cast<int>(
+        std::max<std::int64_t>(1, std::min<std::int64_t>(sp, partial_entries_ / work)));
+  };
 
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const GemmType bf = GemmType::kBF16;
@@ -356,37 +398,52 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
   ap.qkv = qkv;
   ap.row_stride = static_cast<int>(qkv_width_);
   ap.tiles = d_tiles;
-  ap.num_tiles = n_tiles;
+  ap.num_tiles = n_single;
   ap.tile_q = tile_q_;
   ap.block_table = d_table;
   ap.cache = kv_->data();
   ap.layout = kv_->layout();
   ap.num_q_heads = static_cast<int>(nh_);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-  ap.num_splits = splits;
+  ap.num_splits = splits_for(n_single, max_kv_single);
   ap.partial_o = partial_o_.as<float>();
   ap.partial_ml = partial_ml_.as<float>();
   ap.out = attn_.as<bf16>();
+  AttnParams ap_multi = ap;
+  ap_multi.tiles = d_tiles + n_single;
+  ap_multi.num_tiles = static_cast<int>(multi_tiles.size());
+  ap_multi.num_splits = splits_for(ap_multi.num_tiles, max_kv_multi);
+  profile_begin(s);
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer &L = layers_[li];
     const int layer = static_cast<int>(li);
     launch_add_rmsnorm(s, li == 0 ? nullptr : proj, residual, L.input_norm.as<bf16>(), normed, T,
                        static_cast<int>(H_), eps);
+    profile_mark(s, kPhaseOther);
     gemm_.run(s, bf, bf, normed, L.qkv.data(), qkv, T, qkv_width_, H_);
+    profile_mark(s, kPhaseGemm);
     launch_rope(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_),
                 static_cast<int>(nkv_), static_cast<int>(hd_), d_positions, inv_freq_.as<float>(),
                 rope_mscale_, config_.rope_style == RopeStyle::kInterleaved);
     launch_kv_write(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_ * hd_),
                     static_cast<int>((nh_ + nkv_) * hd_), d_slots, kv_->data(), kv_->layout(),
                     layer);
-    ap.layer = layer;
-    launch_paged_attention(s, ap);
+    profile_mark(s, kPhaseOther);
+    ap.layer = ap_multi.layer = layer;
+    launch_decode_attention(s, ap);
+    launch_paged_attention(s, ap_multi);
+    profile_mark(s, kPhaseAttention);
     gemm_.run(s, bf, bf, attn_.data(), L.o.data(), proj, T, H_, nh_ * hd_);
+    profile_mark(s, kPhaseGemm);
     launch_add_rmsnorm(s, proj, residual, L.post_norm.as<bf16>(), normed, T, static_cast<int>(H_),
                        eps);
+    profile_mark(s, kPhaseOther);
     gemm_.run(s, bf, bf, normed, L.gate_up.data(), gate_up_.data(), T, 2 * I_, H_);
+    profile_mark(s, kPhaseGemm);
     launch_swiglu(s, gate_up_.as<bf16>(), act_.as<bf16>(), T, static_cast<int>(I_));
+    profile_mark(s, kPhaseOther);
     gemm_.run(s, bf, bf, act_.data(), L.down.data(), proj, T, H_, I_);
+    profile_mark(s, kPhaseGemm);
   }
   if (R > 0) {
     // The final norm is cheap next to the LM head: norm every row, then only the
@@ -395,7 +452,9 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
                        eps);
     launch_gather_rows(s, normed, d_rows, R, static_cast<int>(H_), rows_in_.as<bf16>());
     const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
+    profile_mark(s, kPhaseOther);
     gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
+    profile_mark(s, kPhaseGemm);
   }
   return R;
 }
@@ -416,6 +475,7 @@ void CudaModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
   } else {
     compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
   }
+  profile_collect();
 }
 
 void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
@@ -437,6 +497,7 @@ void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<Toke
   } else {
     compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
   }
+  profile_collect();
   if (row_seq) *row_seq = std::move(seqs);
 }
 

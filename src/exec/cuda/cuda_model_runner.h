@@ -5,10 +5,13 @@
 // the hot path never calls cudaMalloc/cudaFree (which synchronise the whole device).
 #pragma once
 
+#include <array>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/tensor_view.h"
@@ -28,6 +31,7 @@ struct CudaRunnerOptions {
   std::int32_t max_seqs = 256;           // sequences per forward pass
   std::int32_t max_logits_rows = 256;    // logits rows per forward pass
   std::int32_t max_model_len = 0;        // 0: max_position_embeddings (capped at 131072)
+  bool profile = false;  // time GEMM / attention / other kernels with events (slower)
 };
 
 // Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
@@ -42,6 +46,10 @@ class CudaModelRunner : public ModelRunner {
   CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint64_t seed,
                   const CudaRunnerOptions &opts);
   ~CudaModelRunner() override;
+  // Opens an HF model directory or GGUF file (ModelWeights) and uploads its weights;
+  // the host mapping is released once they are on the device.
+  static std::unique_ptr<CudaModelRunner> open(const std::filesystem::path &path, CudaContext &ctx,
+                                               const CudaRunnerOptions &opts);
 
   const ModelConfig &config() const override { return config_; }
   KvBlockStore &kv() override { return *kv_; }
@@ -53,6 +61,9 @@ class CudaModelRunner : public ModelRunner {
                       std::vector<std::int32_t> *row_seq = nullptr);
 
   CudaKvStore &kv_store() { return *kv_; }
+  // Milliseconds of device time per phase summed over steps since the last call (only
+  // with CudaRunnerOptions::profile): {gemm, attention, other}.
+  std::array<double, 3> take_profile() { return std::exchange(profile_ms_, {}); }
   std::size_t weight_bytes() const { return weight_bytes_; }
 
  private:
@@ -66,6 +77,10 @@ class CudaModelRunner : public ModelRunner {
   };
   struct Step;  // host-side plan of one forward pass
 
+  enum : int { kPhaseGemm = 0, kPhaseAttention = 1, kPhaseOther = 2 };
+  void profile_begin(cudaStream_t s);
+  void profile_mark(cudaStream_t s, int phase);
+  void profile_collect();
   void validate_config() const;
   void allocate_weights();
   void upload_weights(const WeightSource &weights);
@@ -111,6 +126,11 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_logits_;             // [R, V] f32
   PinnedBuffer host_tokens_;             // [R] i32
   Event compute_done_, out_copied_;
+  bool decode_kernel_ = false;         // the decode attention kernel supports this shape
+  std::vector<Event> profile_events_;  // timing events, only when profiling
+  std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
+  std::size_t profile_used_ = 0;
+  std::array<double, 3> profile_ms_{};
 };
 
 }  // namespace keel::cuda

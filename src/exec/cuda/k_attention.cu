@@ -224,10 +224,14 @@ void launch_paged_attention(cudaStream_t s, const AttnParams &p) {
   const dim3 grid(p.num_tiles, nkv, p.num_splits);
   paged_attention_kernel<<<grid, kThreads, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("paged_attention");
-  if (p.num_splits > 1) {
-    combine_kernel<<<dim3(p.num_tiles, nkv), kThreads, 0, s>>>(p);
-    KEEL_CUDA_CHECK_LAUNCH("paged_attention_combine");
-  }
+  if (p.num_splits > 1) launch_attention_combine(s, p);
+}
+
+void launch_attention_combine(cudaStream_t s, const AttnParams &p) {
+  require_stream(s, "attention_combine");
+  if (p.num_tiles <= 0) return;
+  combine_kernel<<<dim3(p.num_tiles, p.layout.num_kv_heads), kThreads, 0, s>>>(p);
+  KEEL_CUDA_CHECK_LAUNCH("attention_combine");
 }
 
 }  // namespace keel::cuda

@@ -100,6 +100,15 @@ constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group)
 constexpr int kAttnMaxHeadDim = 256;
 void launch_paged_attention(cudaStream_t s, const AttnParams &p);
 
+// ---- k_attention_decode.cu ----
+// The same contract for tiles that each hold exactly one query (decode steps): keys are
+// read straight from the cache into registers, one key per lane, with no shared-memory
+// staging. Supported when decode_attention_supported(); otherwise use the general kernel.
+bool decode_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
+void launch_decode_attention(cudaStream_t s, const AttnParams &p);
+// Merges split-K partials into p.out (used by both attention kernels).
+void launch_attention_combine(cudaStream_t s, const AttnParams &p);
+
 // ---- k_sampling.cu ----
 // Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties). logits [R, V] f32.
 void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out);

@@ -1,0 +1,234 @@
+// Paged attention for decode tiles (one query per sequence): the GQA group's G query
+// heads against the sequence's keys, split-K across blocks when the batch is small.
+//
+// Block = (tile, kv head, split), 4 warps. Each warp takes 32-key chunks of the split's
+// range in turn; lane l scores key chunk + l for all G heads, reading the key row straight
+// from the cache into registers (16-byte loads); then the warp's online softmax and the
+// P.V update, where lanes own head_dim / 32 output dimensions each and the V row is read
+// coalesced. The 4 warps' partial results are merged through shared memory at the end.
+#include <cfloat>
+#include <type_traits>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/kernels.h"
+
+namespace keel::cuda {
+
+namespace {
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kMaxGroup = 8;  // query heads per kv head held in registers
+
+// DPL = head_dim / 32 output dimensions per lane: 2, 4 or 8 (head_dim 64, 128, 256).
+template <int DPL>
+__global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p) {
+  constexpr int HD = DPL * 32;
+  constexpr int VEC = HD / 8;  // 16-byte vectors per key row
+  extern __shared__ float smem[];
+  const int nkv = p.layout.num_kv_heads;
+  const int G = p.num_q_heads / nkv;
+  const AttnTile tile = p.tiles[blockIdx.x];
+  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  float *q_s = smem;                           // [G][HD]
+  float *ml_s = q_s + kMaxGroup * HD;          // [kWarps][G][2]
+  float *o_s = ml_s + kWarps * kMaxGroup * 2;  // [kWarps][G][HD]
+
+  const int kv_len = tile.pos0 + 1;
+  const int chunk = ((kv_len + p.num_splits - 1) / p.num_splits + 31) / 32 * 32;
+  const int k_begin = split * chunk;
+  const int k_end = min(kv_len, k_begin + chunk);
+  const std::int64_t q_row = std::int64_t(tile.q_start) * p.row_stride + std::int64_t(kvh) * G * HD;
+  for (int idx = threadIdx.x; idx < G * HD; idx += kThreads)
+    q_s[idx] = __bfloat162float(p.qkv[q_row + idx]) * p.scale;
+  __syncthreads();
+
+  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][DPL];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) acc[g][e] = 0.0f;
+  }
+  const std::int64_t head_off = std::int64_t(kvh) * HD;
+  const int bs = p.layout.block_size;
+  for (int cbase = k_begin + warp * 32; cbase < k_end; cbase += kWarps * 32) {
+    const int key = cbase + lane;
+    float s[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+    if (key < k_end) {
+      const std::int32_t block = p.block_table[tile.block_offset + key / bs];
+      const uint4 *kr = reinterpret_cast<const uint4 *>(
+          p.cache + p.layout.offset(block, p.layer, 0, key % bs) + head_off);
+#pragma unroll
+      for (int v = 0; v < VEC; ++v) {
+        const uint4 raw = kr[v];
+        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+        float k8[8];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(h2[e]);
+          k8[2 * e] = f.x;
+          k8[2 * e + 1] = f.y;
+        }
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g < G) {
+            const float4 qa = *reinterpret_cast<const float4 *>(q_s + g * HD + v * 8);
+            const float4 qb = *reinterpret_cast<const float4 *>(q_s + g * HD + v * 8 + 4);
+            s[g] += qa.x * k8[0] + qa.y * k8[1] + qa.z * k8[2] + qa.w * k8[3] + qb.x * k8[4] +
+                    qb.y * k8[5] + qb.z * k8[6] + qb.w * k8[7];
+          }
+        }
+      }
+    }
+    const int n_keys = min(32, k_end - cbase);
+    float pr[kMaxGroup];
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g < G) {
+        const float sc = lane < n_keys ? s[g] : -INFINITY;
+        float cmax = sc;
+        for (int o = 16; o > 0; o >>= 1) cmax = fmaxf(cmax, __shfl_xor_sync(0xffffffffu, cmax, o));
+        const float m_new = fmaxf(m[g], cmax);  // finite: the chunk has at least one key
+        const float alpha = __expf(m[g] - m_new);
+        pr[g] = __expf(sc - m_new);
+        float psum = pr[g];
+        for (int o = 16; o > 0; o >>= 1) psum += __shfl_xor_sync(0xffffffffu, psum, o);
+        l[g] = l[g] * alpha + psum;
+        m[g] = m_new;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) acc[g][e] *= alpha;
+      }
+    }
+    // P.V: lane owns dimensions [lane * DPL, lane * DPL + DPL) of every head.
+#pragma unroll 4
+    for (int kk = 0; kk < n_keys; ++kk) {
+      const int kpos = cbase + kk;
+      const std::int32_t block = p.block_table[tile.block_offset + kpos / bs];
+      const bf16 *vr =
+          p.cache + p.layout.offset(block, p.layer, 1, kpos % bs) + head_off + lane * DPL;
+      float vf[DPL];
+      if constexpr (DPL == 2) {
+        const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vr));
+        vf[0] = f.x;
+        vf[1] = f.y;
+      } else {
+        // DPL 4: one 8-byte load; DPL 8: one 16-byte load.
+        using Raw = typename std::conditional<DPL == 4, uint2, uint4>::type;
+        const Raw raw = *reinterpret_cast<const Raw *>(vr);
+        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+        for (int e = 0; e < DPL / 2; ++e) {
+          const float2 f = __bfloat1622float2(h2[e]);
+          vf[2 * e] = f.x;
+          vf[2 * e + 1] = f.y;
+        }
+      }
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g < G) {
+          const float pk = __shfl_sync(0xffffffffu, pr[g], kk);
+#pragma unroll
+          for (int e = 0; e < DPL; ++e) acc[g][e] += pk * vf[e];
+        }
+      }
+    }
+  }
+
+  // Merge the 4 warps' partial softmax states.
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g < G) {
+      if (lane == 0) {
+        ml_s[(warp * kMaxGroup + g) * 2] = m[g];
+        ml_s[(warp * kMaxGroup + g) * 2 + 1] = l[g];
+      }
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) o_s[(warp * kMaxGroup + g) * HD + lane * DPL + e] = acc[g][e];
+    }
+  }
+  __syncthreads();
+  for (int g = warp; g < G; g += kWarps) {
+    float mx = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, ml_s[(w * kMaxGroup + g) * 2]);
+    float lsum = 0.0f, o[DPL] = {};
+    if (mx != -INFINITY) {
+      for (int w = 0; w < kWarps; ++w) {
+        const float mw = ml_s[(w * kMaxGroup + g) * 2];
+        if (mw == -INFINITY) continue;
+        const float wt = __expf(mw - mx);
+        lsum += ml_s[(w * kMaxGroup + g) * 2 + 1] * wt;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) o[e] += o_s[(w * kMaxGroup + g) * HD + lane * DPL + e] * wt;
+      }
+    }
+    const int head = kvh * G + g;
+    if (p.num_splits == 1) {
+      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+      bf16 *out = p.out + std::int64_t(tile.q_start) * p.num_q_heads * HD +
+                  std::int64_t(head) * HD + lane * DPL;
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) out[e] = __float2bfloat16(o[e] * inv);
+    } else {
+      // Same partial layout as the general kernel (row r = g for a single query).
+      const std::int64_t slot =
+          ((std::int64_t(blockIdx.x) * nkv + kvh) * p.num_splits + split) * kAttnMaxRows + g;
+#pragma unroll
+      for (int e = 0; e < DPL; ++e) p.partial_o[slot * HD + lane * DPL + e] = o[e];
+      if (lane == 0) {
+        p.partial_ml[slot * 2] = mx;
+        p.partial_ml[slot * 2 + 1] = lsum;
+      }
+    }
+  }
+}
+
+template <int DPL>
+void launch_for(cudaStream_t s, const AttnParams &p) {
+  constexpr int HD = DPL * 32;
+  const std::size_t smem =
+      sizeof(float) * (kMaxGroup * HD + kWarps * kMaxGroup * 2 + kWarps * kMaxGroup * HD);
+  if (smem > 48 * 1024)
+    KEEL_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DPL>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem)));
+  decode_attention_kernel<DPL>
+      <<<dim3(p.num_tiles, p.layout.num_kv_heads, p.num_splits), kThreads, smem, s>>>(p);
+  KEEL_CUDA_CHECK_LAUNCH("decode_attention");
+}
+}  // namespace
+
+bool decode_attention_supported(int num_q_heads, int num_kv_heads, int head_dim) {
+  return num_kv_heads > 0 && num_q_heads % num_kv_heads == 0 &&
+         num_q_heads / num_kv_heads <= kMaxGroup &&
+         (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+void launch_decode_attention(cudaStream_t s, const AttnParams &p) {
+  require_stream(s, "decode_attention");
+  if (p.num_tiles <= 0) return;
+  const int hd = p.layout.head_dim;
+  if (!decode_attention_supported(p.num_q_heads, p.layout.num_kv_heads, hd) || p.num_splits < 1 ||
+      p.num_splits > 65535 || (p.num_splits > 1 && (!p.partial_o || !p.partial_ml)))
+    throw Error(ErrorCode::kInvalidArgument, "decode_attention: unsupported shape (head_dim " +
+                                                 std::to_string(hd) + ", heads " +
+                                                 std::to_string(p.num_q_heads) + "/" +
+                                                 std::to_string(p.layout.num_kv_heads) + ")");
+  switch (hd) {
+    case 64:
+      launch_for<2>(s, p);
+      break;
+    case 128:
+      launch_for<4>(s, p);
+      break;
+    default:
+      launch_for<8>(s, p);
+      break;
+  }
+  if (p.num_splits > 1) launch_attention_combine(s, p);
+}
+
+}  // namespace keel::cuda
