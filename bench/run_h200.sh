@@ -24,6 +24,11 @@ for a in "$@"; do
   esac
 done
 
+# The test binary finds fixtures and the default model under the source directory it
+# was built from (/work/main on the dev machine): point that path at this checkout.
+src_dir=$(strings "$carry/bin/keel_test_cuda" 2>/dev/null | grep -m1 -E '^/.*/main$' || echo /work/main)
+if [ ! -e "$src_dir" ]; then mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir"; fi
+
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 df -h . | tail -1
@@ -35,7 +40,7 @@ fi
 if [ $skip_san = 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (kernels, attention, runner)"
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-    "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*' >"$out/memcheck.log" 2>&1
+    "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*:CudaVsCpu.*' >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines)"
   tail -3 "$out/memcheck.log"
   echo "== compute-sanitizer racecheck (attention)"
@@ -49,6 +54,8 @@ echo "== benchmarks"
 for m in 1b 8b; do
   timeout 150 "$carry/bin/cuda_bench" --model "$m" 2>&1 | tee "$out/bench_$m.log"
 done
+echo "== where the time goes (8b, per-phase device time; events between kernels slow it a little)"
+timeout 120 "$carry/bin/cuda_bench" --model 8b --profile --seqs 64,256 --decode-steps 16 2>&1 | tee "$out/profile_8b.log"
 echo
 echo "peer (C++ server, same GPU and shapes): 8B batch-1 decode 159 tok/s, 512 prefill 19,300 tok/s,"
 echo "  aggregate decode 385 / 1,140 / 1,326 / 1,156 tok/s at 8 / 32 / 64 / 128 seqs; 1B batch-1 decode 456 tok/s"
