@@ -113,7 +113,6 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
 }
 
 Engine::~Engine() {
-  if (joined_) return;
   if (!stop(std::chrono::steady_clock::now() + config_.shutdown_grace)) {
     std::fprintf(stderr, "keel engine: engine thread still inside a step after %lld ms; aborting\n",
                  static_cast<long long>(config_.shutdown_grace.count()));
@@ -187,9 +186,8 @@ bool Engine::stop(std::chrono::steady_clock::time_point deadline) {
   cmd_cv_.notify_one();
   std::unique_lock lk(done_mu_);
   if (!done_cv_.wait_until(lk, deadline, [&] { return thread_done_; })) return false;
-  lk.unlock();
-  if (!joined_) {
-    thread_.join();
+  if (!joined_) {    // under done_mu_: two threads calling stop() join once
+    thread_.join();  // immediate: the thread has finished its work
     joined_ = true;
   }
   return true;
@@ -460,11 +458,19 @@ void Engine::emit_outputs(const StepPlan &plan) {
   if (vocab != model_config_.vocab_size || out_.row_pos.size() != rows ||
       out_.logits.size() != rows * static_cast<std::size_t>(vocab))
     return bad_output("has the wrong shape");
+  // Every sequence that must sample needs its row, or it would never be scheduled
+  // again (all its tokens computed, none to sample): a phantom running request.
+  std::vector<std::uint8_t> has_sample_row(plan.seqs.size(), 0);
   for (std::size_t i = 0; i < rows; ++i) {
     const std::int32_t si = out_.row_seq[i];
     if (si < 0 || si >= static_cast<std::int32_t>(plan.seqs.size()))
       return bad_output("names a sequence outside the batch");
+    const ScheduledSeq &s = plan.seqs[si];
+    if (out_.row_pos[i] == s.start_pos + s.num_tokens - 1) has_sample_row[si] = 1;
   }
+  for (std::size_t si = 0; si < plan.seqs.size(); ++si)
+    if (plan.seqs[si].samples && !has_sample_row[si])
+      finish(plan.seqs[si].id, FinishReason::kError, "engine: runner returned no logits row");
   for (std::size_t i = 0; i < rows; ++i) {
     const ScheduledSeq &s = plan.seqs[out_.row_seq[i]];
     const std::int32_t pos = out_.row_pos[i];

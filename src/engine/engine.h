@@ -140,7 +140,7 @@ class Engine final : public EngineApi {
   std::mutex done_mu_;
   std::condition_variable done_cv_;
   bool thread_done_ = false;  // under done_mu_
-  bool joined_ = false;
+  bool joined_ = false;       // under done_mu_ (set by the constructor before sharing)
 
   // Set before the constructor returns, read-only after.
   ModelConfig model_config_;

@@ -77,6 +77,19 @@ TEST(EngineThreading, FailingForwardFailsItsStepAndTheEngineGoesOn) {
   EXPECT_EQ(e.runner->poisoned_rows.load(), 0);
 }
 
+TEST(EngineThreading, MissingLogitsFailTheRequestInsteadOfLeavingAPhantom) {
+  ToyEngine e(64, 4, small_config(), [](ToyRunner &r) { r.drop_rows = true; });
+  Collector c;
+  e->submit(greedy_request(1, random_prompt(1, 6), 5), c.sink());
+  ASSERT_TRUE(c.wait_finished(1));
+  EXPECT_EQ(c.get(1).finish, FinishReason::kError);
+  EXPECT_NE(c.get(1).error.find("no logits"), std::string::npos);
+  ASSERT_TRUE(eventually([&] {
+    auto s = e->status();
+    return s.running == 0 && s.kv_blocks_used == 0;
+  }));
+}
+
 TEST(EngineThreading, BackendErrorsSurfaceFromTheConstructor) {
   EXPECT_THROW(
       Engine([]() -> EngineBackend { throw Error(ErrorCode::kNotFound, "model: missing"); }),

@@ -133,7 +133,7 @@ class ToyRunner final : public ModelRunner {
     std::vector<TokenId> history;
     for (std::int32_t si = 0; si < static_cast<std::int32_t>(batch.seqs.size()); ++si) {
       const auto &s = batch.seqs[si];
-      if (s.logits == SequenceSlice::Logits::kNone) continue;
+      if (s.logits == SequenceSlice::Logits::kNone || drop_rows) continue;
       const std::int32_t first =
           s.logits == SequenceSlice::Logits::kAll ? s.start_pos : s.start_pos + s.num_tokens - 1;
       for (std::int32_t pos = first; pos < s.start_pos + s.num_tokens; ++pos) {
@@ -159,6 +159,7 @@ class ToyRunner final : public ModelRunner {
   }
 
   std::function<void(const ForwardBatch &)> on_forward;  // runs on the engine thread
+  std::atomic<bool> drop_rows{false};                    // a broken backend: no logits
   std::atomic<std::int64_t> computed_tokens{0};
   std::atomic<std::int64_t> forwards{0};
   std::atomic<std::int64_t> poisoned_rows{0};
