@@ -1,11 +1,89 @@
+// keel make-model: a deterministic random-weight model for tests and benchmarks.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <thread>
+
 #include "cli/commands.h"
 #include "core/error.h"
+#include "formats/make_model.h"
 
 namespace keel::cli {
 
-// Not built yet: see the open issues.
-int cmd_make_model(int, char **) {
-  throw Error(ErrorCode::kUnsupported, "this command is not available in this build yet");
+namespace {
+
+DType parse_dtype(const std::string &s) {
+  if (s == "f32") return DType::kF32;
+  if (s == "f16") return DType::kF16;
+  if (s == "bf16") return DType::kBF16;
+  if (s == "q8_0") return DType::kQ8_0;
+  if (s == "q4_0") return DType::kQ4_0;
+  throw Error(ErrorCode::kInvalidArgument,
+              "--dtype: expected f32, f16, bf16, q8_0 or q4_0, got " + s);
+}
+
+}  // namespace
+
+int cmd_make_model(int argc, char **argv) {
+  CLI::App app{"Write a deterministic random-weight model (HF safetensors directory or GGUF file)",
+               "keel make-model"};
+  MakeModelOptions o;
+  std::string dtype = "bf16", format = "safetensors", out, tokenizer;
+  std::int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0,
+               vocab = 0;
+  bool tie = false, no_tie = false;
+  app.add_option("--arch", o.arch, "llama | qwen2 | qwen3")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
+  app.add_option("--shape", o.shape, "tiny | 100m | 1b (Llama 3.2 1B) | 8b (Llama 3.1 8B)")
+      ->check(CLI::IsMember({"tiny", "100m", "1b", "8b"}));
+  app.add_option("--hidden", hidden, "hidden size (overrides the shape)");
+  app.add_option("--intermediate", intermediate, "MLP intermediate size");
+  app.add_option("--layers", layers, "number of layers");
+  app.add_option("--heads", heads, "attention heads");
+  app.add_option("--kv-heads", kv_heads, "key/value heads (GQA; 1 = MQA)");
+  app.add_option("--head-dim", head_dim, "head dimension (default hidden / heads)");
+  app.add_option("--vocab", vocab, "vocabulary size (raised to cover the tokenizer)");
+  app.add_flag("--tie", tie, "tie the output projection to the embedding");
+  app.add_flag("--no-tie", no_tie, "separate lm_head");
+  app.add_option("--dtype", dtype, "f32 | f16 | bf16 | q8_0 | q4_0 (quantized: GGUF only)");
+  app.add_option("--format", format, "safetensors | gguf")
+      ->check(CLI::IsMember({"safetensors", "gguf"}));
+  app.add_option("--tokenizer", tokenizer,
+                 "tokenizer.json or HF directory to ship (default: a generated one)");
+  app.add_option("--seed", o.seed, "random seed (same seed, same bytes)");
+  app.add_option("--threads", o.threads,
+                 "worker threads (default: all cores; output does not depend on it)");
+  app.add_option("--out", out, "output directory (safetensors) or .gguf file")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError &e) {
+    return app.exit(e);
+  }
+  if (tie && no_tie) throw Error(ErrorCode::kInvalidArgument, "--tie and --no-tie are exclusive");
+  auto opt = [&](const char *name, std::int64_t v, std::optional<std::int64_t> &dst) {
+    if (app.count(name) == 0) return;
+    if (v <= 0) throw Error(ErrorCode::kInvalidArgument, std::string(name) + " must be positive");
+    dst = v;
+  };
+  opt("--hidden", hidden, o.hidden);
+  opt("--intermediate", intermediate, o.intermediate);
+  opt("--layers", layers, o.layers);
+  opt("--heads", heads, o.heads);
+  opt("--kv-heads", kv_heads, o.kv_heads);
+  opt("--head-dim", head_dim, o.head_dim);
+  opt("--vocab", vocab, o.vocab);
+  if (tie) o.tie = true;
+  if (no_tie) o.tie = false;
+  o.dtype = parse_dtype(dtype);
+  o.gguf = format == "gguf";
+  o.tokenizer = tokenizer;
+  o.out = out;
+
+  const MakeModelReport r = make_model(o);
+  std::printf("wrote %s: %s, %llu parameters, %s, %.1f MB of tensors in %.2f s\n",
+              r.weights.string().c_str(), r.config.arch_name.c_str(),
+              static_cast<unsigned long long>(r.parameters), dtype.c_str(),
+              static_cast<double>(r.bytes) / 1e6, r.seconds);
+  return 0;
 }
 
 }  // namespace keel::cli

@@ -1,0 +1,49 @@
+// Deterministic random-weight models of a given shape, written as an HF directory
+// (safetensors) or a single GGUF file, for tests and benchmarks (`keel make-model`).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "core/dtype.h"
+#include "formats/model_config.h"
+
+namespace keel {
+
+struct MakeModelOptions {
+  std::string arch = "llama";  // llama | qwen2 | qwen3
+  std::string shape = "tiny";  // tiny | 100m | 1b | 8b
+  // Explicit dimensions override the shape's.
+  std::optional<std::int64_t> hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;
+  std::optional<bool> tie;
+  DType dtype = DType::kBF16;       // f32 | f16 | bf16 (both formats), q8_0 | q4_0 (GGUF)
+  bool gguf = false;                // false: HF directory with model.safetensors
+  std::filesystem::path tokenizer;  // empty: generate a minimal one
+  std::uint64_t seed = 0;
+  std::filesystem::path out;  // the directory (safetensors) or the .gguf file
+  int threads = 0;            // 0: all cores; the bytes do not depend on it
+};
+
+// The config a make_model call will write (shape presets plus overrides). Throws
+// Error(kInvalidArgument) on an unknown arch or shape or inconsistent dimensions.
+ModelConfig make_model_config(const MakeModelOptions &options);
+
+struct MakeModelReport {
+  ModelConfig config;
+  std::uint64_t parameters = 0;
+  std::uint64_t bytes = 0;        // tensor bytes written
+  std::filesystem::path weights;  // model.safetensors or the .gguf
+  double seconds = 0;
+};
+
+// Writes the model; streams tensors to disk from `threads` workers, holding only a
+// chunk per worker in memory. Returns what it wrote.
+MakeModelReport make_model(const MakeModelOptions &options);
+
+// Element i of a tensor whose stream is `tensor_seed`: approximately N(0, 1), a pure
+// function of its arguments (so chunking and thread count cannot change the bytes).
+float random_normal(std::uint64_t tensor_seed, std::uint64_t i);
+
+}  // namespace keel
