@@ -84,11 +84,12 @@ TEST(ChatTemplateRefs, EveryReferenceRenderingMatches) {
         ADD_FAILURE() << label << ": rendered, but transformers raised " << c["error"].dump();
       } catch (const Error &e) {
         ++raised;
-        if (c["error"]["type"].get<std::string>() ==
-            "TemplateError")  // raise_exception(): the same message
+        // raise_exception(): the same message
+        if (c["error"]["type"].get<std::string>() == "TemplateError") {
           EXPECT_NE(std::string(e.what()).find(c["error"]["message"].get<std::string>()),
                     std::string::npos)
               << label << ": " << e.what();
+        }
       }
     }
   }
