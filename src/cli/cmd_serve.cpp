@@ -27,8 +27,8 @@ int cmd_serve(int argc, char **argv) {
                          cache_dir, hot_cache, ssd_cache, log_level = "info";
   int port = 8000, threads = 0, max_concurrent = 256, kv_blocks = 1024, io_threads = 2,
       workers = 16;
-  double step_deadline_s = 60, idle_ttl_s = 0, load_timeout_s = 600, sse_keepalive_s = 10,
-         unload_grace_s = 3;
+  double step_deadline_s = 60, heartbeat_timeout_s = 10, idle_ttl_s = 0, load_timeout_s = 600,
+         sse_keepalive_s = 10, unload_grace_s = 3;
   std::string body_limit = "32M";
   app.add_option("models", model_paths,
                  "model directories or .gguf files (default: the built-in model)");
@@ -64,6 +64,9 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--step-deadline", step_deadline_s,
                  "seconds one engine step may take before the engine is killed")
       ->envname("KEEL_STEP_DEADLINE");
+  app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
+                 "seconds without any report from an engine before it is killed")
+      ->envname("KEEL_HEARTBEAT_TIMEOUT");
   app.add_option("--load-timeout", load_timeout_s, "seconds a model load may take")
       ->envname("KEEL_LOAD_TIMEOUT");
   app.add_option("--unload-grace", unload_grace_s, "seconds an unload waits before killing")
@@ -102,6 +105,7 @@ int cmd_serve(int argc, char **argv) {
   ro.memory_budget_bytes = parse_size(memory_budget, "--memory-budget");
   ro.step_deadline = ms(step_deadline_s);
   ro.idle_ttl = ms(idle_ttl_s);
+  ro.heartbeat_timeout = ms(heartbeat_timeout_s);
   ro.load_timeout = ms(load_timeout_s);
   ro.unload_grace = ms(unload_grace_s);
 
@@ -136,6 +140,7 @@ int cmd_serve(int argc, char **argv) {
   ao.workers = workers;
   ao.load_timeout = ro.load_timeout;
   ao.step_deadline = ro.step_deadline;
+  ao.heartbeat_timeout = ro.heartbeat_timeout;
   ao.default_model = first_model;
   server::ApiServer api(ao, registry);
 

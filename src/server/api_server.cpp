@@ -130,7 +130,7 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
   auto offload =
       [&](void (ApiServer::*h)(const HttpRequest &, const std::shared_ptr<ResponseChannel> &)) {
         const WireFormat f = format_of(p);  // before req (and p with it) moves into the task
-    run_guarded(ch, f, [this, h, ch, r = std::move(req)] { (this->*h)(r, ch); });
+        run_guarded(ch, f, [this, h, ch, r = std::move(req)] { (this->*h)(r, ch); });
       };
   if (p == "/v1/models") {
     if (need(get)) handle_models(req, ch);

@@ -22,7 +22,8 @@ struct ApiOptions {
   std::string api_key;  // empty: no key needed
   int workers = 8;
   std::chrono::milliseconds load_timeout{600'000};
-  std::chrono::milliseconds step_deadline{60'000};  // for /health's verdict
+  std::chrono::milliseconds step_deadline{60'000};      // for /health's verdict
+  std::chrono::milliseconds heartbeat_timeout{10'000};  // /health fails at half of it
   std::string default_model;  // used when a request names no model (/tokenize etc.)
 };
 

@@ -61,7 +61,7 @@ void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
   json problems = json::array(), models = json::array();
   for (const auto &r : registry_.report()) {
     if (r.state == ModelState::kAvailable) continue;
-    const std::string why = problem_of(r, deadline, 10.0);
+    const std::string why = problem_of(r, deadline, options_.heartbeat_timeout.count() / 2000.0);
     models.push_back({{"id", r.id}, {"state", model_state_name(r.state)}});
     if (!why.empty())
       problems.push_back({{"model", r.id}, {"state", model_state_name(r.state)}, {"reason", why}});

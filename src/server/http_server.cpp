@@ -1,6 +1,7 @@
 #include "server/http_server.h"
 
 #include <algorithm>
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -372,7 +373,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void finish_response() {
     if (!keep_alive_) {
-      close();
+      linger_close();
       return;
     }
     if (monitoring_) {
@@ -382,6 +383,33 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       read_request();
     }
+  }
+
+  // Closes after a response the client may not have finished sending its request for
+  // (a body over the limit): stop sending, then read and discard for a bounded time, so
+  // the client reads our response instead of a reset.
+  void linger_close() {
+    if (monitoring_) {
+      // The whole request was read (the monitor runs only then): a plain close is safe,
+      // and one socket must not have two reads pending.
+      close();
+      return;
+    }
+    error_code ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    arm_timer(std::chrono::seconds(5));
+    state_ = State::kReading;  // the timer then closes
+    discard();
+  }
+  void discard() {
+    socket_.async_read_some(net::buffer(scratch_),
+                            [self = shared_from_this()](error_code ec, std::size_t) {
+                              if (ec || self->state_ == State::kClosed) {
+                                self->close();
+                                return;
+                              }
+                              self->discard();
+                            });
   }
 
   void close() {
@@ -412,6 +440,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::string out_, wbuf_;
   std::size_t out_payload_ = 0, wbuf_payload_ = 0;
   std::shared_ptr<Channel> channel_;
+  std::array<char, 16384> scratch_{};
 };
 
 template <typename F>

@@ -9,7 +9,11 @@ test('/health, /api/status and /metrics', async () => {
   assert.equal(h.json.status, 'ok');
   assert.ok(h.json.models.some((m) => m.id === MODEL && m.state === 'ready'));
 
-  const st = await status();
+  // Engine figures arrive with its heartbeat (every 100 ms): wait for one after the load.
+  const st = await waitFor(async () => {
+    const s = await status();
+    return modelStatus(s, MODEL).steps > 0 ? s : null;
+  }, { timeoutMs: 3000, what: 'a status report with steps' });
   const m = modelStatus(st, MODEL);
   assert.equal(m.state, 'ready');
   for (const k of ['running', 'waiting', 'preempted', 'loading_cache', 'step_in_progress_seconds', 'last_step_seconds',
@@ -82,4 +86,33 @@ test('a killed engine fails its requests at once and is restarted', async () => 
   assert.equal(h.status, 200);
   const r = await openai().completions.create({ model: MODEL, prompt: 'after', max_tokens: 2 });
   assert.equal(r.choices.length, 1);
+});
+
+test('a frozen engine (SIGSTOP) turns /health red, is killed at its heartbeat deadline and restarted', async () => {
+  await openai().completions.create({ model: MODEL, prompt: 'x', max_tokens: 1 });
+  const before = modelStatus(await status(), MODEL);
+  const stream = await openai().completions.create({ model: MODEL, prompt: 'Frozen', max_tokens: 900, stream: true, ignore_eos: true });
+  let chunks = 0;
+  let sawRed = null;
+  const t0 = Date.now();
+  await assert.rejects(async () => {
+    for await (const _ of stream) {
+      if (++chunks === 2) {
+        process.kill(before.pid, 'SIGSTOP');
+        // While it is frozen and not yet killed, /health names it.
+        sawRed = await waitFor(async () => {
+          const h = await http('GET', '/health', { key: null });
+          return h.status === 503 ? h.json : null;
+        }, { timeoutMs: 5000, intervalMs: 100, what: '/health to turn 503' });
+      }
+    }
+  }, (e) => /stalled|heartbeat/.test(String(e.message ?? e)));
+  assert.ok(Date.now() - t0 < 8000, 'the stream failed within the heartbeat deadline');
+  assert.equal(sawRed.problems[0].model, MODEL);
+  const back = await waitFor(async () => {
+    const m = modelStatus(await status(), MODEL);
+    return m.state === 'ready' && m.pid !== before.pid ? m : null;
+  }, { timeoutMs: 20_000, what: 'the engine to restart' });
+  assert.equal(back.restarts, before.restarts + 1);
+  assert.equal((await http('GET', '/health', { key: null })).status, 200);
 });
