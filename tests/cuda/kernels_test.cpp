@@ -139,6 +139,51 @@ TEST(CudaKernels, RopeNeoxAndInterleavedAllScalings) {
     }
 }
 
+TEST(CudaKernels, QkvBiasAndHeadNormMatchReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(12);
+  const int nh = 4, nkv = 2, T = 5;
+  for (int hd : {32, 128, 256}) {
+    const int width = (nh + 2 * nkv) * hd;
+    const auto qkv = test::random_bf16_values(std::size_t(T) * width, rng, -3, 3);
+    const auto bias = test::random_bf16_values(width, rng);
+    const auto qn = test::random_bf16_values(hd, rng, 0.5f, 1.5f);
+    const auto kn = test::random_bf16_values(hd, rng, 0.5f, 1.5f);
+    auto d_bias = upload(ctx, to_bf16(bias));
+    auto d_qn = upload(ctx, to_bf16(qn));
+    auto d_kn = upload(ctx, to_bf16(kn));
+    for (int mode = 0; mode < 3; ++mode) {  // bias only, norm only, both
+      const bool use_bias = mode != 1, use_norm = mode != 0;
+      auto d = upload(ctx, to_bf16(qkv));
+      launch_qkv_bias_norm(
+          ctx.compute(), d.as<bf16>(), T, nh, nkv, hd, use_bias ? d_bias.as<bf16>() : nullptr,
+          use_norm ? d_qn.as<bf16>() : nullptr, use_norm ? d_kn.as<bf16>() : nullptr, 1e-6f);
+      const auto got = from_bf16(download<std::uint16_t>(ctx, d, qkv.size()));
+      std::vector<float> ref = qkv;
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < nh + 2 * nkv; ++h) {
+          float *x = ref.data() + std::size_t(t) * width + h * hd;
+          if (use_bias)
+            for (int i = 0; i < hd; ++i) x[i] = bf16_to_f32(f32_to_bf16(x[i] + bias[h * hd + i]));
+          if (use_norm && h < nh + nkv) {
+            double ss = 0;
+            for (int i = 0; i < hd; ++i) ss += double(x[i]) * x[i];
+            const double inv = 1.0 / std::sqrt(ss / hd + 1e-6);
+            for (int i = 0; i < hd; ++i)
+              x[i] = static_cast<float>(x[i] * inv * (h < nh ? qn[i] : kn[i]));
+          }
+        }
+      EXPECT_LT(rel_err(got, ref), 6e-3) << "hd " << hd << " mode " << mode;
+      // v heads are never normalised.
+      if (!use_bias)
+        for (int t = 0; t < T; ++t)
+          for (int i = (nh + nkv) * hd; i < width; ++i)
+            ASSERT_EQ(got[t * width + i], qkv[t * width + i]);
+    }
+  }
+}
+
 TEST(CudaKernels, SwigluMatchesReference) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;

@@ -24,7 +24,9 @@ using keel::test::log_softmax_row;
 using keel::test::PagedSeq;
 using keel::test::run_step;
 
-constexpr double kLogprobTol = 0.1;
+// Measured on the H200 (2026-12-02): at most 0.093 on the fixtures (logprobs down to
+// -15), 0.039 on the default model's top 20 against the CPU runner.
+constexpr double kLogprobTol = 0.15;
 constexpr double kMargin = 0.1;
 
 CudaRunnerOptions fixture_options() {

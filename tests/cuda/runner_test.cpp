@@ -215,7 +215,8 @@ TEST(CudaRunner, RejectsUnsupportedConfigs) {
   CudaContext ctx;
   test::TinyLlama m(45);
   auto cfg = m.cfg;
-  cfg.qk_norm = true;
+  cfg.num_heads = 128;  // 64 query heads per kv head: more than one attention block holds
+  cfg.num_kv_heads = 2;
   EXPECT_THROW(CudaModelRunner(ctx, cfg, std::uint64_t{1}, small_options()), Error);
   cfg = m.cfg;
   cfg.head_dim = 20;

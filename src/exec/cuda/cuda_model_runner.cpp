@@ -80,8 +80,6 @@ void CudaModelRunner::validate_config() const {
   if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
     fail("head_dim " + std::to_string(c.head_dim));
   if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");
-  if (c.attention_bias) fail("q/k/v biases (qwen2) are not implemented yet");
-  if (c.qk_norm) fail("q/k norm (qwen3) is not implemented yet");
   if (c.hidden_size % 8 != 0) fail("hidden_size must be a multiple of 8");
   if (c.vocab_size > (1ll << 31) - 1 || c.hidden_size > (1 << 20) ||
       c.intermediate_size > (1 << 22))
@@ -108,6 +106,11 @@ void CudaModelRunner::allocate_weights() {
   for (auto &l : layers_) {
     l.input_norm = alloc(H_);
     l.qkv = alloc(qkv_width_ * H_);
+    if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
+    if (c.qk_norm) {
+      l.q_norm = alloc(hd_);
+      l.k_norm = alloc(hd_);
+    }
     l.o = alloc(H_ * nh_ * hd_);
     l.post_norm = alloc(H_);
     l.gate_up = alloc(2 * I_ * H_);
@@ -175,6 +178,16 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
         bf16_bytes(nh_ * hd_ * H_));
     put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
         bf16_bytes((nh_ + nkv_) * hd_ * H_));
+    if (config_.attention_bias) {
+      put(layer_name(i, "self_attn.q_proj.bias"), nh_ * hd_, 0, l.qkv_bias, 0);
+      put(layer_name(i, "self_attn.k_proj.bias"), nkv_ * hd_, 0, l.qkv_bias, bf16_bytes(nh_ * hd_));
+      put(layer_name(i, "self_attn.v_proj.bias"), nkv_ * hd_, 0, l.qkv_bias,
+          bf16_bytes((nh_ + nkv_) * hd_));
+    }
+    if (config_.qk_norm) {
+      put(layer_name(i, "self_attn.q_norm.weight"), hd_, 0, l.q_norm, 0);
+      put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
+    }
     put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
     put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0);
@@ -199,6 +212,9 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
   for (auto &l : layers_) {
     fill(l.input_norm, 0);
     fill(l.qkv, H_);
+    if (l.qkv_bias.bytes()) fill(l.qkv_bias, H_);
+    if (l.q_norm.bytes()) fill(l.q_norm, 0);
+    if (l.k_norm.bytes()) fill(l.k_norm, 0);
     fill(l.o, nh_ * hd_);
     fill(l.post_norm, 0);
     fill(l.gate_up, H_);
@@ -422,6 +438,9 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
     profile_mark(s, kPhaseOther);
     gemm_.run(s, bf, bf, normed, L.qkv.data(), qkv, T, qkv_width_, H_);
     profile_mark(s, kPhaseGemm);
+    launch_qkv_bias_norm(s, qkv, T, static_cast<int>(nh_), static_cast<int>(nkv_),
+                         static_cast<int>(hd_), L.qkv_bias.as<bf16>(), L.q_norm.as<bf16>(),
+                         L.k_norm.as<bf16>(), eps);
     launch_rope(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_),
                 static_cast<int>(nkv_), static_cast<int>(hd_), d_positions, inv_freq_.as<float>(),
                 rope_mscale_, config_.rope_style == RopeStyle::kInterleaved);

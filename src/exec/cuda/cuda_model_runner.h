@@ -70,6 +70,9 @@ class CudaModelRunner : public ModelRunner {
   struct Layer {
     DeviceBuffer input_norm;  // [H]
     DeviceBuffer qkv;         // [(nh + 2 nkv) hd, H]: q, k, v rows stacked
+    DeviceBuffer qkv_bias;    // [(nh + 2 nkv) hd] (qwen2), else empty
+    DeviceBuffer q_norm;      // [hd] (qwen3), else empty
+    DeviceBuffer k_norm;      // [hd] (qwen3), else empty
     DeviceBuffer o;           // [H, nh hd]
     DeviceBuffer post_norm;   // [H]
     DeviceBuffer gate_up;     // [2 I, H]: gate rows then up rows

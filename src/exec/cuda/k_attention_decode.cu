@@ -58,10 +58,14 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
     float s[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+    // Each lane resolves its key's page once; the P.V loop below takes the V row's offset
+    // from the owning lane by shuffle instead of a dependent block-table load per key.
+    std::int64_t v_off = 0;
     if (key < k_end) {
       const std::int32_t block = p.block_table[tile.block_offset + key / bs];
-      const uint4 *kr = reinterpret_cast<const uint4 *>(
-          p.cache + p.layout.offset(block, p.layer, 0, key % bs) + head_off);
+      const std::int64_t k_off = p.layout.offset(block, p.layer, 0, key % bs);
+      v_off = k_off + std::int64_t(bs) * p.layout.slot_elems() + head_off;
+      const uint4 *kr = reinterpret_cast<const uint4 *>(p.cache + k_off + head_off);
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
         const uint4 raw = kr[v];
@@ -104,12 +108,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
       }
     }
     // P.V: lane owns dimensions [lane * DPL, lane * DPL + DPL) of every head.
-#pragma unroll 4
+#pragma unroll 8
     for (int kk = 0; kk < n_keys; ++kk) {
-      const int kpos = cbase + kk;
-      const std::int32_t block = p.block_table[tile.block_offset + kpos / bs];
-      const bf16 *vr =
-          p.cache + p.layout.offset(block, p.layer, 1, kpos % bs) + head_off + lane * DPL;
+      const bf16 *vr = p.cache + __shfl_sync(0xffffffffu, v_off, kk) + lane * DPL;
       float vf[DPL];
       if constexpr (DPL == 2) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vr));

@@ -40,6 +40,15 @@ void launch_rope(cudaStream_t s, bf16 *qkv, int T, int row_stride, int num_q_hea
                  int num_kv_heads, int head_dim, const std::int32_t *positions,
                  const float *inv_freq, float mscale, bool interleaved);
 
+// ---- k_qkv_post.cu ----
+// Per-head fix-ups of a fused qkv activation before RoPE, in place: adds the projection
+// bias (qwen2; bias [row_width] bf16, nullable), then RMSNorm over head_dim of every q
+// head with q_norm and every k head with k_norm (qwen3; [head_dim] bf16, nullable).
+// qkv [T, row_width] bf16 with row_width = (num_q_heads + 2 num_kv_heads) head_dim.
+void launch_qkv_bias_norm(cudaStream_t s, bf16 *qkv, int T, int num_q_heads, int num_kv_heads,
+                          int head_dim, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
+                          float eps);
+
 // ---- k_swiglu.cu ----
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]; gate_up [T, 2I] bf16, out [T, I] bf16.
 void launch_swiglu(cudaStream_t s, const bf16 *gate_up, bf16 *out, int T, int I);
