@@ -24,9 +24,12 @@ using keel::test::log_softmax_row;
 using keel::test::PagedSeq;
 using keel::test::run_step;
 
-// Measured on the H200 (2026-12-02): at most 0.093 on the fixtures (logprobs down to
-// -15), 0.039 on the default model's top 20 against the CPU runner.
-constexpr double kLogprobTol = 0.15;
+// Measured on the H200 (2026-12-02, worst over all prompt and top-5 logprobs, which go
+// down to -15): llama/mistral fixtures 0.054-0.093, qwen3 0.050-0.083, qwen2 0.108-0.144
+// (its q/k/v biases are added after the projection is rounded to bf16: a second rounding);
+// default model vs the CPU runner 0.039 over the top 20. Greedy agreed everywhere. A
+// wrong mask, rope or weight layout gives errors of order 1.
+constexpr double kLogprobTol = 0.2;
 constexpr double kMargin = 0.1;
 
 CudaRunnerOptions fixture_options() {
