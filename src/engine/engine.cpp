@@ -6,6 +6,7 @@
 #include <future>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "core/error.h"
 #include "engine/token_sampling.h"
@@ -202,13 +203,14 @@ void Engine::thread_main() {
     // A broken invariant: the engine is unusable. Fail every request, queued or live,
     // and refuse new ones, rather than hang.
     const std::string msg = std::string("engine: internal error: ") + e.what();
-    std::deque<Command> queued;
     {
       std::lock_guard lk(cmd_mu_);
       stopping_ = true;
-      queued.swap(commands_);
+      for (Command &c : commands_) inflight_.push_back(std::move(c));
+      commands_.clear();
     }
-    for (Command &c : queued)
+    queued_submits_.fetch_sub(unsettled_submits_);
+    for (Command &c : inflight_)
       if (auto *s = std::get_if<Submit>(&c)) {
         RequestEvent ev;
         ev.id = s->request.id;
@@ -217,6 +219,7 @@ void Engine::thread_main() {
         deliver(s->sink, ev);
         queued_submits_.fetch_sub(1);
       }
+    inflight_.clear();
     for (auto &[id, live] : live_) {
       RequestEvent ev = std::move(live->pending);
       ev.id = id;
@@ -242,20 +245,23 @@ void Engine::loop() {
   bool idle = false;
   for (;;) {
     heartbeat_ns_.store(now_ns());
-    std::deque<Command> batch;
     bool stopping;
     {
       std::unique_lock lk(cmd_mu_);
       if (idle)
         cmd_cv_.wait_for(lk, config_.idle_tick, [&] { return !commands_.empty() || stopping_; });
-      batch.swap(commands_);
+      inflight_.swap(commands_);
       stopping = stopping_;
     }
     heartbeat_ns_.store(now_ns());
-    std::int32_t submits = 0;
-    for (Command &c : batch) {
+    // Commands leave inflight_ before they run, so that after an internal error the
+    // rest can still be answered. Submits stay counted as waiting until the status
+    // that shows them is published (never a moment where a request is in neither).
+    while (!inflight_.empty()) {
+      Command c = std::move(inflight_.front());
+      inflight_.pop_front();
       if (auto *s = std::get_if<Submit>(&c)) {
-        ++submits;
+        ++unsettled_submits_;
         if (stopping) {
           RequestEvent ev;
           ev.id = s->request.id;
@@ -274,12 +280,12 @@ void Engine::loop() {
       for (const auto &[id, live] : live_) ids.push_back(id);
       for (RequestId id : ids) finish(id, FinishReason::kAbort);
       publish_status();
-      queued_submits_.fetch_sub(submits);
+      queued_submits_.fetch_sub(std::exchange(unsettled_submits_, 0));
       return;
     }
     expire_deadlines();
     publish_status();
-    queued_submits_.fetch_sub(submits);
+    queued_submits_.fetch_sub(std::exchange(unsettled_submits_, 0));
     idle = !run_step();
   }
 }

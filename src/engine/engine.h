@@ -152,6 +152,8 @@ class Engine final : public EngineApi {
   EngineBackend backend_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> sched_;
+  std::deque<Command> inflight_;        // taken from the queue, not yet run
+  std::int32_t unsettled_submits_ = 0;  // run, still in queued_submits_
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;
   std::int32_t num_with_deadline_ = 0;
   std::mt19937_64 seed_rng_{std::random_device{}()};
