@@ -178,9 +178,8 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     const LlamaLayer &L = layers_[l];
     cpu::rmsnorm(x, L.attn_norm.data(), h, T, hidden, eps);
-    cpu::linear(L.wq, h, T, q, pool, lin_scratch_);
-    cpu::linear(L.wk, h, T, k, pool, lin_scratch_);
-    cpu::linear(L.wv, h, T, v, pool, lin_scratch_);
+    const cpu::LinearJob qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+    cpu::linear_multi(qkv, h, T, pool, lin_scratch_);
     add_bias(q, L.bq, T);
     add_bias(k, L.bk, T);
     add_bias(v, L.bv, T);
@@ -203,8 +202,8 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
 
     cpu::rmsnorm(x, L.ffn_norm.data(), h, T, hidden, eps);
-    cpu::linear(L.w_gate, h, T, gate, pool, lin_scratch_);
-    cpu::linear(L.w_up, h, T, up, pool, lin_scratch_);
+    const cpu::LinearJob gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+    cpu::linear_multi(gate_up, h, T, pool, lin_scratch_);
     cpu::swiglu(gate, up, gate, T * I);
     cpu::linear(L.w_down, gate, T, h, pool, lin_scratch_);
     for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];

@@ -292,91 +292,113 @@ bool uses_q8_activations(DType w) { return w == DType::kQ8_0 || w == DType::kQ4_
 
 void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
             LinearScratch &scratch) {
-  if (w.shape.size() != 2)
-    throw Error(ErrorCode::kFormat, w.name + ": a linear weight must be 2-D");
-  const std::int64_t N = w.shape[0], K = w.shape[1];
-  const DType dt = w.dtype;
-  const std::int64_t row_bytes = dtype_bytes(dt, K);
-  if (K % dtype_info(dt).block_elems != 0 || static_cast<std::int64_t>(w.nbytes) < N * row_bytes)
-    throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
-  if (T <= 0 || N <= 0) return;
-  const std::byte *base = w.data;
-  auto row = [&](std::int64_t n) { return base + n * row_bytes; };
+  const LinearJob job{&w, y};
+  linear_multi(std::span<const LinearJob>(&job, 1), x, T, pool, scratch);
+}
 
-  const bool q8 = uses_q8_activations(dt);
-  if (q8) {
-    const std::int64_t nb = K / 32;
+void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
+                  LinearScratch &scratch) {
+  if (jobs.empty() || T <= 0) return;
+  const std::int64_t K = jobs[0].w->shape.size() == 2 ? jobs[0].w->shape[1] : -1;
+  bool any_q8 = false, any_dequant = false;
+  std::vector<std::int64_t> first_tile(jobs.size() + 1, 0);  // prefix sums of row tiles
+  for (std::size_t j = 0; j < jobs.size(); ++j) {
+    const TensorView &w = *jobs[j].w;
+    if (w.shape.size() != 2)
+      throw Error(ErrorCode::kFormat, w.name + ": a linear weight must be 2-D");
+    const std::int64_t N = w.shape[0];
+    if (w.shape[1] != K)
+      throw Error(ErrorCode::kInternal,
+                  w.name + ": fused linear weights must share their input size");
+    if (K % dtype_info(w.dtype).block_elems != 0 ||
+        static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
+      throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
+    any_q8 |= uses_q8_activations(w.dtype);
+    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K;
+    first_tile[j + 1] = first_tile[j] + (N + kRowTile - 1) / kRowTile;
+  }
+  const std::int64_t nb = K / 32;
+  if (any_q8) {
     scratch.xq.resize(static_cast<std::size_t>(T * nb));
     pool.parallel_for(T, [&](std::int64_t a, std::int64_t b) {
       for (std::int64_t t = a; t < b; ++t)
         quantize_row_q8_act(x + t * K, scratch.xq.data() + t * nb, K);
     });
   }
-  const bool dequant_tiles = dt == DType::kQ4_K || dt == DType::kQ6_K;
-  if (dequant_tiles && static_cast<int>(scratch.tiles.size()) < pool.size())
+  if (any_dequant && static_cast<int>(scratch.tiles.size()) < pool.size())
     scratch.tiles.resize(pool.size());
 
-  // Static split of the rows over threads, in whole row tiles.
-  pool.run([&](int tid, int nth) {
-    const std::int64_t tiles = (N + kRowTile - 1) / kRowTile;
-    const std::int64_t a = tiles * tid / nth * kRowTile;
-    const std::int64_t b = std::min(N, tiles * (tid + 1) / nth * kRowTile);
-    for (std::int64_t n0 = a; n0 < b; n0 += kRowTile) {
-      const std::int64_t n1 = std::min(b, n0 + kRowTile);
-      auto xf = [&](std::int64_t t) { return x + t * K; };
-      auto fargs = [&](const std::byte *const *ws, const float *const *xs, float *out,
-                       std::int64_t ldo) {
-        return FloatArgs{ws, xs, K, out, ldo};
-      };
-      switch (dt) {
-        case DType::kF32:
-          run_rows<FloatK<F32Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
-                                                                              N, fargs);
-          break;
-        case DType::kF16:
-          run_rows<FloatK<F16Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
-                                                                              N, fargs);
-          break;
-        case DType::kBF16:
-          run_rows<FloatK<BF16Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf,
-                                                                               y, N, fargs);
-          break;
-        case DType::kQ8_0:
-        case DType::kQ4_0: {
-          const std::int64_t nb = K / 32;
-          auto xq = [&](std::int64_t t) -> const BlockQ8Act * {
-            return scratch.xq.data() + t * nb;
-          };
-          auto qargs = [&](const std::byte *const *ws, const BlockQ8Act *const *xs, float *out,
-                           std::int64_t ldo) {
-            return QArgs{ws, xs, nb, out, ldo};
-          };
-          if (dt == DType::kQ8_0)
-            run_rows<QK<Q8_0Row>::K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
-                                                                         qargs);
-          else
-            run_rows<QK<Q4_0Row>::K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
-                                                                         qargs);
-          break;
-        }
-        case DType::kQ4_K:
-        case DType::kQ6_K: {
-          // Dequantize this row tile once, then run it as float32 rows.
-          auto &tile = scratch.tiles[tid];
-          tile.resize(static_cast<std::size_t>(kRowTile * K));
-          for (std::int64_t n = n0; n < n1; ++n)
-            dequantize_row(dt, row(n), tile.data() + (n - n0) * K, K);
-          auto trow = [&](std::int64_t n) {
-            return reinterpret_cast<const std::byte *>(tile.data() + (n - n0) * K);
-          };
-          run_rows<FloatK<F32Row>::K, decltype(trow), decltype(xf), FloatArgs>(n0, n1, T, trow, xf,
-                                                                               y, N, fargs);
-          break;
-        }
-        default:
-          throw Error(ErrorCode::kUnsupported,
-                      w.name + ": no matmul kernel for dtype " + std::string(dtype_name(dt)));
+  auto xf = [&](std::int64_t t) { return x + t * K; };
+  auto fargs = [&](const std::byte *const *ws, const float *const *xs, float *out,
+                   std::int64_t ldo) {
+    return FloatArgs{ws, xs, K, out, ldo};
+  };
+  auto xq = [&](std::int64_t t) -> const BlockQ8Act * { return scratch.xq.data() + t * nb; };
+  auto qargs = [&](const std::byte *const *ws, const BlockQ8Act *const *xs, float *out,
+                   std::int64_t ldo) {
+    return QArgs{ws, xs, nb, out, ldo};
+  };
+
+  // Rows [n0, n1) of job j against all tokens.
+  auto do_tile = [&](const LinearJob &job, std::int64_t n0, std::int64_t n1, int tid) {
+    const TensorView &w = *job.w;
+    const std::int64_t N = w.shape[0];
+    const DType dt = w.dtype;
+    const std::int64_t row_bytes = dtype_bytes(dt, K);
+    const std::byte *base = w.data;
+    auto row = [&](std::int64_t n) { return base + n * row_bytes; };
+    float *y = job.y;
+    switch (dt) {
+      case DType::kF32:
+        run_rows<FloatK<F32Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
+                                                                            N, fargs);
+        break;
+      case DType::kF16:
+        run_rows<FloatK<F16Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
+                                                                            N, fargs);
+        break;
+      case DType::kBF16:
+        run_rows<FloatK<BF16Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
+                                                                             N, fargs);
+        break;
+      case DType::kQ8_0:
+        run_rows<QK<Q8_0Row>::K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
+                                                                     qargs);
+        break;
+      case DType::kQ4_0:
+        run_rows<QK<Q4_0Row>::K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
+                                                                     qargs);
+        break;
+      case DType::kQ4_K:
+      case DType::kQ6_K: {
+        // Dequantize this row tile once, then run it as float32 rows.
+        auto &tile = scratch.tiles[tid];
+        tile.resize(static_cast<std::size_t>(kRowTile * K));
+        for (std::int64_t n = n0; n < n1; ++n)
+          dequantize_row(dt, row(n), tile.data() + (n - n0) * K, K);
+        auto trow = [&](std::int64_t n) {
+          return reinterpret_cast<const std::byte *>(tile.data() + (n - n0) * K);
+        };
+        run_rows<FloatK<F32Row>::K, decltype(trow), decltype(xf), FloatArgs>(n0, n1, T, trow, xf, y,
+                                                                             N, fargs);
+        break;
       }
+      default:
+        throw Error(ErrorCode::kUnsupported,
+                    w.name + ": no matmul kernel for dtype " + std::string(dtype_name(dt)));
+    }
+  };
+
+  // Static split of all jobs' row tiles over the threads: one parallel region.
+  const std::int64_t tiles = first_tile.back();
+  pool.run([&](int tid, int nth) {
+    const std::int64_t a = tiles * tid / nth, b = tiles * (tid + 1) / nth;
+    std::size_t j = 0;
+    for (std::int64_t g = a; g < b; ++g) {
+      while (first_tile[j + 1] <= g) ++j;
+      const std::int64_t N = jobs[j].w->shape[0];
+      const std::int64_t n0 = (g - first_tile[j]) * kRowTile;
+      do_tile(jobs[j], n0, std::min(N, n0 + kRowTile), tid);
     }
   });
 }

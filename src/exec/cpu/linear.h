@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "core/tensor_view.h"
@@ -32,6 +33,15 @@ bool uses_q8_activations(DType w);
 // w: [N, K] (any weight dtype; K a multiple of its block size); x: [T, K]; y: [T, N].
 void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
             LinearScratch &scratch);
+
+// Several weights that read the same input (q/k/v, gate/up), computed in one parallel
+// region; results are bit-identical to separate linear() calls.
+struct LinearJob {
+  const TensorView *w;  // [N_j, K], K shared by all jobs
+  float *y;             // [T, N_j]
+};
+void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
+                  LinearScratch &scratch);
 
 // Scalar reference: dequantized weights (and, where linear() uses them, the same
 // quantized activations) with double accumulation.

@@ -1,0 +1,58 @@
+// Micro-benchmark of the CPU linear kernels: effective weight bandwidth of decode
+// matvecs (T = 1) and the GFLOP/s of prefill tiles (T = 64), per weight dtype; best of
+// several runs, so that a shared machine's noise shows less.
+//
+//   cpu_linear_bench [--threads N] [--rows 8192] [--cols 2048]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "exec/cpu/linear.h"
+#include "formats/quant.h"
+
+int main(int argc, char **argv) {
+  int threads = 0;
+  std::int64_t N = 8192, K = 2048;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--threads") threads = std::stoi(argv[i + 1]);
+    if (a == "--rows") N = std::stoll(argv[i + 1]);
+    if (a == "--cols") K = std::stoll(argv[i + 1]);
+  }
+  keel::ThreadPool pool(threads);
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0, 1);
+  std::vector<float> w(N * K);
+  for (auto &v : w) v = nd(rng) * 0.02f;
+  for (keel::DType dt :
+       {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0,
+        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K}) {
+    std::vector<std::byte> q(static_cast<std::size_t>(keel::dtype_bytes(dt, N * K)));
+    for (std::int64_t r = 0; r < N; ++r)
+      keel::quantize_row(dt, w.data() + r * K, q.data() + r * keel::dtype_bytes(dt, K), K);
+    keel::TensorView tv{"w", dt, {N, K}, q.data(), q.size()};
+    keel::cpu::LinearScratch s;
+    for (std::int64_t T : {1, 64}) {
+      std::vector<float> x(T * K), y(T * N);
+      for (auto &v : x) v = nd(rng);
+      double best = 1e30;
+      for (int rep = 0; rep < (T == 1 ? 30 : 5); ++rep) {
+        const auto t0 = std::chrono::steady_clock::now();
+        keel::cpu::linear(tv, x.data(), T, y.data(), pool, s);
+        best = std::min(
+            best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      }
+      if (T == 1)
+        std::printf("%-5s matvec  %7.2f GB/s of weights  (%.3f ms)\n",
+                    std::string(keel::dtype_name(dt)).c_str(), q.size() / best / 1e9, best * 1e3);
+      else
+        std::printf("%-5s T=%-3lld  %7.2f GFLOP/s\n", std::string(keel::dtype_name(dt)).c_str(),
+                    (long long)T, 2.0 * N * K * T / best / 1e9);
+    }
+  }
+  return 0;
+}
