@@ -3,7 +3,8 @@
 // keel's tokenizer gives transformers' ids, keel's CPU perplexity on the committed
 // held-out slice is within 1% of PyTorch's (the windowing of
 // scripts/default_model/PERPLEXITY.md), and a greedy continuation of "Once upon a
-// time" is made of real English words. Skips when models/default is absent.
+// time" is made of real English words; `keel run` with no --model uses it and
+// `keel perplexity` agrees too. Skips when models/default is absent.
 //
 // Set KEEL_DEFAULT_MODEL_FULL_PPL=1 to also score the whole held-out file (87k tokens,
 // about a minute on two cores).
@@ -11,6 +12,7 @@
 
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -133,19 +135,18 @@ TEST(DefaultModel, PerplexityMatchesPyTorchWithinOnePercent) {
   }
 }
 
-TEST(DefaultModel, GreedyContinuationIsEnglish) {
-  SKIP_WITHOUT_DEFAULT_MODEL();
-  auto tok = Tokenizer::load(model_dir());
+// Greedy continuation through the CPU runner, as `keel run` does it by default.
+std::string greedy_continuation(const Tokenizer &tok, const std::string &prompt, int max_tokens) {
   ExecContext ctx(2);
   auto runner = cpu::CpuModelRunner::open(model_dir(), ctx, {16, 16});
   BlockHandout blocks(16, 3);
   PagedSeq seq;
-  seq.tokens = tok->encode("Once upon a time", {.allow_special = false, .add_bos = true});
+  seq.tokens = tok.encode(prompt, {.allow_special = false, .add_bos = true});
   auto out = run_step(
       *runner, blocks,
       {{&seq, static_cast<std::int32_t>(seq.tokens.size()), SequenceSlice::Logits::kLast}});
   std::vector<TokenId> gen;
-  for (int i = 0; i < 48; ++i) {
+  for (int i = 0; i < max_tokens; ++i) {
     const auto lp = log_softmax_row(out, 0);
     const auto next = static_cast<TokenId>(std::max_element(lp.begin(), lp.end()) - lp.begin());
     if (next == 1) break;  // <|eos|>
@@ -153,13 +154,14 @@ TEST(DefaultModel, GreedyContinuationIsEnglish) {
     seq.tokens.push_back(next);
     out = run_step(*runner, blocks, {{&seq, 1, SequenceSlice::Logits::kLast}});
   }
-  const auto text = tok->decode(gen);
-  std::printf("Once upon a time%s\n", text.c_str());
+  return tok.decode(gen);
+}
 
-  // Real English: nearly every word of the continuation is a word of the committed
-  // held-out text (361 KB of English the model never trained on). Random or broken
-  // weights produce sub-word fragments and byte soup that fail this; a model stuck on
-  // one token fails the distinct-word count.
+// Real English: nearly every word of the continuation is a word of the committed
+// held-out text (361 KB of English the model never trained on). Random or broken
+// weights produce sub-word fragments and byte soup that fail this; a model stuck on
+// one token fails the distinct-word count.
+void expect_english(const std::string &text) {
   std::unordered_set<std::string> dictionary;
   for (auto &w : words_of(read_file(data_dir() / "heldout.txt"))) dictionary.insert(w);
   const auto words = words_of(text);
@@ -174,6 +176,68 @@ TEST(DefaultModel, GreedyContinuationIsEnglish) {
   }
   EXPECT_GE(known * 10, words.size() * 9) << "unknown words:" << unknown;
   EXPECT_GE(std::set<std::string>(words.begin(), words.end()).size(), 8u) << text;
+}
+
+// Runs a shell command; returns its stdout and exit status.
+std::pair<std::string, int> run_command(const std::string &cmd) {
+  std::string out;
+  FILE *p = popen(cmd.c_str(), "r");
+  if (!p) return {"", -1};
+  char buf[4096];
+  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+  return {out, pclose(p)};
+}
+
+std::string quoted(const std::filesystem::path &p) { return "'" + p.string() + "'"; }
+
+TEST(DefaultModel, GreedyContinuationIsEnglish) {
+  SKIP_WITHOUT_DEFAULT_MODEL();
+  auto tok = Tokenizer::load(model_dir());
+  const auto text = greedy_continuation(*tok, "Once upon a time", 48);
+  std::printf("Once upon a time%s\n", text.c_str());
+  expect_english(text);
+}
+
+// `keel run "Once upon a time"` with no --model finds models/default beside the
+// binary's tree and prints the same greedy continuation as the runner above.
+TEST(DefaultModel, KeelRunWithoutModelUsesIt) {
+  SKIP_WITHOUT_DEFAULT_MODEL();
+  if (!std::filesystem::exists(keel_binary()))
+    GTEST_SKIP() << "no keel binary at " << keel_binary();
+  const auto [out, status] = run_command("env -u KEEL_DEFAULT_MODEL " + quoted(keel_binary()) +
+                                         " run 'Once upon a time' -n 32 --threads 2 2>/dev/null");
+  if (status != 0 && out.empty()) GTEST_SKIP() << "keel run failed (not available in this build?)";
+  ASSERT_EQ(status, 0) << out;
+  auto tok = Tokenizer::load(model_dir());
+  std::string got = out;
+  while (!got.empty() && got.back() == '\n') got.pop_back();
+  std::string want = greedy_continuation(*tok, "Once upon a time", 32);
+  while (!want.empty() && want.back() == '\n') want.pop_back();
+  EXPECT_EQ(got, want);
+  expect_english(got);
+}
+
+// `keel perplexity` on the slice agrees with PyTorch's figure.
+TEST(DefaultModel, KeelPerplexityCommandMatchesPyTorch) {
+  SKIP_WITHOUT_DEFAULT_MODEL();
+  if (!std::filesystem::exists(keel_binary()))
+    GTEST_SKIP() << "no keel binary at " << keel_binary();
+  const auto ref = reference();
+  const double pytorch = ref["files"]["heldout_slice.txt"]["ppl"]["128"].get<double>();
+  const auto [out, status] = run_command(
+      quoted(keel_binary()) + " perplexity --model " + quoted(model_dir()) + " --file " +
+      quoted(data_dir() / "heldout_slice.txt") + " --context 128 --threads 2 --json 2>/dev/null");
+  if (status != 0 && out.empty())
+    GTEST_SKIP() << "keel perplexity failed (not available in this build?)";
+  ASSERT_EQ(status, 0) << out;
+  const auto j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_TRUE(j.contains("perplexity")) << out;
+  EXPECT_EQ(j["scored"].get<std::size_t>(),
+            ref["files"]["heldout_slice.txt"]["num_tokens"].get<std::size_t>());
+  const double got = j["perplexity"].get<double>();
+  std::printf("keel perplexity --context 128: %.4f, PyTorch %.4f\n", got, pytorch);
+  EXPECT_LT(std::abs(got / pytorch - 1.0), 0.01);
 }
 
 }  // namespace
