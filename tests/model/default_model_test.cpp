@@ -159,8 +159,9 @@ std::string greedy_continuation(const Tokenizer &tok, const std::string &prompt,
 
 // Real English: nearly every word of the continuation is a word of the committed
 // held-out text (361 KB of English the model never trained on). Random or broken
-// weights produce sub-word fragments and byte soup that fail this; a model stuck on
-// one token fails the distinct-word count.
+// weights produce sub-word fragments and byte soup that fail this (48 uniformly random
+// tokens of this vocabulary: 45% known words in the median of 200 draws, 72% at most);
+// a model stuck on one token fails the distinct-word count.
 void expect_english(const std::string &text) {
   std::unordered_set<std::string> dictionary;
   for (auto &w : words_of(read_file(data_dir() / "heldout.txt"))) dictionary.insert(w);
