@@ -1,0 +1,41 @@
+#include "exec/cuda/cuda_info.h"
+
+#include <cuda_runtime.h>
+
+#include <cstdio>
+
+#include "exec/cuda/cuda_resources.h"
+
+namespace keel::cuda {
+
+namespace {
+std::string version_string(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+}  // namespace
+
+std::string describe_backend() {
+  std::string s = "cuda " + std::to_string(KEEL_CUDA_VERSION_MAJOR) + "." +
+                  std::to_string(KEEL_CUDA_VERSION_MINOR);
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) != cudaSuccess) driver = 0;
+  if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) runtime = 0;
+  s += " (runtime " + version_string(runtime) + ", driver " +
+       (driver ? version_string(driver) : "none") + ")";
+  const int n = device_count();
+  if (n == 0) return s + ", no device";
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof(buf), "%s %d: %s (sm_%d%d, %.0f GiB)", i == 0 ? "," : ";", i, p.name,
+                  p.major, p.minor, static_cast<double>(p.totalGlobalMem) / (1 << 30));
+    s += buf;
+  }
+  return s;
+}
+
+}  // namespace keel::cuda
