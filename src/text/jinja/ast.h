@@ -43,6 +43,7 @@ struct Expr {
   Kind kind;
   int line = 0;
   int column = 0;
+  int depth = 1;  // height of this subtree: evaluation and destruction recurse this deep
   Value value;
   std::string name;
   bool negated = false;  // kTest: "is not"

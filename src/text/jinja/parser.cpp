@@ -10,6 +10,8 @@ namespace {
 
 // Deeper nesting than this is no real template, and would exhaust the stack.
 constexpr int kMaxDepth = 200;
+// Expression trees built by loops (a + b + c ..., x.a.b.c ...) are bounded separately.
+constexpr int kMaxTreeDepth = 400;
 
 class Parser {
  public:
@@ -83,6 +85,22 @@ class Parser {
     }
     ~DepthGuard() { --p.depth_; }
   };
+
+  // Records the height of e's subtree; refuses trees too deep to walk recursively.
+  ExprPtr sized(ExprPtr e) {
+    int d = 0;
+    for (const auto &a : e->args)
+      if (a) d = std::max(d, a->depth);
+    for (const auto &kv : e->kwargs) d = std::max(d, kv.second->depth);
+    e->depth = d + 1;
+    if (e->depth > kMaxTreeDepth) {
+      Token at;
+      at.line = e->line;
+      at.column = e->column;
+      error(at, "expression nested too deeply");
+    }
+    return e;
+  }
 
   ExprPtr make(Expr::Kind k, const Token &at) {
     auto e = std::make_unique<Expr>();
@@ -356,7 +374,7 @@ class Parser {
       if (cur().kind != TokenKind::kName && !is_op("(")) break;
       tup->args.push_back(one());
     }
-    return tup;
+    return sized(std::move(tup));
   }
 
   // ---- expressions ----
@@ -377,7 +395,7 @@ class Parser {
       if (tuple_end() || is_name("if")) break;
       tup->args.push_back(parse_expression(with_condexpr));
     }
-    return tup;
+    return sized(std::move(tup));
   }
 
   ExprPtr parse_expression(bool with_condexpr) {
@@ -393,7 +411,7 @@ class Parser {
       c->args.push_back(std::move(e));
       c->args.push_back(parse_or());
       c->args.push_back(skip_name("else") ? parse_condexpr() : nullptr);
-      e = std::move(c);
+      e = sized(std::move(c));
     }
     return e;
   }
@@ -403,7 +421,7 @@ class Parser {
     e->name = std::move(op);
     e->args.push_back(std::move(l));
     e->args.push_back(std::move(r));
-    return e;
+    return sized(std::move(e));
   }
 
   ExprPtr parse_or() {
@@ -430,7 +448,7 @@ class Parser {
       auto e = make(Expr::Kind::kNot, cur());
       next();
       e->args.push_back(parse_not());
-      return e;
+      return sized(std::move(e));
     }
     return parse_compare();
   }
@@ -462,7 +480,7 @@ class Parser {
       cmp->ops.push_back(op);
       cmp->args.push_back(parse_math1());
     }
-    return cmp ? std::move(cmp) : std::move(first);
+    return cmp ? sized(std::move(cmp)) : std::move(first);
   }
   ExprPtr parse_math1() {
     ExprPtr l = parse_concat();
@@ -481,7 +499,7 @@ class Parser {
     auto e = make(Expr::Kind::kConcat, at);
     e->args.push_back(std::move(first));
     while (skip_op("~")) e->args.push_back(parse_math2());
-    return e;
+    return sized(std::move(e));
   }
   ExprPtr parse_math2() {
     ExprPtr l = parse_pow();
@@ -509,9 +527,11 @@ class Parser {
     if (skip_op("-")) {
       e = make(Expr::Kind::kNeg, at);
       e->args.push_back(parse_unary(false));
+      e = sized(std::move(e));
     } else if (skip_op("+")) {
       e = make(Expr::Kind::kPos, at);
       e->args.push_back(parse_unary(false));
+      e = sized(std::move(e));
     } else {
       e = parse_postfix(parse_primary());
     }
@@ -576,7 +596,7 @@ class Parser {
             tup->args.push_back(parse_expression(true));
           }
           expect_op(")");
-          return tup;
+          return sized(std::move(tup));
         }
         if (t.text == "[") {
           next();
@@ -587,7 +607,7 @@ class Parser {
             e->args.push_back(parse_expression(true));
           }
           next();
-          return e;
+          return sized(std::move(e));
         }
         if (t.text == "{") {
           next();
@@ -600,7 +620,7 @@ class Parser {
             e->args.push_back(parse_expression(true));
           }
           next();
-          return e;
+          return sized(std::move(e));
         }
         break;
       default:
@@ -619,7 +639,7 @@ class Parser {
           a->args.push_back(std::move(e));
           a->name = cur().text;
           next();
-          e = std::move(a);
+          e = sized(std::move(a));
         } else if (cur().kind == TokenKind::kInt) {
           auto a = make(Expr::Kind::kItem, t);
           a->args.push_back(std::move(e));
@@ -627,7 +647,7 @@ class Parser {
           idx->value = Value(cur().ival);
           a->args.push_back(std::move(idx));
           next();
-          e = std::move(a);
+          e = sized(std::move(a));
         } else {
           error(cur(), "expected an attribute name after '.'");
         }
@@ -658,12 +678,12 @@ class Parser {
       auto e = make(Expr::Kind::kItem, at);
       e->args.push_back(std::move(obj));
       e->args.push_back(std::move(parts[0]));
-      return e;
+      return sized(std::move(e));
     }
     auto e = make(Expr::Kind::kSlice, at);
     e->args.push_back(std::move(obj));
     for (auto &p : parts) e->args.push_back(std::move(p));
-    return e;
+    return sized(std::move(e));
   }
 
   void parse_call_args(Expr &e) {
@@ -692,7 +712,7 @@ class Parser {
     auto e = make(Expr::Kind::kCall, cur());
     e->args.push_back(std::move(callee));
     parse_call_args(*e);
-    return e;
+    return sized(std::move(e));
   }
 
   std::string parse_dotted_name() {
@@ -709,7 +729,7 @@ class Parser {
     e->name = parse_dotted_name();
     e->args.push_back(std::move(subject));
     if (is_op("(")) parse_call_args(*e);
-    return e;
+    return sized(std::move(e));
   }
 
   ExprPtr parse_filter_expr(ExprPtr e) {
@@ -734,7 +754,7 @@ class Parser {
           if (is_name("is")) error(c, "you cannot chain multiple tests with is");
           t->args.push_back(parse_postfix(parse_primary()));
         }
-        e = std::move(t);
+        e = sized(std::move(t));
       } else if (is_op("(")) {
         e = parse_call(std::move(e));
       } else {

@@ -31,9 +31,20 @@ void Dict::set(const Value &key, Value v) {
   items.emplace_back(key, std::move(v));
 }
 
+namespace {
+int nesting_of(const std::vector<Value> &items) {
+  int d = 0;
+  for (const auto &x : items) d = std::max(d, x.nesting());
+  if (d + 1 > Value::kMaxNesting)
+    fail("value nested deeper than " + std::to_string(Value::kMaxNesting) + " levels");
+  return d + 1;
+}
+}  // namespace
+
 Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
+  v.nesting_ = nesting_of(items);
   v.list_ = std::make_shared<std::vector<Value>>(std::move(items));
   return v;
 }
@@ -50,6 +61,11 @@ Value Value::generator(std::vector<Value> items) {
 Value Value::dict(Dict d) {
   Value v;
   v.kind_ = Kind::kDict;
+  int depth = 0;
+  for (const auto &kv : d.items) depth = std::max({depth, kv.first.nesting(), kv.second.nesting()});
+  if (depth + 1 > kMaxNesting)
+    fail("value nested deeper than " + std::to_string(kMaxNesting) + " levels");
+  v.nesting_ = depth + 1;
   v.dict_ = std::make_shared<Dict>(std::move(d));
   return v;
 }

@@ -91,6 +91,11 @@ class Value {
   bool is_namespace() const { return namespace_; }
   bool is_generator() const { return consumed_ != nullptr; }
 
+  // Nesting depth of lists/dicts (scalars 0). Capped at construction, so that printing,
+  // comparing and destroying a value never recurses deeper than the stack allows.
+  static constexpr int kMaxNesting = 1000;
+  int nesting() const { return nesting_; }
+
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
   double as_float() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(as_int()); }
@@ -108,6 +113,7 @@ class Value {
   bool tuple_ = false;
   bool namespace_ = false;
   bool markup_ = false;
+  int nesting_ = 0;
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;

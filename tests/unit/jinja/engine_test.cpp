@@ -111,6 +111,17 @@ TEST(JinjaLimits, DeepNestingAndRecursionFailCleanly) {
   EXPECT_EQ(error_of(ifs).code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(error_of("{{ " + std::string(100000, '-') + "1 }}").code(),
             ErrorCode::kInvalidArgument);
+  std::string sum = "{{ 1";
+  for (int i = 0; i < 100000; ++i) sum += "+1";
+  EXPECT_EQ(error_of(sum + " }}").code(), ErrorCode::kInvalidArgument);
+  std::string chain = "{{ x";
+  for (int i = 0; i < 100000; ++i) chain += i % 2 ? ".a" : "|trim";
+  EXPECT_EQ(error_of(chain + " }}").code(), ErrorCode::kInvalidArgument);
+  // A value nested by a loop: capped when built, so printing and freeing it stay shallow.
+  Error deep = error_of(
+      "{% set ns = namespace(x=[]) %}{% for i in range(5000) %}{% set ns.x = [ns.x] %}{% endfor "
+      "%}");
+  EXPECT_NE(std::string(deep.what()).find("nested deeper"), std::string::npos) << deep.what();
   Error e = error_of("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
   EXPECT_NE(std::string(e.what()).find("recursion"), std::string::npos) << e.what();
 }
