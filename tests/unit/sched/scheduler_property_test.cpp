@@ -3,6 +3,9 @@
 // everything has ended every reference count is zero.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <random>
 #include <set>
 
@@ -60,11 +63,28 @@ void run_random(std::uint32_t seed, bool caching) {
                             1 + static_cast<std::int32_t>(rng() % (r->num_tokens() - 1)));
       }
     } else {
+      std::vector<std::uint64_t> queued;  // WAITING or PREEMPTED before this step
+      for (auto id : live) {
+        const auto st = sched.find(RequestId{id})->state;
+        if (st == RequestState::kWaiting || st == RequestState::kPreempted) queued.push_back(id);
+      }
       StepPlan plan = sched.schedule();
+      // FCFS: whatever was admitted arrived before whatever still waits.
+      std::uint64_t newest_admitted = 0, oldest_waiting = UINT64_MAX;
+      for (auto id : queued) {
+        const auto *r = sched.find(RequestId{id});
+        if (r->state == RequestState::kRunning)
+          newest_admitted = std::max(newest_admitted, r->arrival + 1);
+        else
+          oldest_waiting = std::min(oldest_waiting, r->arrival + 1);
+      }
+      ASSERT_LT(newest_admitted, oldest_waiting);
       std::int32_t total = 0;
       std::set<std::uint64_t> in_step;
       for (const auto &s : plan.seqs) {
         ASSERT_TRUE(in_step.insert(s.id.value).second);
+        ASSERT_GE(s.num_tokens, 1);
+        ASSERT_LE(s.num_tokens, sc.max_chunk_tokens);
         total += s.num_tokens;
         // Every position written this step is in a block that only this request holds
         // and that is not cached.
