@@ -1,0 +1,41 @@
+// The CUDA backend packaged for an engine: a runner that owns its CudaContext (the
+// engine's EngineBackend holds exactly one ModelRunner), built on the engine thread so
+// that thread owns the context, and the `--device cuda[:N]` parser.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string_view>
+
+#include "exec/cuda/cuda_context.h"
+#include "exec/cuda/cuda_model_runner.h"
+
+namespace keel::cuda {
+
+// "cuda" -> 0, "cuda:N" -> N. Throws Error(kInvalidArgument) for anything else
+// (the caller decides what "cpu" means).
+int parse_cuda_device(std::string_view spec);
+
+class OwningCudaRunner final : public ModelRunner {
+ public:
+  // Makes a context on `device` and opens the model there (HF directory or GGUF).
+  static std::unique_ptr<OwningCudaRunner> open(const std::filesystem::path &path, int device,
+                                                const CudaRunnerOptions &opts);
+
+  const ModelConfig &config() const override { return runner_->config(); }
+  KvBlockStore &kv() override { return runner_->kv(); }
+  void forward(const ForwardBatch &batch, ForwardOutput &out) override {
+    runner_->forward(batch, out);
+  }
+
+  CudaContext &context() { return *ctx_; }
+  CudaModelRunner &runner() { return *runner_; }
+
+ private:
+  OwningCudaRunner() = default;
+  // Declared in this order so the runner is destroyed before its context.
+  std::unique_ptr<CudaContext> ctx_;
+  std::unique_ptr<CudaModelRunner> runner_;
+};
+
+}  // namespace keel::cuda
