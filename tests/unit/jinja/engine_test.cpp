@@ -14,6 +14,7 @@
 #include "text/jinja/json_value.h"
 #include "text/jinja/pystr.h"
 #include "text/jinja/template.h"
+#include "unit/formats/byte_builder.h"
 
 namespace keel::jinja {
 namespace {
@@ -278,6 +279,34 @@ TEST(KeelTemplateCli, PrintsTheRenderedPrompt) {
                     " --messages " + (d.path / "nope.json").string() + " 2> " +
                     (d.path / "err").string();
   EXPECT_NE(std::system(bad.c_str()), 0);
+}
+
+// `keel template --model file.gguf` reads tokenizer.chat_template and looks bos/eos up in
+// the GGUF vocabulary.
+TEST(KeelTemplateCli, RendersTheTemplateEmbeddedInAGguf) {
+  if (!std::filesystem::exists(test::keel_binary())) GTEST_SKIP() << "keel not built";
+  TempDir d;
+  test::ByteBuilder b;
+  b.raw("GGUF").put<std::uint32_t>(3).put<std::uint64_t>(0).put<std::uint64_t>(4);
+  b.gstr("tokenizer.chat_template")
+      .put<std::uint32_t>(8)
+      .gstr(
+          "{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{{ "
+          "eos_token }}");
+  b.gstr("tokenizer.ggml.tokens").put<std::uint32_t>(9).put<std::uint32_t>(8).put<std::uint64_t>(3);
+  b.gstr("<unk>").gstr("<s>").gstr("</s>");
+  b.gstr("tokenizer.ggml.bos_token_id").put<std::uint32_t>(4).put<std::uint32_t>(1);
+  b.gstr("tokenizer.ggml.eos_token_id").put<std::uint32_t>(4).put<std::uint32_t>(2);
+  b.pad_to(32);
+  d.write("m.gguf", b.bytes);
+  d.write("messages.json", R"([{"role": "user", "content": "hi"}])");
+  std::string cmd = test::keel_binary().string() + " template --model " +
+                    (d.path / "m.gguf").string() + " --messages " +
+                    (d.path / "messages.json").string() + " > " + (d.path / "out").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream f(d.path / "out", std::ios::binary);
+  std::string out((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(out, "<s>user:hi</s>");
 }
 
 }  // namespace
