@@ -223,8 +223,8 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock)
 }
 
 void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock) {
+  make_room(e, lock);  // first: a model that cannot fit is refused before any work
   if (!e.text) e.text = load_model_text(e.path);  // once per model; survives engine restarts
-  make_room(e, lock);
   if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
   EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args};
   e.proc = EngineProcess::spawn(launch);
