@@ -59,12 +59,22 @@ test('LRU eviction under a small memory budget', async () => {
   const state = async () => Object.fromEntries((await status(URL_LRU)).models.map((m) => [m.id, m.state]));
   await client.completions.create({ model: 'lru-a', prompt: 'a', max_tokens: 1 });
   await client.completions.create({ model: 'lru-b', prompt: 'b', max_tokens: 1 });
-  assert.deepEqual(await state(), { 'lru-a': 'ready', 'lru-b': 'ready', 'lru-c': 'available' });
+  assert.deepEqual(await state(), { 'lru-a': 'ready', 'lru-b': 'ready', 'lru-c': 'available', huge: 'available' });
   await client.completions.create({ model: 'lru-a', prompt: 'a again', max_tokens: 1 }); // b is now least recent
   await client.completions.create({ model: 'lru-c', prompt: 'c', max_tokens: 1 });
-  assert.deepEqual(await state(), { 'lru-a': 'ready', 'lru-b': 'available', 'lru-c': 'ready' });
+  assert.deepEqual(await state(), { 'lru-a': 'ready', 'lru-b': 'available', 'lru-c': 'ready', huge: 'available' });
   const st = await status(URL_LRU);
   assert.ok(st.totals.memory_bytes <= st.totals.memory_budget_bytes);
+  // Settings came from --config and KEEL_MEMORY_BUDGET.
+  assert.ok(st.totals.memory_budget_bytes > 0);
+
+  // A model bigger than the whole budget: 507, and nothing else is unloaded for it.
+  await assert.rejects(client.completions.create({ model: 'huge', prompt: 'x', max_tokens: 1 }),
+    (e) => e.status === 507 && /budget/.test(e.message));
+  const anth = await http('POST', '/v1/messages', { url: URL_LRU, key: null, body: { model: 'huge', max_tokens: 1, messages: [{ role: 'user', content: 'x' }] } });
+  assert.equal(anth.status, 507);
+  assert.equal(anth.json.type, 'error');
+  assert.deepEqual(await state(), { 'lru-a': 'ready', 'lru-b': 'available', 'lru-c': 'ready', huge: 'available' });
 });
 
 test('a killed engine fails its requests at once and is restarted', async () => {

@@ -64,7 +64,12 @@ weights=$(du -cb "$test_model"/*.safetensors | tail -1 | cut -f1)
 kv=$(node -e 'const c=require(process.argv[1]); const hd=c.head_dim ?? c.hidden_size/c.num_attention_heads;
   console.log(64*16*c.num_hidden_layers*2*(c.num_key_value_heads ?? c.num_attention_heads)*hd*4)' "$test_model/config.json")
 budget=$(( 2 * (weights + kv) + weights / 2 ))
-export KEEL_LRU_URL="$(start_server lru --model-dir "$work/lru" --kv-blocks 64 --memory-budget "$budget")"
+# A model too big for the whole budget (a sparse extra weights file; never loaded).
+cp -r "$test_model" "$work/lru/huge"
+truncate -s $(( budget * 2 )) "$work/lru/huge/zz-padding.safetensors"
+# The LRU server takes its settings from a config file and the environment.
+printf 'model-dir = "%s"\nkv-blocks = 64\n' "$work/lru" >"$work/lru.toml"
+export KEEL_LRU_URL="$(KEEL_MEMORY_BUDGET="$budget" start_server lru --config "$work/lru.toml")"
 export KEEL_BIN="$KEEL"
 export KEEL_TEST_MODEL="tiny"
 export KEEL_TEST_MODEL_PATH="$test_model"

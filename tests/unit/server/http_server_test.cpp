@@ -131,3 +131,23 @@ TEST(HttpServer, AReaderThatNeverReadsIsBoundedAndDropped) {
   ::close(fd);
   server.stop();
 }
+
+TEST(HttpServer, QuietStreamsGetKeepaliveComments) {
+  HttpOptions o;
+  o.port = 0;
+  o.sse_keepalive = 100ms;
+  std::shared_ptr<ResponseChannel> keep;
+  HttpServer server(o, [&](HttpRequest, std::shared_ptr<ResponseChannel> ch) {
+    ch->begin_sse();
+    keep = ch;  // a long prefill: nothing to send yet
+  });
+  server.start();
+  int fd = connect_to(server.port());
+  send_all(fd, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string got = read_until(fd, ": keepalive");
+  EXPECT_NE(got.find(": keepalive\n\n"), std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 2s);
+  ::close(fd);
+  server.stop();
+}
