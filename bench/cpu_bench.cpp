@@ -8,11 +8,14 @@
 //   cpu_bench --model PATH [--threads N] [--prompt 512] [--decode 32]
 #include <cblas.h>
 #include <immintrin.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <random>
 #include <string>
@@ -30,8 +33,18 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Process CPU seconds (all threads). On a shared, oversubscribed machine the wall clock
+// mostly measures other people's work; CPU time / threads estimates the idle-machine
+// time (it counts our spin-waits too, so it errs against us).
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
 // Multi-threaded streaming read of a buffer far larger than the caches; best of 5.
-double read_bandwidth(keel::ThreadPool &pool) {
+// Returns {wall, cpu-normalized} bytes per second.
+std::pair<double, double> read_bandwidth(keel::ThreadPool &pool) {
   const std::size_t bytes = std::size_t{1} << 30;
   auto *buf = static_cast<float *>(std::aligned_alloc(64, bytes));
   const std::size_t n = bytes / sizeof(float);
@@ -39,9 +52,10 @@ double read_bandwidth(keel::ThreadPool &pool) {
     for (std::int64_t i = a; i < b; ++i) buf[i] = static_cast<float>(i & 7);
   });
   std::vector<float> sink(pool.size() * 16);
-  double best = 1e30;
+  double best = 1e30, best_cpu = 1e30;
   for (int rep = 0; rep < 5; ++rep) {
     const auto t0 = Clock::now();
+    const double c0 = cpu_seconds();
     pool.run([&](int t, int nt) {
       const std::size_t a = n * t / nt / 64 * 64, b = n * (t + 1) / nt / 64 * 64;
 #if defined(__AVX512F__)
@@ -61,13 +75,15 @@ double read_bandwidth(keel::ThreadPool &pool) {
 #endif
     });
     best = std::min(best, seconds_since(t0));
+    best_cpu = std::min(best_cpu, (cpu_seconds() - c0) / pool.size());
   }
   std::free(buf);
-  return static_cast<double>(bytes) / best;
+  return {static_cast<double>(bytes) / best, static_cast<double>(bytes) / best_cpu};
 }
 
-// OpenBLAS sgemm on 2048^3 with the pool's thread count; best of 3.
-double gemm_rate(int threads) {
+// OpenBLAS sgemm on 2048^3 with the pool's thread count; best of 3 after a warm-up.
+// Returns {wall, cpu-normalized} FLOP per second.
+std::pair<double, double> gemm_rate(int threads) {
   const int n = 2048;
   std::vector<float> a(n * n), b(n * n), c(n * n);
   std::mt19937 rng(1);
@@ -75,14 +91,26 @@ double gemm_rate(int threads) {
   for (auto &v : a) v = u(rng);
   for (auto &v : b) v = u(rng);
   openblas_set_num_threads(threads);
-  double best = 1e30;
+  double best = 1e30, best_cpu = 1e30;
   for (int rep = 0; rep < 4; ++rep) {
     const auto t0 = Clock::now();
+    const double c0 = cpu_seconds();
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n,
                 0.0f, c.data(), n);
-    if (rep > 0) best = std::min(best, seconds_since(t0));
+    if (rep > 0) {
+      best = std::min(best, seconds_since(t0));
+      best_cpu = std::min(best_cpu, (cpu_seconds() - c0) / threads);
+    }
   }
-  return 2.0 * n * n * n / best;
+  const double flop = 2.0 * n * n * n;
+  return {flop / best, flop / best_cpu};
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
 }
 
 long status_kb(const char *key) {
@@ -116,10 +144,27 @@ int main(int argc, char **argv) {
   }
   keel::ExecContext ctx(threads);
   const int nt = ctx.pool().size();
-  const double bw = read_bandwidth(ctx.pool());
-  const double gemm = gemm_rate(nt);
-  openblas_set_num_threads(1);
-  { std::ofstream("/proc/self/clear_refs") << "5"; }  // reset the peak RSS for the model part
+  // The rooflines run in a child process, so that their 1 GiB buffer and OpenBLAS's
+  // thread buffers do not count in this process's peak RSS.
+  double roof[4] = {0, 0, 0, 0};  // bw, bw_cpu, gemm, gemm_cpu
+  {
+    int fds[2];
+    if (pipe(fds) != 0) return 1;
+    const pid_t pid = fork();
+    if (pid == 0) {
+      keel::ThreadPool pool(nt);
+      const auto [b, bc] = read_bandwidth(pool);
+      const auto [g, gc] = gemm_rate(nt);
+      const double r[4] = {b, bc, g, gc};
+      if (write(fds[1], r, sizeof r) != static_cast<ssize_t>(sizeof r)) _exit(1);
+      _exit(0);
+    }
+    close(fds[1]);
+    if (read(fds[0], roof, sizeof roof) != static_cast<ssize_t>(sizeof roof)) return 1;
+    close(fds[0]);
+    waitpid(pid, nullptr, 0);
+  }
+  const double bw = roof[0], bw_cpu = roof[1], gemm = roof[2], gemm_cpu = roof[3];
 
   const std::int32_t block = 16;
   const std::int32_t blocks = (prompt + decode + block) / block + 1;
@@ -134,22 +179,29 @@ int main(int argc, char **argv) {
   keel::SingleSequence seq(*runner, prompt);
 
   // Prefill: best of 2 (the first also pages the weights in).
-  double prefill_s = 1e30;
+  double prefill_s = 1e30, prefill_cpu = 1e30;
   std::vector<float> logits;
   for (int rep = 0; rep < 2; ++rep) {
     seq.reset();
     const auto t0 = Clock::now();
+    const double c0 = cpu_seconds();
     logits = seq.append(ids, false);
     prefill_s = std::min(prefill_s, seconds_since(t0));
+    prefill_cpu = std::min(prefill_cpu, (cpu_seconds() - c0) / nt);
   }
-  // Decode from the end of the prompt.
+  // Decode from the end of the prompt: the mean over all tokens, and the best token.
   const auto t0 = Clock::now();
+  const double c0 = cpu_seconds();
+  double best_token = 1e30;
   for (int i = 0; i < decode; ++i) {
     const auto next =
         static_cast<keel::TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    const auto ti = Clock::now();
     logits = seq.append(std::span<const keel::TokenId>(&next, 1), false);
+    best_token = std::min(best_token, seconds_since(ti));
   }
   const double decode_s = seconds_since(t0) / decode;
+  const double decode_cpu = (cpu_seconds() - c0) / nt / decode;
 
   // Rooflines.
   const double L = static_cast<double>(cfg.num_layers), H = static_cast<double>(cfg.num_heads),
@@ -157,6 +209,7 @@ int main(int argc, char **argv) {
   const double ctx_mid = prompt + decode / 2.0;
   const double kv_read = L * 2 * G * D * 4 * ctx_mid;  // f32 K and V of every position, per token
   const double decode_roof = bw / (weight_bytes + kv_read);
+  const double decode_roof_cpu = bw_cpu / (weight_bytes + kv_read);
   // Matmul parameters (lm_head once per prefill, for the last row only).
   const double hidden = static_cast<double>(cfg.hidden_size),
                inter = static_cast<double>(cfg.intermediate_size);
@@ -166,20 +219,31 @@ int main(int argc, char **argv) {
   const double prefill_flops = 2.0 * L * layer_params * prompt + 2.0 * head + attn_flops;
   const double prefill_tps = prompt / prefill_s;
   const double prefill_roof = prompt / (prefill_flops / gemm);
+  const double prefill_roof_cpu = prompt / (prefill_flops / gemm_cpu);
 
   const double rss = status_kb("VmHWM:") * 1024.0;
   std::ifstream wf(model, std::ios::binary | std::ios::ate);
   const double file_bytes = wf ? static_cast<double>(wf.tellg()) : weight_bytes;
 
-  std::printf("model %s  threads %d\n", model.c_str(), nt);
-  std::printf("  memory read bandwidth   %8.2f GB/s\n", bw / 1e9);
-  std::printf("  sgemm 2048^3            %8.2f GFLOP/s\n", gemm / 1e9);
-  std::printf("  decode  %8.2f tok/s  roofline %8.2f tok/s  (%5.1f%%)  %.3f GB/token\n",
-              1.0 / decode_s, decode_roof, 100.0 / decode_s / decode_roof,
-              (weight_bytes + kv_read) / 1e9);
-  std::printf("  prefill %8.2f tok/s  roofline %8.2f tok/s  (%5.1f%%)  %.2f GFLOP/s achieved\n",
-              prefill_tps, prefill_roof, 100.0 * prefill_tps / prefill_roof,
-              prefill_flops / prefill_s / 1e9);
+  std::printf("model %s  threads %d  load %s\n", model.c_str(), nt, loadavg().c_str());
+  std::printf("                          wall clock (best)        cpu time / threads\n");
+  std::printf("  read bandwidth GB/s     %8.2f                 %8.2f\n", bw / 1e9, bw_cpu / 1e9);
+  std::printf("  sgemm 2048^3 GFLOP/s    %8.2f                 %8.2f\n", gemm / 1e9,
+              gemm_cpu / 1e9);
+  std::printf("  decode tok/s            %8.2f (best %6.2f)   %8.2f\n", 1.0 / decode_s,
+              1.0 / best_token, 1.0 / decode_cpu);
+  std::printf("    roofline tok/s        %8.2f                 %8.2f   (%.3f GB/token)\n",
+              decode_roof, decode_roof_cpu, (weight_bytes + kv_read) / 1e9);
+  std::printf("    of roofline           %7.1f%% (best %5.1f%%)   %7.1f%%\n",
+              100.0 / decode_s / decode_roof, 100.0 / best_token / decode_roof,
+              100.0 / decode_cpu / decode_roof_cpu);
+  std::printf("  prefill tok/s           %8.2f                 %8.2f   (%d-token prompt)\n",
+              prefill_tps, prompt / prefill_cpu, prompt);
+  std::printf("    roofline tok/s        %8.2f                 %8.2f\n", prefill_roof,
+              prefill_roof_cpu);
+  std::printf("    of roofline           %7.1f%%                 %7.1f%%\n",
+              100.0 * prefill_tps / prefill_roof,
+              100.0 * (prompt / prefill_cpu) / prefill_roof_cpu);
   std::printf("  peak RSS %.3f GB  weights file %.3f GB + KV %.3f GB  (ratio %.3f)\n", rss / 1e9,
               file_bytes / 1e9, kv_bytes / 1e9, rss / (file_bytes + kv_bytes));
   return 0;
