@@ -286,7 +286,21 @@ void set_piece(std::vector<std::string> &pieces, TokenId id, const std::string &
 
 }  // namespace
 
+namespace {
+text::TokenizerParts parse_json(std::string_view text, const std::string &origin);
+}
+
 text::TokenizerParts text::parts_from_json(std::string_view text, const std::string &origin) {
+  try {
+    return parse_json(text, origin);
+  } catch (const nlohmann::json::exception &e) {
+    // A value of an unexpected type deep in the file: still a format error.
+    throw Error(ErrorCode::kFormat, origin + ": " + e.what());
+  }
+}
+
+namespace {
+text::TokenizerParts parse_json(std::string_view text, const std::string &origin) {
   Ctx c{origin};
   json root;
   try {
@@ -441,5 +455,6 @@ text::TokenizerParts text::parts_from_json(std::string_view text, const std::str
   }
   return parts;
 }
+}  // namespace
 
 }  // namespace keel

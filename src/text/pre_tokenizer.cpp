@@ -129,6 +129,10 @@ class Metaspace final : public PreTokenizerStep {
   Metaspace(std::string rep, int prepend, bool split)
       : rep_(std::move(rep)), prepend_(prepend), split_(split) {}
   void split(std::string_view text, bool at_start, WordSink sink) const override {
+    if (rep_.empty()) {  // a lying file: nothing to replace or split on
+      sink(text);
+      return;
+    }
     std::string s;
     s.reserve(text.size() + rep_.size() * 4);
     const bool add = prepend_ == 2 || (prepend_ == 1 && at_start);
