@@ -169,6 +169,7 @@ int cmd_serve(int argc, char **argv) {
   // Order: stop taking connections, let handlers finish, then stop the engines (the
   // registry's destructor unloads with a bounded grace each).
   http.stop();
+  registry.shutdown();  // wakes handlers waiting for a load, ends every engine (bounded)
   api.stop();
   return 0;
 }

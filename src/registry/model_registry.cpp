@@ -116,10 +116,13 @@ ModelRegistry::ModelRegistry(RegistryOptions options) : options_(std::move(optio
   supervisor_ = std::thread([this] { supervise_loop(); });
 }
 
-ModelRegistry::~ModelRegistry() {
+ModelRegistry::~ModelRegistry() { shutdown(); }
+
+void ModelRegistry::shutdown() {
   std::vector<std::shared_ptr<EngineProcess>> procs;
   {
     std::lock_guard lock(mu_);
+    if (stopping_) return;
     stopping_ = true;
     for (auto &[id, e] : entries_) {
       if (e->proc) procs.push_back(std::move(e->proc));

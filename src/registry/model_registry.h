@@ -92,7 +92,10 @@ struct ModelReport {
 class ModelRegistry {
  public:
   explicit ModelRegistry(RegistryOptions options);
-  ~ModelRegistry();  // unloads everything (bounded)
+  ~ModelRegistry();  // shutdown()
+  // Refuses new work (waiting acquires throw kUnavailable), then stops every engine,
+  // each within unload_grace plus a kill. Idempotent.
+  void shutdown();
 
   // Adds a model (HF directory or .gguf file). Id: the directory name or file stem.
   std::string add_model(const std::filesystem::path &path, bool pinned = false);

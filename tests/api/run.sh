@@ -37,6 +37,8 @@ cp -r "$test_model" "$work/models/spare"
 mkdir -p "$work/lru"
 for n in lru-a lru-b lru-c; do cp -r "$test_model" "$work/lru/$n"; done
 
+# Runs in this shell (not in $(...)), so that its pid lands in pids for the cleanup;
+# the URL goes to $work/NAME.url.
 start_server() {  # name, args...
   local name="$1"; shift
   "$KEEL" serve --port 0 --threads 1 --workers 8 "$@" >"$work/$name.log" 2>&1 &
@@ -44,7 +46,7 @@ start_server() {  # name, args...
   local pid=$!
   for _ in $(seq 1 200); do
     if grep -q "listening on" "$work/$name.log"; then
-      sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$work/$name.log" | head -1
+      sed -n 's/.*listening on \(http[^ ]*\).*/\1/p' "$work/$name.log" | head -1 >"$work/$name.url"
       return 0
     fi
     kill -0 "$pid" 2>/dev/null || break
@@ -56,8 +58,9 @@ start_server() {  # name, args...
 }
 
 export KEEL_API_KEY_FOR_TESTS="test-key-$$"
-export KEEL_URL="$(start_server main "$test_model" "$work/models/spare" --api-key "$KEEL_API_KEY_FOR_TESTS" \
-                   --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2)"
+start_server main "$test_model" "$work/models/spare" --api-key "$KEEL_API_KEY_FOR_TESTS" \
+  --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2
+export KEEL_URL="$(cat "$work/main.url")"
 # A loaded model takes its weights plus 64 KV blocks (f32, 16 tokens each); the budget
 # holds two loaded models and half of a third's weights, so the third evicts one.
 weights=$(du -cb "$test_model"/*.safetensors | tail -1 | cut -f1)
@@ -69,7 +72,8 @@ cp -r "$test_model" "$work/lru/huge"
 truncate -s $(( budget * 2 )) "$work/lru/huge/zz-padding.safetensors"
 # The LRU server takes its settings from a config file and the environment.
 printf 'model-dir = "%s"\nkv-blocks = 64\n' "$work/lru" >"$work/lru.toml"
-export KEEL_LRU_URL="$(KEEL_MEMORY_BUDGET="$budget" start_server lru --config "$work/lru.toml")"
+KEEL_MEMORY_BUDGET="$budget" start_server lru --config "$work/lru.toml"
+export KEEL_LRU_URL="$(cat "$work/lru.url")"
 export KEEL_BIN="$KEEL"
 export KEEL_TEST_MODEL="tiny"
 export KEEL_TEST_MODEL_PATH="$test_model"
@@ -77,6 +81,36 @@ export NODE_PATH="$NODE_MODULES"
 
 status=0
 node --test --test-concurrency=1 "$here"/*.test.mjs || status=$?
+
+# No orphans: SIGKILL a server that has a loaded engine; the engine must go too.
+start_server orphan "$test_model"
+orphan_url="$(cat "$work/orphan.url")"
+curl -s "$orphan_url/v1/completions" -H 'content-type: application/json' \
+  -d '{"model":"tiny","prompt":"x","max_tokens":1}' >/dev/null
+engine_pid=$(curl -s "$orphan_url/api/status" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).models[0].pid))')
+kill -KILL "${pids[-1]}"
+gone=0
+for _ in $(seq 1 40); do
+  if ! kill -0 "$engine_pid" 2>/dev/null || grep -q '^State:.*Z' "/proc/$engine_pid/status" 2>/dev/null; then gone=1; break; fi
+  sleep 0.05
+done
+if [ "$engine_pid" -gt 0 ] && [ $gone = 1 ]; then
+  echo "ok - engine $engine_pid died with its SIGKILLed server"
+else
+  echo "not ok - engine $engine_pid outlived its SIGKILLed server" >&2
+  status=1
+fi
+
+# Bounded teardown: SIGTERM with a loaded engine ends within a few seconds.
+start_server term "$test_model"
+term_url="$(cat "$work/term.url")"
+curl -s "$term_url/v1/completions" -H 'content-type: application/json' \
+  -d '{"model":"tiny","prompt":"x","max_tokens":1}' >/dev/null
+t0=$(date +%s%N)
+kill -TERM "${pids[-1]}"
+wait "${pids[-1]}" || true
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+if [ $ms -lt 5000 ]; then echo "ok - SIGTERM teardown took $ms ms"; else echo "not ok - SIGTERM teardown took $ms ms" >&2; status=1; fi
 if [ $status -ne 0 ]; then
   for f in "$work"/*.log; do echo "== $f"; tail -n 40 "$f"; done >&2
 fi
