@@ -133,3 +133,19 @@ test('completion logprobs match keel run --json', async (t) => {
     assert.ok(Math.abs(lp.token_logprobs[i] - lines[i].logprob) < 1e-3, `token ${i}: ${lp.token_logprobs[i]} vs ${lines[i].logprob}`);
   }
 });
+
+test('a repeated prompt reports cached prompt tokens (OpenAI and Anthropic usage)', async () => {
+  const long = 'The lighthouse keeper wrote in his log every night about the ships and the weather. '.repeat(4);
+  const ask = () => client.completions.create({ model: MODEL, prompt: long, max_tokens: 2, temperature: 0 });
+  const first = await ask();
+  const second = await ask();
+  assert.ok(first.usage.prompt_tokens >= 32);
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens >= 16, JSON.stringify(second.usage));
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens < second.usage.prompt_tokens);
+  const { anthropic } = await import('./helpers.mjs');
+  const a = anthropic();
+  const req = { model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: long }] };
+  await a.messages.create(req);
+  const m = await a.messages.create(req);
+  assert.ok(m.usage.cache_read_input_tokens >= 16, JSON.stringify(m.usage));
+});
