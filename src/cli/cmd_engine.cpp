@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 
@@ -16,6 +17,9 @@
 #include "engine/engine.h"
 #include "engine/ipc_server.h"
 #include "exec/cpu/cpu_model_runner.h"
+#ifdef KEEL_WITH_CUDA
+#include "exec/cuda/cuda_engine_runner.h"
+#endif
 
 namespace keel::cli {
 
@@ -50,20 +54,39 @@ int cmd_engine(int argc, char **argv) {
   std::unique_ptr<Engine> engine;
   std::atomic<std::int64_t> kv_bytes{0};
   try {
+#ifndef KEEL_WITH_CUDA
     if (device != "cpu")
       throw Error(ErrorCode::kUnsupported,
-                  "--device " + device + ": only the cpu backend is wired into keel engine yet");
+                  "--device " + device + ": this build has only the cpu backend");
+#else
+    // Parsed here, before the engine starts, so a bad spec is a load error, not a crash.
+    const int cuda_device = device == "cpu" ? -1 : cuda::parse_cuda_device(device);
+#endif
     EngineConfig cfg;
     cfg.scheduler.max_num_seqs = max_concurrent;
     cfg.max_model_len = max_model_len;
     cfg.model_fingerprint = model;
     const std::filesystem::path path = model;
     engine = std::make_unique<Engine>(
-        [path, threads, kv_blocks, block_size, &kv_bytes] {
+        [&, path] {
           EngineBackend b;
+          // The CPU context also serves the sampler when the runner is on a GPU.
           b.context = std::make_unique<ExecContext>(threads);
-          b.runner =
-              cpu::CpuModelRunner::open(path, *b.context, cpu::KvOptions{kv_blocks, block_size});
+#ifdef KEEL_WITH_CUDA
+          if (cuda_device >= 0) {
+            cuda::CudaRunnerOptions opts;
+            opts.block_size = block_size;
+            opts.num_kv_blocks = kv_blocks;
+            opts.max_model_len = max_model_len;
+            opts.max_seqs = std::max(opts.max_seqs, cfg.scheduler.max_num_seqs);
+            opts.max_logits_rows = std::max(opts.max_logits_rows, cfg.scheduler.max_num_seqs);
+            opts.max_batch_tokens =
+                std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
+            b.runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
+          } else
+#endif
+            b.runner =
+                cpu::CpuModelRunner::open(path, *b.context, cpu::KvOptions{kv_blocks, block_size});
           kv_bytes =
               static_cast<std::int64_t>(b.runner->kv().block_bytes()) * b.runner->kv().num_blocks();
           return b;

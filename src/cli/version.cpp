@@ -1,5 +1,9 @@
 #include "cli/version.h"
 
+#ifdef KEEL_WITH_CUDA
+#include "exec/cuda/cuda_info.h"
+#endif
+
 #ifndef KEEL_VERSION
 #define KEEL_VERSION "0.0.0"
 #endif
@@ -12,7 +16,7 @@ std::string version_report() {
   std::string s = "keel " + version_string() + "\nbackends: cpu";
 #ifdef KEEL_WITH_CUDA
   s += ", cuda (CUDA " + std::to_string(KEEL_CUDA_VERSION_MAJOR) + "." +
-       std::to_string(KEEL_CUDA_VERSION_MINOR) + ")";
+       std::to_string(KEEL_CUDA_VERSION_MINOR) + ")\n" + cuda::describe_backend();
 #endif
   return s;
 }
