@@ -146,6 +146,12 @@ Value f_escape(Interpreter &, Value &v, CallArgs &) {
   return Value::markup(py::html_escape(sstr(v)));
 }
 
+// jinja2's format filter: `value % args` (printf style).
+Value f_format(Interpreter &, Value &v, CallArgs &a) {
+  if (!a.kwargs.empty()) unsupported("format() with keyword arguments");
+  return Value(percent_format(sstr(v), a.args));
+}
+
 Value f_first(Interpreter &in, Value &v, CallArgs &) {
   std::vector<Value> items = in.iterate(v);
   return items.empty() ? Value::undefined("first") : items.front();
@@ -558,6 +564,7 @@ const std::unordered_map<std::string_view, FilterFn> &table() {
       {"escape", f_escape},
       {"first", f_first},
       {"float", f_float},
+      {"format", f_format},
       {"indent", f_indent},
       {"int", f_int},
       {"items", f_items},

@@ -74,6 +74,7 @@ class Interpreter {
 // Binary operators of Python as jinja2 applies them.
 Value binary_op(const std::string &op, const Value &a, const Value &b, const RenderLimits &limits);
 bool contains(const Value &container, const Value &item);
+std::string percent_format(const std::string &fmt, const std::vector<Value> &args);
 Value slice(const Value &obj, const Value &start, const Value &stop, const Value &step);
 
 // Builtins, in filters.cpp / tests.cpp / methods.cpp.

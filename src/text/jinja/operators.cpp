@@ -1,5 +1,7 @@
 // Python's binary operators, `in`, and slicing, as jinja2 evaluates them.
 #include <cmath>
+#include <cstdio>
+#include <string_view>
 
 #include "text/jinja/failure.h"
 #include "text/jinja/interpreter.h"
@@ -46,6 +48,62 @@ int64_t floordiv(int64_t a, int64_t b) {
 }
 
 }  // namespace
+
+// printf-style `fmt % args` for %s %r %d %i %f %x %% with flags, width and precision.
+std::string percent_format(const std::string &fmt, const std::vector<Value> &args) {
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out.push_back(fmt[i]);
+      continue;
+    }
+    if (++i >= fmt.size()) fail("incomplete format");
+    if (fmt[i] == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (fmt[i] == '(') unsupported("%(name)s formatting");
+    std::string spec = "%";
+    while (i < fmt.size() && std::string_view("-+ #0").find(fmt[i]) != std::string_view::npos)
+      spec += fmt[i++];
+    while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])) && spec.size() < 8)
+      spec += fmt[i++];
+    if (i < fmt.size() && fmt[i] == '.') {
+      spec += fmt[i++];
+      while (i < fmt.size() && std::isdigit(static_cast<unsigned char>(fmt[i])) && spec.size() < 12)
+        spec += fmt[i++];
+    }
+    if (i >= fmt.size()) fail("incomplete format");
+    char conv = fmt[i];
+    if (next >= args.size()) fail("not enough arguments for format string");
+    const Value &v = args[next++];
+    char buf[512];
+    if (conv == 's' || conv == 'r') {
+      std::string text = conv == 's' ? to_str(v) : to_repr(v);
+      if (spec == "%") {
+        out += text;
+        continue;
+      }
+      std::snprintf(buf, sizeof buf, (spec + "s").c_str(), text.c_str());
+    } else if (conv == 'd' || conv == 'i' || conv == 'x' || conv == 'X' || conv == 'o') {
+      if (!v.is_number())
+        fail(std::string("%") + conv + " format: a real number is required, not " + type_name(v));
+      long long n =
+          v.is_float() ? static_cast<long long>(v.as_float()) : static_cast<long long>(v.as_int());
+      std::snprintf(buf, sizeof buf, (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), n);
+    } else if (conv == 'f' || conv == 'F' || conv == 'e' || conv == 'E' || conv == 'g' ||
+               conv == 'G') {
+      if (!v.is_number()) fail(std::string("must be real number, not ") + type_name(v));
+      std::snprintf(buf, sizeof buf, (spec + conv).c_str(), v.as_float());
+    } else {
+      fail(std::string("unsupported format character '") + conv + "'");
+    }
+    out += buf;
+  }
+  if (next < args.size()) fail("not all arguments converted during string formatting");
+  return out;
+}
 
 Value binary_op(const std::string &op, const Value &a, const Value &b, const RenderLimits &limits) {
   const bool nums = a.is_number() && b.is_number();
@@ -102,7 +160,8 @@ Value binary_op(const std::string &op, const Value &a, const Value &b, const Ren
   }
   if (op == "//" || op == "%") {
     if (!nums) {
-      if (op == "%" && a.is_string()) unsupported("printf-style string formatting with %");
+      if (op == "%" && a.is_string())
+        return Value(percent_format(a.str(), b.is_tuple() ? b.items() : std::vector<Value>{b}));
       bad_operands(op, a, b);
     }
     if (ints) {
