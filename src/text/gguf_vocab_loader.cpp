@@ -102,6 +102,10 @@ TokenizerParts gpt2_parts(const GgufFile &g, std::vector<std::string> tokens,
         make_split(std::make_unique<Regex>(re, g.path() + ": tokenizer.ggml.pre " + pre),
                    SplitBehavior::kIsolated, false));
   parts.decoder.add(make_byte_level_decoder());
+  // llama.cpp stores control and user-defined tokens as raw text and prints them as
+  // such (DeepSeek's "ü" added token is the byte 0xFC if read as byte-level): give
+  // them the byte-level spelling of their text so that the decoder restores it.
+  for (const auto &a : added) tokens[a.id] = byte_level_encode(a.content);
   parts.pieces = std::move(tokens);
   parts.added.build(std::move(added));
   return parts;
