@@ -64,6 +64,9 @@ int cmd_engine(int argc, char **argv) {
 #endif
     EngineConfig cfg;
     cfg.scheduler.max_num_seqs = max_concurrent;
+    // Every running request must fit one decode token into a step's budget.
+    cfg.scheduler.max_num_batched_tokens =
+        std::max(cfg.scheduler.max_num_batched_tokens, max_concurrent);
     cfg.max_model_len = max_model_len;
     cfg.model_fingerprint = model;
     const std::filesystem::path path = model;
