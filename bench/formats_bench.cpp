@@ -26,7 +26,8 @@ double read_rate(const std::filesystem::path &p) {
   std::vector<char> buf(1 << 20);
   std::size_t total = 0;
   const double t0 = now();
-  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;) total += static_cast<std::size_t>(n);
+  for (ssize_t n; (n = ::read(fd, buf.data(), buf.size())) > 0;)
+    total += static_cast<std::size_t>(n);
   const double dt = now() - t0;
   ::close(fd);
   return static_cast<double>(total) / dt / 1e9;
@@ -54,7 +55,9 @@ int main(int argc, char **argv) {
   std::printf("model %s: %zu tensors, %.2f GB\n", argv[1], w->names().size(), gb);
   std::printf("open (mmap, parse, shape checks): %.1f ms\n", t_open * 1e3);
   std::printf("page in through mmap: %.2f GB/s (checksum %u)\n", gb / t_touch, sum & 1);
-  const auto file = w->format() == keel::ModelWeights::Format::kGguf ? w->path() : w->path() / "model.safetensors";
+  const auto file = w->format() == keel::ModelWeights::Format::kGguf
+                        ? w->path()
+                        : w->path() / "model.safetensors";
   std::printf("read() of the same file afterwards (page cache warm): %.2f GB/s\n", read_rate(file));
 
   // Reference dequantizers, single thread, 16M elements.
@@ -63,8 +66,8 @@ int main(int argc, char **argv) {
   std::mt19937 rng(1);
   std::normal_distribution<float> dist(0, 0.02f);
   for (auto &v : x) v = dist(rng);
-  for (keel::DType t : {keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0, keel::DType::kQ4_0,
-                        keel::DType::kQ4_K, keel::DType::kQ6_K}) {
+  for (keel::DType t : {keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0,
+                        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K}) {
     std::vector<std::byte> q(static_cast<std::size_t>(keel::dtype_bytes(t, n)));
     double tq = now();
     keel::quantize_row(t, x.data(), q.data(), n);

@@ -256,6 +256,33 @@ TEST(MakeModel, RejectsBadOptions) {
   EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
 }
 
+TEST(MakeModel, ConfigThatLiesAboutShapesIsRejected) {
+  test::TempDir dir;
+  make_model(tiny("llama", DType::kF32, false, dir / "hf"));
+  auto cfg = nlohmann::json::parse(slurp(dir / "hf/config.json"));
+  cfg["intermediate_size"] = 256;  // the weights say 192
+  test::write_file(dir / "hf/config.json", cfg.dump());
+  try {
+    ModelWeights::open(dir / "hf");
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), ErrorCode::kFormat);
+    EXPECT_NE(std::string(e.what()).find("mlp.gate_proj.weight: shape [192, 64]"),
+              std::string::npos)
+        << e.what();
+  }
+  cfg["intermediate_size"] = 192;
+  cfg["num_hidden_layers"] = 3;  // one more layer than the file holds
+  test::write_file(dir / "hf/config.json", cfg.dump());
+  try {
+    ModelWeights::open(dir / "hf");
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor model.layers.2."), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(MakeModel, CommandLine) {
   const auto keel = test::keel_binary();
   if (!std::filesystem::exists(keel)) GTEST_SKIP() << "keel binary not built";

@@ -1,0 +1,7 @@
+// libFuzzer harness: bytes -> the gguf parser.
+#include "fuzz/format_targets.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t *data, std::size_t size) {
+  keel::fuzz::gguf_one(data, size);
+  return 0;
+}
