@@ -105,6 +105,7 @@ void tile_float(const std::byte *const *w, const float *const *x, std::int64_t K
 
 // ---------------------------------------------------------------- integer weights
 struct Q8_0Row {
+  static constexpr bool kUnsignedNibbles = false;
   static float scale(const std::byte *r, std::int64_t i) {
     return f16_to_f32(reinterpret_cast<const BlockQ8_0 *>(r)[i].d);
   }
@@ -119,6 +120,7 @@ struct Q8_0Row {
 #endif
 };
 struct Q4_0Row {
+  static constexpr bool kUnsignedNibbles = true;  // load32 gives 0..15; the -8 is applied per block
   static float scale(const std::byte *r, std::int64_t i) {
     return f16_to_f32(reinterpret_cast<const BlockQ4_0 *>(r)[i].d);
   }
@@ -134,21 +136,21 @@ struct Q4_0Row {
     const __m128i q = _mm_loadu_si128(
         reinterpret_cast<const __m128i *>(reinterpret_cast<const BlockQ4_0 *>(r)[i].qs));
     const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    const __m256i nib = _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-    return _mm256_sub_epi8(nib, _mm256_set1_epi8(8));
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
   }
 #endif
 };
 
 #ifdef KEEL_LINEAR_AVX2
 // Eight int32 sums of four products each of unsigned a and signed b bytes.
-inline __m256i dot_u8s8(__m256i a, __m256i b) {
+// acc + eight int32 sums of four products each of unsigned a and signed b bytes.
+inline __m256i dot_u8s8(__m256i acc, __m256i a, __m256i b) {
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), a, b);
+  return _mm256_dpbusd_epi32(acc, a, b);
 #elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), a, b);
+  return _mm256_dpbusd_avx_epi32(acc, a, b);
 #else
-  return _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
 #endif
 }
 #endif
@@ -165,15 +167,24 @@ void tile_q8(const std::byte *const *w, const BlockQ8Act *const *x, std::int64_t
     float dw[NR];
     for (int r = 0; r < NR; ++r) {
       wq[r] = Row::load32(w[r], i);
-      aw[r] = _mm256_sign_epi8(wq[r], wq[r]);
+      if constexpr (!Row::kUnsignedNibbles) aw[r] = _mm256_sign_epi8(wq[r], wq[r]);
       dw[r] = Row::scale(w[r], i);
     }
     for (int m = 0; m < MR; ++m) {
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[m][i].qs));
       const float dx = x[m][i].d;
-      for (int r = 0; r < NR; ++r) {
-        const __m256i p = dot_u8s8(aw[r], _mm256_sign_epi8(xq, wq[r]));
-        acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
+      if constexpr (Row::kUnsignedNibbles) {
+        // sum((q - 8) x) = sum(q x) - 8 sum(x), exactly, in the integer accumulator.
+        const __m256i init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * x[m][i].sum));
+        for (int r = 0; r < NR; ++r) {
+          const __m256i p = dot_u8s8(init, wq[r], xq);
+          acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
+        }
+      } else {
+        for (int r = 0; r < NR; ++r) {
+          const __m256i p = dot_u8s8(_mm256_setzero_si256(), aw[r], _mm256_sign_epi8(xq, wq[r]));
+          acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
+        }
       }
     }
   }

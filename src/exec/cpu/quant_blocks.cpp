@@ -121,7 +121,12 @@ void quantize_row_q8_act(const float *src, BlockQ8Act *dst, std::int64_t n) {
     const float d = amax / 127.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     dst[i].d = d;
-    for (int j = 0; j < 32; ++j) dst[i].qs[j] = static_cast<std::int8_t>(std::lround(x[j] * id));
+    std::int32_t sum = 0;
+    for (int j = 0; j < 32; ++j) {
+      dst[i].qs[j] = static_cast<std::int8_t>(std::lround(x[j] * id));
+      sum += dst[i].qs[j];
+    }
+    dst[i].sum = sum;
   }
 }
 

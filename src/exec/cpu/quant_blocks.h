@@ -33,9 +33,11 @@ struct BlockQ6_K {  // 210 bytes: 16 sub-blocks of 16 with int8 scales
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
 
-// An activation block: 32 int8 values and their float scale (36 bytes).
+// An activation block: 32 int8 values, their float scale, and the sum of the values
+// (Q4_0 multiplies unsigned nibbles and subtracts 8 * sum once per block).
 struct BlockQ8Act {
   float d;
+  std::int32_t sum;
   std::int8_t qs[32];
 };
 
