@@ -90,7 +90,7 @@ class TextStream {
   int held_ = 0;
 };
 
-nlohmann::json top_json(const std::vector<TokenLogprob> &top) {
+nlohmann::json top_json(const std::vector<SampledLogprob> &top) {
   nlohmann::json a = nlohmann::json::array();
   for (const auto &t : top) a.push_back({t.id, t.logprob});
   return a;

@@ -1,7 +1,5 @@
-// The engine's view of sampling: exec/sampler.h behind a narrow interface.
-//
-// Kept in its own translation unit because exec/sampler.h and engine/engine_api.h both
-// define keel::TokenLogprob (with different field names); no file may include both.
+// The engine's view of sampling: exec/sampler.h behind a narrow interface, so that the
+// engine loop depends only on what it uses of the sampler.
 #pragma once
 
 #include <cstdint>

@@ -14,15 +14,15 @@
 
 namespace keel {
 
-struct TokenLogprob {
+struct SampledLogprob {
   TokenId id = 0;
   float logprob = 0;
 };
 
 struct SampleResult {
   TokenId token = 0;
-  float logprob = 0;              // of `token` under the raw logits
-  std::vector<TokenLogprob> top;  // the top N by raw logit (N = params.logprobs), best first
+  float logprob = 0;                // of `token` under the raw logits
+  std::vector<SampledLogprob> top;  // the top N by raw logit (N = params.logprobs), best first
 };
 
 class Sampler {

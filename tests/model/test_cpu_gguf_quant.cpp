@@ -156,6 +156,40 @@ TEST_F(CpuQuantModels, GgufPermutedEqualsSafetensors) {
   EXPECT_LT(d, 1e-4);
 }
 
+// Llama 3 rope scaling reaches GGUF files as rope_freqs.weight divisors, not as a
+// rope_scaling config: a long prompt (where scaled and unscaled angles differ widely)
+// must give the same distribution from both formats.
+TEST_F(CpuQuantModels, GgufLlama3RopeFactorsEqualSafetensors) {
+  auto opts = [&](bool gguf, const fs::path &out) {
+    auto o = small_llama(DType::kF32, gguf, out);
+    o.shape = "1b";  // the 1b preset brings llama3 scaling (factor 32); dims overridden
+    o.tie = true;
+    return o;
+  };
+  make_model(opts(false, *dir_ / "st_llama3"));
+  make_model(opts(true, *dir_ / "llama3.gguf"));
+  ExecContext ctx(2);
+  auto st = cpu::CpuModelRunner::open(*dir_ / "st_llama3", ctx, {32, 16});
+  auto gg = cpu::CpuModelRunner::open(*dir_ / "llama3.gguf", ctx, {32, 16});
+  ASSERT_EQ(st->config().rope_scaling.type, RopeScaling::Type::kLlama3);
+  ASSERT_FALSE(gg->config().rope_freq_factors.empty());
+  std::vector<TokenId> ids;
+  std::uint32_t s = 7;
+  for (int i = 0; i < 400; ++i)
+    ids.push_back(static_cast<TokenId>(3 + ((s = s * 1103515245u + 12345u) >> 8) % 500));
+  auto last_logprobs = [&](ModelRunner &r) {
+    SingleSequence seq(r);
+    std::vector<float> rows = seq.append(ids, false);
+    const std::int64_t V = r.config().vocab_size;
+    std::vector<float> lp(V);
+    cpu::log_softmax(rows.data() + rows.size() - V, lp.data(), V);
+    return lp;
+  };
+  const double d = max_diff(last_logprobs(*st), last_logprobs(*gg));
+  std::printf("gguf llama3 rope factors vs safetensors: max |dlogprob| = %.3g\n", d);
+  EXPECT_LT(d, 1e-4);
+}
+
 class CpuGgufQuant : public CpuQuantModels, public ::testing::WithParamInterface<DType> {};
 
 TEST_P(CpuGgufQuant, MatchesDequantizedReference) {

@@ -74,6 +74,14 @@ RopeTable make_rope_table(const ModelConfig &cfg) {
       break;
     }
   }
+  // GGUF llama files carry llama3 scaling as per-pair divisors (rope_freqs.weight).
+  if (!cfg.rope_freq_factors.empty()) {
+    if (static_cast<std::int64_t>(cfg.rope_freq_factors.size()) != half)
+      throw Error(ErrorCode::kFormat,
+                  "rope_freqs.weight: expected head_dim / 2 = " + std::to_string(half) +
+                      " factors, got " + std::to_string(cfg.rope_freq_factors.size()));
+    for (std::int64_t i = 0; i < half; ++i) t.inv_freq[i] /= cfg.rope_freq_factors[i];
+  }
   return t;
 }
 

@@ -68,6 +68,14 @@ RopeTable make_rope_table(const ModelConfig &c) {
       break;
     }
   }
+  // GGUF llama files carry llama3 scaling as per-pair divisors (rope_freqs.weight).
+  if (!c.rope_freq_factors.empty()) {
+    if (c.rope_freq_factors.size() != f.size())
+      throw Error(ErrorCode::kFormat,
+                  "rope_freqs.weight: expected head_dim / 2 = " + std::to_string(f.size()) +
+                      " factors, got " + std::to_string(c.rope_freq_factors.size()));
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] /= c.rope_freq_factors[i];
+  }
   for (std::size_t i = 0; i < f.size(); ++i) t.inv_freq[i] = static_cast<float>(f[i]);
   return t;
 }
