@@ -34,7 +34,8 @@ class ModelText {
   // messages: [{role, content}], content a string (or OpenAI content parts already
   // flattened to a string); tools: an array or null. Throws Error(kInvalidArgument)
   // when the template rejects the input (it raised an exception).
-  virtual std::string render_chat(const nlohmann::json &messages, const nlohmann::json &tools,
+  virtual std::string render_chat(const nlohmann::ordered_json &messages,
+                                  const nlohmann::ordered_json &tools,
                                   bool add_generation_prompt) const = 0;
   // Whether the rendered chat text already holds the BOS token (so encode must not add it).
   virtual bool chat_adds_bos() const { return true; }

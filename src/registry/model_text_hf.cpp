@@ -78,14 +78,13 @@ class HfModelText final : public ModelText {
     return std::make_unique<WindowDetokenizer>(*tok_);
   }
   bool has_chat_template() const override { return tmpl_.has_value(); }
-  std::string render_chat(const nlohmann::json &messages, const nlohmann::json &tools,
+  std::string render_chat(const nlohmann::ordered_json &messages,
+                          const nlohmann::ordered_json &tools,
                           bool add_generation_prompt) const override {
     if (!tmpl_) throw Error(ErrorCode::kUnsupported, "model has no chat template");
-    const auto m = nlohmann::ordered_json::parse(messages.dump());
-    const auto t = tools.is_null() ? nlohmann::ordered_json(nullptr)
-                                   : nlohmann::ordered_json::parse(tools.dump());
     try {
-      return tmpl_->render(m, t, add_generation_prompt);
+      // Request JSON is parsed keeping key order, so tool schemas print as clients sent them.
+      return tmpl_->render(messages, tools, add_generation_prompt);
     } catch (const Error &e) {
       throw Error(ErrorCode::kInvalidArgument, e.what());
     }

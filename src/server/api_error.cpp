@@ -4,7 +4,7 @@
 
 namespace keel::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 ApiError api_error_from(const Error &e) {
   int status = 500;

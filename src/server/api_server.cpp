@@ -8,7 +8,7 @@
 
 namespace keel::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 using Clock = std::chrono::steady_clock;
 
 namespace {

@@ -88,7 +88,7 @@ class ApiServer {
 
 // The prompt text for chat messages: the model's chat template, or a plain fallback for
 // models that ship none ("role: content" lines ending in "assistant:").
-std::string render_chat_prompt(const ModelText &text, const nlohmann::json &messages,
-                               const nlohmann::json &tools);
+std::string render_chat_prompt(const ModelText &text, const nlohmann::ordered_json &messages,
+                               const nlohmann::ordered_json &tools);
 
 }  // namespace keel::server

@@ -5,7 +5,7 @@
 
 namespace keel::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

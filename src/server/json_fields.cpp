@@ -4,7 +4,7 @@
 
 namespace keel::server {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 bool valid_utf8(std::string_view s) {
   std::size_t i = 0, n = s.size();

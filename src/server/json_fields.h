@@ -22,15 +22,15 @@ struct ApiErrorException {
 
 // Parses a request body: checks UTF-8 first (so the message says so), then JSON, and
 // requires an object.
-nlohmann::json parse_body(std::string_view body);
+nlohmann::ordered_json parse_body(std::string_view body);
 bool valid_utf8(std::string_view s);
 
-std::optional<double> opt_number(const nlohmann::json &obj, const char *field, double lo,
+std::optional<double> opt_number(const nlohmann::ordered_json &obj, const char *field, double lo,
                                  double hi);
-std::optional<std::int64_t> opt_int(const nlohmann::json &obj, const char *field, std::int64_t lo,
-                                    std::int64_t hi);
-std::optional<bool> opt_bool(const nlohmann::json &obj, const char *field);
-std::optional<std::string> opt_string(const nlohmann::json &obj, const char *field);
-std::string req_string(const nlohmann::json &obj, const char *field);
+std::optional<std::int64_t> opt_int(const nlohmann::ordered_json &obj, const char *field,
+                                    std::int64_t lo, std::int64_t hi);
+std::optional<bool> opt_bool(const nlohmann::ordered_json &obj, const char *field);
+std::optional<std::string> opt_string(const nlohmann::ordered_json &obj, const char *field);
+std::string req_string(const nlohmann::ordered_json &obj, const char *field);
 
 }  // namespace keel::server

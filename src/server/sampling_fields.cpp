@@ -4,7 +4,7 @@
 
 namespace keel::server {
 
-void parse_sampling_fields(const nlohmann::json &body, SamplingParams &s) {
+void parse_sampling_fields(const nlohmann::ordered_json &body, SamplingParams &s) {
   if (auto v = opt_number(body, "temperature", 0.0, 2.0)) s.temperature = static_cast<float>(*v);
   if (auto v = opt_number(body, "top_p", 0.0, 1.0)) {
     if (*v <= 0.0) fail_field("top_p", "must be greater than 0");
@@ -22,7 +22,7 @@ void parse_sampling_fields(const nlohmann::json &body, SamplingParams &s) {
   if (auto v = opt_bool(body, "ignore_eos")) s.ignore_eos = *v;
 }
 
-std::vector<std::string> parse_stop_field(const nlohmann::json &body, const char *field,
+std::vector<std::string> parse_stop_field(const nlohmann::ordered_json &body, const char *field,
                                           std::size_t max_count) {
   std::vector<std::string> out;
   auto it = body.find(field);

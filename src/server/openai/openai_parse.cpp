@@ -4,7 +4,7 @@
 
 namespace keel::server::openai {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

@@ -2,7 +2,7 @@
 
 namespace keel::server::openai {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 

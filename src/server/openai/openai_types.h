@@ -15,8 +15,8 @@ namespace keel::server::openai {
 
 struct ChatRequest {
   std::string model;
-  nlohmann::json messages;  // [{role, content: string, ...}], content parts flattened
-  nlohmann::json tools;     // array or null
+  nlohmann::ordered_json messages;  // [{role, content: string, ...}], content parts flattened
+  nlohmann::ordered_json tools;     // array or null
   SamplingParams sampling;
   bool max_tokens_given = false;
   int n = 1;
@@ -43,8 +43,8 @@ struct CompletionRequest {
 };
 
 // Throw ApiErrorException naming the field.
-ChatRequest parse_chat(const nlohmann::json &body);
-CompletionRequest parse_completion(const nlohmann::json &body);
+ChatRequest parse_chat(const nlohmann::ordered_json &body);
+CompletionRequest parse_completion(const nlohmann::ordered_json &body);
 
 // Everything a renderer needs besides the generation itself.
 struct RenderContext {
@@ -71,6 +71,6 @@ std::string completion_chunk(const RenderContext &ctx, const CompletionRequest &
                              const std::vector<std::vector<TokenLogprob>> &echo_top);
 std::string completion_chunk_usage(const RenderContext &ctx, const Generation &g);
 
-nlohmann::json usage_json(const Generation &g);
+nlohmann::ordered_json usage_json(const Generation &g);
 
 }  // namespace keel::server::openai

@@ -38,7 +38,8 @@ class ByteText final : public ModelText {
     return std::make_unique<D>();
   }
   bool has_chat_template() const override { return false; }
-  std::string render_chat(const nlohmann::json &, const nlohmann::json &, bool) const override {
+  std::string render_chat(const nlohmann::ordered_json &, const nlohmann::ordered_json &,
+                          bool) const override {
     return {};
   }
   std::int64_t vocab_size() const override { return 256; }

@@ -35,7 +35,8 @@ TEST(JsonFields, BodyErrorsNameTheBody) {
 }
 
 TEST(JsonFields, TypedFieldsCheckTypeAndRange) {
-  auto j = nlohmann::json::parse(R"({"i":5,"f":2.5,"s":"x","b":true,"big":1e300,"whole":3.0})");
+  auto j =
+      nlohmann::ordered_json::parse(R"({"i":5,"f":2.5,"s":"x","b":true,"big":1e300,"whole":3.0})");
   EXPECT_EQ(opt_int(j, "i", 0, 10), 5);
   EXPECT_EQ(opt_int(j, "whole", 0, 10), 3);
   EXPECT_EQ(param_of([&] { opt_int(j, "f", 0, 10); }), "f");

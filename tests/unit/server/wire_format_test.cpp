@@ -11,7 +11,7 @@
 
 using namespace keel;
 using namespace keel::server;
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 namespace {
 
