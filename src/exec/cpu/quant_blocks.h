@@ -1,5 +1,5 @@
-// GGML block layouts of the quantized weight types keel computes with, their scalar
-// dequantizers (the references the SIMD kernels are tested against), and the 8-bit
+// GGML block layouts of the quantized weight types keel computes with, the scalar
+// dequantizer (formats' reference, which the SIMD kernels are tested against), and the 8-bit
 // activation blocks that the integer dot products consume (as llama.cpp does: the
 // activation row is quantized once per matmul, in blocks of 32 with one float scale).
 #pragma once
@@ -42,7 +42,7 @@ struct BlockQ8Act {
 };
 
 // Dequantizes n elements (a multiple of the type's block size) of row `src` into `dst`.
-// Works for every weight dtype (F32/F16/BF16 included).
+// Works for every weight dtype (F32/F16/BF16 included); forwards to formats/quant.h.
 void dequantize_row(DType type, const std::byte *src, float *dst, std::int64_t n);
 
 // Quantizes n floats (a multiple of 32) into n / 32 activation blocks: d = max|x| / 127,
