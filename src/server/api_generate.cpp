@@ -60,9 +60,7 @@ std::vector<TokenId> encode_chat(const ModelText &text, const json &messages, co
 void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   auto cr = std::make_shared<openai::ChatRequest>(openai::parse_chat(body));
-  if (!registry_.has(cr->model))
-    throw ApiErrorException{
-        {404, "model: '" + cr->model + "' is not a model this server knows", "model"}};
+  require_model(cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
   GenerationSpec spec;
   spec.prompts.push_back(encode_chat(*lease->text, cr->messages, cr->tools));
@@ -127,9 +125,7 @@ void ApiServer::handle_completions(const HttpRequest &req,
                                    const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   auto cr = std::make_shared<openai::CompletionRequest>(openai::parse_completion(body));
-  if (!registry_.has(cr->model))
-    throw ApiErrorException{
-        {404, "model: '" + cr->model + "' is not a model this server knows", "model"}};
+  require_model(cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
   const ModelText &text = *lease->text;
   GenerationSpec spec;
@@ -223,9 +219,7 @@ void ApiServer::handle_messages(const HttpRequest &req,
                                 const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   auto mr = std::make_shared<anthropic::MessagesRequest>(anthropic::parse_messages(body));
-  if (!registry_.has(mr->model))
-    throw ApiErrorException{
-        {404, "model: '" + mr->model + "' is not a model this server knows", "model"}};
+  require_model(mr->model);
   ModelLease lease = registry_.acquire(mr->model, load_deadline());
   GenerationSpec spec;
   spec.prompts.push_back(encode_chat(*lease->text, mr->messages, mr->tools));
@@ -289,9 +283,7 @@ void ApiServer::handle_count_tokens(const HttpRequest &req,
                                     const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   auto mr = anthropic::parse_messages(body, true);
-  if (!registry_.has(mr.model))
-    throw ApiErrorException{
-        {404, "model: '" + mr.model + "' is not a model this server knows", "model"}};
+  require_model(mr.model);
   const ModelText &text = registry_.text(mr.model);
   const auto ids = encode_chat(text, mr.messages, mr.tools);
   send_json(ch, 200, json{{"input_tokens", ids.size()}}.dump());

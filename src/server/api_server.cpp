@@ -65,6 +65,11 @@ std::string ApiServer::new_id(const char *prefix) {
 
 Clock::time_point ApiServer::load_deadline() const { return Clock::now() + options_.load_timeout; }
 
+void ApiServer::require_model(const std::string &id) const {
+  if (!registry_.has(id))
+    throw ApiErrorException{{404, "model: '" + id + "' is not a model this server knows", "model"}};
+}
+
 bool ApiServer::authorized(const HttpRequest &req) const {
   if (options_.api_key.empty()) return true;
   std::string_view auth = req.header("authorization");
@@ -208,8 +213,7 @@ void ApiServer::handle_models(const HttpRequest &req, const std::shared_ptr<Resp
 
 void ApiServer::handle_model_action(const std::string &id, const std::string &action,
                                     const std::shared_ptr<ResponseChannel> &ch) {
-  if (!registry_.has(id))
-    throw ApiErrorException{{404, "model: '" + id + "' is not a model this server knows", "model"}};
+  require_model(id);
   if (action == "load") {
     registry_.load(id, load_deadline());
   } else {
@@ -240,9 +244,7 @@ void ApiServer::handle_tokenize(const HttpRequest &req,
                                 const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   const std::string model = model_field(body, options_.default_model);
-  if (!registry_.has(model))
-    throw ApiErrorException{
-        {404, "model: '" + model + "' is not a model this server knows", "model"}};
+  require_model(model);
   const ModelText &text = registry_.text(model);
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
@@ -265,9 +267,7 @@ void ApiServer::handle_detokenize(const HttpRequest &req,
                                   const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   const std::string model = model_field(body, options_.default_model);
-  if (!registry_.has(model))
-    throw ApiErrorException{
-        {404, "model: '" + model + "' is not a model this server knows", "model"}};
+  require_model(model);
   const ModelText &text = registry_.text(model);
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) fail_field("tokens", "must be an array of token ids");
@@ -289,9 +289,7 @@ void ApiServer::handle_apply_template(const HttpRequest &req,
                                       const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   const std::string model = model_field(body, options_.default_model);
-  if (!registry_.has(model))
-    throw ApiErrorException{
-        {404, "model: '" + model + "' is not a model this server knows", "model"}};
+  require_model(model);
   const ModelText &text = registry_.text(model);
   auto it = body.find("messages");
   if (it == body.end() || !it->is_array()) fail_field("messages", "must be an array");

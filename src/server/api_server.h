@@ -64,6 +64,8 @@ class ApiServer {
 
   std::string new_id(const char *prefix);
   std::chrono::steady_clock::time_point load_deadline() const;
+  // Throws the API's 404 naming the field `model` unless `id` is a model this server knows.
+  void require_model(const std::string &id) const;
 
   // Prefill / decode tokens per second from the engine's cumulative counters.
   struct RateSample {
