@@ -270,9 +270,10 @@ void Engine::loop() {
         } else {
           admit(*s);
         }
+      } else if (auto *f = std::get_if<Finish>(&c)) {
+        finish(f->id, f->reason);
       } else {
-        const auto &f = std::get<Finish>(c);
-        finish(f.id, f.reason);
+        kv_->evict_cached();
       }
     }
     if (stopping) {
@@ -378,6 +379,30 @@ void Engine::expire_deadlines() {
   for (RequestId id : expired) finish(id, FinishReason::kError, "engine: request deadline passed");
 }
 
+void Engine::clear_cache() {
+  {
+    std::lock_guard lk(cmd_mu_);
+    commands_.push_back(ClearCache{});
+  }
+  cmd_cv_.notify_one();
+}
+
+// Where a wedged device wait or a crashing kernel would strike: inside the step, after
+// the heartbeat said a step began, so the front sees a step that does not end.
+void Engine::inject_step_faults() {
+  if (faults_.take_crash()) {
+    std::fprintf(stderr, "keel engine: fault injection: crash-engine, aborting\n");
+    std::abort();
+  }
+  if (auto seconds = faults_.take_stall()) {
+    std::fprintf(stderr, "keel engine: fault injection: stall-step for %g s\n", *seconds);
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(std::min(*seconds, 1e9));
+    while (std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 bool Engine::run_step() {
   const std::int64_t start = now_ns();
   step_start_ns_.store(start);
@@ -388,6 +413,7 @@ bool Engine::run_step() {
     return false;
   }
   publish_status();  // admissions and preemptions show while the step runs
+  inject_step_faults();
   try {
     // Build the ragged batch: tokens, positions and block tables of every sequence.
     batch_.tokens.clear();

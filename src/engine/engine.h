@@ -85,6 +85,11 @@ class Engine final : public EngineApi {
   // effect at the next step.
   void stop_request(RequestId id);
   EngineStatus status() const override;
+  void clear_cache() override;
+  void inject_fault(const FaultSpec &spec) override { faults_.arm(spec); }
+  std::vector<FaultSpec> armed_faults() const override { return faults_.armed(); }
+  // The engine's faults, for the parts that strike them (the step loop, cache tiers).
+  FaultInjector &faults() { return faults_; }
 
   // Stops admission, aborts every request (each gets its finish event), ends the loop
   // and joins the thread. Returns false, leaving the thread running, when it is still
@@ -104,7 +109,8 @@ class Engine final : public EngineApi {
     RequestId id;
     FinishReason reason;
   };
-  using Command = std::variant<Submit, Finish>;
+  struct ClearCache {};
+  using Command = std::variant<Submit, Finish, ClearCache>;
 
   struct Live;  // engine-side state of one request (engine.cpp)
 
@@ -116,6 +122,7 @@ class Engine final : public EngineApi {
   void finish(RequestId id, FinishReason reason, std::string error = {});
   void expire_deadlines();
   bool run_step();  // false when there was nothing to compute
+  void inject_step_faults();
   void fail_step(const StepPlan &plan, const std::string &what);
   void emit_outputs(const StepPlan &plan);
   void publish_status();
@@ -123,6 +130,7 @@ class Engine final : public EngineApi {
   std::int64_t now_ns() const;
 
   EngineConfig config_;
+  FaultInjector faults_;  // before the thread and backend, which may refer to it
 
   // Shared with other threads.
   mutable std::mutex cmd_mu_;

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "core/fault_injector.h"
 #include "core/ids.h"
 #include "core/sampling_params.h"
 
@@ -33,8 +35,8 @@ struct TokenLogprob {
 // One event per request per step (or fewer): tokens appended, and possibly the finish.
 struct RequestEvent {
   RequestId id;
-  std::vector<TokenId> tokens;                        // new output tokens, in order
-  std::vector<TokenLogprob> sampled_logprobs;         // [tokens.size()] when logprobs were asked
+  std::vector<TokenId> tokens;                          // new output tokens, in order
+  std::vector<TokenLogprob> sampled_logprobs;           // [tokens.size()] when logprobs were asked
   std::vector<std::vector<TokenLogprob>> top_logprobs;  // [tokens.size()][N]
   // Prompt logprobs, sent once with the first event when asked (first token has none).
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
@@ -42,6 +44,16 @@ struct RequestEvent {
   std::int32_t cached_prompt_tokens = 0;  // prefix-cache hit, reported with the first event
   std::optional<FinishReason> finish;
   std::string error;  // with FinishReason::kError
+};
+
+// One cache tier below the device blocks (host RAM or SSD), as the engine reports it.
+// Counters are cumulative since the engine started.
+struct KvTierStatus {
+  std::int64_t capacity_bytes = 0, used_bytes = 0, blocks = 0;
+  std::int64_t hit_blocks = 0;     // blocks restored from this tier
+  std::int64_t stored_blocks = 0;  // blocks written into this tier
+  std::int64_t errors = 0;         // failed writes, failed or corrupt reads (each a miss)
+  std::int64_t pending = 0;        // stores queued, not yet written
 };
 
 struct EngineStatus {
@@ -53,6 +65,8 @@ struct EngineStatus {
   double last_step_seconds = 0.0;
   double step_in_progress_seconds = 0.0;  // 0 when idle between steps
   double heartbeat_age_seconds = 0.0;
+  KvTierStatus host_tier, ssd_tier;
+  std::int64_t restored_tokens = 0;  // prompt tokens restored from host or SSD, cumulative
 };
 
 using EventSink = std::function<void(const RequestEvent &)>;
@@ -67,6 +81,16 @@ class EngineApi {
   // finish(kAbort) event unless it had already finished.
   virtual void abort(RequestId id) = 0;
   virtual EngineStatus status() const = 0;
+  // Forgets every cached prefix block in every tier (blocks that running requests hold
+  // stay until they finish). Acknowledged at once, done at the engine's next step.
+  virtual void clear_cache() {
+    throw Error(ErrorCode::kUnsupported, "engine: clearing the cache is not supported here");
+  }
+  // Arms a fault (only reachable when the server runs with --enable-fault-injection).
+  virtual void inject_fault(const FaultSpec &) {
+    throw Error(ErrorCode::kUnsupported, "engine: fault injection is not supported here");
+  }
+  virtual std::vector<FaultSpec> armed_faults() const { return {}; }
 };
 
 }  // namespace keel

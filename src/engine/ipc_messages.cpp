@@ -197,6 +197,28 @@ RequestEvent decode_event(const std::string &payload) {
   });
 }
 
+namespace {
+
+json encode_tier(const KvTierStatus &t) {
+  return json{{"capacity", t.capacity_bytes}, {"used", t.used_bytes},      {"blocks", t.blocks},
+              {"hits", t.hit_blocks},         {"stored", t.stored_blocks}, {"errors", t.errors},
+              {"pending", t.pending}};
+}
+
+KvTierStatus decode_tier(const json &j) {
+  KvTierStatus t;
+  t.capacity_bytes = j.at("capacity").get<std::int64_t>();
+  t.used_bytes = j.at("used").get<std::int64_t>();
+  t.blocks = j.at("blocks").get<std::int64_t>();
+  t.hit_blocks = j.at("hits").get<std::int64_t>();
+  t.stored_blocks = j.at("stored").get<std::int64_t>();
+  t.errors = j.at("errors").get<std::int64_t>();
+  t.pending = j.at("pending").get<std::int64_t>();
+  return t;
+}
+
+}  // namespace
+
 std::string encode_status(const EngineStatus &s) {
   return json{{"running", s.running},
               {"waiting", s.waiting},
@@ -212,7 +234,10 @@ std::string encode_status(const EngineStatus &s) {
               {"steps", s.steps},
               {"last_step_s", s.last_step_seconds},
               {"step_in_progress_s", s.step_in_progress_seconds},
-              {"heartbeat_age_s", s.heartbeat_age_seconds}}
+              {"heartbeat_age_s", s.heartbeat_age_seconds},
+              {"host_tier", encode_tier(s.host_tier)},
+              {"ssd_tier", encode_tier(s.ssd_tier)},
+              {"restored_tokens", s.restored_tokens}}
       .dump();
 }
 
@@ -235,6 +260,9 @@ EngineStatus decode_status(const std::string &payload) {
     s.last_step_seconds = j.at("last_step_s").get<double>();
     s.step_in_progress_seconds = j.at("step_in_progress_s").get<double>();
     s.heartbeat_age_seconds = j.at("heartbeat_age_s").get<double>();
+    s.host_tier = decode_tier(j.at("host_tier"));
+    s.ssd_tier = decode_tier(j.at("ssd_tier"));
+    s.restored_tokens = j.at("restored_tokens").get<std::int64_t>();
     return s;
   });
 }
