@@ -39,9 +39,15 @@ std::vector<float> need_vec(const WeightLookup &lookup, const std::string &name,
   return to_f32(need(lookup, name, {n}));
 }
 
+std::vector<float> slice(const std::vector<float> &v, std::int64_t begin, std::int64_t count) {
+  return std::vector<float>(v.begin() + begin, v.begin() + begin + count);
+}
+
 }  // namespace
 
-LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup) : cfg_(cfg) {
+LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
+                       const parallel::ShardPlan *shard)
+    : cfg_(cfg) {
   const std::int64_t hidden = cfg.hidden_size, H = cfg.num_heads, G = cfg.num_kv_heads,
                      D = cfg.head_dim, I = cfg.intermediate_size, V = cfg.vocab_size;
   if (hidden <= 0 || H <= 0 || G <= 0 || D <= 0 || I <= 0 || V <= 0 || cfg.num_layers <= 0 ||
@@ -83,6 +89,25 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup) : cfg
     }
   }
   rope_ = cpu::make_rope_table(cfg);
+  shard_ = shard ? *shard : parallel::make_shard_plan(cfg, 0, 1);
+  if (shard_.size > 1) {
+    const parallel::ShardPlan &p = shard_;
+    for (LlamaLayer &L : layers_) {
+      L.wq = parallel::slice_rows(L.wq, p.q_begin(), p.heads * D);
+      L.wk = parallel::slice_rows(L.wk, p.kv_begin(), p.kv_heads * D);
+      L.wv = parallel::slice_rows(L.wv, p.kv_begin(), p.kv_heads * D);
+      L.wo = parallel::slice_cols(L.wo, p.q_begin(), p.heads * D, owned_.emplace_back());
+      L.w_gate = parallel::slice_rows(L.w_gate, p.ffn_begin(), p.intermediate);
+      L.w_up = parallel::slice_rows(L.w_up, p.ffn_begin(), p.intermediate);
+      L.w_down =
+          parallel::slice_cols(L.w_down, p.ffn_begin(), p.intermediate, owned_.emplace_back());
+      if (!L.bq.empty()) {
+        L.bq = slice(L.bq, p.q_begin(), p.heads * D);
+        L.bk = slice(L.bk, p.kv_begin(), p.kv_heads * D);
+        L.bv = slice(L.bv, p.kv_begin(), p.kv_heads * D);
+      }
+    }
+  }
 }
 
 std::int64_t LlamaModel::weight_bytes() const {
@@ -99,6 +124,8 @@ void LlamaModel::validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) 
   };
   const std::int64_t T = batch.total_tokens();
   const std::int64_t bs = kv.block_size();
+  if (kv.row_floats() != shard_.kv_heads * cfg_.head_dim)
+    throw Error(ErrorCode::kInternal, "llama: the KV cache is not sized for this model's KV heads");
   std::int64_t covered = 0;
   for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
     const SequenceSlice &s = batch.seqs[i];
@@ -132,16 +159,23 @@ void LlamaModel::validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) 
 }
 
 void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
-                         ExecContext &ctx) {
+                         ExecContext &ctx, parallel::Communicator *comm) {
   validate(batch, kv);
+  if (shard_.size > 1 && (!comm || comm->size() != shard_.size || comm->rank() != shard_.rank))
+    throw Error(ErrorCode::kInternal, "llama: a sharded model needs its group's communicator");
   ThreadPool &pool = ctx.pool();
   Workspace &ws = ctx.workspace();
   ws.reset();
   const std::int64_t T = batch.total_tokens();
-  const std::int64_t hidden = cfg_.hidden_size, H = cfg_.num_heads, G = cfg_.num_kv_heads,
-                     D = cfg_.head_dim, I = cfg_.intermediate_size, V = cfg_.vocab_size;
+  // This rank's heads, KV heads and MLP slice (all of them without sharding).
+  const std::int64_t hidden = cfg_.hidden_size, H = shard_.heads, G = shard_.kv_heads,
+                     D = cfg_.head_dim, I = shard_.intermediate, V = cfg_.vocab_size;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const std::int32_t bs = kv.block_size();
+  // Row-parallel outputs are partial sums over this rank's columns.
+  auto sum_over_ranks = [&](float *y) {
+    if (shard_.size > 1) comm->all_reduce_sum(y, static_cast<std::size_t>(T * hidden), DType::kF32);
+  };
 
   std::vector<std::int32_t> token_seq(T), token_pos(T);
   for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
@@ -199,6 +233,7 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     cpu::paged_attention(q, att, batch, token_seq.data(), token_pos.data(), kv, l, ashape, pool,
                          attn_scores_);
     cpu::linear(L.wo, att, T, h, pool, lin_scratch_);
+    sum_over_ranks(h);
     for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
 
     cpu::rmsnorm(x, L.ffn_norm.data(), h, T, hidden, eps);
@@ -206,6 +241,7 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     cpu::linear_multi(gate_up, h, T, pool, lin_scratch_);
     cpu::swiglu(gate, up, gate, T * I);
     cpu::linear(L.w_down, gate, T, h, pool, lin_scratch_);
+    sum_over_ranks(h);
     for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
   }
 
@@ -213,6 +249,10 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
   out.vocab_size = static_cast<std::int32_t>(V);
   out.row_seq.clear();
   out.row_pos.clear();
+  if (!shard_.computes_logits()) {
+    out.logits.clear();
+    return;
+  }
   std::vector<std::int64_t> rows;
   for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
     const auto &s = batch.seqs[i];

@@ -1,10 +1,13 @@
 // The forward pass of the Llama family on the CPU: Llama 2/3.x, Mistral, Qwen2/2.5
 // (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim); tied or untied
 // embeddings; MHA, GQA, MQA. Weights are views into memory-mapped files (never copied,
-// except the small norm and bias vectors, widened to float32).
+// except the small norm and bias vectors, widened to float32, and, under tensor
+// parallelism, this rank's column block of o_proj and down_proj: see
+// exec/parallel/shard_plan.h).
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -17,6 +20,8 @@
 #include "exec/cpu/rope.h"
 #include "exec/exec_context.h"
 #include "exec/forward_batch.h"
+#include "exec/parallel/communicator.h"
+#include "exec/parallel/shard_plan.h"
 #include "formats/model_config.h"
 
 namespace keel::arch {
@@ -24,6 +29,8 @@ namespace keel::arch {
 // Finds a tensor by its HF name ("model.layers.0.self_attn.q_proj.weight").
 using WeightLookup = std::function<std::optional<TensorView>(const std::string &)>;
 
+// H, G, I are this rank's heads, KV heads and MLP slice (the whole model's when the
+// shard plan has one rank).
 struct LlamaLayer {
   TensorView wq, wk, wv, wo;        // [H*D, hidden], [G*D, hidden], [G*D, hidden], [hidden, H*D]
   TensorView w_gate, w_up, w_down;  // [I, hidden], [I, hidden], [hidden, I]
@@ -35,23 +42,32 @@ struct LlamaLayer {
 class LlamaModel {
  public:
   // Binds and checks every tensor's presence, shape and dtype; throws Error(kFormat)
-  // naming the tensor otherwise.
-  LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup);
+  // naming the tensor otherwise. With a shard plan of several ranks, keeps this rank's
+  // part (Error(kUnsupported) when the model does not split that way).
+  LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
+             const parallel::ShardPlan *shard = nullptr);
 
   const ModelConfig &config() const { return cfg_; }
   // Bytes of the weights read per decoded token (all matrices, embeddings row aside).
   std::int64_t weight_bytes() const;
 
-  // Validates `batch` against the cache, computes it and fills `out`.
-  void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
-               ExecContext &ctx);
+  const parallel::ShardPlan &shard() const { return shard_; }
 
- private:
+  // Validates `batch` against the cache, computes it and fills `out`. A sharded model
+  // sums its row-parallel outputs over `comm` (all ranks call forward with the same
+  // batch); only the rank that computes logits fills `out` with rows.
+  void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv, ExecContext &ctx,
+               parallel::Communicator *comm = nullptr);
+
+  // Throws Error(kInvalidArgument) naming what is wrong with `batch`.
   void validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) const;
 
+ private:
   ModelConfig cfg_;
-  TensorView embed_;    // [vocab, hidden]
-  TensorView lm_head_;  // [vocab, hidden] (the embedding when tied)
+  parallel::ShardPlan shard_;
+  std::deque<std::string> owned_;  // copied column blocks (sharded o/down); never moves
+  TensorView embed_;               // [vocab, hidden]
+  TensorView lm_head_;             // [vocab, hidden] (the embedding when tied)
   std::vector<float> final_norm_;
   std::vector<LlamaLayer> layers_;
   cpu::RopeTable rope_;

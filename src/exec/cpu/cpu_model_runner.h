@@ -1,5 +1,7 @@
 // ModelRunner for the CPU backend: a Llama-family model over memory-mapped weights and
-// a paged float32 KV cache, computed with the ExecContext's thread pool.
+// a paged float32 KV cache, computed with the ExecContext's thread pool. Under tensor
+// parallelism, one rank's runner: its shard of the weights, a KV cache of its KV heads,
+// and the group's communicator (engine/tp_runner.h drives the group).
 #pragma once
 
 #include <cstdint>
@@ -21,22 +23,28 @@ struct KvOptions {
 class CpuModelRunner final : public ModelRunner {
  public:
   // `keepalive` owns whatever the weight views point into (the mapped files).
+  // `shard` and `comm` (which must outlive the runner) together, or neither.
   CpuModelRunner(const ModelConfig &cfg, const arch::WeightLookup &lookup,
-                 std::shared_ptr<const void> keepalive, ExecContext &ctx, KvOptions kv);
+                 std::shared_ptr<const void> keepalive, ExecContext &ctx, KvOptions kv,
+                 const parallel::ShardPlan *shard = nullptr,
+                 parallel::Communicator *comm = nullptr);
 
-  // Opens an HF model directory or a GGUF file.
+  // Opens an HF model directory or a GGUF file; with `comm`, as rank comm->rank() of
+  // a tensor-parallel group of comm->size() ranks.
   static std::unique_ptr<CpuModelRunner> open(const std::filesystem::path &path, ExecContext &ctx,
-                                              KvOptions kv);
+                                              KvOptions kv, parallel::Communicator *comm = nullptr);
 
   const ModelConfig &config() const override { return model_.config(); }
   KvBlockStore &kv() override;
   void forward(const ForwardBatch &batch, ForwardOutput &out) override;
 
   const arch::LlamaModel &model() const { return model_; }
+  CpuKvStore &local_kv() { return kv_; }
 
  private:
   std::shared_ptr<const void> keepalive_;
   ExecContext &ctx_;
+  parallel::Communicator *comm_;
   arch::LlamaModel model_;
   CpuKvStore kv_;
 };
