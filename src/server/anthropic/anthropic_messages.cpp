@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cctype>
+
 #include "server/anthropic/anthropic_types.h"
 #include "server/api_error.h"
 #include "server/json_fields.h"
@@ -9,36 +12,202 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
+// Text of a string or of text blocks (system prompts, tool results).
 std::string text_of(const json &content, const std::string &field) {
   if (content.is_string()) return content.get<std::string>();
-  if (!content.is_array()) fail_field(field, "must be a string or an array of content blocks");
+  if (!content.is_array()) fail_field(field, "must be a string or an array of text blocks");
   std::string out;
   for (std::size_t i = 0; i < content.size(); ++i) {
     const auto &b = content[i];
-    const std::string bf = field + "[" + std::to_string(i) + "]";
+    const std::string bf = field + "." + std::to_string(i);
     if (!b.is_object()) fail_field(bf, "must be an object");
     auto type = b.find("type");
     if (type == b.end() || !type->is_string()) fail_field(bf + ".type", "is required");
-    if (*type == "text") {
-      auto t = b.find("text");
-      if (t == b.end() || !t->is_string()) fail_field(bf + ".text", "must be a string");
-      out += t->get<std::string>();
-    } else if (*type == "tool_result") {
-      auto c = b.find("content");
-      if (c != b.end()) out += text_of(*c, bf + ".content");
-    } else {
-      fail_field(bf + ".type", "'" + type->get<std::string>() + "' blocks are not supported");
-    }
+    if (*type != "text")
+      fail_field(bf + ".type",
+                 "'" + type->get<std::string>() + "' blocks are not supported here (text only)");
+    auto t = b.find("text");
+    if (t == b.end() || !t->is_string()) fail_field(bf + ".text", "must be a string");
+    out += t->get<std::string>();
   }
   return out;
 }
 
-const char *stop_reason(const std::string &finish, const std::string &stop_sequence) {
-  if (!stop_sequence.empty()) return "stop_sequence";
-  if (finish == "length") return "max_tokens";
-  return "end_turn";
+std::string block_type(const json &b, const std::string &bf) {
+  if (!b.is_object()) fail_field(bf, "must be an object");
+  auto type = b.find("type");
+  if (type == b.end() || !type->is_string()) fail_field(bf + ".type", "is required");
+  return type->get<std::string>();
+}
+
+[[noreturn]] void unsupported_block(const std::string &bf, const std::string &type) {
+  fail_field(bf + ".type",
+             "'" + type + "' blocks are not supported" +
+                 (type == "image" || type == "document" ? " (text models only)" : ""));
+}
+
+// A user turn: tool_result blocks become role "tool" messages (first, as Anthropic
+// requires them first and templates want them right after the assistant's calls),
+// then the text as one user message.
+void push_user(const json &content, const std::string &f, json &out) {
+  if (content.is_string()) {
+    out.push_back({{"role", "user"}, {"content", content}});
+    return;
+  }
+  if (!content.is_array()) fail_field(f, "must be a string or an array of content blocks");
+  std::string text;
+  bool any_text = false;
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    const auto &b = content[i];
+    const std::string bf = f + "." + std::to_string(i);
+    const std::string type = block_type(b, bf);
+    if (type == "text") {
+      auto t = b.find("text");
+      if (t == b.end() || !t->is_string()) fail_field(bf + ".text", "must be a string");
+      text += t->get<std::string>();
+      any_text = true;
+    } else if (type == "tool_result") {
+      auto id = b.find("tool_use_id");
+      if (id == b.end() || !id->is_string()) fail_field(bf + ".tool_use_id", "is required");
+      opt_bool(b, "is_error");
+      auto c = b.find("content");
+      const std::string result =
+          c == b.end() || c->is_null() ? std::string() : text_of(*c, bf + ".content");
+      out.push_back({{"role", "tool"}, {"tool_call_id", *id}, {"content", result}});
+    } else if (type == "tool_use" || type == "thinking" || type == "redacted_thinking") {
+      fail_field(bf + ".type", "'" + type + "' blocks belong in assistant turns");
+    } else {
+      unsupported_block(bf, type);
+    }
+  }
+  if (any_text || content.empty()) out.push_back({{"role", "user"}, {"content", text}});
+}
+
+// An assistant turn: text, and tool_use blocks as OpenAI-shaped tool_calls (input as
+// an object, which templates print with tojson). Thinking blocks are dropped: chat
+// templates leave earlier reasoning out of the prompt.
+void push_assistant(const json &content, const std::string &f, json &out) {
+  if (content.is_string()) {
+    out.push_back({{"role", "assistant"}, {"content", content}});
+    return;
+  }
+  if (!content.is_array()) fail_field(f, "must be a string or an array of content blocks");
+  std::string text;
+  json calls = json::array();
+  for (std::size_t i = 0; i < content.size(); ++i) {
+    const auto &b = content[i];
+    const std::string bf = f + "." + std::to_string(i);
+    const std::string type = block_type(b, bf);
+    if (type == "text") {
+      auto t = b.find("text");
+      if (t == b.end() || !t->is_string()) fail_field(bf + ".text", "must be a string");
+      text += t->get<std::string>();
+    } else if (type == "tool_use") {
+      auto id = b.find("id");
+      if (id == b.end() || !id->is_string()) fail_field(bf + ".id", "is required");
+      auto name = b.find("name");
+      if (name == b.end() || !name->is_string()) fail_field(bf + ".name", "is required");
+      auto input = b.find("input");
+      if (input == b.end() || !input->is_object()) fail_field(bf + ".input", "must be an object");
+      calls.push_back({{"id", *id},
+                       {"type", "function"},
+                       {"function", {{"name", *name}, {"arguments", *input}}}});
+    } else if (type == "thinking" || type == "redacted_thinking") {
+      continue;
+    } else if (type == "tool_result") {
+      fail_field(bf + ".type", "'tool_result' blocks belong in user turns");
+    } else {
+      unsupported_block(bf, type);
+    }
+  }
+  json m{{"role", "assistant"}, {"content", text}};
+  if (!calls.empty()) m["tool_calls"] = std::move(calls);
+  out.push_back(std::move(m));
+}
+
+bool valid_tool_name(const std::string &s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (unsigned char c : s)
+    if (!std::isalnum(c) && c != '_' && c != '-') return false;
+  return true;
+}
+
+void parse_tools(const json &body, MessagesRequest &r) {
+  auto tools = body.find("tools");
+  if (tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array()) fail_field("tools", "must be an array");
+    if (tools->size() > 512) fail_field("tools", "at most 512 tools");
+    r.tools = json::array();
+    for (std::size_t i = 0; i < tools->size(); ++i) {
+      const json &t = (*tools)[i];
+      const std::string f = "tools." + std::to_string(i);
+      if (!t.is_object()) fail_field(f, "must be an object");
+      auto type = t.find("type");
+      if (type != t.end() && !type->is_null() && *type != "custom")
+        fail_field(f + ".type", "'" +
+                                    (type->is_string() ? type->get<std::string>() : type->dump()) +
+                                    "' tools are not supported (only custom tools)");
+      auto name = t.find("name");
+      if (name == t.end() || !name->is_string() || !valid_tool_name(name->get<std::string>()))
+        fail_field(f + ".name", "is required: 1 to 128 letters, digits, underscores or dashes");
+      auto schema = t.find("input_schema");
+      if (schema == t.end() || !schema->is_object())
+        fail_field(f + ".input_schema", "is required and must be a JSON Schema object");
+      json fn{{"name", *name}};
+      if (auto d = opt_string(t, "description")) fn["description"] = *d;
+      fn["parameters"] = *schema;
+      r.tools.push_back({{"type", "function"}, {"function", std::move(fn)}});
+      r.tool_names.push_back(name->get<std::string>());
+    }
+  }
+  auto tc = body.find("tool_choice");
+  if (tc == body.end() || tc->is_null()) return;
+  if (!tc->is_object()) fail_field("tool_choice", "must be an object");
+  auto type = tc->find("type");
+  if (type == tc->end() || !type->is_string()) fail_field("tool_choice.type", "is required");
+  const std::string t = type->get<std::string>();
+  if (t != "auto" && t != "any" && t != "tool" && t != "none")
+    fail_field("tool_choice.type", "must be auto, any, tool or none");
+  opt_bool(*tc, "disable_parallel_tool_use");  // a hint: keel takes every call written
+  if (t == "tool") {
+    auto name = tc->find("name");
+    if (name == tc->end() || !name->is_string()) fail_field("tool_choice.name", "is required");
+    const std::string n = name->get<std::string>();
+    if (std::find(r.tool_names.begin(), r.tool_names.end(), n) == r.tool_names.end())
+      fail_field("tool_choice.name", "'" + n + "' is not one of the request's tools");
+    r.tool_choice_name = n;
+  }
+  if (r.tool_names.empty() && t != "none")
+    fail_field("tool_choice", "is only allowed when tools are given");
+  r.tool_choice = t;
+}
+
+// Fields keel knows but need not act on are type-checked; fields that would change
+// the answer and that keel cannot honour are rejected. Unknown fields are ignored
+// (the same policy as the OpenAI endpoints): proxies and SDKs add newer or vendor
+// fields, and failing on them breaks clients for no gain.
+void check_extras(const json &body) {
+  auto md = body.find("metadata");
+  if (md != body.end() && !md->is_null()) {
+    if (!md->is_object()) fail_field("metadata", "must be an object");
+    auto uid = md->find("user_id");
+    if (uid != md->end() && !uid->is_null() && !uid->is_string())
+      fail_field("metadata.user_id", "must be a string");
+  }
+  auto th = body.find("thinking");
+  if (th != body.end() && !th->is_null()) {
+    // A budget for extended thinking: a hint here (the template decides whether the
+    // model thinks), but its shape is checked.
+    if (!th->is_object()) fail_field("thinking", "must be an object");
+    auto type = th->find("type");
+    if (type == th->end() || (*type != "enabled" && *type != "disabled"))
+      fail_field("thinking.type", "must be 'enabled' or 'disabled'");
+    if (*type == "enabled" && !opt_int(*th, "budget_tokens", 1, 1 << 30))
+      fail_field("thinking.budget_tokens", "is required when thinking is enabled");
+  }
+  opt_string(body, "service_tier");
+  for (const char *f : {"mcp_servers", "container"})
+    if (body.contains(f) && !body[f].is_null()) fail_field(f, "is not supported");
 }
 
 }  // namespace
@@ -50,6 +219,7 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
     r.sampling.max_tokens = static_cast<int32_t>(*mt);
   else if (!for_count_tokens)
     fail_field("max_tokens", "is required");
+  parse_tools(body, r);
   r.messages = json::array();
   auto sys = body.find("system");
   if (sys != body.end() && !sys->is_null())
@@ -68,7 +238,10 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
       fail_field(f + ".role", "must be 'user' or 'assistant'");
     auto c = m.find("content");
     if (c == m.end() || c->is_null()) fail_field(f + ".content", "is required");
-    r.messages.push_back({{"role", *role}, {"content", text_of(*c, f + ".content")}});
+    if (*role == "user")
+      push_user(*c, f + ".content", r.messages);
+    else
+      push_assistant(*c, f + ".content", r.messages);
   }
   // Sampling: Anthropic's temperature range is [0, 1].
   if (auto v = opt_number(body, "temperature", 0.0, 1.0))
@@ -78,78 +251,8 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
   parse_sampling_fields(rest, r.sampling);
   r.stop_sequences = parse_stop_field(body, "stop_sequences", 16);
   r.stream = opt_bool(body, "stream").value_or(false);
-  auto tools = body.find("tools");
-  if (tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) fail_field("tools", "must be an array");
-    r.tools = *tools;
-  }
+  check_extras(body);
   return r;
-}
-
-std::string render_message(const RenderContext &ctx, const Generation &g) {
-  const auto &r = g.results().at(0);
-  const int cached = g.cached_tokens();
-  return dump({{"id", ctx.id},
-               {"type", "message"},
-               {"role", "assistant"},
-               {"model", ctx.model},
-               {"content", json::array({{{"type", "text"}, {"text", r.text}}})},
-               {"stop_reason", stop_reason(r.finish, r.stop_sequence)},
-               {"stop_sequence", r.stop_sequence.empty() ? json(nullptr) : json(r.stop_sequence)},
-               {"usage",
-                {{"input_tokens", g.prompt_tokens() - cached},
-                 {"output_tokens", g.completion_tokens()},
-                 {"cache_creation_input_tokens", 0},
-                 {"cache_read_input_tokens", cached}}}});
-}
-
-std::string sse_event(const std::string &name, const json &data) {
-  return "event: " + name + "\ndata: " + dump(data) + "\n\n";
-}
-
-std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_tokens) {
-  json msg{{"id", ctx.id},
-           {"type", "message"},
-           {"role", "assistant"},
-           {"model", ctx.model},
-           {"content", json::array()},
-           {"stop_reason", nullptr},
-           {"stop_sequence", nullptr},
-           {"usage",
-            {{"input_tokens", input_tokens - cached_tokens},
-             {"output_tokens", 0},
-             {"cache_creation_input_tokens", 0},
-             {"cache_read_input_tokens", cached_tokens}}}};
-  return sse_event("message_start", {{"type", "message_start"}, {"message", msg}}) +
-         sse_event("content_block_start", {{"type", "content_block_start"},
-                                           {"index", 0},
-                                           {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-         sse_event("ping", {{"type", "ping"}});
-}
-
-std::string stream_delta(const std::string &text) {
-  return sse_event("content_block_delta", {{"type", "content_block_delta"},
-                                           {"index", 0},
-                                           {"delta", {{"type", "text_delta"}, {"text", text}}}});
-}
-
-std::string stream_finish(const ChoiceDelta &d, int output_tokens) {
-  const std::string finish = d.finish.value_or("stop");
-  return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
-         sse_event("message_delta",
-                   {{"type", "message_delta"},
-                    {"delta",
-                     {{"stop_reason", stop_reason(finish, d.stop_sequence)},
-                      {"stop_sequence",
-                       d.stop_sequence.empty() ? json(nullptr) : json(d.stop_sequence)}}},
-                    {"usage", {{"output_tokens", output_tokens}}}}) +
-         sse_event("message_stop", {{"type", "message_stop"}});
-}
-
-std::string stream_error(int status, const std::string &message) {
-  return sse_event("error",
-                   {{"type", "error"},
-                    {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}});
 }
 
 }  // namespace keel::server::anthropic

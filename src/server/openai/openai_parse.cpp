@@ -51,6 +51,37 @@ void parse_common(const json &body, SamplingParams &s, bool &max_given, int &n,
     if (!so->is_object()) fail_field("stream_options", "must be an object");
     if (!stream) fail_field("stream_options", "is only allowed when stream is true");
     include_usage = opt_bool(*so, "include_usage").value_or(false);
+    opt_bool(*so, "include_obfuscation");  // keel sends no obfuscation padding
+  }
+}
+
+// Fields both endpoints know but need not act on, checked for their types; and
+// logit_bias, which keel cannot honour and which would change the answer.
+//
+// Unknown fields are ignored, on purpose: clients and SDKs send newer or vendor
+// fields (extra_body; vLLM's top_k, min_p, repetition_penalty are read), and failing
+// on them would break clients for no gain. A field keel knows but cannot honour is
+// rejected when ignoring it would silently change the answer (logit_bias, functions,
+// audio, web_search_options, response_format other than text, suffix, best_of != n),
+// and accepted when it is only a hint (user, store, metadata, service_tier,
+// parallel_tool_calls, reasoning_effort, prediction, prompt_cache_key).
+void check_common_extras(const json &body) {
+  for (const char *f : {"user", "service_tier", "prompt_cache_key", "safety_identifier"})
+    opt_string(body, f);
+  opt_bool(body, "store");
+  auto md = body.find("metadata");
+  if (md != body.end() && !md->is_null()) {
+    if (!md->is_object()) fail_field("metadata", "must be an object of strings");
+    for (const auto &[k, v] : md->items())
+      if (!v.is_string()) fail_field("metadata." + k, "must be a string");
+  }
+  auto lb = body.find("logit_bias");
+  if (lb != body.end() && !lb->is_null()) {
+    if (!lb->is_object()) fail_field("logit_bias", "must be an object of token id to bias");
+    for (const auto &[k, v] : lb->items())
+      if (!v.is_number() || v.get<double>() < -100 || v.get<double>() > 100)
+        fail_field("logit_bias", "biases must be numbers between -100 and 100");
+    if (!lb->empty()) fail_field("logit_bias", "is not supported");
   }
 }
 
@@ -59,6 +90,7 @@ void parse_common(const json &body, SamplingParams &s, bool &max_given, int &n,
 ChatRequest parse_chat(const json &body) {
   ChatRequest r;
   r.model = req_string(body, "model");
+  parse_tools(body, r);
   auto msgs = body.find("messages");
   if (msgs == body.end() || msgs->is_null()) fail_field("messages", "is required");
   if (!msgs->is_array()) fail_field("messages", "must be an array");
@@ -74,16 +106,28 @@ ChatRequest parse_chat(const json &body) {
     const std::string rs = role->get<std::string>();
     if (rs != "system" && rs != "user" && rs != "assistant" && rs != "tool" && rs != "developer")
       fail_field(f + ".role", "must be one of system, developer, user, assistant, tool");
+    if (m.contains("name") && !m["name"].is_string() && !m["name"].is_null())
+      fail_field(f + ".name", "must be a string");
     json out = m;
     out["role"] = rs == "developer" ? "system" : rs;
     auto c = m.find("content");
+    const bool has_calls =
+        rs == "assistant" && m.contains("tool_calls") && !m["tool_calls"].is_null();
+    // Only an assistant turn that calls tools may leave its content out.
+    if ((c == m.end() || c->is_null()) && rs != "assistant")
+      fail_field(f + ".content", "is required");
     out["content"] = flatten_content(c == m.end() ? json(nullptr) : *c, f + ".content");
+    if (has_calls) {
+      out["tool_calls"] = template_tool_calls(m["tool_calls"], f + ".tool_calls");
+    } else if (m.contains("tool_calls") && rs != "assistant") {
+      fail_field(f + ".tool_calls", "only assistant messages carry tool_calls");
+    }
+    if (rs == "tool") {
+      auto id = m.find("tool_call_id");
+      if (id == m.end() || !id->is_string())
+        fail_field(f + ".tool_call_id", "is required in a tool message");
+    }
     r.messages.push_back(std::move(out));
-  }
-  auto tools = body.find("tools");
-  if (tools != body.end() && !tools->is_null()) {
-    if (!tools->is_array()) fail_field("tools", "must be an array");
-    r.tools = *tools;
   }
   parse_common(body, r.sampling, r.max_tokens_given, r.n, r.stop, r.stream, r.include_usage,
                "max_completion_tokens");
@@ -97,8 +141,29 @@ ChatRequest parse_chat(const json &body) {
   if (rf != body.end() && !rf->is_null()) {
     if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
       fail_field("response_format", "must be an object with a type");
-    if ((*rf)["type"] != "text") fail_field("response_format.type", "only 'text' is supported");
+    if ((*rf)["type"] != "text")
+      fail_field("response_format.type",
+                 "'" + (*rf)["type"].get<std::string>() +
+                     "' is not supported: keel has no constrained decoding (only 'text')");
   }
+  if (body.contains("functions") && !body["functions"].is_null())
+    fail_field("functions", "is not supported: use tools");
+  if (body.contains("function_call") && !body["function_call"].is_null())
+    fail_field("function_call", "is not supported: use tool_choice");
+  if (body.contains("audio") && !body["audio"].is_null())
+    fail_field("audio", "audio output is not supported");
+  if (body.contains("web_search_options") && !body["web_search_options"].is_null())
+    fail_field("web_search_options", "web search is not supported");
+  auto mod = body.find("modalities");
+  if (mod != body.end() && !mod->is_null()) {
+    if (!mod->is_array()) fail_field("modalities", "must be an array of strings");
+    for (const auto &x : *mod)
+      if (x != "text") fail_field("modalities", "only 'text' output is supported");
+  }
+  for (const char *f : {"reasoning_effort", "verbosity"}) opt_string(body, f);
+  if (auto p = body.find("prediction"); p != body.end() && !p->is_null() && !p->is_object())
+    fail_field("prediction", "must be an object");
+  check_common_extras(body);
   return r;
 }
 
@@ -161,6 +226,7 @@ CompletionRequest parse_completion(const json &body) {
   if (auto v = opt_int(body, "best_of", 1, 16); v && *v != r.n)
     fail_field("best_of", "only best_of == n is supported");
   if (opt_string(body, "suffix")) fail_field("suffix", "is not supported");
+  check_common_extras(body);
   return r;
 }
 

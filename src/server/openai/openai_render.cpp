@@ -40,6 +40,21 @@ json chat_logprob_entries(const RenderContext &ctx, const std::vector<TokenId> &
 
 const char *openai_finish(const std::string &f) { return f == "length" ? "length" : "stop"; }
 
+// A stop after tool calls is "tool_calls"; a cut-off stays "length".
+const char *finish_with_calls(const std::string &f, int calls) {
+  return calls > 0 && f != "length" ? "tool_calls" : openai_finish(f);
+}
+
+json tool_call_json(const RenderContext &ctx, int choice, int k, const ParsedToolCall &c,
+                    bool with_index) {
+  json j = json::object();
+  if (with_index) j["index"] = k;
+  j["id"] = tool_call_id(ctx, choice, k);
+  j["type"] = "function";
+  j["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+  return j;
+}
+
 // Legacy completions logprobs over (prompt tokens if echoed) + generated tokens.
 json completion_logprobs(const RenderContext &ctx, const std::vector<TokenId> &echo_tokens,
                          const std::vector<std::optional<TokenLogprob>> &echo_lp,
@@ -97,11 +112,24 @@ std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const 
     if (req.logprobs)
       lp = {{"content", chat_logprob_entries(ctx, r.tokens, r.logprobs, r.top)},
             {"refusal", nullptr}};
-    choices.push_back(
-        {{"index", i},
-         {"message", {{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}}},
-         {"logprobs", lp},
-         {"finish_reason", openai_finish(r.finish)}});
+    json message{{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
+    int calls = 0;
+    if (req.parses_tool_calls()) {
+      auto parsed = parse_tool_calls(r.text, tool_call_format(ctx), req.tool_names);
+      calls = static_cast<int>(parsed.calls.size());
+      if (calls > 0) {
+        // As OpenAI: content is null when the turn is only tool calls.
+        message["content"] = parsed.content.empty() ? json(nullptr) : json(parsed.content);
+        json tc = json::array();
+        for (int k = 0; k < calls; ++k)
+          tc.push_back(tool_call_json(ctx, static_cast<int>(i), k, parsed.calls[k], false));
+        message["tool_calls"] = std::move(tc);
+      }
+    }
+    choices.push_back({{"index", i},
+                       {"message", message},
+                       {"logprobs", lp},
+                       {"finish_reason", finish_with_calls(r.finish, calls)}});
   }
   return dump({{"id", ctx.id},
                {"object", "chat.completion"},
@@ -126,14 +154,44 @@ std::string chat_chunk_role(const RenderContext &ctx, int index) {
 std::string chat_chunk_delta(const RenderContext &ctx, const ChatRequest &req,
                              const ChoiceDelta &d) {
   json delta = json::object();
-  if (!d.text.empty()) delta["content"] = d.text;
+  int calls = 0;
+  if (req.parses_tool_calls()) {
+    // Text that may be the start of a call is held back; a call goes out whole (id,
+    // name and all its arguments in one entry) once its closing markup arrives.
+    auto it = ctx.tool_streams.find(d.index);
+    if (it == ctx.tool_streams.end())
+      it = ctx.tool_streams
+               .emplace(d.index,
+                        ChoiceToolStream{ToolCallParser(tool_call_format(ctx), req.tool_names), 0})
+               .first;
+    ChoiceToolStream &ts = it->second;
+    auto events = ts.parser.feed(d.text);
+    if (d.finish) {
+      auto rest = ts.parser.finish();
+      events.insert(events.end(), rest.begin(), rest.end());
+    }
+    std::string content;
+    json tc = json::array();
+    for (const auto &e : events) {
+      if (e.kind == ToolParseEvent::Kind::kText)
+        content += e.text;
+      else
+        tc.push_back(tool_call_json(ctx, d.index, ts.calls++, e.call, true));
+    }
+    if (!content.empty()) delta["content"] = content;
+    if (!tc.empty()) delta["tool_calls"] = std::move(tc);
+    calls = ts.calls;
+  } else if (!d.text.empty()) {
+    delta["content"] = d.text;
+  }
   json lp = nullptr;
   if (req.logprobs && !d.tokens.empty())
     lp = {{"content", chat_logprob_entries(ctx, d.tokens, d.logprobs, d.top)}};
-  json choice{{"index", d.index},
-              {"delta", delta},
-              {"logprobs", lp},
-              {"finish_reason", d.finish ? json(openai_finish(*d.finish)) : json(nullptr)}};
+  json choice{
+      {"index", d.index},
+      {"delta", delta},
+      {"logprobs", lp},
+      {"finish_reason", d.finish ? json(finish_with_calls(*d.finish, calls)) : json(nullptr)}};
   json j{{"id", ctx.id},
          {"object", "chat.completion.chunk"},
          {"created", ctx.created},

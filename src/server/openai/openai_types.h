@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -10,13 +11,20 @@
 
 #include "core/sampling_params.h"
 #include "server/generation.h"
+#include "text/tool_call_parser.h"
 
 namespace keel::server::openai {
 
 struct ChatRequest {
   std::string model;
-  nlohmann::ordered_json messages;  // [{role, content: string, ...}], content parts flattened
-  nlohmann::ordered_json tools;     // array or null
+  nlohmann::ordered_json messages;      // [{role, content: string, ...}], content parts flattened
+  nlohmann::ordered_json tools;         // array or null
+  std::vector<std::string> tool_names;  // declared function names, in order
+  // "auto" (also when absent), "none", "required" or "function" (tool_choice_name).
+  // keel cannot force a call (no constrained decoding): "required" and a named
+  // function are accepted and the output is parsed as for "auto".
+  std::string tool_choice = "auto";
+  std::string tool_choice_name;
   SamplingParams sampling;
   bool max_tokens_given = false;
   int n = 1;
@@ -25,6 +33,9 @@ struct ChatRequest {
   bool include_usage = false;
   bool logprobs = false;
   int top_logprobs = 0;
+
+  // Whether generated text is parsed for tool calls.
+  bool parses_tool_calls() const { return !tool_names.empty() && tool_choice != "none"; }
 };
 
 struct CompletionRequest {
@@ -46,13 +57,35 @@ struct CompletionRequest {
 ChatRequest parse_chat(const nlohmann::ordered_json &body);
 CompletionRequest parse_completion(const nlohmann::ordered_json &body);
 
+// A streamed choice's tool-call parsing state.
+struct ChoiceToolStream {
+  ToolCallParser parser;
+  int calls = 0;
+};
+
 // Everything a renderer needs besides the generation itself.
 struct RenderContext {
   std::string id;  // "chatcmpl-..." / "cmpl-..."
   std::int64_t created = 0;
   std::string model;
-  const ModelText *text = nullptr;  // for token strings in logprobs
+  const ModelText *text = nullptr;  // for token strings in logprobs and the tool-call format
+
+  // Streaming state of tool-call parsing per choice index. Mutable because the
+  // stream callbacks share one const context; a generation's deltas are serialized,
+  // so no lock is needed.
+  mutable std::map<int, ChoiceToolStream> tool_streams;
 };
+
+// The tool-call format of the context's model (kHermes without a model).
+ToolCallFormat tool_call_format(const RenderContext &ctx);
+// "call_..." for choice `choice`, call `k`: unique within the response.
+std::string tool_call_id(const RenderContext &ctx, int choice, int k);
+// Validates tools, tool_choice and parallel_tool_calls into req (needs no messages).
+void parse_tools(const nlohmann::ordered_json &body, ChatRequest &req);
+// Validates an assistant message's tool_calls and returns them as chat templates expect
+// (function.arguments as an object when it holds one, as vLLM and HF pass them).
+nlohmann::ordered_json template_tool_calls(const nlohmann::ordered_json &calls,
+                                           const std::string &field);
 
 std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const Generation &g);
 // The SSE `data:` payloads of a chat stream.

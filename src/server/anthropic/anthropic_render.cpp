@@ -1,0 +1,198 @@
+// Anthropic Messages API responses: the message object and the streamed event sequence
+// message_start, content blocks (text, tool_use), message_delta, message_stop.
+#include "server/anthropic/anthropic_types.h"
+#include "server/api_error.h"
+
+namespace keel::server::anthropic {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+const char *stop_reason(const std::string &finish, const std::string &stop_sequence, int calls) {
+  if (!stop_sequence.empty()) return "stop_sequence";
+  if (finish == "length") return "max_tokens";
+  if (calls > 0) return "tool_use";
+  return "end_turn";
+}
+
+json input_of(const ParsedToolCall &c) {
+  json j = json::parse(c.arguments, nullptr, false);
+  return j.is_object() ? j : json::object();
+}
+
+json usage(int input_tokens, int output_tokens, int cached) {
+  return {{"input_tokens", input_tokens - cached},
+          {"output_tokens", output_tokens},
+          {"cache_creation_input_tokens", 0},
+          {"cache_read_input_tokens", cached}};
+}
+
+std::string block_start(int index, const json &block) {
+  return sse_event("content_block_start",
+                   {{"type", "content_block_start"}, {"index", index}, {"content_block", block}});
+}
+
+std::string block_stop(int index) {
+  return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", index}});
+}
+
+std::string text_delta(int index, const std::string &text) {
+  return sse_event("content_block_delta", {{"type", "content_block_delta"},
+                                           {"index", index},
+                                           {"delta", {{"type", "text_delta"}, {"text", text}}}});
+}
+
+RenderContext::ToolStream &tool_stream(const RenderContext &ctx) {
+  auto &s = ctx.stream;
+  if (!s.started) {
+    s.parser = ToolCallParser(ctx.tool_format, ctx.tool_names);
+    s.started = true;
+  }
+  return s;
+}
+
+// The events of parsed output as content blocks: text goes into an open text block
+// (opened on demand); each call is a whole tool_use block.
+std::string stream_events(const RenderContext &ctx, RenderContext::ToolStream &s,
+                          const std::vector<ToolParseEvent> &events) {
+  std::string out;
+  for (const auto &e : events) {
+    if (e.kind == ToolParseEvent::Kind::kText) {
+      if (!s.text_open) {
+        out += block_start(s.next_block, {{"type", "text"}, {"text", ""}});
+        s.text_open = true;
+      }
+      out += text_delta(s.next_block, e.text);
+      continue;
+    }
+    if (s.text_open) {
+      out += block_stop(s.next_block++);
+      s.text_open = false;
+    }
+    const int index = s.next_block++;
+    out += block_start(index, {{"type", "tool_use"},
+                               {"id", tool_use_id(ctx, s.calls++)},
+                               {"name", e.call.name},
+                               {"input", json::object()}});
+    out +=
+        sse_event("content_block_delta",
+                  {{"type", "content_block_delta"},
+                   {"index", index},
+                   {"delta", {{"type", "input_json_delta"}, {"partial_json", e.call.arguments}}}});
+    out += block_stop(index);
+  }
+  return out;
+}
+
+std::string message_end(const ChoiceDelta &d, int output_tokens, int calls) {
+  const std::string finish = d.finish.value_or("stop");
+  return sse_event("message_delta",
+                   {{"type", "message_delta"},
+                    {"delta",
+                     {{"stop_reason", stop_reason(finish, d.stop_sequence, calls)},
+                      {"stop_sequence",
+                       d.stop_sequence.empty() ? json(nullptr) : json(d.stop_sequence)}}},
+                    {"usage", {{"output_tokens", output_tokens}}}}) +
+         sse_event("message_stop", {{"type", "message_stop"}});
+}
+
+}  // namespace
+
+void prepare_tools(RenderContext &ctx, const MessagesRequest &req, const ModelText &text) {
+  if (req.tool_names.empty() || req.tool_choice == "none") return;
+  ctx.tool_names = req.tool_names;
+  ctx.tool_format =
+      detect_tool_call_format([&text](std::string_view s) { return text.encode(s, false).size(); });
+}
+
+std::string tool_use_id(const RenderContext &ctx, int k) {
+  const auto u = ctx.id.find('_');
+  return "toolu_" + (u == std::string::npos ? ctx.id : ctx.id.substr(u + 1)) + "t" +
+         std::to_string(k);
+}
+
+std::string render_message(const RenderContext &ctx, const Generation &g) {
+  const auto &r = g.results().at(0);
+  const int cached = g.cached_tokens();
+  json content = json::array();
+  int calls = 0;
+  if (ctx.tool_format != ToolCallFormat::kNone) {
+    auto parsed = parse_tool_calls(r.text, ctx.tool_format, ctx.tool_names);
+    calls = static_cast<int>(parsed.calls.size());
+    if (!parsed.content.empty() || calls == 0)
+      content.push_back({{"type", "text"}, {"text", parsed.content}});
+    for (int k = 0; k < calls; ++k)
+      content.push_back({{"type", "tool_use"},
+                         {"id", tool_use_id(ctx, k)},
+                         {"name", parsed.calls[k].name},
+                         {"input", input_of(parsed.calls[k])}});
+  } else {
+    content.push_back({{"type", "text"}, {"text", r.text}});
+  }
+  return dump({{"id", ctx.id},
+               {"type", "message"},
+               {"role", "assistant"},
+               {"model", ctx.model},
+               {"content", content},
+               {"stop_reason", stop_reason(r.finish, r.stop_sequence, calls)},
+               {"stop_sequence", r.stop_sequence.empty() ? json(nullptr) : json(r.stop_sequence)},
+               {"usage", usage(g.prompt_tokens(), g.completion_tokens(), cached)}});
+}
+
+std::string sse_event(const std::string &name, const json &data) {
+  return "event: " + name + "\ndata: " + dump(data) + "\n\n";
+}
+
+std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_tokens) {
+  json msg{{"id", ctx.id},
+           {"type", "message"},
+           {"role", "assistant"},
+           {"model", ctx.model},
+           {"content", json::array()},
+           {"stop_reason", nullptr},
+           {"stop_sequence", nullptr},
+           {"usage", usage(input_tokens, 0, cached_tokens)}};
+  std::string out = sse_event("message_start", {{"type", "message_start"}, {"message", msg}});
+  // With tools, blocks open as content arrives: the first may be a tool_use.
+  if (ctx.tool_format == ToolCallFormat::kNone)
+    out += block_start(0, {{"type", "text"}, {"text", ""}});
+  return out + sse_event("ping", {{"type", "ping"}});
+}
+
+std::string stream_delta(const std::string &text) { return text_delta(0, text); }
+
+std::string stream_finish(const ChoiceDelta &d, int output_tokens) {
+  return block_stop(0) + message_end(d, output_tokens, 0);
+}
+
+std::string stream_delta(const RenderContext &ctx, const std::string &text) {
+  if (ctx.tool_format == ToolCallFormat::kNone) return stream_delta(text);
+  auto &s = tool_stream(ctx);
+  return stream_events(ctx, s, s.parser.feed(text));
+}
+
+std::string stream_finish(const RenderContext &ctx, const ChoiceDelta &d, int output_tokens) {
+  if (ctx.tool_format == ToolCallFormat::kNone) return stream_finish(d, output_tokens);
+  auto &s = tool_stream(ctx);
+  std::string out = stream_events(ctx, s, s.parser.finish());
+  if (s.text_open) {
+    out += block_stop(s.next_block++);
+    s.text_open = false;
+  } else if (s.next_block == 0) {
+    // No content at all: one empty text block, as the non-streamed message has.
+    out += block_start(0, {{"type", "text"}, {"text", ""}}) + block_stop(0);
+    s.next_block = 1;
+  }
+  return out + message_end(d, output_tokens, s.calls);
+}
+
+std::string stream_error(int status, const std::string &message) {
+  return sse_event("error",
+                   {{"type", "error"},
+                    {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}});
+}
+
+}  // namespace keel::server::anthropic

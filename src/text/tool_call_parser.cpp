@@ -1,0 +1,418 @@
+#include "text/tool_call_parser.h"
+
+#include <algorithm>
+#include <cctype>
+#include <iterator>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <utility>
+
+namespace keel {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+constexpr std::string_view kHermesOpen = "<tool_call>";
+constexpr std::string_view kHermesClose = "</tool_call>";
+constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
+constexpr std::string_view kMistralArgs = "[ARGS]";
+constexpr std::string_view kPythonTag = "<|python_tag|>";
+// Deeper JSON is not taken as a call: re-serializing it recurses.
+constexpr int kMaxDepth = 64;
+
+bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
+
+std::size_t skip_ws(std::string_view s, std::size_t i = 0) {
+  while (i < s.size() && is_ws(s[i])) ++i;
+  return i;
+}
+
+std::string_view trim(std::string_view s) {
+  std::size_t b = skip_ws(s), e = s.size();
+  while (e > b && is_ws(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+// Longest suffix of s that is a proper prefix of marker (it may still become the marker).
+std::size_t partial_marker_suffix(std::string_view s, std::string_view marker) {
+  const std::size_t max = std::min(s.size(), marker.size() - 1);
+  for (std::size_t n = max; n > 0; --n)
+    if (s.substr(s.size() - n) == marker.substr(0, n)) return n;
+  return 0;
+}
+
+std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+// One whole JSON value (object or array), not too deep; nullopt otherwise.
+std::optional<json> parse_value(std::string_view text) {
+  text = trim(text);
+  if (text.empty() || (text[0] != '{' && text[0] != '[')) return std::nullopt;
+  bool too_deep = false;
+  if (json_value_end(text, kMaxDepth, &too_deep) != text.size() || too_deep) return std::nullopt;
+  json j = json::parse(text.begin(), text.end(), nullptr, false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// {"name": N, "arguments"|"parameters": {...} or a string holding an object}.
+std::optional<ParsedToolCall> call_from(const json &obj) {
+  if (!obj.is_object()) return std::nullopt;
+  auto name = obj.find("name");
+  if (name == obj.end() || !name->is_string() || name->get<std::string>().empty())
+    return std::nullopt;
+  json args = json::object();
+  auto a = obj.find("arguments");
+  if (a == obj.end()) a = obj.find("parameters");
+  if (a != obj.end()) {
+    if (a->is_string()) {
+      auto inner = parse_value(a->get<std::string>());
+      if (!inner || !inner->is_object()) return std::nullopt;
+      args = std::move(*inner);
+    } else if (a->is_object()) {
+      args = *a;
+    } else if (!a->is_null()) {
+      return std::nullopt;
+    }
+  }
+  return ParsedToolCall{name->get<std::string>(), dump(args)};
+}
+
+}  // namespace
+
+const char *tool_call_format_name(ToolCallFormat f) {
+  switch (f) {
+    case ToolCallFormat::kNone:
+      return "none";
+    case ToolCallFormat::kHermes:
+      return "hermes";
+    case ToolCallFormat::kLlama3Json:
+      return "llama3_json";
+    case ToolCallFormat::kMistral:
+      return "mistral";
+  }
+  return "?";
+}
+
+ToolCallFormat detect_tool_call_format(
+    const std::function<std::size_t(std::string_view)> &token_count) {
+  if (token_count(kHermesOpen) == 1) return ToolCallFormat::kHermes;
+  if (token_count(kMistralMarker) == 1) return ToolCallFormat::kMistral;
+  if (token_count(kPythonTag) == 1) return ToolCallFormat::kLlama3Json;
+  return ToolCallFormat::kHermes;
+}
+
+std::size_t json_value_end(std::string_view text, int max_depth, bool *too_deep) {
+  if (too_deep) *too_deep = false;
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      if (++depth > max_depth) {
+        if (too_deep) *too_deep = true;
+        return i + 1;  // settled: it is not a call whatever follows
+      }
+    } else if (c == '}' || c == ']') {
+      if (--depth <= 0) return i + 1;
+    } else if (depth == 0 && !is_ws(c)) {
+      return i + 1;  // not a bracketed value; settled (the parse will fail)
+    }
+  }
+  return std::string_view::npos;
+}
+
+ToolCallParser::ToolCallParser(ToolCallFormat format, std::vector<std::string> known_tools)
+    : format_(format), known_(std::move(known_tools)) {
+  if (format_ == ToolCallFormat::kNone) state_ = State::kPassthrough;
+}
+
+bool ToolCallParser::known(const std::string &name) const {
+  return std::find(known_.begin(), known_.end(), name) != known_.end();
+}
+
+std::vector<ToolParseEvent> ToolCallParser::feed(std::string_view text) {
+  buf_.append(text);
+  run(false);
+  return std::exchange(out_, {});
+}
+
+std::vector<ToolParseEvent> ToolCallParser::finish() {
+  run(true);
+  if (!held_ws_.empty() && calls_ == 0) {
+    ToolParseEvent e;
+    e.text = std::exchange(held_ws_, {});
+    out_.push_back(std::move(e));
+  }
+  held_ws_.clear();
+  return std::exchange(out_, {});
+}
+
+void ToolCallParser::run(bool final) {
+  while (step(final)) {
+  }
+}
+
+void ToolCallParser::emit_text(std::string text) {
+  std::string_view t = text;
+  if (after_call_) {
+    t.remove_prefix(skip_ws(t));
+    if (t.empty()) return;
+    after_call_ = false;
+  }
+  std::string full = held_ws_;
+  full.append(t);
+  std::size_t e = full.size();
+  while (e > 0 && is_ws(full[e - 1])) --e;
+  held_ws_ = full.substr(e);
+  full.resize(e);
+  if (full.empty()) return;
+  if (!out_.empty() && out_.back().kind == ToolParseEvent::Kind::kText) {
+    out_.back().text += full;
+  } else {
+    ToolParseEvent ev;
+    ev.text = std::move(full);
+    out_.push_back(std::move(ev));
+  }
+}
+
+void ToolCallParser::emit_call(ParsedToolCall call) {
+  held_ws_.clear();
+  after_call_ = true;
+  ++calls_;
+  ToolParseEvent ev;
+  ev.kind = ToolParseEvent::Kind::kCall;
+  ev.call = std::move(call);
+  out_.push_back(std::move(ev));
+}
+
+bool ToolCallParser::step(bool final) {
+  switch (state_) {
+    case State::kPassthrough: {
+      emit_text(std::exchange(buf_, {}));
+      return false;
+    }
+    case State::kStart: {
+      const std::string_view s = std::string_view(buf_).substr(skip_ws(buf_));
+      if (format_ == ToolCallFormat::kHermes) {
+        state_ = State::kContent;
+        return true;
+      }
+      const std::string_view marker =
+          format_ == ToolCallFormat::kLlama3Json ? kPythonTag : kMistralMarker;
+      if (s.empty() || (s.size() < marker.size() && marker.substr(0, s.size()) == s)) {
+        if (!final) return false;  // may still become the marker or a call
+        state_ = format_ == ToolCallFormat::kMistral ? State::kContent : State::kPassthrough;
+        return true;
+      }
+      if (s.substr(0, marker.size()) == marker) {
+        if (format_ == ToolCallFormat::kMistral) {
+          state_ = State::kContent;  // the content scan finds the marker
+        } else {
+          buf_.erase(0, buf_.size() - s.size() + marker.size());
+          marked_ = true;
+          state_ = State::kBareJson;
+        }
+        return true;
+      }
+      const char want = format_ == ToolCallFormat::kLlama3Json ? '{' : '[';
+      if (s[0] == want)
+        state_ = State::kBareJson;
+      else
+        state_ = format_ == ToolCallFormat::kMistral ? State::kContent : State::kPassthrough;
+      return true;
+    }
+    case State::kContent: {
+      const std::string_view marker =
+          format_ == ToolCallFormat::kHermes ? kHermesOpen : kMistralMarker;
+      const std::size_t p = buf_.find(marker);
+      if (p != std::string::npos) {
+        emit_text(buf_.substr(0, p));
+        buf_.erase(0, p + marker.size());
+        state_ = format_ == ToolCallFormat::kHermes ? State::kHermesCall : State::kMarkedJson;
+        return true;
+      }
+      const std::size_t keep = final ? 0 : partial_marker_suffix(buf_, marker);
+      emit_text(buf_.substr(0, buf_.size() - keep));
+      buf_.erase(0, buf_.size() - keep);
+      return false;
+    }
+    case State::kHermesCall: {
+      // The call ends after its JSON object and the close tag; the object is scanned
+      // first so that a close tag inside a JSON string does not end it.
+      auto settle = [&](std::size_t body_end, std::size_t consumed) {
+        std::optional<ParsedToolCall> call;
+        if (auto j = parse_value(std::string_view(buf_).substr(0, body_end))) call = call_from(*j);
+        if (call)
+          emit_call(std::move(*call));
+        else
+          emit_text(std::string(kHermesOpen) + buf_.substr(0, consumed));
+        buf_.erase(0, consumed);
+        state_ = State::kContent;
+        return true;
+      };
+      const std::size_t i = skip_ws(buf_);
+      if (i < buf_.size() && buf_[i] == '{') {
+        bool deep = false;
+        const std::size_t n = json_value_end(std::string_view(buf_).substr(i), kMaxDepth, &deep);
+        if (n == std::string_view::npos) return final ? settle(buf_.size(), buf_.size()) : false;
+        if (!deep) {
+          const std::size_t k = skip_ws(buf_, i + n);
+          const std::string_view after = std::string_view(buf_).substr(k);
+          if (after.substr(0, kHermesClose.size()) == kHermesClose)
+            return settle(i + n, k + kHermesClose.size());
+          // The model stopped right after the JSON: a whole call without its close tag.
+          if (after.empty() && final) return settle(i + n, buf_.size());
+          if (after.size() < kHermesClose.size() && kHermesClose.substr(0, after.size()) == after)
+            return final ? settle(buf_.size(), buf_.size()) : false;
+        }
+      } else if (i == buf_.size() && !final) {
+        return false;
+      }
+      // Not a JSON object followed by the close tag: content up to the close tag.
+      const std::size_t p = buf_.find(kHermesClose);
+      if (p == std::string::npos) return final ? settle(buf_.size(), buf_.size()) : false;
+      return settle(p, p + kHermesClose.size());
+    }
+    case State::kMarkedJson: {  // Mistral, after [TOOL_CALLS]
+      const std::size_t i = skip_ws(buf_);
+      auto give_up = [&](std::size_t upto) {
+        emit_text(std::string(kMistralMarker) + buf_.substr(0, upto));
+        buf_.erase(0, upto);
+        state_ = State::kContent;
+        return true;
+      };
+      if (i == buf_.size()) return final ? give_up(buf_.size()) : false;
+      const std::string_view s = std::string_view(buf_).substr(i);
+      if (s[0] == '[') {
+        bool deep = false;
+        const std::size_t end = json_value_end(s, kMaxDepth, &deep);
+        if (end == std::string_view::npos) return final ? give_up(buf_.size()) : false;
+        std::vector<ParsedToolCall> calls;
+        bool ok = !deep;
+        if (ok) {
+          auto j = parse_value(s.substr(0, end));
+          ok = j && j->is_array() && !j->empty();
+          if (ok)
+            for (const auto &c : *j) {
+              auto call = call_from(c);
+              if (!call) {
+                ok = false;
+                break;
+              }
+              calls.push_back(std::move(*call));
+            }
+        }
+        if (!ok) return give_up(i + end);
+        for (auto &c : calls) emit_call(std::move(c));
+        buf_.erase(0, i + end);
+        state_ = State::kContent;
+        return true;
+      }
+      // Tekken v11: NAME[ARGS]{...} (the [ARGS] token may have been dropped).
+      std::size_t k = 0;
+      while (k < s.size() && (std::isalnum(static_cast<unsigned char>(s[k])) || s[k] == '_' ||
+                              s[k] == '-' || s[k] == '.'))
+        ++k;
+      if (k == 0) return give_up(i);
+      std::size_t a = k;
+      const std::string_view rest = s.substr(k);
+      if (rest.substr(0, kMistralArgs.size()) == kMistralArgs)
+        a += kMistralArgs.size();
+      else if (rest.empty() ||
+               (rest.size() < kMistralArgs.size() && kMistralArgs.substr(0, rest.size()) == rest))
+        return final ? give_up(buf_.size()) : false;
+      if (a == s.size()) return final ? give_up(buf_.size()) : false;
+      if (s[a] != '{') return give_up(i + a);
+      bool deep = false;
+      const std::size_t end = json_value_end(s.substr(a), kMaxDepth, &deep);
+      if (end == std::string_view::npos) return final ? give_up(buf_.size()) : false;
+      auto j = deep ? std::nullopt : parse_value(s.substr(a, end));
+      if (!j || !j->is_object()) return give_up(i + a + end);
+      emit_call({std::string(s.substr(0, k)), dump(*j)});
+      buf_.erase(0, i + a + end);
+      state_ = State::kContent;
+      return true;
+    }
+    case State::kBareJson: {  // Llama objects or a Mistral array, at the start of the output
+      std::size_t i = skip_ws(buf_);
+      if (calls_ > 0)
+        while (i < buf_.size() && (buf_[i] == ';' || is_ws(buf_[i]))) ++i;
+      if (i == buf_.size()) {
+        if (final) emit_text(std::exchange(buf_, {}));
+        return false;
+      }
+      const std::string_view s = std::string_view(buf_).substr(i);
+      const char want = format_ == ToolCallFormat::kLlama3Json ? '{' : '[';
+      if (s[0] != want) {
+        state_ = State::kPassthrough;
+        return true;
+      }
+      bool deep = false;
+      const std::size_t end = json_value_end(s, kMaxDepth, &deep);
+      if (end == std::string_view::npos) {
+        if (!final) return false;
+        state_ = State::kPassthrough;
+        return true;
+      }
+      std::vector<ParsedToolCall> calls;
+      auto j = deep ? std::nullopt : parse_value(s.substr(0, end));
+      bool ok = j.has_value();
+      if (ok && j->is_object()) {
+        auto c = call_from(*j);
+        ok = c && (marked_ || known(c->name));
+        if (ok) calls.push_back(std::move(*c));
+      } else if (ok && j->is_array() && !j->empty()) {
+        for (const auto &e : *j) {
+          auto c = call_from(e);
+          if (!c || !known(c->name)) {
+            ok = false;
+            break;
+          }
+          calls.push_back(std::move(*c));
+        }
+      } else {
+        ok = false;
+      }
+      if (!ok) {
+        state_ = State::kPassthrough;
+        return true;
+      }
+      for (auto &c : calls) emit_call(std::move(c));
+      buf_.erase(0, i + end);
+      if (format_ == ToolCallFormat::kMistral) state_ = State::kContent;
+      return true;
+    }
+  }
+  return false;
+}
+
+ToolParseResult parse_tool_calls(std::string_view text, ToolCallFormat format,
+                                 const std::vector<std::string> &known_tools) {
+  ToolCallParser p(format, known_tools);
+  auto events = p.feed(text);
+  auto rest = p.finish();
+  events.insert(events.end(), std::make_move_iterator(rest.begin()),
+                std::make_move_iterator(rest.end()));
+  ToolParseResult r;
+  for (auto &e : events) {
+    if (e.kind == ToolParseEvent::Kind::kText)
+      r.content += e.text;
+    else
+      r.calls.push_back(std::move(e.call));
+  }
+  return r;
+}
+
+}  // namespace keel

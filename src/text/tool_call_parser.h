@@ -1,0 +1,99 @@
+// Tool calls in generated text: finds the calls a model wrote in its own format and
+// splits the output into content and calls, all at once or incrementally (for
+// streaming) with the same result for any chunking of the text.
+//
+// Formats:
+//   kHermes      Hermes 2/3, Qwen2.5, Qwen3: <tool_call>{"name": N, "arguments": {...}}</tool_call>
+//                anywhere in the text; text around the calls is content.
+//   kLlama3Json  Llama 3.1/3.2/3.3: the whole output is one or more JSON objects
+//                {"name": N, "parameters": {...}} (or "arguments"), separated by ';'
+//                or whitespace, optionally after <|python_tag|>.
+//   kMistral     Mistral: [TOOL_CALLS] followed by a JSON array of {"name", "arguments"}
+//                objects (or, tekken v11, NAME[ARGS]{...}); an output that starts with
+//                such an array is taken as calls too (the detokenizer drops the special
+//                [TOOL_CALLS] token).
+// Where no marker shows a call (bare JSON in the Llama and bare-array Mistral forms),
+// the call must name a tool the request declared, so JSON answers stay content.
+// Malformed call text is content, never an error. Whitespace between content and
+// calls is dropped (as vLLM does), so content is not padded with newlines.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace keel {
+
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral };
+
+const char *tool_call_format_name(ToolCallFormat f);
+
+// Picks the format from the vocabulary: a marker that is one token of the vocabulary
+// says which format the model was trained on. token_count(text) is how many tokens
+// `text` encodes to (without BOS). Falls back to kHermes, whose explicit markup makes
+// a false positive unlikely.
+ToolCallFormat detect_tool_call_format(
+    const std::function<std::size_t(std::string_view)> &token_count);
+
+struct ParsedToolCall {
+  std::string name;
+  std::string arguments;  // a JSON object, compact, keys in the model's order
+};
+
+struct ToolParseEvent {
+  enum class Kind { kText, kCall };
+  Kind kind = Kind::kText;
+  std::string text;     // kText
+  ParsedToolCall call;  // kCall
+};
+
+class ToolCallParser {
+ public:
+  // known_tools: the names the request declared (checked only for unmarked calls).
+  ToolCallParser(ToolCallFormat format, std::vector<std::string> known_tools);
+
+  // Feeds more generated text; returns what is now settled, in order. Text that may
+  // still turn out to be (part of) a call is held back.
+  std::vector<ToolParseEvent> feed(std::string_view text);
+  // The end of the output: everything held back is settled.
+  std::vector<ToolParseEvent> finish();
+
+  int calls() const { return calls_; }
+
+ private:
+  enum class State { kStart, kContent, kHermesCall, kMarkedJson, kBareJson, kPassthrough };
+
+  void run(bool final);
+  bool step(bool final);  // one state transition; false when it needs more text
+  void emit_text(std::string text);
+  void emit_call(ParsedToolCall call);
+  bool known(const std::string &name) const;
+
+  ToolCallFormat format_;
+  std::vector<std::string> known_;
+  State state_ = State::kStart;
+  std::string buf_;      // unsettled text
+  std::string held_ws_;  // trailing whitespace of emitted content (dropped before a call)
+  bool after_call_ = false;
+  bool marked_ = false;  // <|python_tag|> seen: any tool name counts
+  int calls_ = 0;
+  std::vector<ToolParseEvent> out_;
+};
+
+struct ToolParseResult {
+  std::string content;
+  std::vector<ParsedToolCall> calls;
+};
+
+// The whole output at once (same result as feeding it in any chunks).
+ToolParseResult parse_tool_calls(std::string_view text, ToolCallFormat format,
+                                 const std::vector<std::string> &known_tools);
+
+// Where the JSON value that starts at text[0] ('{' or '[') ends (one past its closing
+// bracket), or npos while it is incomplete. Sets *too_deep when nesting exceeds
+// max_depth (the caller then treats it as not a call). Strings and escapes are honoured.
+std::size_t json_value_end(std::string_view text, int max_depth, bool *too_deep);
+
+}  // namespace keel
