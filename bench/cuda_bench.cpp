@@ -4,6 +4,7 @@
 // each beside its roofline (measured copy bandwidth and bf16 GEMM rate, given by flags).
 //
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
+//   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -16,11 +17,13 @@ int main() {
 #include <chrono>
 #include <cstring>
 #include <numeric>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
 
 namespace {
@@ -171,6 +174,102 @@ class Bench {
   std::vector<TokenId> last_, prompt_;
 };
 
+// Host wall time of batched KV block transfers (begin_* .. transfer_done polled), the time
+// the engine waits for a restore, for `tokens` tokens of KV in blocks of 16, against one
+// plain pinned cudaMemcpyAsync of the same bytes (the PCIe ceiling).
+int kv_transfer_bench(const ModelConfig &cfg, const std::string &model, int tokens) {
+  cuda::CudaContext ctx;
+  cuda::KvLayout l;
+  l.num_layers = cfg.num_layers;
+  l.block_size = 16;
+  l.num_kv_heads = cfg.num_kv_heads;
+  l.head_dim = cfg.head_dim;
+  const int n = (tokens + 15) / 16;
+  cuda::CudaKvStore kv(ctx, l, 2 * n);
+  const std::size_t bytes = n * kv.block_bytes();
+  auto host = kv.allocate_host(bytes);
+  for (std::size_t i = 0; i < bytes; i += 4096) host[i] = static_cast<std::byte>(i >> 12);
+  std::printf("# KV transfer, %s shape on %s: %d tokens = %d blocks of %.2f MiB = %.3f GiB\n",
+              model.c_str(), ctx.device_name().c_str(), tokens, n, kv.block_bytes() / 1048576.0,
+              bytes / 1073741824.0);
+  std::printf("| %-44s | %9s | %9s | %10s |\n", "transfer", "ms", "GB/s", "host ms");
+  std::printf(
+      "|----------------------------------------------|-----------|-----------|------------|\n");
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  auto report = [&](const std::string &what, std::vector<double> t, std::vector<double> h) {
+    const double ms = median(t) * 1e3;
+    std::printf("| %-44s | %9.2f | %9.1f | %10.3f |\n", what.c_str(), ms, bytes / (ms * 1e-3) / 1e9,
+                median(h) * 1e3);
+    std::fflush(stdout);
+  };
+  // Ceiling: one pinned copy of the same size each way.
+  cuda::DeviceBuffer dev(bytes);
+  for (int dir = 0; dir < 2; ++dir) {
+    std::vector<double> t, h;
+    for (int r = 0; r < 6; ++r) {
+      cuda::Event done;
+      const auto t0 = Clock::now();
+      KEEL_CUDA_CHECK(cudaMemcpyAsync(dir ? host.get() : dev.data(), dir ? dev.data() : host.get(),
+                                      bytes, dir ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                                      ctx.copy_h2d()));
+      done.record(ctx.copy_h2d());
+      h.push_back(seconds(t0, Clock::now()));
+      done.wait(std::chrono::seconds(30), "bench copy");
+      t.push_back(seconds(t0, Clock::now()));
+    }
+    report(std::string("one cudaMemcpyAsync ") + (dir ? "D2H" : "H2D") + " (ceiling)", t, h);
+  }
+  std::vector<std::int32_t> contiguous(n), scattered(n);
+  std::iota(contiguous.begin(), contiguous.end(), 0);
+  for (int i = 0; i < n; ++i) scattered[i] = (i * 2 + (i * 7919) % 2) % (2 * n);  // every other
+  std::shuffle(scattered.begin(), scattered.end(), std::mt19937(7));
+  using M = cuda::CudaKvStore::CopyMethod;
+  for (M m : {M::kPerRun, M::kBatch}) {
+    kv.set_copy_method(m);
+    for (int pattern = 0; pattern < 2; ++pattern) {
+      const auto &ids = pattern ? scattered : contiguous;
+      for (int dir = 0; dir < 2; ++dir) {
+        std::vector<double> t, h;
+        for (int r = 0; r < 6; ++r) {
+          const auto t0 = Clock::now();
+          const auto id = dir ? kv.begin_save(ids, {host.get(), bytes})
+                              : kv.begin_load(ids, {host.get(), bytes});
+          h.push_back(seconds(t0, Clock::now()));
+          while (!kv.transfer_done(id)) {
+          }
+          t.push_back(seconds(t0, Clock::now()));
+        }
+        report(std::string(dir ? "save " : "load ") +
+                   (pattern ? "shuffled blocks" : "consecutive blocks") +
+                   (m == M::kPerRun ? ", memcpy per run" : ", one batch memcpy"),
+               t, h);
+      }
+    }
+  }
+  // A load and a save at once (different blocks): both directions of the link.
+  {
+    std::vector<double> t, h;
+    auto host2 = kv.allocate_host(bytes);
+    std::vector<std::int32_t> upper(n);
+    std::iota(upper.begin(), upper.end(), n);
+    kv.set_copy_method(M::kPerRun);
+    for (int r = 0; r < 6; ++r) {
+      const auto t0 = Clock::now();
+      const auto a = kv.begin_load(contiguous, {host.get(), bytes});
+      const auto b = kv.begin_save(upper, {host2.get(), bytes});
+      h.push_back(seconds(t0, Clock::now()));
+      while (!kv.transfer_done(a) || !kv.transfer_done(b)) {
+      }
+      t.push_back(seconds(t0, Clock::now()) / 2);  // per direction-equivalent of `bytes`
+    }
+    report("load + save back to back (time / 2)", t, h);
+  }
+  return 0;
+}
+
 std::vector<int> parse_list(const std::string &s) {
   std::vector<int> v;
   std::stringstream ss(s);
@@ -185,6 +284,8 @@ int run(int argc, char **argv) {
   std::vector<int> seqs = {8, 32, 64, 128, 256};
   bool long_prefill = true;
   bool profile = false;  // per-phase device time (events between kernels; slows the step)
+  bool kv_transfer = false;
+  int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -205,10 +306,15 @@ int run(int argc, char **argv) {
       long_prefill = false;
     else if (a == "--profile")
       profile = true;
+    else if (a == "--kv-transfer")
+      kv_transfer = true;
+    else if (a == "--tokens")
+      transfer_tokens = std::stoi(val());
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
   const ModelConfig cfg = llama_config(model);
+  if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
   cuda::CudaContext ctx;
   cuda::CudaRunnerOptions o;
   o.block_size = 16;

@@ -9,7 +9,7 @@
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/gemm.h"
-#include "exec/cuda/k_debug.h"
+#include "stream_blocker.h"
 #include "tiny_llama.h"
 
 namespace keel::cuda {
@@ -17,29 +17,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// Holds a context's compute stream with a spinning kernel until release() (or until the
-// kernel's own 60 s safety timeout).
-class StreamBlocker {
- public:
-  explicit StreamBlocker(CudaContext &ctx)
-      : flag_(sizeof(std::int32_t), /*mapped=*/true), status_(4) {
-    *flag_.as<volatile std::int32_t>() = 0;
-    KEEL_CUDA_CHECK(cudaMemsetAsync(status_.data(), 0, 4, ctx.compute()));
-    launch_spin_until_released(ctx.compute(),
-                               static_cast<volatile std::int32_t *>(flag_.device_ptr()),
-                               status_.as<std::int32_t>(), 60000);
-    after_.record(ctx.compute());
-  }
-  ~StreamBlocker() { release(); }
-  void release() { *flag_.as<volatile std::int32_t>() = 1; }
-  const Event &after() const { return after_; }
-  const DeviceBuffer &status() const { return status_; }
-
- private:
-  PinnedBuffer flag_;
-  DeviceBuffer status_;
-  Event after_;
-};
+using test::StreamBlocker;
 
 TEST(CudaConcurrency, HostWaitOnWedgedStreamTimesOut) {
   KEEL_REQUIRE_CUDA_DEVICE();
