@@ -2,12 +2,19 @@
 // one `keel engine` child per loaded model. Every option also comes from an
 // environment variable (KEEL_PORT, ...) or a settings file (--config / KEEL_CONFIG,
 // TOML or INI: `port = 8080`); the command line wins over the environment, which wins
-// over the file.
+// over the file. Per-model settings: `--pin ID` and `--model-ttl ID=SECONDS` (both
+// repeatable; in the file `pin = ["a"]`, `model-ttl = ["a=300", "b=0"]`).
+//
+// Shutdown (SIGTERM/SIGINT): stop accepting connections and refuse new generations,
+// let the requests in flight finish for up to --shutdown-grace seconds, end the rest
+// with an error, stop the engines (they flush their cache and exit; SIGKILL after a
+// few seconds), and exit 0 with a line saying how it went: within the grace plus 5 s.
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -22,13 +29,15 @@ namespace keel::cli {
 
 int cmd_serve(int argc, char **argv) {
   CLI::App app{"keel serve: OpenAI- and Anthropic-compatible server"};
-  std::vector<std::string> model_paths, pins;
+  std::vector<std::string> model_paths, pins, model_ttls;
   std::string model_dir, host = "127.0.0.1", api_key, device = "cpu", memory_budget = "0",
                          cache_dir, hot_cache, ssd_cache, log_level = "info";
   int port = 8000, threads = 0, max_concurrent = 256, kv_blocks = 1024, io_threads = 2,
       workers = 16;
-  double step_deadline_s = 60, heartbeat_timeout_s = 10, idle_ttl_s = 0, load_timeout_s = 600,
-         sse_keepalive_s = 10, unload_grace_s = 3;
+  double step_deadline_s = 0, step_deadline_floor_s = 30, heartbeat_timeout_s = 10, idle_ttl_s = 0,
+         load_timeout_s = 600, sse_keepalive_s = 10, unload_grace_s = 3, shutdown_grace_s = 10;
+  int tensor_parallel = 1;
+  bool enable_faults = false;
   std::string body_limit = "32M";
   app.add_option("models", model_paths,
                  "model directories or .gguf files (default: the built-in model)");
@@ -58,12 +67,29 @@ int cmd_serve(int argc, char **argv) {
       ->envname("KEEL_SSD_CACHE_SIZE");
   app.add_option("--log-level", log_level, "error, warn, info, debug")->envname("KEEL_LOG_LEVEL");
   app.add_option("--kv-blocks", kv_blocks, "KV cache blocks per engine")->envname("KEEL_KV_BLOCKS");
-  app.add_option("--pin", pins, "keep this model loaded (never evicted)");
+  app.add_option("--pin", pins, "keep this model loaded: never evicted, restarted after a stall");
+  app.add_option(
+      "--model-ttl", model_ttls,
+      "ID=SECONDS: unload this model after so long idle (0: never); overrides --idle-ttl");
   app.add_option("--idle-ttl", idle_ttl_s, "unload a model idle this many seconds (0: never)")
       ->envname("KEEL_IDLE_TTL");
   app.add_option("--step-deadline", step_deadline_s,
-                 "seconds one engine step may take before the engine is killed")
+                 "seconds one engine step may take before the engine is killed (0: "
+                 "max(floor, 10 x the slowest step seen))")
       ->envname("KEEL_STEP_DEADLINE");
+  app.add_option("--step-deadline-floor", step_deadline_floor_s,
+                 "the least step deadline when it is scaled")
+      ->envname("KEEL_STEP_DEADLINE_FLOOR")
+      ->capture_default_str();
+  app.add_option("--shutdown-grace", shutdown_grace_s,
+                 "seconds SIGTERM lets requests in flight finish before ending them")
+      ->envname("KEEL_SHUTDOWN_GRACE")
+      ->capture_default_str();
+  app.add_option("--tensor-parallel", tensor_parallel, "GPUs per engine (tensor parallel)")
+      ->envname("KEEL_TENSOR_PARALLEL");
+  app.add_flag("--enable-fault-injection", enable_faults,
+               "allow POST /debug/faults (tests only: it can stall or crash engines)")
+      ->envname("KEEL_ENABLE_FAULT_INJECTION");
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "seconds without any report from an engine before it is killed")
       ->envname("KEEL_HEARTBEAT_TIMEOUT");
@@ -88,6 +114,20 @@ int cmd_serve(int argc, char **argv) {
   if (max_concurrent < 1)
     throw Error(ErrorCode::kInvalidArgument, "--max-concurrent: must be at least 1");
   auto ms = [](double s) { return std::chrono::milliseconds(static_cast<std::int64_t>(s * 1000)); };
+  const auto level = parse_log_level(log_level);
+  if (!level)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--log-level: '" + log_level + "' is not one of error, warn, info, debug");
+  const Logger log(*level);
+  if (tensor_parallel < 1)
+    throw Error(ErrorCode::kInvalidArgument, "--tensor-parallel: must be at least 1");
+  for (double v : {step_deadline_s, step_deadline_floor_s, shutdown_grace_s, unload_grace_s})
+    if (!(v >= 0 && v < 1e7))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--step-deadline/--step-deadline-floor/--shutdown-grace/--unload-grace: "
+                  "seconds must be 0 or more");
+  // Engines inherit the environment: the level reaches `keel engine` as KEEL_LOG_LEVEL.
+  ::setenv("KEEL_LOG_LEVEL", log_level_name(*level), 1);
 
   RegistryOptions ro;
   std::error_code ec;
@@ -102,8 +142,13 @@ int cmd_serve(int argc, char **argv) {
     ro.engine_args.insert(ro.engine_args.end(), {"--hot-cache-size", hot_cache});
   if (!ssd_cache.empty())
     ro.engine_args.insert(ro.engine_args.end(), {"--ssd-cache-size", ssd_cache});
+  if (tensor_parallel > 1)
+    ro.engine_args.insert(ro.engine_args.end(),
+                          {"--tensor-parallel", std::to_string(tensor_parallel)});
   ro.memory_budget_bytes = parse_size(memory_budget, "--memory-budget");
   ro.step_deadline = ms(step_deadline_s);
+  ro.step_deadline_floor = ms(step_deadline_floor_s);
+  ro.log = log;
   ro.idle_ttl = ms(idle_ttl_s);
   ro.heartbeat_timeout = ms(heartbeat_timeout_s);
   ro.load_timeout = ms(load_timeout_s);
@@ -133,15 +178,42 @@ int cmd_serve(int argc, char **argv) {
     first_model = registry.add_model(*def);
   }
   if (first_model.empty() && !registry.ids().empty()) first_model = registry.ids().front();
-  for (const auto &id : pins) registry.set_pinned(id, true);
+  for (const auto &id : pins) {
+    if (!registry.has(id))
+      throw Error(ErrorCode::kNotFound, "--pin: '" + id + "' is not a model this server knows");
+    registry.set_pinned(id, true);
+  }
+  for (const auto &spec : model_ttls) {
+    const auto eq = spec.rfind('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(ErrorCode::kInvalidArgument, "--model-ttl: '" + spec + "' is not ID=SECONDS");
+    const std::string id = spec.substr(0, eq);
+    double secs = -1;
+    try {
+      std::size_t used = 0;
+      secs = std::stod(spec.substr(eq + 1), &used);
+      if (used != spec.size() - eq - 1) secs = -1;
+    } catch (const std::exception &) {
+    }
+    if (!(secs >= 0 && secs < 1e9))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--model-ttl: '" + spec + "': SECONDS must be a number, 0 or more");
+    if (!registry.has(id))
+      throw Error(ErrorCode::kNotFound,
+                  "--model-ttl: '" + id + "' is not a model this server knows");
+    ModelSettings ms_settings;
+    ms_settings.idle_ttl = ms(secs);
+    registry.configure(id, ms_settings);
+  }
 
   server::ApiOptions ao;
   ao.api_key = api_key;
   ao.workers = workers;
   ao.load_timeout = ro.load_timeout;
-  ao.step_deadline = ro.step_deadline;
   ao.heartbeat_timeout = ro.heartbeat_timeout;
   ao.default_model = first_model;
+  ao.enable_fault_injection = enable_faults;
+  ao.log = log;
   server::ApiServer api(ao, registry);
 
   server::HttpOptions ho;
@@ -158,19 +230,43 @@ int cmd_serve(int argc, char **argv) {
   api.set_http_counters(&http.counters());
   std::string ids;
   for (const auto &id : registry.ids()) ids += (ids.empty() ? "" : ", ") + id;
-  std::fprintf(stderr, "keel serve: models: %s\n", ids.c_str());
+  log.log(LogLevel::kInfo, "models: %s", ids.c_str());
+  if (enable_faults)
+    log.log(LogLevel::kWarn, "fault injection is on (/debug/faults): not for production");
+  // Always printed (tests and scripts wait for it), whatever the level.
   std::fprintf(stderr, "keel serve: listening on http://%s:%u\n", host.c_str(),
                static_cast<unsigned>(http.port()));
   std::fflush(stderr);
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "keel serve: %s: shutting down\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-  // Order: stop taking connections, let handlers finish, then stop the engines (the
-  // registry's destructor unloads with a bounded grace each).
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  const std::size_t at_signal = registry.requests_in_flight();
+  log.log(LogLevel::kWarn,
+          "%s: shutting down: no new connections; %zu request(s) in flight get %.1f s",
+          sig == SIGINT ? "SIGINT" : "SIGTERM", at_signal, shutdown_grace_s);
+  // Order: stop admission, drain within the grace, end what is left, stop the engines,
+  // then close connections (after the error events went out) and the handlers.
+  http.stop_accepting();
+  api.set_draining();
+  const auto grace_end = t0 + ms(shutdown_grace_s);
+  while (registry.requests_in_flight() > 0 && Clock::now() < grace_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::size_t aborted = registry.requests_in_flight();
+  if (aborted > 0)
+    log.log(LogLevel::kWarn, "grace period over: ending %zu request(s) with an error", aborted);
+  // Engines get a few seconds to flush and exit; past that they are killed.
+  registry.shutdown(std::min(ro.unload_grace, std::chrono::milliseconds(3000)),
+                    "server is shutting down");
+  std::this_thread::sleep_for(std::chrono::milliseconds(aborted > 0 ? 200 : 0));
   http.stop();
-  registry.shutdown();  // wakes handlers waiting for a load, ends every engine (bounded)
   api.stop();
+  std::fprintf(stderr,
+               "keel serve: exited cleanly in %.1f s (%zu request(s) in flight at the signal, "
+               "%zu ended at the grace period; engines stopped)\n",
+               std::chrono::duration<double>(Clock::now() - t0).count(), at_signal, aborted);
+  std::fflush(stderr);
   return 0;
 }
 

@@ -3,6 +3,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace keel::ipc {
@@ -39,6 +41,7 @@ void IpcEngineClient::abort(RequestId id) {
   {
     std::lock_guard lock(mu_);
     if (dead_ || !sinks_.count(id.value)) return;
+    abandoned_.insert(id.value);
   }
   writer_.write(FrameType::kAbort, encode_abort(id));
 }
@@ -46,8 +49,49 @@ void IpcEngineClient::abort(RequestId id) {
 EngineStatus IpcEngineClient::status() const {
   std::lock_guard lock(mu_);
   EngineStatus s = status_;
-  if (dead_) s.running = s.waiting = s.preempted = s.loading_cache = 0;
+  if (dead_) {
+    s.running = s.waiting = s.preempted = s.loading_cache = 0;
+    return s;
+  }
+  // The child's report lags its events by up to a heartbeat; cap it by the requests
+  // the front still waits on, taking the excess off running first (an ended request
+  // was most likely decoding), then waiting.
+  const auto live = static_cast<std::int32_t>(sinks_.size() - abandoned_.size());
+  std::int32_t excess = s.running + s.waiting - live;
+  if (excess > 0) {
+    const std::int32_t r = std::min(excess, s.running);
+    s.running -= r;
+    s.waiting -= std::min(excess - r, s.waiting);
+  }
+  s.preempted = std::min(s.preempted, s.waiting);
+  s.loading_cache = std::min(s.loading_cache, live);
   return s;
+}
+
+void IpcEngineClient::clear_cache() {
+  {
+    std::lock_guard lock(mu_);
+    if (dead_) throw Error(ErrorCode::kUnavailable, "engine: " + dead_reason_);
+  }
+  if (!writer_.write(FrameType::kClearCache, ""))
+    throw Error(ErrorCode::kUnavailable, "engine: the engine process closed its socket");
+}
+
+void IpcEngineClient::inject_fault(const FaultSpec &spec) {
+  {
+    std::lock_guard lock(mu_);
+    if (dead_) throw Error(ErrorCode::kUnavailable, "engine: " + dead_reason_);
+  }
+  if (!writer_.write(FrameType::kInjectFault, encode_fault(spec)))
+    throw Error(ErrorCode::kUnavailable, "engine: the engine process closed its socket");
+  std::lock_guard lock(mu_);
+  std::erase_if(armed_, [&](const FaultSpec &f) { return f.kind == spec.kind; });
+  if (spec.count > 0) armed_.push_back(spec);
+}
+
+std::vector<FaultSpec> IpcEngineClient::armed_faults() const {
+  std::lock_guard lock(mu_);
+  return dead_ ? std::vector<FaultSpec>{} : armed_;
 }
 
 ReadyInfo IpcEngineClient::wait_ready(std::chrono::steady_clock::time_point deadline) {
@@ -94,7 +138,10 @@ void IpcEngineClient::deliver(const RequestEvent &event) {
     auto it = sinks_.find(event.id.value);
     if (it == sinks_.end()) return;  // already finished (e.g. failed by the supervisor)
     sink = event.finish ? std::move(it->second) : it->second;
-    if (event.finish) sinks_.erase(it);
+    if (event.finish) {
+      sinks_.erase(it);
+      abandoned_.erase(event.id.value);
+    }
   }
   sink(event);
 }
@@ -113,6 +160,7 @@ void IpcEngineClient::fail_all(const std::string &reason) {
   {
     std::lock_guard lock(mu_);
     sinks.swap(sinks_);
+    abandoned_.clear();
   }
   for (auto &[id, sink] : sinks) {
     RequestEvent e;
@@ -153,6 +201,12 @@ void IpcEngineClient::reader_loop() {
           EngineStatus s = decode_status(frame->payload);
           std::lock_guard lock(mu_);
           status_ = s;
+          break;
+        }
+        case FrameType::kArmedFaults: {
+          auto faults = decode_faults(frame->payload);
+          std::lock_guard lock(mu_);
+          armed_ = std::move(faults);
           break;
         }
         default:

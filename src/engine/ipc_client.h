@@ -12,6 +12,8 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
+#include <vector>
 
 #include "engine/engine_api.h"
 #include "engine/ipc_frame.h"
@@ -30,8 +32,14 @@ class IpcEngineClient : public EngineApi {
   // Throws Error(kUnavailable) when the engine is dead (nothing is queued then).
   void submit(GenerationRequest request, EventSink sink) override;
   void abort(RequestId id) override;
-  // The last status the child reported.
+  // The last status the child reported, its request counts capped by what the front
+  // still waits on: a request the front has ended (a stop string matched, the client
+  // left) is never shown, even before the child's next report says it is gone.
   EngineStatus status() const override;
+  void clear_cache() override;
+  // Arms in the child; the list mirrors the child's reports (and this call, at once).
+  void inject_fault(const FaultSpec &spec) override;
+  std::vector<FaultSpec> armed_faults() const override;
 
   // Waits for the child's hello. Throws Error(kUnavailable) naming the cause when the
   // child reported a load error or died, and Error(kTimeout) past the deadline.
@@ -65,6 +73,8 @@ class IpcEngineClient : public EngineApi {
   EngineStatus status_;
   std::chrono::steady_clock::time_point last_heard_;
   std::unordered_map<std::uint64_t, EventSink> sinks_;
+  std::unordered_set<std::uint64_t> abandoned_;  // in sinks_, aborted by the front
+  std::vector<FaultSpec> armed_;
   std::mutex deliver_mu_;  // orders deliveries so a request never gets two finishes
 };
 

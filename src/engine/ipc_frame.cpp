@@ -65,7 +65,7 @@ std::optional<Frame> FrameReader::read() {
     throw Error(ErrorCode::kFormat,
                 "ipc: frame of " + std::to_string(len) + " bytes is over the limit");
   if (header[4] < static_cast<unsigned>(FrameType::kHello) ||
-      header[4] > static_cast<unsigned>(FrameType::kShutdown))
+      header[4] > static_cast<unsigned>(kLastFrameType))
     throw Error(ErrorCode::kFormat, "ipc: unknown frame type " + std::to_string(header[4]));
   Frame f;
   f.type = static_cast<FrameType>(header[4]);

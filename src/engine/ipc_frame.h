@@ -12,14 +12,18 @@
 namespace keel::ipc {
 
 enum class FrameType : std::uint8_t {
-  kHello = 1,  // child -> front: model loaded, its facts (ReadyInfo)
-  kLoadError,  // child -> front: the model could not be loaded
-  kSubmit,     // front -> child: a GenerationRequest
-  kAbort,      // front -> child: a request id
-  kEvent,      // child -> front: RequestEvent(s) of one step
-  kStatus,     // child -> front: EngineStatus, sent as a heartbeat
-  kShutdown,   // front -> child: stop admission, abort, exit
+  kHello = 1,    // child -> front: model loaded, its facts (ReadyInfo)
+  kLoadError,    // child -> front: the model could not be loaded
+  kSubmit,       // front -> child: a GenerationRequest
+  kAbort,        // front -> child: a request id
+  kEvent,        // child -> front: RequestEvent(s) of one step
+  kStatus,       // child -> front: EngineStatus, sent as a heartbeat
+  kShutdown,     // front -> child: stop admission, abort, exit
+  kInjectFault,  // front -> child: arm a FaultSpec (count 0 disarms its kind)
+  kClearCache,   // front -> child: forget every cached prefix block
+  kArmedFaults,  // child -> front: the faults armed now (after a change and with heartbeats)
 };
+constexpr FrameType kLastFrameType = FrameType::kArmedFaults;
 
 constexpr std::uint32_t kMaxFrameBytes = 256u << 20;
 

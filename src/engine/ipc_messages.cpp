@@ -267,4 +267,46 @@ EngineStatus decode_status(const std::string &payload) {
   });
 }
 
+namespace {
+
+json fault_json(const FaultSpec &f) {
+  json j{{"kind", fault_kind_name(f.kind)}, {"count", f.count}};
+  j["seconds"] = f.seconds ? json(*f.seconds) : json(nullptr);
+  return j;
+}
+
+FaultSpec fault_from(const json &j) {
+  FaultSpec f;
+  const auto kind = parse_fault_kind(j.at("kind").get<std::string>());
+  if (!kind) throw Error(ErrorCode::kFormat, "ipc fault: unknown kind");
+  f.kind = *kind;
+  f.count = j.at("count").get<std::int32_t>();
+  if (j.contains("seconds") && !j["seconds"].is_null()) f.seconds = j["seconds"].get<double>();
+  return f;
+}
+
+}  // namespace
+
+std::string encode_fault(const FaultSpec &spec) { return fault_json(spec).dump(); }
+
+FaultSpec decode_fault(const std::string &payload) {
+  const json j = parse(payload, "fault");
+  return guarded("fault", [&] { return fault_from(j); });
+}
+
+std::string encode_faults(const std::vector<FaultSpec> &specs) {
+  json a = json::array();
+  for (const auto &f : specs) a.push_back(fault_json(f));
+  return a.dump();
+}
+
+std::vector<FaultSpec> decode_faults(const std::string &payload) {
+  const json j = parse(payload, "faults");
+  return guarded("faults", [&] {
+    std::vector<FaultSpec> v;
+    for (const auto &e : j) v.push_back(fault_from(e));
+    return v;
+  });
+}
+
 }  // namespace keel::ipc

@@ -36,6 +36,11 @@ RequestEvent decode_event(const std::string &payload);
 std::string encode_status(const EngineStatus &status);
 EngineStatus decode_status(const std::string &payload);
 
+std::string encode_fault(const FaultSpec &spec);
+FaultSpec decode_fault(const std::string &payload);
+std::string encode_faults(const std::vector<FaultSpec> &specs);
+std::vector<FaultSpec> decode_faults(const std::string &payload);
+
 const char *finish_reason_name(FinishReason reason);
 
 }  // namespace keel::ipc

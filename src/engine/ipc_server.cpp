@@ -50,8 +50,14 @@ void IpcEngineServer::heartbeat_loop(EngineApi &engine) {
   while (!stopping_) {
     lock.unlock();
     std::string payload = encode_status(engine.status());
+    std::string faults = encode_faults(engine.armed_faults());
     lock.lock();
     queue_.emplace_back(FrameType::kStatus, std::move(payload));
+    // Faults are taken by the engine as they strike: report the list when it changed.
+    if (faults != last_faults_) {
+      last_faults_ = faults;
+      queue_.emplace_back(FrameType::kArmedFaults, std::move(faults));
+    }
     cv_.notify_all();
     cv_.wait_for(lock, heartbeat_interval_, [&] { return stopping_; });
   }
@@ -82,6 +88,25 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
         engine.abort(decode_abort(frame->payload));
       } else if (frame->type == FrameType::kShutdown) {
         break;
+      } else if (frame->type == FrameType::kInjectFault) {
+        const FaultSpec spec = decode_fault(frame->payload);
+        try {
+          engine.inject_fault(spec);
+          std::fprintf(stderr, "keel engine: fault armed: %s\n", fault_kind_name(spec.kind));
+        } catch (const Error &e) {
+          std::fprintf(stderr, "keel engine: %s\n", e.what());
+        }
+        std::string faults = encode_faults(engine.armed_faults());
+        std::lock_guard lock(mu_);
+        last_faults_ = faults;
+        queue_.emplace_back(FrameType::kArmedFaults, std::move(faults));
+        cv_.notify_all();
+      } else if (frame->type == FrameType::kClearCache) {
+        try {
+          engine.clear_cache();
+        } catch (const Error &e) {
+          std::fprintf(stderr, "keel engine: %s\n", e.what());
+        }
       } else {
         throw Error(ErrorCode::kFormat, "ipc: unexpected frame type from the front");
       }

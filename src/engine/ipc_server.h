@@ -45,6 +45,7 @@ class IpcEngineServer {
   std::deque<std::pair<FrameType, std::string>> queue_;
   bool stopping_ = false;
   std::unordered_set<std::uint64_t> in_flight_;
+  std::string last_faults_ = "[]";  // the armed list last sent
 };
 
 }  // namespace keel::ipc

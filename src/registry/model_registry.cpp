@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 
 #include "core/error.h"
 
@@ -96,9 +97,26 @@ struct ModelRegistry::Entry {
   std::uint64_t attempt = 0;  // counts spawns, so waiters can tell their attempt failed
   std::int32_t restarts = 0;
   std::string last_error;
+  int waiters = 0;            // acquires waiting for this model to become ready
+  double slowest_step = 0.0;  // seconds, of any step its engines completed
+  std::optional<std::chrono::milliseconds> idle_ttl;  // else the server's
+  std::deque<std::pair<ModelState, Clock::time_point>> history;
 
   std::int64_t footprint() const { return memory > 0 ? std::max(memory, estimate) : estimate; }
 };
+
+void ModelRegistry::set_state(Entry &e, ModelState s) {
+  if (e.state == s && !e.history.empty()) return;
+  e.state = s;
+  e.history.emplace_back(s, Clock::now());
+  while (e.history.size() > 12) e.history.pop_front();
+}
+
+double ModelRegistry::step_deadline_seconds(const Entry &e) const {
+  if (options_.step_deadline.count() > 0) return options_.step_deadline.count() / 1000.0;
+  return std::max(options_.step_deadline_floor.count() / 1000.0,
+                  options_.step_deadline_factor * e.slowest_step);
+}
 
 ModelLease::ModelLease(std::shared_ptr<LoadedModel> m, std::function<void()> on_release)
     : model_(std::move(m)), on_release_(std::move(on_release)) {
@@ -118,7 +136,8 @@ ModelRegistry::ModelRegistry(RegistryOptions options) : options_(std::move(optio
 
 ModelRegistry::~ModelRegistry() { shutdown(); }
 
-void ModelRegistry::shutdown() {
+void ModelRegistry::shutdown(std::optional<std::chrono::milliseconds> grace,
+                             const std::string &why) {
   std::vector<std::shared_ptr<EngineProcess>> procs;
   {
     std::lock_guard lock(mu_);
@@ -127,14 +146,23 @@ void ModelRegistry::shutdown() {
     for (auto &[id, e] : entries_) {
       if (e->proc) procs.push_back(std::move(e->proc));
       e->loaded.reset();
-      e->state = ModelState::kAvailable;
+      set_state(*e, ModelState::kAvailable);
     }
   }
   cv_.notify_all();
   supervisor_.join();
+  // Every engine at once, under one deadline: N engines take one grace, not N.
+  for (auto &p : procs) p->client().fail_all(why);
   for (auto &p : procs) p->client().request_shutdown();
-  for (auto &p : procs) p->shutdown(options_.unload_grace);
-  graveyard_.clear();
+  const auto until = Clock::now() + grace.value_or(options_.unload_grace);
+  for (auto &p : procs)
+    p->shutdown(
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+  {
+    std::lock_guard g(graveyard_mu_);
+    graveyard_.clear();
+  }
 }
 
 std::string ModelRegistry::add_model(const fs::path &path, bool pinned) {
@@ -188,6 +216,37 @@ void ModelRegistry::set_pinned(const std::string &id, bool pinned) {
   entry(id).pinned = pinned;
 }
 
+void ModelRegistry::configure(const std::string &id, const ModelSettings &settings) {
+  std::lock_guard lock(mu_);
+  Entry &e = entry(id);
+  if (settings.pinned) e.pinned = *settings.pinned;
+  if (settings.idle_ttl) e.idle_ttl = *settings.idle_ttl;
+}
+
+ModelLease ModelRegistry::lease_of(Entry &e) {
+  e.last_used = Clock::now();
+  return ModelLease(e.loaded, [this, &e] {
+    std::lock_guard l(mu_);
+    e.last_used = Clock::now();
+  });
+}
+
+std::optional<ModelLease> ModelRegistry::try_lease(const std::string &id) {
+  std::lock_guard lock(mu_);
+  Entry &e = entry(id);
+  if (stopping_ || e.state != ModelState::kReady || !e.loaded) return std::nullopt;
+  return lease_of(e);
+}
+
+std::vector<ModelLease> ModelRegistry::ready_leases() {
+  std::lock_guard lock(mu_);
+  std::vector<ModelLease> out;
+  if (stopping_) return out;
+  for (auto &[id, e] : entries_)
+    if (e->state == ModelState::kReady && e->loaded) out.push_back(lease_of(*e));
+  return out;
+}
+
 ModelRegistry::Entry &ModelRegistry::entry(const std::string &id) {
   auto it = entries_.find(id);
   if (it == entries_.end())
@@ -219,8 +278,8 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock)
                   "model '" + target.id + "' needs about " + mib(need) + " but " + mib(used) +
                       " of the " + mib(budget) +
                       " memory budget is held by models that are busy or pinned");
-    std::fprintf(stderr, "keel serve: unloading '%s' (least recently used) to make room for '%s'\n",
-                 victim->id.c_str(), target.id.c_str());
+    options_.log.log(LogLevel::kInfo, "unloading '%s' (least recently used) to make room for '%s'",
+                     victim->id.c_str(), target.id.c_str());
     stop_engine(*victim, lock, "model unloaded to make room for '" + target.id + "'");
   }
 }
@@ -231,7 +290,7 @@ void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock) 
   if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
   EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args};
   e.proc = EngineProcess::spawn(launch);
-  e.state = ModelState::kLoading;
+  set_state(e, ModelState::kLoading);
   e.spawned_at = Clock::now();
   e.attempt++;
   e.last_error.clear();
@@ -243,15 +302,15 @@ void ModelRegistry::stop_engine(Entry &e, std::unique_lock<std::mutex> &lock,
   e.loaded.reset();
   e.memory = 0;
   if (!proc) {
-    e.state = ModelState::kAvailable;
+    set_state(e, ModelState::kAvailable);
     return;
   }
-  e.state = ModelState::kUnloading;
+  set_state(e, ModelState::kUnloading);
   lock.unlock();
   proc->client().fail_all(why);  // ends streams at once; the child aborts its side
   proc->shutdown(options_.unload_grace);
   lock.lock();
-  e.state = ModelState::kAvailable;
+  set_state(e, ModelState::kAvailable);
   cv_.notify_all();
 }
 
@@ -261,13 +320,7 @@ ModelLease ModelRegistry::acquire(const std::string &id, Clock::time_point deadl
   std::uint64_t my_attempt = 0;
   for (;;) {
     if (stopping_) throw Error(ErrorCode::kUnavailable, "server is shutting down");
-    if (e.state == ModelState::kReady && e.loaded) {
-      e.last_used = Clock::now();
-      return ModelLease(e.loaded, [this, &e] {
-        std::lock_guard l(mu_);
-        e.last_used = Clock::now();
-      });
-    }
+    if (e.state == ModelState::kReady && e.loaded) return lease_of(e);
     if (e.state == ModelState::kAvailable) {
       if (my_attempt != 0 && e.attempt == my_attempt && !e.last_error.empty())
         throw Error(ErrorCode::kUnavailable, "model '" + id + "' failed to load: " + e.last_error);
@@ -275,7 +328,10 @@ ModelLease ModelRegistry::acquire(const std::string &id, Clock::time_point deadl
       my_attempt = e.attempt;
       continue;
     }
-    if (cv_.wait_until(lock, deadline) == std::cv_status::timeout && e.state != ModelState::kReady)
+    e.waiters++;  // a stalled engine with waiters is restarted for them
+    const auto woke = cv_.wait_until(lock, deadline);
+    e.waiters--;
+    if (woke == std::cv_status::timeout && e.state != ModelState::kReady)
       throw Error(ErrorCode::kTimeout, "model '" + id + "' is " + model_state_name(e.state) +
                                            " and was not ready in time");
   }
@@ -337,13 +393,13 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
           graveyard_.push_back(std::move(keep));
         });
         e.memory = info->memory_bytes;
-        e.state = ModelState::kReady;
+        set_state(e, ModelState::kReady);
         e.last_used = now;
         cv_.notify_all();
       } else if (client.dead() || e.proc->exited(&how)) {
         e.last_error = client.dead() ? client.dead_reason() : "engine process " + how;
         auto proc = std::move(e.proc);
-        e.state = ModelState::kAvailable;
+        set_state(e, ModelState::kAvailable);
         const std::string why = e.last_error;
         lock.unlock();
         proc->kill(why);
@@ -354,7 +410,7 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
         e.last_error = "loading took longer than " +
                        std::to_string(options_.load_timeout.count() / 1000) + " s";
         auto proc = std::move(e.proc);
-        e.state = ModelState::kAvailable;
+        set_state(e, ModelState::kAvailable);
         const std::string why = e.last_error;
         lock.unlock();
         proc->kill(why);
@@ -369,6 +425,8 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
     const EngineStatus st = client.status();
     const double step_age =
         st.step_in_progress_seconds > 0 ? st.step_in_progress_seconds + heard : 0.0;
+    e.slowest_step = std::max(e.slowest_step, st.last_step_seconds);
+    const double deadline = step_deadline_seconds(e);
     std::string why;
     if (client.dead() || e.proc->exited(&how)) {
       e.proc->exited(&how);
@@ -377,38 +435,59 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
     } else if (heard * 1000 > options_.heartbeat_timeout.count()) {
       why = "engine for model '" + e.id + "' stalled: no heartbeat for " +
             std::to_string(static_cast<int>(heard)) + " s";
-    } else if (step_age * 1000 > options_.step_deadline.count()) {
-      why = "engine for model '" + e.id + "' stalled: a step has run for " +
-            std::to_string(static_cast<int>(step_age)) + " s, past its deadline of " +
-            std::to_string(options_.step_deadline.count() / 1000) + " s";
+    } else if (step_age > deadline) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "a step has run for %.1f s, past its deadline of %.1f s",
+                    step_age, deadline);
+      why = "engine for model '" + e.id + "' stalled: " + buf;
     }
     if (!why.empty()) {
-      std::fprintf(stderr, "keel serve: %s; killing and restarting it\n", why.c_str());
       auto proc = std::move(e.proc);
+      const pid_t pid = proc->pid();
       e.loaded.reset();
-      e.state = ModelState::kStalled;
+      e.memory = 0;
+      set_state(e, ModelState::kStalled);
       e.last_error = why;
+      options_.log.log(LogLevel::kError, "%s; killing engine pid %d", why.c_str(),
+                       static_cast<int>(pid));
       lock.unlock();
-      proc->kill(why);  // fails its requests at once, then SIGKILL
+      proc->kill(why);  // fails its requests at once, then SIGKILL and reap
+      const bool reaped = proc->exited();
       proc.reset();
       lock.lock();
+      options_.log.log(reaped ? LogLevel::kInfo : LogLevel::kError, "engine pid %d for '%s' %s",
+                       static_cast<int>(pid), e.id.c_str(),
+                       reaped ? "is gone (its memory is back with the system)"
+                              : "did not die after SIGKILL (uninterruptible?)");
       if (stopping_) return;
+      if (!e.pinned && e.waiters == 0) {
+        // Nobody needs it now: the next request loads it again.
+        set_state(e, ModelState::kAvailable);
+        options_.log.log(
+            LogLevel::kInfo,
+            "'%s' not restarted (not pinned, no request waiting); it loads on next use",
+            e.id.c_str());
+        cv_.notify_all();
+        return;
+      }
+      options_.log.log(LogLevel::kInfo, "restarting the engine for '%s'", e.id.c_str());
       e.restarts++;
       try {
         e.proc = EngineProcess::spawn({options_.keel_executable, e.path, options_.engine_args});
-        e.state = ModelState::kRestarting;
+        set_state(e, ModelState::kRestarting);
         e.spawned_at = Clock::now();
         e.attempt++;
       } catch (const Error &err) {
-        e.state = ModelState::kAvailable;
+        set_state(e, ModelState::kAvailable);
         e.last_error = err.what();
       }
       cv_.notify_all();
       return;
     }
-    if (options_.idle_ttl.count() > 0 && !e.pinned && e.loaded && e.loaded->leases == 0 &&
-        client.in_flight() == 0 && now - e.last_used > options_.idle_ttl) {
-      std::fprintf(stderr, "keel serve: unloading idle model '%s'\n", e.id.c_str());
+    const auto ttl = e.idle_ttl.value_or(options_.idle_ttl);
+    if (ttl.count() > 0 && !e.pinned && e.loaded && e.loaded->leases == 0 &&
+        client.in_flight() == 0 && now - e.last_used > ttl) {
+      options_.log.log(LogLevel::kInfo, "unloading idle model '%s'", e.id.c_str());
       stop_engine(e, lock, "model '" + e.id + "' unloaded after its idle time");
       return;
     }
@@ -436,9 +515,22 @@ std::vector<ModelReport> ModelRegistry::report() const {
       r.engine = e->proc->client().status();
       r.heartbeat_age_seconds = e->proc->client().seconds_since_heard();
     }
+    r.step_deadline_seconds = step_deadline_seconds(*e);
+    r.idle_ttl = e->idle_ttl.value_or(options_.idle_ttl);
+    const auto now = Clock::now();
+    for (const auto &[st, at] : e->history)
+      r.history.emplace_back(st, std::chrono::duration<double>(now - at).count());
     out.push_back(std::move(r));
   }
   return out;
+}
+
+std::size_t ModelRegistry::requests_in_flight() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto &[id, e] : entries_)
+    if (e->proc) n += e->proc->client().in_flight();
+  return n;
 }
 
 std::int64_t ModelRegistry::memory_in_use() const {

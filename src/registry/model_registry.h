@@ -10,8 +10,17 @@
 // Loading happens on first use (acquire) or on request (load). Before a load, idle
 // unpinned models are unloaded least-recently-used first until the new one fits; a
 // model that cannot fit raises Error(kResourceExhausted) (HTTP 507). The supervisor
-// thread watches every engine: a dead process or a step older than its deadline fails
-// that engine's requests at once, kills it and restarts it.
+// thread watches every engine: a dead process, a silent one, or a step older than its
+// deadline (the model goes `stalled`) fails that engine's requests at once and kills
+// it (SIGKILL, reaped: the OS takes its memory back); it is restarted when it is
+// pinned or requests wait for it, else it goes back to `available` and loads on next use.
+//
+// Step deadline: a fixed --step-deadline, or by default
+//   max(step_deadline_floor, step_deadline_factor x the slowest step this model's
+//   engines have completed so far)
+// (30 s and 10 x by default): the slowest step seen is the largest step's work at this
+// model's speed on this device, so a big model on a slow device gets a longer leash
+// while a wedge on a fast one is caught at the floor.
 #pragma once
 
 #include <atomic>
@@ -29,6 +38,7 @@
 #include "engine/engine_api.h"
 #include "engine/ipc_messages.h"
 #include "registry/engine_process.h"
+#include "registry/log.h"
 #include "registry/model_text.h"
 
 namespace keel {
@@ -38,11 +48,21 @@ struct RegistryOptions {
   std::vector<std::string> engine_args;  // passed to every `keel engine`
   std::int64_t memory_budget_bytes = 0;  // 0: no budget
   std::chrono::milliseconds load_timeout{600'000};
-  std::chrono::milliseconds step_deadline{60'000};      // a step running longer is a stall
+  // A step running longer is a stall; 0: scaled (see above).
+  std::chrono::milliseconds step_deadline{0};
+  std::chrono::milliseconds step_deadline_floor{30'000};
+  double step_deadline_factor = 10.0;
   std::chrono::milliseconds heartbeat_timeout{10'000};  // no frame at all for this long
   std::chrono::milliseconds unload_grace{3'000};
-  std::chrono::milliseconds idle_ttl{0};  // 0: keep loaded models
+  std::chrono::milliseconds idle_ttl{0};  // 0: keep loaded models (per model: ModelSettings)
   std::chrono::milliseconds supervise_interval{100};
+  Logger log;
+};
+
+// Per-model settings (--pin ID, --model-ttl ID=SECONDS, [model.ID] in the settings file).
+struct ModelSettings {
+  std::optional<bool> pinned;
+  std::optional<std::chrono::milliseconds> idle_ttl;  // 0: never unload when idle
 };
 
 enum class ModelState { kAvailable, kLoading, kReady, kRestarting, kUnloading, kStalled };
@@ -87,15 +107,21 @@ struct ModelReport {
   double heartbeat_age_seconds = 0.0;  // since the front last heard from the engine
   int leases = 0;
   std::optional<EngineStatus> engine;
+  double step_deadline_seconds = 0.0;  // the deadline in force for this model's steps
+  std::chrono::milliseconds idle_ttl{0};
+  // The last state changes, oldest first: (state, seconds ago).
+  std::vector<std::pair<ModelState, double>> history;
 };
 
 class ModelRegistry {
  public:
   explicit ModelRegistry(RegistryOptions options);
   ~ModelRegistry();  // shutdown()
-  // Refuses new work (waiting acquires throw kUnavailable), then stops every engine,
-  // each within unload_grace plus a kill. Idempotent.
-  void shutdown();
+  // Refuses new work (waiting acquires throw kUnavailable), ends the requests still in
+  // flight with `why`, then stops every engine (they flush and exit) within `grace`
+  // (default unload_grace) plus a kill. Idempotent.
+  void shutdown(std::optional<std::chrono::milliseconds> grace = std::nullopt,
+                const std::string &why = "server is shutting down");
 
   // Adds a model (HF directory or .gguf file). Id: the directory name or file stem.
   std::string add_model(const std::filesystem::path &path, bool pinned = false);
@@ -104,12 +130,17 @@ class ModelRegistry {
   std::vector<std::string> ids() const;
   bool has(const std::string &id) const;
   void set_pinned(const std::string &id, bool pinned);
+  void configure(const std::string &id, const ModelSettings &settings);
 
   // Loads the model if needed (waiting at most until `deadline`) and leases it.
   // Throws kNotFound, kResourceExhausted, kUnavailable or kTimeout.
   ModelLease acquire(const std::string &id, std::chrono::steady_clock::time_point deadline);
   // The model's tokenizer and template, loading them (not the engine) if needed.
   const ModelText &text(const std::string &id);
+  // A lease on the model if its engine is ready now; never loads or waits.
+  std::optional<ModelLease> try_lease(const std::string &id);
+  // Leases on every model whose engine is ready now.
+  std::vector<ModelLease> ready_leases();
   // Loads without leasing.
   void load(const std::string &id, std::chrono::steady_clock::time_point deadline);
   // Stops admission, ends requests in flight (abort, then kill past the grace period)
@@ -118,6 +149,8 @@ class ModelRegistry {
 
   std::vector<ModelReport> report() const;
   std::int64_t memory_in_use() const;
+  // Requests the engines are working on for the front (submitted, not yet finished).
+  std::size_t requests_in_flight() const;
   std::int64_t memory_budget() const { return options_.memory_budget_bytes; }
 
  private:
@@ -128,6 +161,9 @@ class ModelRegistry {
   void stop_engine(Entry &e, std::unique_lock<std::mutex> &lock, const std::string &why);
   void supervise_loop();
   void supervise_once(std::unique_lock<std::mutex> &lock);
+  void set_state(Entry &e, ModelState s);
+  double step_deadline_seconds(const Entry &e) const;
+  ModelLease lease_of(Entry &e);
 
   RegistryOptions options_;
   mutable std::mutex mu_;

@@ -158,6 +158,9 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
           ch, 200,
           json{{"id", rest}, {"object", "model"}, {"created", 0}, {"owned_by", "keel"}}.dump());
     }
+  } else if (draining_ && post &&
+             (p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/messages")) {
+    send_error(ch, format_of(p), {503, "server is shutting down", ""});
   } else if (p == "/v1/chat/completions") {
     if (need(post)) offload(&ApiServer::handle_chat);
   } else if (p == "/v1/completions") {
@@ -176,6 +179,10 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
     if (need(get)) handle_status(ch);
   } else if (p == "/metrics") {
     if (need(get)) handle_metrics(ch);
+  } else if (p == "/debug/faults") {
+    if (need(get || post || req.method == "DELETE")) offload(&ApiServer::handle_faults);
+  } else if (p == "/v1/cache/clear") {
+    if (need(post)) offload(&ApiServer::handle_cache_clear);
   } else {
     send_error(ch, format_of(p), {404, "no such endpoint: " + req.method + " " + p, ""});
   }

@@ -22,9 +22,10 @@ struct ApiOptions {
   std::string api_key;  // empty: no key needed
   int workers = 8;
   std::chrono::milliseconds load_timeout{600'000};
-  std::chrono::milliseconds step_deadline{60'000};      // for /health's verdict
   std::chrono::milliseconds heartbeat_timeout{10'000};  // /health fails at half of it
-  std::string default_model;  // used when a request names no model (/tokenize etc.)
+  std::string default_model;            // used when a request names no model (/tokenize etc.)
+  bool enable_fault_injection = false;  // /debug/faults answers 403 without it
+  Logger log;
 };
 
 enum class WireFormat { kOpenAI, kAnthropic };
@@ -38,6 +39,8 @@ class ApiServer {
   void handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch);
   // Waits for the worker pool to finish the handlers in progress.
   void stop();
+  // Shutting down: new generations are refused with 503 (in the endpoint's format).
+  void set_draining() { draining_ = true; }
 
  private:
   bool authorized(const HttpRequest &req) const;
@@ -61,6 +64,8 @@ class ApiServer {
   void handle_health(const std::shared_ptr<ResponseChannel> &ch);
   void handle_status(const std::shared_ptr<ResponseChannel> &ch);
   void handle_metrics(const std::shared_ptr<ResponseChannel> &ch);
+  void handle_faults(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_cache_clear(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
 
   std::string new_id(const char *prefix);
   std::chrono::steady_clock::time_point load_deadline() const;
@@ -84,9 +89,14 @@ class ApiServer {
   std::atomic<std::int64_t> generations_started_{0};
   std::atomic<std::int64_t> generations_failed_{0};
   std::atomic<std::int64_t> client_aborts_{0};
+  std::atomic<bool> draining_{false};
   std::mutex rates_mu_;
   std::map<std::string, RateSample> rates_;
 };
+
+// POST /debug/faults' body -> the fault (`model` is read by the caller). Throws the
+// 400 ApiErrorException naming the field at fault.
+FaultSpec parse_fault_request(const nlohmann::ordered_json &body);
 
 // The prompt text for chat messages: the model's chat template, or a plain fallback for
 // models that ship none ("role: content" lines ending in "assistant:").

@@ -1,4 +1,5 @@
 // /health, /api/status and /metrics: liveness and load, from the engines' own reports.
+#include <cstdio>
 #include <sstream>
 
 #include "server/api_server.h"
@@ -11,7 +12,8 @@ namespace {
 
 // A loaded engine is healthy while it answers and its step in progress is younger than
 // the deadline. Returns the reason when it is not.
-std::string problem_of(const ModelReport &r, double step_deadline_s, double heartbeat_limit_s) {
+std::string problem_of(const ModelReport &r, double heartbeat_limit_s) {
+  const double step_deadline_s = r.step_deadline_seconds;
   switch (r.state) {
     case ModelState::kStalled:
       return "stalled: " + r.last_error;
@@ -22,11 +24,18 @@ std::string problem_of(const ModelReport &r, double step_deadline_s, double hear
       const double step_age = r.engine->step_in_progress_seconds > 0
                                   ? r.engine->step_in_progress_seconds + r.heartbeat_age_seconds
                                   : 0.0;
-      if (step_age > step_deadline_s)
-        return "stalled: a step has run for " + std::to_string(step_age) + " s (deadline " +
-               std::to_string(step_deadline_s) + " s)";
-      if (r.heartbeat_age_seconds > heartbeat_limit_s)
-        return "no heartbeat for " + std::to_string(r.heartbeat_age_seconds) + " s";
+      char buf[200];
+      if (step_age > step_deadline_s) {
+        std::snprintf(buf, sizeof buf,
+                      "stalled: engine pid %lld has been in one step for %.1f s (deadline %.1f s)",
+                      static_cast<long long>(r.pid), step_age, step_deadline_s);
+        return buf;
+      }
+      if (r.heartbeat_age_seconds > heartbeat_limit_s) {
+        std::snprintf(buf, sizeof buf, "engine pid %lld: no heartbeat for %.1f s",
+                      static_cast<long long>(r.pid), r.heartbeat_age_seconds);
+        return buf;
+      }
       return "";
     }
     default:
@@ -57,14 +66,22 @@ std::pair<double, double> ApiServer::rates(const std::string &model, const Engin
 }
 
 void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
-  const double deadline = options_.step_deadline.count() / 1000.0;
   json problems = json::array(), models = json::array();
   for (const auto &r : registry_.report()) {
     if (r.state == ModelState::kAvailable) continue;
-    const std::string why = problem_of(r, deadline, options_.heartbeat_timeout.count() / 2000.0);
+    const std::string why = problem_of(r, options_.heartbeat_timeout.count() / 2000.0);
     models.push_back({{"id", r.id}, {"state", model_state_name(r.state)}});
-    if (!why.empty())
-      problems.push_back({{"model", r.id}, {"state", model_state_name(r.state)}, {"reason", why}});
+    if (!why.empty()) {
+      json p{{"model", r.id}, {"state", model_state_name(r.state)}, {"reason", why}};
+      if (r.engine) {
+        p["pid"] = r.pid;
+        p["step_age_seconds"] = r.engine->step_in_progress_seconds > 0
+                                    ? r.engine->step_in_progress_seconds + r.heartbeat_age_seconds
+                                    : 0.0;
+      }
+      p["step_deadline_seconds"] = r.step_deadline_seconds;
+      problems.push_back(std::move(p));
+    }
   }
   if (problems.empty())
     ch->send(200, "application/json", json{{"status", "ok"}, {"models", models}}.dump());
@@ -86,7 +103,13 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
            {"restarts", r.restarts},
            {"last_error", r.last_error.empty() ? json(nullptr) : json(r.last_error)},
            {"context_length", r.context_length},
-           {"active_requests", r.leases}};
+           {"active_requests", r.leases},
+           {"step_deadline_seconds", r.step_deadline_seconds},
+           {"idle_ttl_seconds", r.idle_ttl.count() / 1000.0}};
+    json history = json::array();
+    for (const auto &[st, ago] : r.history)
+      history.push_back({{"state", model_state_name(st)}, {"seconds_ago", ago}});
+    m["history"] = std::move(history);
     if (r.engine) {
       const auto &s = *r.engine;
       auto [pre, dec] = rates(r.id, s);
@@ -106,8 +129,20 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
           ratio(static_cast<double>(s.kv_blocks_used), static_cast<double>(s.kv_blocks_total));
       m["prefix_cache_hit_rate"] =
           ratio(static_cast<double>(s.prefix_hit_tokens), static_cast<double>(s.prompt_tokens));
+      auto tier = [](const KvTierStatus &t) {
+        return json{{"capacity_bytes", t.capacity_bytes},
+                    {"used_bytes", t.used_bytes},
+                    {"blocks", t.blocks},
+                    {"hit_blocks", t.hit_blocks},
+                    {"stored_blocks", t.stored_blocks},
+                    {"errors", t.errors},
+                    {"pending_stores", t.pending}};
+      };
       m["tiers"] = {{"device_blocks_used", s.kv_blocks_used},
-                    {"device_blocks_cached", s.kv_blocks_cached}};
+                    {"device_blocks_cached", s.kv_blocks_cached},
+                    {"host", tier(s.host_tier)},
+                    {"ssd", tier(s.ssd_tier)}};
+      m["restored_tokens"] = s.restored_tokens;
       running += s.running;
       waiting += s.waiting;
       preempted += s.preempted;
@@ -209,6 +244,40 @@ void ApiServer::handle_metrics(const std::shared_ptr<ResponseChannel> &ch) {
   per_model("keel_kv_blocks_total", "gauge", "KV blocks in the pool", [&](const ModelReport &r) {
     return eng(r, [](const EngineStatus &s) { return s.kv_blocks_total; });
   });
+  per_model("keel_kv_blocks_cached", "gauge", "KV blocks holding cached prefixes",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.kv_blocks_cached; });
+            });
+  per_model("keel_kv_restored_tokens_total", "counter", "prompt tokens restored from host or SSD",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.restored_tokens; });
+            });
+  // Cache tiers below the device: one series per (model, tier).
+  auto per_tier = [&](const char *name, const char *type, const char *help, auto field) {
+    family(name, type, help);
+    for (const auto &r : reports) {
+      if (!r.engine) continue;
+      o << name << "{model=\"" << r.id << "\",tier=\"host\"} " << field(r.engine->host_tier)
+        << '\n';
+      o << name << "{model=\"" << r.id << "\",tier=\"ssd\"} " << field(r.engine->ssd_tier) << '\n';
+    }
+  };
+  per_tier("keel_kv_tier_capacity_bytes", "gauge", "capacity of a KV cache tier",
+           [](const KvTierStatus &t) { return t.capacity_bytes; });
+  per_tier("keel_kv_tier_used_bytes", "gauge", "bytes used in a KV cache tier",
+           [](const KvTierStatus &t) { return t.used_bytes; });
+  per_tier("keel_kv_tier_blocks", "gauge", "blocks held in a KV cache tier",
+           [](const KvTierStatus &t) { return t.blocks; });
+  per_tier("keel_kv_tier_hit_blocks_total", "counter", "blocks restored from a KV cache tier",
+           [](const KvTierStatus &t) { return t.hit_blocks; });
+  per_tier("keel_kv_tier_stored_blocks_total", "counter", "blocks written into a KV cache tier",
+           [](const KvTierStatus &t) { return t.stored_blocks; });
+  per_tier("keel_kv_tier_errors_total", "counter", "failed or corrupt tier reads and writes",
+           [](const KvTierStatus &t) { return t.errors; });
+  per_tier("keel_kv_tier_pending_stores", "gauge", "stores queued, not yet written",
+           [](const KvTierStatus &t) { return t.pending; });
+  per_model("keel_step_deadline_seconds", "gauge", "deadline in force for one engine step",
+            [](const ModelReport &r) { return r.step_deadline_seconds; });
   family("keel_memory_budget_bytes", "gauge", "memory budget for loaded models (0: none)");
   o << "keel_memory_budget_bytes " << registry_.memory_budget() << '\n';
   family("keel_generations_total", "counter", "generation requests started");

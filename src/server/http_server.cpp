@@ -6,6 +6,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <future>
 #include <mutex>
 #include <optional>
 
@@ -530,6 +531,20 @@ void HttpServer::start() {
   im.accept();
   for (int i = 0; i < std::max(1, im.opt.io_threads); ++i)
     im.threads.emplace_back([&im] { im.ioc.run(); });
+}
+
+void HttpServer::stop_accepting() {
+  auto &im = *impl_;
+  if (im.threads.empty()) return;
+  auto done = std::make_shared<std::promise<void>>();
+  auto fut = done->get_future();
+  net::post(im.ioc, [&im, done] {
+    error_code ec;
+    im.acceptor.close(ec);
+    done->set_value();
+  });
+  // Bounded: the I/O threads never block, so this runs within moments.
+  fut.wait_for(std::chrono::seconds(2));
 }
 
 void HttpServer::stop() {

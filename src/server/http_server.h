@@ -46,6 +46,8 @@ class HttpServer {
 
   // Binds and starts the I/O threads. Throws Error(kUnavailable) when it cannot bind.
   void start();
+  // Closes the listening socket; open connections keep being served (shutdown drain).
+  void stop_accepting();
   // Stops accepting, closes connections and joins the I/O threads.
   void stop();
   std::uint16_t port() const;

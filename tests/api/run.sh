@@ -59,7 +59,7 @@ start_server() {  # name, args...
 
 export KEEL_API_KEY_FOR_TESTS="test-key-$$"
 start_server main "$test_model" "$work/models/spare" --api-key "$KEEL_API_KEY_FOR_TESTS" \
-  --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2
+  --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2 --pin tiny
 export KEEL_URL="$(cat "$work/main.url")"
 # A loaded model takes its weights plus 64 KV blocks (f32, 16 tokens each); the budget
 # holds two loaded models and half of a third's weights, so the third evicts one.

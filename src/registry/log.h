@@ -1,0 +1,31 @@
+// The server's log lines on stderr, filtered by --log-level. A value, not a global: the
+// front hands one to each part that logs (two servers in one test process may differ).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace keel {
+
+enum class LogLevel { kError = 0, kWarn, kInfo, kDebug };
+
+// "error", "warn" (or "warning"), "info", "debug"; nullopt otherwise.
+std::optional<LogLevel> parse_log_level(std::string_view name);
+const char *log_level_name(LogLevel level);
+
+class Logger {
+ public:
+  explicit Logger(LogLevel level = LogLevel::kInfo, std::string prefix = "keel serve")
+      : level_(level), prefix_(std::move(prefix)) {}
+  LogLevel level() const { return level_; }
+  bool enabled(LogLevel level) const { return level <= level_; }
+  // One line "PREFIX: message" when `level` passes the filter; written whole (one call).
+  void log(LogLevel level, const char *fmt, ...) const __attribute__((format(printf, 3, 4)));
+
+ private:
+  LogLevel level_;
+  std::string prefix_;
+};
+
+}  // namespace keel
