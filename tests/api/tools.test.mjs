@@ -1,0 +1,182 @@
+// Tool requests against a real `keel serve`: tools, tool_choice and tool-result turns
+// are accepted by both APIs and rendered through the chat template. The tiny random
+// model never writes a tool call itself; parsing calls out of output is covered with
+// scripted token streams in tests/unit/server/tool_calls_test.cpp and
+// tests/unit/text/tool_call_parser_test.cpp.
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { openai, anthropic, http, MODEL, KEEL_BIN, MODEL_PATH, OpenAI, Anthropic } from './helpers.mjs';
+
+const tools = [
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      description: 'Weather of a city',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  },
+];
+const anthropicTools = [
+  {
+    name: 'get_weather',
+    description: 'Weather of a city',
+    input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+];
+// One tool round trip, in each API's shape.
+const openaiTurns = [
+  { role: 'system', content: 'Be brief.' },
+  { role: 'user', content: 'Weather in Paris?' },
+  {
+    role: 'assistant',
+    content: null,
+    tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }],
+  },
+  { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 C' },
+];
+const anthropicTurns = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: [{ type: 'tool_use', id: 'call_1', name: 'get_weather', input: { city: 'Paris' } }] },
+  { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: 'sunny, 21 C' }] },
+];
+
+test('tools and tool_choice leave plain output unchanged (whole and streamed)', async () => {
+  const client = openai();
+  const base = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 12, temperature: 0 };
+  // The test model's template ignores tools, so the prompt and the greedy text are the same.
+  const plain = await client.chat.completions.create(base);
+  const withTools = await client.chat.completions.create({ ...base, tools, tool_choice: 'auto', parallel_tool_calls: true });
+  assert.equal(withTools.choices[0].message.content, plain.choices[0].message.content);
+  assert.equal(withTools.choices[0].message.tool_calls, undefined);
+  assert.ok(['stop', 'length'].includes(withTools.choices[0].finish_reason));
+  const stream = await client.chat.completions.create({ ...base, tools, tool_choice: 'required', stream: true });
+  let text = '';
+  let finish;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text += c.delta?.content ?? '';
+      assert.equal(c.delta?.tool_calls, undefined);
+      finish = c.finish_reason ?? finish;
+    }
+  }
+  assert.equal(text, plain.choices[0].message.content);
+  assert.equal(finish, plain.choices[0].finish_reason);
+
+  const a = anthropic();
+  const abase = { model: MODEL, max_tokens: 12, temperature: 0, messages: [{ role: 'user', content: 'Hello' }] };
+  const am = await a.messages.create(abase);
+  const at = await a.messages.create({ ...abase, tools: anthropicTools, tool_choice: { type: 'auto' } });
+  assert.deepEqual(at.content, am.content);
+  const s = a.messages.stream({ ...abase, tools: anthropicTools, tool_choice: { type: 'any' } });
+  const fin = await s.finalMessage();
+  assert.deepEqual(fin.content, am.content);
+  assert.equal(fin.stop_reason, am.stop_reason);
+});
+
+test('tool-result turns are accepted by both APIs', async () => {
+  const r = await openai().chat.completions.create({ model: MODEL, messages: openaiTurns, tools, max_tokens: 4 });
+  assert.equal(r.choices[0].message.role, 'assistant');
+  const m = await anthropic().messages.create({ model: MODEL, max_tokens: 4, system: 'Be brief.', tools: anthropicTools, messages: anthropicTurns });
+  assert.equal(m.type, 'message');
+  const counted = await anthropic().messages.countTokens({ model: MODEL, system: 'Be brief.', tools: anthropicTools, messages: anthropicTurns });
+  assert.equal(counted.input_tokens, m.usage.input_tokens + m.usage.cache_read_input_tokens);
+});
+
+test('bad tool requests name the field', async () => {
+  const bad = async (body, param) => {
+    const r = await http('POST', '/v1/chat/completions', { body: { model: MODEL, max_tokens: 2, messages: openaiTurns, tools, ...body } });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, param, r.json.error.message);
+  };
+  await bad({ tool_choice: { type: 'function', function: { name: 'launch_rocket' } } }, 'tool_choice.function.name');
+  await bad({ tool_choice: 'always' }, 'tool_choice');
+  await bad({ tools: [{ type: 'retrieval' }] }, 'tools[0].type');
+  await bad({ tools: [{ type: 'function', function: { name: 'has space' } }] }, 'tools[0].function.name');
+  await bad({ messages: [{ role: 'tool', content: 'x' }] }, 'messages[0].tool_call_id');
+  await bad({ messages: [{ role: 'assistant', tool_calls: [{ type: 'function', function: { name: 'f', arguments: 7 } }] }] }, 'messages[0].tool_calls[0].function.arguments');
+  await bad({ tools: undefined, tool_choice: 'required' }, 'tool_choice');
+  const abad = async (body, field) => {
+    const r = await http('POST', '/v1/messages', { body: { model: MODEL, max_tokens: 2, messages: anthropicTurns, tools: anthropicTools, ...body } });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.type, 'error');
+    assert.equal(r.json.error.type, 'invalid_request_error');
+    assert.ok(r.json.error.message.startsWith(field + ':'), r.json.error.message);
+  };
+  await abad({ tool_choice: { type: 'tool', name: 'launch_rocket' } }, 'tool_choice.name');
+  await abad({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools.0.type');
+  await abad({ tools: [{ name: 'f' }] }, 'tools.0.input_schema');
+  await abad({ messages: [{ role: 'user', content: [{ type: 'tool_result', content: 'x' }] }] }, 'messages.0.content.0.tool_use_id');
+  await abad({ messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: 'x' }] }] }, 'messages.0.content.0.input');
+});
+
+// A server whose model has a tool-use template (Qwen2.5's), to see the tools and the
+// tool round trip reach the prompt.
+let server;
+let url;
+let dir;
+
+before(async () => {
+  // ../shared/testdata beside the checkout, or $KEEL_TESTDATA (as tests/support/paths.h).
+  const testdata = process.env.KEEL_TESTDATA ?? path.resolve(path.dirname(new URL(import.meta.url).pathname), '../../../shared/testdata');
+  const found = path.join(testdata, 'chat-templates', 'Qwen-Qwen2.5-7B-Instruct.jinja');
+  if (!fs.existsSync(found)) return;
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-tools-'));
+  const model = path.join(dir, 'qwen-tmpl');
+  fs.cpSync(MODEL_PATH, model, { recursive: true });
+  const template = fs.readFileSync(found, 'utf8');
+  const cfgPath = path.join(model, 'tokenizer_config.json');
+  const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8'));
+  cfg.chat_template = template;
+  fs.writeFileSync(cfgPath, JSON.stringify(cfg));
+  for (const f of ['chat_template.jinja', 'chat_template.json']) fs.rmSync(path.join(model, f), { force: true });
+  server = spawn(KEEL_BIN, ['serve', model, '--port', '0', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
+  url = await new Promise((resolve, reject) => {
+    let log = '';
+    const onData = (d) => {
+      log += d;
+      const m = /listening on (http\S+)/.exec(log);
+      if (m) resolve(m[1]);
+    };
+    server.stdout.on('data', onData);
+    server.stderr.on('data', onData);
+    server.on('exit', (code) => reject(new Error(`tool-template server exited ${code}: ${log}`)));
+    setTimeout(() => reject(new Error(`tool-template server did not start: ${log}`)), 20_000);
+  });
+});
+
+after(() => {
+  if (server) server.kill('SIGTERM');
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('a tool-use template renders tools and tool turns the same from both APIs', async (t) => {
+  if (!url) return t.skip('no ../shared/testdata chat templates');
+  const oc = new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const ac = new Anthropic({ baseURL: url, apiKey: 'none', maxRetries: 0 });
+  const model = 'qwen-tmpl';
+  const user = [{ role: 'user', content: 'Weather in Paris?' }];
+  const without = await oc.chat.completions.create({ model, messages: user, max_tokens: 1 });
+  const withTools = await oc.chat.completions.create({ model, messages: user, tools, max_tokens: 1 });
+  // The template writes the tool schemas into the system turn.
+  assert.ok(withTools.usage.prompt_tokens > without.usage.prompt_tokens + 20, `${withTools.usage.prompt_tokens} vs ${without.usage.prompt_tokens}`);
+  const none = await oc.chat.completions.create({ model, messages: user, tools, tool_choice: 'none', max_tokens: 1 });
+  assert.equal(none.usage.prompt_tokens, withTools.usage.prompt_tokens);
+  // The round trip: the call and its result are in the prompt, and both APIs agree.
+  const round = await oc.chat.completions.create({ model, messages: openaiTurns, tools, max_tokens: 1 });
+  const counted = await ac.messages.countTokens({ model, system: 'Be brief.', tools: anthropicTools, messages: anthropicTurns });
+  assert.equal(counted.input_tokens, round.usage.prompt_tokens);
+  const shorter = await oc.chat.completions.create({
+    model,
+    messages: [...openaiTurns.slice(0, 3), { role: 'tool', tool_call_id: 'call_1', content: 'x' }],
+    tools,
+    max_tokens: 1,
+  });
+  assert.ok(shorter.usage.prompt_tokens < round.usage.prompt_tokens, 'the tool result is rendered');
+  const m = await ac.messages.create({ model, max_tokens: 2, system: 'Be brief.', tools: anthropicTools, messages: anthropicTurns });
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, round.usage.prompt_tokens);
+});
