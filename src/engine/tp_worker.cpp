@@ -108,7 +108,8 @@ int run_tp_worker(int fd) {
     }
   } catch (const std::exception &e) {
     // Rank 0 gone is the normal end of a worker whose group was torn down.
-    if (!comm.broken() || comm.broken_reason().find("closed") == std::string::npos)
+    const std::string &why = comm.broken_reason();
+    if (why.find("closed") == std::string::npos && why.find("gone") == std::string::npos)
       std::fprintf(stderr, "keel engine-tp-worker rank %d: %s\n", rank, e.what());
     return 1;
   }
