@@ -1,0 +1,183 @@
+// The wedge scenario suite's toolkit (issue 8): real `keel serve` processes started
+// per test file, a seeded random timing source, and the pass criteria checked after
+// every scenario: each request ended within its deadline, /api/status back to zero
+// running and waiting, no KV block leaked, a probe completes, every engine pid seen is
+// either the live one or gone, greedy outputs equal the reference run.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+import { OpenAI, KEEL_BIN, MODEL_PATH } from './helpers.mjs';
+
+// Random timing, reproducible: WEDGE_SEED=N replays a run (the seed is printed).
+export function rng(seed = Number(process.env.WEDGE_SEED ?? Math.floor(Math.random() * 2 ** 31))) {
+  let s = seed >>> 0 || 1;
+  const next = () => {
+    s ^= s << 13; s >>>= 0;
+    s ^= s >> 17;
+    s ^= s << 5; s >>>= 0;
+    return s / 2 ** 32;
+  };
+  return { seed, next, between: (a, b) => a + (b - a) * next(), int: (a, b) => a + Math.floor((b - a + 1) * next()) };
+}
+
+export const ROUNDS = Number(process.env.WEDGE_ROUNDS ?? 2);
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+// A `keel serve` of its own: `models` maps ids to model paths (copied by symlink).
+export async function startServer({ models = { tiny: MODEL_PATH }, args = [], name = 'wedge', cache = false } = {}) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `keel-${name}-`));
+  const modelDir = path.join(dir, 'models');
+  fs.mkdirSync(modelDir);
+  for (const [id, src] of Object.entries(models)) fs.symlinkSync(src, path.join(modelDir, id));
+  const logPath = path.join(dir, 'serve.log');
+  const out = fs.openSync(logPath, 'w');
+  const extra = (process.env.WEDGE_SERVE_ARGS ?? '').split(' ').filter(Boolean);
+  if (cache) extra.push('--cache-dir', path.join(dir, 'cache'));
+  const proc = spawn(KEEL_BIN, ['serve', '--port', '0', '--threads', '1', '--workers', '16',
+    '--model-dir', modelDir, ...extra, ...args], { stdio: ['ignore', out, out] });
+  const exited = new Promise((resolve) => proc.on('exit', (code, signal) => resolve({ code, signal })));
+  const log = () => fs.readFileSync(logPath, 'utf8');
+  let url;
+  for (let i = 0; i < 400 && !url; i++) {
+    const m = log().match(/listening on (http:\/\/\S+)/);
+    if (m) url = m[1];
+    else if (proc.exitCode !== null) break;
+    else await sleep(25);
+  }
+  if (!url) throw new Error(`keel serve did not start:\n${log()}`);
+  const server = {
+    url, proc, exited, log, dir, pids: new Set(),
+    client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'none', maxRetries: 0, timeout: 30_000 }),
+    async get(p) { return request(url, 'GET', p); },
+    async post(p, body) { return request(url, 'POST', p, body); },
+    async del(p) { return request(url, 'DELETE', p); },
+    async status() {
+      const r = await request(url, 'GET', '/api/status');
+      assert.equal(r.status, 200, r.text);
+      for (const m of r.json.models) if (m.pid > 0) server.pids.add(m.pid);
+      return r.json;
+    },
+    async model(id = 'tiny') { return (await server.status()).models.find((m) => m.id === id); },
+    // SIGTERM and wait; then no engine it ever had may be left.
+    async stop() {
+      if (proc.exitCode === null) proc.kill('SIGTERM');
+      const r = await Promise.race([exited, sleep(15_000).then(() => null)]);
+      if (!r) proc.kill('SIGKILL');
+      const line = log().match(/keel serve: exited cleanly.*/);
+      console.log(`# ${name}: ${line ? line[0] : 'no exit line'}`);
+      await assertGone([...server.pids]);
+      fs.rmSync(dir, { recursive: true, force: true });
+      return r;
+    },
+  };
+  return server;
+}
+
+export async function request(url, method, p, body) {
+  const init = { method, headers: {} };
+  if (body !== undefined) {
+    init.body = typeof body === 'string' ? body : JSON.stringify(body);
+    init.headers['content-type'] = 'application/json';
+  }
+  const res = await fetch(`${url}${p}`, init);
+  const text = await res.text();
+  let json;
+  try { json = JSON.parse(text); } catch { json = undefined; }
+  return { status: res.status, text, json };
+}
+
+export function alive(pid) {
+  try {
+    process.kill(pid, 0);
+  } catch {
+    return false;
+  }
+  // A zombie is dead: its memory is already back with the system.
+  try { return !/^State:\s+Z/m.test(fs.readFileSync(`/proc/${pid}/status`, 'utf8')); } catch { return false; }
+}
+
+export async function assertGone(pids, ms = 5000) {
+  const until = Date.now() + ms;
+  let left = pids.filter(alive);
+  while (left.length && Date.now() < until) {
+    await sleep(50);
+    left = left.filter(alive);
+  }
+  assert.deepEqual(left, [], `engine processes left behind: ${left}`);
+}
+
+export async function waitFor(fn, { timeoutMs = 10_000, intervalMs = 25, what = 'condition' } = {}) {
+  const until = Date.now() + timeoutMs;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await sleep(intervalMs);
+  }
+}
+
+// Runs `fn` and checks it settles (resolves or rejects) within `ms`: a request that
+// ends, either way, within its deadline. Returns {ok, value|error, ms}.
+export async function ends(ms, fn, what = 'request') {
+  const t0 = Date.now();
+  let timer;
+  const timeout = new Promise((_, rej) => { timer = setTimeout(() => rej(new Error(`${what} did not end within ${ms} ms`)), ms); });
+  try {
+    const value = await Promise.race([fn(), timeout]);
+    return { ok: true, value, ms: Date.now() - t0 };
+  } catch (error) {
+    if (/did not end within/.test(String(error.message))) throw error;
+    return { ok: false, error, ms: Date.now() - t0 };
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// A streamed completion read to its end; resolves to the text, rejects with the
+// stream's error event (the SDK raises it) or on abort.
+export async function streamText(client, body, { signal, onChunk } = {}) {
+  const stream = await client.completions.create({ ...body, stream: true }, { signal });
+  let text = '';
+  let n = 0;
+  for await (const c of stream) {
+    text += c.choices?.[0]?.text ?? '';
+    if (onChunk) await onChunk(++n, c);
+  }
+  return text;
+}
+
+export async function greedy(client, prompt, max_tokens = 8, model = 'tiny') {
+  const r = await client.completions.create({ model, prompt, max_tokens, temperature: 0, ignore_eos: true });
+  return r.choices[0].text;
+}
+
+// The pass criteria after a scenario, on one model.
+export async function settled(server, { model = 'tiny', reference = {}, timeoutMs = 8000 } = {}) {
+  const m = await waitFor(async () => {
+    const s = await server.model(model);
+    if (!s || s.state !== 'ready') return null;
+    const idle = s.running === 0 && s.waiting === 0 && s.preempted === 0 && s.loading_cache === 0 &&
+      s.kv_blocks && s.kv_blocks.used === 0;
+    return idle ? s : null;
+  }, { timeoutMs, what: `'${model}' to be ready and idle with no KV block in use` });
+  const st = await server.status();
+  assert.equal(st.totals.running, 0);
+  assert.equal(st.totals.waiting, 0);
+  // A probe completes, and what the cache stored is served right.
+  const probe = await ends(10_000, () => greedy(server.client, 'probe', 2, model), 'probe');
+  assert.ok(probe.ok, `the probe failed: ${probe.error}`);
+  for (const [prompt, text] of Object.entries(reference))
+    assert.equal(await greedy(server.client, prompt, 8, model), text, `greedy output of a cached prompt changed: ${prompt.slice(0, 30)}...`);
+  // Every engine pid this server had is the live one or gone.
+  const live = new Set((await server.status()).models.map((x) => x.pid).filter((p) => p > 0));
+  await assertGone([...server.pids].filter((p) => !live.has(p)));
+  return m;
+}
+
+export async function inject(server, body) {
+  const r = await server.post('/debug/faults', body);
+  assert.equal(r.status, 200, r.text);
+  return r.json;
+}
