@@ -7,6 +7,11 @@
 #include "cli/version.h"
 #include "core/error.h"
 
+namespace keel::cli {
+// src/cli/cmd_engine_tp.cpp ("tp"): a tensor-parallel worker rank, spawned by `keel engine`.
+int cmd_engine_tp_worker(int argc, char **argv);
+}  // namespace keel::cli
+
 namespace {
 
 struct Subcommand {
@@ -25,6 +30,8 @@ constexpr Subcommand kSubcommands[] = {
     {"template", keel::cli::cmd_template, "render a chat template"},
     {"perplexity", keel::cli::cmd_perplexity, "perplexity of a model on a text file"},
     {"engine", keel::cli::cmd_engine, "(internal) one engine process"},
+    {"engine-tp-worker", keel::cli::cmd_engine_tp_worker,
+     "(internal) one tensor-parallel worker rank of an engine"},
 };
 
 void print_usage() {
