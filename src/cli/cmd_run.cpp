@@ -9,6 +9,8 @@
 #include "cli/commands.h"
 #include "core/default_model.h"
 #include "core/error.h"
+#include "engine/tp_group.h"
+#include "engine/tp_runner.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/sampler.h"
 #include "exec/single_sequence.h"
@@ -131,6 +133,10 @@ int cmd_run(int argc, char **argv) {
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
   app.add_option("--threads", threads, "compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  int tensor_parallel = 1;
+  app.add_option("--tensor-parallel", tensor_parallel,
+                 "split the model over N processes (CPU tensor parallelism)")
+      ->check(CLI::Range(1, 64));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -179,12 +185,23 @@ int cmd_run(int argc, char **argv) {
   }
   if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "the prompt has no tokens");
 
-  ExecContext ctx(threads);
+  ExecContext ctx(tensor_parallel > 1 ? tp::threads_per_rank(threads, tensor_parallel) : threads);
   const std::int64_t need = static_cast<std::int64_t>(ids.size()) + max_tokens + 1;
   cpu::KvOptions kvo;
   kvo.block_size = 16;
   kvo.num_blocks = static_cast<std::int32_t>((need + 15) / 16);
-  auto runner = cpu::CpuModelRunner::open(model_path, ctx, kvo);
+  std::unique_ptr<ModelRunner> runner;
+  if (tensor_parallel > 1) {
+    tp::TpRunnerOptions o;
+    o.model = model_path;
+    o.size = tensor_parallel;
+    o.threads_per_rank = tp::threads_per_rank(threads, tensor_parallel);
+    o.kv = kvo;
+    o.on_lost = tp::exit_on_group_lost();
+    runner = std::make_unique<tp::TpCpuRunner>(o, ctx);
+  } else {
+    runner = cpu::CpuModelRunner::open(model_path, ctx, kvo);
+  }
   const ModelConfig &cfg = runner->config();
   for (TokenId t : ids)
     if (t < 0 || t >= cfg.vocab_size)
