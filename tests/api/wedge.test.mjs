@@ -230,3 +230,45 @@ test('SIGTERM with streams in flight: exits 0 within the grace plus 5 s, says so
   assert.equal(alive(pid), false);
   await s.stop();
 });
+
+test('per-model pin and idle TTL from the settings file; a stalled engine nobody waits for is not restarted', async () => {
+  const fs = await import('node:fs');
+  const path = await import('node:path');
+  const os = await import('node:os');
+  const conf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'keel-ttl-')), 'keel.toml');
+  fs.writeFileSync(conf, 'pin = ["b"]\nmodel-ttl = ["a=1.2"]\nidle-ttl = 0.4\nstep-deadline = 1\nenable-fault-injection = true\n');
+  const MP = process.env.KEEL_TEST_MODEL_PATH;
+  const s = await startServer({ name: 'ttl', models: { a: MP, b: MP, c: MP }, args: ['--config', conf] });
+  try {
+    const st0 = await s.status();
+    const ttl = Object.fromEntries(st0.models.map((m) => [m.id, [m.pinned, m.idle_ttl_seconds]]));
+    assert.deepEqual(ttl, { a: [false, 1.2], b: [true, 0.4], c: [false, 0.4] });
+    await Promise.all(['a', 'b', 'c'].map((model) => s.client.completions.create({ model, prompt: 'x', max_tokens: 1 })));
+    const t0 = Date.now();
+    const state = async () => Object.fromEntries((await s.status()).models.map((m) => [m.id, m.state]));
+    await waitFor(async () => (await state()).c === 'available', { timeoutMs: 4000, what: 'c to unload after 0.4 s idle' });
+    assert.equal((await state()).a, 'ready', 'a has its own longer TTL');
+    await waitFor(async () => (await state()).a === 'available', { timeoutMs: 4000, what: 'a to unload after 1.2 s idle' });
+    assert.ok(Date.now() - t0 >= 700);
+    await sleep(300);
+    assert.equal((await state()).b, 'ready', 'b is pinned');
+
+    // A stall in c (not pinned): killed, and nobody waits for it, so it is not restarted.
+    const cPid = (await (async () => { await s.client.completions.create({ model: 'c', prompt: 'x', max_tokens: 1 }); return (await s.model('c')).pid; })());
+    await inject(s, { model: 'c', kind: 'stall-step' });
+    const res = await ends(6000, () => s.client.completions.create({ model: 'c', prompt: 'y', max_tokens: 5 }));
+    assert.equal(res.ok, false);
+    assert.equal(res.error.status, 503);
+    const c = await waitFor(async () => { const m = await s.model('c'); return m.state === 'available' ? m : null; },
+      { timeoutMs: 4000, what: 'c to be available' });
+    assert.equal(c.restarts, 0);
+    assert.deepEqual(c.history.slice(-2).map((h) => h.state), ['stalled', 'available']);
+    assert.equal(alive(cPid), false);
+    // It loads again on next use.
+    const again = await s.client.completions.create({ model: 'c', prompt: 'z', max_tokens: 1 });
+    assert.equal(again.choices.length, 1);
+  } finally {
+    const r = await s.stop();
+    assert.equal(r?.code, 0);
+  }
+});
