@@ -236,20 +236,22 @@ test('per-model pin and idle TTL from the settings file; a stalled engine nobody
   const path = await import('node:path');
   const os = await import('node:os');
   const conf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'keel-ttl-')), 'keel.toml');
-  fs.writeFileSync(conf, 'pin = ["b"]\nmodel-ttl = ["a=1.2"]\nidle-ttl = 0.4\nstep-deadline = 1\nenable-fault-injection = true\n');
+  fs.writeFileSync(conf, 'pin = ["b"]\nmodel-ttl = ["a=2.5"]\nidle-ttl = 0.4\nstep-deadline = 1\nenable-fault-injection = true\n');
   const MP = process.env.KEEL_TEST_MODEL_PATH;
   const s = await startServer({ name: 'ttl', models: { a: MP, b: MP, c: MP }, args: ['--config', conf] });
   try {
     const st0 = await s.status();
     const ttl = Object.fromEntries(st0.models.map((m) => [m.id, [m.pinned, m.idle_ttl_seconds]]));
-    assert.deepEqual(ttl, { a: [false, 1.2], b: [true, 0.4], c: [false, 0.4] });
+    assert.deepEqual(ttl, { a: [false, 2.5], b: [true, 0.4], c: [false, 0.4] });
     await Promise.all(['a', 'b', 'c'].map((model) => s.client.completions.create({ model, prompt: 'x', max_tokens: 1 })));
+    // a used last: its idle time starts after c's.
+    await s.client.completions.create({ model: 'a', prompt: 'x', max_tokens: 1 });
     const t0 = Date.now();
     const state = async () => Object.fromEntries((await s.status()).models.map((m) => [m.id, m.state]));
     await waitFor(async () => (await state()).c === 'available', { timeoutMs: 4000, what: 'c to unload after 0.4 s idle' });
     assert.equal((await state()).a, 'ready', 'a has its own longer TTL');
-    await waitFor(async () => (await state()).a === 'available', { timeoutMs: 4000, what: 'a to unload after 1.2 s idle' });
-    assert.ok(Date.now() - t0 >= 700);
+    await waitFor(async () => (await state()).a === 'available', { timeoutMs: 6000, what: 'a to unload after 2.5 s idle' });
+    assert.ok(Date.now() - t0 >= 2000);
     await sleep(300);
     assert.equal((await state()).b, 'ready', 'b is pinned');
 
