@@ -64,3 +64,26 @@ test('Anthropic stop_sequences', async () => {
   assert.equal(m.stop_sequence, seq);
   assert.equal(m.content[0].text, text.slice(0, text.indexOf(seq)));
 });
+
+test('Anthropic top_k, top_p and temperature shape sampling', async () => {
+  const greedy = await client.messages.create({ ...conversation, max_tokens: 12 });
+  // top_k 1 and a tiny top_p leave only the most likely token: the greedy text at any temperature.
+  const k1 = await client.messages.create({ ...conversation, max_tokens: 12, temperature: 1, top_k: 1 });
+  assert.deepEqual(k1.content, greedy.content);
+  const p0 = await client.messages.create({ ...conversation, max_tokens: 12, temperature: 1, top_p: 1e-6 });
+  assert.deepEqual(p0.content, greedy.content);
+});
+
+test('Anthropic system as blocks equals system as a string; metadata is accepted', async () => {
+  const s = await client.messages.create({ ...conversation, max_tokens: 8 });
+  const b = await client.messages.create({
+    ...conversation,
+    max_tokens: 8,
+    system: [{ type: 'text', text: 'You answer ' }, { type: 'text', text: 'briefly.', cache_control: { type: 'ephemeral' } }],
+    metadata: { user_id: 'user-1' },
+  });
+  assert.deepEqual(b.content, s.content);
+  assert.equal(b.usage.input_tokens + b.usage.cache_read_input_tokens, s.usage.input_tokens + s.usage.cache_read_input_tokens);
+  const none = await client.messages.create({ ...conversation, max_tokens: 8, system: undefined });
+  assert.ok(none.usage.input_tokens + none.usage.cache_read_input_tokens < s.usage.input_tokens + s.usage.cache_read_input_tokens);
+});

@@ -84,6 +84,94 @@ test('unknown endpoint and wrong method', async () => {
   assert.equal((await http('GET', '/v1/chat/completions')).status, 405);
 });
 
+test('OpenAI: invalid or unsupported values name the field', async () => {
+  const cases = [
+    // [endpoint, extra fields, param]
+    ['chat', { n: 17 }, 'n'],
+    ['chat', { n: 'two' }, 'n'],
+    ['chat', { logprobs: 'yes' }, 'logprobs'],
+    ['chat', { logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
+    ['chat', { top_logprobs: 2 }, 'top_logprobs'],
+    ['chat', { seed: 1.5 }, 'seed'],
+    ['chat', { presence_penalty: 3 }, 'presence_penalty'],
+    ['chat', { frequency_penalty: 'x' }, 'frequency_penalty'],
+    ['chat', { stream: 'yes' }, 'stream'],
+    ['chat', { stream_options: { include_usage: true } }, 'stream_options'],
+    ['chat', { stream: true, stream_options: { include_usage: 1 } }, 'stream_options.include_usage'],
+    ['chat', { stop: ['a', ''] }, 'stop'],
+    ['chat', { stop: Array(17).fill('x') }, 'stop'],
+    ['chat', { response_format: { type: 'json_object' } }, 'response_format.type'],
+    ['chat', { response_format: 'json' }, 'response_format'],
+    ['chat', { logit_bias: { 5: 10 } }, 'logit_bias'],
+    ['chat', { logit_bias: { 5: 500 } }, 'logit_bias'],
+    ['chat', { functions: [{ name: 'f' }] }, 'functions'],
+    ['chat', { function_call: 'auto' }, 'function_call'],
+    ['chat', { modalities: ['text', 'audio'] }, 'modalities'],
+    ['chat', { audio: { voice: 'x', format: 'mp3' } }, 'audio'],
+    ['chat', { user: 5 }, 'user'],
+    ['chat', { store: 'no' }, 'store'],
+    ['chat', { metadata: { k: 1 } }, 'metadata.k'],
+    ['chat', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://x' } }] }] }, 'messages[0].content[0].type'],
+    ['chat', { messages: [{ role: 'user', content: [{ type: 'text' }] }] }, 'messages[0].content[0].text'],
+    ['chat', { messages: [{ role: 'user' }] }, 'messages[0].content'],
+    ['chat', { messages: [{ role: 'user', content: 'x', name: 3 }] }, 'messages[0].name'],
+    ['chat', { max_completion_tokens: 0 }, 'max_completion_tokens'],
+    ['completions', { logprobs: 21 }, 'logprobs'],
+    ['completions', { echo: 'yes' }, 'echo'],
+    ['completions', { suffix: 'x' }, 'suffix'],
+    ['completions', { n: 2, best_of: 3 }, 'best_of'],
+    ['completions', { logit_bias: { 1: 1 } }, 'logit_bias'],
+  ];
+  for (const [ep, extra, param] of cases) {
+    const body = ep === 'chat' ? chat(extra) : { model: MODEL, prompt: 'x', max_tokens: 2, ...extra };
+    assertOpenAIError(await http('POST', `/v1/${ep === 'chat' ? 'chat/completions' : 'completions'}`, { body }), 400, param);
+  }
+});
+
+test('OpenAI: unknown fields and accepted hints are ignored', async () => {
+  // Unknown fields pass (SDKs send extra_body and newer fields); hints keel need not act on too.
+  const r = await openai().chat.completions.create(
+    chat({ user: 'u1', store: false, metadata: { k: 'v' }, service_tier: 'auto', logit_bias: {}, modalities: ['text'], prediction: { type: 'content', content: 'x' }, reasoning_effort: 'low' }),
+  );
+  assert.equal(r.object, 'chat.completion');
+  const extra = await http('POST', '/v1/chat/completions', { body: chat({ some_future_field: { a: 1 }, top_k: 1, min_p: 0.1, repetition_penalty: 1.1 }) });
+  assert.equal(extra.status, 200, extra.text);
+  const c = await http('POST', '/v1/completions', { body: { model: MODEL, prompt: 'x', max_tokens: 1, whatever: true, user: 'u' } });
+  assert.equal(c.status, 200, c.text);
+});
+
+test('Anthropic: invalid or unsupported values name the field', async () => {
+  const base = { model: MODEL, max_tokens: 2, messages: [{ role: 'user', content: 'hi' }] };
+  const cases = [
+    [{ max_tokens: 0 }, 'max_tokens'],
+    [{ max_tokens: 'x' }, 'max_tokens'],
+    [{ temperature: -0.1 }, 'temperature'],
+    [{ top_p: 'x' }, 'top_p'],
+    [{ top_k: 1.5 }, 'top_k'],
+    [{ stop_sequences: 'x' }, 'stop_sequences'],
+    [{ stream: 1 }, 'stream'],
+    [{ system: 5 }, 'system'],
+    [{ system: [{ type: 'image', source: {} }] }, 'system.0.type'],
+    [{ metadata: 'x' }, 'metadata'],
+    [{ metadata: { user_id: 5 } }, 'metadata.user_id'],
+    [{ thinking: { type: 'enabled' } }, 'thinking.budget_tokens'],
+    [{ mcp_servers: [{ type: 'url', url: 'http://x', name: 'x' }] }, 'mcp_servers'],
+    [{ messages: [{ role: 'system', content: 'x' }] }, 'messages.0.role'],
+    [{ messages: [{ role: 'user', content: [{ type: 'sparkle' }] }] }, 'messages.0.content.0.type'],
+    [{ messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, 'messages.0.content.0.type'],
+    [{ messages: [{ role: 'user', content: 7 }] }, 'messages.0.content'],
+    [{ messages: [{ role: 'assistant', content: [{ type: 'tool_result', tool_use_id: 'x' }] }] }, 'messages.0.content.0.type'],
+  ];
+  for (const [extra, field] of cases) {
+    const r = await http('POST', '/v1/messages', { body: { ...base, ...extra } });
+    assert.equal(r.status, 400, `${field}: ${r.text}`);
+    assertAnthropicError(r, 400, 'invalid_request_error');
+    assert.ok(r.json.error.message.startsWith(field + ':'), `${field}: ${r.json.error.message}`);
+  }
+  const ok = await http('POST', '/v1/messages', { body: { ...base, some_future_field: 1, service_tier: 'auto', metadata: { user_id: 'u' }, thinking: { type: 'disabled' } } });
+  assert.equal(ok.status, 200, ok.text);
+});
+
 test('the server still serves after all that', async () => {
   const r = await openai().completions.create({ model: MODEL, prompt: 'ok', max_tokens: 2 });
   assert.equal(r.choices.length, 1);

@@ -149,3 +149,44 @@ test('a repeated prompt reports cached prompt tokens (OpenAI and Anthropic usage
   const m = await a.messages.create(req);
   assert.ok(m.usage.cache_read_input_tokens >= 16, JSON.stringify(m.usage));
 });
+
+test('penalties change a greedy completion that repeats tokens', async (t) => {
+  const body = { model: MODEL, prompt: 'The sea', max_tokens: 128, temperature: 0, logprobs: 0 };
+  const base = await client.completions.create(body);
+  const toks = base.choices[0].logprobs.tokens;
+  if (new Set(toks).size === toks.length) return t.skip('the greedy text repeats no token');
+  for (const p of [{ frequency_penalty: 2 }, { presence_penalty: 2 }]) {
+    const a = await client.completions.create({ ...body, ...p });
+    const b = await client.completions.create({ ...body, ...p });
+    assert.equal(a.choices[0].text, b.choices[0].text, 'deterministic');
+    assert.notEqual(a.choices[0].text, base.choices[0].text, JSON.stringify(p));
+  }
+  // Zero penalties are the plain result.
+  const zero = await client.completions.create({ ...body, frequency_penalty: 0, presence_penalty: 0 });
+  assert.equal(zero.choices[0].text, base.choices[0].text);
+});
+
+test('completions: n choices with a seed, streamed and whole agree', async () => {
+  const body = { model: MODEL, prompt: 'Once', max_tokens: 8, temperature: 1, seed: 7, n: 2 };
+  const whole = await client.completions.create(body);
+  assert.equal(whole.choices.length, 2);
+  const stream = await client.completions.create({ ...body, stream: true, stream_options: { include_usage: true } });
+  const text = ['', ''];
+  const finish = [null, null];
+  let usage;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text[c.index] += c.text;
+      finish[c.index] = c.finish_reason ?? finish[c.index];
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  for (const c of whole.choices) {
+    assert.equal(text[c.index], c.text);
+    assert.equal(finish[c.index], c.finish_reason);
+  }
+  assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+  // The seed is offset per sample, so the two samples differ from each other but repeat.
+  const again = await client.completions.create(body);
+  assert.deepEqual(again.choices.map((c) => c.text), whole.choices.map((c) => c.text));
+});

@@ -249,6 +249,9 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
   json rest = body;
   rest.erase("temperature");
   parse_sampling_fields(rest, r.sampling);
+  // An array of strings (a bare string is OpenAI's shape, not Anthropic's).
+  if (auto ss = body.find("stop_sequences"); ss != body.end() && !ss->is_null() && !ss->is_array())
+    fail_field("stop_sequences", "must be an array of strings");
   r.stop_sequences = parse_stop_field(body, "stop_sequences", 16);
   r.stream = opt_bool(body, "stream").value_or(false);
   check_extras(body);

@@ -50,8 +50,14 @@ void parse_common(const json &body, SamplingParams &s, bool &max_given, int &n,
   if (so != body.end() && !so->is_null()) {
     if (!so->is_object()) fail_field("stream_options", "must be an object");
     if (!stream) fail_field("stream_options", "is only allowed when stream is true");
-    include_usage = opt_bool(*so, "include_usage").value_or(false);
-    opt_bool(*so, "include_obfuscation");  // keel sends no obfuscation padding
+    for (const char *k : {"include_usage", "include_obfuscation"}) {
+      auto v = so->find(k);
+      if (v != so->end() && !v->is_null() && !v->is_boolean())
+        fail_field(std::string("stream_options.") + k, "must be a boolean");
+    }
+    // include_obfuscation is accepted: keel sends no obfuscation padding.
+    auto iu = so->find("include_usage");
+    include_usage = iu != so->end() && iu->is_boolean() && iu->get<bool>();
   }
 }
 
