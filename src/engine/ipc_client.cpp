@@ -214,7 +214,8 @@ void IpcEngineClient::reader_loop() {
       }
     }
   } catch (const Error &e) {
-    why = std::string("engine connection failed: ") + e.what();
+    // Most often the child died in the middle of a frame (a crash while writing).
+    why = std::string("the engine process exited or broke its connection (") + e.what() + ")";
   }
   fail_all(why);
 }
