@@ -285,6 +285,7 @@ int run(int argc, char **argv) {
   bool long_prefill = true;
   bool profile = false;  // per-phase device time (events between kernels; slows the step)
   bool kv_transfer = false;
+  bool graphs = true;  // CUDA graphs for decode steps
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -306,6 +307,8 @@ int run(int argc, char **argv) {
       long_prefill = false;
     else if (a == "--profile")
       profile = true;
+    else if (a == "--no-graphs")
+      graphs = false;
     else if (a == "--kv-transfer")
       kv_transfer = true;
     else if (a == "--tokens")
@@ -323,6 +326,7 @@ int run(int argc, char **argv) {
   o.max_logits_rows = 256;
   o.max_model_len = 8192 + 16;
   o.profile = profile;
+  o.cuda_graphs = graphs;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -330,9 +334,10 @@ int run(int argc, char **argv) {
   const auto t_load = Clock::now();
   Bench bench(ctx, cfg, o);
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
-  std::printf("# %s on %s: weights %.2f GB (random bf16), KV blocks %d, set up in %.1f s\n",
-              model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
-              bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()));
+  std::printf(
+      "# %s on %s: weights %.2f GB (random bf16), KV blocks %d, set up in %.1f s, graphs %s\n",
+      model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
+      bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()), graphs ? "on" : "off");
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -40,12 +40,12 @@ fi
 if [ $skip_san = 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (kernels, attention, runner)"
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-    "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*:CudaVsCpu.*' >"$out/memcheck.log" 2>&1
+    "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*:CudaVsCpu.*:CudaGraphs.*:CudaFlashRunner.*:CudaKvTransfer.*' >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines)"
   tail -3 "$out/memcheck.log"
-  echo "== compute-sanitizer racecheck (attention)"
-  timeout 90 compute-sanitizer --tool racecheck --error-exitcode 9 \
-    "$carry/bin/keel_test_cuda" --gtest_filter='CudaAttention.MixedBatch*' >"$out/racecheck.log" 2>&1
+  echo "== compute-sanitizer racecheck (attention kernels: general, flash)"
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$carry/bin/keel_test_cuda" --gtest_filter='CudaAttention.MixedBatch*:CudaAttention.Flash*' >"$out/racecheck.log" 2>&1
   echo "racecheck exit $?"
   tail -3 "$out/racecheck.log"
 fi
@@ -53,6 +53,12 @@ fi
 echo "== benchmarks"
 for m in 1b 8b; do
   timeout 150 "$carry/bin/cuda_bench" --model "$m" 2>&1 | tee "$out/bench_$m.log"
+done
+echo "== 8b batch-1 and 64-seq decode without CUDA graphs (eager launches), for comparison"
+timeout 90 "$carry/bin/cuda_bench" --model 8b --no-graphs --no-long-prefill --seqs 64 2>&1 | tee "$out/bench_8b_nographs.log"
+echo "== KV block transfers (cache tiers): 8,192 tokens"
+for m in 8b 1b; do
+  timeout 60 "$carry/bin/cuda_bench" --model "$m" --kv-transfer 2>&1 | tee "$out/kvx_$m.log"
 done
 echo "== where the time goes (8b, per-phase device time; events between kernels slow it a little)"
 timeout 120 "$carry/bin/cuda_bench" --model 8b --profile --seqs 64,256 --decode-steps 16 2>&1 | tee "$out/profile_8b.log"

@@ -26,13 +26,15 @@ const std::vector<Seq> kMixed = {{20, 37}, {300, 1}, {0, 5}, {0, 1}, {1000, 1}, 
 const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
                                   {32, 1},  {4095, 1}, {77, 1}};
 
-// decode_kernel: run launch_decode_attention (every sequence must be one token).
+// kernel 0: launch_paged_attention; 1: launch_decode_attention (every sequence must be
+// one token); 2: launch_flash_attention (tensor cores, tiles of kFlashRows / G queries).
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
-                     const std::vector<Seq> &seqs = kMixed, bool decode_kernel = false) {
+                     const std::vector<Seq> &seqs = kMixed, int kernel = 0) {
+  const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
   const int G = nh / nkv;
-  const int tile_q = std::max(1, kAttnMaxRows / G);
+  const int tile_q = std::max(1, (kernel == 2 ? kFlashRows : kAttnMaxRows) / G);
   const KvLayout layout{2, block_size, nkv, hd};
   const int layer = 1;
   // Block tables: distinct shuffled blocks.
@@ -86,6 +88,8 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.out = out.as<bf16>();
   if (decode_kernel)
     launch_decode_attention(ctx.compute(), p);
+  else if (kernel == 2)
+    launch_flash_attention(ctx.compute(), p);
   else
     launch_paged_attention(ctx.compute(), p);
   const auto got = from_bf16(download<std::uint16_t>(ctx, out, std::size_t(T) * nh * hd));
@@ -162,6 +166,28 @@ TEST(CudaAttention, DecodeKernelMatchesReference) {
     }
   // The general kernel agrees on the same decode batch.
   check_attention(32, 8, 128, 16, 1, seed++, kDecode, false);
+}
+
+// Prefill chunks long enough for many key tiles, on cached prefixes, plus single tokens.
+const std::vector<Seq> kPrefill = {{0, 300}, {500, 129}, {20, 37}, {0, 1}, {7, 16}, {63, 2}};
+
+TEST(CudaAttention, FlashKernelMatchesReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  ASSERT_TRUE(flash_attention_supported(32, 8, 128));
+  ASSERT_TRUE(flash_attention_supported(28, 4, 64));
+  ASSERT_FALSE(flash_attention_supported(8, 8, 256));
+  ASSERT_FALSE(flash_attention_supported(8, 8, 96));
+  std::uint32_t seed = 40;
+  for (auto [nh, nkv, hd, bs] : {std::array<int, 4>{32, 8, 128, 16},
+                                 {32, 8, 64, 16},
+                                 {28, 4, 128, 16},
+                                 {8, 8, 64, 5},
+                                 {16, 1, 128, 32}}) {
+    SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
+                 " block " + std::to_string(bs));
+    check_attention(nh, nkv, hd, bs, 1, seed++, kPrefill, 2);
+  }
+  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2);
 }
 
 TEST(CudaAttention, RejectsUnsupportedShapes) {

@@ -230,6 +230,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
       opts.max_logits_rows <= 0)
     throw Error(ErrorCode::kInvalidArgument, "cuda runner: options must be positive");
   max_tokens_ = opts.max_batch_tokens;
+  graphs_enabled_ = opts.cuda_graphs;
   max_seqs_ = opts.max_seqs;
   max_rows_ = opts.max_logits_rows;
   max_model_len_ = opts.max_model_len > 0 ? opts.max_model_len
@@ -239,6 +240,10 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   max_table_ = max_seqs_ * blocks_per_seq;
   const std::int64_t G = nh_ / nkv_;
   tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kAttnMaxRows / G));
+  flash_ = opts.flash_attention &&
+           flash_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
+                                     static_cast<int>(hd_));
+  flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
@@ -326,19 +331,31 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
     if (blk < 0 || blk >= kv_->num_blocks())
       throw bad_batch("block id " + std::to_string(blk) + " out of range");
 
-  // Stage: [tokens T][positions T][slots T][rows R][tiles 4 x n][block_table].
+  // Decode-only batches replay a captured graph for their bucket: the batch is padded to
+  // Tp tokens (token 0, position 0, slot -1 so nothing is stored, a one-key tile, a row
+  // whose logits nobody reads), so every device offset below depends on Tp alone.
+  bool graph = graphs_enabled_ && profile_events_.empty() && T > 0 && S == T;
+  for (std::int32_t i = 0; graph && i < S; ++i)
+    graph = b.seqs[i].num_tokens == 1 && b.seqs[i].token_offset == i &&
+            b.seqs[i].logits != SequenceSlice::Logits::kNone;
+  const std::int32_t Tp = graph ? graph_bucket(T) : T;
+
+  // Stage: [tokens Tp][positions Tp][slots Tp][rows Rp][tiles 4 x n][block_table].
   if (inputs_pending_) inputs_copied_.wait(ctx_.wait_timeout(), "cuda runner: input staging");
   std::int32_t *h = host_in_.as<std::int32_t>();
-  std::int32_t *tokens = h, *positions = h + T, *slots = h + 2 * T, *rows = h + 3 * T;
-  std::fill(positions, positions + T, 0);
-  std::fill(slots, slots + T, -1);  // tokens no sequence claims are computed but never stored
+  std::int32_t *tokens = h, *positions = h + Tp, *slots = h + 2 * Tp, *rows = h + 3 * Tp;
+  std::fill(tokens, tokens + Tp, 0);
+  std::fill(positions, positions + Tp, 0);
+  std::fill(slots, slots + Tp, -1);  // tokens no sequence claims are computed but never stored
   std::copy(b.tokens.begin(), b.tokens.end(), tokens);
   row_seq.clear();
   row_pos.clear();
   // Single-query tiles (decode steps, a chunk's last odd token) go to the decode kernel,
   // the rest to the general one; each launch gets its own split-K factor.
-  std::vector<AttnTile> tiles, multi_tiles;
+  // Tiles of several queries go to the tensor-core flash kernel when the shape allows.
+  std::vector<AttnTile> tiles, multi_tiles, flash_tiles;
   std::int32_t max_kv_single = 0, max_kv_multi = 0;
+  const std::int32_t tq = flash_ ? flash_tile_q_ : tile_q_;
   for (std::int32_t s = 0; s < S; ++s) {
     const SequenceSlice &q = b.seqs[s];
     const std::int64_t end = std::int64_t(q.start_pos) + q.num_tokens;
@@ -358,12 +375,20 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
       positions[t] = pos;
       slots[t] = b.block_table[q.block_offset + pos / bs] * bs + pos % bs;
     }
-    for (std::int32_t j = 0; j < q.num_tokens; j += tile_q_) {
-      const AttnTile tile{q.token_offset + j, std::min(tile_q_, q.num_tokens - j), q.start_pos + j,
-                          q.block_offset};
-      auto &kv_max = tile.num_q == 1 && decode_kernel_ ? max_kv_single : max_kv_multi;
-      kv_max = std::max<std::int32_t>(kv_max, tile.pos0 + tile.num_q);
-      (tile.num_q == 1 && decode_kernel_ ? tiles : multi_tiles).push_back(tile);
+    for (std::int32_t j = 0; j < q.num_tokens; j += tq) {
+      AttnTile tile{q.token_offset + j, std::min(tq, q.num_tokens - j), q.start_pos + j,
+                    q.block_offset};
+      if (tile.num_q > 1 && flash_) {
+        flash_tiles.push_back(tile);
+        continue;
+      }
+      for (std::int32_t k = 0; k < tile.num_q; k += tile_q_) {  // general-kernel sized
+        const AttnTile sub{tile.q_start + k, std::min(tile_q_, tile.num_q - k), tile.pos0 + k,
+                           tile.block_offset};
+        auto &kv_max = sub.num_q == 1 && decode_kernel_ ? max_kv_single : max_kv_multi;
+        kv_max = std::max<std::int32_t>(kv_max, sub.pos0 + sub.num_q);
+        (sub.num_q == 1 && decode_kernel_ ? tiles : multi_tiles).push_back(sub);
+      }
     }
     const bool all = q.logits == SequenceSlice::Logits::kAll;
     if (q.num_tokens > 0 && q.logits != SequenceSlice::Logits::kNone)
@@ -377,9 +402,18 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
       }
   }
   const int R = static_cast<int>(row_seq.size());
+  int Rp = R;
+  if (graph) {
+    for (std::int32_t i = T; i < Tp; ++i) {
+      rows[i] = i;
+      (decode_kernel_ ? tiles : multi_tiles).push_back(AttnTile{i, 1, 0, 0});
+    }
+    Rp = Tp;
+  }
   const int n_single = static_cast<int>(tiles.size());
   tiles.insert(tiles.end(), multi_tiles.begin(), multi_tiles.end());
-  const std::size_t tiles_at = 3 * std::size_t(T) + R;
+  tiles.insert(tiles.end(), flash_tiles.begin(), flash_tiles.end());
+  const std::size_t tiles_at = 3 * std::size_t(Tp) + Rp;
   std::memcpy(h + tiles_at, tiles.data(), tiles.size() * sizeof(AttnTile));
   const std::size_t table_at = tiles_at + 4 * tiles.size();
   std::copy(b.block_table.begin(), b.block_table.end(), h + table_at);
@@ -390,20 +424,62 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
       cudaMemcpyAsync(dev_in_.data(), h, n_ints * sizeof(std::int32_t), cudaMemcpyHostToDevice, s));
   inputs_copied_.record(s);
   inputs_pending_ = true;
-  const std::int32_t *d = dev_in_.as<std::int32_t>();
-  const std::int32_t *d_tokens = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
-  const auto *d_tiles = reinterpret_cast<const AttnTile *>(d + tiles_at);
-  const std::int32_t *d_table = d + table_at;
 
   // Split-K when the grid would leave most SMs idle (decode with few sequences).
   auto splits_for = [&](int n_tiles, std::int32_t max_kv) {
     const std::int64_t work = std::int64_t(n_tiles) * nkv_;
     if (work <= 0 || work >= 2 * ctx_.num_sms()) return 1;
-    const std::int64_t sp =
+    std::int64_t sp =
         std::min<std::int64_t>((2 * ctx_.num_sms() + work - 1) / work, (max_kv + 63) / 64);
+    if (graph) {  // a power of two, so few graphs cover all context lengths
+      std::int64_t p2 = 1;
+      while (p2 < sp) p2 *= 2;
+      sp = p2;
+      while (sp > 1 && sp * work > partial_entries_) sp /= 2;
+    }
     return static_cast<int>(
         std::max<std::int64_t>(1, std::min<std::int64_t>(sp, partial_entries_ / work)));
   };
+  StepShape shape;
+  shape.T = Tp;
+  shape.R = Rp;
+  shape.n_single = n_single;
+  shape.n_multi = static_cast<int>(multi_tiles.size());
+  shape.n_flash = static_cast<int>(flash_tiles.size());
+  shape.tiles_at = tiles_at;
+  shape.table_at = table_at;
+  shape.splits_single = splits_for(n_single, max_kv_single);
+  shape.splits_multi = splits_for(shape.n_multi, max_kv_multi);
+  if (!graph) {
+    launch_step(shape);
+    return R;
+  }
+  const std::uint64_t key = (std::uint64_t(Tp) << 32) | (std::uint64_t(shape.splits_single) << 16) |
+                            std::uint64_t(shape.splits_multi);
+  auto it = graphs_.find(key);
+  if (it == graphs_.end())
+    it = graphs_.emplace(key, GraphExec::capture(s, [&] { launch_step(shape); })).first;
+  it->second.launch(s);
+  return R;
+}
+
+std::int32_t CudaModelRunner::graph_bucket(std::int32_t n) const {
+  const std::int32_t cap = std::min({max_tokens_, max_seqs_, max_rows_});
+  std::int32_t b = 1;
+  while (b < n && b < 32) b *= 2;
+  if (b < n) b = (n + 31) / 32 * 32;
+  return std::max(n, std::min(b, cap));
+}
+
+void CudaModelRunner::launch_step(const StepShape &shape) {
+  cudaStream_t s = ctx_.compute();
+  const std::int32_t T = shape.T;
+  const int R = shape.R;
+  const std::int32_t *d = dev_in_.as<std::int32_t>();
+  const std::int32_t *d_tokens = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
+  const auto *d_tiles = reinterpret_cast<const AttnTile *>(d + shape.tiles_at);
+  const std::int32_t *d_table = d + shape.table_at;
+  const int n_single = shape.n_single;
 
   const float eps = static_cast<float>(config_.rms_norm_eps);
   const GemmType bf = GemmType::kBF16;
@@ -421,14 +497,19 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
   ap.layout = kv_->layout();
   ap.num_q_heads = static_cast<int>(nh_);
   ap.scale = 1.0f / std::sqrt(static_cast<float>(hd_));
-  ap.num_splits = splits_for(n_single, max_kv_single);
+  ap.num_splits = shape.splits_single;
   ap.partial_o = partial_o_.as<float>();
   ap.partial_ml = partial_ml_.as<float>();
   ap.out = attn_.as<bf16>();
   AttnParams ap_multi = ap;
   ap_multi.tiles = d_tiles + n_single;
-  ap_multi.num_tiles = static_cast<int>(multi_tiles.size());
-  ap_multi.num_splits = splits_for(ap_multi.num_tiles, max_kv_multi);
+  ap_multi.num_tiles = shape.n_multi;
+  ap_multi.num_splits = shape.splits_multi;
+  AttnParams ap_flash = ap;
+  ap_flash.tiles = d_tiles + n_single + shape.n_multi;
+  ap_flash.num_tiles = shape.n_flash;
+  ap_flash.tile_q = flash_tile_q_;
+  ap_flash.num_splits = 1;
   profile_begin(s);
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer &L = layers_[li];
@@ -448,9 +529,10 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
                     static_cast<int>((nh_ + nkv_) * hd_), d_slots, kv_->data(), kv_->layout(),
                     layer);
     profile_mark(s, kPhaseOther);
-    ap.layer = ap_multi.layer = layer;
+    ap.layer = ap_multi.layer = ap_flash.layer = layer;
     launch_decode_attention(s, ap);
     launch_paged_attention(s, ap_multi);
+    if (shape.n_flash > 0) launch_flash_attention(s, ap_flash);
     profile_mark(s, kPhaseAttention);
     gemm_.run(s, bf, bf, attn_.data(), L.o.data(), proj, T, H_, nh_ * hd_);
     profile_mark(s, kPhaseGemm);
@@ -475,7 +557,6 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
     gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
     profile_mark(s, kPhaseGemm);
   }
-  return R;
 }
 
 void CudaModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,6 +17,7 @@
 
 #include "core/tensor_view.h"
 #include "exec/cuda/cuda_context.h"
+#include "exec/cuda/cuda_graph.h"
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/kernels.h"
@@ -32,6 +34,11 @@ struct CudaRunnerOptions {
   std::int32_t max_logits_rows = 256;    // logits rows per forward pass
   std::int32_t max_model_len = 0;        // 0: max_position_embeddings (capped at 131072)
   bool profile = false;  // time GEMM / attention / other kernels with events (slower)
+  // Decode-only steps (one token per sequence) replay a CUDA graph captured per batch
+  // bucket and split-K factor; prefill and mixed steps run eagerly. Off: always eager.
+  bool cuda_graphs = true;
+  // Prefill tiles on the tensor cores (head_dim 64/128); off: the general CUDA-core kernel.
+  bool flash_attention = true;
 };
 
 // Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
@@ -65,6 +72,7 @@ class CudaModelRunner : public ModelRunner {
   // with CudaRunnerOptions::profile): {gemm, attention, other}.
   std::array<double, 3> take_profile() { return std::exchange(profile_ms_, {}); }
   std::size_t weight_bytes() const { return weight_bytes_; }
+  std::size_t graphs_captured() const { return graphs_.size(); }
 
  private:
   struct Layer {
@@ -78,7 +86,15 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer gate_up;     // [2 I, H]: gate rows then up rows
     DeviceBuffer down;        // [H, I]
   };
-  struct Step;  // host-side plan of one forward pass
+  // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
+  // pass's launches depend on this alone (so a graph captured for it can be replayed).
+  struct StepShape {
+    std::int32_t T = 0;                          // token rows (padded for graphs)
+    int R = 0;                                   // logits rows (padded for graphs)
+    int n_single = 0, n_multi = 0, n_flash = 0;  // decode, general, then flash tiles
+    std::size_t tiles_at = 0, table_at = 0;      // i32 offsets in dev_in_
+    int splits_single = 1, splits_multi = 1;
+  };
 
   enum : int { kPhaseGemm = 0, kPhaseAttention = 1, kPhaseOther = 2 };
   void profile_begin(cudaStream_t s);
@@ -92,6 +108,8 @@ class CudaModelRunner : public ModelRunner {
   // Validates and stages the batch, enqueues the whole pass; returns the logits rows.
   int enqueue(const ForwardBatch &batch, std::vector<std::int32_t> &row_seq,
               std::vector<std::int32_t> &row_pos);
+  void launch_step(const StepShape &shape);         // every kernel of one pass, on compute
+  std::int32_t graph_bucket(std::int32_t n) const;  // padded size of an n-sequence decode
 
   CudaContext &ctx_;
   ModelConfig config_;
@@ -130,10 +148,14 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_tokens_;             // [R] i32
   Event compute_done_, out_copied_;
   bool decode_kernel_ = false;         // the decode attention kernel supports this shape
+  bool flash_ = false;                 // the flash kernel runs multi-query tiles
+  std::int32_t flash_tile_q_ = 1;      // query tokens per flash tile
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;
   std::array<double, 3> profile_ms_{};
+  bool graphs_enabled_ = true;
+  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket << 32 | splits << 16 | splits
 };
 
 }  // namespace keel::cuda

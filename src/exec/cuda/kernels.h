@@ -118,6 +118,14 @@ void launch_decode_attention(cudaStream_t s, const AttnParams &p);
 // Merges split-K partials into p.out (used by both attention kernels).
 void launch_attention_combine(cudaStream_t s, const AttnParams &p);
 
+// ---- k_attention_flash.cu ----
+// The same contract on the tensor cores for prefill tiles: up to kFlashRows rows (query
+// tokens x the G q heads of one kv head) per tile, so tile_q <= kFlashRows / G; no
+// split-K (p.num_splits is ignored: prefill has parallelism enough). head_dim 64 or 128.
+constexpr int kFlashRows = 64;
+bool flash_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
+void launch_flash_attention(cudaStream_t s, const AttnParams &p);
+
 // ---- k_sampling.cu ----
 // Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties). logits [R, V] f32.
 void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out);
