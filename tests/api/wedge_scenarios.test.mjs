@@ -162,7 +162,7 @@ test('5: unload and reload during traffic', async () => {
   for (let round = 0; round < ROUNDS; round++) {
     const before = await srv.model();
     const streams = [0, 1, 2, 3].map((i) => ends(REQ_MS, () => streamText(srv.client,
-      { model: 'tiny', prompt: LONG[i], max_tokens: 1200, ignore_eos: true }), `stream ${i}`));
+      { model: 'tiny', prompt: LONG[i], max_tokens: 800, ignore_eos: true }), `stream ${i}`));
     const plain = [0, 1].map((i) => req(LONG[i + 4]));
     await sleep(r.between(20, 300));
     const t0 = Date.now();
