@@ -220,8 +220,7 @@ bool ToolCallParser::step(bool final) {
         if (format_ == ToolCallFormat::kMistral) {
           state_ = State::kContent;  // the content scan finds the marker
         } else {
-          buf_.erase(0, buf_.size() - s.size() + marker.size());
-          marked_ = true;
+          marked_ = true;  // kBareJson skips the tag; it stays in buf_ in case it is content
           state_ = State::kBareJson;
         }
         return true;
@@ -347,6 +346,9 @@ bool ToolCallParser::step(bool final) {
     }
     case State::kBareJson: {  // Llama objects or a Mistral array, at the start of the output
       std::size_t i = skip_ws(buf_);
+      if (marked_ && calls_ == 0 &&
+          std::string_view(buf_).substr(i, kPythonTag.size()) == kPythonTag)
+        i = skip_ws(buf_, i + kPythonTag.size());
       if (calls_ > 0)
         while (i < buf_.size() && (buf_[i] == ';' || is_ws(buf_[i]))) ++i;
       if (i == buf_.size()) {
