@@ -11,17 +11,53 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/ipc_server.h"
 #include "exec/cpu/cpu_model_runner.h"
+#include "registry/model_registry.h"
 #ifdef KEEL_WITH_CUDA
 #include "exec/cuda/cuda_engine_runner.h"
 #endif
 
 namespace keel::cli {
+
+namespace {
+
+// Names what produced the KV blocks, for cache keys that persist on SSD: the model's
+// path, the size and modification time of its weight files (replaced weights at the
+// same path must not hit), and the backend (CPU and CUDA kernels round differently).
+// The runner adds the KV dtype and layout (block size and bytes) to the SSD directory.
+std::string fingerprint_of(const std::string &model, const std::string &device) {
+  std::ostringstream s;
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::absolute(model, ec);
+  s << "model=" << path.string() << ";backend=" << (device == "cpu" ? "cpu" : "cuda");
+  auto stamp = [&](const std::filesystem::path &f) {
+    std::error_code e;
+    const auto size = std::filesystem::file_size(f, e);
+    const auto mtime = std::filesystem::last_write_time(f, e).time_since_epoch().count();
+    s << ";" << f.filename().string() << ":" << size << ":" << mtime;
+  };
+  if (std::filesystem::is_directory(path, ec)) {
+    std::vector<std::filesystem::path> files;
+    for (const auto &f : std::filesystem::directory_iterator(path, ec)) {
+      const auto ext = f.path().extension();
+      if (ext == ".safetensors" || ext == ".gguf" || f.path().filename() == "config.json")
+        files.push_back(f.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const auto &f : files) stamp(f);
+  } else {
+    stamp(path);
+  }
+  return s.str();
+}
+
+}  // namespace
 
 int cmd_engine(int argc, char **argv) {
   CLI::App app{"keel engine: one engine process (started by keel serve)"};
@@ -39,9 +75,14 @@ int cmd_engine(int argc, char **argv) {
   app.add_option("--block-size", block_size, "tokens per KV block");
   app.add_option("--max-model-len", max_model_len, "longest sequence (0: the model's)");
   app.add_option("--heartbeat-ms", heartbeat_ms, "status report interval");
-  app.add_option("--cache-dir", cache_dir, "SSD cache directory");
-  app.add_option("--hot-cache-size", hot_cache, "host RAM cache size");
-  app.add_option("--ssd-cache-size", ssd_cache, "SSD cache size");
+  int cache_io_threads = 2;
+  app.add_option("--cache-dir", cache_dir,
+                 "SSD cache directory (KV blocks persist across restarts)");
+  app.add_option("--hot-cache-size", hot_cache,
+                 "host RAM KV cache size, e.g. 8G (default 0: none)");
+  app.add_option("--ssd-cache-size", ssd_cache,
+                 "SSD KV cache size, e.g. 100G (default with --cache-dir: 16G)");
+  app.add_option("--cache-io-threads", cache_io_threads, "SSD cache I/O threads");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -68,7 +109,14 @@ int cmd_engine(int argc, char **argv) {
     cfg.scheduler.max_num_batched_tokens =
         std::max(cfg.scheduler.max_num_batched_tokens, max_concurrent);
     cfg.max_model_len = max_model_len;
-    cfg.model_fingerprint = model;
+    cfg.model_fingerprint = fingerprint_of(model, device);
+    if (!hot_cache.empty()) cfg.tiers.host_bytes = parse_size(hot_cache, "--hot-cache-size");
+    if (!cache_dir.empty()) {
+      cfg.tiers.ssd_dir = cache_dir;
+      cfg.tiers.ssd_bytes =
+          ssd_cache.empty() ? std::int64_t{16} << 30 : parse_size(ssd_cache, "--ssd-cache-size");
+    }
+    cfg.tiers.io_threads = std::max(cache_io_threads, 1);
     const std::filesystem::path path = model;
     engine = std::make_unique<Engine>(
         [&, path] {

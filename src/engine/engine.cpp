@@ -85,9 +85,10 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
       kc.num_blocks = store.num_blocks();
       kc.block_size = store.block_size();
       kc.enable_prefix_caching = config_.enable_prefix_caching;
-      kc.model = ModelFingerprint::of(config_.model_fingerprint.empty()
-                                          ? default_fingerprint(model_config_, store)
-                                          : config_.model_fingerprint);
+      // The shape, dtype and KV layout always take part, so a configured name (a path)
+      // never makes blocks of another layout match (they persist on SSD).
+      kc.model = ModelFingerprint::of(config_.model_fingerprint + "|" +
+                                      default_fingerprint(model_config_, store));
       kv_ = std::make_unique<KvCacheManager>(kc);
       sched_ = std::make_unique<Scheduler>(config_.scheduler, *kv_);
       const std::int64_t capacity = static_cast<std::int64_t>(kc.num_blocks) * kc.block_size;
@@ -95,8 +96,16 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
           config_.max_model_len > 0 ? config_.max_model_len : model_config_.max_position_embeddings;
       if (len <= 0) len = capacity;
       max_model_len_ = static_cast<std::int32_t>(std::min(len, capacity));
+      if (config_.tiers.enabled() && config_.enable_prefix_caching) {
+        const std::int32_t longest = (max_model_len_ + block_size_ - 1) / block_size_;
+        tiers_ = std::make_unique<KvTiers>(
+            config_.tiers, store, kc.model, &faults_, [this] { wake_for_tiers(); }, longest);
+        kv_->set_record_evictions(true);
+        sched_->set_tiers(tiers_.get());
+      }
       publish_status();
     } catch (...) {
+      tiers_.reset();
       backend_ = EngineBackend{};
       p.set_exception(std::current_exception());
       return;
@@ -229,7 +238,8 @@ void Engine::thread_main() {
     }
     live_.clear();
   }
-  // Drop the backend here, on its owning thread.
+  // Drop the backend here, on its owning thread (the tiers' transfers first).
+  tiers_.reset();
   sched_.reset();
   kv_.reset();
   backend_ = EngineBackend{};
@@ -248,8 +258,16 @@ void Engine::loop() {
     bool stopping;
     {
       std::unique_lock lk(cmd_mu_);
-      if (idle)
-        cmd_cv_.wait_for(lk, config_.idle_tick, [&] { return !commands_.empty() || stopping_; });
+      if (idle) {
+        // Restores in flight are polled often (a device copy signals nothing); SSD
+        // workers wake the loop themselves.
+        const auto tick = tiers_ && tiers_->restoring()
+                              ? std::min<std::chrono::milliseconds>(config_.idle_tick,
+                                                                    std::chrono::milliseconds(1))
+                              : config_.idle_tick;
+        cmd_cv_.wait_for(lk, tick, [&] { return !commands_.empty() || stopping_ || tier_wake_; });
+      }
+      tier_wake_ = false;
       inflight_.swap(commands_);
       stopping = stopping_;
     }
@@ -272,14 +290,24 @@ void Engine::loop() {
         }
       } else if (auto *f = std::get_if<Finish>(&c)) {
         finish(f->id, f->reason);
+      } else if (auto *d = std::get_if<DemoteCache>(&c)) {
+        if (tiers_) {
+          const auto cached = kv_->cached_blocks();
+          tiers_->flush(cached, std::chrono::steady_clock::now() + config_.tier_flush_timeout);
+          kv_->evict_cached();
+          if (d->drop_host_tier) tiers_->clear_host();
+        }
+        d->done->set_value();
       } else {
         kv_->evict_cached();
+        if (tiers_) tiers_->clear();
       }
     }
     if (stopping) {
       std::vector<RequestId> ids;
       for (const auto &[id, live] : live_) ids.push_back(id);
       for (RequestId id : ids) finish(id, FinishReason::kAbort);
+      flush_tiers();
       publish_status();
       queued_submits_.fetch_sub(std::exchange(unsettled_submits_, 0));
       return;
@@ -355,6 +383,7 @@ void Engine::finish(RequestId id, FinishReason reason, std::string error) {
     cached = std::max(r->num_cached_prompt_tokens, 0);
   }
   sched_->finish(id, target);
+  if (tiers_) tiers_->cancel_restore(id);
   RequestEvent ev = std::move(live.pending);
   ev.id = id;
   ev.finish = reason;
@@ -387,6 +416,40 @@ void Engine::clear_cache() {
   cmd_cv_.notify_one();
 }
 
+std::future<void> Engine::demote_cache(bool drop_host_tier) {
+  auto done = std::make_shared<std::promise<void>>();
+  auto f = done->get_future();
+  {
+    std::lock_guard lk(cmd_mu_);
+    if (stopping_) throw Error(ErrorCode::kUnavailable, "engine: stopped");
+    commands_.push_back(DemoteCache{drop_host_tier, std::move(done)});
+  }
+  cmd_cv_.notify_one();
+  return f;
+}
+
+void Engine::wake_for_tiers() {
+  {
+    std::lock_guard lk(cmd_mu_);
+    tier_wake_ = true;
+  }
+  cmd_cv_.notify_one();
+}
+
+void Engine::settle_restores() {
+  for (const KvTiers::RestoreDone &d : tiers_->poll()) sched_->finish_loading(d.id, d.ok);
+}
+
+void Engine::flush_tiers() {
+  if (!tiers_ || tiers_->ssd() == nullptr) return;  // host RAM dies with the process
+  try {
+    const auto cached = kv_->cached_blocks();
+    tiers_->flush(cached, std::chrono::steady_clock::now() + config_.tier_flush_timeout);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "keel engine: flushing the KV cache to SSD failed: %s\n", e.what());
+  }
+}
+
 // Where a wedged device wait or a crashing kernel would strike: inside the step, after
 // the heartbeat said a step began, so the front sees a step that does not end.
 void Engine::inject_step_faults() {
@@ -407,10 +470,20 @@ bool Engine::run_step() {
   const std::int64_t start = now_ns();
   step_start_ns_.store(start);
   heartbeat_ns_.store(start);
+  if (tiers_) settle_restores();
   StepPlan plan = sched_->schedule();
+  if (tiers_) {
+    // Restores pin the host slots their lookup found before offloads may evict any.
+    // Their loads start at a later poll; the saves of the blocks this plan reuses are
+    // issued now, before this step's copies and forward write them.
+    for (const TierLoad &l : plan.loads) tiers_->start_restore(l.id, l.blocks, l.hashes);
+    const auto evicted = kv_->take_evicted();
+    if (!evicted.empty()) tiers_->offload(evicted);
+  }
   if (plan.empty()) {
     step_start_ns_.store(0);
-    return false;
+    if (!plan.loads.empty()) publish_status();
+    return !plan.loads.empty();  // look again at once: restores from RAM start next pass
   }
   publish_status();  // admissions and preemptions show while the step runs
   inject_step_faults();
@@ -568,7 +641,21 @@ void Engine::publish_status() {
   s.kv_blocks_total = pool.num_blocks();
   s.kv_blocks_used = pool.num_used();
   s.kv_blocks_cached = pool.num_cached();
-  s.prefix_hit_tokens = kv_->stats().hit_tokens;
+  s.prefix_hit_tokens = kv_->stats().hit_tokens + kv_->stats().restored_tokens;
+  s.restored_tokens = kv_->stats().restored_tokens;
+  if (tiers_) {
+    auto put = [](KvTierStatus &o, const TierStats &t) {
+      o.capacity_bytes = t.capacity_bytes;
+      o.used_bytes = t.used_bytes;
+      o.blocks = t.blocks;
+      o.hit_blocks = t.hit_blocks;
+      o.stored_blocks = t.stored_blocks;
+      o.errors = t.errors;
+      o.pending = t.pending;
+    };
+    put(s.host_tier, tiers_->host_stats());
+    put(s.ssd_tier, tiers_->ssd_stats());
+  }
   s.prompt_tokens = prompt_tokens_;
   s.prefill_tokens = prefill_tokens_;
   s.decode_tokens = decode_tokens_;

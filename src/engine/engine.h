@@ -25,6 +25,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -39,6 +40,7 @@
 #include "exec/forward_batch.h"
 #include "exec/model_runner.h"
 #include "kv/kv_cache_manager.h"
+#include "kv/kv_tiers.h"
 #include "sched/scheduler.h"
 
 namespace keel {
@@ -56,9 +58,9 @@ using BackendFactory = std::function<EngineBackend()>;
 struct EngineConfig {
   SchedulerConfig scheduler;
   bool enable_prefix_caching = true;
-  // Names the weights and KV layout in block keys; derived from the model config and
-  // the KV shape when empty (give the weights' path or digest to tell apart two models
-  // of one shape).
+  // Names the weights in block keys, beside the model config and KV layout that always
+  // take part (give the weights' path or digest to tell apart two models of one shape;
+  // the SSD tier persists blocks, so name the weights whenever it is on).
   std::string model_fingerprint;
   // Longest sequence (prompt + output); 0: max_position_embeddings, capped so that one
   // request always fits in the KV cache.
@@ -67,6 +69,12 @@ struct EngineConfig {
   std::chrono::milliseconds idle_tick{100};
   // The destructor's stop deadline.
   std::chrono::milliseconds shutdown_grace{10000};
+  // Cache tiers below the device blocks (issue 7): host RAM and SSD; off when both are
+  // 0 (or prefix caching is off). See kv/kv_tiers.h.
+  KvTierConfig tiers;
+  // How long stopping may spend moving device-cached blocks into the SSD tier (so that
+  // a restart finds them). Must stay well inside shutdown_grace.
+  std::chrono::milliseconds tier_flush_timeout{3000};
 };
 
 class Engine final : public EngineApi {
@@ -85,7 +93,13 @@ class Engine final : public EngineApi {
   // effect at the next step.
   void stop_request(RequestId id);
   EngineStatus status() const override;
+  // Forgets cached blocks in every tier: the device's free cached blocks, host RAM, and
+  // this model's SSD files.
   void clear_cache() override;
+  // Moves the device's cached blocks down into the tiers and forgets them on the device
+  // (then, with drop_host_tier, empties host RAM too, so only the SSD tier holds them).
+  // Blocks the engine thread until done or tier_flush_timeout: benchmarks and tests.
+  std::future<void> demote_cache(bool drop_host_tier);
   void inject_fault(const FaultSpec &spec) override { faults_.arm(spec); }
   std::vector<FaultSpec> armed_faults() const override { return faults_.armed(); }
   // The engine's faults, for the parts that strike them (the step loop, cache tiers).
@@ -110,7 +124,11 @@ class Engine final : public EngineApi {
     FinishReason reason;
   };
   struct ClearCache {};
-  using Command = std::variant<Submit, Finish, ClearCache>;
+  struct DemoteCache {
+    bool drop_host_tier = false;
+    std::shared_ptr<std::promise<void>> done;
+  };
+  using Command = std::variant<Submit, Finish, ClearCache, DemoteCache>;
 
   struct Live;  // engine-side state of one request (engine.cpp)
 
@@ -126,6 +144,9 @@ class Engine final : public EngineApi {
   void fail_step(const StepPlan &plan, const std::string &what);
   void emit_outputs(const StepPlan &plan);
   void publish_status();
+  void settle_restores();  // tier restores that finished: their requests run or recompute
+  void flush_tiers();      // device-cached blocks into the SSD tier (on stop)
+  void wake_for_tiers();   // an SSD worker finished a job (any thread)
   void check_engine_thread(const char *what) const;
   std::int64_t now_ns() const;
 
@@ -136,7 +157,8 @@ class Engine final : public EngineApi {
   mutable std::mutex cmd_mu_;
   std::condition_variable cmd_cv_;
   std::deque<Command> commands_;
-  bool stopping_ = false;  // under cmd_mu_
+  bool stopping_ = false;   // under cmd_mu_
+  bool tier_wake_ = false;  // under cmd_mu_
   std::atomic<std::int32_t> queued_submits_{0};
 
   mutable std::mutex status_mu_;
@@ -160,6 +182,7 @@ class Engine final : public EngineApi {
   EngineBackend backend_;
   std::unique_ptr<KvCacheManager> kv_;
   std::unique_ptr<Scheduler> sched_;
+  std::unique_ptr<KvTiers> tiers_;      // null without tiers
   std::deque<Command> inflight_;        // taken from the queue, not yet run
   std::int32_t unsettled_submits_ = 0;  // run, still in queued_submits_
   std::unordered_map<RequestId, std::unique_ptr<Live>> live_;

@@ -49,6 +49,7 @@ std::optional<BlockId> BlockPool::allocate() {
   const std::int32_t b = next_[num_blocks_];
   if (b == num_blocks_) return std::nullopt;
   unlink(b);
+  if (record_evictions_ && has_hash_[b]) evicted_.push_back(EvictedBlock{BlockId{b}, hashes_[b]});
   evict(BlockId{b});
   refs_[b] = 1;
   return BlockId{b};
@@ -112,6 +113,13 @@ std::int32_t BlockPool::evict_all_free() {
   for (std::int32_t b = next_[num_blocks_]; b != num_blocks_; b = next_[b])
     n += evict(BlockId{b}) ? 1 : 0;
   return n;
+}
+
+std::vector<EvictedBlock> BlockPool::cached_blocks() const {
+  std::vector<EvictedBlock> v;
+  v.reserve(index_.size());
+  for (const auto &[h, b] : index_) v.push_back(EvictedBlock{BlockId{b}, h});
+  return v;
 }
 
 void BlockPool::check_invariants() const {

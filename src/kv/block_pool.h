@@ -10,12 +10,20 @@
 #include <cstdint>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/ids.h"
 #include "kv/block_hash.h"
 
 namespace keel {
+
+// A cached block that allocate() is reusing: its old contents, named by `hash`, are
+// still there until the caller writes the block.
+struct EvictedBlock {
+  BlockId block;
+  BlockHash hash;
+};
 
 class BlockPool {
  public:
@@ -49,6 +57,13 @@ class BlockPool {
   // Forgets the hashes of all free blocks (a cache reset); returns how many.
   std::int32_t evict_all_free();
 
+  // When on, allocate() remembers every cached block it reuses (for the tiers below,
+  // which save its contents before they are overwritten); take_evicted() hands them over.
+  void set_record_evictions(bool on) { record_evictions_ = on; }
+  std::vector<EvictedBlock> take_evicted() { return std::exchange(evicted_, {}); }
+  // Every block that has a hash (held or free), in no particular order.
+  std::vector<EvictedBlock> cached_blocks() const;
+
   // Walks every structure and throws Error(kInternal) on any inconsistency. O(blocks).
   void check_invariants() const;
 
@@ -66,6 +81,8 @@ class BlockPool {
   std::vector<BlockHash> hashes_;          // [num_blocks], valid where has_hash_
   std::vector<std::uint8_t> has_hash_;     // [num_blocks]
   std::unordered_map<BlockHash, std::int32_t> index_;
+  bool record_evictions_ = false;
+  std::vector<EvictedBlock> evicted_;
 };
 
 }  // namespace keel

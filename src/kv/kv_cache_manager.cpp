@@ -38,6 +38,27 @@ PrefixHit KvCacheManager::get_computed_blocks(std::span<const TokenId> tokens,
   return hit;
 }
 
+std::vector<BlockHash> KvCacheManager::lower_tier_chain(std::span<const TokenId> tokens,
+                                                        const PrefixHit &hit,
+                                                        std::string_view extra_keys,
+                                                        const TierIndex &tiers,
+                                                        std::int32_t max_blocks) const {
+  std::vector<BlockHash> out;
+  if (!config_.enable_prefix_caching || hit.copy_last) return out;
+  const std::int32_t bs = config_.block_size;
+  const auto n = static_cast<std::int32_t>(tokens.size());
+  const BlockHash *parent = hit.hashes.empty() ? nullptr : &hit.hashes.back();
+  for (auto i = static_cast<std::int32_t>(hit.blocks.size());
+       (i + 1) * bs <= n && static_cast<std::int32_t>(out.size()) < max_blocks; ++i) {
+    const BlockHash h = hash_block(
+        config_.model, parent, tokens.subspan(static_cast<std::size_t>(i) * bs, bs), extra_keys);
+    if (!tiers.contains(h)) break;
+    out.push_back(h);
+    parent = &out.back();
+  }
+  return out;
+}
+
 bool KvCacheManager::allocate_slots(RequestId id, std::int32_t num_tokens, const PrefixHit *hit,
                                     std::optional<BlockCopy> *copy) {
   auto it = requests_.find(id);

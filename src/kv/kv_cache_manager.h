@@ -25,6 +25,7 @@
 #include "core/ids.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
+#include "kv/tier_index.h"
 
 namespace keel {
 
@@ -52,9 +53,10 @@ struct BlockCopy {
 // Counted when a lookup's result is taken by allocate_slots (an admission), so a request
 // that waits at the head of the queue for several steps counts once.
 struct KvCacheStats {
-  std::int64_t queries = 0;       // admissions that looked up the cache
-  std::int64_t query_tokens = 0;  // tokens looked up
-  std::int64_t hit_tokens = 0;    // tokens found cached
+  std::int64_t queries = 0;          // admissions that looked up the cache
+  std::int64_t query_tokens = 0;     // tokens looked up
+  std::int64_t hit_tokens = 0;       // tokens found cached on the device
+  std::int64_t restored_tokens = 0;  // tokens restored from the tiers below
 };
 
 class KvCacheManager {
@@ -69,6 +71,13 @@ class KvCacheManager {
   // Longest cached prefix of `tokens` (whole blocks), leaving at least the last token
   // to compute. Empty when caching is off or nothing matches.
   PrefixHit get_computed_blocks(std::span<const TokenId> tokens, std::string_view extra_keys = {});
+
+  // Continues the chained lookup of `tokens` past the device hit into the tiers below:
+  // the hashes of the following full blocks that `tiers` holds, in order, at most
+  // `max_blocks`. Empty on an exact full device hit.
+  std::vector<BlockHash> lower_tier_chain(std::span<const TokenId> tokens, const PrefixHit &hit,
+                                          std::string_view extra_keys, const TierIndex &tiers,
+                                          std::int32_t max_blocks) const;
 
   // Grows the request's blocks to cover `num_tokens` positions (tokens computed plus
   // those scheduled now). `hit` may be given only when the request holds no blocks yet;
@@ -99,6 +108,11 @@ class KvCacheManager {
   std::int32_t num_requests() const { return static_cast<std::int32_t>(requests_.size()); }
   // Forgets every cached block that no request holds; returns how many.
   std::int32_t evict_cached() { return pool_.evict_all_free(); }
+  // Tier offload support (BlockPool::set_record_evictions / take_evicted / cached_blocks).
+  void set_record_evictions(bool on) { pool_.set_record_evictions(on); }
+  std::vector<EvictedBlock> take_evicted() { return pool_.take_evicted(); }
+  std::vector<EvictedBlock> cached_blocks() const { return pool_.cached_blocks(); }
+  void count_restored(std::int32_t tokens) { stats_.restored_tokens += tokens; }
 
   // Throws Error(kInternal) if the block counts disagree with the requests' views.
   void check_invariants() const;

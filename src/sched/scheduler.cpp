@@ -169,6 +169,11 @@ StepPlan Scheduler::schedule() {
     SchedRequest *r = waiting_.begin()->second;
     PrefixHit hit;
     if (r->use_prefix_cache) hit = kv_.get_computed_blocks(r->tokens, r->extra_keys);
+    if (tiers_ != nullptr && r->use_prefix_cache && !r->skip_tiers) {
+      const int admitted = admit_loading(r, hit, plan);
+      if (admitted < 0) break;  // no blocks: the head waits
+      if (admitted > 0) continue;
+    }
     const std::int32_t computed = hit.num_tokens;
     const std::int32_t n = std::min({r->num_tokens() - computed, config_.max_chunk_tokens, budget});
     std::optional<BlockCopy> copy;
@@ -190,6 +195,35 @@ StepPlan Scheduler::schedule() {
     r->scheduled_step = plan.step;
   }
   return plan;
+}
+
+int Scheduler::admit_loading(SchedRequest *r, const PrefixHit &hit, StepPlan &plan) {
+  const std::int32_t bs = kv_.block_size();
+  const auto hit_blocks = static_cast<std::int32_t>(hit.blocks.size());
+  // The last token is always computed (for its logits), so at most n - 1 tokens load;
+  // the blocks needed for them bound the lookup.
+  const std::int32_t n = r->num_tokens();
+  const std::int32_t max_blocks = (n - 1 + bs - 1) / bs - hit_blocks;
+  if (max_blocks <= 0) return 0;
+  auto hashes = kv_.lower_tier_chain(r->tokens, hit, r->extra_keys, *tiers_, max_blocks);
+  if (hashes.empty()) return 0;
+  const std::int32_t tokens =
+      std::min((hit_blocks + static_cast<std::int32_t>(hashes.size())) * bs, n - 1);
+  if (!kv_.allocate_slots(r->id, tokens, &hit)) return -1;
+  erase_waiting(r);
+  transition(r->state, RequestState::kLoadingCache);
+  r->loading_tokens = tokens;
+  r->restoring_tokens = tokens - hit.num_tokens;
+  loading_.emplace(r->arrival, r);
+  TierLoad load;
+  load.id = r->id;
+  const auto blocks = kv_.blocks(r->id);
+  KEEL_CHECK(static_cast<std::int32_t>(blocks.size()) ==
+             hit_blocks + static_cast<std::int32_t>(hashes.size()));
+  load.blocks.assign(blocks.begin() + hit_blocks, blocks.end());
+  load.hashes = std::move(hashes);
+  plan.loads.push_back(std::move(load));
+  return 1;
 }
 
 void Scheduler::on_step_done(const StepPlan &plan) {
@@ -224,6 +258,7 @@ bool Scheduler::start_loading(RequestId id, std::int32_t num_tokens) {
   erase_waiting(r);
   transition(r->state, RequestState::kLoadingCache);
   r->loading_tokens = num_tokens;
+  r->restoring_tokens = num_tokens;
   loading_.emplace(r->arrival, r);
   return true;
 }
@@ -238,13 +273,18 @@ void Scheduler::finish_loading(RequestId id, bool ok) {
     r->num_computed_tokens = r->loading_tokens;
     if (r->num_cached_prompt_tokens < 0)
       r->num_cached_prompt_tokens = std::min(r->loading_tokens, r->num_prompt_tokens);
+    kv_.count_restored(r->restoring_tokens);
+    if (r->use_prefix_cache)  // restored blocks are cached on the device again
+      kv_.cache_full_blocks(r->id, r->tokens, r->num_computed_tokens, r->extra_keys);
     insert_running(r);
   } else {
     kv_.free(r->id);
     transition(r->state, RequestState::kWaiting);
+    r->skip_tiers = true;
     push_waiting(r);
   }
   r->loading_tokens = 0;
+  r->restoring_tokens = 0;
 }
 
 void Scheduler::check_invariants() const {

@@ -11,7 +11,11 @@
 //   request is preempted (its blocks freed; it recomputes, mostly from the prefix cache,
 //   when it resumes ahead of newer arrivals); no admission happens in a step that
 //   preempted;
-// - requests in LOADING_CACHE (blocks being restored) are skipped, never waited for.
+// - requests in LOADING_CACHE (blocks being restored) are skipped, never waited for;
+// - with tiers below the device (set_tiers), admission continues the prefix lookup into
+//   them; a request with a hit there is admitted into LOADING_CACHE (its blocks
+//   allocated, a TierLoad in the plan) instead of RUNNING, and runs once the engine
+//   calls finish_loading(). A failed restore sends it back to waiting to recompute.
 //
 // The scheduler owns each request's token sequence and state, never tensors or streams.
 // Single-threaded: the engine thread calls every method.
@@ -47,9 +51,11 @@ struct SchedRequest {
   std::int32_t num_computed_tokens = 0;        // tokens whose KV is in the cache
   std::int32_t num_cached_prompt_tokens = -1;  // prefix hit at first admission; -1 before
   std::int32_t num_preemptions = 0;
-  bool use_prefix_cache = true;     // off for prompt logprobs, which need every prompt row
-  std::string extra_keys;           // hashed into every block key (cache salt)
-  std::int32_t loading_tokens = 0;  // in LOADING_CACHE: tokens being restored
+  bool use_prefix_cache = true;       // off for prompt logprobs, which need every prompt row
+  std::string extra_keys;             // hashed into every block key (cache salt)
+  std::int32_t loading_tokens = 0;    // in LOADING_CACHE: tokens computed once loaded
+  std::int32_t restoring_tokens = 0;  // of those, the ones restored from the tiers
+  bool skip_tiers = false;            // a restore failed: recompute instead
   std::uint64_t scheduled_step = 0;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
@@ -77,11 +83,15 @@ class Scheduler {
   // After sampling: the request's next token.
   void append_token(RequestId id, TokenId token);
 
+  // The tiers below the device to continue prefix lookups into (null: none).
+  void set_tiers(const TierIndex *tiers) { tiers_ = tiers; }
+
   // Tier restore (issue 7): a waiting request's first `num_tokens` are being loaded into
   // freshly allocated blocks; until finish_loading() the request is skipped by steps.
   // Returns false when too few blocks are free.
   bool start_loading(RequestId id, std::int32_t num_tokens);
-  // ok: the tokens are computed and the request runs; !ok: blocks freed, back to waiting.
+  // ok: the tokens are computed (full blocks become cached) and the request runs; !ok:
+  // blocks freed, back to waiting, and it will not try the tiers again.
   void finish_loading(RequestId id, bool ok);
 
   const SchedRequest *find(RequestId id) const;
@@ -105,12 +115,16 @@ class Scheduler {
   void erase_running(SchedRequest *r);
   void push_waiting(SchedRequest *r);
   void erase_waiting(SchedRequest *r);
+  // Admits `r` into LOADING_CACHE when the tiers hold blocks past its device hit: 1
+  // admitted, 0 no tier hit (admit normally), -1 too few free blocks.
+  int admit_loading(SchedRequest *r, const PrefixHit &hit, StepPlan &plan);
   void preempt(SchedRequest *victim, StepPlan &plan, std::int32_t &budget);
   // Schedules a running request's next tokens, preempting newer ones for blocks.
   void schedule_running(SchedRequest *r, StepPlan &plan, std::int32_t &budget, bool &preempted_any);
 
   SchedulerConfig config_;
   KvCacheManager &kv_;
+  const TierIndex *tiers_ = nullptr;
   std::unordered_map<RequestId, std::unique_ptr<SchedRequest>> requests_;
   std::vector<SchedRequest *> running_;              // by arrival; newest at the back
   std::map<std::uint64_t, SchedRequest *> waiting_;  // by arrival: WAITING and PREEMPTED

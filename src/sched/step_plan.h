@@ -20,10 +20,19 @@ struct ScheduledSeq {
   std::optional<BlockCopy> copy;  // copy-on-write to run before the forward
 };
 
+// A request admitted into LOADING_CACHE in this step: `hashes` are to be restored from
+// the tiers below the device into `blocks` (fresh, the request's own, same length).
+struct TierLoad {
+  RequestId id;
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> hashes;
+};
+
 struct StepPlan {
   std::uint64_t step = 0;
   std::vector<ScheduledSeq> seqs;    // running requests' next tokens first, then prefills
   std::vector<RequestId> preempted;  // lost their blocks in this step's scheduling
+  std::vector<TierLoad> loads;       // restores to start (requests now LOADING_CACHE)
   std::int32_t total_tokens = 0;
   bool empty() const { return seqs.empty(); }
 };
