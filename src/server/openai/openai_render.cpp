@@ -151,54 +151,107 @@ std::string chat_chunk_role(const RenderContext &ctx, int index) {
                                          {"finish_reason", nullptr}}})}});
 }
 
+namespace {
+
+// Feeds a delta's text to the choice's tool-call parser (made on first use). Text that
+// may be the start of a call is held back; a call comes out whole once its closing
+// markup arrives, so malformed markup can still turn into content.
+std::vector<ToolParseEvent> tool_events(const RenderContext &ctx, const ChatRequest &req,
+                                        const ChoiceDelta &d, ChoiceToolStream **stream) {
+  auto it = ctx.tool_streams.find(d.index);
+  if (it == ctx.tool_streams.end())
+    it = ctx.tool_streams
+             .emplace(d.index,
+                      ChoiceToolStream{ToolCallParser(tool_call_format(ctx), req.tool_names), 0})
+             .first;
+  *stream = &it->second;
+  auto events = it->second.parser.feed(d.text);
+  if (d.finish) {
+    auto rest = it->second.parser.finish();
+    events.insert(events.end(), rest.begin(), rest.end());
+  }
+  return events;
+}
+
+std::string chunk(const RenderContext &ctx, const ChatRequest &req, int index, json delta,
+                  json logprobs, json finish) {
+  json j{{"id", ctx.id},
+         {"object", "chat.completion.chunk"},
+         {"created", ctx.created},
+         {"model", ctx.model},
+         {"choices", json::array({{{"index", index},
+                                   {"delta", std::move(delta)},
+                                   {"logprobs", std::move(logprobs)},
+                                   {"finish_reason", std::move(finish)}}})}};
+  if (req.include_usage) j["usage"] = nullptr;
+  return dump(j);
+}
+
+json delta_logprobs(const RenderContext &ctx, const ChatRequest &req, const ChoiceDelta &d) {
+  if (!req.logprobs || d.tokens.empty()) return nullptr;
+  return {{"content", chat_logprob_entries(ctx, d.tokens, d.logprobs, d.top)}};
+}
+
+}  // namespace
+
 std::string chat_chunk_delta(const RenderContext &ctx, const ChatRequest &req,
                              const ChoiceDelta &d) {
   json delta = json::object();
   int calls = 0;
   if (req.parses_tool_calls()) {
-    // Text that may be the start of a call is held back; a call goes out whole (id,
-    // name and all its arguments in one entry) once its closing markup arrives.
-    auto it = ctx.tool_streams.find(d.index);
-    if (it == ctx.tool_streams.end())
-      it = ctx.tool_streams
-               .emplace(d.index,
-                        ChoiceToolStream{ToolCallParser(tool_call_format(ctx), req.tool_names), 0})
-               .first;
-    ChoiceToolStream &ts = it->second;
-    auto events = ts.parser.feed(d.text);
-    if (d.finish) {
-      auto rest = ts.parser.finish();
-      events.insert(events.end(), rest.begin(), rest.end());
-    }
+    // One chunk per delta: each call in one entry (id, name and all its arguments).
+    ChoiceToolStream *ts = nullptr;
     std::string content;
     json tc = json::array();
-    for (const auto &e : events) {
+    for (const auto &e : tool_events(ctx, req, d, &ts)) {
       if (e.kind == ToolParseEvent::Kind::kText)
         content += e.text;
       else
-        tc.push_back(tool_call_json(ctx, d.index, ts.calls++, e.call, true));
+        tc.push_back(tool_call_json(ctx, d.index, ts->calls++, e.call, true));
     }
     if (!content.empty()) delta["content"] = content;
     if (!tc.empty()) delta["tool_calls"] = std::move(tc);
-    calls = ts.calls;
+    calls = ts->calls;
   } else if (!d.text.empty()) {
     delta["content"] = d.text;
   }
-  json lp = nullptr;
-  if (req.logprobs && !d.tokens.empty())
-    lp = {{"content", chat_logprob_entries(ctx, d.tokens, d.logprobs, d.top)}};
-  json choice{
-      {"index", d.index},
-      {"delta", delta},
-      {"logprobs", lp},
-      {"finish_reason", d.finish ? json(finish_with_calls(*d.finish, calls)) : json(nullptr)}};
-  json j{{"id", ctx.id},
-         {"object", "chat.completion.chunk"},
-         {"created", ctx.created},
-         {"model", ctx.model},
-         {"choices", json::array({choice})}};
-  if (req.include_usage) j["usage"] = nullptr;
-  return dump(j);
+  return chunk(ctx, req, d.index, std::move(delta), delta_logprobs(ctx, req, d),
+               d.finish ? json(finish_with_calls(*d.finish, calls)) : json(nullptr));
+}
+
+std::vector<std::string> chat_chunks(const RenderContext &ctx, const ChatRequest &req,
+                                     const ChoiceDelta &d) {
+  if (!req.parses_tool_calls()) {
+    if (d.text.empty() && !d.finish && (!req.logprobs || d.tokens.empty())) return {};
+    return {chat_chunk_delta(ctx, req, d)};
+  }
+  ChoiceToolStream *ts = nullptr;
+  const auto events = tool_events(ctx, req, d, &ts);
+  std::vector<json> deltas;
+  for (const auto &e : events) {
+    if (e.kind == ToolParseEvent::Kind::kText) {
+      deltas.push_back({{"content", e.text}});
+      continue;
+    }
+    // As OpenAI streams a call: id and name with empty arguments, then the arguments.
+    const int k = ts->calls++;
+    json head = tool_call_json(ctx, d.index, k, e.call, true);
+    head["function"]["arguments"] = "";
+    deltas.push_back({{"tool_calls", json::array({head})}});
+    deltas.push_back(
+        {{"tool_calls",
+          json::array({{{"index", k}, {"function", {{"arguments", e.call.arguments}}}}})}});
+  }
+  json lp = delta_logprobs(ctx, req, d);
+  if (deltas.empty() && (d.finish || !lp.is_null())) deltas.push_back(json::object());
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < deltas.size(); ++i) {
+    const bool last = i + 1 == deltas.size();
+    out.push_back(
+        chunk(ctx, req, d.index, std::move(deltas[i]), i == 0 ? lp : json(nullptr),
+              last && d.finish ? json(finish_with_calls(*d.finish, ts->calls)) : json(nullptr)));
+  }
+  return out;
 }
 
 std::string chat_chunk_usage(const RenderContext &ctx, const Generation &g) {

@@ -90,8 +90,14 @@ nlohmann::ordered_json template_tool_calls(const nlohmann::ordered_json &calls,
 std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const Generation &g);
 // The SSE `data:` payloads of a chat stream.
 std::string chat_chunk_role(const RenderContext &ctx, int index);
+// One chunk per delta (empty delta when tool-call text is held back).
 std::string chat_chunk_delta(const RenderContext &ctx, const ChatRequest &req,
                              const ChoiceDelta &d);
+// The chunks of a delta, none when there is nothing to send: content, and each tool
+// call as OpenAI streams it (id and name with empty arguments, then the arguments).
+// Use this or chat_chunk_delta for a whole stream, not both.
+std::vector<std::string> chat_chunks(const RenderContext &ctx, const ChatRequest &req,
+                                     const ChoiceDelta &d);
 std::string chat_chunk_usage(const RenderContext &ctx, const Generation &g);
 
 // Prompt text (for echo) per prompt index.

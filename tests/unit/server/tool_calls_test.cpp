@@ -222,11 +222,30 @@ TEST(ToolCalls, OpenAIChatStreamedAndWholeAgreeOverRandomChunkings) {
   const auto req = chat_request();
   for (unsigned seed = 1; seed <= 25; ++seed) {
     openai::RenderContext ctx{"chatcmpl-abc", 1, "m", &text};
-    OpenAIStreamed acc;
+    openai::RenderContext ctx2{"chatcmpl-abc", 1, "m", &text};
+    OpenAIStreamed acc, acc2;
+    int empty_chunks = 0;
     const std::string body = run_script(
         text, kHermesScript, seed, 1000,
-        [&](const ChoiceDelta &d) { accumulate(acc, openai::chat_chunk_delta(ctx, req, d)); },
+        [&](const ChoiceDelta &d) {
+          accumulate(acc, openai::chat_chunk_delta(ctx, req, d));
+          // The split form: never an empty chunk; the name comes before its arguments.
+          for (const auto &p : openai::chat_chunks(ctx2, req, d)) {
+            const json c = json::parse(p)["choices"][0];
+            empty_chunks += c["delta"].empty() && c["finish_reason"].is_null();
+            if (c["delta"].contains("tool_calls")) {
+              const json &tc = c["delta"]["tool_calls"][0];
+              EXPECT_EQ(tc.contains("id"), tc["function"].contains("name"));
+              if (tc.contains("id")) EXPECT_EQ(tc["function"]["arguments"], "");
+            }
+            accumulate(acc2, p);
+          }
+        },
         [&](const Generation &g) { return openai::render_chat(ctx, req, g); });
+    EXPECT_EQ(empty_chunks, 0);
+    EXPECT_EQ(acc2.content, acc.content);
+    EXPECT_EQ(acc2.tool_calls, acc.tool_calls);
+    EXPECT_EQ(acc2.finish, acc.finish);
     const json j = json::parse(body);
     const json &msg = j["choices"][0]["message"];
     EXPECT_EQ(msg["content"], "I will look.");
