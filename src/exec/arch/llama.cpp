@@ -92,6 +92,7 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
   shard_ = shard ? *shard : parallel::make_shard_plan(cfg, 0, 1);
   if (shard_.size > 1) {
     const parallel::ShardPlan &p = shard_;
+    lm_head_ = parallel::slice_rows(lm_head_, p.vocab_begin, p.vocab_count);
     for (LlamaLayer &L : layers_) {
       L.wq = parallel::slice_rows(L.wq, p.q_begin(), p.heads * D);
       L.wk = parallel::slice_rows(L.wk, p.kv_begin(), p.kv_heads * D);
@@ -249,10 +250,6 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
   out.vocab_size = static_cast<std::int32_t>(V);
   out.row_seq.clear();
   out.row_pos.clear();
-  if (!shard_.computes_logits()) {
-    out.logits.clear();
-    return;
-  }
   std::vector<std::int64_t> rows;
   for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
     const auto &s = batch.seqs[i];
@@ -271,7 +268,21 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
   for (std::int64_t r = 0; r < R; ++r)
     std::copy(x + rows[r] * hidden, x + (rows[r] + 1) * hidden, sel + r * hidden);
   cpu::rmsnorm(sel, final_norm_.data(), sel, R, hidden, eps);
-  cpu::linear(lm_head_, sel, R, out.logits.data(), pool, lin_scratch_);
+  if (shard_.size == 1) {
+    cpu::linear(lm_head_, sel, R, out.logits.data(), pool, lin_scratch_);
+    return;
+  }
+  // Vocab-parallel: this rank's columns of every row, the rest zero; the sum over ranks
+  // is then exact (x + 0 == x) and leaves the whole rows on every rank.
+  const std::int64_t vb = shard_.vocab_begin, vn = shard_.vocab_count;
+  std::fill(out.logits.begin(), out.logits.end(), 0.0f);
+  if (vn > 0) {
+    float *part = ws.floats(R * vn);  // [R, vn]
+    cpu::linear(lm_head_, sel, R, part, pool, lin_scratch_);
+    for (std::int64_t r = 0; r < R; ++r)
+      std::copy(part + r * vn, part + (r + 1) * vn, out.logits.data() + r * V + vb);
+  }
+  comm->all_reduce_sum(out.logits.data(), out.logits.size(), DType::kF32);
 }
 
 }  // namespace keel::arch

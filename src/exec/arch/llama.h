@@ -54,8 +54,8 @@ class LlamaModel {
   const parallel::ShardPlan &shard() const { return shard_; }
 
   // Validates `batch` against the cache, computes it and fills `out`. A sharded model
-  // sums its row-parallel outputs over `comm` (all ranks call forward with the same
-  // batch); only the rank that computes logits fills `out` with rows.
+  // sums its row-parallel outputs and its vocab blocks of the logits over `comm` (all
+  // ranks call forward with the same batch, and all end with the same `out`).
   void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv, ExecContext &ctx,
                parallel::Communicator *comm = nullptr);
 

@@ -1,5 +1,6 @@
 #include "exec/parallel/shard_plan.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -26,6 +27,9 @@ ShardPlan make_shard_plan(const ModelConfig &cfg, int rank, int size) {
   p.kv_heads = cfg.num_kv_heads / size;
   p.intermediate = cfg.intermediate_size / size;
   p.head_dim = cfg.head_dim;
+  const std::int64_t per = (cfg.vocab_size + size - 1) / size;
+  p.vocab_begin = std::min<std::int64_t>(cfg.vocab_size, rank * per);
+  p.vocab_count = std::min<std::int64_t>(cfg.vocab_size, p.vocab_begin + per) - p.vocab_begin;
   return p;
 }
 

@@ -18,6 +18,7 @@ ModelConfig config(std::int64_t heads, std::int64_t kv_heads, std::int64_t inter
   c.head_dim = 16;
   c.intermediate_size = inter;
   c.hidden_size = 64;
+  c.vocab_size = 10;
   return c;
 }
 
@@ -29,8 +30,11 @@ TEST(TpShardPlan, SplitsHeadsKvHeadsAndMlp) {
   EXPECT_EQ(p.q_begin(), 3 * 2 * 16);
   EXPECT_EQ(p.kv_begin(), 3 * 16);
   EXPECT_EQ(p.ffn_begin(), 96);
-  EXPECT_FALSE(p.computes_logits());
-  EXPECT_TRUE(parallel::make_shard_plan(config(8, 4, 128), 0, 4).computes_logits());
+  // vocab 10 over 4 ranks: blocks of 3, 3, 3, 1.
+  EXPECT_EQ(p.vocab_begin, 9);
+  EXPECT_EQ(p.vocab_count, 1);
+  EXPECT_EQ(parallel::make_shard_plan(config(8, 4, 128), 1, 4).vocab_begin, 3);
+  EXPECT_EQ(parallel::make_shard_plan(config(8, 4, 128), 1, 4).vocab_count, 3);
 }
 
 TEST(TpShardPlan, KvHeadsMustDivide) {
