@@ -20,14 +20,17 @@ const ref = {};
 const texts = ['The keeper of the lighthouse wrote in his log every night. ', 'Rain fell on the harbour town all winter long. ',
   'A clock in the hall struck seven and the guests sat down. ', 'Ships came in at dawn with salt and wool and news. ',
   'The road north went over the hills and past the mill. ', 'She kept bees behind the house and sold the honey. '];
-const LONG = texts.map((t) => t.repeat(10));  // ~120 tokens each: several blocks, mostly cacheable
+const LONG = texts.map((t) => t.repeat(10));  // ~160 tokens each: ten blocks, mostly cacheable
+// As many blocks again: cycling through both overflows the 64-block device pool, so
+// LONG's prefixes are evicted to the host/SSD tiers and come back by restore.
+const CHURN = texts.map((t) => ('Once more: ' + t).repeat(10));
 
 before(async () => {
   console.log(`# wedge scenarios: seed ${r.seed}, rounds ${ROUNDS}`);
   srv = await startServer({
     name: 'scen',
     args: ['--enable-fault-injection', '--pin', 'tiny', '--step-deadline', String(DEADLINE_S), '--heartbeat-timeout', '3',
-      '--unload-grace', '1', '--kv-blocks', '96', '--max-concurrent', '16'],
+      '--unload-grace', '1', '--kv-blocks', '64', '--max-concurrent', '16'],
     cache: true,
   });
   for (const p of [...LONG, 'short one', 'probe']) ref[p] = await greedy(srv.client, p);
@@ -84,7 +87,7 @@ test('2: a prewarm loop (long cached prompt, max_tokens 1), an idle gap, then a 
 test('3: dozens of aborts mid-prefill, mid-decode and while blocks restore', async () => {
   for (let round = 0; round < ROUNDS; round++) {
     // Churn the small device pool so earlier prefixes live only in the lower tiers.
-    for (const p of LONG) assert.ok((await req(p, 1)).ok);
+    for (const p of [...LONG, ...CHURN]) assert.ok((await req(p, 1)).ok);
     const jobs = [];
     for (let i = 0; i < 30; i++) {
       const ac = new AbortController();
@@ -195,7 +198,9 @@ test('6: every fault kind injected during traffic', async () => {
     for (const f of kinds) {
       const destructive = f.kind === 'crash-engine' || (f.kind === 'stall-step' && f.seconds === undefined);
       const before = await srv.model();
+      // Cached prompts (restored from the tiers once churned out) and churn (stores).
       const jobs = [0, 1, 2, 3, 4, 5].map((i) => req(LONG[i], 24));
+      for (let i = 0; i < 3; i++) jobs.push(req(CHURN[(i + round) % 6], 4));
       jobs.push(ends(REQ_MS, () => streamText(srv.client, { model: 'tiny', prompt: LONG[0], max_tokens: 60, temperature: 0, ignore_eos: true })));
       await sleep(r.between(0, 40));
       await inject(srv, { model: 'tiny', ...f });
@@ -203,6 +208,9 @@ test('6: every fault kind injected during traffic', async () => {
       if (!destructive) {
         assertAllOk(res, f.kind);
         for (let i = 0; i < 6; i++) assert.equal(res[i].value.slice(0, ref[LONG[i]].length), ref[LONG[i]], `${f.kind}: output changed`);
+        // Churned out and restored while the fault was armed: still served right.
+        for (const p of CHURN.slice(0, 2)) assert.equal((await req(p, 4)).ok, true);
+        for (const p of LONG.slice(0, 3)) assert.equal(await greedyFull(p, 8), ref[p], `${f.kind}: a restored prefix was served wrong`);
       } else {
         for (const x of res) if (!x.ok) assert.match(String(x.error.message ?? x.error), /stalled|exited|died|signal/);
         // Nothing was running when the fault struck? Drive one step so it does.

@@ -34,6 +34,7 @@ TEXTS = ["The keeper of the lighthouse wrote in his log every night. ",
          "The road north went over the hills and past the mill. ",
          "She kept bees behind the house and sold the honey. "]
 LONG = [t * 10 for t in TEXTS]
+CHURN = [("Once more: " + t) * 10 for t in TEXTS]  # overflows the 64-block pool with LONG
 
 
 class Failed(Exception):
@@ -236,7 +237,7 @@ def main():
     print(f"wedge scenarios: seed {a.seed}, rounds {a.rounds}, device {a.device}", flush=True)
     results = {"seed": a.seed, "rounds": a.rounds, "device": a.device, "scenarios": {}}
     srv = Server(a.keel, {"m": a.model}, ["--enable-fault-injection", "--pin", "m", "--step-deadline", str(DEADLINE_S),
-                                           "--heartbeat-timeout", "3", "--unload-grace", "1", "--kv-blocks", "96",
+                                           "--heartbeat-timeout", "3", "--unload-grace", "1", "--kv-blocks", "64",
                                            "--max-concurrent", "16"], a.device)
     ref = {p: srv.complete(p) for p in LONG + ["short one", "probe"]}
 
@@ -269,7 +270,7 @@ def main():
 
     def s3():
         for rd in range(a.rounds):
-            for p in LONG:
+            for p in LONG + CHURN:
                 srv.complete(p, 1)
             jobs = []
             for i in range(30):
@@ -344,7 +345,8 @@ def main():
             for f in kinds:
                 destructive = f["kind"] == "crash-engine" or (f["kind"] == "stall-step" and "seconds" not in f)
                 before = srv.model()
-                jobs = [ends(REQ_S, srv.complete, LONG[i], 24) for i in range(6)] + [ends(REQ_S, srv.stream, LONG[0], 60)]
+                jobs = [ends(REQ_S, srv.complete, LONG[i], 24) for i in range(6)] + [ends(REQ_S, srv.stream, LONG[0], 60)] + \
+                       [ends(REQ_S, srv.complete, CHURN[(i + rd) % 6], 4) for i in range(3)]
                 time.sleep(rnd.uniform(0, 0.04))
                 srv.inject(**f)
                 res = wait_all(jobs)
@@ -352,6 +354,10 @@ def main():
                     check(all(ok for ok, _ in res), f"{f}: {[str(v) for ok, v in res if not ok][:2]}")
                     for i in range(6):
                         check(res[i][1].startswith(ref[LONG[i]]), f"{f}: output changed")
+                    for p in CHURN[:2]:
+                        srv.complete(p, 4)
+                    for p in LONG[:3]:
+                        check(srv.complete(p) == ref[p], f"{f}: a restored prefix was served wrong")
                 else:
                     for ok, v in res:
                         check(ok or re.search(r"stalled|exited|died|signal", str(v)), f"{f}: {v}")
