@@ -290,6 +290,8 @@ void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock) 
   if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
   EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args};
   e.proc = EngineProcess::spawn(launch);
+  options_.log.log(LogLevel::kDebug, "loading '%s': engine pid %d", e.id.c_str(),
+                   static_cast<int>(e.proc->pid()));
   set_state(e, ModelState::kLoading);
   e.spawned_at = Clock::now();
   e.attempt++;
@@ -393,6 +395,9 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
           graveyard_.push_back(std::move(keep));
         });
         e.memory = info->memory_bytes;
+        options_.log.log(LogLevel::kInfo, "'%s' ready: engine pid %lld on %s, %.1f s after spawn",
+                         e.id.c_str(), static_cast<long long>(info->pid), info->backend.c_str(),
+                         std::chrono::duration<double>(now - e.spawned_at).count());
         set_state(e, ModelState::kReady);
         e.last_used = now;
         cv_.notify_all();

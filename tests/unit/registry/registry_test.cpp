@@ -77,3 +77,46 @@ TEST(ModelRegistry, AModelOverTheWholeBudgetIsRefusedWith507Semantics) {
   }
   EXPECT_EQ(reg.memory_in_use(), 0);
 }
+
+TEST(ModelRegistry, StepDeadlineIsFixedOrTheFloorBeforeAnyStep) {
+  TempModels t;
+  RegistryOptions scaled;
+  scaled.step_deadline = std::chrono::milliseconds(0);
+  scaled.step_deadline_floor = std::chrono::milliseconds(7000);
+  ModelRegistry a(scaled);
+  a.discover(t.dir);
+  for (const auto &r : a.report()) EXPECT_DOUBLE_EQ(r.step_deadline_seconds, 7.0);
+  RegistryOptions fixed;
+  fixed.step_deadline = std::chrono::milliseconds(2500);
+  ModelRegistry b(fixed);
+  b.discover(t.dir);
+  for (const auto &r : b.report()) EXPECT_DOUBLE_EQ(r.step_deadline_seconds, 2.5);
+}
+
+TEST(ModelRegistry, PerModelPinAndIdleTtl) {
+  TempModels t;
+  RegistryOptions o;
+  o.idle_ttl = std::chrono::milliseconds(60'000);
+  ModelRegistry reg(o);
+  reg.discover(t.dir);
+  ModelSettings s;
+  s.idle_ttl = std::chrono::milliseconds(5'000);
+  reg.configure("alpha", s);
+  ModelSettings pin;
+  pin.pinned = true;
+  reg.configure("beta", pin);
+  EXPECT_THROW(reg.configure("gamma", s), Error);
+  for (const auto &r : reg.report()) {
+    if (r.id == "alpha") {
+      EXPECT_EQ(r.idle_ttl.count(), 5000);
+      EXPECT_FALSE(r.pinned);
+    } else {
+      EXPECT_EQ(r.idle_ttl.count(), 60000);  // the server's default
+      EXPECT_TRUE(r.pinned);
+    }
+  }
+  // Nothing is loaded: no lease to take, and no engine to count.
+  EXPECT_FALSE(reg.try_lease("alpha").has_value());
+  EXPECT_TRUE(reg.ready_leases().empty());
+  EXPECT_EQ(reg.requests_in_flight(), 0u);
+}
