@@ -402,7 +402,9 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
         e.last_used = now;
         cv_.notify_all();
       } else if (client.dead() || e.proc->exited(&how)) {
+        e.proc->exited(&how);  // the exit status, when it is already known
         e.last_error = client.dead() ? client.dead_reason() : "engine process " + how;
+        if (client.dead() && !how.empty()) e.last_error += " (" + how + ")";
         auto proc = std::move(e.proc);
         set_state(e, ModelState::kAvailable);
         const std::string why = e.last_error;

@@ -274,3 +274,17 @@ test('per-model pin and idle TTL from the settings file; a stalled engine nobody
     assert.equal(r?.code, 0);
   }
 });
+
+test('SIGKILL of the server while its engine is wedged in a step leaves no engine behind', async () => {
+  const s = await startServer({ name: 'kill', args: ['--enable-fault-injection', '--step-deadline', '60'] });
+  await greedy(s.client, 'warm');
+  const pid = (await s.model()).pid;
+  await inject(s, { model: 'tiny', kind: 'stall-step' });
+  const req = ends(10_000, () => s.client.completions.create({ model: 'tiny', prompt: 'x', max_tokens: 5 }));
+  await waitFor(async () => (await s.model()).step_in_progress_seconds > 0.2, { what: 'the step to wedge' });
+  s.proc.kill('SIGKILL');
+  await s.exited;
+  assert.equal((await req).ok, false);
+  await waitFor(() => !alive(pid), { timeoutMs: 3000, what: `engine ${pid} to die with its server` });
+  await s.stop();
+});
