@@ -102,35 +102,63 @@ ToolCallFormat detect_tool_call_format(
   return ToolCallFormat::kHermes;
 }
 
-std::size_t json_value_end(std::string_view text, int max_depth, bool *too_deep) {
-  if (too_deep) *too_deep = false;
-  int depth = 0;
-  bool in_string = false, escaped = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
+namespace {
+
+// Advances a scan over text[scan.pos...]; text starts at the value's first byte.
+template <typename Scan>
+void scan_json(Scan &scan, std::string_view text, int max_depth) {
+  for (std::size_t i = scan.pos; i < text.size() && !scan.done; ++i) {
     const char c = text[i];
-    if (in_string) {
-      if (escaped)
-        escaped = false;
+    scan.pos = i + 1;
+    if (scan.in_string) {
+      if (scan.escaped)
+        scan.escaped = false;
       else if (c == '\\')
-        escaped = true;
+        scan.escaped = true;
       else if (c == '"')
-        in_string = false;
+        scan.in_string = false;
       continue;
     }
     if (c == '"') {
-      in_string = true;
+      scan.in_string = true;
     } else if (c == '{' || c == '[') {
-      if (++depth > max_depth) {
-        if (too_deep) *too_deep = true;
-        return i + 1;  // settled: it is not a call whatever follows
+      if (++scan.depth > max_depth) {
+        scan.too_deep = true;
+        scan.done = true;  // settled: it is not a call whatever follows
       }
     } else if (c == '}' || c == ']') {
-      if (--depth <= 0) return i + 1;
-    } else if (depth == 0 && !is_ws(c)) {
-      return i + 1;  // not a bracketed value; settled (the parse will fail)
+      if (--scan.depth <= 0) scan.done = true;
+    } else if (scan.depth == 0 && !is_ws(c)) {
+      scan.done = true;  // not a bracketed value; settled (the parse will fail)
     }
   }
-  return std::string_view::npos;
+}
+
+struct FreeScan {
+  std::size_t pos = 0;
+  int depth = 0;
+  bool in_string = false, escaped = false, too_deep = false, done = false;
+};
+
+}  // namespace
+
+std::size_t json_value_end(std::string_view text, int max_depth, bool *too_deep) {
+  FreeScan scan;
+  scan_json(scan, text, max_depth);
+  if (too_deep) *too_deep = scan.too_deep;
+  return scan.done ? scan.pos : std::string_view::npos;
+}
+
+std::size_t ToolCallParser::scan_value(std::size_t from, bool *too_deep) {
+  if (scan_.origin != from) scan_ = JsonScan{from};
+  scan_json(scan_, std::string_view(buf_).substr(from), kMaxDepth);
+  *too_deep = scan_.too_deep;
+  return scan_.done ? scan_.pos : std::string_view::npos;
+}
+
+void ToolCallParser::consume(std::size_t n) {
+  buf_.erase(0, n);
+  scan_ = JsonScan{};
 }
 
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::vector<std::string> known_tools)
@@ -200,7 +228,10 @@ void ToolCallParser::emit_call(ParsedToolCall call) {
 bool ToolCallParser::step(bool final) {
   switch (state_) {
     case State::kPassthrough: {
-      emit_text(std::exchange(buf_, {}));
+      {
+        emit_text(buf_);
+        consume(buf_.size());
+      }
       return false;
     }
     case State::kStart: {
@@ -238,13 +269,13 @@ bool ToolCallParser::step(bool final) {
       const std::size_t p = buf_.find(marker);
       if (p != std::string::npos) {
         emit_text(buf_.substr(0, p));
-        buf_.erase(0, p + marker.size());
+        consume(p + marker.size());
         state_ = format_ == ToolCallFormat::kHermes ? State::kHermesCall : State::kMarkedJson;
         return true;
       }
       const std::size_t keep = final ? 0 : partial_marker_suffix(buf_, marker);
       emit_text(buf_.substr(0, buf_.size() - keep));
-      buf_.erase(0, buf_.size() - keep);
+      consume(buf_.size() - keep);
       return false;
     }
     case State::kHermesCall: {
@@ -257,14 +288,14 @@ bool ToolCallParser::step(bool final) {
           emit_call(std::move(*call));
         else
           emit_text(std::string(kHermesOpen) + buf_.substr(0, consumed));
-        buf_.erase(0, consumed);
+        consume(consumed);
         state_ = State::kContent;
         return true;
       };
       const std::size_t i = skip_ws(buf_);
       if (i < buf_.size() && buf_[i] == '{') {
         bool deep = false;
-        const std::size_t n = json_value_end(std::string_view(buf_).substr(i), kMaxDepth, &deep);
+        const std::size_t n = scan_value(i, &deep);
         if (n == std::string_view::npos) return final ? settle(buf_.size(), buf_.size()) : false;
         if (!deep) {
           const std::size_t k = skip_ws(buf_, i + n);
@@ -288,7 +319,7 @@ bool ToolCallParser::step(bool final) {
       const std::size_t i = skip_ws(buf_);
       auto give_up = [&](std::size_t upto) {
         emit_text(std::string(kMistralMarker) + buf_.substr(0, upto));
-        buf_.erase(0, upto);
+        consume(upto);
         state_ = State::kContent;
         return true;
       };
@@ -296,7 +327,7 @@ bool ToolCallParser::step(bool final) {
       const std::string_view s = std::string_view(buf_).substr(i);
       if (s[0] == '[') {
         bool deep = false;
-        const std::size_t end = json_value_end(s, kMaxDepth, &deep);
+        const std::size_t end = scan_value(i, &deep);
         if (end == std::string_view::npos) return final ? give_up(buf_.size()) : false;
         std::vector<ParsedToolCall> calls;
         bool ok = !deep;
@@ -315,7 +346,7 @@ bool ToolCallParser::step(bool final) {
         }
         if (!ok) return give_up(i + end);
         for (auto &c : calls) emit_call(std::move(c));
-        buf_.erase(0, i + end);
+        consume(i + end);
         state_ = State::kContent;
         return true;
       }
@@ -335,12 +366,12 @@ bool ToolCallParser::step(bool final) {
       if (a == s.size()) return final ? give_up(buf_.size()) : false;
       if (s[a] != '{') return give_up(i + a);
       bool deep = false;
-      const std::size_t end = json_value_end(s.substr(a), kMaxDepth, &deep);
+      const std::size_t end = scan_value(i + a, &deep);
       if (end == std::string_view::npos) return final ? give_up(buf_.size()) : false;
       auto j = deep ? std::nullopt : parse_value(s.substr(a, end));
       if (!j || !j->is_object()) return give_up(i + a + end);
       emit_call({std::string(s.substr(0, k)), dump(*j)});
-      buf_.erase(0, i + a + end);
+      consume(i + a + end);
       state_ = State::kContent;
       return true;
     }
@@ -352,7 +383,10 @@ bool ToolCallParser::step(bool final) {
       if (calls_ > 0)
         while (i < buf_.size() && (buf_[i] == ';' || is_ws(buf_[i]))) ++i;
       if (i == buf_.size()) {
-        if (final) emit_text(std::exchange(buf_, {}));
+        if (final) {
+          emit_text(buf_);
+          consume(buf_.size());
+        }
         return false;
       }
       const std::string_view s = std::string_view(buf_).substr(i);
@@ -362,7 +396,7 @@ bool ToolCallParser::step(bool final) {
         return true;
       }
       bool deep = false;
-      const std::size_t end = json_value_end(s, kMaxDepth, &deep);
+      const std::size_t end = scan_value(i, &deep);
       if (end == std::string_view::npos) {
         if (!final) return false;
         state_ = State::kPassthrough;
@@ -392,7 +426,7 @@ bool ToolCallParser::step(bool final) {
         return true;
       }
       for (auto &c : calls) emit_call(std::move(c));
-      buf_.erase(0, i + end);
+      consume(i + end);
       if (format_ == ToolCallFormat::kMistral) state_ = State::kContent;
       return true;
     }

@@ -65,6 +65,18 @@ class ToolCallParser {
  private:
   enum class State { kStart, kContent, kHermesCall, kMarkedJson, kBareJson, kPassthrough };
 
+  // A resumable scan for the end of the JSON value at buf_[origin]: the buffer only
+  // grows while a call is incomplete, so each feed scans only the new bytes.
+  struct JsonScan {
+    std::size_t origin = std::string::npos;
+    std::size_t pos = 0;  // bytes scanned, from origin
+    int depth = 0;
+    bool in_string = false, escaped = false, too_deep = false, done = false;
+  };
+
+  // Where the JSON value at buf_[from] ends (relative to from), or npos while incomplete.
+  std::size_t scan_value(std::size_t from, bool *too_deep);
+  void consume(std::size_t n);  // drops n bytes from the front of buf_
   void run(bool final);
   bool step(bool final);  // one state transition; false when it needs more text
   void emit_text(std::string text);
@@ -74,7 +86,8 @@ class ToolCallParser {
   ToolCallFormat format_;
   std::vector<std::string> known_;
   State state_ = State::kStart;
-  std::string buf_;      // unsettled text
+  std::string buf_;  // unsettled text
+  JsonScan scan_;
   std::string held_ws_;  // trailing whitespace of emitted content (dropped before a call)
   bool after_call_ = false;
   bool marked_ = false;  // <|python_tag|> seen: any tool name counts
