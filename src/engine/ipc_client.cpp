@@ -55,16 +55,14 @@ EngineStatus IpcEngineClient::status() const {
   }
   // The child's report lags its events by up to a heartbeat; cap it by the requests
   // the front still waits on, taking the excess off running first (an ended request
-  // was most likely decoding), then waiting.
+  // was most likely decoding), then waiting, preempted and loading (four disjoint sets).
   const auto live = static_cast<std::int32_t>(sinks_.size() - abandoned_.size());
-  std::int32_t excess = s.running + s.waiting - live;
-  if (excess > 0) {
-    const std::int32_t r = std::min(excess, s.running);
-    s.running -= r;
-    s.waiting -= std::min(excess - r, s.waiting);
+  std::int32_t excess = s.running + s.waiting + s.preempted + s.loading_cache - live;
+  for (std::int32_t *count : {&s.running, &s.waiting, &s.preempted, &s.loading_cache}) {
+    const std::int32_t cut = std::clamp(excess, 0, *count);
+    *count -= cut;
+    excess -= cut;
   }
-  s.preempted = std::min(s.preempted, s.waiting);
-  s.loading_cache = std::min(s.loading_cache, live);
   return s;
 }
 

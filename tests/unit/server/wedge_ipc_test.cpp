@@ -148,12 +148,27 @@ TEST(IpcCounts, NoPhantomRequestsFromALaggingReport) {
   client.abort(RequestId(2));
   EXPECT_EQ(client.status().running, 0);
   EXPECT_EQ(client.status().waiting, 0);
+  // Preempted and loading are counted apart from waiting: a live one stays shown.
+  GenerationRequest r3;
+  r3.id = RequestId(3);
+  client.submit(r3, [](const RequestEvent &) {});
+  st.running = 0;
+  st.waiting = 0;
+  st.preempted = 1;
+  st.steps = 10;
+  ASSERT_TRUE(child.write(ipc::FrameType::kStatus, ipc::encode_status(st)));
+  ASSERT_TRUE(eventually([&] { return client.status().steps == 10; }));
+  EXPECT_EQ(client.status().preempted, 1);
+  client.abort(RequestId(3));
+  EXPECT_EQ(client.status().preempted, 0);
   // The child's finish events clear the front's record too.
   RequestEvent fin;
   fin.id = RequestId(1);
   fin.finish = FinishReason::kAbort;
   ASSERT_TRUE(child.write(ipc::FrameType::kEvent, ipc::encode_event(fin)));
   fin.id = RequestId(2);
+  ASSERT_TRUE(child.write(ipc::FrameType::kEvent, ipc::encode_event(fin)));
+  fin.id = RequestId(3);
   ASSERT_TRUE(child.write(ipc::FrameType::kEvent, ipc::encode_event(fin)));
   ASSERT_TRUE(eventually([&] { return client.in_flight() == 0; }));
   EXPECT_EQ(client.status().running, 0);
