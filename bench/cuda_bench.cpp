@@ -16,6 +16,8 @@ int main() {
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -25,6 +27,7 @@ int main() {
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "formats/make_model.h"
 
 namespace {
 using namespace keel;
@@ -85,8 +88,14 @@ double kv_bytes_per_token(const ModelConfig &c) {
 
 class Bench {
  public:
-  Bench(cuda::CudaContext &ctx, const ModelConfig &cfg, const cuda::CudaRunnerOptions &o)
-      : cfg_(cfg), runner_(ctx, cfg, std::uint64_t{1234}, o), bs_(o.block_size) {}
+  // Random weights made on the device, or (weights non-empty) a model directory/file.
+  Bench(cuda::CudaContext &ctx, const ModelConfig &cfg, const cuda::CudaRunnerOptions &o,
+        const std::string &weights)
+      : cfg_(cfg),
+        runner_(weights.empty()
+                    ? std::make_unique<cuda::CudaModelRunner>(ctx, cfg, std::uint64_t{1234}, o)
+                    : cuda::CudaModelRunner::open(weights, ctx, o)),
+        bs_(o.block_size) {}
 
   // Gives sequence 0 blocks for `len0` positions and sequences 1..n-1 for `len` each.
   void assign_blocks(int n, int len0, int len) {
@@ -95,7 +104,7 @@ class Bench {
     for (int s = 0; s < n; ++s)
       for (int i = 0; i < ((s == 0 ? len0 : len) + bs_ - 1) / bs_; ++i)
         blocks_[s].push_back(next++);
-    if (next > runner_.kv().num_blocks())
+    if (next > runner_->kv().num_blocks())
       throw Error(ErrorCode::kResourceExhausted, "bench: KV cache too small");
   }
   static int blocks_needed(int n, int len0, int len, int bs) {
@@ -114,7 +123,7 @@ class Bench {
         add(b, s, 0, len, SequenceSlice::Logits::kLast);
         ++s;
       }
-      runner_.forward_greedy(b, next);
+      runner_->forward_greedy(b, next);
       for (std::size_t i = 0; i < next.size(); ++i) last_[s - next.size() + i] = next[i];
     }
     return seconds(t0, Clock::now());
@@ -138,7 +147,7 @@ class Bench {
                              blocks_[s].begin() + q.num_blocks);
         b.seqs.push_back(q);
       }
-      runner_.forward_greedy(b, next);
+      runner_->forward_greedy(b, next);
       for (int s = 0; s < n; ++s) last_[s] = next[s];
     }
     return seconds(t0, Clock::now());
@@ -150,7 +159,7 @@ class Bench {
     for (std::size_t i = 0; i < prompt_.size(); ++i)
       prompt_[i] = static_cast<TokenId>((i * 7919 + 13) % cfg_.vocab_size);
   }
-  cuda::CudaModelRunner &runner() { return runner_; }
+  cuda::CudaModelRunner &runner() { return *runner_; }
 
  private:
   void add(ForwardBatch &b, int s, int from, int n, SequenceSlice::Logits logits) {
@@ -168,7 +177,7 @@ class Bench {
   }
 
   ModelConfig cfg_;
-  cuda::CudaModelRunner runner_;
+  std::unique_ptr<cuda::CudaModelRunner> runner_;
   int bs_;
   std::vector<std::vector<std::int32_t> > blocks_;
   std::vector<TokenId> last_, prompt_;
@@ -286,6 +295,8 @@ int run(int argc, char **argv) {
   bool profile = false;  // per-phase device time (events between kernels; slows the step)
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
+  bool flash_decode = false;
+  std::string model_dir;  // --make-model DIR: weights written by keel make-model (bf16)
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -309,6 +320,10 @@ int run(int argc, char **argv) {
       profile = true;
     else if (a == "--no-graphs")
       graphs = false;
+    else if (a == "--make-model")
+      model_dir = val();
+    else if (a == "--flash-decode")
+      flash_decode = true;
     else if (a == "--kv-transfer")
       kv_transfer = true;
     else if (a == "--tokens")
@@ -316,7 +331,7 @@ int run(int argc, char **argv) {
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
-  const ModelConfig cfg = llama_config(model);
+  ModelConfig cfg = llama_config(model);
   if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
   cuda::CudaContext ctx;
   cuda::CudaRunnerOptions o;
@@ -327,17 +342,36 @@ int run(int argc, char **argv) {
   o.max_model_len = 8192 + 16;
   o.profile = profile;
   o.cuda_graphs = graphs;
+  o.flash_decode = flash_decode;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
   o.num_kv_blocks = Bench::blocks_needed(std::max(max_seqs, 1), len0, prompt + steps, o.block_size);
   const auto t_load = Clock::now();
-  Bench bench(ctx, cfg, o);
+  std::string weights;
+  if (!model_dir.empty()) {
+    // The same writer as `keel make-model --shape 1b|8b --dtype bf16` (HF safetensors).
+    MakeModelOptions mo;
+    mo.shape = model;
+    mo.dtype = DType::kBF16;
+    mo.seed = 1234;
+    mo.out = model_dir;
+    if (!std::filesystem::exists(model_dir + "/model.safetensors")) {
+      const auto r = make_model(mo);
+      std::printf("# make-model %s: %.2f GB in %.1f s\n", model_dir.c_str(), r.bytes / 1e9,
+                  r.seconds);
+    }
+    cfg = make_model_config(mo);
+    weights = model_dir;
+  }
+  Bench bench(ctx, cfg, o, weights);
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
-      "# %s on %s: weights %.2f GB (random bf16), KV blocks %d, set up in %.1f s, graphs %s\n",
+      "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
+      "decode %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
-      bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()), graphs ? "on" : "off");
+      weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
+      seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off");
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

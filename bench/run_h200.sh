@@ -4,7 +4,7 @@
 # last. Run from the repository root on the GPU machine after scripts/device/package.sh
 # here, with .devcarry carried:
 #
-#   bash bench/run_h200.sh [--skip-tests] [--skip-sanitizer]
+#   bash bench/run_h200.sh [--skip-tests] [--skip-sanitizer] [--profile]
 #
 # Weights are pseudo-random bf16 made on the device with the models' exact shapes, so
 # no 16 GB file has to be written or read (random weights cost the same time as real
@@ -17,10 +17,12 @@ out=${OUT:-/tmp/keel-bench}
 mkdir -p "$out"
 skip_tests=0
 skip_san=0
+profile=0
 for a in "$@"; do
   case $a in
     --skip-tests) skip_tests=1 ;;
     --skip-sanitizer) skip_san=1 ;;
+    --profile) profile=1 ;;
   esac
 done
 
@@ -40,7 +42,7 @@ fi
 if [ $skip_san = 0 ] && command -v compute-sanitizer >/dev/null; then
   echo "== compute-sanitizer memcheck (kernels, attention, runner)"
   timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-    "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*:CudaVsCpu.*:CudaGraphs.*:CudaFlashRunner.*:CudaKvTransfer.*' >"$out/memcheck.log" 2>&1
+    "$carry/bin/keel_test_cuda" --gtest_filter='CudaKernels.*:CudaAttention.*:CudaRunner.*:CudaVsCpu.*:CudaGraphs.*:CudaFlashRunner.*:CudaKvTransfer.*:CudaSample.*:*CudaGgufQuant.*' >"$out/memcheck.log" 2>&1
   echo "memcheck exit $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$out/memcheck.log") error lines)"
   tail -3 "$out/memcheck.log"
   echo "== compute-sanitizer racecheck (attention kernels: general, flash)"
@@ -54,14 +56,16 @@ echo "== benchmarks"
 for m in 1b 8b; do
   timeout 150 "$carry/bin/cuda_bench" --model "$m" 2>&1 | tee "$out/bench_$m.log"
 done
-echo "== 8b batch-1 and 64-seq decode without CUDA graphs (eager launches), for comparison"
-timeout 90 "$carry/bin/cuda_bench" --model 8b --no-graphs --no-long-prefill --seqs 64 2>&1 | tee "$out/bench_8b_nographs.log"
+echo "== 8b decode with the flash kernel for large decode batches, for comparison"
+timeout 90 "$carry/bin/cuda_bench" --model 8b --flash-decode --no-long-prefill --seqs 64,256 --decode-steps 64 2>&1 | tee "$out/bench_8b_flashdecode.log"
+echo "== 1B from a keel make-model file (bf16 safetensors written here, then loaded)"
+timeout 120 "$carry/bin/cuda_bench" --model 1b --make-model /tmp/keel-1b --no-long-prefill --seqs 64 2>&1 | tee "$out/bench_1b_file.log"
 echo "== KV block transfers (cache tiers): 8,192 tokens"
-for m in 8b 1b; do
-  timeout 60 "$carry/bin/cuda_bench" --model "$m" --kv-transfer 2>&1 | tee "$out/kvx_$m.log"
-done
-echo "== where the time goes (8b, per-phase device time; events between kernels slow it a little)"
-timeout 120 "$carry/bin/cuda_bench" --model 8b --profile --seqs 64,256 --decode-steps 16 2>&1 | tee "$out/profile_8b.log"
+timeout 60 "$carry/bin/cuda_bench" --model 8b --kv-transfer 2>&1 | tee "$out/kvx_8b.log"
+if [ $profile = 1 ]; then
+  echo "== where the time goes (8b, per-phase device time; events between kernels slow it a little)"
+  timeout 120 "$carry/bin/cuda_bench" --model 8b --profile --seqs 64,256 --decode-steps 16 2>&1 | tee "$out/profile_8b.log"
+fi
 echo
 echo "peer (C++ server, same GPU and shapes): 8B batch-1 decode 159 tok/s, 512 prefill 19,300 tok/s,"
 echo "  aggregate decode 385 / 1,140 / 1,326 / 1,156 tok/s at 8 / 32 / 64 / 128 seqs; 1B batch-1 decode 456 tok/s"

@@ -10,10 +10,15 @@
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/rope_table.h"
 #include "formats/model_weights.h"
+#include "formats/quant.h"
 
 namespace keel::cuda {
 
 namespace {
+bool is_block_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+}
+
 std::string layer_name(std::int64_t i, const char *rest) {
   return "model.layers." + std::to_string(i) + "." + rest;
 }
@@ -142,7 +147,25 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
     const void *src = t.data;
-    if (t.dtype == DType::kF32 || t.dtype == DType::kF16) {
+    if (is_block_quantized(t.dtype)) {
+      // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K: dequantized to bf16 at load (first step; the
+      // device then holds bf16, so decode reads 2 bytes per weight rather than ~1).
+      const std::int64_t row = std::max<std::int64_t>(cols, 1);
+      if (row % dtype_info(t.dtype).block_elems != 0)
+        throw Error(ErrorCode::kFormat, "weights: " + name + ": rows not a multiple of the " +
+                                            std::string(dtype_name(t.dtype)) + " block");
+      converted.resize(n);
+      std::vector<float> chunk;
+      const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, (1 << 20) / row);
+      const std::int64_t row_bytes = dtype_bytes(t.dtype, row);
+      for (std::int64_t r0 = 0; r0 < n / row; r0 += rows_per_chunk) {
+        const std::int64_t nr = std::min(rows_per_chunk, n / row - r0);
+        chunk.resize(nr * row);
+        dequantize_row(t.dtype, t.data + r0 * row_bytes, chunk.data(), nr * row);
+        for (std::int64_t i = 0; i < nr * row; ++i) converted[r0 * row + i] = f32_to_bf16(chunk[i]);
+      }
+      src = converted.data();
+    } else if (t.dtype == DType::kF32 || t.dtype == DType::kF16) {
       converted.resize(n);
       for (std::int64_t i = 0; i < n; ++i) {
         float f;
@@ -244,6 +267,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
            flash_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
                                      static_cast<int>(hd_));
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
+  flash_decode_ = flash_ && decode_kernel_ && opts.flash_decode;
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
@@ -266,6 +290,18 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   argmax_ = DeviceBuffer(max_rows_ * sizeof(std::int32_t));
   host_logits_ = PinnedBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
   host_tokens_ = PinnedBuffer(max_rows_ * sizeof(std::int32_t));
+  if (opts.gpu_sampling) {
+    sample_scratch_ = DeviceBuffer(sample_scratch_bytes(max_rows_, static_cast<int>(V_)));
+    penalty_cap_ =
+        std::min<std::int64_t>(std::int64_t(max_rows_) * std::min<std::int64_t>(V_, max_model_len_),
+                               std::int64_t(1) << 22);
+    const std::size_t in_bytes =
+        max_rows_ * sizeof(SampleRow) + penalty_cap_ * sizeof(PenaltyEntry);
+    sample_in_ = DeviceBuffer(in_bytes);
+    host_sample_in_ = PinnedBuffer(in_bytes);
+    sample_out_ = DeviceBuffer(max_rows_ * 8);
+    host_sample_out_ = PinnedBuffer(max_rows_ * 8);
+  }
 
   KvLayout layout{static_cast<int>(config_.num_layers), opts.block_size, static_cast<int>(nkv_),
                   static_cast<int>(hd_)};
@@ -410,6 +446,15 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
     }
     Rp = Tp;
   }
+  // Many single-query tiles fill the GPU without split-K: then the flash kernel reads
+  // their K/V faster (cp.async tiles) than the decode kernel does.
+  bool decode_on_flash = false;
+  if (flash_decode_ && !tiles.empty() &&
+      static_cast<std::int64_t>(tiles.size()) * nkv_ >= 2 * ctx_.num_sms()) {
+    flash_tiles.insert(flash_tiles.begin(), tiles.begin(), tiles.end());
+    tiles.clear();
+    decode_on_flash = true;
+  }
   const int n_single = static_cast<int>(tiles.size());
   tiles.insert(tiles.end(), multi_tiles.begin(), multi_tiles.end());
   tiles.insert(tiles.end(), flash_tiles.begin(), flash_tiles.end());
@@ -454,7 +499,8 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
     launch_step(shape);
     return R;
   }
-  const std::uint64_t key = (std::uint64_t(Tp) << 32) | (std::uint64_t(shape.splits_single) << 16) |
+  const std::uint64_t key = (std::uint64_t(Tp) << 33) | (std::uint64_t(decode_on_flash) << 32) |
+                            (std::uint64_t(shape.splits_single) << 16) |
                             std::uint64_t(shape.splits_multi);
   auto it = graphs_.find(key);
   if (it == graphs_.end())

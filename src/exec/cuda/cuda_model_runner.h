@@ -11,10 +11,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "core/sampling_params.h"
 #include "core/tensor_view.h"
 #include "exec/cuda/cuda_context.h"
 #include "exec/cuda/cuda_graph.h"
@@ -39,6 +41,21 @@ struct CudaRunnerOptions {
   bool cuda_graphs = true;
   // Prefill tiles on the tensor cores (head_dim 64/128); off: the general CUDA-core kernel.
   bool flash_attention = true;
+  // Decode steps of many sequences (no split-K needed) on the flash kernel too. Off by
+  // default: measured equal to the decode kernel on the H200 (8B, 64 and 256 seqs).
+  bool flash_decode = false;
+  // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes); off: none.
+  bool gpu_sampling = true;
+};
+
+// One logits row's sampling on the device (launch_sample's semantics, the CPU
+// Sampler's): the request's parameters, u = uniform_real_distribution<double>(0, 1)
+// drawn from the request's RNG exactly where Sampler::sample draws it (unused when
+// greedy), and the request's tokens so far (for the penalties).
+struct DeviceSampleRow {
+  const SamplingParams *params = nullptr;
+  double u = 0;
+  std::span<const TokenId> prompt, generated;
 };
 
 // Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
@@ -66,6 +83,11 @@ class CudaModelRunner : public ModelRunner {
   // come back (no logits copy). next[i] belongs to the i-th requested row.
   void forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
                       std::vector<std::int32_t> *row_seq = nullptr);
+  // Samples every requested logits row on the device (rows[i] for the i-th row): only
+  // the tokens and their raw-logit logprobs come back, not the logits. Top-N logprob
+  // alternatives are not computed here (use forward() and the CPU sampler for those).
+  void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
+                      std::vector<TokenId> &tokens, std::vector<float> &logprobs);
 
   CudaKvStore &kv_store() { return *kv_; }
   // Milliseconds of device time per phase summed over steps since the last call (only
@@ -146,16 +168,23 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer argmax_;                  // [R] i32
   PinnedBuffer host_logits_;             // [R, V] f32
   PinnedBuffer host_tokens_;             // [R] i32
+  DeviceBuffer sample_scratch_;          // launch_sample scratch (gpu_sampling)
+  DeviceBuffer sample_in_;               // [R] SampleRow | [penalty_cap_] PenaltyEntry
+  PinnedBuffer host_sample_in_;          // staging of sample_in_
+  DeviceBuffer sample_out_;              // [R] i32 tokens | [R] f32 logprobs
+  PinnedBuffer host_sample_out_;
+  std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
   bool decode_kernel_ = false;         // the decode attention kernel supports this shape
   bool flash_ = false;                 // the flash kernel runs multi-query tiles
   std::int32_t flash_tile_q_ = 1;      // query tokens per flash tile
+  bool flash_decode_ = false;          // large decode batches go to the flash kernel
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;
   std::array<double, 3> profile_ms_{};
   bool graphs_enabled_ = true;
-  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket << 32 | splits << 16 | splits
+  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, flash decode, splits x 2
 };
 
 }  // namespace keel::cuda

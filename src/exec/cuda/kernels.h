@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace keel::cuda {
@@ -129,5 +130,34 @@ void launch_flash_attention(cudaStream_t s, const AttnParams &p);
 // ---- k_sampling.cu ----
 // Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties). logits [R, V] f32.
 void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out);
+
+// ---- k_sample.cu ----
+// Stochastic sampling with the CPU sampler's semantics (exec/sampler.cpp): penalties on
+// a copy of each row (repetition, HF style, on every token seen; presence and frequency,
+// OpenAI style, on generated ones), candidates sorted by (logit desc, id asc) with a
+// stable segmented radix sort, then top-k, softmax at the temperature (double), top-p
+// over the normalised cumulative sum, min-p, and the first candidate whose cumulative
+// probability exceeds u * total. u comes from the request's own RNG on the host, so a
+// seed gives the same stream on either path. Also the sampled token's logprob under the
+// raw logits.
+struct SampleRow {
+  float inv_temperature = 0;  // 0: greedy
+  std::int32_t top_k = 0;     // 0: off
+  float top_p = 1, min_p = 0;
+  float repetition_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
+  double u = 0;  // uniform in [0, 1)
+  std::int32_t penalty_begin = 0, penalty_count = 0;  // range of this row's entries
+};
+struct PenaltyEntry {
+  std::int32_t token = 0;            // seen in the prompt or the generated tokens
+  std::int32_t generated_count = 0;  // occurrences among the generated tokens
+};
+// Device scratch bytes launch_sample needs for up to max_rows rows of V.
+std::size_t sample_scratch_bytes(int max_rows, int V);
+// logits [R, V] f32 (left unchanged), rows [R] and penalties (device), scratch of
+// sample_scratch_bytes(>= R, V); out_tokens [R] i32, out_logprobs [R] f32.
+void launch_sample(cudaStream_t s, const float *logits, int R, int V, const SampleRow *rows,
+                   const PenaltyEntry *penalties, void *scratch, std::size_t scratch_bytes,
+                   std::int32_t *out_tokens, float *out_logprobs);
 
 }  // namespace keel::cuda

@@ -1,0 +1,97 @@
+// CudaModelRunner::forward_sample: builds each row's sampling parameters and penalty
+// entries on the host, stages them with the step, and samples on the device.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_model_runner.h"
+
+namespace keel::cuda {
+
+void CudaModelRunner::forward_sample(const ForwardBatch &batch,
+                                     std::span<const DeviceSampleRow> rows,
+                                     std::vector<TokenId> &tokens, std::vector<float> &logprobs) {
+  if (!sample_scratch_.bytes())
+    throw Error(ErrorCode::kUnsupported, "cuda runner: built without gpu_sampling");
+  // Everything about the rows is checked before any work is enqueued.
+  std::vector<SampleRow> host_rows(rows.size());
+  std::vector<PenaltyEntry> entries;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const SamplingParams *p = rows[i].params;
+    if (p == nullptr || !(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) ||
+        !(p->min_p >= 0 && p->min_p <= 1) || p->top_k < 0 || !(p->repetition_penalty > 0) ||
+        !(rows[i].u >= 0 && rows[i].u < 1))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "sampling: row " + std::to_string(i) + ": parameter out of range");
+    SampleRow &r = host_rows[i];
+    r.inv_temperature = p->greedy() ? 0.0f : 1.0f / p->temperature;
+    r.top_k = p->top_k;
+    r.top_p = p->top_p;
+    r.min_p = p->min_p;
+    r.repetition_penalty = p->repetition_penalty;
+    r.presence_penalty = p->presence_penalty;
+    r.frequency_penalty = p->frequency_penalty;
+    r.u = rows[i].u;
+    r.penalty_begin = static_cast<std::int32_t>(entries.size());
+    const bool rep = p->repetition_penalty != 1.0f;
+    const bool counts = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if (rep || counts) {
+      std::unordered_map<TokenId, std::int32_t> seen;  // token -> generated count
+      if (rep)
+        for (TokenId t : rows[i].prompt) seen.emplace(t, 0);
+      for (TokenId t : rows[i].generated) ++seen[t];
+      for (auto [t, c] : seen)
+        if (t >= 0 && t < V_) entries.push_back({t, c});
+    }
+    r.penalty_count = static_cast<std::int32_t>(entries.size()) - r.penalty_begin;
+    if (static_cast<std::int64_t>(entries.size()) > penalty_cap_)
+      throw Error(ErrorCode::kInvalidArgument, "sampling: more penalised tokens than the " +
+                                                   std::to_string(penalty_cap_) + " staged");
+  }
+  std::vector<std::int32_t> seqs, pos;
+  const int R = enqueue(batch, seqs, pos);
+  if (static_cast<std::size_t>(R) != rows.size())
+    throw Error(ErrorCode::kInvalidArgument, "sampling: " + std::to_string(rows.size()) +
+                                                 " rows given for " + std::to_string(R) +
+                                                 " logits rows");
+  cudaStream_t s = ctx_.compute();
+  tokens.resize(R);
+  logprobs.resize(R);
+  if (R > 0) {
+    // The previous call waited for its results, so the staging buffer is free.
+    auto *h = host_sample_in_.as<std::byte>();
+    const std::size_t rows_bytes = R * sizeof(SampleRow);
+    const std::size_t pen_at = max_rows_ * sizeof(SampleRow);
+    std::memcpy(h, host_rows.data(), rows_bytes);
+    std::memcpy(h + pen_at, entries.data(), entries.size() * sizeof(PenaltyEntry));
+    auto *d = sample_in_.as<std::byte>();
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(d, h, rows_bytes, cudaMemcpyHostToDevice, s));
+    if (!entries.empty())
+      KEEL_CUDA_CHECK(cudaMemcpyAsync(d + pen_at, h + pen_at, entries.size() * sizeof(PenaltyEntry),
+                                      cudaMemcpyHostToDevice, s));
+    std::int32_t *d_tokens = sample_out_.as<std::int32_t>();
+    float *d_logprobs = reinterpret_cast<float *>(d_tokens + max_rows_);
+    launch_sample(s, logits_.as<float>(), R, static_cast<int>(V_),
+                  reinterpret_cast<const SampleRow *>(d),
+                  reinterpret_cast<const PenaltyEntry *>(d + pen_at), sample_scratch_.data(),
+                  sample_scratch_.bytes(), d_tokens, d_logprobs);
+  }
+  compute_done_.record(s);
+  if (R > 0) {
+    compute_done_.make_wait(ctx_.copy_d2h());
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(host_sample_out_.data(), sample_out_.data(), max_rows_ * 8,
+                                    cudaMemcpyDeviceToHost, ctx_.copy_d2h()));
+    out_copied_.record(ctx_.copy_d2h());
+    out_copied_.wait(ctx_.wait_timeout(), "cuda runner: sampled tokens copy");
+    const auto *ht = host_sample_out_.as<std::int32_t>();
+    std::copy(ht, ht + R, tokens.begin());
+    std::memcpy(logprobs.data(), ht + max_rows_, R * sizeof(float));
+  } else {
+    compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
+  }
+  profile_collect();
+}
+
+}  // namespace keel::cuda

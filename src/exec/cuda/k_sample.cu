@@ -1,0 +1,218 @@
+// Stochastic sampling on the device (see kernels.h for the semantics): prepare (copy,
+// penalties, log-sum-exp of the raw row), a stable segmented radix sort of each row by
+// logit, descending, then one block per row walks the sorted candidates with block-wide
+// scans in double precision.
+#include <cfloat>
+#include <cub/cub.cuh>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/kernels.h"
+
+namespace keel::cuda {
+
+namespace {
+constexpr int kThreads = 1024;
+
+struct Scratch {  // carved out of one allocation, 256-byte aligned pieces
+  float *keys_in, *keys_out, *lse;
+  std::int32_t *ids_in, *ids_out, *offsets;
+  void *cub_temp;
+  std::size_t cub_bytes;
+};
+
+std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
+
+std::size_t fixed_bytes(int R, int V) {
+  const std::size_t rv = std::size_t(R) * V;
+  return 4 * align256(rv * 4) + align256((R + 1) * 4) + align256(R * 4);
+}
+
+Scratch carve(void *base, int R, int V, std::size_t total) {
+  const std::size_t rv = std::size_t(R) * V;
+  auto *p = static_cast<unsigned char *>(base);
+  Scratch s{};
+  s.keys_in = reinterpret_cast<float *>(p);
+  p += align256(rv * 4);
+  s.keys_out = reinterpret_cast<float *>(p);
+  p += align256(rv * 4);
+  s.ids_in = reinterpret_cast<std::int32_t *>(p);
+  p += align256(rv * 4);
+  s.ids_out = reinterpret_cast<std::int32_t *>(p);
+  p += align256(rv * 4);
+  s.offsets = reinterpret_cast<std::int32_t *>(p);
+  p += align256((R + 1) * 4);
+  s.lse = reinterpret_cast<float *>(p);
+  p += align256(R * 4);
+  s.cub_temp = p;
+  s.cub_bytes = total - fixed_bytes(R, V);
+  return s;
+}
+
+std::size_t cub_bytes_for(int R, int V) {
+  std::size_t bytes = 0;
+  KEEL_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      nullptr, bytes, static_cast<const float *>(nullptr), static_cast<float *>(nullptr),
+      static_cast<const std::int32_t *>(nullptr), static_cast<std::int32_t *>(nullptr),
+      static_cast<std::int64_t>(R) * V, R, static_cast<const std::int32_t *>(nullptr),
+      static_cast<const std::int32_t *>(nullptr) + 1, 0, 32, cudaStream_t(0)));
+  return bytes;
+}
+
+template <typename T, typename Op>
+__device__ T block_reduce(T v, Op op, T *shared /* [32] */) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();  // shared reused across calls
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = shared[lane < blockDim.x / 32 ? lane : 0];
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;  // every thread holds the result
+}
+
+__global__ void __launch_bounds__(kThreads)
+    prepare_kernel(const float *logits, int R, int V, const SampleRow *rows,
+                   const PenaltyEntry *penalties, Scratch sc) {
+  __shared__ float fs[32];
+  __shared__ double ds[32];
+  const int r = blockIdx.x;
+  const std::int64_t base = std::int64_t(r) * V;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < V; i += kThreads) {
+    const float v = logits[base + i];
+    sc.keys_in[base + i] = v;
+    sc.ids_in[base + i] = i;
+    mx = fmaxf(mx, v);
+  }
+  if (threadIdx.x == 0) sc.offsets[r] = static_cast<std::int32_t>(base);
+  if (r == 0 && threadIdx.x == 0) sc.offsets[R] = static_cast<std::int32_t>(std::int64_t(R) * V);
+  mx = block_reduce(
+      mx, [](float a, float b) { return fmaxf(a, b); }, fs);
+  double sum = 0;
+  if (isfinite(mx))
+    for (int i = threadIdx.x; i < V; i += kThreads) sum += exp(double(logits[base + i]) - mx);
+  sum = block_reduce(
+      sum, [](double a, double b) { return a + b; }, ds);
+  if (threadIdx.x == 0) sc.lse[r] = isfinite(mx) ? static_cast<float>(mx + log(sum)) : mx;
+  __syncthreads();  // the row copy is complete before penalties rewrite entries of it
+  const SampleRow row = rows[r];
+  for (int e = threadIdx.x; e < row.penalty_count; e += kThreads) {
+    const PenaltyEntry pe = penalties[row.penalty_begin + e];
+    if (pe.token < 0 || pe.token >= V) continue;
+    float w = sc.keys_in[base + pe.token];
+    if (row.repetition_penalty != 1.0f)
+      w = w > 0 ? w / row.repetition_penalty : w * row.repetition_penalty;
+    if (pe.generated_count > 0 && (row.presence_penalty != 0.0f || row.frequency_penalty != 0.0f))
+      w -= row.presence_penalty + row.frequency_penalty * static_cast<float>(pe.generated_count);
+    sc.keys_in[base + pe.token] = w;
+  }
+}
+
+using BlockScan = cub::BlockScan<double, kThreads>;
+
+// First index i < n whose inclusive prefix sum of q(i) satisfies pred, or -1.
+template <typename Q, typename Pred>
+__device__ int first_prefix(int n, Q q, Pred pred, BlockScan::TempStorage &tmp, int *found) {
+  double running = 0;
+  if (threadIdx.x == 0) *found = 0x7fffffff;
+  __syncthreads();
+  for (int c = 0; c < n; c += kThreads) {
+    const int i = c + threadIdx.x;
+    const double v = i < n ? q(i) : 0.0;
+    double incl, chunk_total;
+    BlockScan(tmp).InclusiveSum(v, incl, chunk_total);
+    if (i < n && pred(running + incl)) atomicMin(found, i);
+    running += chunk_total;
+    __syncthreads();
+    if (*found != 0x7fffffff) break;  // uniform: read after the barrier
+    __syncthreads();
+  }
+  const int f = *found;
+  __syncthreads();
+  return f == 0x7fffffff ? -1 : f;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    choose_kernel(const float *logits, int V, const SampleRow *rows, Scratch sc,
+                  std::int32_t *out_tokens, float *out_logprobs) {
+  __shared__ BlockScan::TempStorage tmp;
+  __shared__ double ds[32];
+  __shared__ int is[32];
+  __shared__ int found;
+  const int r = blockIdx.x;
+  const std::int64_t base = std::int64_t(r) * V;
+  const float *w = sc.keys_out + base;
+  const std::int32_t *id = sc.ids_out + base;
+  const SampleRow row = rows[r];
+  int chosen = id[0];  // greedy: the largest penalised logit, lowest id on ties (stable sort)
+  if (row.inv_temperature > 0.0f) {
+    int keep = row.top_k > 0 ? min(row.top_k, V) : V;
+    const double inv_t = row.inv_temperature;
+    const double mx = double(w[0]) * inv_t;
+    auto p = [&](int i) { return exp(double(w[i]) * inv_t - mx); };
+    double sum = 0;
+    for (int i = threadIdx.x; i < keep; i += kThreads) sum += p(i);
+    sum = block_reduce(
+        sum, [](double a, double b) { return a + b; }, ds);
+    auto q = [&](int i) { return p(i) / sum; };
+    if (row.top_p < 1.0f) {
+      const double top_p = row.top_p;
+      const int f = first_prefix(
+          keep, q, [&](double cum) { return cum >= top_p; }, tmp, &found);
+      if (f >= 0) keep = max(f + 1, 1);
+    }
+    if (row.min_p > 0.0f) {
+      const double floor = double(row.min_p) * q(0);
+      int first = 0x7fffffff;
+      for (int i = 1 + threadIdx.x; i < keep; i += kThreads)
+        if (q(i) < floor) {
+          first = i;
+          break;
+        }
+      first = block_reduce(
+          first, [](int a, int b) { return min(a, b); }, is);
+      if (first != 0x7fffffff) keep = first;
+    }
+    double total = 0;
+    for (int i = threadIdx.x; i < keep; i += kThreads) total += q(i);
+    total = block_reduce(
+        total, [](double a, double b) { return a + b; }, ds);
+    const double target = row.u * total;
+    const int f = first_prefix(
+        keep, q, [&](double cum) { return target < cum; }, tmp, &found);
+    chosen = id[f >= 0 ? f : keep - 1];
+  }
+  if (threadIdx.x == 0) {
+    out_tokens[r] = chosen;
+    out_logprobs[r] = logits[base + chosen] - sc.lse[r];
+  }
+}
+}  // namespace
+
+std::size_t sample_scratch_bytes(int max_rows, int V) {
+  if (max_rows <= 0 || V <= 0) return 0;
+  return fixed_bytes(max_rows, V) + align256(cub_bytes_for(max_rows, V));
+}
+
+void launch_sample(cudaStream_t s, const float *logits, int R, int V, const SampleRow *rows,
+                   const PenaltyEntry *penalties, void *scratch, std::size_t scratch_bytes,
+                   std::int32_t *out_tokens, float *out_logprobs) {
+  require_stream(s, "sample");
+  if (R <= 0) return;
+  if (std::int64_t(R) * V >= (std::int64_t(1) << 31))
+    throw Error(ErrorCode::kInvalidArgument, "sample: rows x vocab beyond int32 offsets");
+  const std::size_t need_cub = cub_bytes_for(R, V);
+  if (scratch_bytes < fixed_bytes(R, V) + need_cub)
+    throw Error(ErrorCode::kInvalidArgument, "sample: scratch too small");
+  const Scratch sc = carve(scratch, R, V, scratch_bytes);
+  prepare_kernel<<<R, kThreads, 0, s>>>(logits, R, V, rows, penalties, sc);
+  KEEL_CUDA_CHECK_LAUNCH("sample prepare");
+  std::size_t cub_bytes = sc.cub_bytes;
+  KEEL_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
+      sc.cub_temp, cub_bytes, sc.keys_in, sc.keys_out, sc.ids_in, sc.ids_out,
+      static_cast<std::int64_t>(R) * V, R, sc.offsets, sc.offsets + 1, 0, 32, s));
+  choose_kernel<<<R, kThreads, 0, s>>>(logits, V, rows, sc, out_tokens, out_logprobs);
+  KEEL_CUDA_CHECK_LAUNCH("sample choose");
+}
+
+}  // namespace keel::cuda
