@@ -14,6 +14,7 @@ EngineBackend make_cpu_tp_backend(const CpuTpBackendOptions &o) {
   r.threads_per_rank = per_rank;
   r.kv = cpu::KvOptions{o.num_blocks, o.block_size};
   r.op_timeout = std::chrono::milliseconds(o.op_timeout_ms);
+  r.launch = o.launch;
   r.on_lost = exit_on_group_lost();
   b.runner = std::make_unique<TpCpuRunner>(r, *b.context);
   return b;

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "engine/engine.h"
+#include "engine/tp_group.h"
 
 namespace keel::tp {
 
@@ -17,6 +18,7 @@ struct CpuTpBackendOptions {
   std::int32_t num_blocks = 256;
   std::int32_t block_size = 16;
   std::int64_t op_timeout_ms = 60000;
+  TpLaunch launch = default_tp_launch();  // `keel engine-tp-worker` of this binary
 };
 
 // Rank 0's context and runner; when the group is lost, the process exits (status 3).

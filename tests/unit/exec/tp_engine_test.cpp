@@ -7,6 +7,7 @@
 
 #include "engine/cpu_backend.h"
 #include "engine/engine.h"
+#include "engine/tp_backend.h"
 #include "engine/tp_runner.h"
 #include "support/paths.h"
 #include "tp_test_launch.h"
@@ -79,6 +80,26 @@ TEST(TpEngine, GreedyTokensMatchOneRank) {
     EXPECT_EQ(run(e), ref) << "tp=" << size;
     EXPECT_GT(e.status().prefix_hit_tokens, 0);
   }
+}
+
+// The factory body `keel engine --tensor-parallel N` uses.
+TEST(TpEngine, CpuTpBackendServesRequests) {
+  if (!std::filesystem::exists(model())) GTEST_SKIP() << model() << " missing";
+  tp::CpuTpBackendOptions o;
+  o.model = model();
+  o.tensor_parallel = 2;
+  o.threads = 2;
+  o.num_blocks = 64;
+  o.launch = tp_test_launch();
+  Engine e([o] { return tp::make_cpu_tp_backend(o); }, config());
+  EXPECT_EQ(e.model_config().num_kv_heads, 4);  // the whole model's config
+  Collector c;
+  auto r = greedy_request(1, random_prompt(9, 30), 5);
+  r.sampling.ignore_eos = true;
+  e.submit(r, c.sink());
+  ASSERT_TRUE(c.wait_finished(1, std::chrono::seconds(30)));
+  EXPECT_EQ(c.get(1).finish, FinishReason::kLength) << c.get(1).error;
+  EXPECT_EQ(c.get(1).tokens.size(), 5u);
 }
 
 }  // namespace
