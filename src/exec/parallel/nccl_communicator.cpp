@@ -167,4 +167,20 @@ void NcclCommunicator::synchronize() {
   }
 }
 
+std::unique_ptr<NcclCommunicator> join_nccl_group(SocketCommunicator &control, int device,
+                                                  void *stream, NcclOptions options) {
+  std::string id(sizeof(NcclCommunicator::UniqueId), '\0');
+  if (control.rank() == 0) {
+    const auto made = NcclCommunicator::make_unique_id();
+    std::memcpy(id.data(), made.data(), made.size());
+  }
+  control.broadcast_message(id, Clock::now() + options.init_timeout);
+  if (id.size() != sizeof(NcclCommunicator::UniqueId))
+    throw Error(ErrorCode::kInternal, "nccl: a unique id of the wrong size from rank 0");
+  NcclCommunicator::UniqueId uid;
+  std::memcpy(uid.data(), id.data(), uid.size());
+  return std::make_unique<NcclCommunicator>(control.rank(), control.size(), uid, device, stream,
+                                            options);
+}
+
 }  // namespace keel::parallel

@@ -17,6 +17,7 @@
 
 #include "exec/parallel/communicator.h"
 #include "exec/parallel/nccl_api.h"
+#include "exec/parallel/socket_communicator.h"
 
 namespace keel::parallel {
 
@@ -74,5 +75,11 @@ class NcclCommunicator final : public Communicator {
   float *scratch_ = nullptr;  // [1] on the device, for barrier()
   std::string broken_why_;
 };
+
+// Every rank of a group calls this together: rank 0 makes the unique id, the control
+// channel carries it to the others (bounded by its op deadline), each joins on
+// `device` / `stream`.
+std::unique_ptr<NcclCommunicator> join_nccl_group(SocketCommunicator &control, int device,
+                                                  void *stream = nullptr, NcclOptions options = {});
 
 }  // namespace keel::parallel

@@ -70,6 +70,15 @@ TEST(TpNccl, OneRankCollectivesOnTheDevice) {
   EXPECT_FALSE(c.broken());
 }
 
+TEST(TpNccl, JoinsAGroupOfOneThroughTheControlChannel) {
+  skip_without_nccl();
+  if (IsSkipped()) return;
+  SocketCommunicator control(0, 1, {});
+  auto c = join_nccl_group(control, 0);
+  EXPECT_EQ(c->size(), 1);
+  c->barrier();
+}
+
 TEST(TpNccl, RankThatNeverJoinsIsAnErrorAtTheDeadline) {
   skip_without_nccl();
   if (IsSkipped()) return;
