@@ -67,7 +67,8 @@ int cmd_serve(int argc, char **argv) {
       ->envname("KEEL_SSD_CACHE_SIZE");
   app.add_option("--log-level", log_level, "error, warn, info, debug")->envname("KEEL_LOG_LEVEL");
   app.add_option("--kv-blocks", kv_blocks, "KV cache blocks per engine")->envname("KEEL_KV_BLOCKS");
-  app.add_option("--pin", pins, "keep this model loaded: never evicted, restarted after a stall");
+  app.add_option("--pin", pins,
+                 "never evict or idle-unload this model; restart its engine after a stall");
   app.add_option(
       "--model-ttl", model_ttls,
       "ID=SECONDS: unload this model after so long idle (0: never); overrides --idle-ttl");
