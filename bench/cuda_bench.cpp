@@ -296,6 +296,7 @@ int run(int argc, char **argv) {
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
   bool flash_decode = false;
+  int block_size = 16;    // tokens per KV block
   std::string model_dir;  // --make-model DIR: weights written by keel make-model (bf16)
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
@@ -322,6 +323,8 @@ int run(int argc, char **argv) {
       graphs = false;
     else if (a == "--make-model")
       model_dir = val();
+    else if (a == "--block-size")
+      block_size = std::stoi(val());
     else if (a == "--flash-decode")
       flash_decode = true;
     else if (a == "--kv-transfer")
@@ -335,7 +338,7 @@ int run(int argc, char **argv) {
   if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
   cuda::CudaContext ctx;
   cuda::CudaRunnerOptions o;
-  o.block_size = 16;
+  o.block_size = block_size;
   o.max_batch_tokens = 8192;
   o.max_seqs = 256;
   o.max_logits_rows = 256;

@@ -145,6 +145,7 @@ TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
   o.max_seqs = 4;
   o.max_logits_rows = 8;
   o.max_model_len = 64;
+  o.gpu_sampling = true;
   CudaModelRunner runner(
       ctx, m.cfg, [&](const std::string &n) { return m.view(n); }, o);
   ForwardBatch b;
@@ -182,6 +183,35 @@ TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
   rows.pop_back();
   rows[0].params = &params[0];
   EXPECT_THROW(runner.forward_sample(b, rows, tokens, lps), Error);  // 5 rows for 6
+}
+
+TEST(CudaSample, RunnerWithoutScratchRefuses) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  test::TinyLlama m(92);
+  CudaRunnerOptions o;
+  o.block_size = 4;
+  o.num_kv_blocks = 8;
+  o.max_batch_tokens = 16;
+  o.max_seqs = 2;
+  o.max_logits_rows = 2;
+  o.max_model_len = 32;  // gpu_sampling off (the default)
+  CudaModelRunner runner(
+      ctx, m.cfg, [&](const std::string &n) { return m.view(n); }, o);
+  ForwardBatch b;
+  b.tokens = {1, 2};
+  b.seqs.push_back({0, 2, 0, 0, 1, SequenceSlice::Logits::kLast});
+  b.block_table = {0};
+  SamplingParams p;
+  const std::vector<DeviceSampleRow> rows = {{&p, 0.5, {}, {}}};
+  std::vector<TokenId> tokens;
+  std::vector<float> lps;
+  try {
+    runner.forward_sample(b, rows, tokens, lps);
+    ADD_FAILURE() << "sampled without scratch";
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+  }
 }
 
 }  // namespace

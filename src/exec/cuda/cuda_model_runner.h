@@ -44,8 +44,9 @@ struct CudaRunnerOptions {
   // Decode steps of many sequences (no split-K needed) on the flash kernel too. Off by
   // default: measured equal to the decode kernel on the H200 (8B, 64 and 256 seqs).
   bool flash_decode = false;
-  // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes); off: none.
-  bool gpu_sampling = true;
+  // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
+  // 256 rows of a 128k vocabulary). Off by default until the engine samples on the device.
+  bool gpu_sampling = false;
 };
 
 // One logits row's sampling on the device (launch_sample's semantics, the CPU
