@@ -100,8 +100,9 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
               return;
             }
             if (d.finish == "abort") return;
-            if (d.text.empty() && !d.finish && (!cr->logprobs || d.tokens.empty())) return;
-            ch->write(sse_data(openai::chat_chunk_delta(*ctx, *cr, d)));
+            std::string out;
+            for (const auto &p : openai::chat_chunks(*ctx, *cr, d)) out += sse_data(p);
+            if (!out.empty()) ch->write(std::move(out));
           },
           [ch, cr, ctx](const Generation &gen) {
             if (cr->include_usage) ch->write(sse_data(openai::chat_chunk_usage(*ctx, gen)));
@@ -229,6 +230,7 @@ void ApiServer::handle_messages(const HttpRequest &req,
   auto ctx = std::make_shared<anthropic::RenderContext>();
   ctx->id = new_id("msg_");
   ctx->model = mr->model;
+  anthropic::prepare_tools(*ctx, *mr, *lease->text);
   const int input_tokens = static_cast<int>(spec.prompts[0].size());
 
   std::shared_ptr<Generation> g;
@@ -260,8 +262,8 @@ void ApiServer::handle_messages(const HttpRequest &req,
               return;
             }
             if (d.finish == "abort") return;
-            if (!d.text.empty()) out += anthropic::stream_delta(d.text);
-            if (d.finish) out += anthropic::stream_finish(d, *output_tokens);
+            if (!d.text.empty()) out += anthropic::stream_delta(*ctx, d.text);
+            if (d.finish) out += anthropic::stream_finish(*ctx, d, *output_tokens);
             if (!out.empty()) ch->write(std::move(out));
           },
           [ch](const Generation &) { ch->end(); });

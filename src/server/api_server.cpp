@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "server/json_fields.h"
+#include "server/openai/openai_types.h"
 
 namespace keel::server {
 
@@ -245,6 +246,14 @@ std::string model_field(const json &body, const std::string &fallback) {
   return fallback;
 }
 
+// The local conveniences take chat messages as /v1/chat/completions does (same checks,
+// content parts flattened, tool calls and tool turns shaped for templates).
+openai::ChatRequest chat_messages(const json &body, const std::string &model) {
+  json chat{{"model", model}, {"messages", body.contains("messages") ? body["messages"] : json()}};
+  if (body.contains("tools")) chat["tools"] = body["tools"];
+  return openai::parse_chat(chat);
+}
+
 }  // namespace
 
 void ApiServer::handle_tokenize(const HttpRequest &req,
@@ -255,9 +264,9 @@ void ApiServer::handle_tokenize(const HttpRequest &req,
   const ModelText &text = registry_.text(model);
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
-    if (!body["messages"].is_array()) fail_field("messages", "must be an array");
+    const auto chat = chat_messages(body, model);
     ids =
-        text.encode(render_chat_prompt(text, body["messages"], nullptr), !text.has_chat_template());
+        text.encode(render_chat_prompt(text, chat.messages, chat.tools), !text.has_chat_template());
   } else {
     auto prompt = opt_string(body, "prompt");
     if (!prompt) prompt = opt_string(body, "text");
@@ -298,12 +307,11 @@ void ApiServer::handle_apply_template(const HttpRequest &req,
   const std::string model = model_field(body, options_.default_model);
   require_model(model);
   const ModelText &text = registry_.text(model);
-  auto it = body.find("messages");
-  if (it == body.end() || !it->is_array()) fail_field("messages", "must be an array");
-  const json tools = body.contains("tools") ? body["tools"] : json(nullptr);
+  const auto chat = chat_messages(body, model);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  std::string prompt = text.has_chat_template() ? text.render_chat(*it, tools, add_gen)
-                                                : render_chat_prompt(text, *it, tools);
+  std::string prompt = text.has_chat_template()
+                           ? text.render_chat(chat.messages, chat.tools, add_gen)
+                           : render_chat_prompt(text, chat.messages, chat.tools);
   send_json(ch, 200, json{{"prompt", prompt}}.dump());
 }
 
