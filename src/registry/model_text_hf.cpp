@@ -1,5 +1,6 @@
 // ModelText over keel's tokenizers and chat templates (src/text), for HF directories
 // and GGUF files.
+#include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -16,12 +17,17 @@ namespace {
 // Emits text once it is stable: decodes a small window of recent tokens and sends
 // what the newest token added, holding back while the tail is an incomplete UTF-8
 // character (decode shows it as U+FFFD). The window keeps SentencePiece-style
-// leading-space handling right without decoding everything every time.
+// leading-space handling right without decoding everything every time. Special tokens
+// are dropped as they arrive, except the tool-call markers in `kept`, which the
+// tool-call parser must see.
 class WindowDetokenizer final : public StreamingDetokenizer {
  public:
-  explicit WindowDetokenizer(const Tokenizer &tok) : tok_(tok) {}
+  WindowDetokenizer(const Tokenizer &tok, const std::vector<TokenId> &kept)
+      : tok_(tok), kept_(kept) {}
 
   std::string push(TokenId token) override {
+    if (tok_.is_special(token) && std::find(kept_.begin(), kept_.end(), token) == kept_.end())
+      return {};
     ids_.push_back(token);
     return advance(false);
   }
@@ -31,8 +37,8 @@ class WindowDetokenizer final : public StreamingDetokenizer {
   std::string advance(bool final) {
     if (read_ >= ids_.size()) return {};
     std::span<const TokenId> all(ids_);
-    const std::string prefix = tok_.decode(all.subspan(prefix_, read_ - prefix_), true);
-    const std::string text = tok_.decode(all.subspan(prefix_), true);
+    const std::string prefix = tok_.decode(all.subspan(prefix_, read_ - prefix_), false);
+    const std::string text = tok_.decode(all.subspan(prefix_), false);
     static constexpr std::string_view kReplacement = "\xEF\xBF\xBD";
     const bool incomplete =
         text.size() >= 3 && std::string_view(text).substr(text.size() - 3) == kReplacement;
@@ -52,14 +58,29 @@ class WindowDetokenizer final : public StreamingDetokenizer {
   }
 
   const Tokenizer &tok_;
+  const std::vector<TokenId> &kept_;
   std::vector<TokenId> ids_;
   std::size_t prefix_ = 0, read_ = 0;
 };
 
+// Markers that open tool calls in model output (Mistral, Llama 3.x, Hermes/Qwen). Where
+// a vocabulary makes one a special token, streamed text would otherwise lose it.
+std::vector<TokenId> special_tool_markers(const Tokenizer &tok) {
+  std::vector<TokenId> ids;
+  EncodeOptions o;
+  o.allow_special = true;
+  o.add_bos = false;
+  for (std::string_view m : {"[TOOL_CALLS]", "<|python_tag|>", "<tool_call>", "</tool_call>"}) {
+    const auto enc = tok.encode(m, o);
+    if (enc.size() == 1 && tok.is_special(enc[0])) ids.push_back(enc[0]);
+  }
+  return ids;
+}
+
 class HfModelText final : public ModelText {
  public:
   HfModelText(std::unique_ptr<Tokenizer> tok, std::optional<ChatTemplate> tmpl)
-      : tok_(std::move(tok)), tmpl_(std::move(tmpl)) {}
+      : tok_(std::move(tok)), tmpl_(std::move(tmpl)), tool_markers_(special_tool_markers(*tok_)) {}
 
   std::vector<TokenId> encode(std::string_view text, bool add_special_tokens) const override {
     EncodeOptions o;
@@ -75,7 +96,7 @@ class HfModelText final : public ModelText {
     return tok_->token_bytes(id);
   }
   std::unique_ptr<StreamingDetokenizer> streaming() const override {
-    return std::make_unique<WindowDetokenizer>(*tok_);
+    return std::make_unique<WindowDetokenizer>(*tok_, tool_markers_);
   }
   bool has_chat_template() const override { return tmpl_.has_value(); }
   std::string render_chat(const nlohmann::ordered_json &messages,
@@ -94,6 +115,7 @@ class HfModelText final : public ModelText {
  private:
   std::unique_ptr<Tokenizer> tok_;
   std::optional<ChatTemplate> tmpl_;
+  std::vector<TokenId> tool_markers_;  // special tokens the streamed text keeps
 };
 
 }  // namespace
