@@ -90,6 +90,9 @@ int cmd_engine(int argc, char **argv) {
   }
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   ::signal(SIGPIPE, SIG_IGN);
+  // A file-size limit makes SSD cache writes fail with EFBIG (a counted cache error)
+  // instead of killing the engine.
+  ::signal(SIGXFSZ, SIG_IGN);
 
   ipc::IpcEngineServer server(fd, std::chrono::milliseconds(heartbeat_ms));
   std::unique_ptr<Engine> engine;

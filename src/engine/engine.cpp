@@ -437,7 +437,17 @@ void Engine::wake_for_tiers() {
 }
 
 void Engine::settle_restores() {
-  for (const KvTiers::RestoreDone &d : tiers_->poll()) sched_->finish_loading(d.id, d.ok);
+  for (const KvTiers::RestoreDone &d : tiers_->poll()) {
+    sched_->finish_loading(d.id, d.ok);
+    if (!d.ok) continue;
+    restores_.fetch_add(1);
+    restored_blocks_.fetch_add(d.from_host + d.from_ssd);
+    restore_ns_.fetch_add(static_cast<std::int64_t>(d.seconds * 1e9));
+  }
+}
+
+Engine::RestoreTotals Engine::restore_totals() const {
+  return RestoreTotals{restores_.load(), restored_blocks_.load(), restore_ns_.load() * 1e-9};
 }
 
 void Engine::flush_tiers() {

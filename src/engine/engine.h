@@ -100,6 +100,13 @@ class Engine final : public EngineApi {
   // (then, with drop_host_tier, empties host RAM too, so only the SSD tier holds them).
   // Blocks the engine thread until done or tier_flush_timeout: benchmarks and tests.
   std::future<void> demote_cache(bool drop_host_tier);
+  // Restores that landed since the engine started: how many, their blocks, and the sum
+  // of their durations (start to landed on the device). Benchmarks.
+  struct RestoreTotals {
+    std::int64_t restores = 0, blocks = 0;
+    double seconds = 0.0;
+  };
+  RestoreTotals restore_totals() const;
   void inject_fault(const FaultSpec &spec) override { faults_.arm(spec); }
   std::vector<FaultSpec> armed_faults() const override { return faults_.armed(); }
   // The engine's faults, for the parts that strike them (the step loop, cache tiers).
@@ -164,6 +171,7 @@ class Engine final : public EngineApi {
   mutable std::mutex status_mu_;
   EngineStatus snapshot_;  // under status_mu_
   std::atomic<std::int64_t> heartbeat_ns_{0};
+  std::atomic<std::int64_t> restores_{0}, restored_blocks_{0}, restore_ns_{0};
   std::atomic<std::int64_t> step_start_ns_{0};  // 0 between steps
   std::chrono::steady_clock::time_point epoch_ = std::chrono::steady_clock::now();
 

@@ -29,6 +29,15 @@ std::int64_t HostTier::allocated_bytes() const {
   return n;
 }
 
+void HostTier::reserve(std::int32_t slots) {
+  slots = std::min(slots, capacity_);
+  for (std::int32_t c = 0; c * chunk_slots_ < slots; ++c)
+    if (!chunks_[c]) {
+      const std::int32_t n = std::min(chunk_slots_, capacity_ - c * chunk_slots_);
+      chunks_[c] = allocate_(static_cast<std::size_t>(n) * block_bytes_);
+    }
+}
+
 std::int32_t HostTier::find_ready(const BlockHash &hash) const {
   auto it = index_.find(hash);
   if (it == index_.end() || slots_[it->second].state != State::kReady) return -1;

@@ -35,6 +35,10 @@ class HostTier {
   std::int32_t num_ready() const { return num_ready_; }
   std::int64_t allocated_bytes() const;
 
+  // Takes the memory of the first `slots` slots now (at start, rather than inside the
+  // first restore: the staging room for SSD reads).
+  void reserve(std::int32_t slots);
+
   // The ready slot holding `hash`, or -1.
   std::int32_t find_ready(const BlockHash &hash) const;
   bool has(const BlockHash &hash) const { return index_.count(hash) != 0; }

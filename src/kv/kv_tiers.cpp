@@ -28,6 +28,7 @@ KvTiers::KvTiers(const KvTierConfig &config, KvBlockStore &store, const ModelFin
     sc.faults = faults;
     sc.on_complete = std::move(wake);
     ssd_ = std::make_unique<SsdStore>(std::move(sc));
+    host_->reserve(min_host_blocks);
   }
 }
 
@@ -80,6 +81,7 @@ void KvTiers::start_restore(RequestId id, std::span<const BlockId> blocks,
   KEEL_CHECK(blocks.size() == hashes.size());
   Restore r;
   r.id = id;
+  r.started = std::chrono::steady_clock::now();
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     std::shared_ptr<const SsdJob> read;
     std::int32_t s = host_->find_ready(hashes[i]);
@@ -194,7 +196,9 @@ bool KvTiers::advance(Restore &r, std::vector<RestoreDone> &done) {
   if (!r.cancelled) {
     host_hits_ += r.from_host;
     ssd_hits_ += r.from_ssd;
-    done.push_back(RestoreDone{r.id, true, r.from_host, r.from_ssd});
+    done.push_back(RestoreDone{
+        r.id, true, r.from_host, r.from_ssd,
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - r.started).count()});
   }
   return true;
 }

@@ -77,6 +77,7 @@ class KvTiers final : public TierIndex {
     RequestId id;
     bool ok = false;
     std::int32_t from_host = 0, from_ssd = 0;  // blocks
+    double seconds = 0.0;                      // start_restore to landed on the device
   };
   // Advances every move; returns the restores that finished.
   std::vector<RestoreDone> poll();
@@ -110,6 +111,7 @@ class KvTiers final : public TierIndex {
     std::vector<KvBlockStore::TransferId> transfers;
     bool loading = false, cancelled = false, failed = false;
     std::int32_t from_host = 0, from_ssd = 0;
+    std::chrono::steady_clock::time_point started;
   };
   // Restore step; true when it is finished (ok or not).
   bool advance(Restore &r, std::vector<RestoreDone> &done);
