@@ -15,10 +15,14 @@
 
 namespace keel::test {
 
-// Token id = byte value; the text of a token is that byte.
+// Token id = byte value; the text of a token is that byte. `single` lists texts that
+// encode to the one token 1000, standing in for a vocabulary's tool-call markers.
 class ByteText final : public ModelText {
  public:
+  std::vector<std::string> single;
   std::vector<TokenId> encode(std::string_view text, bool) const override {
+    for (const auto &s : single)
+      if (text == s) return {1000};
     return std::vector<TokenId>(reinterpret_cast<const unsigned char *>(text.data()),
                                 reinterpret_cast<const unsigned char *>(text.data()) + text.size());
   }

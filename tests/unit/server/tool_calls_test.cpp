@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fakes.h"
 #include "server/anthropic/anthropic_types.h"
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
@@ -25,40 +26,7 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// Token id = byte value (a copy of the ByteText in fakes.h, kept here so this test does
-// not depend on that file's changes). `single` lists texts that encode to one token,
-// standing in for a vocabulary's tool-call markers.
-class BytesText final : public ModelText {
- public:
-  std::vector<std::string> single;
-  std::vector<TokenId> encode(std::string_view text, bool) const override {
-    for (const auto &s : single)
-      if (text == s) return {1000};
-    return std::vector<TokenId>(reinterpret_cast<const unsigned char *>(text.data()),
-                                reinterpret_cast<const unsigned char *>(text.data()) + text.size());
-  }
-  std::string decode(const std::vector<TokenId> &ids) const override {
-    std::string s;
-    for (auto t : ids) s.push_back(static_cast<char>(t));
-    return s;
-  }
-  std::string token_text(TokenId id) const override {
-    return std::string(1, static_cast<char>(id));
-  }
-  std::unique_ptr<StreamingDetokenizer> streaming() const override {
-    struct D : StreamingDetokenizer {
-      std::string push(TokenId t) override { return std::string(1, static_cast<char>(t)); }
-      std::string flush() override { return {}; }
-    };
-    return std::make_unique<D>();
-  }
-  bool has_chat_template() const override { return false; }
-  std::string render_chat(const nlohmann::ordered_json &, const nlohmann::ordered_json &,
-                          bool) const override {
-    return {};
-  }
-  std::int64_t vocab_size() const override { return 256; }
-};
+using BytesText = keel::test::ByteText;
 
 // Emits `script` byte-tokens in random groups of 1..6 per event, then finishes with
 // kStop (or kLength when max_tokens runs out first).
