@@ -4,6 +4,9 @@
 // each beside its roofline (measured copy bandwidth and bf16 GEMM rate, given by flags).
 //
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
+//     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
+//     [--profile] [--no-graphs]
+//   cuda_bench --gemv-bench   (8B linear layers at M 1/2/4: cuBLASLt vs the GEMV kernel)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 #include <cstdio>
 
@@ -15,6 +18,7 @@ int main() {
 #else
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <memory>
@@ -25,8 +29,12 @@ int main() {
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/gemm.h"
+#include "exec/cuda/k_fill.h"
+#include "exec/cuda/k_gemv.h"
 #include "formats/make_model.h"
 
 namespace {
@@ -186,6 +194,82 @@ class Bench {
 // Host wall time of batched KV block transfers (begin_* .. transfer_done polled), the time
 // the engine waits for a restore, for `tokens` tokens of KV in blocks of 16, against one
 // plain pinned cudaMemcpyAsync of the same bytes (the PCIe ceiling).
+// Linear layers at M = 1..4 (decode with few sequences): cuBLASLt against the GEMV kernel
+// (k_gemv.h), Llama 3.1 8B shapes, bytes/s against the copy bandwidth. Weights rotate over
+// enough copies that every launch reads from HBM, not the 50 MB L2.
+int gemv_bench(const Rates &rates) {
+  cuda::CudaContext ctx;
+  cudaStream_t s = ctx.compute();
+  struct Shape {
+    const char *name;
+    std::int64_t N, K;
+    bool f32;
+  };
+  const Shape shapes[] = {{"o_proj 4096x4096", 4096, 4096, false},
+                          {"qkv 6144x4096", 6144, 4096, false},
+                          {"gate_up 28672x4096", 28672, 4096, false},
+                          {"down 4096x14336", 4096, 14336, false},
+                          {"lm_head 128256x4096 (f32 out)", 128256, 4096, true}};
+  std::printf("# linear layers at small M on %s: cuBLASLt vs GEMV kernel (median of 30)\n",
+              ctx.device_name().c_str());
+  std::printf("| %-30s | %2s | %10s | %8s | %10s | %8s | %7s | %9s |\n", "shape", "M", "cuBLAS us",
+              "TB/s", "GEMV us", "TB/s", "speedup", "max |d|");
+  std::printf(
+      "|--------------------------------|----|------------|----------|------------|----------|"
+      "---------|-----------|\n");
+  for (const Shape &sh : shapes) {
+    const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
+    const int copies = static_cast<int>(std::max<std::size_t>(2, (400u << 20) / wbytes + 1));
+    cuda::DeviceBuffer w(wbytes * copies), x(std::size_t(8) * sh.K * 2);
+    cuda::DeviceBuffer y1(std::size_t(8) * sh.N * 4), y2(std::size_t(8) * sh.N * 4);
+    cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
+                              0.05f);
+    cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
+    const cuda::GemmType out = sh.f32 ? cuda::GemmType::kF32 : cuda::GemmType::kBF16;
+    for (int M : {1, 2, 4}) {
+      cuda::Gemm lt(ctx), gv(ctx);
+      gv.set_gemv_max_m(M);
+      auto time = [&](cuda::Gemm &g, cuda::DeviceBuffer &y) {
+        std::vector<double> t;
+        cuda::Event a(true), b(true);
+        for (int r = 0; r < 33; ++r) {
+          const auto *wc = w.as<unsigned char>() + (r % copies) * wbytes;
+          a.record(s);
+          g.run(s, cuda::GemmType::kBF16, out, x.data(), wc, y.data(), M, sh.N, sh.K);
+          b.record(s);
+          b.wait(std::chrono::seconds(30), "gemv bench");
+          if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3);
+        }
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+      };
+      const double us_lt = time(lt, y1), us_gv = time(gv, y2);
+      // Both last runs read the same weight copy: compare the results.
+      const std::size_t n = std::size_t(M) * sh.N;
+      std::vector<float> h1(n), h2(n);
+      if (sh.f32) {
+        KEEL_CUDA_CHECK(cudaMemcpy(h1.data(), y1.data(), n * 4, cudaMemcpyDeviceToHost));
+        KEEL_CUDA_CHECK(cudaMemcpy(h2.data(), y2.data(), n * 4, cudaMemcpyDeviceToHost));
+      } else {
+        std::vector<std::uint16_t> a(n), b(n);
+        KEEL_CUDA_CHECK(cudaMemcpy(a.data(), y1.data(), n * 2, cudaMemcpyDeviceToHost));
+        KEEL_CUDA_CHECK(cudaMemcpy(b.data(), y2.data(), n * 2, cudaMemcpyDeviceToHost));
+        for (std::size_t i = 0; i < n; ++i) {
+          h1[i] = bf16_to_f32(a[i]);
+          h2[i] = bf16_to_f32(b[i]);
+        }
+      }
+      double maxd = 0;
+      for (std::size_t i = 0; i < n; ++i) maxd = std::max(maxd, std::abs(double(h1[i]) - h2[i]));
+      std::printf("| %-30s | %2d | %10.1f | %8.2f | %10.1f | %8.2f | %6.2fx | %9.2e |\n", sh.name,
+                  M, us_lt, wbytes / (us_lt * 1e-6) / 1e12, us_gv, wbytes / (us_gv * 1e-6) / 1e12,
+                  us_lt / us_gv, maxd);
+    }
+  }
+  std::printf("ceiling: %.2f TB/s copy bandwidth (--bw)\n", rates.bw / 1e12);
+  return 0;
+}
+
 int kv_transfer_bench(const ModelConfig &cfg, const std::string &model, int tokens) {
   cuda::CudaContext ctx;
   cuda::KvLayout l;
@@ -296,8 +380,12 @@ int run(int argc, char **argv) {
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
   bool flash_decode = false;
-  int block_size = 16;    // tokens per KV block
-  std::string model_dir;  // --make-model DIR: weights written by keel make-model (bf16)
+  bool heads_fast = false;    // attention blocks ordered kv head fastest
+  bool generic_group = true;  // decode kernel registers for 8 heads per group
+  int gemv_max_m = 0;         // linear layers with <= this many rows on the GEMV kernel
+  bool gemv = false;          // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int block_size = 16;        // tokens per KV block
+  std::string model_dir;      // --make-model DIR: weights written by keel make-model (bf16)
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -327,7 +415,21 @@ int run(int argc, char **argv) {
       block_size = std::stoi(val());
     else if (a == "--flash-decode")
       flash_decode = true;
-    else if (a == "--kv-transfer")
+    else if (a == "--attn-order") {
+      const std::string v = val();
+      if (v != "heads" && v != "tiles")
+        throw Error(ErrorCode::kInvalidArgument, "--attn-order: heads or tiles");
+      heads_fast = v == "heads";
+    } else if (a == "--gemv-max-m") {
+      gemv_max_m = std::stoi(val());
+    } else if (a == "--decode-group") {
+      const std::string v = val();
+      if (v != "exact" && v != "generic")
+        throw Error(ErrorCode::kInvalidArgument, "--decode-group: exact or generic");
+      generic_group = v == "generic";
+    } else if (a == "--gemv-bench") {
+      gemv = true;
+    } else if (a == "--kv-transfer")
       kv_transfer = true;
     else if (a == "--tokens")
       transfer_tokens = std::stoi(val());
@@ -336,6 +438,7 @@ int run(int argc, char **argv) {
   }
   ModelConfig cfg = llama_config(model);
   if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
+  if (gemv) return gemv_bench(rates);
   cuda::CudaContext ctx;
   cuda::CudaRunnerOptions o;
   o.block_size = block_size;
@@ -346,6 +449,9 @@ int run(int argc, char **argv) {
   o.profile = profile;
   o.cuda_graphs = graphs;
   o.flash_decode = flash_decode;
+  o.attn_kv_heads_fast = heads_fast;
+  o.gemv_max_m = gemv_max_m;
+  o.attn_decode_generic_group = generic_group;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -371,10 +477,11 @@ int run(int argc, char **argv) {
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
-      "decode %s\n",
+      "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
-      seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off");
+      seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
+      heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m);
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

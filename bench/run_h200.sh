@@ -5,6 +5,13 @@
 # here, with .devcarry carried:
 #
 #   bash bench/run_h200.sh [--skip-tests] [--skip-sanitizer] [--profile]
+#   bash bench/run_h200.sh --decode-ab [--budget SECONDS]
+#
+# --decode-ab: the decode A/B set only, in one short call: the tests, then 8B decode at
+# 1 / 64 / 256 seqs with the old kernels (tiles-fast attention blocks, registers for 8
+# heads per group, cuBLASLt at M = 1) against the new ones (kv-heads-fast blocks, registers
+# sized to the group, GEMV kernel for M <= 4), the GEMV-vs-cuBLASLt layer table, then each
+# attention change alone and per-phase profiles while the budget (default 170 s) lasts.
 #
 # Weights are pseudo-random bf16 made on the device with the models' exact shapes, so
 # no 16 GB file has to be written or read (random weights cost the same time as real
@@ -18,12 +25,18 @@ mkdir -p "$out"
 skip_tests=0
 skip_san=0
 profile=0
+decode_ab=0
+budget=170
+prev=
 for a in "$@"; do
   case $a in
     --skip-tests) skip_tests=1 ;;
     --skip-sanitizer) skip_san=1 ;;
     --profile) profile=1 ;;
+    --decode-ab) decode_ab=1 ;;
   esac
+  if [ "$prev" = --budget ]; then budget=$a; fi
+  prev=$a
 done
 
 # The test binary finds fixtures and the default model under the source directory it
@@ -34,6 +47,38 @@ if [ ! -e "$src_dir" ]; then mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 df -h . | tail -1
+
+if [ $decode_ab = 1 ]; then
+  start=$SECONDS
+  left() { echo $((budget - (SECONDS - start))); }
+  echo "== tests"
+  timeout 90 "$carry/bin/keel_test_cuda" >"$out/tests.log" 2>&1
+  echo "keel_test_cuda exit $?"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure' "$out/tests.log" | head -30
+  common=(--model 8b --no-long-prefill --seqs 64,256 --decode-steps 32)
+  old=(--attn-order tiles --decode-group generic --gemv-max-m 0)
+  new=(--attn-order heads --decode-group exact --gemv-max-m 4)
+  run_bench() {  # name, then flags
+    local name=$1
+    shift
+    if [ "$(left)" -lt 20 ]; then
+      echo "== $name: skipped (budget)"
+      return
+    fi
+    echo "== $name: cuda_bench $*"
+    timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$out/$name.log" | grep -E '^#|decode|per step|ceiling|\|'
+  }
+  run_bench old "${common[@]}" "${old[@]}"
+  run_bench new "${common[@]}" "${new[@]}"
+  run_bench gemv --gemv-bench
+  run_bench heads_only "${common[@]}" --attn-order heads --decode-group generic --gemv-max-m 0
+  run_bench exact_only "${common[@]}" --attn-order tiles --decode-group exact --gemv-max-m 0
+  prof=(--model 8b --no-long-prefill --seqs 256 --decode-steps 8 --profile)
+  run_bench profile_new "${prof[@]}" "${new[@]}"
+  run_bench profile_old "${prof[@]}" "${old[@]}"
+  echo "== done in $((SECONDS - start)) s"
+  exit 0
+fi
 
 if [ $skip_tests = 0 ]; then
   echo "== tests"

@@ -29,7 +29,8 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 // kernel 0: launch_paged_attention; 1: launch_decode_attention (every sequence must be
 // one token); 2: launch_flash_attention (tensor cores, tiles of kFlashRows / G queries).
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
-                     const std::vector<Seq> &seqs = kMixed, int kernel = 0) {
+                     const std::vector<Seq> &seqs = kMixed, int kernel = 0,
+                     bool kv_heads_fast = false, bool generic_group = false) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -86,6 +87,8 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.partial_o = po.as<float>();
   p.partial_ml = pml.as<float>();
   p.out = out.as<bf16>();
+  p.kv_heads_fast = kv_heads_fast;
+  p.decode_generic_group = generic_group;
   if (decode_kernel)
     launch_decode_attention(ctx.compute(), p);
   else if (kernel == 2)
@@ -168,6 +171,25 @@ TEST(CudaAttention, DecodeKernelMatchesReference) {
   check_attention(32, 8, 128, 16, 1, seed++, kDecode, false);
 }
 
+// The same kernel with its blocks ordered kv head fastest (AttnParams::kv_heads_fast):
+// every (tile, head, split) must still be computed once and land in its own place; and
+// with registers for kMaxGroup heads whatever the group (decode_generic_group).
+TEST(CudaAttention, DecodeKernelHeadsFastAndGenericGroupMatchReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 60;
+  for (auto [nh, nkv, hd] :
+       {std::array<int, 3>{32, 8, 128}, {8, 8, 256}, {28, 4, 64}, {16, 8, 128}})
+    for (int splits : {1, 3, 8})
+      for (bool heads_fast : {false, true})
+        for (bool generic : {false, true}) {
+          if (!heads_fast && !generic) continue;  // DecodeKernelMatchesReference
+          SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
+                       " splits " + std::to_string(splits) + (heads_fast ? " heads fast" : "") +
+                       (generic ? " generic" : ""));
+          check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, 1, heads_fast, generic);
+        }
+}
+
 // Prefill chunks long enough for many key tiles, on cached prefixes, plus single tokens.
 const std::vector<Seq> kPrefill = {{0, 300}, {500, 129}, {20, 37}, {0, 1}, {7, 16}, {63, 2}};
 
@@ -188,6 +210,9 @@ TEST(CudaAttention, FlashKernelMatchesReference) {
     check_attention(nh, nkv, hd, bs, 1, seed++, kPrefill, 2);
   }
   check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2);
+  // Blocks ordered kv head fastest.
+  check_attention(32, 8, 128, 16, 1, seed++, kPrefill, 2, true);
+  check_attention(28, 4, 64, 16, 1, seed++, kMixed, 2, true);
 }
 
 TEST(CudaAttention, RejectsUnsupportedShapes) {

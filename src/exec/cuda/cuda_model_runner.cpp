@@ -268,6 +268,9 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                                      static_cast<int>(hd_));
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
   flash_decode_ = flash_ && decode_kernel_ && opts.flash_decode;
+  attn_kv_heads_fast_ = opts.attn_kv_heads_fast;
+  attn_generic_group_ = opts.attn_decode_generic_group;
+  gemm_.set_gemv_max_m(opts.gemv_max_m);
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
@@ -547,6 +550,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   ap.partial_o = partial_o_.as<float>();
   ap.partial_ml = partial_ml_.as<float>();
   ap.out = attn_.as<bf16>();
+  ap.kv_heads_fast = attn_kv_heads_fast_;
+  ap.decode_generic_group = attn_generic_group_;
   AttnParams ap_multi = ap;
   ap_multi.tiles = d_tiles + n_single;
   ap_multi.num_tiles = shape.n_multi;

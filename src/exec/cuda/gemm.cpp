@@ -3,6 +3,7 @@
 #include <string>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_gemv.h"
 
 namespace keel::cuda {
 
@@ -74,6 +75,12 @@ void Gemm::run(cudaStream_t stream, GemmType ab, GemmType out, const void *x, co
                void *y, std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate) {
   require_stream(stream, "Gemm::run");
   if (M <= 0 || N <= 0 || K <= 0) return;
+  if (M <= gemv_max_m_ && ab == GemmType::kBF16 && out != GemmType::kF16 && !accumulate &&
+      gemv_supported(M, K, x, w)) {
+    launch_gemv(stream, static_cast<const bf16 *>(x), static_cast<const bf16 *>(w), y,
+                out == GemmType::kF32, M, N, K);
+    return;
+  }
   Plan &p = plan_for({static_cast<int>(ab), static_cast<int>(out), M, N, K, accumulate});
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   KEEL_CUBLAS_CHECK(cublasLtMatmul(ctx_.blas_lt(), p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y,

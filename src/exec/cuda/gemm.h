@@ -29,6 +29,10 @@ class Gemm {
   void run(cudaStream_t stream, GemmType ab, GemmType out, const void *x, const void *w, void *y,
            std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate = false);
 
+  // bf16 products with M <= m (and no accumulate) go to the GEMV kernel (k_gemv.h) instead
+  // of cuBLASLt; 0 (default) keeps every shape on cuBLASLt. m is capped at kGemvMaxM.
+  void set_gemv_max_m(int m) { gemv_max_m_ = m; }
+
  private:
   struct Plan {
     cublasLtMatmulDesc_t desc = nullptr;
@@ -40,6 +44,7 @@ class Gemm {
 
   const CudaContext &ctx_;
   std::map<Key, Plan> plans_;
+  int gemv_max_m_ = 0;
 };
 
 }  // namespace keel::cuda

@@ -20,15 +20,28 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kMaxGroup = 8;  // query heads per kv head held in registers
 
 // DPL = head_dim / 32 output dimensions per lane: 2, 4 or 8 (head_dim 64, 128, 256).
-template <int DPL>
+// GT > 0: exactly GT query heads per kv head (registers sized to it); 0: any G up to
+// kMaxGroup, registers for kMaxGroup (the unused ones still cost occupancy).
+template <int DPL, int GT>
 __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p) {
   constexpr int HD = DPL * 32;
-  constexpr int VEC = HD / 8;  // 16-byte vectors per key row
+  constexpr int GM = GT > 0 ? GT : kMaxGroup;  // query heads held in registers
+  constexpr int VEC = HD / 8;                  // 16-byte vectors per key row
   extern __shared__ float smem[];
   const int nkv = p.layout.num_kv_heads;
-  const int G = p.num_q_heads / nkv;
-  const AttnTile tile = p.tiles[blockIdx.x];
-  const int kvh = blockIdx.y, split = blockIdx.z;
+  const int G = GT > 0 ? GT : p.num_q_heads / nkv;
+  int tile_idx, kvh, split;
+  if (p.kv_heads_fast) {  // linear grid: kv head fastest, then split, then tile
+    const unsigned b = blockIdx.x;
+    kvh = static_cast<int>(b % nkv);
+    split = static_cast<int>((b / nkv) % p.num_splits);
+    tile_idx = static_cast<int>(b / nkv / p.num_splits);
+  } else {
+    tile_idx = blockIdx.x;
+    kvh = blockIdx.y;
+    split = blockIdx.z;
+  }
+  const AttnTile tile = p.tiles[tile_idx];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float *q_s = smem;                           // [G][HD]
   float *ml_s = q_s + kMaxGroup * HD;          // [kWarps][G][2]
@@ -43,9 +56,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
     q_s[idx] = __bfloat162float(p.qkv[q_row + idx]) * p.scale;
   __syncthreads();
 
-  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][DPL];
+  float m[GM], l[GM], acc[GM][DPL];
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < GM; ++g) {
     m[g] = -INFINITY;
     l[g] = 0.0f;
 #pragma unroll
@@ -55,9 +68,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
   const int bs = p.layout.block_size;
   for (int cbase = k_begin + warp * 32; cbase < k_end; cbase += kWarps * 32) {
     const int key = cbase + lane;
-    float s[kMaxGroup];
+    float s[GM];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) s[g] = 0.0f;
+    for (int g = 0; g < GM; ++g) s[g] = 0.0f;
     // Each lane resolves its key's page once; the P.V loop below takes the V row's offset
     // from the owning lane by shuffle instead of a dependent block-table load per key.
     std::int64_t v_off = 0;
@@ -78,7 +91,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
           k8[2 * e + 1] = f.y;
         }
 #pragma unroll
-        for (int g = 0; g < kMaxGroup; ++g) {
+        for (int g = 0; g < GM; ++g) {
           if (g < G) {
             const float4 qa = *reinterpret_cast<const float4 *>(q_s + g * HD + v * 8);
             const float4 qb = *reinterpret_cast<const float4 *>(q_s + g * HD + v * 8 + 4);
@@ -89,9 +102,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
       }
     }
     const int n_keys = min(32, k_end - cbase);
-    float pr[kMaxGroup];
+    float pr[GM];
 #pragma unroll
-    for (int g = 0; g < kMaxGroup; ++g) {
+    for (int g = 0; g < GM; ++g) {
       if (g < G) {
         const float sc = lane < n_keys ? s[g] : -INFINITY;
         float cmax = sc;
@@ -129,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
         }
       }
 #pragma unroll
-      for (int g = 0; g < kMaxGroup; ++g) {
+      for (int g = 0; g < GM; ++g) {
         if (g < G) {
           const float pk = __shfl_sync(0xffffffffu, pr[g], kk);
 #pragma unroll
@@ -141,7 +154,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
 
   // Merge the 4 warps' partial softmax states.
 #pragma unroll
-  for (int g = 0; g < kMaxGroup; ++g) {
+  for (int g = 0; g < GM; ++g) {
     if (g < G) {
       if (lane == 0) {
         ml_s[(warp * kMaxGroup + g) * 2] = m[g];
@@ -176,7 +189,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
     } else {
       // Same partial layout as the general kernel (row r = g for a single query).
       const std::int64_t slot =
-          ((std::int64_t(blockIdx.x) * nkv + kvh) * p.num_splits + split) * kAttnMaxRows + g;
+          ((std::int64_t(tile_idx) * nkv + kvh) * p.num_splits + split) * kAttnMaxRows + g;
 #pragma unroll
       for (int e = 0; e < DPL; ++e) p.partial_o[slot * HD + lane * DPL + e] = o[e];
       if (lane == 0) {
@@ -187,18 +200,40 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
   }
 }
 
-template <int DPL>
+template <int DPL, int GT>
 void launch_for(cudaStream_t s, const AttnParams &p) {
   constexpr int HD = DPL * 32;
   const std::size_t smem =
       sizeof(float) * (kMaxGroup * HD + kWarps * kMaxGroup * 2 + kWarps * kMaxGroup * HD);
   if (smem > 48 * 1024)
-    KEEL_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DPL>,
+    KEEL_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DPL, GT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
-  decode_attention_kernel<DPL>
-      <<<dim3(p.num_tiles, p.layout.num_kv_heads, p.num_splits), kThreads, smem, s>>>(p);
+  const dim3 grid =
+      p.kv_heads_fast
+          ? dim3(static_cast<unsigned>(p.num_tiles) * p.layout.num_kv_heads * p.num_splits)
+          : dim3(p.num_tiles, p.layout.num_kv_heads, p.num_splits);
+  decode_attention_kernel<DPL, GT><<<grid, kThreads, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("decode_attention");
+}
+
+// Registers sized to the group when it is one of the common GQA ratios.
+template <int DPL>
+void launch_group(cudaStream_t s, const AttnParams &p) {
+  const int G = p.num_q_heads / p.layout.num_kv_heads;
+  if (p.decode_generic_group) return launch_for<DPL, 0>(s, p);
+  switch (G) {
+    case 1:
+      return launch_for<DPL, 1>(s, p);
+    case 2:
+      return launch_for<DPL, 2>(s, p);
+    case 4:
+      return launch_for<DPL, 4>(s, p);
+    case 8:
+      return launch_for<DPL, 8>(s, p);
+    default:
+      return launch_for<DPL, 0>(s, p);
+  }
 }
 }  // namespace
 
@@ -220,13 +255,13 @@ void launch_decode_attention(cudaStream_t s, const AttnParams &p) {
                                                  std::to_string(p.layout.num_kv_heads) + ")");
   switch (hd) {
     case 64:
-      launch_for<2>(s, p);
+      launch_group<2>(s, p);
       break;
     case 128:
-      launch_for<4>(s, p);
+      launch_group<4>(s, p);
       break;
     default:
-      launch_for<8>(s, p);
+      launch_group<8>(s, p);
       break;
   }
   if (p.num_splits > 1) launch_attention_combine(s, p);

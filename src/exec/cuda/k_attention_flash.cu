@@ -68,8 +68,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
 
   const int nkv = p.layout.num_kv_heads;
   const int G = p.num_q_heads / nkv;
-  const AttnTile tile = p.tiles[blockIdx.x];
-  const int kvh = blockIdx.y;
+  const AttnTile tile = p.tiles[p.kv_heads_fast ? blockIdx.x / nkv : blockIdx.x];
+  const int kvh = p.kv_heads_fast ? static_cast<int>(blockIdx.x % nkv) : blockIdx.y;
   const int rows = tile.num_q * G;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
@@ -247,7 +247,10 @@ void launch_for(cudaStream_t s, const AttnParams &p) {
   KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel<HD>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  flash_attention_kernel<HD><<<dim3(p.num_tiles, p.layout.num_kv_heads), kThreads, smem, s>>>(p);
+  const dim3 grid = p.kv_heads_fast
+                        ? dim3(static_cast<unsigned>(p.num_tiles) * p.layout.num_kv_heads)
+                        : dim3(p.num_tiles, p.layout.num_kv_heads);
+  flash_attention_kernel<HD><<<grid, kThreads, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("flash_attention");
 }
 }  // namespace

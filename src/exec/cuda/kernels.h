@@ -105,6 +105,14 @@ struct AttnParams {
   float *partial_o = nullptr;   // [num_tiles, num_kv_heads, num_splits, kAttnMaxRows, head_dim]
   float *partial_ml = nullptr;  // [num_tiles, num_kv_heads, num_splits, kAttnMaxRows, 2]
   bf16 *out = nullptr;          // [T, num_q_heads * head_dim]
+  // Decode and flash kernels: order the blocks kv head fastest (then split, then tile), so
+  // the kv heads of one page -- adjacent 256-byte rows of one 2 KB token row -- are read by
+  // blocks that run at the same time, instead of num_tiles blocks apart.
+  bool kv_heads_fast = false;
+  // Decode kernel: registers for kMaxGroup query heads whatever the group (as before),
+  // instead of exactly the group's count for G = 1, 2, 4, 8 (fewer registers, more blocks
+  // per SM). A switch for measuring the difference.
+  bool decode_generic_group = false;
 };
 constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
 constexpr int kAttnMaxHeadDim = 256;
@@ -145,7 +153,7 @@ struct SampleRow {
   std::int32_t top_k = 0;     // 0: off
   float top_p = 1, min_p = 0;
   float repetition_penalty = 1, presence_penalty = 0, frequency_penalty = 0;
-  double u = 0;  // uniform in [0, 1)
+  double u = 0;                                       // uniform in [0, 1)
   std::int32_t penalty_begin = 0, penalty_count = 0;  // range of this row's entries
 };
 struct PenaltyEntry {
