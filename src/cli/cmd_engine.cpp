@@ -75,7 +75,7 @@ int cmd_engine(int argc, char **argv) {
   app.add_option("--block-size", block_size, "tokens per KV block");
   app.add_option("--max-model-len", max_model_len, "longest sequence (0: the model's)");
   app.add_option("--heartbeat-ms", heartbeat_ms, "status report interval");
-  int cache_io_threads = 2;
+  int cache_io_threads = 4;
   app.add_option("--cache-dir", cache_dir,
                  "SSD cache directory (KV blocks persist across restarts)");
   app.add_option("--hot-cache-size", hot_cache,

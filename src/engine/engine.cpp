@@ -438,7 +438,7 @@ void Engine::wake_for_tiers() {
 
 void Engine::settle_restores() {
   for (const KvTiers::RestoreDone &d : tiers_->poll()) {
-    sched_->finish_loading(d.id, d.ok);
+    sched_->finish_loading(d.id, d.ok, (d.from_host + d.from_ssd) * block_size_);
     if (!d.ok) continue;
     restores_.fetch_add(1);
     restored_blocks_.fetch_add(d.from_host + d.from_ssd);

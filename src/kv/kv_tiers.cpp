@@ -13,9 +13,15 @@ KvTiers::KvTiers(const KvTierConfig &config, KvBlockStore &store, const ModelFin
     : config_(config), store_(store), block_bytes_(store.block_bytes()) {
   const bool with_ssd = !config.ssd_dir.empty() && config.ssd_bytes > 0;
   std::int64_t host_bytes = std::max<std::int64_t>(config.host_bytes, 0);
+  // SSD reads and writes pass through host slots: at least one longest request's worth,
+  // but at most config.max_staging_bytes (a longer restore is restored in part).
+  const std::int32_t staging = static_cast<std::int32_t>(std::clamp<std::int64_t>(
+      std::min<std::int64_t>(min_host_blocks,
+                             config.max_staging_bytes / static_cast<std::int64_t>(block_bytes_)),
+      1, std::int64_t{1} << 30));
   if (with_ssd)
-    host_bytes = std::max<std::int64_t>(
-        host_bytes, static_cast<std::int64_t>(std::max(min_host_blocks, 1)) * block_bytes_);
+    host_bytes =
+        std::max<std::int64_t>(host_bytes, static_cast<std::int64_t>(staging) * block_bytes_);
   host_ = std::make_unique<HostTier>(host_bytes, block_bytes_,
                                      [&store](std::size_t n) { return store.allocate_host(n); });
   if (with_ssd) {
@@ -28,7 +34,7 @@ KvTiers::KvTiers(const KvTierConfig &config, KvBlockStore &store, const ModelFin
     sc.faults = faults;
     sc.on_complete = std::move(wake);
     ssd_ = std::make_unique<SsdStore>(std::move(sc));
-    host_->reserve(min_host_blocks);
+    host_->reserve(staging);
   }
 }
 
@@ -94,8 +100,7 @@ void KvTiers::start_restore(RequestId id, std::span<const BlockId> blocks,
       ++r.from_ssd;
     } else {
       // Gone since the lookup, or no room to stage it (every host slot pinned): the
-      // restore fails once the reads already issued have landed; the request recomputes.
-      r.failed = true;
+      // restore stops here; the blocks before it are restored, the rest recomputed.
       break;
     }
     r.blocks.push_back(blocks[i].value);

@@ -38,8 +38,10 @@ struct KvTierConfig {
   std::int64_t host_bytes = 0;            // host-RAM tier; 0: none (but see min_host_blocks)
   std::filesystem::path ssd_dir;          // SSD tier root; empty: none
   std::int64_t ssd_bytes = 0;             // SSD tier cap
-  int io_threads = 2;                     // SSD workers
+  int io_threads = 4;                     // SSD workers
   std::int32_t max_pending_writes = 256;  // SSD write-behind queue bound (blocks)
+  // Host RAM that an SSD tier may use for staging beyond host_bytes (pinned on CUDA).
+  std::int64_t max_staging_bytes = std::int64_t{1} << 30;
   bool enabled() const { return host_bytes > 0 || (!ssd_dir.empty() && ssd_bytes > 0); }
 };
 
@@ -52,7 +54,7 @@ struct TierStats {
 class KvTiers final : public TierIndex {
  public:
   // With an SSD tier, the host tier holds at least `min_host_blocks` (the staging room
-  // for SSD reads and writes of one longest request).
+  // for SSD reads and writes of one longest request), capped by max_staging_bytes.
   KvTiers(const KvTierConfig &config, KvBlockStore &store, const ModelFingerprint &model,
           FaultInjector *faults, std::function<void()> wake, std::int32_t min_host_blocks);
   // Waits for transfers in flight (their host memory must outlive them), then stops
@@ -67,7 +69,8 @@ class KvTiers final : public TierIndex {
   // already has them; one transfer per run of consecutive host slots.
   void offload(std::span<const EvictedBlock> evicted);
   // Starts restoring `hashes` into device `blocks` (same length) for a request in
-  // LOADING_CACHE. The result comes from a later poll().
+  // LOADING_CACHE. The result comes from a later poll(): ok with the number of leading
+  // blocks restored (fewer than asked when host slots ran short), or failed.
   void start_restore(RequestId id, std::span<const BlockId> blocks,
                      std::span<const BlockHash> hashes);
   // The request is gone: its restore ends without a result (transfers still drain).

@@ -263,12 +263,16 @@ bool Scheduler::start_loading(RequestId id, std::int32_t num_tokens) {
   return true;
 }
 
-void Scheduler::finish_loading(RequestId id, bool ok) {
+void Scheduler::finish_loading(RequestId id, bool ok, std::int32_t restored_tokens) {
   SchedRequest *r = get(id);
   if (r == nullptr) return;  // aborted while loading
   KEEL_CHECK(r->state == RequestState::kLoadingCache);
   loading_.erase(r->arrival);
   if (ok) {
+    if (restored_tokens >= 0 && restored_tokens < r->restoring_tokens) {
+      r->loading_tokens -= r->restoring_tokens - restored_tokens;
+      r->restoring_tokens = restored_tokens;
+    }
     transition(r->state, RequestState::kRunning);
     r->num_computed_tokens = r->loading_tokens;
     if (r->num_cached_prompt_tokens < 0)

@@ -92,7 +92,9 @@ class Scheduler {
   bool start_loading(RequestId id, std::int32_t num_tokens);
   // ok: the tokens are computed (full blocks become cached) and the request runs; !ok:
   // blocks freed, back to waiting, and it will not try the tiers again.
-  void finish_loading(RequestId id, bool ok);
+  // `restored_tokens` >= 0: only that many of the tokens being restored landed (a
+  // partial restore); the request runs from there.
+  void finish_loading(RequestId id, bool ok, std::int32_t restored_tokens = -1);
 
   const SchedRequest *find(RequestId id) const;
   const KvCacheManager &kv() const { return kv_; }

@@ -17,7 +17,7 @@ struct Fixture {
   MemKv kv{64, 16, kBytes};
   FaultInjector faults;
   std::unique_ptr<KvTiers> tiers;
-  explicit Fixture(std::int64_t host_blocks, bool ssd) {
+  explicit Fixture(std::int64_t host_blocks, bool ssd, std::int32_t staging = 8) {
     KvTierConfig c;
     c.host_bytes = host_blocks * static_cast<std::int64_t>(kBytes);
     if (ssd) {
@@ -25,7 +25,7 @@ struct Fixture {
       c.ssd_bytes = std::int64_t{1} << 30;
     }
     tiers = std::make_unique<KvTiers>(
-        c, kv, ModelFingerprint::of("m"), &faults, [] {}, 8);
+        c, kv, ModelFingerprint::of("m"), &faults, [] {}, staging);
   }
   // Device blocks [first, first + n) hold the payloads of hashes [0, n).
   std::vector<EvictedBlock> fill(int first, int n) {
@@ -114,6 +114,21 @@ TEST(KvTiers, CorruptSsdReadFailsTheRestore) {
   EXPECT_EQ(f.tiers->ssd_stats().errors, 1);
   EXPECT_FALSE(f.tiers->contains(test_hash(0)) && f.tiers->contains(test_hash(1)) &&
                f.tiers->contains(test_hash(2)) && f.tiers->contains(test_hash(3)));
+  f.tiers->host().check_invariants();
+}
+
+TEST(KvTiers, RestoreLongerThanTheStagingRoomIsRestoredInPart) {
+  Fixture f(0, true, 4);  // no RAM tier: 4 staging slots
+  EXPECT_EQ(f.tiers->host().capacity(), 4);
+  const auto ev = f.fill(0, 12);
+  f.tiers->flush(ev, std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(f.tiers->ssd_stats().stored_blocks, 12);
+  f.tiers->clear_host();
+  auto d = f.restore(30, 12);
+  ASSERT_TRUE(d.has_value());
+  EXPECT_TRUE(d->ok);
+  EXPECT_EQ(d->from_ssd, 4);  // the leading blocks that fit
+  EXPECT_TRUE(f.device_holds(30, 4));
   f.tiers->host().check_invariants();
 }
 

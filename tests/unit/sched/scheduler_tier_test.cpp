@@ -149,3 +149,28 @@ TEST(SchedulerTiers, AbortWhileLoadingFreesBlocks) {
 
 }  // namespace
 }  // namespace keel
+
+namespace keel {
+namespace {
+
+TEST(SchedulerTiers, PartialRestoreRunsFromWhereItStopped) {
+  Fixture f;
+  const auto prompt = seq(18);
+  const auto h = f.hashes(prompt, 4);
+  f.tiers.held = {h[0], h[1], h[2], h[3]};
+  f.sched.add_request(RequestId{1}, prompt);
+  ASSERT_EQ(f.step().loads[0].hashes.size(), 4u);
+  f.sched.finish_loading(RequestId{1}, true, 2 * kBs);  // only two blocks landed
+  const auto *r = f.sched.find(RequestId{1});
+  EXPECT_EQ(r->num_computed_tokens, 8);
+  EXPECT_EQ(r->num_cached_prompt_tokens, 8);
+  EXPECT_EQ(f.kv.stats().restored_tokens, 8);
+  EXPECT_EQ(f.kv.pool().find(h[2]), std::nullopt);  // never landed: not cached
+  auto plan = f.step();
+  ASSERT_EQ(plan.seqs.size(), 1u);
+  EXPECT_EQ(plan.seqs[0].start_pos, 8);
+  EXPECT_EQ(plan.seqs[0].num_tokens, 10);
+}
+
+}  // namespace
+}  // namespace keel
