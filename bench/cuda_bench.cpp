@@ -380,12 +380,12 @@ int run(int argc, char **argv) {
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
   bool flash_decode = false;
-  bool heads_fast = false;    // attention blocks ordered kv head fastest
-  bool generic_group = true;  // decode kernel registers for 8 heads per group
-  int gemv_max_m = 0;         // linear layers with <= this many rows on the GEMV kernel
-  bool gemv = false;          // --gemv-bench: cuBLASLt vs GEMV kernel alone
-  int block_size = 16;        // tokens per KV block
-  std::string model_dir;      // --make-model DIR: weights written by keel make-model (bf16)
+  bool heads_fast = false;     // attention blocks ordered kv head fastest
+  bool generic_group = false;  // decode kernel registers for 8 heads per group (old)
+  int gemv_max_m = 1;          // linear layers with <= this many rows on the GEMV kernel
+  bool gemv = false;           // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int block_size = 16;         // tokens per KV block
+  std::string model_dir;       // --make-model DIR: weights written by keel make-model (bf16)
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
