@@ -6,6 +6,9 @@
 // from the cache into registers (16-byte loads); then the warp's online softmax and the
 // P.V update, where lanes own head_dim / 32 output dimensions each and the V row is read
 // coalesced. The 4 warps' partial results are merged through shared memory at the end.
+// Registers are sized to the group (template GT for G = 1, 2, 4, 8): held for 8 heads
+// with run-time guards the kernel needed 124 registers at head_dim 128 (4 blocks per SM)
+// and ran at half the speed on the H200 (AttnParams::decode_generic_group keeps that path).
 #include <cfloat>
 #include <type_traits>
 
