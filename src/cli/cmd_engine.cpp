@@ -11,13 +11,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/ipc_server.h"
+#include "engine/tp_backend.h"
 #include "exec/cpu/cpu_model_runner.h"
+#include "registry/log.h"
 #include "registry/model_registry.h"
 #ifdef KEEL_WITH_CUDA
 #include "exec/cuda/cuda_engine_runner.h"
@@ -83,6 +86,10 @@ int cmd_engine(int argc, char **argv) {
   app.add_option("--ssd-cache-size", ssd_cache,
                  "SSD KV cache size, e.g. 100G (default with --cache-dir: 16G)");
   app.add_option("--cache-io-threads", cache_io_threads, "SSD cache I/O threads");
+  int tensor_parallel = 1;
+  app.add_option("--tensor-parallel", tensor_parallel,
+                 "processes that split the model (worker ranks are children of this one)")
+      ->check(CLI::Range(1, 64));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -95,6 +102,9 @@ int cmd_engine(int argc, char **argv) {
   ::signal(SIGXFSZ, SIG_IGN);
 
   ipc::IpcEngineServer server(fd, std::chrono::milliseconds(heartbeat_ms));
+  // keel serve passes its --log-level down through the environment.
+  if (const char *lv = std::getenv("KEEL_LOG_LEVEL"))
+    if (auto level = parse_log_level(lv)) server.set_log_info(*level >= LogLevel::kInfo);
   std::unique_ptr<Engine> engine;
   std::atomic<std::int64_t> kv_bytes{0};
   try {
@@ -106,6 +116,9 @@ int cmd_engine(int argc, char **argv) {
     // Parsed here, before the engine starts, so a bad spec is a load error, not a crash.
     const int cuda_device = device == "cpu" ? -1 : cuda::parse_cuda_device(device);
 #endif
+    if (tensor_parallel > 1 && device != "cpu")
+      throw Error(ErrorCode::kUnsupported,
+                  "--tensor-parallel: the CUDA runner is not sharded yet (CPU ranks only)");
     EngineConfig cfg;
     cfg.scheduler.max_num_seqs = max_concurrent;
     // Every running request must fit one decode token into a step's budget.
@@ -123,6 +136,19 @@ int cmd_engine(int argc, char **argv) {
     const std::filesystem::path path = model;
     engine = std::make_unique<Engine>(
         [&, path] {
+          // Worker ranks are tied to the thread that starts them: the engine thread.
+          if (tensor_parallel > 1) {
+            tp::CpuTpBackendOptions o;
+            o.model = path;
+            o.tensor_parallel = tensor_parallel;
+            o.threads = threads;
+            o.num_blocks = kv_blocks;
+            o.block_size = block_size;
+            EngineBackend tb = tp::make_cpu_tp_backend(o);
+            kv_bytes = static_cast<std::int64_t>(tb.runner->kv().block_bytes()) *
+                       tb.runner->kv().num_blocks();
+            return tb;
+          }
           EngineBackend b;
           // The CPU context also serves the sampler when the runner is on a GPU.
           b.context = std::make_unique<ExecContext>(threads);

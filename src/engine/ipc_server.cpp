@@ -37,7 +37,8 @@ void IpcEngineServer::writer_loop() {
     for (auto &[type, payload] : batch) {
       if (!writer_.write(type, payload)) {
         // The front is gone: nothing to serve. Exit now rather than compute for no one.
-        std::fprintf(stderr, "keel engine: front closed the socket; exiting\n");
+        if (log_info_.load())
+          std::fprintf(stderr, "keel engine: front closed the socket; exiting\n");
         std::_Exit(0);
       }
     }
@@ -92,7 +93,8 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
         const FaultSpec spec = decode_fault(frame->payload);
         try {
           engine.inject_fault(spec);
-          std::fprintf(stderr, "keel engine: fault armed: %s\n", fault_kind_name(spec.kind));
+          if (log_info_.load())
+            std::fprintf(stderr, "keel engine: fault armed: %s\n", fault_kind_name(spec.kind));
         } catch (const Error &e) {
           std::fprintf(stderr, "keel engine: %s\n", e.what());
         }

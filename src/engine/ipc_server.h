@@ -6,6 +6,7 @@
 // still reports itself (step_in_progress_seconds grows) until the front kills us.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -29,6 +30,8 @@ class IpcEngineServer {
   // Says hello and serves `engine` until the front closes the socket or asks to shut
   // down; then aborts what is still in flight and returns. Returns 0 on an orderly end.
   int serve(EngineApi &engine, const ReadyInfo &info);
+  // Whether informational lines (front gone, fault armed) go to stderr; errors always do.
+  void set_log_info(bool on) { log_info_.store(on); }
 
  private:
   void enqueue(FrameType type, std::string payload);
@@ -46,6 +49,7 @@ class IpcEngineServer {
   bool stopping_ = false;
   std::unordered_set<std::uint64_t> in_flight_;
   std::string last_faults_ = "[]";  // the armed list last sent
+  std::atomic<bool> log_info_{true};
 };
 
 }  // namespace keel::ipc
