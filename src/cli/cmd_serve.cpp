@@ -86,7 +86,8 @@ int cmd_serve(int argc, char **argv) {
                  "seconds SIGTERM lets requests in flight finish before ending them")
       ->envname("KEEL_SHUTDOWN_GRACE")
       ->capture_default_str();
-  app.add_option("--tensor-parallel", tensor_parallel, "ranks (processes) per engine that split the model; CPU today")
+  app.add_option("--tensor-parallel", tensor_parallel,
+                 "ranks (processes) per engine that split the model; CPU today")
       ->envname("KEEL_TENSOR_PARALLEL");
   app.add_flag("--enable-fault-injection", enable_faults,
                "allow POST /debug/faults (tests only: it can stall or crash engines)")
