@@ -481,6 +481,8 @@ bool Engine::run_step() {
   step_start_ns_.store(start);
   heartbeat_ns_.store(start);
   if (tiers_) settle_restores();
+  // Backpressure: a full SSD write queue admits one new request per step.
+  sched_->set_admission_limit(tiers_ && tiers_->write_backlogged() ? 1 : -1);
   StepPlan plan = sched_->schedule();
   if (tiers_) {
     // Restores pin the host slots their lookup found before offloads may evict any.

@@ -16,6 +16,7 @@
 // except flush() and the destructor, which are meant to block.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -86,6 +87,11 @@ class KvTiers final : public TierIndex {
   std::vector<RestoreDone> poll();
   bool restoring() const { return !restores_.empty(); }
   bool busy() const { return !saves_.empty() || !writes_.empty() || !restores_.empty(); }
+  // The SSD write-behind queue is full: the engine slows admission until it drains.
+  bool write_backlogged() const {
+    return ssd_ != nullptr &&
+           static_cast<std::int64_t>(writes_.size()) >= std::max(config_.max_pending_writes, 1);
+  }
 
   // Blocking: moves `blocks` (cached device blocks) into host and SSD, and waits until
   // the SSD writes landed or the deadline passed. For shutdown and cache demotion.

@@ -164,21 +164,27 @@ StepPlan Scheduler::schedule() {
   // 3. Admission, oldest first (preempted requests are older than anything that arrived
   //    after them). The head of the queue waits for blocks; nothing overtakes it.
   if (preempted_any) return plan;
+  std::int32_t admitted_now = 0;
   while (!waiting_.empty() && budget > 0 &&
-         static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs) {
+         static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs &&
+         (admission_limit_ < 0 || admitted_now < admission_limit_)) {
     SchedRequest *r = waiting_.begin()->second;
     PrefixHit hit;
     if (r->use_prefix_cache) hit = kv_.get_computed_blocks(r->tokens, r->extra_keys);
     if (tiers_ != nullptr && r->use_prefix_cache && !r->skip_tiers) {
       const int admitted = admit_loading(r, hit, plan);
       if (admitted < 0) break;  // no blocks: the head waits
-      if (admitted > 0) continue;
+      if (admitted > 0) {
+        ++admitted_now;
+        continue;
+      }
     }
     const std::int32_t computed = hit.num_tokens;
     const std::int32_t n = std::min({r->num_tokens() - computed, config_.max_chunk_tokens, budget});
     std::optional<BlockCopy> copy;
     if (!kv_.allocate_slots(r->id, computed + n, &hit, &copy)) break;
     erase_waiting(r);
+    ++admitted_now;
     transition(r->state, RequestState::kRunning);
     r->num_computed_tokens = computed;
     if (r->num_cached_prompt_tokens < 0) r->num_cached_prompt_tokens = computed;

@@ -83,6 +83,11 @@ class Scheduler {
   // After sampling: the request's next token.
   void append_token(RequestId id, TokenId token);
 
+  // Backpressure from the cache tiers: at most `max_new` waiting requests are admitted
+  // per schedule() (-1: no limit). Admission slows, never stops, so nothing waits on a
+  // slow disk forever.
+  void set_admission_limit(std::int32_t max_new) { admission_limit_ = max_new; }
+
   // The tiers below the device to continue prefix lookups into (null: none).
   void set_tiers(const TierIndex *tiers) { tiers_ = tiers; }
 
@@ -126,6 +131,7 @@ class Scheduler {
 
   SchedulerConfig config_;
   KvCacheManager &kv_;
+  std::int32_t admission_limit_ = -1;
   const TierIndex *tiers_ = nullptr;
   std::unordered_map<RequestId, std::unique_ptr<SchedRequest>> requests_;
   std::vector<SchedRequest *> running_;              // by arrival; newest at the back

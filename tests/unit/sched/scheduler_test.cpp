@@ -297,3 +297,27 @@ TEST(Scheduler, FinishWithAnIllegalStateThrowsAndKeepsTheRequest) {
 
 }  // namespace
 }  // namespace keel
+
+namespace keel {
+namespace {
+
+// Backpressure from the cache tiers: with a limit, admission slows (one per step), it
+// never stops; without one, all fit in one step.
+TEST(Scheduler, AdmissionLimitSlowsButNeverStopsAdmission) {
+  Fixture f(64, cfg(64, 8, 16));
+  for (std::uint64_t id = 1; id <= 3; ++id) f.sched.add_request(RequestId{id}, seq(5, 10 * id));
+  f.sched.set_admission_limit(1);
+  for (std::uint64_t id = 1; id <= 3; ++id) {
+    const StepPlan p = f.step();
+    EXPECT_NE(find(p, id), nullptr) << "request " << id << " admitted in its own step";
+    EXPECT_EQ(find(p, id + 1), nullptr);
+  }
+  Fixture g(64, cfg(64, 8, 16));
+  for (std::uint64_t id = 1; id <= 3; ++id) g.sched.add_request(RequestId{id}, seq(5, 10 * id));
+  g.sched.set_admission_limit(-1);
+  const StepPlan p = g.step();
+  EXPECT_EQ(p.seqs.size(), 3u);
+}
+
+}  // namespace
+}  // namespace keel
