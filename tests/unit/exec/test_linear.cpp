@@ -117,28 +117,3 @@ TEST(Quant, Q8ActivationRoundTrip) {
 
 }  // namespace
 }  // namespace keel::cpu
-
-#include "formats/quant.h"
-
-namespace keel::cpu {
-namespace {
-
-// The kernels' own dequantizers agree bit for bit with the formats module's reference.
-TEST(Quant, DequantizeMatchesFormatsReference) {
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(512);
-  for (auto &v : x) v = nd(rng);
-  for (DType dt :
-       {DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
-    std::vector<std::byte> q(static_cast<std::size_t>(dtype_bytes(dt, 512)));
-    keel::quantize_row(dt, x.data(), q.data(), 512);
-    std::vector<float> a(512), b(512);
-    dequantize_row(dt, q.data(), a.data(), 512);
-    keel::dequantize_row(dt, q.data(), b.data(), 512);
-    EXPECT_EQ(a, b) << dtype_name(dt);
-  }
-}
-
-}  // namespace
-}  // namespace keel::cpu
