@@ -48,6 +48,19 @@ bool ends_with(const char *s, const char *suffix) {
   return n >= m && std::strcmp(s + n - m, suffix) == 0;
 }
 
+// After a short pwritev/preadv: drops the `done` bytes from the front of iov[0..n).
+void skip_done(iovec *&iov, int &n, std::size_t done) {
+  while (n > 0 && done >= iov->iov_len) {
+    done -= iov->iov_len;
+    ++iov;
+    --n;
+  }
+  if (n > 0) {
+    iov->iov_base = static_cast<char *>(iov->iov_base) + done;
+    iov->iov_len -= done;
+  }
+}
+
 // Writes all of iov or returns errno.
 int write_all(int fd, iovec *iov, int n) {
   off_t at = 0;
@@ -59,16 +72,7 @@ int write_all(int fd, iovec *iov, int n) {
     }
     if (w == 0) return EIO;
     at += w;
-    std::size_t left = static_cast<std::size_t>(w);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --n;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<char *>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    skip_done(iov, n, static_cast<std::size_t>(w));
   }
   return 0;
 }
@@ -83,16 +87,7 @@ int read_all(int fd, iovec *iov, int n) {
     }
     if (r == 0) return ENODATA;  // shorter than fstat said: truncated under us
     at += r;
-    std::size_t left = static_cast<std::size_t>(r);
-    while (n > 0 && left >= iov->iov_len) {
-      left -= iov->iov_len;
-      ++iov;
-      --n;
-    }
-    if (n > 0) {
-      iov->iov_base = static_cast<char *>(iov->iov_base) + left;
-      iov->iov_len -= left;
-    }
+    skip_done(iov, n, static_cast<std::size_t>(r));
   }
   return 0;
 }
