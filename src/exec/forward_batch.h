@@ -22,18 +22,24 @@ struct SequenceSlice {
 };
 
 struct ForwardBatch {
-  std::vector<TokenId> tokens;             // [total_tokens]
-  std::vector<SequenceSlice> seqs;         // [num_seqs]
-  std::vector<std::int32_t> block_table;   // concatenated block ids; position p of a sequence
-                                           // lives in block table[p / block_size], slot p % block_size
+  std::vector<TokenId> tokens;      // [total_tokens]
+  std::vector<SequenceSlice> seqs;  // [num_seqs]
+  std::vector<std::int32_t>
+      block_table;  // concatenated block ids; position p of a sequence
+                    // lives in block table[p / block_size], slot p % block_size
   std::int32_t total_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
 };
 
 struct ForwardOutput {
   std::int32_t vocab_size = 0;
-  std::vector<float> logits;           // [rows, vocab_size], float32, rows in batch order
-  std::vector<std::int32_t> row_seq;   // [rows] index into ForwardBatch::seqs
-  std::vector<std::int32_t> row_pos;   // [rows] position of the token whose next-token logits these are
+  std::vector<float> logits;          // [rows, vocab_size], float32, rows in batch order
+  std::vector<std::int32_t> row_seq;  // [rows] index into ForwardBatch::seqs
+  std::vector<std::int32_t>
+      row_pos;  // [rows] position of the token whose next-token logits these are
+  // ModelRunner::forward_sample only (logits then stay empty): [rows] the token sampled
+  // from each row and its log-probability under the raw logits.
+  std::vector<TokenId> sampled;
+  std::vector<float> sampled_logprobs;
 };
 
 }  // namespace keel

@@ -9,6 +9,8 @@
 #include <memory>
 #include <span>
 
+#include "core/error.h"
+#include "core/sampling_params.h"
 #include "exec/forward_batch.h"
 #include "formats/model_config.h"
 
@@ -61,6 +63,16 @@ class KvBlockStore {
   }
 };
 
+// One logits row to sample where the logits are (ModelRunner::forward_sample): the
+// request's parameters; u = uniform_real_distribution<double>(0, 1) drawn from the
+// request's RNG exactly where Sampler::sample would draw it (Sampler::draw_uniform;
+// unused when greedy); the request's tokens so far (for the penalties).
+struct DeviceSampleRow {
+  const SamplingParams *params = nullptr;
+  double u = 0;
+  std::span<const TokenId> prompt, generated;
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -69,6 +81,17 @@ class ModelRunner {
   // Computes the batch, writes its new K/V into the blocks its block tables name, and
   // fills `out` with the requested logits rows.
   virtual void forward(const ForwardBatch &batch, ForwardOutput &out) = 0;
+
+  // Runners that sample on their device (no logits cross to the host) say so here.
+  virtual bool samples_on_device() const { return false; }
+  // forward(), then every requested logits row i sampled with rows[i] (the Sampler's
+  // semantics, bit-for-bit its choice given the same u): fills out.row_seq, row_pos,
+  // sampled and sampled_logprobs, leaves out.logits empty. Top-N alternatives are not
+  // computed: steps that need them use forward() and the host Sampler.
+  virtual void forward_sample(const ForwardBatch &, std::span<const DeviceSampleRow>,
+                              ForwardOutput &) {
+    throw Error(ErrorCode::kUnsupported, "model runner: no device sampling");
+  }
 };
 
 }  // namespace keel

@@ -165,10 +165,15 @@ TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
     rows[r] = {&params[r], std::uniform_real_distribution<double>(0.0, 1.0)(draw), prompt,
                generated};
   }
-  std::vector<TokenId> tokens;
-  std::vector<float> lps;
-  runner.forward_sample(b, rows, tokens, lps);  // recomputes the step: same KV, same logits
+  ForwardOutput sampled;
+  EXPECT_TRUE(runner.samples_on_device());
+  runner.forward_sample(b, rows, sampled);  // recomputes the step: same KV, same logits
+  const std::vector<TokenId> &tokens = sampled.sampled;
+  const std::vector<float> &lps = sampled.sampled_logprobs;
   ASSERT_EQ(tokens.size(), 6u);
+  EXPECT_TRUE(sampled.logits.empty());
+  EXPECT_EQ(sampled.row_seq, out.row_seq);
+  EXPECT_EQ(sampled.row_pos, out.row_pos);
   for (int r = 0; r < 6; ++r) {
     const std::span<const float> lr(out.logits.data() + std::size_t(r) * 512, 512);
     Sampler cpu(params[r], 50 + r);
@@ -179,10 +184,10 @@ TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
   SamplingParams bad;
   bad.top_p = 0;
   rows[0].params = &bad;
-  EXPECT_THROW(runner.forward_sample(b, rows, tokens, lps), Error);
+  EXPECT_THROW(runner.forward_sample(b, rows, sampled), Error);
   rows.pop_back();
   rows[0].params = &params[0];
-  EXPECT_THROW(runner.forward_sample(b, rows, tokens, lps), Error);  // 5 rows for 6
+  EXPECT_THROW(runner.forward_sample(b, rows, sampled), Error);  // 5 rows for 6
 }
 
 TEST(CudaSample, RunnerWithoutScratchRefuses) {
@@ -204,10 +209,10 @@ TEST(CudaSample, RunnerWithoutScratchRefuses) {
   b.block_table = {0};
   SamplingParams p;
   const std::vector<DeviceSampleRow> rows = {{&p, 0.5, {}, {}}};
-  std::vector<TokenId> tokens;
-  std::vector<float> lps;
+  ForwardOutput out;
+  EXPECT_FALSE(runner.samples_on_device());
   try {
-    runner.forward_sample(b, rows, tokens, lps);
+    runner.forward_sample(b, rows, out);
     ADD_FAILURE() << "sampled without scratch";
   } catch (const Error &e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 
 #include "core/half.h"
@@ -552,6 +553,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   ap.out = attn_.as<bf16>();
   ap.kv_heads_fast = attn_kv_heads_fast_;
   ap.decode_generic_group = attn_generic_group_;
+  ap.window = static_cast<int>(
+      std::min<std::int64_t>(config_.sliding_window.value_or(0), std::numeric_limits<int>::max()));
   AttnParams ap_multi = ap;
   ap_multi.tiles = d_tiles + n_single;
   ap_multi.num_tiles = shape.n_multi;

@@ -56,18 +56,8 @@ struct CudaRunnerOptions {
   // is 1.01-1.22x cuBLASLt at M = 1 on the 8B shapes, slower at M >= 2 for large N.
   int gemv_max_m = 1;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
-  // 256 rows of a 128k vocabulary). Off by default until the engine samples on the device.
+  // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
-};
-
-// One logits row's sampling on the device (launch_sample's semantics, the CPU
-// Sampler's): the request's parameters, u = uniform_real_distribution<double>(0, 1)
-// drawn from the request's RNG exactly where Sampler::sample draws it (unused when
-// greedy), and the request's tokens so far (for the penalties).
-struct DeviceSampleRow {
-  const SamplingParams *params = nullptr;
-  double u = 0;
-  std::span<const TokenId> prompt, generated;
 };
 
 // Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
@@ -95,11 +85,12 @@ class CudaModelRunner : public ModelRunner {
   // come back (no logits copy). next[i] belongs to the i-th requested row.
   void forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
                       std::vector<std::int32_t> *row_seq = nullptr);
-  // Samples every requested logits row on the device (rows[i] for the i-th row): only
-  // the tokens and their raw-logit logprobs come back, not the logits. Top-N logprob
-  // alternatives are not computed here (use forward() and the CPU sampler for those).
+  // Samples every requested logits row on the device (launch_sample, the CPU Sampler's
+  // semantics): only the tokens and their raw-logit logprobs come back, not the logits.
+  // Needs CudaRunnerOptions::gpu_sampling.
+  bool samples_on_device() const override { return sample_scratch_.bytes() != 0; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
-                      std::vector<TokenId> &tokens, std::vector<float> &logprobs);
+                      ForwardOutput &out) override;
 
   CudaKvStore &kv_store() { return *kv_; }
   // Milliseconds of device time per phase summed over steps since the last call (only

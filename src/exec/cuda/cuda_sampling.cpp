@@ -11,8 +11,7 @@
 namespace keel::cuda {
 
 void CudaModelRunner::forward_sample(const ForwardBatch &batch,
-                                     std::span<const DeviceSampleRow> rows,
-                                     std::vector<TokenId> &tokens, std::vector<float> &logprobs) {
+                                     std::span<const DeviceSampleRow> rows, ForwardOutput &out) {
   if (!sample_scratch_.bytes())
     throw Error(ErrorCode::kUnsupported, "cuda runner: built without gpu_sampling");
   // Everything about the rows is checked before any work is enqueued.
@@ -50,12 +49,21 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
       throw Error(ErrorCode::kInvalidArgument, "sampling: more penalised tokens than the " +
                                                    std::to_string(penalty_cap_) + " staged");
   }
-  std::vector<std::int32_t> seqs, pos;
-  const int R = enqueue(batch, seqs, pos);
-  if (static_cast<std::size_t>(R) != rows.size())
+  // The row count is checked before the pass is enqueued, so a mismatch writes no KV.
+  std::size_t want = 0;
+  for (const SequenceSlice &q : batch.seqs)
+    want += q.logits == SequenceSlice::Logits::kLast  ? 1
+            : q.logits == SequenceSlice::Logits::kAll ? static_cast<std::size_t>(q.num_tokens)
+                                                      : 0;
+  if (want != rows.size())
     throw Error(ErrorCode::kInvalidArgument, "sampling: " + std::to_string(rows.size()) +
-                                                 " rows given for " + std::to_string(R) +
+                                                 " rows given for " + std::to_string(want) +
                                                  " logits rows");
+  const int R = enqueue(batch, out.row_seq, out.row_pos);
+  out.vocab_size = static_cast<std::int32_t>(V_);
+  out.logits.clear();
+  std::vector<TokenId> &tokens = out.sampled;
+  std::vector<float> &logprobs = out.sampled_logprobs;
   cudaStream_t s = ctx_.compute();
   tokens.resize(R);
   logprobs.resize(R);

@@ -113,6 +113,10 @@ struct AttnParams {
   // instead of exactly the group's count for G = 1, 2, 4, 8 (fewer registers, more blocks
   // per SM). A switch for measuring the difference.
   bool decode_generic_group = false;
+  // Sliding-window attention (Mistral, Qwen2 with use_sliding_window): a query at
+  // position p sees the keys at positions > p - window, as the CPU kernel and HF do.
+  // 0: every key up to p.
+  int window = 0;
 };
 constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
 constexpr int kAttnMaxHeadDim = 256;
