@@ -86,6 +86,9 @@ int cmd_engine(int argc, char **argv) {
   app.add_option("--ssd-cache-size", ssd_cache,
                  "SSD KV cache size, e.g. 100G (default with --cache-dir: 16G)");
   app.add_option("--cache-io-threads", cache_io_threads, "SSD cache I/O threads");
+  bool host_sampling = false;
+  app.add_flag("--host-sampling", host_sampling,
+               "sample on the CPU even where the runner can sample on its GPU");
   int tensor_parallel = 1;
   app.add_option("--tensor-parallel", tensor_parallel,
                  "processes that split the model (worker ranks are children of this one)")
@@ -125,6 +128,7 @@ int cmd_engine(int argc, char **argv) {
     cfg.scheduler.max_num_batched_tokens =
         std::max(cfg.scheduler.max_num_batched_tokens, max_concurrent);
     cfg.max_model_len = max_model_len;
+    cfg.device_sampling = !host_sampling;
     cfg.model_fingerprint = fingerprint_of(model, device);
     if (!hot_cache.empty()) cfg.tiers.host_bytes = parse_size(hot_cache, "--hot-cache-size");
     if (!cache_dir.empty()) {
@@ -162,6 +166,7 @@ int cmd_engine(int argc, char **argv) {
             opts.max_logits_rows = std::max(opts.max_logits_rows, cfg.scheduler.max_num_seqs);
             opts.max_batch_tokens =
                 std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
+            opts.gpu_sampling = !host_sampling;
             b.runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
           } else
 #endif

@@ -539,7 +539,11 @@ bool Engine::run_step() {
     ModelRunner &runner = *backend_.runner;
     for (const ScheduledSeq &s : plan.seqs)
       if (s.copy) runner.kv().copy_block(s.copy->src.value, s.copy->dst.value);
-    runner.forward(batch_, out_);
+    sampled_on_device_ = device_sample_rows(plan, sample_rows_);
+    if (sampled_on_device_)
+      runner.forward_sample(batch_, sample_rows_, out_);
+    else
+      runner.forward(batch_, out_);
   } catch (const std::exception &e) {
     fail_step(plan, e.what());
     step_start_ns_.store(0);
@@ -565,6 +569,29 @@ void Engine::fail_step(const StepPlan &plan, const std::string &what) {
   publish_status();
 }
 
+bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRow> &rows) {
+  rows.clear();
+  if (!config_.device_sampling || !backend_.runner->samples_on_device()) return false;
+  // Decided before any draw, so a step sampled on the host draws exactly as before.
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SequenceSlice::Logits want = batch_.seqs[i].logits;
+    if (want == SequenceSlice::Logits::kAll) return false;
+    if (want == SequenceSlice::Logits::kLast &&
+        (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0))
+      return false;
+  }
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    if (batch_.seqs[i].logits != SequenceSlice::Logits::kLast) continue;
+    Live &live = *live_.at(plan.seqs[i].id);
+    const SchedRequest *r = sched_->find(plan.seqs[i].id);
+    const std::span<const TokenId> all(r->tokens);
+    rows.push_back(DeviceSampleRow{&live.sampler->params(), live.sampler->draw_uniform(),
+                                   all.first(r->num_prompt_tokens),
+                                   all.subspan(r->num_prompt_tokens)});
+  }
+  return true;
+}
+
 void Engine::emit_outputs(const StepPlan &plan) {
   const std::int32_t vocab = out_.vocab_size;
   const std::size_t rows = out_.row_seq.size();
@@ -572,9 +599,16 @@ void Engine::emit_outputs(const StepPlan &plan) {
     for (const ScheduledSeq &s : plan.seqs)
       finish(s.id, FinishReason::kError, "engine: runner output " + why);
   };
-  if (vocab != model_config_.vocab_size || out_.row_pos.size() != rows ||
-      out_.logits.size() != rows * static_cast<std::size_t>(vocab))
+  if (vocab != model_config_.vocab_size || out_.row_pos.size() != rows)
     return bad_output("has the wrong shape");
+  if (sampled_on_device_) {
+    if (out_.sampled.size() != rows || out_.sampled_logprobs.size() != rows)
+      return bad_output("has the wrong shape");
+    for (TokenId t : out_.sampled)
+      if (t < 0 || t >= vocab) return bad_output("sampled a token outside the vocabulary");
+  } else if (out_.logits.size() != rows * static_cast<std::size_t>(vocab)) {
+    return bad_output("has the wrong shape");
+  }
   // Every sequence that must sample needs its row, or it would never be scheduled
   // again (all its tokens computed, none to sample): a phantom running request.
   std::vector<std::uint8_t> has_sample_row(plan.seqs.size(), 0);
@@ -594,10 +628,12 @@ void Engine::emit_outputs(const StepPlan &plan) {
     auto it = live_.find(s.id);
     if (it == live_.end()) continue;  // finished earlier in this loop
     Live &live = *it->second;
-    const std::span<const float> logits(out_.logits.data() + i * vocab, vocab);
+    const std::span<const float> logits =
+        sampled_on_device_ ? std::span<const float>()
+                           : std::span<const float>(out_.logits.data() + i * vocab, vocab);
     const SchedRequest *r = sched_->find(s.id);
-    if (live.params.prompt_logprobs && !live.first_event_sent && pos + 1 < live.num_prompt_tokens &&
-        pos >= 0) {
+    if (!sampled_on_device_ && live.params.prompt_logprobs && !live.first_event_sent &&
+        pos + 1 < live.num_prompt_tokens && pos >= 0) {
       const TokenId next = r->tokens[pos + 1];
       SampledToken lp = logprob_of(logits, next, std::max(live.params.logprobs, 0));
       live.prompt_logprobs[pos + 1] = TokenLogprob{next, lp.logprob};
@@ -609,8 +645,14 @@ void Engine::emit_outputs(const StepPlan &plan) {
       continue;
     }
     const std::span<const TokenId> all(r->tokens);
-    SampledToken t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
-                                          all.subspan(r->num_prompt_tokens));
+    SampledToken t;
+    if (sampled_on_device_) {
+      t.token = out_.sampled[i];
+      t.logprob = out_.sampled_logprobs[i];
+    } else {
+      t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
+                               all.subspan(r->num_prompt_tokens));
+    }
     if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
       finish(s.id, FinishReason::kStop);
       continue;

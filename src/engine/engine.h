@@ -75,6 +75,10 @@ struct EngineConfig {
   // How long stopping may spend moving device-cached blocks into the SSD tier (so that
   // a restart finds them). Must stay well inside shutdown_grace.
   std::chrono::milliseconds tier_flush_timeout{3000};
+  // Sample on the runner's device when it can (ModelRunner::samples_on_device) and no
+  // row of the step needs its logits on the host (top-N or prompt logprobs): only the
+  // tokens come back. Same tokens either way (the request's RNG draw is passed along).
+  bool device_sampling = true;
 };
 
 class Engine final : public EngineApi {
@@ -150,6 +154,9 @@ class Engine final : public EngineApi {
   void inject_step_faults();
   void fail_step(const StepPlan &plan, const std::string &what);
   void emit_outputs(const StepPlan &plan);
+  // The step's rows for ModelRunner::forward_sample, or false when the step must
+  // sample on the host (a row needs its logits, or the runner cannot).
+  bool device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRow> &rows);
   void publish_status();
   void settle_restores();  // tier restores that finished: their requests run or recompute
   void flush_tiers();      // device-cached blocks into the SSD tier (on stop)
@@ -198,6 +205,8 @@ class Engine final : public EngineApi {
   std::mt19937_64 seed_rng_{std::random_device{}()};
   ForwardBatch batch_;
   ForwardOutput out_;
+  std::vector<DeviceSampleRow> sample_rows_;  // this step's, when sampled on the device
+  bool sampled_on_device_ = false;            // out_ holds tokens, not logits
   std::int64_t prompt_tokens_ = 0, prefill_tokens_ = 0, decode_tokens_ = 0;
   std::uint64_t steps_ = 0;
   double last_step_seconds_ = 0.0;

@@ -30,6 +30,10 @@ bool RequestSampler::is_stop_token(TokenId token, std::span<const TokenId> eos_i
   return impl_->is_stop_token(token, eos_ids);
 }
 
+double RequestSampler::draw_uniform() { return impl_->draw_uniform(); }
+
+const SamplingParams &RequestSampler::params() const { return impl_->params(); }
+
 SampledToken logprob_of(std::span<const float> logits, TokenId token, int top_n) {
   return convert(logprobs_of(logits, token, top_n));
 }

@@ -33,6 +33,10 @@ class RequestSampler {
   SampledToken sample(std::span<const float> logits, std::span<const TokenId> prompt,
                       std::span<const TokenId> generated);
   bool is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const;
+  // The draw sample() would make next (Sampler::draw_uniform), for sampling on the
+  // device: the request's RNG advances exactly as if it had sampled here.
+  double draw_uniform();
+  const SamplingParams &params() const;
 
  private:
   std::unique_ptr<Sampler> impl_;

@@ -54,8 +54,19 @@ bool Sampler::is_stop_token(TokenId token, std::span<const TokenId> eos_ids) con
   return !params_.ignore_eos && std::find(eos_ids.begin(), eos_ids.end(), token) != eos_ids.end();
 }
 
+double Sampler::draw_uniform() {
+  if (params_.greedy()) return 0.0;
+  return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
+}
+
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
                              std::span<const TokenId> generated) {
+  if (logits.empty()) throw Error(ErrorCode::kInternal, "sampler: empty logits");
+  return sample_with(logits, prompt, generated, draw_uniform());
+}
+
+SampleResult Sampler::sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
+                                  std::span<const TokenId> generated, double draw) {
   const std::int64_t V = static_cast<std::int64_t>(logits.size());
   if (V == 0) throw Error(ErrorCode::kInternal, "sampler: empty logits");
   work_.assign(logits.begin(), logits.end());
@@ -124,7 +135,7 @@ SampleResult Sampler::sample(std::span<const float> logits, std::span<const Toke
     }
     double total = 0;
     for (std::int64_t i = 0; i < keep; ++i) total += p[i];
-    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng_) * total;
+    const double u = draw * total;
     double cum = 0;
     chosen = order_[keep - 1];
     for (std::int64_t i = 0; i < keep; ++i) {

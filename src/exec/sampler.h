@@ -37,6 +37,14 @@ class Sampler {
   SampleResult sample(std::span<const float> logits, std::span<const TokenId> prompt,
                       std::span<const TokenId> generated);
 
+  // The one uniform draw in [0, 1) that sample() makes (none when greedy: returns 0 and
+  // leaves the RNG as it is). Sampling elsewhere (on the GPU) from the same draw keeps
+  // a seeded request's output the same wherever it is sampled.
+  double draw_uniform();
+  // sample() with its draw given: sample(...) == sample_with(..., draw_uniform()).
+  SampleResult sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
+                           std::span<const TokenId> generated, double u);
+
   // True when `token` ends the request: a stop token, or an eos unless ignore_eos.
   bool is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const;
 

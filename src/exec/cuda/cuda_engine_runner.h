@@ -27,6 +27,11 @@ class OwningCudaRunner final : public ModelRunner {
   void forward(const ForwardBatch &batch, ForwardOutput &out) override {
     runner_->forward(batch, out);
   }
+  bool samples_on_device() const override { return runner_->samples_on_device(); }
+  void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
+                      ForwardOutput &out) override {
+    runner_->forward_sample(batch, rows, out);
+  }
 
   CudaContext &context() { return *ctx_; }
   CudaModelRunner &runner() { return *runner_; }

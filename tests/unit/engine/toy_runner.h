@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "exec/model_runner.h"
+#include "exec/sampler.h"
 
 namespace keel::test {
 
@@ -158,10 +159,36 @@ class ToyRunner final : public ModelRunner {
     }
   }
 
+  // Device sampling as a GPU runner does it, here on the host: the host Sampler's
+  // choice for the engine's draw u, with no logits returned.
+  bool samples_on_device() const override { return device_sampling; }
+  void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
+                      ForwardOutput &out) override {
+    if (!device_sampling) return ModelRunner::forward_sample(batch, rows, out);
+    forward(batch, out);
+    --forwards;
+    ++sampled_forwards;
+    const std::size_t n = out.row_seq.size();
+    if (rows.size() != n) throw Error(ErrorCode::kInternal, "toy: sample rows != logits rows");
+    out.sampled.resize(n);
+    out.sampled_logprobs.resize(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::span<const float> l(out.logits.data() + i * cfg_.vocab_size, cfg_.vocab_size);
+      Sampler s(*rows[i].params, 0);  // its own RNG is never used: u is given
+      const SampleResult r = s.sample_with(l, rows[i].prompt, rows[i].generated, rows[i].u);
+      out.sampled[i] = sample_offset + r.token;
+      out.sampled_logprobs[i] = r.logprob;
+    }
+    out.logits.clear();
+  }
+  bool device_sampling = false;  // set before the engine starts (setup)
+  TokenId sample_offset = 0;     // a broken device sampler: tokens shifted by this
+
   std::function<void(const ForwardBatch &)> on_forward;  // runs on the engine thread
   std::atomic<bool> drop_rows{false};                    // a broken backend: no logits
   std::atomic<std::int64_t> computed_tokens{0};
-  std::atomic<std::int64_t> forwards{0};
+  std::atomic<std::int64_t> forwards{0};          // steps that returned logits
+  std::atomic<std::int64_t> sampled_forwards{0};  // steps sampled "on the device"
   std::atomic<std::int64_t> poisoned_rows{0};
   std::mutex mu;
   std::set<std::thread::id> threads;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <map>
+#include <set>
 
 #include "exec/sampler.h"
 
@@ -44,6 +45,43 @@ TEST(Sampler, SameSeedSameOutput) {
   Sampler s3(p, 0);
   for (int i = 0; i < 30; ++i) c.push_back(s3.sample(l, {}, {}).token);
   EXPECT_NE(a, c);
+}
+
+// Device sampling takes the draw from draw_uniform() and samples elsewhere with it: the
+// split must choose exactly what sample() chooses, step after step, and greedy must
+// neither draw nor depend on the draw.
+TEST(Sampler, DrawThenSampleWithEqualsSample) {
+  std::vector<float> l(200);
+  for (int i = 0; i < 200; ++i) l[i] = 2.0f * std::sin(i * 0.37f) + 0.01f * i;
+  const std::vector<TokenId> prompt = {3, 9, 9, 150};
+  for (int variant = 0; variant < 4; ++variant) {
+    SamplingParams p;
+    p.temperature = 0.8f;
+    p.seed = 77 + variant;
+    if (variant == 1) p.top_k = 12;
+    if (variant == 2) p.top_p = 0.8f, p.min_p = 0.02f;
+    if (variant == 3) p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f;
+    Sampler whole(p, 0), split(p, 0);
+    std::vector<TokenId> generated, a, b;
+    for (int step = 0; step < 40; ++step) {
+      const auto r1 = whole.sample(l, prompt, generated);
+      const double u = split.draw_uniform();
+      ASSERT_GE(u, 0.0);
+      ASSERT_LT(u, 1.0);
+      const auto r2 = split.sample_with(l, prompt, generated, u);
+      a.push_back(r1.token);
+      b.push_back(r2.token);
+      EXPECT_EQ(r1.logprob, r2.logprob);
+      generated.push_back(r1.token);
+    }
+    EXPECT_EQ(a, b) << "variant " << variant;
+    EXPECT_GT(std::set<TokenId>(a.begin(), a.end()).size(), 3u) << "variant " << variant;
+  }
+  SamplingParams g;
+  g.temperature = 0;
+  Sampler greedy(g, 5);
+  EXPECT_EQ(greedy.draw_uniform(), 0.0);
+  EXPECT_EQ(greedy.sample_with(l, {}, {}, 0.99).token, greedy.sample(l, {}, {}).token);
 }
 
 TEST(Sampler, TopKAndTopPAndMinPRestrictTheSupport) {
