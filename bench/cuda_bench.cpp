@@ -5,8 +5,9 @@
 //
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
 //     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
-//     [--profile] [--no-graphs]
-//   cuda_bench --gemv-bench   (8B linear layers at M 1/2/4: cuBLASLt vs the GEMV kernel)
+//     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
+//   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
+//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 #include <cstdio>
 
@@ -33,6 +34,7 @@ int main() {
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/k_decode_fused.h"
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/k_gemv.h"
 #include "formats/make_model.h"
@@ -195,33 +197,45 @@ class Bench {
 // the engine waits for a restore, for `tokens` tokens of KV in blocks of 16, against one
 // plain pinned cudaMemcpyAsync of the same bytes (the PCIe ceiling).
 // Linear layers at M = 1..4 (decode with few sequences): cuBLASLt against the GEMV kernel
-// (k_gemv.h), Llama 3.1 8B shapes, bytes/s against the copy bandwidth. Weights rotate over
-// enough copies that every launch reads from HBM, not the 50 MB L2.
-int gemv_bench(const Rates &rates) {
+// (k_gemv.h) and the fused decode GEMV (k_decode_fused.h, plain bf16 input), the model's
+// shapes, bytes/s against the copy bandwidth. Weights rotate over enough copies that every
+// launch reads from HBM, not the 50 MB L2. "fused x8": 8 launches back to back (each on
+// the next weight copy), time per launch: with PDL each overlaps its predecessor's tail.
+int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
   cuda::CudaContext ctx;
   cudaStream_t s = ctx.compute();
   struct Shape {
-    const char *name;
+    std::string name;
     std::int64_t N, K;
     bool f32;
   };
-  const Shape shapes[] = {{"o_proj 4096x4096", 4096, 4096, false},
-                          {"qkv 6144x4096", 6144, 4096, false},
-                          {"gate_up 28672x4096", 28672, 4096, false},
-                          {"down 4096x14336", 4096, 14336, false},
-                          {"lm_head 128256x4096 (f32 out)", 128256, 4096, true}};
-  std::printf("# linear layers at small M on %s: cuBLASLt vs GEMV kernel (median of 30)\n",
-              ctx.device_name().c_str());
-  std::printf("| %-30s | %2s | %10s | %8s | %10s | %8s | %7s | %9s |\n", "shape", "M", "cuBLAS us",
-              "TB/s", "GEMV us", "TB/s", "speedup", "max |d|");
+  const std::int64_t H = cfg.hidden_size, I = cfg.intermediate_size,
+                     q = std::int64_t(cfg.num_heads) * cfg.head_dim,
+                     qkv = q + 2 * std::int64_t(cfg.num_kv_heads) * cfg.head_dim;
+  auto dims = [](std::int64_t n, std::int64_t k) {
+    return std::to_string(n) + "x" + std::to_string(k);
+  };
+  const Shape shapes[] = {{"o_proj " + dims(H, q), H, q, false},
+                          {"qkv " + dims(qkv, H), qkv, H, false},
+                          {"gate_up " + dims(2 * I, H), 2 * I, H, false},
+                          {"down " + dims(H, I), H, I, false},
+                          {"lm_head " + dims(cfg.vocab_size, H) + " f32", cfg.vocab_size, H, true}};
   std::printf(
-      "|--------------------------------|----|------------|----------|------------|----------|"
-      "---------|-----------|\n");
+      "# linear layers at small M on %s: cuBLASLt vs GEMV kernel vs fused GEMV (median of 30 "
+      "us; TB/s of weights), PDL %s\n",
+      ctx.device_name().c_str(), pdl ? "on" : "off");
+  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n", "shape",
+              "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
+              "max rel d");
+  std::printf(
+      "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
+      "-------|-----------|-------|-----------|\n");
   for (const Shape &sh : shapes) {
     const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
-    const int copies = static_cast<int>(std::max<std::size_t>(2, (400u << 20) / wbytes + 1));
+    const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
     cuda::DeviceBuffer w(wbytes * copies), x(std::size_t(8) * sh.K * 2);
-    cuda::DeviceBuffer y1(std::size_t(8) * sh.N * 4), y2(std::size_t(8) * sh.N * 4);
+    cuda::DeviceBuffer y1(std::size_t(8) * sh.N * 4), y2(std::size_t(8) * sh.N * 4),
+        y3(std::size_t(8) * sh.N * 4);
     cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
                               0.05f);
     cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
@@ -229,41 +243,70 @@ int gemv_bench(const Rates &rates) {
     for (int M : {1, 2, 4}) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
-      auto time = [&](cuda::Gemm &g, cuda::DeviceBuffer &y) {
+      auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
+      auto fused = [&](int r, void *y) {
+        cuda::FusedGemvParams p;
+        p.w = reinterpret_cast<const cuda::bf16 *>(copy_at(r));
+        p.N = sh.N;
+        p.K = sh.K;
+        p.M = M;
+        p.x = x.as<cuda::bf16>();
+        p.out = sh.f32 ? cuda::GemvOut::kF32 : cuda::GemvOut::kBf16;
+        p.y = y;
+        p.pdl = pdl;
+        cuda::launch_fused_gemv(s, p, ctx.num_sms());
+      };
+      auto time = [&](auto &&launch, int per) {
         std::vector<double> t;
         cuda::Event a(true), b(true);
         for (int r = 0; r < 33; ++r) {
-          const auto *wc = w.as<unsigned char>() + (r % copies) * wbytes;
           a.record(s);
-          g.run(s, cuda::GemmType::kBF16, out, x.data(), wc, y.data(), M, sh.N, sh.K);
+          for (int i = 0; i < per; ++i) launch(r * per + i);
           b.record(s);
           b.wait(std::chrono::seconds(30), "gemv bench");
-          if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3);
+          if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / per);
         }
         std::sort(t.begin(), t.end());
         return t[t.size() / 2];
       };
-      const double us_lt = time(lt, y1), us_gv = time(gv, y2);
-      // Both last runs read the same weight copy: compare the results.
+      auto run_gemm = [&](cuda::Gemm &g, void *y, int r) {
+        g.run(s, cuda::GemmType::kBF16, out, x.data(), copy_at(r), y, M, sh.N, sh.K);
+      };
+      // The timed loops end on copy (32 * per + per - 1) % copies: rerun all three on copy 0.
+      const double us_lt = time([&](int r) { run_gemm(lt, y1.data(), r); }, 1);
+      const double us_gv = time([&](int r) { run_gemm(gv, y2.data(), r); }, 1);
+      const double us_fu = time([&](int r) { fused(r, y3.data()); }, 1);
+      const double us_f8 = time([&](int r) { fused(r, y3.data()); }, 8);
+      run_gemm(lt, y1.data(), 0);
+      run_gemm(gv, y2.data(), 0);
+      fused(0, y3.data());
       const std::size_t n = std::size_t(M) * sh.N;
-      std::vector<float> h1(n), h2(n);
-      if (sh.f32) {
-        KEEL_CUDA_CHECK(cudaMemcpy(h1.data(), y1.data(), n * 4, cudaMemcpyDeviceToHost));
-        KEEL_CUDA_CHECK(cudaMemcpy(h2.data(), y2.data(), n * 4, cudaMemcpyDeviceToHost));
-      } else {
-        std::vector<std::uint16_t> a(n), b(n);
-        KEEL_CUDA_CHECK(cudaMemcpy(a.data(), y1.data(), n * 2, cudaMemcpyDeviceToHost));
-        KEEL_CUDA_CHECK(cudaMemcpy(b.data(), y2.data(), n * 2, cudaMemcpyDeviceToHost));
-        for (std::size_t i = 0; i < n; ++i) {
-          h1[i] = bf16_to_f32(a[i]);
-          h2[i] = bf16_to_f32(b[i]);
+      auto fetch = [&](cuda::DeviceBuffer &y) {
+        std::vector<float> h(n);
+        KEEL_CUDA_CHECK(cudaStreamSynchronize(s));
+        if (sh.f32) {
+          KEEL_CUDA_CHECK(cudaMemcpy(h.data(), y.data(), n * 4, cudaMemcpyDeviceToHost));
+        } else {
+          std::vector<std::uint16_t> a(n);
+          KEEL_CUDA_CHECK(cudaMemcpy(a.data(), y.data(), n * 2, cudaMemcpyDeviceToHost));
+          for (std::size_t i = 0; i < n; ++i) h[i] = bf16_to_f32(a[i]);
         }
+        return h;
+      };
+      const auto h1 = fetch(y1), h2 = fetch(y2), h3 = fetch(y3);
+      double num = 0, den = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double d = std::max(std::abs(double(h1[i]) - h2[i]), std::abs(double(h1[i]) - h3[i]));
+        num = std::max(num, d);
+        den = std::max(den, std::abs(double(h1[i])));
       }
-      double maxd = 0;
-      for (std::size_t i = 0; i < n; ++i) maxd = std::max(maxd, std::abs(double(h1[i]) - h2[i]));
-      std::printf("| %-30s | %2d | %10.1f | %8.2f | %10.1f | %8.2f | %6.2fx | %9.2e |\n", sh.name,
-                  M, us_lt, wbytes / (us_lt * 1e-6) / 1e12, us_gv, wbytes / (us_gv * 1e-6) / 1e12,
-                  us_lt / us_gv, maxd);
+      auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
+      std::printf(
+          "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.2e "
+          "|\n",
+          sh.name.c_str(), M, us_lt, tbs(us_lt), us_gv, tbs(us_gv), us_fu, tbs(us_fu), us_f8,
+          tbs(us_f8), num / std::max(den, 1e-30));
+      std::fflush(stdout);
     }
   }
   std::printf("ceiling: %.2f TB/s copy bandwidth (--bw)\n", rates.bw / 1e12);
@@ -380,12 +423,15 @@ int run(int argc, char **argv) {
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
   bool flash_decode = false;
-  bool heads_fast = false;     // attention blocks ordered kv head fastest
-  bool generic_group = false;  // decode kernel registers for 8 heads per group (old)
-  int gemv_max_m = 1;          // linear layers with <= this many rows on the GEMV kernel
-  bool gemv = false;           // --gemv-bench: cuBLASLt vs GEMV kernel alone
-  int block_size = 16;         // tokens per KV block
-  std::string model_dir;       // --make-model DIR: weights written by keel make-model (bf16)
+  bool heads_fast = false;      // attention blocks ordered kv head fastest
+  bool generic_group = false;   // decode kernel registers for 8 heads per group (old)
+  int gemv_max_m = 1;           // linear layers with <= this many rows on the GEMV kernel
+  int fused_max_m = 0;          // decode steps with <= this many rows on the fused kernels
+  bool pdl = true;              // programmatic dependent launch of the fused kernels
+  bool swiglu_epilogue = true;  // fused path: SwiGLU in gate_up's epilogue (else down's prologue)
+  bool gemv = false;            // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int block_size = 16;          // tokens per KV block
+  std::string model_dir;        // --make-model DIR: weights written by keel make-model (bf16)
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -427,6 +473,17 @@ int run(int argc, char **argv) {
       if (v != "exact" && v != "generic")
         throw Error(ErrorCode::kInvalidArgument, "--decode-group: exact or generic");
       generic_group = v == "generic";
+    } else if (a == "--fused-max-m") {
+      fused_max_m = std::stoi(val());
+    } else if (a == "--pdl") {
+      const std::string v = val();
+      if (v != "on" && v != "off") throw Error(ErrorCode::kInvalidArgument, "--pdl: on or off");
+      pdl = v == "on";
+    } else if (a == "--fused-swiglu") {
+      const std::string v = val();
+      if (v != "gate_up" && v != "down")
+        throw Error(ErrorCode::kInvalidArgument, "--fused-swiglu: gate_up or down");
+      swiglu_epilogue = v == "gate_up";
     } else if (a == "--gemv-bench") {
       gemv = true;
     } else if (a == "--kv-transfer")
@@ -438,7 +495,7 @@ int run(int argc, char **argv) {
   }
   ModelConfig cfg = llama_config(model);
   if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
-  if (gemv) return gemv_bench(rates);
+  if (gemv) return gemv_bench(rates, cfg, pdl);
   cuda::CudaContext ctx;
   cuda::CudaRunnerOptions o;
   o.block_size = block_size;
@@ -452,6 +509,9 @@ int run(int argc, char **argv) {
   o.attn_kv_heads_fast = heads_fast;
   o.gemv_max_m = gemv_max_m;
   o.attn_decode_generic_group = generic_group;
+  o.fused_decode_max_m = fused_max_m;
+  o.programmatic_launch = pdl;
+  o.fused_swiglu_epilogue = swiglu_epilogue;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -477,11 +537,14 @@ int run(int argc, char **argv) {
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
-      "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d\n",
+      "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
+      "decode for M <= %d, PDL %s, SwiGLU in %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
-      heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m);
+      heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m,
+      bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
+      swiglu_epilogue ? "gate_up epilogue" : "down prologue");
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

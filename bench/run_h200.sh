@@ -6,12 +6,18 @@
 #
 #   bash bench/run_h200.sh [--skip-tests] [--skip-sanitizer] [--profile]
 #   bash bench/run_h200.sh --decode-ab [--budget SECONDS]
+#   bash bench/run_h200.sh --fused-ab [--budget SECONDS]
 #
 # --decode-ab: the decode A/B set only, in one short call: the tests, then 8B decode at
 # 1 / 64 / 256 seqs with the old kernels (tiles-fast attention blocks, registers for 8
 # heads per group, cuBLASLt at M = 1) against the new ones (kv-heads-fast blocks, registers
 # sized to the group, GEMV kernel for M <= 4), the GEMV-vs-cuBLASLt layer table, then each
 # attention change alone and per-phase profiles while the budget (default 170 s) lasts.
+#
+# --fused-ab: the batch-1 / small-batch decode A/B (perf, issue 6): the tests, the
+# per-layer GEMV table (cuBLASLt / GEMV / fused GEMV, PDL), then 8B and 1B decode at 1 and
+# 4 seqs (and 64 at 8B) with the unfused kernels (--fused-max-m 0) against the fused ones
+# with and without programmatic dependent launch.
 #
 # Weights are pseudo-random bf16 made on the device with the models' exact shapes, so
 # no 16 GB file has to be written or read (random weights cost the same time as real
@@ -26,6 +32,7 @@ skip_tests=0
 skip_san=0
 profile=0
 decode_ab=0
+fused_ab=0
 budget=170
 prev=
 for a in "$@"; do
@@ -34,6 +41,7 @@ for a in "$@"; do
     --skip-sanitizer) skip_san=1 ;;
     --profile) profile=1 ;;
     --decode-ab) decode_ab=1 ;;
+    --fused-ab) fused_ab=1 ;;
   esac
   if [ "$prev" = --budget ]; then budget=$a; fi
   prev=$a
@@ -47,6 +55,38 @@ if [ ! -e "$src_dir" ]; then mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$
 echo "== device"
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader || true
 df -h . | tail -1
+
+if [ $fused_ab = 1 ]; then
+  start=$SECONDS
+  left() { echo $((budget - (SECONDS - start))); }
+  echo "== tests"
+  timeout 150 "$carry/bin/keel_test_cuda" >"$out/tests.log" 2>&1
+  echo "keel_test_cuda exit $?"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure' "$out/tests.log" | head -30
+  run_bench() {  # name, then flags
+    local name=$1
+    shift
+    if [ "$(left)" -lt 15 ]; then
+      echo "== $name: skipped (budget)"
+      return
+    fi
+    echo "== $name: cuda_bench $*"
+    timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$out/$name.log" | grep -E '^#|decode|\||rror'
+  }
+  run_bench gemv8b --gemv-bench --model 8b --pdl on
+  for m in 8b 1b; do
+    seqs=4
+    [ $m = 8b ] && seqs=4,64
+    common=(--model $m --no-long-prefill --seqs $seqs --decode-steps 64)
+    run_bench ${m}_unfused "${common[@]}" --fused-max-m 0
+    run_bench ${m}_fused_pdl "${common[@]}" --fused-max-m 4 --pdl on
+    run_bench ${m}_fused_nopdl "${common[@]}" --fused-max-m 4 --pdl off
+    run_bench ${m}_fused_swiglu_down "${common[@]}" --fused-max-m 4 --pdl on --fused-swiglu down
+  done
+  run_bench gemv1b --gemv-bench --model 1b --pdl on
+  echo "== done in $((SECONDS - start)) s"
+  exit 0
+fi
 
 if [ $decode_ab = 1 ]; then
   start=$SECONDS

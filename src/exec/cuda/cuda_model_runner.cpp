@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_decode_fused.h"
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/rope_table.h"
 #include "formats/model_weights.h"
@@ -272,6 +273,14 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   attn_kv_heads_fast_ = opts.attn_kv_heads_fast;
   attn_generic_group_ = opts.attn_decode_generic_group;
   gemm_.set_gemv_max_m(opts.gemv_max_m);
+  // The fused path stages M rows of H, nh hd and I bf16 in shared memory.
+  fused_max_m_ = std::clamp(opts.fused_decode_max_m, 0, kFusedGemvMaxM);
+  while (fused_max_m_ > 0 &&
+         !(fused_gemv_supported(fused_max_m_, H_) &&
+           fused_gemv_supported(fused_max_m_, nh_ * hd_) && fused_gemv_supported(fused_max_m_, I_)))
+    --fused_max_m_;
+  pdl_ = opts.programmatic_launch;
+  swiglu_epilogue_ = opts.fused_swiglu_epilogue;
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
@@ -565,6 +574,10 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   ap_flash.tile_q = flash_tile_q_;
   ap_flash.num_splits = 1;
   profile_begin(s);
+  if (T <= fused_max_m_) {
+    launch_fused_layers(shape, ap, ap_multi, ap_flash);
+    return;
+  }
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer &L = layers_[li];
     const int layer = static_cast<int>(li);
@@ -609,6 +622,93 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
     const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
     profile_mark(s, kPhaseOther);
     gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
+    profile_mark(s, kPhaseGemm);
+  }
+}
+
+void CudaModelRunner::launch_fused_layers(const StepShape &shape, const AttnParams &ap_single,
+                                          const AttnParams &ap_multi_in,
+                                          const AttnParams &ap_flash_in) {
+  cudaStream_t s = ctx_.compute();
+  const int T = shape.T, R = shape.R, sms = ctx_.num_sms();
+  const std::int32_t *d = dev_in_.as<std::int32_t>();
+  const std::int32_t *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  float *residual = residual_.as<float>();
+  AttnParams ap = ap_single, ap_multi = ap_multi_in, ap_flash = ap_flash_in;
+  // One GEMV: y = W x(in), T rows.
+  auto gemv = [&](const DeviceBuffer &w, std::int64_t N, std::int64_t K, GemvIn in, const void *x,
+                  const bf16 *norm_weight, GemvOut out, void *y, int M,
+                  const std::int32_t *rows = nullptr) {
+    FusedGemvParams p;
+    p.w = w.as<bf16>();
+    p.N = N;
+    p.K = K;
+    p.M = M;
+    p.in = in;
+    p.x = static_cast<const bf16 *>(x);
+    p.residual = residual;
+    p.rows = rows;
+    p.norm_weight = norm_weight;
+    p.eps = eps;
+    p.out = out;
+    p.y = y;
+    p.pdl = pdl_;
+    launch_fused_gemv(s, p, sms);
+  };
+  QkvRopeKvParams rk;
+  rk.qkv = qkv_.as<bf16>();
+  rk.T = T;
+  rk.num_q_heads = static_cast<int>(nh_);
+  rk.num_kv_heads = static_cast<int>(nkv_);
+  rk.head_dim = static_cast<int>(hd_);
+  rk.eps = eps;
+  rk.positions = d_positions;
+  rk.inv_freq = inv_freq_.as<float>();
+  rk.mscale = rope_mscale_;
+  rk.interleaved = config_.rope_style == RopeStyle::kInterleaved;
+  rk.slots = d_slots;
+  rk.cache = kv_->data();
+  rk.layout = kv_->layout();
+  rk.pdl = pdl_;
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const Layer &L = layers_[li];
+    const int layer = static_cast<int>(li);
+    // residual (embedding, or the last down_proj's epilogue) -> input norm -> qkv.
+    gemv(L.qkv, qkv_width_, H_, GemvIn::kRmsNorm, nullptr, L.input_norm.as<bf16>(), GemvOut::kBf16,
+         qkv_.data(), T);
+    profile_mark(s, kPhaseGemm);
+    rk.bias = L.qkv_bias.as<bf16>();
+    rk.q_norm = L.q_norm.as<bf16>();
+    rk.k_norm = L.k_norm.as<bf16>();
+    rk.layer = layer;
+    launch_qkv_rope_kv(s, rk);
+    profile_mark(s, kPhaseOther);
+    ap.layer = ap_multi.layer = ap_flash.layer = layer;
+    launch_decode_attention(s, ap);
+    launch_paged_attention(s, ap_multi);
+    if (shape.n_flash > 0) launch_flash_attention(s, ap_flash);
+    profile_mark(s, kPhaseAttention);
+    // o_proj adds into the residual; post norm in gate_up's prologue; SwiGLU in down's
+    // prologue, whose epilogue adds into the residual again.
+    gemv(L.o, H_, nh_ * hd_, GemvIn::kBf16, attn_.data(), nullptr, GemvOut::kAddResidual, residual,
+         T);
+    if (swiglu_epilogue_) {
+      gemv(L.gate_up, 2 * I_, H_, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(),
+           GemvOut::kSwiglu, act_.data(), T);
+      gemv(L.down, H_, I_, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual, T);
+    } else {
+      gemv(L.gate_up, 2 * I_, H_, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(), GemvOut::kBf16,
+           gate_up_.data(), T);
+      gemv(L.down, H_, I_, GemvIn::kSwiglu, gate_up_.data(), nullptr, GemvOut::kAddResidual,
+           residual, T);
+    }
+    profile_mark(s, kPhaseGemm);
+  }
+  if (R > 0) {
+    const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
+    gemv(head, V_, H_, GemvIn::kRmsNorm, nullptr, final_norm_.as<bf16>(), GemvOut::kF32,
+         logits_.data(), R, d_rows);
     profile_mark(s, kPhaseGemm);
   }
 }

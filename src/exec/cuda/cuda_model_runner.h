@@ -55,6 +55,18 @@ struct CudaRunnerOptions {
   // of cuBLASLt (Gemm::set_gemv_max_m; 0: always cuBLASLt). 1: on the H200 the GEMV kernel
   // is 1.01-1.22x cuBLASLt at M = 1 on the 8B shapes, slower at M >= 2 for large N.
   int gemv_max_m = 1;
+  // Decode steps with at most this many token rows (capped at kFusedGemvMaxM) run the fused
+  // kernels of k_decode_fused.h: RMSNorm in the next GEMV's prologue, residual add in the
+  // o_proj/down GEMV epilogue, SwiGLU in the down GEMV's prologue, bias + q/k norm + RoPE +
+  // KV write in one kernel: 6-7 launches per layer instead of 10-11. 0: off (the kernels
+  // above, cuBLASLt or the plain GEMV). Larger steps never take this path.
+  int fused_decode_max_m = 0;
+  // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
+  // starts streaming its weights while the kernel before it drains. Off: plain launches.
+  bool programmatic_launch = true;
+  // Fused path: SwiGLU in the gate_up GEMV's epilogue (a warp computes a gate row and its
+  // up row; down reads [T, I]) rather than in the down GEMV's prologue (reads [T, 2I]).
+  bool fused_swiglu_epilogue = true;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -98,6 +110,8 @@ class CudaModelRunner : public ModelRunner {
   std::array<double, 3> take_profile() { return std::exchange(profile_ms_, {}); }
   std::size_t weight_bytes() const { return weight_bytes_; }
   std::size_t graphs_captured() const { return graphs_.size(); }
+  // Largest step (token rows) that runs on the fused decode kernels; 0: none.
+  int fused_decode_max_m() const { return fused_max_m_; }
 
  private:
   struct Layer {
@@ -133,7 +147,10 @@ class CudaModelRunner : public ModelRunner {
   // Validates and stages the batch, enqueues the whole pass; returns the logits rows.
   int enqueue(const ForwardBatch &batch, std::vector<std::int32_t> &row_seq,
               std::vector<std::int32_t> &row_pos);
-  void launch_step(const StepShape &shape);         // every kernel of one pass, on compute
+  void launch_step(const StepShape &shape);  // every kernel of one pass, on compute
+  // The layers and LM head of a step of few rows on the fused kernels (k_decode_fused.h).
+  void launch_fused_layers(const StepShape &shape, const AttnParams &ap, const AttnParams &ap_multi,
+                           const AttnParams &ap_flash);
   std::int32_t graph_bucket(std::int32_t n) const;  // padded size of an n-sequence decode
 
   CudaContext &ctx_;
@@ -184,6 +201,9 @@ class CudaModelRunner : public ModelRunner {
   bool flash_decode_ = false;          // large decode batches go to the flash kernel
   bool attn_kv_heads_fast_ = false;    // CudaRunnerOptions::attn_kv_heads_fast
   bool attn_generic_group_ = false;    // CudaRunnerOptions::attn_decode_generic_group
+  int fused_max_m_ = 0;                // steps of <= this many rows take the fused kernels
+  bool pdl_ = false;                   // CudaRunnerOptions::programmatic_launch
+  bool swiglu_epilogue_ = true;        // CudaRunnerOptions::fused_swiglu_epilogue
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;

@@ -1,0 +1,371 @@
+// Fused decode kernels (see k_decode_fused.h). The GEMV runs a persistent grid (as many
+// blocks as fit on the device at once): each block stages its M input rows once in
+// shared memory -- the prologue (a norm over the whole residual row, or SwiGLU) is then
+// paid per block, not per output row -- and each warp streams whole weight rows with
+// kUnroll 16-byte loads in flight per lane, reusing each loaded weight for all M rows.
+#include <algorithm>
+#include <string>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_decode_fused.h"
+
+namespace keel::cuda {
+
+namespace {
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 8;                    // 16-byte weight loads in flight per lane
+constexpr std::size_t kMaxSmem = 200 * 1024;  // of the H200's 227 KB per block
+
+// Programmatic dependent launch (sm_90): both are no-ops when the kernel was launched
+// without the attribute.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void allow_next_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
+  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h2[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+__device__ __forceinline__ uint4 float8_to_bf16x8(const float f[8]) {
+  uint4 raw;
+  __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) h2[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+  return raw;
+}
+
+// Stages the M input rows into xs [M][K] bf16 (shared). All threads of the block.
+template <int M, GemvIn In>
+__device__ void stage_input(const FusedGemvParams &p, bf16 *xs, float (*red)[M]) {
+  const std::int64_t K = p.K, kv = K / 8;
+  uint4 *xs4 = reinterpret_cast<uint4 *>(xs);
+  if constexpr (In == GemvIn::kBf16) {
+    const uint4 *x4 = reinterpret_cast<const uint4 *>(p.x);
+    for (std::int64_t i = threadIdx.x; i < M * kv; i += kThreads) xs4[i] = x4[i];
+  } else if constexpr (In == GemvIn::kSwiglu) {
+    const uint4 *g4 = reinterpret_cast<const uint4 *>(p.x);
+    for (std::int64_t i = threadIdx.x; i < M * kv; i += kThreads) {
+      const std::int64_t m = i / kv, j = i % kv;
+      float g[8], u[8], a[8];
+      bf16x8_to_float(g4[m * 2 * kv + j], g);
+      bf16x8_to_float(g4[m * 2 * kv + kv + j], u);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) a[e] = g[e] / (1.0f + __expf(-g[e])) * u[e];
+      xs4[i] = float8_to_bf16x8(a);
+    }
+  } else {
+    // Sum of squares of every row in one pass over the residual (f32, from L2).
+    const float *rrow[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) rrow[m] = p.residual + (p.rows ? p.rows[m] : m) * K;
+    float ss[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) ss[m] = 0.0f;
+    for (std::int64_t j = threadIdx.x; j < K / 4; j += kThreads) {
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float4 v = reinterpret_cast<const float4 *>(rrow[m])[j];
+        ss[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      }
+    }
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      for (int o = 16; o > 0; o >>= 1) ss[m] += __shfl_xor_sync(0xffffffffu, ss[m], o);
+      if (lane == 0) red[warp][m] = ss[m];
+    }
+    __syncthreads();
+    float inv[M];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      float t = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) t += red[w][m];
+      inv[m] = rsqrtf(t / static_cast<float>(K) + p.eps);
+    }
+    const uint4 *w4 = reinterpret_cast<const uint4 *>(p.norm_weight);
+    for (std::int64_t j = threadIdx.x; j < kv; j += kThreads) {
+      float wf[8];
+      bf16x8_to_float(w4[j], wf);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        const float4 a = reinterpret_cast<const float4 *>(rrow[m])[2 * j];
+        const float4 b = reinterpret_cast<const float4 *>(rrow[m])[2 * j + 1];
+        const float r[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        float o[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = r[e] * inv[m] * wf[e];  // as add_rmsnorm rounds
+        xs4[m * kv + j] = float8_to_bf16x8(o);
+      }
+    }
+  }
+}
+
+template <int M, GemvIn In, GemvOut Out>
+__global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvParams p) {
+  // kSwiglu output: a warp computes gate row n and up row n + N/2 together.
+  constexpr int R = Out == GemvOut::kSwiglu ? 2 : 1;
+  extern __shared__ uint4 smem_raw[];
+  bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);  // [M][K]
+  __shared__ float red[kWarps][M];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const std::int64_t K = p.K, kv = K / 8, rows = p.N / R;
+  const std::int64_t stride = std::int64_t(gridDim.x) * kWarps;
+  const std::int64_t first = std::int64_t(blockIdx.x) * kWarps + warp;
+  // The weights do not depend on the previous kernel: start this warp's first rows on
+  // their way to L2 while that kernel drains (useful under PDL; cheap otherwise).
+  if (first < rows) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const char *row = reinterpret_cast<const char *>(p.w + (first + r * rows) * K);
+      for (std::int64_t off = std::int64_t(lane) * 128; off < K * 2; off += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+    }
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  stage_input<M, In>(p, xs, red);
+  __syncthreads();
+
+  const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
+  for (std::int64_t n = first; n < rows; n += stride) {
+    const uint4 *wr[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint4 *>(p.w + (n + r * rows) * K);
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+    for (std::int64_t v0 = lane; v0 < kv; v0 += 32 * kUnroll) {
+      uint4 raw[R][kUnroll];
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u)
+          raw[r][u] = v0 + 32 * u < kv ? __ldcs(wr[r] + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t v = v0 + 32 * u;
+        if (v < kv) {
+#pragma unroll
+          for (int m = 0; m < M; ++m) {
+            float xf[8];
+            bf16x8_to_float(xs4[m * kv + v], xf);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+              float wf[8];
+              bf16x8_to_float(raw[r][u], wf);
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[r][m] += wf[e] * xf[e];
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m)
+        for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+    if (lane < M) {
+      float a = acc[0][0], b = acc[R - 1][0];
+#pragma unroll
+      for (int m = 1; m < M; ++m)
+        if (lane == m) a = acc[0][m], b = acc[R - 1][m];
+      const std::int64_t at = std::int64_t(lane) * rows + n;
+      if constexpr (Out == GemvOut::kF32) {
+        static_cast<float *>(p.y)[at] = a;
+      } else if constexpr (Out == GemvOut::kBf16) {
+        static_cast<bf16 *>(p.y)[at] = __float2bfloat16(a);
+      } else if constexpr (Out == GemvOut::kAddResidual) {
+        static_cast<float *>(p.y)[at] += __bfloat162float(__float2bfloat16(a));
+      } else {  // gate and up rounded to bf16 first, as the GEMM output launch_swiglu reads
+        const float g = __bfloat162float(__float2bfloat16(a));
+        const float u = __bfloat162float(__float2bfloat16(b));
+        static_cast<bf16 *>(p.y)[at] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+      }
+    }
+  }
+}
+
+template <int M, GemvIn In, GemvOut Out>
+void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
+  auto kernel = fused_gemv_kernel<M, In, Out>;
+  const std::size_t smem = fused_gemv_smem_bytes(M, p.K);
+  KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(kMaxSmem)));
+  int per_sm = 0;
+  KEEL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  const std::int64_t rows = p.out == GemvOut::kSwiglu ? p.N / 2 : p.N;
+  const std::int64_t need = (rows + kWarps - 1) / kWarps;
+  const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1);
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(std::min(need, fit)));
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <int M>
+void launch_m(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
+  using I = GemvIn;
+  using O = GemvOut;
+  switch (p.in) {
+    case I::kBf16:
+      if (p.out == O::kBf16) return launch_variant<M, I::kBf16, O::kBf16>(s, p, num_sms);
+      if (p.out == O::kF32) return launch_variant<M, I::kBf16, O::kF32>(s, p, num_sms);
+      return launch_variant<M, I::kBf16, O::kAddResidual>(s, p, num_sms);
+    case I::kRmsNorm:
+      if (p.out == O::kBf16) return launch_variant<M, I::kRmsNorm, O::kBf16>(s, p, num_sms);
+      if (p.out == O::kF32) return launch_variant<M, I::kRmsNorm, O::kF32>(s, p, num_sms);
+      if (p.out == O::kSwiglu) return launch_variant<M, I::kRmsNorm, O::kSwiglu>(s, p, num_sms);
+      break;
+    case I::kSwiglu:
+      if (p.out == O::kAddResidual)
+        return launch_variant<M, I::kSwiglu, O::kAddResidual>(s, p, num_sms);
+      break;
+  }
+  throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported input/output combination");
+}
+
+// ---- qkv bias + q/k norm + RoPE + KV write ----
+__global__ void __launch_bounds__(kThreads) qkv_rope_kv_kernel(const QkvRopeKvParams p) {
+  __shared__ float head_buf[kWarps][kAttnMaxHeadDim];
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  const int t = blockIdx.x;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int nq = p.num_q_heads, nkv = p.num_kv_heads, hd = p.head_dim, half = hd / 2;
+  const int heads = nq + 2 * nkv;
+  bf16 *row = p.qkv + std::int64_t(t) * heads * hd;
+  const float pos = static_cast<float>(p.positions[t]);
+  const std::int32_t slot = p.slots[t];
+  bf16 *k_dst = nullptr, *v_dst = nullptr;
+  if (slot >= 0) {
+    const std::int64_t block = slot / p.layout.block_size;
+    const int in_block = slot % p.layout.block_size;
+    k_dst = p.cache + p.layout.offset(block, p.layer, 0, in_block);
+    v_dst = p.cache + p.layout.offset(block, p.layer, 1, in_block);
+  }
+  float *buf = head_buf[warp];
+  for (int h = warp; h < heads; h += kWarps) {
+    bf16 *x = row + std::int64_t(h) * hd;
+    const bool is_q = h < nq, is_k = !is_q && h < nq + nkv;
+    const bf16 *nw = is_q ? p.q_norm : (is_k ? p.k_norm : nullptr);
+    // Bias, rounded like the projection output it belongs to, then the head norm, rounded
+    // like the qkv activation it is written back to (as qkv_bias_norm then rope see it).
+    float ss = 0.0f;
+    for (int d = lane; d < hd; d += 32) {
+      float v = __bfloat162float(x[d]);
+      if (p.bias) v = __bfloat162float(__float2bfloat16(v + __bfloat162float(p.bias[h * hd + d])));
+      buf[d] = v;
+      ss += v * v;
+    }
+    if (nw) {
+      for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      const float inv = rsqrtf(ss / hd + p.eps);
+      for (int d = lane; d < hd; d += 32)
+        buf[d] = __bfloat162float(__float2bfloat16(buf[d] * inv * __bfloat162float(nw[d])));
+    }
+    __syncwarp();
+    if (is_q || is_k) {
+      bf16 *dst = is_k && k_dst ? k_dst + std::int64_t(h - nq) * hd : nullptr;
+      for (int i = lane; i < half; i += 32) {
+        float sn, cs;
+        sincosf(pos * p.inv_freq[i], &sn, &cs);
+        cs *= p.mscale;
+        sn *= p.mscale;
+        const int a = p.interleaved ? 2 * i : i, b = p.interleaved ? 2 * i + 1 : i + half;
+        const float x1 = buf[a], x2 = buf[b];
+        const bf16 o1 = __float2bfloat16(x1 * cs - x2 * sn);
+        const bf16 o2 = __float2bfloat16(x2 * cs + x1 * sn);
+        x[a] = o1;
+        x[b] = o2;
+        if (dst) {
+          dst[a] = o1;
+          dst[b] = o2;
+        }
+      }
+    } else {
+      bf16 *dst = v_dst ? v_dst + std::int64_t(h - nq - nkv) * hd : nullptr;
+      for (int d = lane; d < hd; d += 32) {
+        const bf16 o = __float2bfloat16(buf[d]);
+        if (p.bias) x[d] = o;
+        if (dst) dst[d] = o;
+      }
+    }
+    __syncwarp();  // buf is reused by this warp's next head
+  }
+}
+}  // namespace
+
+std::size_t fused_gemv_smem_bytes(int M, std::int64_t K) {
+  return static_cast<std::size_t>(M) * static_cast<std::size_t>(K) * sizeof(bf16);
+}
+
+bool fused_gemv_supported(int M, std::int64_t K) {
+  return M >= 1 && M <= kFusedGemvMaxM && K > 0 && K % 8 == 0 &&
+         fused_gemv_smem_bytes(M, K) <= kMaxSmem;
+}
+
+void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
+  require_stream(s, "fused_gemv");
+  if (p.N <= 0) return;
+  auto aligned = [](const void *q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
+  const bool in_ok = p.in == GemvIn::kRmsNorm ? p.residual && p.norm_weight &&
+                                                    aligned(p.residual) && aligned(p.norm_weight)
+                                              : p.x && aligned(p.x);
+  if (!fused_gemv_supported(p.M, p.K) || !p.w || !aligned(p.w) || !in_ok || !p.y ||
+      (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40))
+    throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported shape M=" +
+                                                 std::to_string(p.M) + " K=" + std::to_string(p.K));
+  switch (p.M) {
+    case 1:
+      launch_m<1>(s, p, num_sms);
+      break;
+    case 2:
+      launch_m<2>(s, p, num_sms);
+      break;
+    case 3:
+      launch_m<3>(s, p, num_sms);
+      break;
+    default:
+      launch_m<4>(s, p, num_sms);
+      break;
+  }
+}
+
+void launch_qkv_rope_kv(cudaStream_t s, const QkvRopeKvParams &p) {
+  require_stream(s, "qkv_rope_kv");
+  if (p.T <= 0) return;
+  if (p.head_dim <= 0 || p.head_dim > kAttnMaxHeadDim || p.head_dim % 2 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "qkv_rope_kv: head_dim " + std::to_string(p.head_dim));
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(static_cast<unsigned>(p.T));
+  cfg.blockDim = dim3(kThreads);
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, qkv_rope_kv_kernel, p));
+}
+
+}  // namespace keel::cuda

@@ -1,0 +1,82 @@
+// Fused kernels for decode steps with few token rows (M <= kFusedGemvMaxM): the linear
+// layers as GEMVs whose prologue builds the input row (RMSNorm of the f32 residual
+// stream, SwiGLU of the gate|up activation, or a plain bf16 copy) in shared memory and
+// whose epilogue adds into the residual stream, plus one kernel for a fused qkv
+// activation's bias, q/k norm, RoPE and KV-cache write. Per layer this replaces 10-11
+// launches (norm, GEMM, rope, kv write, attention, GEMM, norm, GEMM, swiglu, GEMM) by 6.
+//
+// Every kernel here may be launched with programmatic dependent launch (Hopper PDL,
+// `pdl`): it then starts while the previous kernel on the stream drains, pulls its first
+// weight rows toward L2 (weights never depend on the previous kernel), and waits
+// (griddepcontrol.wait) before touching anything the previous kernel writes or reads.
+// Launched without it, the wait is a no-op. See k_decode_fused.cu and NOTES.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "exec/cuda/kernels.h"
+
+namespace keel::cuda {
+
+constexpr int kFusedGemvMaxM = 4;
+
+enum class GemvIn : std::uint8_t {
+  kBf16,     // x [M, K] bf16
+  kRmsNorm,  // x[m] = bf16(residual[rows ? rows[m] : m] * rsqrt(mean sq + eps) * norm_weight)
+  kSwiglu,   // x[m, k] = bf16(silu(gate_up[m, k]) * gate_up[m, K + k]); gate_up [M, 2K] bf16
+};
+enum class GemvOut : std::uint8_t {
+  kBf16,         // y [M, N] bf16
+  kF32,          // y [M, N] f32
+  kAddResidual,  // y = residual [M, N] f32: y[m, n] += f32(bf16(W x)), as proj then add does
+  // W = [gate; up] ([N = 2I, K]): y [M, I] bf16 = silu(gate x) * (up x), each product
+  // rounded to bf16 first (as the unfused GEMM + launch_swiglu); a warp does both rows.
+  kSwiglu,
+};
+
+struct FusedGemvParams {
+  const bf16 *w = nullptr;  // [N, K] bf16, 16-byte aligned
+  std::int64_t N = 0, K = 0;
+  int M = 0;
+  GemvIn in = GemvIn::kBf16;
+  const bf16 *x = nullptr;             // kBf16: [M, K]; kSwiglu: [M, 2K]
+  const float *residual = nullptr;     // kRmsNorm: [*, K] f32
+  const std::int32_t *rows = nullptr;  // kRmsNorm: residual row of input m (nullable: m)
+  const bf16 *norm_weight = nullptr;   // kRmsNorm: [K]
+  float eps = 1e-5f;
+  GemvOut out = GemvOut::kBf16;
+  void *y = nullptr;
+  bool pdl = false;  // programmatic dependent launch
+};
+
+// Dynamic shared memory the kernel stages its input in: M x K bf16.
+std::size_t fused_gemv_smem_bytes(int M, std::int64_t K);
+// True when launch_fused_gemv runs the shape: 1 <= M <= kFusedGemvMaxM, K a positive
+// multiple of 8 whose staged input fits in shared memory.
+bool fused_gemv_supported(int M, std::int64_t K);
+// num_sms sizes the persistent grid (CudaContext::num_sms()).
+void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms);
+
+// qkv [T, (nq + 2 nkv) hd] bf16 in place: bias (nullable), q/k head RMSNorm (nullable),
+// RoPE on q and k (as launch_rope), then K and V of token t written to cache slot
+// slots[t] (skipped when < 0), as launch_kv_write. Same results as launch_qkv_bias_norm,
+// launch_rope and launch_kv_write in a row, in one launch (one block per token).
+struct QkvRopeKvParams {
+  bf16 *qkv = nullptr;
+  int T = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
+  const bf16 *bias = nullptr, *q_norm = nullptr, *k_norm = nullptr;
+  float eps = 1e-5f;
+  const std::int32_t *positions = nullptr;  // [T]
+  const float *inv_freq = nullptr;          // [head_dim / 2]
+  float mscale = 1.0f;
+  bool interleaved = false;
+  const std::int32_t *slots = nullptr;  // [T]
+  bf16 *cache = nullptr;
+  KvLayout layout;
+  int layer = 0;
+  bool pdl = false;
+};
+void launch_qkv_rope_kv(cudaStream_t s, const QkvRopeKvParams &p);
+
+}  // namespace keel::cuda
