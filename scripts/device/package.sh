@@ -13,7 +13,7 @@ if [ ${#bins[@]} -eq 0 ]; then
   bins=(tests/keel_test_cuda bench/cuda_bench keel)
 fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
-out="$root/.devcarry"
+out="$root/${KEEL_DEVCARRY:-.devcarry}"  # KEEL_DEVCARRY: another folder, so two packers do not collide
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/lib"
 # Libraries the device image provides itself.

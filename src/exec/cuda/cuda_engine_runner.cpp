@@ -32,4 +32,15 @@ std::unique_ptr<OwningCudaRunner> OwningCudaRunner::open(const std::filesystem::
   return r;
 }
 
+std::unique_ptr<OwningCudaRunner> OwningCudaRunner::random(const ModelConfig &config, int device,
+                                                           std::uint64_t seed,
+                                                           const CudaRunnerOptions &opts) {
+  std::unique_ptr<OwningCudaRunner> r(new OwningCudaRunner());
+  CudaContextOptions co;
+  co.device = device;
+  r->ctx_ = std::make_unique<CudaContext>(co);
+  r->runner_ = std::make_unique<CudaModelRunner>(*r->ctx_, config, seed, opts);
+  return r;
+}
+
 }  // namespace keel::cuda

@@ -21,6 +21,10 @@ class OwningCudaRunner final : public ModelRunner {
   // Makes a context on `device` and opens the model there (HF directory or GGUF).
   static std::unique_ptr<OwningCudaRunner> open(const std::filesystem::path &path, int device,
                                                 const CudaRunnerOptions &opts);
+  // Pseudo-random bf16 weights of `config`'s shape made on the device (benchmarks).
+  static std::unique_ptr<OwningCudaRunner> random(const ModelConfig &config, int device,
+                                                  std::uint64_t seed,
+                                                  const CudaRunnerOptions &opts);
 
   const ModelConfig &config() const override { return runner_->config(); }
   KvBlockStore &kv() override { return runner_->kv(); }

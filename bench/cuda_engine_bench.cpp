@@ -1,0 +1,207 @@
+// The whole engine (scheduler, KV cache manager, batch building, sampling, events) on
+// the CUDA runner with pseudo-random weights of the Llama 3.2 1B / 3.1 8B shapes: N
+// concurrent requests of P random prompt tokens and O output tokens each (ignore_eos),
+// sampled at the given temperature on the GPU (forward_sample) or on the host (logits
+// copied back, the CPU Sampler on the engine thread). Prints wall time, output tokens/s
+// over the whole run, and decode tokens/s once every request has its first token.
+//
+//   cuda_engine_bench [--model 1b|8b] [--seqs 64,256] [--prompt 512] [--output 128]
+//                     [--temperature 1.0] [--top-k 0] [--sampling device,host]
+#include <cstdio>
+
+#if !defined(KEEL_WITH_CUDA)
+int main() {
+  std::puts("cuda_engine_bench: built without CUDA");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "exec/cuda/cuda_engine_runner.h"
+#include "formats/make_model.h"
+
+using namespace keel;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+struct Options {
+  std::string model = "8b";
+  std::vector<int> seqs = {64, 256};
+  int prompt = 512, output = 128, top_k = 0;
+  float temperature = 1.0f;
+  std::vector<std::string> sampling = {"device", "host"};
+};
+
+struct Result {
+  double wall_s = 0, first_all_s = 0;
+  std::int64_t tokens = 0, decode_tokens = 0, steps = 0;
+  int errors = 0;
+};
+
+// Counts what the engine emits; wakes the waiter when every request has finished.
+class Tally {
+ public:
+  explicit Tally(int n) : first_(n, 0), left_(n) {}
+  EventSink sink(Clock::time_point start) {
+    return [this, start](const RequestEvent &ev) {
+      std::lock_guard lk(mu_);
+      tokens_ += static_cast<std::int64_t>(ev.tokens.size());
+      const auto i = static_cast<std::size_t>(ev.id.value - 1);
+      if (!ev.tokens.empty() && !first_[i]) {
+        first_[i] = 1;
+        if (++with_first_ == static_cast<int>(first_.size())) {
+          first_all_s_ = std::chrono::duration<double>(Clock::now() - start).count();
+          tokens_at_first_all_ = tokens_;
+        }
+      }
+      if (ev.finish) {
+        if (*ev.finish == FinishReason::kError) ++errors_;
+        if (--left_ == 0) cv_.notify_all();
+      }
+    };
+  }
+  bool wait(std::chrono::seconds timeout) {
+    std::unique_lock lk(mu_);
+    return cv_.wait_for(lk, timeout, [&] { return left_ == 0; });
+  }
+  std::int64_t tokens() const { return tokens_; }
+  double first_all_s() const { return first_all_s_; }
+  std::int64_t tokens_at_first_all() const { return tokens_at_first_all_; }
+  int errors() const { return errors_; }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<char> first_;
+  int left_, with_first_ = 0, errors_ = 0;
+  std::int64_t tokens_ = 0, tokens_at_first_all_ = 0;
+  double first_all_s_ = 0;
+};
+
+Result run(const Options &o, int seqs, bool device) {
+  MakeModelOptions mo;
+  mo.shape = o.model;
+  const ModelConfig cfg = make_model_config(mo);
+  const int block = 16;
+  const int per_seq = (o.prompt + o.output + block - 1) / block + 1;
+  EngineConfig ec;
+  ec.device_sampling = device;
+  ec.enable_prefix_caching = false;
+  ec.scheduler.max_num_seqs = seqs;
+  ec.scheduler.max_num_batched_tokens = std::max(8192, seqs);
+  Engine engine(
+      [&] {
+        cuda::CudaRunnerOptions ro;
+        ro.block_size = block;
+        ro.num_kv_blocks = seqs * per_seq + 64;
+        ro.max_model_len = o.prompt + o.output + block;
+        ro.max_seqs = seqs;
+        ro.max_logits_rows = seqs;
+        ro.max_batch_tokens = ec.scheduler.max_num_batched_tokens;
+        ro.gpu_sampling = true;
+        EngineBackend b;
+        b.runner = cuda::OwningCudaRunner::random(cfg, 0, 7, ro);
+        return b;
+      },
+      ec);
+  auto submit_all = [&](Tally &t, Clock::time_point start, int n, int prompt, int output) {
+    std::mt19937 rng(11);
+    for (int i = 0; i < n; ++i) {
+      GenerationRequest r;
+      r.id = RequestId{static_cast<std::uint64_t>(i + 1)};
+      r.prompt.resize(prompt);
+      for (auto &tok : r.prompt) tok = static_cast<TokenId>(rng() % (cfg.vocab_size - 1000));
+      r.sampling.max_tokens = output;
+      r.sampling.ignore_eos = true;
+      r.sampling.temperature = o.temperature;
+      r.sampling.top_k = o.top_k;
+      r.sampling.seed = 100 + i;
+      engine.submit(std::move(r), t.sink(start));
+    }
+  };
+  {  // Warm-up: graphs for every decode bucket up to `seqs`, GEMM plans, sampling scratch.
+    Tally warm(seqs);
+    submit_all(warm, Clock::now(), seqs, 32, 8);
+    warm.wait(std::chrono::seconds(300));
+  }
+  const std::uint64_t steps0 = engine.status().steps;
+  Tally t(seqs);
+  const auto start = Clock::now();
+  submit_all(t, start, seqs, o.prompt, o.output);
+  const bool done = t.wait(std::chrono::seconds(600));
+  Result r;
+  r.wall_s = std::chrono::duration<double>(Clock::now() - start).count();
+  r.first_all_s = t.first_all_s();
+  r.tokens = t.tokens();
+  r.decode_tokens = t.tokens() - t.tokens_at_first_all();
+  r.errors = t.errors() + (done ? 0 : seqs);
+  r.steps = static_cast<std::int64_t>(engine.status().steps - steps0);
+  return r;
+}
+
+std::vector<std::string> split(const std::string &s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) out.push_back(x);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--model")
+      o.model = v;
+    else if (k == "--seqs") {
+      o.seqs.clear();
+      for (const auto &x : split(v)) o.seqs.push_back(std::stoi(x));
+    } else if (k == "--prompt")
+      o.prompt = std::stoi(v);
+    else if (k == "--output")
+      o.output = std::stoi(v);
+    else if (k == "--temperature")
+      o.temperature = std::stof(v);
+    else if (k == "--top-k")
+      o.top_k = std::stoi(v);
+    else if (k == "--sampling")
+      o.sampling = split(v);
+    else {
+      std::fprintf(stderr, "cuda_engine_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  try {
+    std::printf("# engine on CUDA, %s shape, prompt %d, output %d, temperature %g, top_k %d\n",
+                o.model.c_str(), o.prompt, o.output, o.temperature, o.top_k);
+    std::printf("| seqs | sampling | wall s | steps | output tok/s | decode tok/s | errors |\n");
+    std::printf("|-----:|----------|-------:|------:|-------------:|-------------:|-------:|\n");
+    for (int seqs : o.seqs)
+      for (const auto &mode : o.sampling) {
+        const Result r = run(o, seqs, mode == "device");
+        const double decode_tokens = static_cast<double>(r.decode_tokens);
+        const double decode_s = r.wall_s - r.first_all_s;
+        std::printf("| %4d | %-8s | %6.2f | %5lld | %12.0f | %12.0f | %6d |\n", seqs, mode.c_str(),
+                    r.wall_s, static_cast<long long>(r.steps), r.tokens / r.wall_s,
+                    decode_s > 0 ? decode_tokens / decode_s : 0.0, r.errors);
+        std::fflush(stdout);
+      }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "cuda_engine_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
+#endif  // KEEL_WITH_CUDA
