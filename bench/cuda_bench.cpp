@@ -224,12 +224,12 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       "# linear layers at small M on %s: cuBLASLt vs GEMV kernel vs fused GEMV (median of 30 "
       "us; TB/s of weights), PDL %s\n",
       ctx.device_name().c_str(), pdl ? "on" : "off");
-  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n", "shape",
-              "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
-              "max rel d");
+  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n",
+              "shape", "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
+              "1 wave x8", "TB/s", "max rel d");
   std::printf(
       "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
-      "-------|-----------|-------|-----------|\n");
+      "-------|-----------|-------|-----------|-------|-----------|\n");
   for (const Shape &sh : shapes) {
     const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
     const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
@@ -244,7 +244,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
       auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
-      auto fused = [&](int r, void *y) {
+      auto fused = [&](int r, void *y, int waves = 0) {
         cuda::FusedGemvParams p;
         p.w = reinterpret_cast<const cuda::bf16 *>(copy_at(r));
         p.N = sh.N;
@@ -254,6 +254,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         p.out = sh.f32 ? cuda::GemvOut::kF32 : cuda::GemvOut::kBf16;
         p.y = y;
         p.pdl = pdl;
+        p.max_waves = waves;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
       auto time = [&](auto &&launch, int per) {
@@ -277,6 +278,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       const double us_gv = time([&](int r) { run_gemm(gv, y2.data(), r); }, 1);
       const double us_fu = time([&](int r) { fused(r, y3.data()); }, 1);
       const double us_f8 = time([&](int r) { fused(r, y3.data()); }, 8);
+      const double us_p8 = time([&](int r) { fused(r, y3.data(), 1); }, 8);
       run_gemm(lt, y1.data(), 0);
       run_gemm(gv, y2.data(), 0);
       fused(0, y3.data());
@@ -302,10 +304,10 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       }
       auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
       std::printf(
-          "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.2e "
-          "|\n",
+          "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | "
+          "%5.2f | %9.2e |\n",
           sh.name.c_str(), M, us_lt, tbs(us_lt), us_gv, tbs(us_gv), us_fu, tbs(us_fu), us_f8,
-          tbs(us_f8), num / std::max(den, 1e-30));
+          tbs(us_f8), us_p8, tbs(us_p8), num / std::max(den, 1e-30));
       std::fflush(stdout);
     }
   }

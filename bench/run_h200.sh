@@ -59,31 +59,35 @@ df -h . | tail -1
 if [ $fused_ab = 1 ]; then
   start=$SECONDS
   left() { echo $((budget - (SECONDS - start))); }
-  echo "== tests"
-  timeout 150 "$carry/bin/keel_test_cuda" >"$out/tests.log" 2>&1
-  echo "keel_test_cuda exit $?"
-  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure' "$out/tests.log" | head -30
-  run_bench() {  # name, then flags
-    local name=$1
+  timeout 120 "$carry/bin/keel_test_cuda" >"$out/tests.log" 2>&1
+  test_rc=$?
+  run_bench() {  # name (log name, or - for none), then flags
+    local name=$1 log=/dev/null
     shift
+    [ "$name" != - ] && log="$out/$name.log"
     if [ "$(left)" -lt 15 ]; then
       echo "== $name: skipped (budget)"
       return
     fi
     echo "== $name: cuda_bench $*"
-    timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$out/$name.log" | grep -E '^#|decode|\||rror'
+    timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$log" | grep -E 'decode [0-9]|rror'
   }
-  run_bench gemv8b --gemv-bench --model 8b --pdl on
   for m in 8b 1b; do
-    seqs=4
-    [ $m = 8b ] && seqs=4,64
+    seqs=2,4
+    [ $m = 8b ] && seqs=2,4,64
     common=(--model $m --no-long-prefill --seqs $seqs --decode-steps 64)
     run_bench ${m}_unfused "${common[@]}" --fused-max-m 0
-    run_bench ${m}_fused_pdl "${common[@]}" --fused-max-m 4 --pdl on
-    run_bench ${m}_fused_nopdl "${common[@]}" --fused-max-m 4 --pdl off
-    run_bench ${m}_fused_swiglu_down "${common[@]}" --fused-max-m 4 --pdl on --fused-swiglu down
+    run_bench ${m}_fused "${common[@]}" --fused-max-m 2 --pdl on
+    run_bench - "${common[@]}" --fused-max-m 2 --pdl off
+    run_bench - "${common[@]}" --fused-max-m 0
+    run_bench - "${common[@]}" --fused-max-m 2 --pdl on
   done
-  run_bench gemv1b --gemv-bench --model 1b --pdl on
+  for m in 8b 1b; do
+    run_bench gemv$m --gemv-bench --model $m --pdl on >/dev/null
+    grep -E '^\|' "$out/gemv$m.log"
+  done
+  echo "== tests: keel_test_cuda exit $test_rc"
+  grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$out/tests.log" | tail -25
   echo "== done in $((SECONDS - start)) s"
   exit 0
 fi

@@ -16,6 +16,9 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 8;                    // 16-byte weight loads in flight per lane
 constexpr std::size_t kMaxSmem = 200 * 1024;  // of the H200's 227 KB per block
+// Grid: one row per warp up to this many times the blocks that fit at once; beyond that
+// (the LM head) warps loop over rows, so the per-block prologue is not paid 10k times.
+constexpr int kDefaultWaves = 4;
 
 // Programmatic dependent launch (sm_90): both are no-ops when the kernel was launched
 // without the attribute.
@@ -121,38 +124,36 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
   const std::int64_t K = p.K, kv = K / 8, rows = p.N / R;
   const std::int64_t stride = std::int64_t(gridDim.x) * kWarps;
   const std::int64_t first = std::int64_t(blockIdx.x) * kWarps + warp;
-  // The weights do not depend on the previous kernel: start this warp's first rows on
-  // their way to L2 while that kernel drains (useful under PDL; cheap otherwise).
-  if (first < rows) {
+  // The weights do not depend on the previous kernel: issue this warp's first chunk of
+  // weight loads before waiting for that kernel (under PDL they overlap its tail) and
+  // before staging the input (their latency overlaps the staging's).
+  uint4 raw[R][kUnroll];
+  auto load_chunk = [&](std::int64_t n, std::int64_t v0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const char *row = reinterpret_cast<const char *>(p.w + (first + r * rows) * K);
-      for (std::int64_t off = std::int64_t(lane) * 128; off < K * 2; off += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+      const uint4 *wr = reinterpret_cast<const uint4 *>(p.w + (n + r * rows) * K);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u)
+        raw[r][u] = v0 + 32 * u < kv ? __ldcs(wr + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
     }
-  }
+  };
+  if (first < rows) load_chunk(first, lane);
   wait_for_previous_kernel();
   allow_next_kernel();
   stage_input<M, In>(p, xs, red);
   __syncthreads();
 
   const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
+  bool loaded = true;  // the first chunk of the first row is in raw already
   for (std::int64_t n = first; n < rows; n += stride) {
-    const uint4 *wr[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) wr[r] = reinterpret_cast<const uint4 *>(p.w + (n + r * rows) * K);
     float acc[R][M];
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
     for (std::int64_t v0 = lane; v0 < kv; v0 += 32 * kUnroll) {
-      uint4 raw[R][kUnroll];
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u)
-          raw[r][u] = v0 + 32 * u < kv ? __ldcs(wr[r] + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
+      if (!loaded) load_chunk(n, v0);
+      loaded = false;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::int64_t v = v0 + 32 * u;
@@ -171,6 +172,11 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
           }
         }
       }
+    }
+    // The next row's first loads go out before this row's reduction and store.
+    if (n + stride < rows) {
+      load_chunk(n + stride, lane);
+      loaded = true;
     }
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -208,7 +214,8 @@ void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   KEEL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const std::int64_t rows = p.out == GemvOut::kSwiglu ? p.N / 2 : p.N;
   const std::int64_t need = (rows + kWarps - 1) / kWarps;
-  const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1);
+  const int waves = p.max_waves > 0 ? p.max_waves : kDefaultWaves;
+  const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * waves;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(static_cast<unsigned>(std::min(need, fit)));
   cfg.blockDim = dim3(kThreads);
@@ -249,7 +256,7 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_kv_kernel(const QkvRopeKvPa
   __shared__ float head_buf[kWarps][kAttnMaxHeadDim];
   wait_for_previous_kernel();
   allow_next_kernel();
-  const int t = blockIdx.x;
+  const int t = blockIdx.x;  // blockIdx.y: a group of kWarps heads, one per warp
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int nq = p.num_q_heads, nkv = p.num_kv_heads, hd = p.head_dim, half = hd / 2;
   const int heads = nq + 2 * nkv;
@@ -264,7 +271,7 @@ __global__ void __launch_bounds__(kThreads) qkv_rope_kv_kernel(const QkvRopeKvPa
     v_dst = p.cache + p.layout.offset(block, p.layer, 1, in_block);
   }
   float *buf = head_buf[warp];
-  for (int h = warp; h < heads; h += kWarps) {
+  for (int h = blockIdx.y * kWarps + warp; h < heads; h += kWarps * gridDim.y) {
     bf16 *x = row + std::int64_t(h) * hd;
     const bool is_q = h < nq, is_k = !is_q && h < nq + nkv;
     const bf16 *nw = is_q ? p.q_norm : (is_k ? p.k_norm : nullptr);
@@ -357,7 +364,9 @@ void launch_qkv_rope_kv(cudaStream_t s, const QkvRopeKvParams &p) {
   if (p.head_dim <= 0 || p.head_dim > kAttnMaxHeadDim || p.head_dim % 2 != 0)
     throw Error(ErrorCode::kInvalidArgument, "qkv_rope_kv: head_dim " + std::to_string(p.head_dim));
   cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(p.T));
+  const int heads = p.num_q_heads + 2 * p.num_kv_heads;
+  cfg.gridDim =
+      dim3(static_cast<unsigned>(p.T), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
   cfg.blockDim = dim3(kThreads);
   cfg.stream = s;
   cudaLaunchAttribute attr[1];

@@ -48,6 +48,9 @@ struct FusedGemvParams {
   GemvOut out = GemvOut::kBf16;
   void *y = nullptr;
   bool pdl = false;  // programmatic dependent launch
+  // Grid size: one output row per warp, capped at max_waves times the blocks that fit on
+  // the device at once (beyond that warps loop over rows); 0: the default (4).
+  int max_waves = 0;
 };
 
 // Dynamic shared memory the kernel stages its input in: M x K bf16.
@@ -61,7 +64,7 @@ void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms);
 // qkv [T, (nq + 2 nkv) hd] bf16 in place: bias (nullable), q/k head RMSNorm (nullable),
 // RoPE on q and k (as launch_rope), then K and V of token t written to cache slot
 // slots[t] (skipped when < 0), as launch_kv_write. Same results as launch_qkv_bias_norm,
-// launch_rope and launch_kv_write in a row, in one launch (one block per token).
+// launch_rope and launch_kv_write in a row, in one launch (a warp per head).
 struct QkvRopeKvParams {
   bf16 *qkv = nullptr;
   int T = 0, num_q_heads = 0, num_kv_heads = 0, head_dim = 0;
