@@ -1,10 +1,15 @@
 // Paged attention over a mixed ragged batch (prefill chunks with cached prefixes, decode
-// tokens, a first token) against a float64 CPU reference, with and without split-K.
+// tokens, a first token) against a float64 CPU reference, with and without split-K, and
+// with sliding windows smaller than, equal to and larger than the context.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/kernels.h"
@@ -28,9 +33,11 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 
 // kernel 0: launch_paged_attention; 1: launch_decode_attention (every sequence must be
 // one token); 2: launch_flash_attention (tensor cores, tiles of kFlashRows / G queries).
+// window > 0: a query at p sees keys (p - window, p]; the cache rows no query of a
+// sequence may see are NaN, so a kernel that reads them (or lets them reach P.V) fails.
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
                      const std::vector<Seq> &seqs = kMixed, int kernel = 0,
-                     bool kv_heads_fast = false, bool generic_group = false) {
+                     bool kv_heads_fast = false, bool generic_group = false, int window = 0) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -61,7 +68,16 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   const int stride = (nh + 2 * nkv) * hd;
   const auto qkv = test::random_bf16_values(std::size_t(T) * stride, rng, -2, 2);
   const std::size_t cache_elems = std::size_t(num_blocks) * layout.block_elems();
-  const auto cache = test::random_bf16_values(cache_elems, rng, -2, 2);
+  auto cache = test::random_bf16_values(cache_elems, rng, -2, 2);
+  auto lowest_key = [&](int qpos) { return window > 0 ? std::max(0, qpos - window + 1) : 0; };
+  for (std::size_t si = 0; si < seqs.size(); ++si)
+    for (int k = 0; k < lowest_key(seqs[si].start_pos); ++k) {
+      const int blk = table[block_offset[si] + k / block_size];
+      for (int kv = 0; kv < 2; ++kv) {
+        const auto off = layout.offset(blk, layer, kv, k % block_size);
+        std::fill(cache.begin() + off, cache.begin() + off + layout.slot_elems(), NAN);
+      }
+    }
 
   auto d_qkv = upload(ctx, to_bf16(qkv));
   auto d_cache = upload(ctx, to_bf16(cache));
@@ -89,6 +105,7 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.out = out.as<bf16>();
   p.kv_heads_fast = kv_heads_fast;
   p.decode_generic_group = generic_group;
+  p.window = window;
   if (decode_kernel)
     launch_decode_attention(ctx.compute(), p);
   else if (kernel == 2)
@@ -102,12 +119,12 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   for (std::size_t si = 0; si < seqs.size(); ++si) {
     const Seq &s = seqs[si];
     for (int j = 0; j < s.num_tokens; ++j) {
-      const int t = t0 + j, qpos = s.start_pos + j;
+      const int t = t0 + j, qpos = s.start_pos + j, lo = lowest_key(qpos);
       for (int h = 0; h < nh; ++h) {
         const int kvh = h / G;
-        std::vector<double> sc(qpos + 1);
+        std::vector<double> sc(qpos + 1, 0.0);  // entries below lo stay 0 (no weight)
         double mx = -INFINITY;
-        for (int k = 0; k <= qpos; ++k) {
+        for (int k = lo; k <= qpos; ++k) {
           const int blk = table[block_offset[si] + k / block_size];
           const auto off = layout.offset(blk, layer, 0, k % block_size) + std::int64_t(kvh) * hd;
           double dot = 0;
@@ -117,16 +134,16 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
           mx = std::max(mx, sc[k]);
         }
         double sum = 0;
-        for (auto &v : sc) sum += (v = std::exp(v - mx));
-        for (int d = 0; d < hd; ++d) {
-          double acc = 0;
-          for (int k = 0; k <= qpos; ++k) {
-            const int blk = table[block_offset[si] + k / block_size];
-            acc += sc[k] *
-                   cache[layout.offset(blk, layer, 1, k % block_size) + std::int64_t(kvh) * hd + d];
-          }
-          ref[std::size_t(t) * nh * hd + h * hd + d] = static_cast<float>(acc / sum);
+        for (int k = lo; k <= qpos; ++k) sum += (sc[k] = std::exp(sc[k] - mx));
+        std::vector<double> acc(hd, 0.0);
+        for (int k = lo; k <= qpos; ++k) {
+          const int blk = table[block_offset[si] + k / block_size];
+          const float *vr =
+              cache.data() + layout.offset(blk, layer, 1, k % block_size) + std::int64_t(kvh) * hd;
+          for (int d = 0; d < hd; ++d) acc[d] += sc[k] * vr[d];
         }
+        for (int d = 0; d < hd; ++d)
+          ref[std::size_t(t) * nh * hd + h * hd + d] = static_cast<float>(acc[d] / sum);
       }
     }
     t0 += s.num_tokens;
@@ -213,6 +230,126 @@ TEST(CudaAttention, FlashKernelMatchesReference) {
   // Blocks ordered kv head fastest.
   check_attention(32, 8, 128, 16, 1, seed++, kPrefill, 2, true);
   check_attention(28, 4, 64, 16, 1, seed++, kMixed, 2, true);
+}
+
+// ---- Sliding window (Mistral, Qwen2 use_sliding_window) ----
+// Contexts: 300 / 629 / 1001 / 64 / 1 / 264 / 5 keys (decode: up to 1001); windows
+// below, at and above them.
+const std::vector<Seq> kWindowMixed = {{0, 300}, {500, 129}, {1000, 1}, {0, 64},
+                                       {0, 1},   {200, 64},  {4, 1}};
+const std::vector<Seq> kWindowDecode = {{300, 1}, {0, 1},  {1000, 1}, {31, 1},
+                                        {32, 1},  {77, 1}, {15, 1},   {128, 1}};
+
+std::string trace(int nh, int nkv, int hd, int splits, int window) {
+  return std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) + " splits " +
+         std::to_string(splits) + " window " + std::to_string(window);
+}
+
+TEST(CudaAttention, SlidingWindowGeneralKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 100;
+  // Tiny head dims (the tiny test models), GQA and MHA, odd block sizes.
+  for (auto [nh, nkv, hd, bs] : {std::array<int, 4>{4, 2, 16, 4},
+                                 {4, 2, 32, 16},
+                                 {8, 2, 64, 16},
+                                 {4, 1, 96, 5},
+                                 {2, 2, 256, 16}})
+    for (int window : {1, 7, 64, 300, 4096})
+      for (int splits : {1, 3, 16}) {
+        SCOPED_TRACE(trace(nh, nkv, hd, splits, window) + " block " + std::to_string(bs));
+        check_attention(nh, nkv, hd, bs, splits, seed++, kWindowMixed, 0, false, false, window);
+      }
+  check_attention(32, 8, 128, 16, 5, seed++, kWindowDecode, 0, false, false, 33);
+}
+
+// Split-K over the window's keys only: with many splits and a small window most splits
+// get no key at all and must still combine to the right answer.
+TEST(CudaAttention, SlidingWindowDecodeKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 200;
+  for (auto [nh, nkv, hd] :
+       {std::array<int, 3>{32, 8, 128}, {32, 8, 64}, {16, 2, 128}, {8, 8, 256}, {28, 4, 64}})
+    for (int window : {1, 31, 32, 33, 129, 1001, 100000})
+      for (int splits : {1, 2, 9, 64}) {
+        SCOPED_TRACE(trace(nh, nkv, hd, splits, window));
+        check_attention(nh, nkv, hd, 16, splits, seed++, kWindowDecode, 1, false, false, window);
+      }
+  // Block order and register variants with a window.
+  check_attention(32, 8, 128, 16, 8, seed++, kWindowDecode, 1, true, false, 100);
+  check_attention(32, 8, 128, 16, 8, seed++, kWindowDecode, 1, false, true, 100);
+}
+
+TEST(CudaAttention, SlidingWindowFlashKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 300;
+  for (auto [nh, nkv, hd, bs] : {std::array<int, 4>{32, 8, 128, 16},
+                                 {32, 8, 64, 16},
+                                 {28, 4, 128, 16},
+                                 {8, 8, 64, 5},
+                                 {16, 1, 128, 32}})
+    for (int window : {1, 8, 64, 65, 300, 4096}) {
+      SCOPED_TRACE(trace(nh, nkv, hd, 1, window) + " block " + std::to_string(bs));
+      check_attention(nh, nkv, hd, bs, 1, seed++, kWindowMixed, 2, false, false, window);
+    }
+  // Decode tiles on the flash kernel (the runner's flash-decode path), heads-fast order.
+  check_attention(32, 8, 128, 16, 1, seed++, kWindowDecode, 2, false, false, 100);
+  check_attention(32, 8, 64, 16, 1, seed++, kWindowMixed, 2, true, false, 40);
+}
+
+// The window's speed win: an 8192-token prompt (8B attention shape, one layer) on the
+// flash kernel skips the key tiles before every row's window. Times the kernel with CUDA
+// events (best of 5) and prints the figures; with a 1024-key window it reads about a
+// quarter of the keys, so it must take well under 60% of the full causal time.
+TEST(CudaAttention, SlidingWindowFlashSkipsKeyTiles) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  const int nh = 32, nkv = 8, hd = 128, bs = 16, n = 8192, tile_q = kFlashRows / (nh / nkv);
+  const KvLayout layout{1, bs, nkv, hd};
+  std::vector<std::int32_t> table(n / bs);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<AttnTile> tiles;
+  for (int j = 0; j < n; j += tile_q) tiles.push_back({j, tile_q, j, 0});
+  const int stride = (nh + 2 * nkv) * hd;
+  DeviceBuffer qkv(std::size_t(n) * stride * 2),
+      cache(std::size_t(n / bs) * layout.block_elems() * 2), out(std::size_t(n) * nh * hd * 2);
+  KEEL_CUDA_CHECK(cudaMemsetAsync(qkv.data(), 0x3c, qkv.bytes(), ctx.compute()));  // ~0.01
+  KEEL_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0x3c, cache.bytes(), ctx.compute()));
+  auto d_table = upload(ctx, table);
+  auto d_tiles = upload(ctx, tiles);
+  AttnParams p;
+  p.qkv = qkv.as<bf16>();
+  p.row_stride = stride;
+  p.tiles = d_tiles.as<AttnTile>();
+  p.num_tiles = static_cast<int>(tiles.size());
+  p.tile_q = tile_q;
+  p.block_table = d_table.as<std::int32_t>();
+  p.cache = cache.as<bf16>();
+  p.layout = layout;
+  p.num_q_heads = nh;
+  p.scale = 1.0f / std::sqrt(float(hd));
+  p.out = out.as<bf16>();
+  auto time_ms = [&](int window) {
+    p.window = window;
+    float best = 1e30f;
+    for (int rep = 0; rep < 6; ++rep) {
+      Event a(true), b(true);
+      a.record(ctx.compute());
+      launch_flash_attention(ctx.compute(), p);
+      b.record(ctx.compute());
+      b.wait(std::chrono::seconds(30), "flash timing");
+      const float ms = Event::elapsed_ms(a, b);
+      if (rep > 0) best = std::min(best, ms);  // the first launch warms up
+    }
+    return best;
+  };
+  const float full = time_ms(0), w4096 = time_ms(4096), w1024 = time_ms(1024),
+              w8192 = time_ms(8192);
+  std::printf(
+      "flash attention, 8192-token prompt, 32/8 heads, hd 128, one layer: no window %.3f ms, "
+      "window 8192 %.3f ms, 4096 %.3f ms, 1024 %.3f ms\n",
+      full, w8192, w4096, w1024);
+  EXPECT_LT(w1024, 0.6f * full);
+  EXPECT_LT(w4096, full);
 }
 
 TEST(CudaAttention, RejectsUnsupportedShapes) {

@@ -1,6 +1,6 @@
 // Paged attention for mixed ragged batches: prefill chunks and decode tokens in one
-// launch, causal over each sequence's paged keys, with optional split-K over the keys
-// (decode on long contexts) and a combine pass.
+// launch, causal over each sequence's paged keys (within AttnParams::window when set),
+// with optional split-K over the keys (decode on long contexts) and a combine pass.
 //
 // Block = (tile, kv head, split), 4 warps. Its rows are the tile's queries x the q heads
 // of one kv group (row r = query r / G, head r % G), at most kAttnMaxRows. Keys stream
@@ -42,10 +42,15 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttnParams p)
   float *k_s = q_s + kAttnMaxRows * hd;
   float *v_s = k_s + kKeys * k_stride(hd);
 
-  // Keys this split covers: [k_begin, k_end) of [0, kv_len), in multiples of kKeys.
+  // Keys this split covers: [k_begin, k_end) of [k_lo, kv_len), in multiples of kKeys.
+  // With a sliding window the tile's first query sees keys from pos0 - window + 1 on,
+  // so no split spends time on keys every row masks; a split left without keys stores
+  // m = -inf and l = 0, which the combine pass skips.
   const int kv_len = tile.pos0 + tile.num_q;
-  const int chunk = ((kv_len + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
-  const int k_begin = split * chunk;
+  const int k_lo = p.window > 0 ? max(0, tile.pos0 - p.window + 1) : 0;
+  const int n_keys = kv_len - k_lo;
+  const int chunk = ((n_keys + p.num_splits - 1) / p.num_splits + kKeys - 1) / kKeys * kKeys;
+  const int k_begin = k_lo + split * chunk;
   const int k_end = min(kv_len, k_begin + chunk);
 
   for (int idx = threadIdx.x; idx < rows * hd; idx += kThreads) {
@@ -105,7 +110,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttnParams p)
       sc += __shfl_xor_sync(0xffffffffu, sc, kKeys);
       const int pos = kbase + key;
       const int qpos = tile.pos0 + r / G;
-      if (pos >= k_end || pos > qpos) sc = -INFINITY;
+      if (pos >= k_end || pos > qpos || (p.window > 0 && pos <= qpos - p.window)) sc = -INFINITY;
       float tmax = sc;
       for (int o = kKeys / 2; o > 0; o >>= 1)
         tmax = fmaxf(tmax, __shfl_xor_sync(0xffffffffu, tmax, o));

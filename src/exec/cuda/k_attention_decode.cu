@@ -1,5 +1,6 @@
 // Paged attention for decode tiles (one query per sequence): the GQA group's G query
-// heads against the sequence's keys, split-K across blocks when the batch is small.
+// heads against the sequence's keys (the last AttnParams::window of them when set),
+// split-K across blocks when the batch is small.
 //
 // Block = (tile, kv head, split), 4 warps. Each warp takes 32-key chunks of the split's
 // range in turn; lane l scores key chunk + l for all G heads, reading the key row straight
@@ -50,9 +51,13 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
   float *ml_s = q_s + kMaxGroup * HD;          // [kWarps][G][2]
   float *o_s = ml_s + kWarps * kMaxGroup * 2;  // [kWarps][G][HD]
 
+  // Keys [k_lo, kv_len): all of them, or the sliding window's last `window`. The splits
+  // divide only that range; one left empty (more splits than 32-key chunks) stores
+  // m = -inf, l = 0, which the combine pass skips.
   const int kv_len = tile.pos0 + 1;
-  const int chunk = ((kv_len + p.num_splits - 1) / p.num_splits + 31) / 32 * 32;
-  const int k_begin = split * chunk;
+  const int k_lo = p.window > 0 ? max(0, kv_len - p.window) : 0;
+  const int chunk = ((kv_len - k_lo + p.num_splits - 1) / p.num_splits + 31) / 32 * 32;
+  const int k_begin = k_lo + split * chunk;
   const int k_end = min(kv_len, k_begin + chunk);
   const std::int64_t q_row = std::int64_t(tile.q_start) * p.row_stride + std::int64_t(kvh) * G * HD;
   for (int idx = threadIdx.x; idx < G * HD; idx += kThreads)

@@ -1,5 +1,5 @@
 // Tensor-core flash attention for prefill chunks over the paged KV cache (causal, GQA,
-// online softmax), mma.sync m16n8k16 bf16 with f32 accumulation.
+// sliding window, online softmax), mma.sync m16n8k16 bf16 with f32 accumulation.
 //
 // Block = (tile, kv head), 4 warps, kFlashRows = 64 rows: row r is query token r / G of
 // the tile and q head kvh * G + r % G, so the K/V tiles of one kv head serve all G heads.
@@ -106,8 +106,13 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
     }
   };
 
-  const int n_tiles = (kv_len + kKeys - 1) / kKeys;
-  load_tile(0, 0);
+  // Key tiles start at the first key any row of the tile sees: with a sliding window the
+  // tile's first query sees keys > pos0 - window, so tiles wholly before every row's
+  // window are never loaded (the speed win of the window on long prompts).
+  const int W = p.window;
+  const int k_lo = W > 0 ? max(0, tile.pos0 - W + 1) : 0;
+  const int n_tiles = (kv_len - k_lo + kKeys - 1) / kKeys;
+  load_tile(k_lo, 0);
   cp_async_commit();
   __syncthreads();  // q_s written
 
@@ -128,6 +133,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
   const int qpos1 = tile.pos0 + (r0 + g + 8) / G;
   const int warp_last_row = min(rows - 1, r0 + 15);
   const int warp_max_pos = warp_last_row >= r0 ? tile.pos0 + warp_last_row / G : -1;
+  // Keys at or below this are outside the window of every row of the warp.
+  const int warp_below = W > 0 ? tile.pos0 + r0 / G - W : -1;
   const float scale_log2 = p.scale * 1.4426950408889634f;
 
   float o[HD / 8][4];
@@ -136,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   for (int it = 0; it < n_tiles; ++it) {
-    const int kb = it * kKeys;
+    const int kb = k_lo + it * kKeys;
     if (it + 1 < n_tiles) {
       load_tile(kb + kKeys, (it + 1) & 1);
       cp_async_commit();
@@ -147,7 +154,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
     __syncthreads();
     const bf16 *k_s = kv_s + std::size_t(it & 1) * 2 * S::kKV;
     const bf16 *v_s = k_s + S::kKV;
-    if (kb <= warp_max_pos) {  // otherwise every key of this tile is masked for the warp
+    // Otherwise every key of this tile is masked for the warp (causal or window).
+    if (kb <= warp_max_pos && kb + kKeys - 1 > warp_below) {
       // S = Q K^T: 8 n-tiles of 8 keys.
       float s[kKeys / 8][4];
 #pragma unroll
@@ -169,7 +177,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
         for (int e = 0; e < 4; ++e) {
           const int key = kb + j * 8 + t * 2 + (e & 1);
           const int qpos = e < 2 ? qpos0 : qpos1;
-          const float v = (key > qpos || key >= kv_len) ? -INFINITY : s[j][e] * scale_log2;
+          const bool masked = key > qpos || key >= kv_len || (W > 0 && key <= qpos - W);
+          const float v = masked ? -INFINITY : s[j][e] * scale_log2;
           s[j][e] = v;
           mx[e / 2] = fmaxf(mx[e / 2], v);
         }
