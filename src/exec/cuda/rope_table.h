@@ -1,6 +1,6 @@
 // RoPE inverse frequencies for every scaling type the config can name (none, linear,
 // llama3, yarn), as HF transformers computes them, plus yarn's attention factor.
-// Plain host code: the kernels read the table, the tests compare against it.
+// Plain host code (cpu::make_rope_table's numbers): the kernels read the table.
 #pragma once
 
 #include <vector>
