@@ -24,6 +24,7 @@ int main() {
 #include <random>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -43,8 +44,37 @@ struct Options {
   std::vector<std::string> sampling = {"device", "host"};
 };
 
+// Times the runner's part of every step (enqueue, GPU work, the wait for its results),
+// so the rest of the wall time is the engine's host work while the GPU idles.
+class TimingRunner final : public ModelRunner {
+ public:
+  explicit TimingRunner(std::unique_ptr<ModelRunner> r) : r_(std::move(r)) {}
+  const ModelConfig &config() const override { return r_->config(); }
+  KvBlockStore &kv() override { return r_->kv(); }
+  void forward(const ForwardBatch &b, ForwardOutput &out) override {
+    const auto t0 = Clock::now();
+    r_->forward(b, out);
+    add(t0);
+  }
+  bool samples_on_device() const override { return r_->samples_on_device(); }
+  void forward_sample(const ForwardBatch &b, std::span<const DeviceSampleRow> rows,
+                      ForwardOutput &out) override {
+    const auto t0 = Clock::now();
+    r_->forward_sample(b, rows, out);
+    add(t0);
+  }
+  double take_seconds() { return std::exchange(seconds_, 0.0); }
+
+ private:
+  void add(Clock::time_point t0) {
+    seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::unique_ptr<ModelRunner> r_;
+  double seconds_ = 0;  // engine thread only; read after the run has finished
+};
+
 struct Result {
-  double wall_s = 0, first_all_s = 0;
+  double wall_s = 0, first_all_s = 0, runner_s = 0;
   std::int64_t tokens = 0, decode_tokens = 0, steps = 0;
   int errors = 0;
 };
@@ -100,6 +130,7 @@ Result run(const Options &o, int seqs, bool device) {
   ec.enable_prefix_caching = false;
   ec.scheduler.max_num_seqs = seqs;
   ec.scheduler.max_num_batched_tokens = std::max(8192, seqs);
+  TimingRunner *timing = nullptr;
   Engine engine(
       [&] {
         cuda::CudaRunnerOptions ro;
@@ -111,7 +142,9 @@ Result run(const Options &o, int seqs, bool device) {
         ro.max_batch_tokens = ec.scheduler.max_num_batched_tokens;
         ro.gpu_sampling = true;
         EngineBackend b;
-        b.runner = cuda::OwningCudaRunner::random(cfg, 0, 7, ro);
+        auto t = std::make_unique<TimingRunner>(cuda::OwningCudaRunner::random(cfg, 0, 7, ro));
+        timing = t.get();
+        b.runner = std::move(t);
         return b;
       },
       ec);
@@ -136,6 +169,7 @@ Result run(const Options &o, int seqs, bool device) {
     warm.wait(std::chrono::seconds(300));
   }
   const std::uint64_t steps0 = engine.status().steps;
+  timing->take_seconds();  // the engine is idle: warm-up finished
   Tally t(seqs);
   const auto start = Clock::now();
   submit_all(t, start, seqs, o.prompt, o.output);
@@ -147,6 +181,7 @@ Result run(const Options &o, int seqs, bool device) {
   r.decode_tokens = t.tokens() - t.tokens_at_first_all();
   r.errors = t.errors() + (done ? 0 : seqs);
   r.steps = static_cast<std::int64_t>(engine.status().steps - steps0);
+  r.runner_s = timing->take_seconds();
   return r;
 }
 
@@ -186,8 +221,12 @@ int main(int argc, char **argv) {
   try {
     std::printf("# engine on CUDA, %s shape, prompt %d, output %d, temperature %g, top_k %d\n",
                 o.model.c_str(), o.prompt, o.output, o.temperature, o.top_k);
-    std::printf("| seqs | sampling | wall s | steps | output tok/s | decode tok/s | errors |\n");
-    std::printf("|-----:|----------|-------:|------:|-------------:|-------------:|-------:|\n");
+    std::printf(
+        "| seqs | sampling | wall s | steps | ms/step | runner ms/step | output tok/s | decode "
+        "tok/s | errors |\n");
+    std::printf(
+        "|-----:|----------|-------:|------:|--------:|---------------:|-------------:|---------"
+        "----:|-------:|\n");
     for (int seqs : o.seqs)
       for (const auto &mode : o.sampling) {
         const Result r = run(o, seqs, mode == "device");
