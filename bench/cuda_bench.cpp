@@ -6,6 +6,7 @@
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
 //     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
 //     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
+//     [--max-splits N] [--l2-prefetch on|off]
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
@@ -226,7 +227,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       ctx.device_name().c_str(), pdl ? "on" : "off");
   std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n",
               "shape", "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
-              "1 wave x8", "TB/s", "max rel d");
+              "L2 pf x8", "TB/s", "max rel d");
   std::printf(
       "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
       "-------|-----------|-------|-----------|-------|-----------|\n");
@@ -244,7 +245,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
       auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
-      auto fused = [&](int r, void *y, int waves = 0) {
+      auto fused = [&](int r, void *y, int waves = 0, bool l2 = false) {
         cuda::FusedGemvParams p;
         p.w = reinterpret_cast<const cuda::bf16 *>(copy_at(r));
         p.N = sh.N;
@@ -255,6 +256,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         p.y = y;
         p.pdl = pdl;
         p.max_waves = waves;
+        p.l2_prefetch = l2;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
       auto time = [&](auto &&launch, int per) {
@@ -278,7 +280,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       const double us_gv = time([&](int r) { run_gemm(gv, y2.data(), r); }, 1);
       const double us_fu = time([&](int r) { fused(r, y3.data()); }, 1);
       const double us_f8 = time([&](int r) { fused(r, y3.data()); }, 8);
-      const double us_p8 = time([&](int r) { fused(r, y3.data(), 1); }, 8);
+      const double us_p8 = time([&](int r) { fused(r, y3.data(), 0, true); }, 8);
       run_gemm(lt, y1.data(), 0);
       run_gemm(gv, y2.data(), 0);
       fused(0, y3.data());
@@ -425,10 +427,12 @@ int run(int argc, char **argv) {
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
   bool flash_decode = false;
-  bool heads_fast = false;      // attention blocks ordered kv head fastest
-  bool generic_group = false;   // decode kernel registers for 8 heads per group (old)
-  int gemv_max_m = 1;           // linear layers with <= this many rows on the GEMV kernel
-  int fused_max_m = 0;          // decode steps with <= this many rows on the fused kernels
+  bool heads_fast = false;     // attention blocks ordered kv head fastest
+  bool generic_group = false;  // decode kernel registers for 8 heads per group (old)
+  int gemv_max_m = 1;          // linear layers with <= this many rows on the GEMV kernel
+  int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
+  int split_cap = 0;  // attention split-K cap (0: auto)
+  bool l2_prefetch = cuda::CudaRunnerOptions{}.fused_l2_prefetch;
   bool pdl = true;              // programmatic dependent launch of the fused kernels
   bool swiglu_epilogue = true;  // fused path: SwiGLU in gate_up's epilogue (else down's prologue)
   bool gemv = false;            // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -477,6 +481,13 @@ int run(int argc, char **argv) {
       generic_group = v == "generic";
     } else if (a == "--fused-max-m") {
       fused_max_m = std::stoi(val());
+    } else if (a == "--l2-prefetch") {
+      const std::string v = val();
+      if (v != "on" && v != "off")
+        throw Error(ErrorCode::kInvalidArgument, "--l2-prefetch: on or off");
+      l2_prefetch = v == "on";
+    } else if (a == "--max-splits") {
+      split_cap = std::stoi(val());
     } else if (a == "--pdl") {
       const std::string v = val();
       if (v != "on" && v != "off") throw Error(ErrorCode::kInvalidArgument, "--pdl: on or off");
@@ -514,6 +525,8 @@ int run(int argc, char **argv) {
   o.fused_decode_max_m = fused_max_m;
   o.programmatic_launch = pdl;
   o.fused_swiglu_epilogue = swiglu_epilogue;
+  o.attn_split_cap = split_cap;
+  o.fused_l2_prefetch = l2_prefetch;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -540,13 +553,14 @@ int run(int argc, char **argv) {
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
       "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
-      "decode for M <= %d, PDL %s, SwiGLU in %s\n",
+      "decode for M <= %d, PDL %s, SwiGLU in %s, attention splits cap %d, L2 prefetch %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
       heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m,
       bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
-      swiglu_epilogue ? "gate_up epilogue" : "down prologue");
+      swiglu_epilogue ? "gate_up epilogue" : "down prologue", split_cap,
+      l2_prefetch ? "on" : "off");
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -70,22 +70,24 @@ if [ $fused_ab = 1 ]; then
       return
     fi
     echo "== $name: cuda_bench $*"
-    timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$log" | grep -E 'decode [0-9]|rror'
+    timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$log" | grep -E 'decode [0-9]|per step|rror'
   }
   for m in 8b 1b; do
     seqs=2,4
     [ $m = 8b ] && seqs=2,4,64
     common=(--model $m --no-long-prefill --seqs $seqs --decode-steps 64)
     run_bench ${m}_unfused "${common[@]}" --fused-max-m 0
-    run_bench ${m}_fused "${common[@]}" --fused-max-m 2 --pdl on
-    run_bench - "${common[@]}" --fused-max-m 2 --pdl off
+    run_bench ${m}_fused "${common[@]}" --fused-max-m 2 --pdl on --l2-prefetch off
+    run_bench - "${common[@]}" --fused-max-m 2 --pdl on --l2-prefetch on
+    run_bench - "${common[@]}" --fused-max-m 2 --pdl off --l2-prefetch off
+    for sp in 2 4 8; do
+      run_bench - --model $m --no-long-prefill --seqs 2 --decode-steps 64 --max-splits $sp
+    done
     run_bench - "${common[@]}" --fused-max-m 0
-    run_bench - "${common[@]}" --fused-max-m 2 --pdl on
+    run_bench - "${common[@]}" --fused-max-m 2 --pdl on --l2-prefetch off
   done
-  for m in 8b 1b; do
-    run_bench gemv$m --gemv-bench --model $m --pdl on >/dev/null
-    grep -E '^\|' "$out/gemv$m.log"
-  done
+  run_bench gemv8b --gemv-bench --model 8b --pdl on >/dev/null
+  grep -E '^\|' "$out/gemv8b.log"
   echo "== tests: keel_test_cuda exit $test_rc"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$out/tests.log" | tail -25
   echo "== done in $((SECONDS - start)) s"

@@ -109,6 +109,7 @@ void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, b
   p.out = out;
   p.y = y.data();
   p.pdl = pdl;
+  p.l2_prefetch = pdl;  // both with PDL, neither without
   launch_fused_gemv(ctx.compute(), p, ctx.num_sms());
   std::vector<float> got, want(ref.size());
   if (out == GemvOut::kBf16) {
@@ -341,6 +342,8 @@ TEST(CudaFusedRunner, DecodeMatchesUnfusedPath) {
       CudaModelRunner plain(ctx, cfg, std::uint64_t{91}, fused_options(graphs, 0, pdl));
       CudaRunnerOptions fo = fused_options(graphs, 4, pdl);
       fo.fused_swiglu_epilogue = swiglu_epi;
+      fo.fused_l2_prefetch = pdl && swiglu_epi;
+      if (!graphs) fo.attn_split_cap = 2;  // fewer splits than the unfused runner's
       CudaModelRunner fused(ctx, cfg, std::uint64_t{91}, fo);
       ASSERT_EQ(fused.fused_decode_max_m(), 4);
       ASSERT_EQ(plain.fused_decode_max_m(), 0);

@@ -281,6 +281,8 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
     --fused_max_m_;
   pdl_ = opts.programmatic_launch;
   swiglu_epilogue_ = opts.fused_swiglu_epilogue;
+  split_cap_ = std::max(0, opts.attn_split_cap);
+  l2_prefetch_ = opts.fused_l2_prefetch;
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
@@ -495,6 +497,7 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
       sp = p2;
       while (sp > 1 && sp * work > partial_entries_) sp /= 2;
     }
+    if (split_cap_ > 0) sp = std::min<std::int64_t>(sp, split_cap_);
     return static_cast<int>(
         std::max<std::int64_t>(1, std::min<std::int64_t>(sp, partial_entries_ / work)));
   };
@@ -654,6 +657,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, const AttnPara
     p.out = out;
     p.y = y;
     p.pdl = pdl_;
+    p.l2_prefetch = l2_prefetch_;
     launch_fused_gemv(s, p, sms);
   };
   QkvRopeKvParams rk;

@@ -59,14 +59,22 @@ struct CudaRunnerOptions {
   // kernels of k_decode_fused.h: RMSNorm in the next GEMV's prologue, residual add in the
   // o_proj/down GEMV epilogue, SwiGLU in the down GEMV's prologue, bias + q/k norm + RoPE +
   // KV write in one kernel: 6-7 launches per layer instead of 10-11. 0: off (the kernels
-  // above, cuBLASLt or the plain GEMV). Larger steps never take this path.
-  int fused_decode_max_m = 0;
+  // above, cuBLASLt or the plain GEMV). Larger steps never take this path. 2: on the H200
+  // batch-1 decode 8B 181 -> 203 tok/s, 1B 786-799 -> 924-960; at 4 rows the fused GEMV is
+  // slower than cuBLASLt (8B 4 seqs 685 -> 653), so the default stops at 2.
+  int fused_decode_max_m = 2;
   // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
   // starts streaming its weights while the kernel before it drains. Off: plain launches.
   bool programmatic_launch = true;
   // Fused path: SwiGLU in the gate_up GEMV's epilogue (a warp computes a gate row and its
   // up row; down reads [T, I]) rather than in the down GEMV's prologue (reads [T, 2I]).
   bool fused_swiglu_epilogue = true;
+  // Fused GEMVs prefetch the rest of each warp's first weight row into L2 before waiting
+  // for the previous kernel (FusedGemvParams::l2_prefetch).
+  bool fused_l2_prefetch = false;
+  // At most this many split-K parts for attention over the keys (decode with few
+  // sequences); 0: as many as fill the GPU (up to one per 64 keys). A tuning switch.
+  int attn_split_cap = 0;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -204,6 +212,8 @@ class CudaModelRunner : public ModelRunner {
   int fused_max_m_ = 0;                // steps of <= this many rows take the fused kernels
   bool pdl_ = false;                   // CudaRunnerOptions::programmatic_launch
   bool swiglu_epilogue_ = true;        // CudaRunnerOptions::fused_swiglu_epilogue
+  int split_cap_ = 0;                  // CudaRunnerOptions::attn_split_cap
+  bool l2_prefetch_ = false;           // CudaRunnerOptions::fused_l2_prefetch
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;

@@ -137,7 +137,20 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
         raw[r][u] = v0 + 32 * u < kv ? __ldcs(wr + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
     }
   };
-  if (first < rows) load_chunk(first, lane);
+  if (first < rows) {
+    load_chunk(first, lane);
+    // The rest of the first row(s) toward L2 too: under PDL this streams while the
+    // previous kernel drains, and the loads after the wait then hit L2.
+    if (p.l2_prefetch) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const char *row = reinterpret_cast<const char *>(p.w + (first + r * rows) * K);
+        for (std::int64_t off = (std::int64_t(kUnroll) * 32 + lane * 8) * 16; off < K * 2;
+             off += 32 * 128)
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
+      }
+    }
+  }
   wait_for_previous_kernel();
   allow_next_kernel();
   stage_input<M, In>(p, xs, red);

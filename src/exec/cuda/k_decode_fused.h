@@ -51,6 +51,9 @@ struct FusedGemvParams {
   // Grid size: one output row per warp, capped at max_waves times the blocks that fit on
   // the device at once (beyond that warps loop over rows); 0: the default (4).
   int max_waves = 0;
+  // Before the wait, also prefetch the rest of each warp's first row(s) into L2 (beyond
+  // the first chunk of loads, which always goes into registers).
+  bool l2_prefetch = false;
 };
 
 // Dynamic shared memory the kernel stages its input in: M x K bf16.
