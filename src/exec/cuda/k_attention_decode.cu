@@ -3,13 +3,18 @@
 // split-K across blocks when the batch is small.
 //
 // Block = (tile, kv head, split), 4 warps. Each warp takes 32-key chunks of the split's
-// range in turn; lane l scores key chunk + l for all G heads, reading the key row straight
-// from the cache into registers (16-byte loads); then the warp's online softmax and the
-// P.V update, where lanes own head_dim / 32 output dimensions each and the V row is read
-// coalesced. The 4 warps' partial results are merged through shared memory at the end.
+// range in turn: the warp copies the chunk's K rows to shared memory (cp.async, whole
+// rows per instruction), lane l scores key chunk + l for all G heads, the V rows are
+// copied into the same space while the warp runs its online softmax, then the P.V update,
+// where lanes own head_dim / 32 output dimensions each. The 4 warps' partial results are
+// merged through shared memory at the end.
 // Registers are sized to the group (template GT for G = 1, 2, 4, 8): held for 8 heads
 // with run-time guards the kernel needed 124 registers at head_dim 128 (4 blocks per SM)
 // and ran at half the speed on the H200 (AttnParams::decode_generic_group keeps that path).
+// Staging K and V (kKSmem, kVStage) instead of each lane loading its own K row from
+// global memory (32 different 128-byte lines per load instruction) and the P.V loop
+// loading V rows 8 keys at a time: 8B decode on the H200, 64 seqs 7,384-7,473 ->
+// 8,174-8,212 tok/s, 256 seqs 15,040 -> 18,250, batch 1 177 -> 184 (bench/RESULTS.md).
 #include <cfloat>
 #include <type_traits>
 
@@ -22,6 +27,42 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxGroup = 8;  // query heads per kv head held in registers
+
+// K rows of a warp's 32-key chunk go to shared memory by cooperative cp.async (each
+// instruction copies 32 / (head_dim / 8) whole rows in 16-byte pieces), then lane l
+// scores key l from there. Loading its own row straight from global memory, each lane's
+// 16-byte load touched a different 128-byte line (32 lines per instruction); the copy
+// touches 2-8 per instruction. 0: the direct loads (kept for A/B builds).
+#ifndef KEEL_DECODE_K_SMEM
+#define KEEL_DECODE_K_SMEM 1
+#endif
+constexpr bool kKSmem = KEEL_DECODE_K_SMEM != 0;
+// With kKSmem: once scored, the K rows' space takes the chunk's V rows the same way,
+// copied while the softmax runs, and P.V reads them from shared memory (no per-key
+// offset shuffle, no chain of dependent global loads). 0: V rows read from global memory.
+#ifndef KEEL_DECODE_V_STAGE
+#define KEEL_DECODE_V_STAGE 1
+#endif
+constexpr bool kVStage = kKSmem && KEEL_DECODE_V_STAGE != 0;
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
+  const auto d = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
+}
+
+// Shared memory: q [kMaxGroup][HD] f32 | m, l [kWarps][kMaxGroup][2] f32 | a region
+// holding the warps' K rows [kWarps][32][HD + 8] bf16 (kKSmem; the +8 keeps the lanes'
+// 16-byte row reads conflict-free) during the key loop and their partial outputs
+// [kWarps][kMaxGroup][HD] f32 at the end.
+template <int HD>
+constexpr std::size_t decode_smem_bytes() {
+  const std::size_t o = sizeof(float) * kWarps * kMaxGroup * HD;
+  const std::size_t k = kKSmem ? sizeof(bf16) * kWarps * 32 * (HD + 8) : 0;
+  return sizeof(float) * (kMaxGroup * HD + kWarps * kMaxGroup * 2) + (o > k ? o : k);
+}
 
 // DPL = head_dim / 32 output dimensions per lane: 2, 4 or 8 (head_dim 64, 128, 256).
 // GT > 0: exactly GT query heads per kv head (registers sized to it); 0: any G up to
@@ -50,6 +91,8 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
   float *q_s = smem;                           // [G][HD]
   float *ml_s = q_s + kMaxGroup * HD;          // [kWarps][G][2]
   float *o_s = ml_s + kWarps * kMaxGroup * 2;  // [kWarps][G][HD]
+  constexpr int KS = HD + 8;                   // K row stride in shared memory (bf16)
+  bf16 *k_w = reinterpret_cast<bf16 *>(o_s) + warp * 32 * KS;  // this warp's [32][KS]
 
   // Keys [k_lo, kv_len): all of them, or the sliding window's last `window`. The splits
   // divide only that range; one left empty (more splits than 32-key chunks) stores
@@ -79,14 +122,29 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
     float s[GM];
 #pragma unroll
     for (int g = 0; g < GM; ++g) s[g] = 0.0f;
-    // Each lane resolves its key's page once; the P.V loop below takes the V row's offset
-    // from the owning lane by shuffle instead of a dependent block-table load per key.
-    std::int64_t v_off = 0;
+    // Each lane resolves its key's page once; the row copies (or, without staging, the
+    // P.V loop) take a row's offset from the owning lane by shuffle.
+    std::int64_t k_off = 0, v_off = 0;
     if (key < k_end) {
       const std::int32_t block = p.block_table[tile.block_offset + key / bs];
-      const std::int64_t k_off = p.layout.offset(block, p.layer, 0, key % bs);
-      v_off = k_off + std::int64_t(bs) * p.layout.slot_elems() + head_off;
-      const uint4 *kr = reinterpret_cast<const uint4 *>(p.cache + k_off + head_off);
+      k_off = p.layout.offset(block, p.layer, 0, key % bs) + head_off;
+      v_off = k_off + std::int64_t(bs) * p.layout.slot_elems();
+    }
+    const uint4 *kr = reinterpret_cast<const uint4 *>(p.cache + k_off);
+    if constexpr (kKSmem) {
+      constexpr int RPI = 32 / VEC;  // rows per copy instruction
+      const int sub = lane / VEC, piece = lane % VEC;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int kk = i * RPI + sub;
+        const std::int64_t off = __shfl_sync(0xffffffffu, k_off, kk);
+        if (cbase + kk < k_end) cp_async16(k_w + kk * KS + piece * 8, p.cache + off + piece * 8);
+      }
+      cp_async_wait_all();
+      __syncwarp();  // every row of the chunk has landed
+      kr = reinterpret_cast<const uint4 *>(k_w + lane * KS);
+    }
+    if (key < k_end) {
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
         const uint4 raw = kr[v];
@@ -109,6 +167,17 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
         }
       }
     }
+    if constexpr (kVStage) {
+      __syncwarp();  // every lane has read its K row
+      constexpr int RPI = 32 / VEC;
+      const int sub = lane / VEC, piece = lane % VEC;
+#pragma unroll
+      for (int i = 0; i < VEC; ++i) {
+        const int kk = i * RPI + sub;
+        const std::int64_t off = __shfl_sync(0xffffffffu, v_off, kk);
+        if (cbase + kk < k_end) cp_async16(k_w + kk * KS + piece * 8, p.cache + off + piece * 8);
+      }
+    }
     const int n_keys = min(32, k_end - cbase);
     float pr[GM];
 #pragma unroll
@@ -129,9 +198,14 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
       }
     }
     // P.V: lane owns dimensions [lane * DPL, lane * DPL + DPL) of every head.
+    if constexpr (kVStage) {
+      cp_async_wait_all();
+      __syncwarp();  // every V row of the chunk has landed
+    }
 #pragma unroll 8
     for (int kk = 0; kk < n_keys; ++kk) {
-      const bf16 *vr = p.cache + __shfl_sync(0xffffffffu, v_off, kk) + lane * DPL;
+      const bf16 *vr = kVStage ? k_w + kk * KS + lane * DPL
+                               : p.cache + __shfl_sync(0xffffffffu, v_off, kk) + lane * DPL;
       float vf[DPL];
       if constexpr (DPL == 2) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vr));
@@ -158,9 +232,11 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
         }
       }
     }
+    if constexpr (kKSmem) __syncwarp();  // rows read before the next chunk's copies
   }
 
-  // Merge the 4 warps' partial softmax states.
+  // Merge the 4 warps' partial softmax states (o_s overlaps the warps' K rows).
+  if constexpr (kKSmem) __syncthreads();
 #pragma unroll
   for (int g = 0; g < GM; ++g) {
     if (g < G) {
@@ -211,8 +287,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
 template <int DPL, int GT>
 void launch_for(cudaStream_t s, const AttnParams &p) {
   constexpr int HD = DPL * 32;
-  const std::size_t smem =
-      sizeof(float) * (kMaxGroup * HD + kWarps * kMaxGroup * 2 + kWarps * kMaxGroup * HD);
+  const std::size_t smem = decode_smem_bytes<HD>();
   if (smem > 48 * 1024)
     KEEL_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DPL, GT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
