@@ -2,6 +2,7 @@
 // parameters and random draws: every sampled token equal, logprobs within 1e-4.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <random>
 
@@ -63,12 +64,15 @@ struct Row {
   std::uint64_t seed = 0;
 };
 
-void compare_with_cpu(int R, int V, std::uint32_t seed) {
+// ties: logits rounded to halves, so many candidates share a value (greedy and the
+// sort must both prefer the lowest id); greedy_only: every row greedy (nothing sorted).
+void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
+                      bool greedy_only = false) {
   CudaContext ctx;
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 3.0f);
   std::vector<float> logits(std::size_t(R) * V);
-  for (auto &x : logits) x = nd(rng);
+  for (auto &x : logits) x = ties ? std::round(nd(rng) * 2.0f) / 2.0f : nd(rng);
   std::vector<Row> rows(R);
   std::vector<SampleRow> dev_rows(R);
   std::vector<PenaltyEntry> entries;
@@ -76,7 +80,7 @@ void compare_with_cpu(int R, int V, std::uint32_t seed) {
   std::vector<float> cpu_logprobs(R);
   for (int r = 0; r < R; ++r) {
     Row &row = rows[r];
-    row.params = params_for(r);
+    row.params = params_for(greedy_only ? (r % 2) * 6 : r);  // sets 0 and 6 are greedy
     row.seed = 1000 + r;
     // Tokens near the top of the row, so penalties change what is sampled.
     for (int i = 0; i < 30; ++i) row.prompt.push_back(static_cast<TokenId>(rng() % V));
@@ -127,6 +131,13 @@ TEST(CudaSample, MatchesCpuSamplerSmallVocab) {
   KEEL_REQUIRE_CUDA_DEVICE();
   compare_with_cpu(64, 1000, 1);
   compare_with_cpu(3, 7, 2);  // fewer candidates than top_k
+}
+
+TEST(CudaSample, MatchesCpuSamplerWithTiedLogitsAndAllGreedyBatches) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  compare_with_cpu(32, 5000, 4, /*ties=*/true);
+  compare_with_cpu(16, 5000, 5, /*ties=*/true, /*greedy_only=*/true);
+  compare_with_cpu(16, 128256, 6, /*ties=*/false, /*greedy_only=*/true);
 }
 
 TEST(CudaSample, MatchesCpuSamplerLlama3Vocab) {

@@ -1,7 +1,8 @@
-// Stochastic sampling on the device (see kernels.h for the semantics): prepare (copy,
-// penalties, log-sum-exp of the raw row), a stable segmented radix sort of each row by
-// logit, descending, then one block per row walks the sorted candidates with block-wide
-// scans in double precision.
+// Sampling on the device (see kernels.h for the semantics): prepare (copy, penalties,
+// log-sum-exp of the raw row), a stable segmented radix sort by logit, descending, of the
+// rows that sample stochastically (greedy rows get an empty segment: no sort), then one
+// block per row walks the sorted candidates with block-wide scans in double precision,
+// or takes the argmax of the penalised row when greedy.
 #include <cfloat>
 #include <cub/cub.cuh>
 
@@ -15,7 +16,7 @@ constexpr int kThreads = 1024;
 
 struct Scratch {  // carved out of one allocation, 256-byte aligned pieces
   float *keys_in, *keys_out, *lse;
-  std::int32_t *ids_in, *ids_out, *offsets;
+  std::int32_t *ids_in, *ids_out, *offsets, *ends;  // ends[r]: offsets[r] when greedy
   void *cub_temp;
   std::size_t cub_bytes;
 };
@@ -24,7 +25,7 @@ std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
 
 std::size_t fixed_bytes(int R, int V) {
   const std::size_t rv = std::size_t(R) * V;
-  return 4 * align256(rv * 4) + align256((R + 1) * 4) + align256(R * 4);
+  return 4 * align256(rv * 4) + 3 * align256(R * 4);
 }
 
 Scratch carve(void *base, int R, int V, std::size_t total) {
@@ -40,8 +41,10 @@ Scratch carve(void *base, int R, int V, std::size_t total) {
   s.ids_out = reinterpret_cast<std::int32_t *>(p);
   p += align256(rv * 4);
   s.offsets = reinterpret_cast<std::int32_t *>(p);
-  p += align256((R + 1) * 4);
+  p += align256(R * 4);
   s.lse = reinterpret_cast<float *>(p);
+  p += align256(R * 4);
+  s.ends = reinterpret_cast<std::int32_t *>(p);
   p += align256(R * 4);
   s.cub_temp = p;
   s.cub_bytes = total - fixed_bytes(R, V);
@@ -77,15 +80,18 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ double ds[32];
   const int r = blockIdx.x;
   const std::int64_t base = std::int64_t(r) * V;
+  const bool sorts = rows[r].inv_temperature > 0.0f;
   float mx = -INFINITY;
   for (int i = threadIdx.x; i < V; i += kThreads) {
     const float v = logits[base + i];
     sc.keys_in[base + i] = v;
-    sc.ids_in[base + i] = i;
+    if (sorts) sc.ids_in[base + i] = i;
     mx = fmaxf(mx, v);
   }
-  if (threadIdx.x == 0) sc.offsets[r] = static_cast<std::int32_t>(base);
-  if (r == 0 && threadIdx.x == 0) sc.offsets[R] = static_cast<std::int32_t>(std::int64_t(R) * V);
+  if (threadIdx.x == 0) {
+    sc.offsets[r] = static_cast<std::int32_t>(base);
+    sc.ends[r] = static_cast<std::int32_t>(sorts ? base + V : base);
+  }
   mx = block_reduce(
       mx, [](float a, float b) { return fmaxf(a, b); }, fs);
   double sum = 0;
@@ -106,6 +112,34 @@ __global__ void __launch_bounds__(kThreads)
       w -= row.presence_penalty + row.frequency_penalty * static_cast<float>(pe.generated_count);
     sc.keys_in[base + pe.token] = w;
   }
+}
+
+// The largest penalised logit, the lowest id among equals (std::max_element's choice).
+__device__ int block_argmax(const float *w, int V, float *fs /* [32] */, int *is /* [32] */) {
+  float best = -INFINITY;
+  int at = 0x7fffffff;
+  for (int i = threadIdx.x; i < V; i += kThreads)  // ascending i: '>' keeps the lowest
+    if (w[i] > best || at == 0x7fffffff) best = w[i], at = i;
+  auto better = [](float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi) || bi == 0x7fffffff;
+  };
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (i != 0x7fffffff && better(v, i, best, at)) best = v, at = i;
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __syncthreads();
+  if (lane == 0) fs[warp] = best, is[warp] = at;
+  __syncthreads();
+  best = lane < blockDim.x / 32 ? fs[lane] : -INFINITY;
+  at = lane < blockDim.x / 32 ? is[lane] : 0x7fffffff;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, o);
+    const int i = __shfl_xor_sync(0xffffffffu, at, o);
+    if (i != 0x7fffffff && better(v, i, best, at)) best = v, at = i;
+  }
+  return at == 0x7fffffff ? 0 : at;
 }
 
 using BlockScan = cub::BlockScan<double, kThreads>;
@@ -137,6 +171,7 @@ __global__ void __launch_bounds__(kThreads)
                   std::int32_t *out_tokens, float *out_logprobs) {
   __shared__ BlockScan::TempStorage tmp;
   __shared__ double ds[32];
+  __shared__ float fs[32];
   __shared__ int is[32];
   __shared__ int found;
   const int r = blockIdx.x;
@@ -144,8 +179,10 @@ __global__ void __launch_bounds__(kThreads)
   const float *w = sc.keys_out + base;
   const std::int32_t *id = sc.ids_out + base;
   const SampleRow row = rows[r];
-  int chosen = id[0];  // greedy: the largest penalised logit, lowest id on ties (stable sort)
-  if (row.inv_temperature > 0.0f) {
+  int chosen = 0;
+  if (row.inv_temperature <= 0.0f) {  // greedy: this row was not sorted
+    chosen = block_argmax(sc.keys_in + base, V, fs, is);
+  } else {
     int keep = row.top_k > 0 ? min(row.top_k, V) : V;
     const double inv_t = row.inv_temperature;
     const double mx = double(w[0]) * inv_t;
@@ -210,7 +247,7 @@ void launch_sample(cudaStream_t s, const float *logits, int R, int V, const Samp
   std::size_t cub_bytes = sc.cub_bytes;
   KEEL_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortPairsDescending(
       sc.cub_temp, cub_bytes, sc.keys_in, sc.keys_out, sc.ids_in, sc.ids_out,
-      static_cast<std::int64_t>(R) * V, R, sc.offsets, sc.offsets + 1, 0, 32, s));
+      static_cast<std::int64_t>(R) * V, R, sc.offsets, sc.ends, 0, 32, s));
   choose_kernel<<<R, kThreads, 0, s>>>(logits, V, rows, sc, out_tokens, out_logprobs);
   KEEL_CUDA_CHECK_LAUNCH("sample choose");
 }
