@@ -14,10 +14,10 @@
 # sized to the group, GEMV kernel for M <= 4), the GEMV-vs-cuBLASLt layer table, then each
 # attention change alone and per-phase profiles while the budget (default 170 s) lasts.
 #
-# --fused-ab: the batch-1 / small-batch decode A/B (perf, issue 6): the tests, the
-# per-layer GEMV table (cuBLASLt / GEMV / fused GEMV, PDL), then 8B and 1B decode at 1 and
-# 4 seqs (and 64 at 8B) with the unfused kernels (--fused-max-m 0) against the fused ones
-# with and without programmatic dependent launch.
+# --fused-ab: the batch-1 / small-batch decode A/B (perf, issue 6): the tests, then 8B
+# (1, 2, 4, 64 seqs) and 1B (1, 2, 4) decode with the old defaults (unfused kernels,
+# split-K rounded up) against the new ones (fused decode kernels with PDL for <= 2 rows,
+# split-K rounded down), and the rounding alone. Per-layer GEMV table: --gemv-bench.
 #
 # Weights are pseudo-random bf16 made on the device with the models' exact shapes, so
 # no 16 GB file has to be written or read (random weights cost the same time as real
@@ -72,22 +72,18 @@ if [ $fused_ab = 1 ]; then
     echo "== $name: cuda_bench $*"
     timeout "$(left)" "$carry/bin/cuda_bench" "$@" 2>&1 | tee "$log" | grep -E 'decode [0-9]|per step|rror'
   }
-  for m in 8b 1b; do
-    seqs=2,4
-    [ $m = 8b ] && seqs=2,4,64
-    common=(--model $m --no-long-prefill --seqs $seqs --decode-steps 64)
-    run_bench ${m}_unfused "${common[@]}" --fused-max-m 0
-    run_bench ${m}_fused "${common[@]}" --fused-max-m 2 --pdl on --l2-prefetch off
-    run_bench - "${common[@]}" --fused-max-m 2 --pdl on --l2-prefetch on
-    run_bench - "${common[@]}" --fused-max-m 2 --pdl off --l2-prefetch off
-    for sp in 2 4 8; do
-      run_bench - --model $m --no-long-prefill --seqs 2 --decode-steps 64 --max-splits $sp
-    done
-    run_bench - "${common[@]}" --fused-max-m 0
-    run_bench - "${common[@]}" --fused-max-m 2 --pdl on --l2-prefetch off
-  done
-  run_bench gemv8b --gemv-bench --model 8b --pdl on >/dev/null
-  grep -E '^\|' "$out/gemv8b.log"
+  # Old defaults (unfused kernels, split-K rounded up) against the new ones, interleaved.
+  old=(--fused-max-m 0 --split-round up)
+  c8=(--model 8b --no-long-prefill --seqs 2,4,64 --decode-steps 64)
+  c1=(--model 1b --no-long-prefill --seqs 2,4 --decode-steps 64)
+  run_bench 8b_old "${c8[@]}" "${old[@]}"
+  run_bench 8b_new "${c8[@]}"
+  run_bench - "${c8[@]}" "${old[@]}"
+  run_bench - "${c8[@]}"
+  run_bench - "${c8[@]}" --split-round up
+  run_bench 1b_old "${c1[@]}" "${old[@]}"
+  run_bench 1b_new "${c1[@]}"
+  run_bench - "${c1[@]}" --split-round up
   echo "== tests: keel_test_cuda exit $test_rc"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$out/tests.log" | tail -25
   echo "== done in $((SECONDS - start)) s"

@@ -70,11 +70,15 @@ struct CudaRunnerOptions {
   // up row; down reads [T, I]) rather than in the down GEMV's prologue (reads [T, 2I]).
   bool fused_swiglu_epilogue = true;
   // Fused GEMVs prefetch the rest of each warp's first weight row into L2 before waiting
-  // for the previous kernel (FusedGemvParams::l2_prefetch).
+  // for the previous kernel (FusedGemvParams::l2_prefetch). Off: measured slower on the
+  // H200 (8B batch 1 202 -> 184 tok/s, 1B 927 -> 884).
   bool fused_l2_prefetch = false;
   // At most this many split-K parts for attention over the keys (decode with few
   // sequences); 0: as many as fill the GPU (up to one per 64 keys). A tuning switch.
   int attn_split_cap = 0;
+  // Graph-replayed decode steps round the split-K factor to a power of two: down (default;
+  // H200, ~576 keys: 8B batch 1 202 -> 210 tok/s, 1B 927 -> 974) or up (false, as before).
+  bool attn_splits_round_down = true;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -214,6 +218,7 @@ class CudaModelRunner : public ModelRunner {
   bool swiglu_epilogue_ = true;        // CudaRunnerOptions::fused_swiglu_epilogue
   int split_cap_ = 0;                  // CudaRunnerOptions::attn_split_cap
   bool l2_prefetch_ = false;           // CudaRunnerOptions::fused_l2_prefetch
+  bool split_round_down_ = true;       // CudaRunnerOptions::attn_splits_round_down
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;
