@@ -84,6 +84,7 @@ if [ $fused_ab = 1 ]; then
   run_bench 1b_old "${c1[@]}" "${old[@]}"
   run_bench 1b_new "${c1[@]}"
   run_bench - "${c1[@]}" --split-round up
+  run_bench - --model 8b --no-long-prefill --seqs 1 --decode-steps 16 --profile
   echo "== tests: keel_test_cuda exit $test_rc"
   grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$out/tests.log" | tail -25
   echo "== done in $((SECONDS - start)) s"
