@@ -232,8 +232,10 @@ int main(int argc, char **argv) {
         const Result r = run(o, seqs, mode == "device");
         const double decode_tokens = static_cast<double>(r.decode_tokens);
         const double decode_s = r.wall_s - r.first_all_s;
-        std::printf("| %4d | %-8s | %6.2f | %5lld | %12.0f | %12.0f | %6d |\n", seqs, mode.c_str(),
-                    r.wall_s, static_cast<long long>(r.steps), r.tokens / r.wall_s,
+        const double steps = static_cast<double>(std::max<std::int64_t>(r.steps, 1));
+        std::printf("| %4d | %-8s | %6.2f | %5lld | %7.2f | %14.2f | %12.0f | %12.0f | %6d |\n",
+                    seqs, mode.c_str(), r.wall_s, static_cast<long long>(r.steps),
+                    1e3 * r.wall_s / steps, 1e3 * r.runner_s / steps, r.tokens / r.wall_s,
                     decode_s > 0 ? decode_tokens / decode_s : 0.0, r.errors);
         std::fflush(stdout);
       }
