@@ -57,11 +57,13 @@ struct CudaRunnerOptions {
   int gemv_max_m = 1;
   // Decode steps with at most this many token rows (capped at kFusedGemvMaxM) run the fused
   // kernels of k_decode_fused.h: RMSNorm in the next GEMV's prologue, residual add in the
-  // o_proj/down GEMV epilogue, SwiGLU in the down GEMV's prologue, bias + q/k norm + RoPE +
-  // KV write in one kernel: 6-7 launches per layer instead of 10-11. 0: off (the kernels
-  // above, cuBLASLt or the plain GEMV). Larger steps never take this path. 2: on the H200
-  // batch-1 decode 8B 181 -> 203 tok/s, 1B 786-799 -> 924-960; at 4 rows the fused GEMV is
-  // slower than cuBLASLt (8B 4 seqs 685 -> 653), so the default stops at 2.
+  // o_proj/down GEMV epilogue, SwiGLU in the gate_up GEMV's epilogue, bias + q/k norm +
+  // RoPE + KV write in one kernel: 6-7 launches per layer instead of 10-11. 0: off (the
+  // kernels above, cuBLASLt or the plain GEMV). Larger steps never take this path. 2 (H200,
+  // with PDL and split-K rounded down): 8B batch 1 182 -> 205 tok/s, 2 seqs 329 -> 384; 1B
+  // 774 -> 944, 1141 -> 1673. The fused GEMV at 4 rows is slower than cuBLASLt, so the
+  // default stops at 2. Known: 4-seq steps (unfused either way) measured slower with this
+  // on (8B 692 -> 665, 1B 2677 -> 2317), not explained yet (NOTES.md, fourth pass).
   int fused_decode_max_m = 2;
   // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
   // starts streaming its weights while the kernel before it drains. Off: plain launches.
