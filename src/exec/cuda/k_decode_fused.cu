@@ -1,8 +1,9 @@
-// Fused decode kernels (see k_decode_fused.h). The GEMV runs a persistent grid (as many
-// blocks as fit on the device at once): each block stages its M input rows once in
-// shared memory -- the prologue (a norm over the whole residual row, or SwiGLU) is then
-// paid per block, not per output row -- and each warp streams whole weight rows with
-// kUnroll 16-byte loads in flight per lane, reusing each loaded weight for all M rows.
+// Fused decode kernels (see k_decode_fused.h). GEMV: each block stages its M input rows
+// once in shared memory -- the prologue (a norm over the whole residual row, or SwiGLU)
+// is paid per block, not per output row -- and each warp streams whole weight rows (one
+// row per warp, up to kDefaultWaves waves, then warps loop), kUnroll 16-byte loads in
+// flight per lane, each loaded weight reused for all M rows. The first chunk of weight
+// loads is issued before the PDL wait and the staging, so neither delays the stream.
 #include <algorithm>
 #include <string>
 

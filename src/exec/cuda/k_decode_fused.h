@@ -3,11 +3,12 @@
 // stream, SwiGLU of the gate|up activation, or a plain bf16 copy) in shared memory and
 // whose epilogue adds into the residual stream, plus one kernel for a fused qkv
 // activation's bias, q/k norm, RoPE and KV-cache write. Per layer this replaces 10-11
-// launches (norm, GEMM, rope, kv write, attention, GEMM, norm, GEMM, swiglu, GEMM) by 6.
+// launches (norm, GEMM, rope, kv write, attention (+ combine), GEMM, norm, GEMM, swiglu,
+// GEMM) by 6-7.
 //
 // Every kernel here may be launched with programmatic dependent launch (Hopper PDL,
-// `pdl`): it then starts while the previous kernel on the stream drains, pulls its first
-// weight rows toward L2 (weights never depend on the previous kernel), and waits
+// `pdl`): it then starts while the previous kernel on the stream drains, issues its first
+// weight loads (weights never depend on the previous kernel), and waits
 // (griddepcontrol.wait) before touching anything the previous kernel writes or reads.
 // Launched without it, the wait is a no-op. See k_decode_fused.cu and NOTES.md.
 #pragma once
