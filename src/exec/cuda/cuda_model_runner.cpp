@@ -513,8 +513,15 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
   shape.n_flash = static_cast<int>(flash_tiles.size());
   shape.tiles_at = tiles_at;
   shape.table_at = table_at;
-  shape.splits_single = splits_for(n_single, max_kv_single);
-  shape.splits_multi = splits_for(shape.n_multi, max_kv_multi);
+  // With a sliding window a tile of q queries sees at most window + q - 1 keys: split
+  // only those (the kernels start each tile at its first visible key).
+  const std::int64_t window = config_.sliding_window.value_or(0);
+  auto visible = [&](std::int32_t max_kv, int q) {
+    return static_cast<std::int32_t>(window > 0 ? std::min<std::int64_t>(max_kv, window + q - 1)
+                                                : max_kv);
+  };
+  shape.splits_single = splits_for(n_single, visible(max_kv_single, 1));
+  shape.splits_multi = splits_for(shape.n_multi, visible(max_kv_multi, tile_q_));
   if (!graph) {
     launch_step(shape);
     return R;
