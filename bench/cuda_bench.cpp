@@ -6,7 +6,7 @@
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
 //     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
 //     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
-//     [--max-splits N] [--split-round up|down] [--l2-prefetch on|off]
+//     [--max-splits N] [--split-round up|down] [--l2-prefetch on|off] [--flash-variant 0|1|2]
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
@@ -432,6 +432,8 @@ int run(int argc, char **argv) {
   int gemv_max_m = 1;          // linear layers with <= this many rows on the GEMV kernel
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
   int split_cap = 0;  // attention split-K cap (0: auto)
+  // Prefill flash attention kernel version (CudaRunnerOptions::flash_variant).
+  int flash_variant = cuda::CudaRunnerOptions{}.flash_variant;
   bool l2_prefetch = cuda::CudaRunnerOptions{}.fused_l2_prefetch;
   bool splits_down = cuda::CudaRunnerOptions{}.attn_splits_round_down;
   bool pdl = true;              // programmatic dependent launch of the fused kernels
@@ -492,6 +494,8 @@ int run(int argc, char **argv) {
       if (v != "up" && v != "down")
         throw Error(ErrorCode::kInvalidArgument, "--split-round: up or down");
       splits_down = v == "down";
+    } else if (a == "--flash-variant") {
+      flash_variant = std::stoi(val());
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
@@ -534,6 +538,7 @@ int run(int argc, char **argv) {
   o.attn_split_cap = split_cap;
   o.fused_l2_prefetch = l2_prefetch;
   o.attn_splits_round_down = splits_down;
+  o.flash_variant = flash_variant;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -561,14 +566,14 @@ int run(int argc, char **argv) {
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
       "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
       "decode for M <= %d, PDL %s, SwiGLU in %s, attention splits cap %d (rounded %s), L2 prefetch "
-      "%s\n",
+      "%s, flash variant %d\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
       heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m,
       bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
       swiglu_epilogue ? "gate_up epilogue" : "down prologue", split_cap,
-      splits_down ? "down" : "up", l2_prefetch ? "on" : "off");
+      splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant);
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -37,7 +37,8 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 // sequence may see are NaN, so a kernel that reads them (or lets them reach P.V) fails.
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
                      const std::vector<Seq> &seqs = kMixed, int kernel = 0,
-                     bool kv_heads_fast = false, bool generic_group = false, int window = 0) {
+                     bool kv_heads_fast = false, bool generic_group = false, int window = 0,
+                     int flash_variant = 0) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -106,6 +107,7 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.kv_heads_fast = kv_heads_fast;
   p.decode_generic_group = generic_group;
   p.window = window;
+  p.flash_variant = flash_variant;
   if (decode_kernel)
     launch_decode_attention(ctx.compute(), p);
   else if (kernel == 2)
@@ -210,8 +212,18 @@ TEST(CudaAttention, DecodeKernelHeadsFastAndGenericGroupMatchReference) {
 // Prefill chunks long enough for many key tiles, on cached prefixes, plus single tokens.
 const std::vector<Seq> kPrefill = {{0, 300}, {500, 129}, {20, 37}, {0, 1}, {7, 16}, {63, 2}};
 
-TEST(CudaAttention, FlashKernelMatchesReference) {
+// Every flash kernel version (AttnParams::flash_variant): 0 one tile per block; 1 and 2
+// two tiles per block, one key pass when the second continues the first's sequence.
+class CudaFlashVariant : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(Variants, CudaFlashVariant, ::testing::Values(0, 1, 2));
+
+// Tiles of different sequences whose positions happen to continue each other (pos0 of
+// the second = end of the first): a two-tile block must not share keys between them.
+const std::vector<Seq> kAdjacent = {{0, 16}, {16, 16}, {0, 5}, {5, 40}, {45, 3}};
+
+TEST_P(CudaFlashVariant, FlashKernelMatchesReference) {
   KEEL_REQUIRE_CUDA_DEVICE();
+  const int v = GetParam();
   ASSERT_TRUE(flash_attention_supported(32, 8, 128));
   ASSERT_TRUE(flash_attention_supported(28, 4, 64));
   ASSERT_FALSE(flash_attention_supported(8, 8, 256));
@@ -224,12 +236,27 @@ TEST(CudaAttention, FlashKernelMatchesReference) {
                                  {16, 1, 128, 32}}) {
     SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
                  " block " + std::to_string(bs));
-    check_attention(nh, nkv, hd, bs, 1, seed++, kPrefill, 2);
+    check_attention(nh, nkv, hd, bs, 1, seed++, kPrefill, 2, false, false, 0, v);
+    check_attention(nh, nkv, hd, bs, 1, seed++, kAdjacent, 2, false, false, 0, v);
   }
-  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2);
+  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2, false, false, 0, v);
   // Blocks ordered kv head fastest.
-  check_attention(32, 8, 128, 16, 1, seed++, kPrefill, 2, true);
-  check_attention(28, 4, 64, 16, 1, seed++, kMixed, 2, true);
+  check_attention(32, 8, 128, 16, 1, seed++, kPrefill, 2, true, false, 0, v);
+  check_attention(28, 4, 64, 16, 1, seed++, kMixed, 2, true, false, 0, v);
+}
+
+TEST(CudaAttention, FlashKernelRejectsUnknownVariant) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  AttnParams p;
+  p.num_tiles = 1;
+  p.layout = {1, 16, 8, 128};
+  p.num_q_heads = 32;
+  p.tile_q = 16;
+  p.flash_variant = 3;
+  EXPECT_THROW(launch_flash_attention(ctx.compute(), p), Error);
+  p.flash_variant = -1;
+  EXPECT_THROW(launch_flash_attention(ctx.compute(), p), Error);
 }
 
 // ---- Sliding window (Mistral, Qwen2 use_sliding_window) ----
@@ -279,8 +306,9 @@ TEST(CudaAttention, SlidingWindowDecodeKernel) {
   check_attention(32, 8, 128, 16, 8, seed++, kWindowDecode, 1, false, true, 100);
 }
 
-TEST(CudaAttention, SlidingWindowFlashKernel) {
+TEST_P(CudaFlashVariant, SlidingWindowFlashKernel) {
   KEEL_REQUIRE_CUDA_DEVICE();
+  const int v = GetParam();
   std::uint32_t seed = 300;
   for (auto [nh, nkv, hd, bs] : {std::array<int, 4>{32, 8, 128, 16},
                                  {32, 8, 64, 16},
@@ -289,19 +317,20 @@ TEST(CudaAttention, SlidingWindowFlashKernel) {
                                  {16, 1, 128, 32}})
     for (int window : {1, 8, 64, 65, 300, 4096}) {
       SCOPED_TRACE(trace(nh, nkv, hd, 1, window) + " block " + std::to_string(bs));
-      check_attention(nh, nkv, hd, bs, 1, seed++, kWindowMixed, 2, false, false, window);
+      check_attention(nh, nkv, hd, bs, 1, seed++, kWindowMixed, 2, false, false, window, v);
     }
   // Decode tiles on the flash kernel (the runner's flash-decode path), heads-fast order.
-  check_attention(32, 8, 128, 16, 1, seed++, kWindowDecode, 2, false, false, 100);
-  check_attention(32, 8, 64, 16, 1, seed++, kWindowMixed, 2, true, false, 40);
+  check_attention(32, 8, 128, 16, 1, seed++, kWindowDecode, 2, false, false, 100, v);
+  check_attention(32, 8, 64, 16, 1, seed++, kWindowMixed, 2, true, false, 40, v);
 }
 
 // The window's speed win: an 8192-token prompt (8B attention shape, one layer) on the
 // flash kernel skips the key tiles before every row's window. Times the kernel with CUDA
 // events (best of 5) and prints the figures; with a 1024-key window it reads about a
 // quarter of the keys, so it must take well under 60% of the full causal time.
-TEST(CudaAttention, SlidingWindowFlashSkipsKeyTiles) {
+TEST_P(CudaFlashVariant, SlidingWindowFlashSkipsKeyTiles) {
   KEEL_REQUIRE_CUDA_DEVICE();
+  const int v = GetParam();
   CudaContext ctx;
   const int nh = 32, nkv = 8, hd = 128, bs = 16, n = 8192, tile_q = kFlashRows / (nh / nkv);
   const KvLayout layout{1, bs, nkv, hd};
@@ -328,6 +357,7 @@ TEST(CudaAttention, SlidingWindowFlashSkipsKeyTiles) {
   p.num_q_heads = nh;
   p.scale = 1.0f / std::sqrt(float(hd));
   p.out = out.as<bf16>();
+  p.flash_variant = v;
   auto time_ms = [&](int window) {
     p.window = window;
     float best = 1e30f;
@@ -345,9 +375,10 @@ TEST(CudaAttention, SlidingWindowFlashSkipsKeyTiles) {
   const float full = time_ms(0), w4096 = time_ms(4096), w1024 = time_ms(1024),
               w8192 = time_ms(8192);
   std::printf(
-      "flash attention, 8192-token prompt, 32/8 heads, hd 128, one layer: no window %.3f ms, "
-      "window 8192 %.3f ms, 4096 %.3f ms, 1024 %.3f ms\n",
-      full, w8192, w4096, w1024);
+      "flash attention variant %d, 8192-token prompt, 32/8 heads, hd 128, one layer: no window "
+      "%.3f ms (%.0f TFLOP/s causal), window 8192 %.3f ms, 4096 %.3f ms, 1024 %.3f ms\n",
+      v, full, 4.0 * nh * hd * (double(n) * (n + 1) / 2) / (full * 1e-3) / 1e12, w8192, w4096,
+      w1024);
   EXPECT_LT(w1024, 0.6f * full);
   EXPECT_LT(w4096, full);
 }

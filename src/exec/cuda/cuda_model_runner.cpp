@@ -271,6 +271,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
   flash_decode_ = flash_ && decode_kernel_ && opts.flash_decode;
   attn_kv_heads_fast_ = opts.attn_kv_heads_fast;
+  flash_variant_ = opts.flash_variant;
   attn_generic_group_ = opts.attn_decode_generic_group;
   gemm_.set_gemv_max_m(opts.gemv_max_m);
   // The fused path stages M rows of H, nh hd and I bf16 in shared memory.
@@ -587,6 +588,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   ap_flash.num_tiles = shape.n_flash;
   ap_flash.tile_q = flash_tile_q_;
   ap_flash.num_splits = 1;
+  ap_flash.flash_variant = flash_variant_;
   profile_begin(s);
   if (T <= fused_max_m_) {
     launch_fused_layers(shape, ap, ap_multi, ap_flash);

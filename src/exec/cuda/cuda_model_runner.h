@@ -44,6 +44,12 @@ struct CudaRunnerOptions {
   // Decode steps of many sequences (no split-K needed) on the flash kernel too. Off by
   // default: measured equal to the decode kernel on the H200 (8B, 64 and 256 seqs).
   bool flash_decode = false;
+  // Flash kernel version (AttnParams::flash_variant): 0 the first (64 rows, 4 warps per
+  // block); 1 two tiles per block (128 rows, 8 warps, 2 blocks/SM) sharing each K/V tile,
+  // ldmatrix K fragments, mask math on edge tiles only; 2 the same with Q in registers,
+  // 1 block/SM, 4 K/V stages. 0 stays the default until 1/2 are tested and measured on
+  // the H200 (cuda_bench --flash-variant N; NOTES.md).
+  int flash_variant = 0;
   // Decode and flash attention blocks ordered kv head fastest (AttnParams::kv_heads_fast):
   // the blocks that read one KV page's heads run together. Off: tile fastest (as before).
   bool attn_kv_heads_fast = false;
@@ -214,6 +220,7 @@ class CudaModelRunner : public ModelRunner {
   std::int32_t flash_tile_q_ = 1;      // query tokens per flash tile
   bool flash_decode_ = false;          // large decode batches go to the flash kernel
   bool attn_kv_heads_fast_ = false;    // CudaRunnerOptions::attn_kv_heads_fast
+  int flash_variant_ = 0;              // CudaRunnerOptions::flash_variant
   bool attn_generic_group_ = false;    // CudaRunnerOptions::attn_decode_generic_group
   int fused_max_m_ = 0;                // steps of <= this many rows take the fused kernels
   bool pdl_ = false;                   // CudaRunnerOptions::programmatic_launch

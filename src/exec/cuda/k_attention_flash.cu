@@ -9,6 +9,7 @@
 // cores; P is rounded to bf16 for the second product (as FlashAttention-2 does).
 #include <cfloat>
 #include <cstdint>
+#include <type_traits>
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/kernels.h"
@@ -250,6 +251,308 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
   }
 }
 
+// ---- Variant 1 (AttnParams::flash_variant = 1) ----
+// Block = two consecutive runner tiles x one kv head, 8 warps, 128 rows: warps 0-3 own
+// the rows of tile 2b, warps 4-7 those of tile 2b + 1. When the second tile continues
+// the first in the same sequence (the runner's tiles of one prompt), one pass over the
+// keys serves both: each K/V tile fetched from L2 feeds 128 rows instead of 64. Otherwise
+// (tiles of two sequences) the block makes one pass per tile, the other half's warps idle.
+// Also: K fragments by ldmatrix.x4 (4 8x8 matrices per instruction instead of one 32-bit
+// load per mma operand); the mask math only on key tiles that straddle a row's causal
+// limit or window edge; block-table lookups once per key rather than per 16 bytes; pairs
+// launched last tile first, so the longest blocks (most keys) start in the first wave.
+constexpr int kWarps2 = 2 * kWarps;  // 8
+constexpr int kThreads2 = kWarps2 * 32;
+constexpr int kRows2 = 2 * kFlashRows;  // 128
+
+template <int HD, int STAGES>
+struct FlashSmem2 {
+  static constexpr int kStride = HD + 8;
+  static constexpr std::size_t kQ = std::size_t(kRows2) * kStride;
+  static constexpr std::size_t kKV = std::size_t(kKeys) * kStride;
+  static constexpr std::size_t bytes() { return (kQ + 2 * STAGES * kKV) * sizeof(bf16); }
+};
+
+// kQRegs: Q fragments live in registers for the whole block (as in variant 0; 1 block of
+// 8 warps per SM by registers, variant 2); otherwise they are re-read from shared memory
+// by ldmatrix for every key tile, which keeps the kernel near 128 registers so 2 blocks
+// (16 warps) fit per SM (variant 1). STAGES: K/V tiles in flight (cp.async ring).
+template <int HD, bool kQRegs, int STAGES>
+__global__ void __launch_bounds__(kThreads2, kQRegs ? 1 : 2) flash_attention_kernel2(AttnParams p) {
+  using S = FlashSmem2<HD, STAGES>;
+  constexpr int LD = S::kStride;
+  constexpr int VEC = HD / 8;           // 16-byte chunks per row
+  constexpr int KPS = kThreads2 / VEC;  // keys per load sweep
+  constexpr int SWEEPS = kKeys / KPS;   // sweeps per key tile
+  static_assert(kKeys % KPS == 0, "key tile must be a whole number of sweeps");
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  bf16 *q_s = reinterpret_cast<bf16 *>(smem_raw);  // [kRows2][LD]
+  bf16 *kv_s = q_s + S::kQ;                        // [STAGES][K | V][kKeys][LD]
+
+  const int nkv = p.layout.num_kv_heads;
+  const int G = p.num_q_heads / nkv;
+  const int npairs = (p.num_tiles + 1) / 2;
+  const int pair = npairs - 1 - static_cast<int>(p.kv_heads_fast ? blockIdx.x / nkv : blockIdx.x);
+  const int kvh = p.kv_heads_fast ? static_cast<int>(blockIdx.x % nkv) : blockIdx.y;
+  const bool has_b = 2 * pair + 1 < p.num_tiles;
+  const AttnTile ta = p.tiles[2 * pair];
+  const AttnTile tb = has_b ? p.tiles[2 * pair + 1] : ta;
+  const int rows_a = ta.num_q * G, rows_b = has_b ? tb.num_q * G : 0;
+  const bool merged = has_b && tb.block_offset == ta.block_offset && tb.pos0 == ta.pos0 + ta.num_q;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int half = warp / kWarps;  // 0: tile a, 1: tile b
+  const AttnTile tile = half ? tb : ta;
+  const int rows = half ? rows_b : rows_a;
+  const int bs = p.layout.block_size;
+  const int W = p.window;
+  const std::int64_t v_off = std::int64_t(bs) * p.layout.slot_elems();  // V after K in a block
+
+  // Q tiles -> shared memory (rows past each tile's `rows` zero).
+  for (int idx = threadIdx.x; idx < kRows2 * VEC; idx += kThreads2) {
+    const int R = idx / VEC, c = idx % VEC;
+    const int h = R / kFlashRows, r = R % kFlashRows;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < (h ? rows_b : rows_a)) {
+      const AttnTile &tq = h ? tb : ta;
+      const int token = tq.q_start + r / G, head = kvh * G + r % G;
+      v = *reinterpret_cast<const uint4 *>(p.qkv + std::int64_t(token) * p.row_stride +
+                                           std::int64_t(head) * HD + c * 8);
+    }
+    *reinterpret_cast<uint4 *>(q_s + R * LD + c * 8) = v;
+  }
+
+  // Keys [kb, kb + kKeys) of the sequence at block_offset; positions >= hi zero-filled.
+  auto load_tile = [&](int kb, int hi, int block_offset, int buf) {
+    bf16 *dst = kv_s + std::size_t(buf) * 2 * S::kKV;
+    const int c = threadIdx.x % VEC;
+#pragma unroll
+    for (int sw = 0; sw < SWEEPS; ++sw) {
+      const int key = threadIdx.x / VEC + sw * KPS;
+      const int pos = kb + key;
+      const bool valid = pos < hi;
+      const bf16 *src = p.cache;  // any valid address when zero-filling
+      if (valid) {
+        const std::int32_t block = p.block_table[block_offset + pos / bs];
+        src =
+            p.cache + p.layout.offset(block, p.layer, 0, pos % bs) + std::int64_t(kvh) * HD + c * 8;
+      }
+      cp_async16(dst + key * LD + c * 8, src, valid);
+      cp_async16(dst + S::kKV + key * LD + c * 8, valid ? src + v_off : src, valid);
+    }
+  };
+
+  // This warp's rows: r0 within its tile, q_s row warp * 16 + r.
+  const int r0 = (warp % kWarps) * 16;
+  const int qpos0 = tile.pos0 + (r0 + g) / G;
+  const int qpos1 = tile.pos0 + (r0 + g + 8) / G;
+  const int kv_len = tile.pos0 + tile.num_q;
+  const int warp_last_row = min(rows - 1, r0 + 15);
+  const int warp_max_pos = warp_last_row >= r0 ? tile.pos0 + warp_last_row / G : -1;
+  const int warp_min_pos = tile.pos0 + r0 / G;
+  const int warp_below = W > 0 ? tile.pos0 + r0 / G - W : -1;
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+
+  // Pass 0 covers tile a (and b when merged); pass 1 tile b alone.
+  auto pass_range = [&](int pass, int &lo, int &hi, int &boff) {
+    const AttnTile &pt = pass ? tb : ta;
+    lo = W > 0 ? max(0, pt.pos0 - W + 1) : 0;
+    hi = merged ? tb.pos0 + tb.num_q : pt.pos0 + pt.num_q;
+    boff = pt.block_offset;
+  };
+  const int npass = has_b && !merged ? 2 : 1;
+  int lo, hi, boff, n_tiles;
+  // Tiles 0 .. STAGES - 2 of a pass in flight (one commit group each, empty past the end).
+  auto prologue = [&](int pass) {
+    pass_range(pass, lo, hi, boff);
+    n_tiles = (hi - lo + kKeys - 1) / kKeys;
+#pragma unroll
+    for (int st = 0; st < STAGES - 1; ++st) {
+      if (st < n_tiles) load_tile(lo + st * kKeys, hi, boff, st);
+      cp_async_commit();
+    }
+  };
+  prologue(0);
+  __syncthreads();  // q_s written
+
+  constexpr int KS = HD / 16;
+  std::uint32_t qa[kQRegs ? KS : 1][4];
+  if constexpr (kQRegs) {
+    const int qr = warp * 16;
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      const bf16 *base = q_s + (qr + g) * LD + ks * 16 + t * 2;
+      qa[ks][0] = *reinterpret_cast<const std::uint32_t *>(base);
+      qa[ks][1] = *reinterpret_cast<const std::uint32_t *>(base + 8 * LD);
+      qa[ks][2] = *reinterpret_cast<const std::uint32_t *>(base + 8);
+      qa[ks][3] = *reinterpret_cast<const std::uint32_t *>(base + 8 * LD + 8);
+    }
+  }
+
+  float o[HD / 8][4];
+#pragma unroll
+  for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  // One key tile for this warp's 16 rows; kMask: apply causal / length / window limits.
+  auto tile_body = [&](const bf16 *k_s, const bf16 *v_s, int kb, auto mask_tag) {
+    constexpr bool kMask = decltype(mask_tag)::value;
+    float s[kKeys / 8][4];
+    // Lane l addresses row l % 8 of 8x8 matrix l / 8: keys j*8.., dims k2*32 + 8 (l / 8);
+    // the 4 registers are the B fragments (b0, b1) of k steps 2 k2 and 2 k2 + 1.
+    const bf16 *kaddr = k_s + (lane & 7) * LD + (lane >> 3) * 8;
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int k2 = 0; k2 < KS / 2; ++k2) {
+      std::uint32_t a0[4], a1[4];
+      if constexpr (kQRegs) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          a0[i] = qa[2 * k2][i];
+          a1[i] = qa[2 * k2 + 1][i];
+        }
+      } else {
+        // A fragments of rows warp*16.. by ldmatrix.x4: lanes 0-15 rows, 16-31 the +8 dims.
+        const bf16 *qaddr = q_s + (warp * 16 + (lane & 15)) * LD + k2 * 32 + (lane >> 4) * 8;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a0[0]), "=r"(a0[1]), "=r"(a0[2]), "=r"(a0[3])
+                     : "r"(smem_addr(qaddr)));
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a1[0]), "=r"(a1[1]), "=r"(a1[2]), "=r"(a1[3])
+                     : "r"(smem_addr(qaddr + 16)));
+      }
+#pragma unroll
+      for (int j = 0; j < kKeys / 8; ++j) {
+        std::uint32_t b0, b1, b2, b3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                     : "r"(smem_addr(kaddr + j * 8 * LD + k2 * 32)));
+        mma_bf16(s[j], a0, b0, b1);
+        mma_bf16(s[j], a1, b2, b3);
+      }
+    }
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float v = s[j][e] * scale_log2;
+        if (kMask) {
+          const int key = kb + j * 8 + t * 2 + (e & 1);
+          const int qpos = e < 2 ? qpos0 : qpos1;
+          const bool masked = key > qpos || key >= kv_len || (W > 0 && key <= qpos - W);
+          v = masked ? -INFINITY : v;
+        }
+        s[j][e] = v;
+        mx[e / 2] = fmaxf(mx[e / 2], v);
+      }
+    float alpha[2], mu[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+      mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+      const float m_new = fmaxf(m[h], mx[h]);
+      mu[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with every key masked so far
+      alpha[h] = exp2f(m[h] - mu[h]);
+      m[h] = m_new;
+      l[h] *= alpha[h];
+    }
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[0];
+      o[j][2] *= alpha[1];
+      o[j][3] *= alpha[1];
+    }
+#pragma unroll
+    for (int j = 0; j < kKeys / 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[j][e] = exp2f(s[j][e] - mu[e / 2]);
+        l[e / 2] += s[j][e];
+      }
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      std::uint32_t pa[4];
+      pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
+      pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
+      pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      const bf16 *vrow = v_s + (kk * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
+#pragma unroll
+      for (int j = 0; j < HD / 8; j += 2) {
+        std::uint32_t b0, b1, b2, b3;
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
+                     : "r"(smem_addr(vrow + j * 8)));
+        mma_bf16(o[j], pa, b0, b1);
+        mma_bf16(o[j + 1], pa, b2, b3);
+      }
+    }
+  };
+
+  for (int pass = 0; pass < npass; ++pass) {
+    if (pass > 0) {
+      __syncthreads();  // every warp is done with the last pass's buffers
+      prologue(pass);
+    }
+    const bool active = merged || half == pass;
+    for (int it = 0; it < n_tiles; ++it) {
+      const int kb = lo + it * kKeys;
+      cp_async_wait<STAGES - 2>();  // tile it has landed (this thread's copies)
+      __syncthreads();              // everyone's copies; buffer (it - 1) % STAGES is free
+      {
+        const int nx = it + STAGES - 1;
+        if (nx < n_tiles) load_tile(lo + nx * kKeys, hi, boff, nx % STAGES);
+        cp_async_commit();
+      }
+      const bf16 *k_s = kv_s + std::size_t(it % STAGES) * 2 * S::kKV;
+      const bf16 *v_s = k_s + S::kKV;
+      if (active && kb <= warp_max_pos && kb + kKeys - 1 > warp_below) {
+        // Every key of the tile visible to every row of the warp: no mask math.
+        const bool full = kb + kKeys - 1 <= warp_min_pos && (W <= 0 || kb > warp_max_pos - W);
+        if (full)
+          tile_body(k_s, v_s, kb, std::false_type{});
+        else
+          tile_body(k_s, v_s, kb, std::true_type{});
+      }
+    }
+  }
+  cp_async_wait<0>();  // no copy may land after the block exits
+
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = r0 + g + 8 * h;
+    if (r >= rows) continue;
+    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
+    const int token = tile.q_start + r / G, head = kvh * G + r % G;
+    bf16 *out = p.out + std::int64_t(token) * p.num_q_heads * HD + std::int64_t(head) * HD;
+#pragma unroll
+    for (int j = 0; j < HD / 8; ++j)
+      *reinterpret_cast<__nv_bfloat162 *>(out + j * 8 + t * 2) =
+          __floats2bfloat162_rn(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
+  }
+}
+
+template <int HD, bool kQRegs, int STAGES>
+void launch_for2(cudaStream_t s, const AttnParams &p) {
+  const std::size_t smem = FlashSmem2<HD, STAGES>::bytes();
+  KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel2<HD, kQRegs, STAGES>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  const unsigned pairs = static_cast<unsigned>((p.num_tiles + 1) / 2);
+  const dim3 grid =
+      p.kv_heads_fast ? dim3(pairs * p.layout.num_kv_heads) : dim3(pairs, p.layout.num_kv_heads);
+  flash_attention_kernel2<HD, kQRegs, STAGES><<<grid, kThreads2, smem, s>>>(p);
+  KEEL_CUDA_CHECK_LAUNCH("flash_attention (variant 1/2)");
+}
+
 template <int HD>
 void launch_for(cudaStream_t s, const AttnParams &p) {
   const std::size_t smem = FlashSmem<HD>::bytes();
@@ -279,10 +582,24 @@ void launch_flash_attention(cudaStream_t s, const AttnParams &p) {
                 "flash_attention: unsupported shape (head_dim " + std::to_string(hd) + ", heads " +
                     std::to_string(p.num_q_heads) + "/" + std::to_string(nkv) + ", tile_q " +
                     std::to_string(p.tile_q) + ")");
-  if (hd == 64)
+  if (p.flash_variant < 0 || p.flash_variant > 2)
+    throw Error(ErrorCode::kInvalidArgument, "flash_attention: flash_variant " +
+                                                 std::to_string(p.flash_variant) + " (0, 1 or 2)");
+  if (p.flash_variant == 1) {
+    if (hd == 64)
+      launch_for2<64, false, 2>(s, p);
+    else
+      launch_for2<128, false, 2>(s, p);
+  } else if (p.flash_variant == 2) {
+    if (hd == 64)
+      launch_for2<64, true, 4>(s, p);
+    else
+      launch_for2<128, true, 4>(s, p);
+  } else if (hd == 64) {
     launch_for<64>(s, p);
-  else
+  } else {
     launch_for<128>(s, p);
+  }
 }
 
 }  // namespace keel::cuda

@@ -117,6 +117,10 @@ struct AttnParams {
   // position p sees the keys at positions > p - window, as the CPU kernel and HF do.
   // 0: every key up to p.
   int window = 0;
+  // Flash kernel: 0 the first version (64 rows per block, 4 warps); 1 two runner tiles
+  // per block (128 rows, 8 warps) sharing each K/V tile, ldmatrix K fragments, mask math
+  // on edge tiles only (k_attention_flash.cu). Other values are rejected.
+  int flash_variant = 0;
 };
 constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
 constexpr int kAttnMaxHeadDim = 256;
