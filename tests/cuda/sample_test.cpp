@@ -5,6 +5,7 @@
 #include <cmath>
 #include <map>
 #include <random>
+#include <set>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
@@ -64,6 +65,50 @@ struct Row {
   std::uint64_t seed = 0;
 };
 
+// The device row for `p` with draw `u`, its penalty entries appended to `entries`
+// (what CudaModelRunner::forward_sample stages).
+SampleRow device_row(const SamplingParams &p, double u, std::span<const TokenId> prompt,
+                     std::span<const TokenId> generated, std::vector<PenaltyEntry> &entries) {
+  SampleRow d;
+  d.inv_temperature = p.greedy() ? 0.0f : 1.0f / p.temperature;
+  d.top_k = p.top_k;
+  d.top_p = p.top_p;
+  d.min_p = p.min_p;
+  d.repetition_penalty = p.repetition_penalty;
+  d.presence_penalty = p.presence_penalty;
+  d.frequency_penalty = p.frequency_penalty;
+  d.u = u;
+  d.penalty_begin = static_cast<std::int32_t>(entries.size());
+  std::map<TokenId, int> seen;
+  if (d.repetition_penalty != 1.0f)
+    for (TokenId t : prompt) seen.emplace(t, 0);
+  for (TokenId t : generated) ++seen[t];
+  for (auto [t, c] : seen) entries.push_back({t, c});
+  d.penalty_count = static_cast<std::int32_t>(entries.size()) - d.penalty_begin;
+  return d;
+}
+
+struct DeviceSampled {
+  std::vector<std::int32_t> tokens;
+  std::vector<float> logprobs, logits_after;
+};
+
+// launch_sample over host rows; returns its tokens, logprobs and the logits afterwards.
+DeviceSampled sample_on_device(CudaContext &ctx, const std::vector<float> &logits, int R, int V,
+                               const std::vector<SampleRow> &rows,
+                               const std::vector<PenaltyEntry> &entries) {
+  auto d_logits = test::upload(ctx, logits);
+  auto d_rows = test::upload(ctx, rows);
+  auto d_entries = test::upload(ctx, entries);
+  DeviceBuffer scratch(sample_scratch_bytes(R, V)), tokens(R * 4), lps(R * 4);
+  test::poison(ctx, tokens);
+  launch_sample(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
+                d_entries.as<PenaltyEntry>(), scratch.data(), scratch.bytes(),
+                tokens.as<std::int32_t>(), lps.as<float>());
+  return {test::download<std::int32_t>(ctx, tokens, R), test::download<float>(ctx, lps, R),
+          test::download<float>(ctx, d_logits, logits.size())};
+}
+
 // ties: logits rounded to halves, so many candidates share a value (greedy and the
 // sort must both prefer the lowest id); greedy_only: every row greedy (nothing sorted).
 void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
@@ -92,35 +137,13 @@ void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
     cpu_logprobs[r] = res.logprob;
     // The same draw the CPU sampler made.
     std::mt19937_64 draw(row.seed);
-    SampleRow &d = dev_rows[r];
-    d.inv_temperature = row.params.greedy() ? 0.0f : 1.0f / row.params.temperature;
-    d.top_k = row.params.top_k;
-    d.top_p = row.params.top_p;
-    d.min_p = row.params.min_p;
-    d.repetition_penalty = row.params.repetition_penalty;
-    d.presence_penalty = row.params.presence_penalty;
-    d.frequency_penalty = row.params.frequency_penalty;
-    d.u = std::uniform_real_distribution<double>(0.0, 1.0)(draw);
-    d.penalty_begin = static_cast<std::int32_t>(entries.size());
-    std::map<TokenId, int> seen;
-    if (d.repetition_penalty != 1.0f)
-      for (TokenId t : row.prompt) seen.emplace(t, 0);
-    for (TokenId t : row.generated) ++seen[t];
-    for (auto [t, c] : seen) entries.push_back({t, c});
-    d.penalty_count = static_cast<std::int32_t>(entries.size()) - d.penalty_begin;
+    dev_rows[r] = device_row(row.params, std::uniform_real_distribution<double>(0.0, 1.0)(draw),
+                             row.prompt, row.generated, entries);
   }
-  auto d_logits = test::upload(ctx, logits);
-  auto d_rows = test::upload(ctx, dev_rows);
-  auto d_entries = test::upload(ctx, entries);
-  DeviceBuffer scratch(sample_scratch_bytes(R, V)), tokens(R * 4), lps(R * 4);
-  test::poison(ctx, tokens);
-  launch_sample(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
-                d_entries.as<PenaltyEntry>(), scratch.data(), scratch.bytes(),
-                tokens.as<std::int32_t>(), lps.as<float>());
-  const auto got = test::download<std::int32_t>(ctx, tokens, R);
-  const auto got_lp = test::download<float>(ctx, lps, R);
-  const auto after = test::download<float>(ctx, d_logits, logits.size());
-  EXPECT_EQ(after, logits) << "logits must be left unchanged";
+  const DeviceSampled dev = sample_on_device(ctx, logits, R, V, dev_rows, entries);
+  const auto &got = dev.tokens;
+  const auto &got_lp = dev.logprobs;
+  EXPECT_EQ(dev.logits_after, logits) << "logits must be left unchanged";
   for (int r = 0; r < R; ++r) {
     EXPECT_EQ(got[r], cpu_tokens[r]) << "row " << r << " params set " << r % 8;
     EXPECT_NEAR(got_lp[r], cpu_logprobs[r], 1e-4) << "row " << r;
@@ -138,6 +161,63 @@ TEST(CudaSample, MatchesCpuSamplerWithTiedLogitsAndAllGreedyBatches) {
   compare_with_cpu(32, 5000, 4, /*ties=*/true);
   compare_with_cpu(16, 5000, 5, /*ties=*/true, /*greedy_only=*/true);
   compare_with_cpu(16, 128256, 6, /*ties=*/false, /*greedy_only=*/true);
+}
+
+// The filter (only the candidates the walk can reach are sorted) against the CPU
+// Sampler given the same draw u: peaked rows (sigma 8: a handful of candidates hold the
+// mass) and flat ones (sigma 1: too many candidates, the full sort), draws near 0 and
+// near 1 (u + margin >= 1 always takes the full sort), temperature only, min_p alone
+// (the filter keeps every candidate min_p keeps), top_k within and beyond the
+// filter's capacity, top_p, penalties.
+TEST(CudaSample, FilteredAndFullSortRowsMatchCpuSamplerForGivenDraws) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  const int V = 128256;
+  // Not nearer 1 than 1e-5: at u = 1 - 1e-9 the crossing falls among ~1e-14-probability
+  // tail candidates, where summation order alone (sequential on the CPU, block scans here)
+  // moves it -- both are then equally valid draws (seen on the H200: row 49, full sort).
+  const double draws[] = {0.0, 1e-9, 0.25, 0.5, 0.9, 0.9999, 0.99995, 0.99999};
+  std::vector<SamplingParams> sets(7);
+  sets[0].temperature = 1.0f;
+  sets[1].temperature = 0.6f, sets[1].min_p = 0.1f;
+  sets[2].temperature = 1.0f, sets[2].min_p = 1e-6f;
+  sets[3].temperature = 0.8f, sets[3].top_k = 50;
+  sets[4].temperature = 1.2f, sets[4].top_k = 6000;  // beyond the filter's capacity
+  sets[5].temperature = 0.9f, sets[5].top_p = 0.95f;
+  sets[6].temperature = 1.0f, sets[6].top_p = 0.7f, sets[6].repetition_penalty = 1.3f,
+  sets[6].presence_penalty = 0.4f;
+  const int R = 2 * 8 * 7;  // sigma x draw x parameter set
+  std::mt19937 rng(77);
+  std::vector<float> logits(std::size_t(R) * V);
+  std::vector<SampleRow> dev_rows(R);
+  std::vector<PenaltyEntry> entries;
+  std::vector<TokenId> cpu_tokens(R);
+  std::vector<float> cpu_lp(R);
+  const std::vector<TokenId> prompt = {5, 17, 17, 99, 1000}, generated = {17, 4, 4};
+  for (int r = 0; r < R; ++r) {
+    const float sigma = r < R / 2 ? 8.0f : 1.0f;
+    const double u = draws[(r / 7) % 8];
+    const SamplingParams &p = sets[r % 7];
+    std::normal_distribution<float> nd(0.0f, sigma);
+    const std::span<float> lr(logits.data() + std::size_t(r) * V, V);
+    for (auto &x : lr) x = nd(rng);
+    Sampler cpu(p, 0);
+    const SampleResult res = cpu.sample_with(lr, prompt, generated, u);
+    cpu_tokens[r] = res.token;
+    cpu_lp[r] = res.logprob;
+    dev_rows[r] = device_row(p, u, prompt, generated, entries);
+  }
+  const DeviceSampled dev = sample_on_device(ctx, logits, R, V, dev_rows, entries);
+  const auto &got = dev.tokens;
+  const auto &got_lp = dev.logprobs;
+  std::set<TokenId> distinct;
+  for (int r = 0; r < R; ++r) {
+    EXPECT_EQ(got[r], cpu_tokens[r]) << "row " << r << " set " << r % 7 << " u "
+                                     << draws[(r / 7) % 8] << (r < R / 2 ? " peaked" : " flat");
+    EXPECT_NEAR(got_lp[r], cpu_lp[r], 1e-4) << "row " << r;
+    distinct.insert(cpu_tokens[r]);
+  }
+  EXPECT_GT(distinct.size(), 20u);  // the rows really sampled different candidates
 }
 
 TEST(CudaSample, MatchesCpuSamplerLlama3Vocab) {

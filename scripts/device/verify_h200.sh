@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Verification and the key figures of the CUDA backend in one call on the GPU machine:
+# the whole CUDA test suite, compute-sanitizer memcheck and racecheck on the newest
+# kernels, an A/B of the flash attention variants at 512 and 8,192-token prefill, 8B
+# decode at 64 / 256 sequences, and the engine with GPU sampling. Every step has its own
+# timeout, capped by what is left of --budget seconds (default 470) for the whole
+# script, so a slow one cannot eat the others' time; logs go to $OUT.
+#
+#   here:   cmake --build build --target keel_test_cuda cuda_bench cuda_engine_bench
+#           KEEL_DEVCARRY=.devcarry-verify scripts/device/package.sh build \
+#             tests/keel_test_cuda bench/cuda_bench bench/cuda_engine_bench
+#           (cd .devcarry-verify && tar -cJf pack.tar.xz bin lib && rm -rf bin lib)
+#   there:  bash scripts/device/verify_h200.sh [budget-seconds]   (carry .devcarry-verify)
+set -uo pipefail
+carry=${KEEL_CARRY:-.devcarry-verify}
+out=${OUT:-/tmp/keel-verify}
+mkdir -p "$out"
+[ -f "$carry/pack.tar.xz" ] && (cd "$carry" && tar -xJf pack.tar.xz)
+export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}"
+B=$carry/bin
+# The test binary finds fixtures and models under the source path it was built from.
+src_dir=$(strings "$B/keel_test_cuda" 2>/dev/null | grep -m1 -E '^/.*/main$' || echo /work/main)
+[ -e "$src_dir" ] || { mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir"; }
+budget=${1:-470}
+start=$SECONDS
+stamp() { echo "== [$((SECONDS - start)) s] $*"; }
+# cap T: the smaller of T and the time left (at least 1 s)
+cap() {
+  local left=$((budget - (SECONDS - start)))
+  [ "$left" -lt 1 ] && left=1
+  echo $(($1 < left ? $1 : left))
+}
+summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$1" | tail -${2:-25}; }
+
+stamp "device"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
+
+stamp "keel_test_cuda (all)"
+timeout "$(cap 120)" "$B/keel_test_cuda" >"$out/tests.log" 2>&1
+echo "keel_test_cuda exit $?"
+summary "$out/tests.log" 30
+grep -E 'ms per call|TFLOP' "$out/tests.log" | head -12
+
+new_kernels='CudaSample.*:CudaFusedGemv.*:CudaQkvRopeKv.*:CudaAttention.SlidingWindow*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*'
+stamp "memcheck: $new_kernels"
+timeout "$(cap 90)" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  "$B/keel_test_cuda" --gtest_filter="$new_kernels" >"$out/memcheck.log" 2>&1
+echo "memcheck exit $? (9: errors, 124: timed out)"
+grep -E 'ERROR SUMMARY|Invalid|Race' "$out/memcheck.log" | sort | uniq -c | head
+summary "$out/memcheck.log" 8
+
+race='CudaSample.Filtered*:SlidingWindowModel.CudaMatchesCpuFlash*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*'
+stamp "racecheck: $race"
+timeout "$(cap 70)" compute-sanitizer --tool racecheck --error-exitcode 9 \
+  "$B/keel_test_cuda" --gtest_filter="$race" >"$out/racecheck.log" 2>&1
+echo "racecheck exit $? (9: hazards, 124: timed out)"
+grep -E 'RACECHECK SUMMARY|hazard' "$out/racecheck.log" | sort | uniq -c | head
+summary "$out/racecheck.log" 8
+
+prefill_round() {
+  for v in 0 1 2; do
+    stamp "prefill round $1, flash variant $v"
+    timeout "$(cap 35)" "$B/cuda_bench" --model 8b --seqs 1 --decode-steps 8 \
+      --flash-variant "$v" >"$out/prefill_v${v}_r$1.log" 2>&1
+    grep -E 'prefill|decode' "$out/prefill_v${v}_r$1.log" | head -4
+  done
+}
+engine() {
+  stamp "engine with GPU sampling, 8B, temperature $1"
+  timeout "$(cap 40)" "$B/cuda_engine_bench" --model 8b --seqs 1,64,256 --output 128 \
+    --temperature "$1" --sampling device 2>&1 | tee "$out/engine_t$1.log"
+}
+prefill_round 1
+engine 1
+stamp "8B decode, 64 and 256 seqs"
+timeout "$(cap 45)" "$B/cuda_bench" --model 8b --no-long-prefill --seqs 64,256 \
+  --decode-steps 64 >"$out/decode_8b.log" 2>&1
+grep -E 'decode' "$out/decode_8b.log" | head -6
+prefill_round 2
+engine 0
+stamp "done"
