@@ -47,9 +47,11 @@ struct CudaRunnerOptions {
   // Flash kernel version (AttnParams::flash_variant): 0 the first (64 rows, 4 warps per
   // block); 1 two tiles per block (128 rows, 8 warps, 2 blocks/SM) sharing each K/V tile,
   // ldmatrix K fragments, mask math on edge tiles only; 2 the same with Q in registers,
-  // 1 block/SM, 4 K/V stages. 0 stays the default until 1/2 are tested and measured on
-  // the H200 (cuda_bench --flash-variant N; NOTES.md).
-  int flash_variant = 0;
+  // 1 block/SM, 4 K/V stages. Default 1: on the H200 (8B, `cuda_bench --flash-variant N`,
+  // two rounds) 8,192-token prefill 21,186 / 21,184 (0), 30,637 / 31,101 (1), 28,509 /
+  // 28,567 (2) tok/s; 512 tokens 35,083 / 34,957, 36,156 / 38,084, 37,224 / 36,037; one
+  // 8,192-token layer 6.68 / 2.46 / 3.30 ms; every flash test passed for each variant.
+  int flash_variant = 1;
   // Decode and flash attention blocks ordered kv head fastest (AttnParams::kv_heads_fast):
   // the blocks that read one KV page's heads run together. Off: tile fastest (as before).
   bool attn_kv_heads_fast = false;
