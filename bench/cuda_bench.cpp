@@ -7,8 +7,10 @@
 //     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
 //     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
 //     [--max-splits N] [--split-round up|down] [--l2-prefetch on|off] [--flash-variant 0|1|2]
+//     [--fused-split-k 0|1|2|4]
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
-//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
+//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back, and
+//     the fused GEMV split-K over 2 and 4 warps per row, 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 #include <cstdio>
 
@@ -202,6 +204,7 @@ class Bench {
 // shapes, bytes/s against the copy bandwidth. Weights rotate over enough copies that every
 // launch reads from HBM, not the 50 MB L2. "fused x8": 8 launches back to back (each on
 // the next weight copy), time per launch: with PDL each overlaps its predecessor's tail.
+// "split2/4 x8": the same with FusedGemvParams::split_k 2 / 4.
 int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
   cuda::CudaContext ctx;
   cudaStream_t s = ctx.compute();
@@ -225,18 +228,21 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       "# linear layers at small M on %s: cuBLASLt vs GEMV kernel vs fused GEMV (median of 30 "
       "us; TB/s of weights), PDL %s\n",
       ctx.device_name().c_str(), pdl ? "on" : "off");
-  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n",
-              "shape", "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
-              "L2 pf x8", "TB/s", "max rel d");
+  std::printf(
+      "| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | "
+      "%9s | %5s | %9s |\n",
+      "shape", "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
+      "L2 pf x8", "TB/s", "split2 x8", "TB/s", "split4 x8", "TB/s", "max rel d");
   std::printf(
       "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
-      "-------|-----------|-------|-----------|-------|-----------|\n");
+      "-------|-----------|-------|-----------|-------|-----------|-------|-----------|-------|"
+      "-----------|\n");
   for (const Shape &sh : shapes) {
     const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
     const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
     cuda::DeviceBuffer w(wbytes * copies), x(std::size_t(8) * sh.K * 2);
     cuda::DeviceBuffer y1(std::size_t(8) * sh.N * 4), y2(std::size_t(8) * sh.N * 4),
-        y3(std::size_t(8) * sh.N * 4);
+        y3(std::size_t(8) * sh.N * 4), y4(std::size_t(8) * sh.N * 4), y5(std::size_t(8) * sh.N * 4);
     cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
                               0.05f);
     cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
@@ -245,7 +251,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
       auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
-      auto fused = [&](int r, void *y, int waves = 0, bool l2 = false) {
+      auto fused = [&](int r, void *y, int waves = 0, bool l2 = false, int split_k = 0) {
         cuda::FusedGemvParams p;
         p.w = reinterpret_cast<const cuda::bf16 *>(copy_at(r));
         p.N = sh.N;
@@ -257,6 +263,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         p.pdl = pdl;
         p.max_waves = waves;
         p.l2_prefetch = l2;
+        p.split_k = split_k;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
       auto time = [&](auto &&launch, int per) {
@@ -281,9 +288,13 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       const double us_fu = time([&](int r) { fused(r, y3.data()); }, 1);
       const double us_f8 = time([&](int r) { fused(r, y3.data()); }, 8);
       const double us_p8 = time([&](int r) { fused(r, y3.data(), 0, true); }, 8);
+      const double us_s2 = time([&](int r) { fused(r, y4.data(), 0, false, 2); }, 8);
+      const double us_s4 = time([&](int r) { fused(r, y5.data(), 0, false, 4); }, 8);
       run_gemm(lt, y1.data(), 0);
       run_gemm(gv, y2.data(), 0);
       fused(0, y3.data());
+      fused(0, y4.data(), 0, false, 2);
+      fused(0, y5.data(), 0, false, 4);
       const std::size_t n = std::size_t(M) * sh.N;
       auto fetch = [&](cuda::DeviceBuffer &y) {
         std::vector<float> h(n);
@@ -297,19 +308,22 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         }
         return h;
       };
-      const auto h1 = fetch(y1), h2 = fetch(y2), h3 = fetch(y3);
+      const auto h1 = fetch(y1), h2 = fetch(y2), h3 = fetch(y3), h4 = fetch(y4), h5 = fetch(y5);
       double num = 0, den = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        const double d = std::max(std::abs(double(h1[i]) - h2[i]), std::abs(double(h1[i]) - h3[i]));
+        const double d =
+            std::max({std::abs(double(h1[i]) - h2[i]), std::abs(double(h1[i]) - h3[i]),
+                      std::abs(double(h1[i]) - h4[i]), std::abs(double(h1[i]) - h5[i])});
         num = std::max(num, d);
         den = std::max(den, std::abs(double(h1[i])));
       }
       auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
       std::printf(
           "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | "
-          "%5.2f | %9.2e |\n",
+          "%5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.2e |\n",
           sh.name.c_str(), M, us_lt, tbs(us_lt), us_gv, tbs(us_gv), us_fu, tbs(us_fu), us_f8,
-          tbs(us_f8), us_p8, tbs(us_p8), num / std::max(den, 1e-30));
+          tbs(us_f8), us_p8, tbs(us_p8), us_s2, tbs(us_s2), us_s4, tbs(us_s4),
+          num / std::max(den, 1e-30));
       std::fflush(stdout);
     }
   }
@@ -436,6 +450,7 @@ int run(int argc, char **argv) {
   int flash_variant = cuda::CudaRunnerOptions{}.flash_variant;
   bool l2_prefetch = cuda::CudaRunnerOptions{}.fused_l2_prefetch;
   bool splits_down = cuda::CudaRunnerOptions{}.attn_splits_round_down;
+  int split_k = cuda::CudaRunnerOptions{}.fused_gemv_split_k;  // warps per fused GEMV row
   bool pdl = true;              // programmatic dependent launch of the fused kernels
   bool swiglu_epilogue = true;  // fused path: SwiGLU in gate_up's epilogue (else down's prologue)
   bool gemv = false;            // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -496,6 +511,8 @@ int run(int argc, char **argv) {
       splits_down = v == "down";
     } else if (a == "--flash-variant") {
       flash_variant = std::stoi(val());
+    } else if (a == "--fused-split-k") {
+      split_k = std::stoi(val());
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
@@ -539,6 +556,7 @@ int run(int argc, char **argv) {
   o.fused_l2_prefetch = l2_prefetch;
   o.attn_splits_round_down = splits_down;
   o.flash_variant = flash_variant;
+  o.fused_gemv_split_k = split_k;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -566,14 +584,14 @@ int run(int argc, char **argv) {
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
       "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
       "decode for M <= %d, PDL %s, SwiGLU in %s, attention splits cap %d (rounded %s), L2 prefetch "
-      "%s, flash variant %d\n",
+      "%s, flash variant %d, fused GEMV split-K %d\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
       heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m,
       bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
       swiglu_epilogue ? "gate_up epilogue" : "down prologue", split_cap,
-      splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant);
+      splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant, split_k);
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -284,6 +284,10 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   swiglu_epilogue_ = opts.fused_swiglu_epilogue;
   split_cap_ = std::max(0, opts.attn_split_cap);
   l2_prefetch_ = opts.fused_l2_prefetch;
+  if (!fused_gemv_split_supported(opts.fused_gemv_split_k))
+    throw Error(ErrorCode::kInvalidArgument,
+                "cuda runner: fused_gemv_split_k must be 0, 1, 2 or 4");
+  split_k_ = opts.fused_gemv_split_k;
   split_round_down_ = opts.attn_splits_round_down;
   partial_entries_ = 8 * ctx_.num_sms();
 
@@ -671,6 +675,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, const AttnPara
     p.y = y;
     p.pdl = pdl_;
     p.l2_prefetch = l2_prefetch_;
+    p.split_k = split_k_;
     launch_fused_gemv(s, p, sms);
   };
   QkvRopeKvParams rk;

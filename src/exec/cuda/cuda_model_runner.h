@@ -83,6 +83,10 @@ struct CudaRunnerOptions {
   // for the previous kernel (FusedGemvParams::l2_prefetch). Off: measured slower on the
   // H200 (8B batch 1 202 -> 184 tok/s, 1B 927 -> 884).
   bool fused_l2_prefetch = false;
+  // Warps per output row of the fused GEMVs (FusedGemvParams::split_k): 0 or 1 one (the
+  // kernel measured above); 2 or 4 split-K with two chunks of loads in flight per warp.
+  // Not measured on the GPU yet (NOTES.md "split-K GEMV"). Other values are rejected.
+  int fused_gemv_split_k = 0;
   // At most this many split-K parts for attention over the keys (decode with few
   // sequences); 0: as many as fill the GPU (up to one per 64 keys). A tuning switch.
   int attn_split_cap = 0;
@@ -229,6 +233,7 @@ class CudaModelRunner : public ModelRunner {
   bool swiglu_epilogue_ = true;        // CudaRunnerOptions::fused_swiglu_epilogue
   int split_cap_ = 0;                  // CudaRunnerOptions::attn_split_cap
   bool l2_prefetch_ = false;           // CudaRunnerOptions::fused_l2_prefetch
+  int split_k_ = 0;                    // CudaRunnerOptions::fused_gemv_split_k
   bool split_round_down_ = true;       // CudaRunnerOptions::attn_splits_round_down
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes

@@ -4,6 +4,8 @@
 // row per warp, up to kDefaultWaves waves, then warps loop), kUnroll 16-byte loads in
 // flight per lane, each loaded weight reused for all M rows. The first chunk of weight
 // loads is issued before the PDL wait and the staging, so neither delays the stream.
+// FusedGemvParams::split_k 2 / 4 selects fused_gemv_split_kernel instead: 2 or 4 warps per
+// output row, two chunks of loads in flight per warp, partial sums reduced in shared memory.
 #include <algorithm>
 #include <string>
 
@@ -114,6 +116,23 @@ __device__ void stage_input(const FusedGemvParams &p, bf16 *xs, float (*red)[M])
   }
 }
 
+// Epilogue of output row `at` (= m * rows + n): a = W[n] x[m], b = W[n + rows] x[m] (kSwiglu).
+template <GemvOut Out>
+__device__ __forceinline__ void store_output(const FusedGemvParams &p, std::int64_t at, float a,
+                                             float b) {
+  if constexpr (Out == GemvOut::kF32) {
+    static_cast<float *>(p.y)[at] = a;
+  } else if constexpr (Out == GemvOut::kBf16) {
+    static_cast<bf16 *>(p.y)[at] = __float2bfloat16(a);
+  } else if constexpr (Out == GemvOut::kAddResidual) {
+    static_cast<float *>(p.y)[at] += __bfloat162float(__float2bfloat16(a));
+  } else {  // gate and up rounded to bf16 first, as the GEMM output launch_swiglu reads
+    const float g = __bfloat162float(__float2bfloat16(a));
+    const float u = __bfloat162float(__float2bfloat16(b));
+    static_cast<bf16 *>(p.y)[at] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
 template <int M, GemvIn In, GemvOut Out>
 __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvParams p) {
   // kSwiglu output: a warp computes gate row n and up row n + N/2 together.
@@ -202,32 +221,132 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
 #pragma unroll
       for (int m = 1; m < M; ++m)
         if (lane == m) a = acc[0][m], b = acc[R - 1][m];
-      const std::int64_t at = std::int64_t(lane) * rows + n;
-      if constexpr (Out == GemvOut::kF32) {
-        static_cast<float *>(p.y)[at] = a;
-      } else if constexpr (Out == GemvOut::kBf16) {
-        static_cast<bf16 *>(p.y)[at] = __float2bfloat16(a);
-      } else if constexpr (Out == GemvOut::kAddResidual) {
-        static_cast<float *>(p.y)[at] += __bfloat162float(__float2bfloat16(a));
-      } else {  // gate and up rounded to bf16 first, as the GEMM output launch_swiglu reads
-        const float g = __bfloat162float(__float2bfloat16(a));
-        const float u = __bfloat162float(__float2bfloat16(b));
-        static_cast<bf16 *>(p.y)[at] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
-      }
+      store_output<Out>(p, std::int64_t(lane) * rows + n, a, b);
     }
   }
 }
 
-template <int M, GemvIn In, GemvOut Out>
-void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
-  auto kernel = fused_gemv_kernel<M, In, Out>;
+// Split-K variant (FusedGemvParams::split_k = S, 2 or 4): the S warps of a row group
+// share an output row. Wide lane t = part * 32 + lane of the group reads the 16-byte
+// weight vectors t, t + 32 S, t + 64 S, ... of the row, so a row takes S times fewer
+// serial chunks of loads; and each warp keeps two chunks in flight (raw0 / raw1 ping-pong:
+// the next chunk's loads are issued before the current chunk's multiply-adds; the last
+// chunk of a row issues the first of the next row). U = kUnroll / R loads per lane per
+// chunk, so the two buffers hold as many registers as the one-warp kernel's R = 2 buffer.
+// Partial sums meet in shared memory behind a named barrier of the group's S warps only
+// (row groups of a block may run different numbers of rows), double-buffered by row
+// parity so one barrier per row suffices; the group's first warp runs the epilogue, summing
+// the parts in a fixed order. The same staging and PDL order as fused_gemv_kernel: only
+// weight loads before the wait, in every block.
+template <int M, GemvIn In, GemvOut Out, int S>
+__global__ void __launch_bounds__(kThreads) fused_gemv_split_kernel(const FusedGemvParams p) {
+  static_assert(S == 2 || S == 4, "split-K over 2 or 4 warps");
+  constexpr int R = Out == GemvOut::kSwiglu ? 2 : 1;
+  constexpr int U = kUnroll / R;  // 16-byte loads per lane per chunk, per weight row
+  constexpr int G = kWarps / S;   // row groups per block
+  constexpr int W = 32 * S;       // wide lanes per group
+  constexpr int kStep = W * U;    // 16-byte vectors per chunk of a row
+  extern __shared__ uint4 smem_raw[];
+  bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);  // [M][K]
+  __shared__ float red[kWarps][M];
+  __shared__ float partial[2][kWarps][R][M];  // [row parity][warp][r][m]: a warp's row sums
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = warp / S, part = warp % S, t = part * 32 + lane;
+  const std::int64_t K = p.K, kv = K / 8, rows = p.N / R;
+  const std::int64_t stride = std::int64_t(gridDim.x) * G;
+  const std::int64_t first = std::int64_t(blockIdx.x) * G + group;
+  const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
+  uint4 raw0[R][U], raw1[R][U];
+  // Chunk `base` (a multiple of kStep, the same in every warp of the group) of row n.
+  auto load_chunk = [&](uint4(&raw)[R][U], std::int64_t n, std::int64_t base) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const uint4 *wr = reinterpret_cast<const uint4 *>(p.w + (n + r * rows) * K);
+#pragma unroll
+      for (int u = 0; u < U; ++u) {
+        const std::int64_t v = base + t + W * u;
+        raw[r][u] = v < kv ? __ldcs(wr + v) : make_uint4(0, 0, 0, 0);
+      }
+    }
+  };
+  auto fma_chunk = [&](const uint4(&raw)[R][U], std::int64_t base, float(&acc)[R][M]) {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const std::int64_t v = base + t + W * u;
+      if (v < kv) {
+#pragma unroll
+        for (int m = 0; m < M; ++m) {
+          float xf[8];
+          bf16x8_to_float(xs4[m * kv + v], xf);
+#pragma unroll
+          for (int r = 0; r < R; ++r) {
+            float wf[8];
+            bf16x8_to_float(raw[r][u], wf);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[r][m] += wf[e] * xf[e];
+          }
+        }
+      }
+    }
+  };
+  // Weights only before the wait (they never depend on the previous kernel).
+  if (first < rows) load_chunk(raw0, first, 0);
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  stage_input<M, In>(p, xs, red);
+  __syncthreads();
+
+  int parity = 0;
+  // Invariant at the top of a row: raw0 holds its chunk 0.
+  for (std::int64_t n = first; n < rows; n += stride, parity ^= 1) {
+    float acc[R][M];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
+    for (std::int64_t base = 0; base < kv; base += 2 * kStep) {
+      const bool second = base + kStep < kv;  // uniform over the group
+      if (second) load_chunk(raw1, n, base + kStep);
+      fma_chunk(raw0, base, acc);
+      if (base + 2 * kStep < kv)
+        load_chunk(raw0, n, base + 2 * kStep);
+      else if (n + stride < rows)
+        load_chunk(raw0, n + stride, 0);  // the next row's first chunk, before the reduction
+      if (second) fma_chunk(raw1, base + kStep, acc);
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
+        if (lane == 0) partial[parity][warp][r][m] = acc[r][m];
+      }
+    // Barrier 1 + group over the group's W threads (0 is __syncthreads'). Every warp of a
+    // group runs the same rows, so all of them reach it equally often.
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(W) : "memory");
+    if (part == 0 && lane < M) {
+      float a = 0.0f, b = 0.0f;
+#pragma unroll
+      for (int q = 0; q < S; ++q) {
+        a += partial[parity][group * S + q][0][lane];
+        b += partial[parity][group * S + q][R - 1][lane];
+      }
+      store_output<Out>(p, std::int64_t(lane) * rows + n, a, b);
+    }
+  }
+}
+
+// rows_per_block: output rows (row groups) a block works on at once, kWarps / split.
+template <int M, typename Kernel>
+void launch_kernel(Kernel kernel, int rows_per_block, cudaStream_t s, const FusedGemvParams &p,
+                   int num_sms) {
   const std::size_t smem = fused_gemv_smem_bytes(M, p.K);
   KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kMaxSmem)));
   int per_sm = 0;
   KEEL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const std::int64_t rows = p.out == GemvOut::kSwiglu ? p.N / 2 : p.N;
-  const std::int64_t need = (rows + kWarps - 1) / kWarps;
+  const std::int64_t need = (rows + rows_per_block - 1) / rows_per_block;
   const int waves = p.max_waves > 0 ? p.max_waves : kDefaultWaves;
   const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * waves;
   cudaLaunchConfig_t cfg = {};
@@ -241,6 +360,18 @@ void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   cfg.attrs = attr;
   cfg.numAttrs = p.pdl ? 1 : 0;
   KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
+
+template <int M, GemvIn In, GemvOut Out>
+void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
+  switch (p.split_k) {
+    case 2:
+      return launch_kernel<M>(fused_gemv_split_kernel<M, In, Out, 2>, kWarps / 2, s, p, num_sms);
+    case 4:
+      return launch_kernel<M>(fused_gemv_split_kernel<M, In, Out, 4>, kWarps / 4, s, p, num_sms);
+    default:  // 0 or 1 (launch_fused_gemv rejects anything else)
+      return launch_kernel<M>(fused_gemv_kernel<M, In, Out>, kWarps, s, p, num_sms);
+  }
 }
 
 template <int M>
@@ -345,6 +476,10 @@ bool fused_gemv_supported(int M, std::int64_t K) {
          fused_gemv_smem_bytes(M, K) <= kMaxSmem;
 }
 
+bool fused_gemv_split_supported(int split_k) {
+  return split_k == 0 || split_k == 1 || split_k == 2 || split_k == 4;
+}
+
 void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   require_stream(s, "fused_gemv");
   if (p.N <= 0) return;
@@ -353,9 +488,11 @@ void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
                                                     aligned(p.residual) && aligned(p.norm_weight)
                                               : p.x && aligned(p.x);
   if (!fused_gemv_supported(p.M, p.K) || !p.w || !aligned(p.w) || !in_ok || !p.y ||
-      (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40))
-    throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported shape M=" +
-                                                 std::to_string(p.M) + " K=" + std::to_string(p.K));
+      (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40) ||
+      !fused_gemv_split_supported(p.split_k))
+    throw Error(ErrorCode::kInvalidArgument,
+                "fused_gemv: unsupported shape M=" + std::to_string(p.M) +
+                    " K=" + std::to_string(p.K) + " split_k=" + std::to_string(p.split_k));
   switch (p.M) {
     case 1:
       launch_m<1>(s, p, num_sms);

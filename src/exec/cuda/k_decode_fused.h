@@ -55,6 +55,11 @@ struct FusedGemvParams {
   // Before the wait, also prefetch the rest of each warp's first row(s) into L2 (beyond
   // the first chunk of loads, which always goes into registers).
   bool l2_prefetch = false;
+  // Warps per output row. 0 or 1: one (fused_gemv_kernel, the default). 2 or 4: split-K,
+  // that many warps of a block share a row, each reading every 2nd / 4th 512-byte run of
+  // it with two chunks of loads in flight, then a shared-memory reduction (fewer serial
+  // round trips per row; NOTES.md "split-K GEMV"). Anything else is rejected.
+  int split_k = 0;
 };
 
 // Dynamic shared memory the kernel stages its input in: M x K bf16.
@@ -62,6 +67,8 @@ std::size_t fused_gemv_smem_bytes(int M, std::int64_t K);
 // True when launch_fused_gemv runs the shape: 1 <= M <= kFusedGemvMaxM, K a positive
 // multiple of 8 whose staged input fits in shared memory.
 bool fused_gemv_supported(int M, std::int64_t K);
+// True for the FusedGemvParams::split_k values launch_fused_gemv runs: 0, 1, 2, 4.
+bool fused_gemv_split_supported(int split_k);
 // num_sms sizes the persistent grid (CudaContext::num_sms()).
 void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms);
 
