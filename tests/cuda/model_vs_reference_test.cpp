@@ -98,8 +98,9 @@ TEST_P(CudaVsTransformers, PromptLogprobsAndGreedy) {
     std::vector<float> last = log_softmax_row(out, n - 1);
     for (const auto &step : p["greedy"]) {
       const TokenId want = step["id"].get<TokenId>();
-      if (step["margin"].get<double>() > kMargin)
+      if (step["margin"].get<double>() > kMargin) {
         EXPECT_EQ(argmax(last), want) << "greedy at " << seq.tokens.size();
+      }
       for (const auto &t : step["top"]) {
         const double err = std::abs(last[t[0].get<int>()] - t[1].get<double>());
         worst = std::max(worst, err);
