@@ -140,38 +140,36 @@ int cmd_engine(int argc, char **argv) {
     const std::filesystem::path path = model;
     engine = std::make_unique<Engine>(
         [&, path] {
-          // Worker ranks are tied to the thread that starts them: the engine thread.
+          EngineBackend b;
           if (tensor_parallel > 1) {
+            // Worker ranks are tied to the thread that starts them: the engine thread.
             tp::CpuTpBackendOptions o;
             o.model = path;
             o.tensor_parallel = tensor_parallel;
             o.threads = threads;
             o.num_blocks = kv_blocks;
             o.block_size = block_size;
-            EngineBackend tb = tp::make_cpu_tp_backend(o);
-            kv_bytes = static_cast<std::int64_t>(tb.runner->kv().block_bytes()) *
-                       tb.runner->kv().num_blocks();
-            return tb;
-          }
-          EngineBackend b;
-          // The CPU context also serves the sampler when the runner is on a GPU.
-          b.context = std::make_unique<ExecContext>(threads);
+            b = tp::make_cpu_tp_backend(o);
+          } else {
+            // The CPU context also serves the sampler when the runner is on a GPU.
+            b.context = std::make_unique<ExecContext>(threads);
 #ifdef KEEL_WITH_CUDA
-          if (cuda_device >= 0) {
-            cuda::CudaRunnerOptions opts;
-            opts.block_size = block_size;
-            opts.num_kv_blocks = kv_blocks;
-            opts.max_model_len = max_model_len;
-            opts.max_seqs = std::max(opts.max_seqs, cfg.scheduler.max_num_seqs);
-            opts.max_logits_rows = std::max(opts.max_logits_rows, cfg.scheduler.max_num_seqs);
-            opts.max_batch_tokens =
-                std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
-            opts.gpu_sampling = !host_sampling;
-            b.runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
-          } else
+            if (cuda_device >= 0) {
+              cuda::CudaRunnerOptions opts;
+              opts.block_size = block_size;
+              opts.num_kv_blocks = kv_blocks;
+              opts.max_model_len = max_model_len;
+              opts.max_seqs = std::max(opts.max_seqs, cfg.scheduler.max_num_seqs);
+              opts.max_logits_rows = std::max(opts.max_logits_rows, cfg.scheduler.max_num_seqs);
+              opts.max_batch_tokens =
+                  std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
+              opts.gpu_sampling = !host_sampling;
+              b.runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
+            } else
 #endif
-            b.runner =
-                cpu::CpuModelRunner::open(path, *b.context, cpu::KvOptions{kv_blocks, block_size});
+              b.runner = cpu::CpuModelRunner::open(path, *b.context,
+                                                   cpu::KvOptions{kv_blocks, block_size});
+          }
           kv_bytes =
               static_cast<std::int64_t>(b.runner->kv().block_bytes()) * b.runner->kv().num_blocks();
           return b;
