@@ -39,11 +39,14 @@ SampleResult logprobs_of(std::span<const float> logits, TokenId token, int n) {
   return r;
 }
 
+bool sampling_params_in_range(const SamplingParams &p) {
+  return p.temperature >= 0 && p.top_p > 0 && p.top_p <= 1 && p.min_p >= 0 && p.min_p <= 1 &&
+         p.top_k >= 0 && p.repetition_penalty > 0;
+}
+
 Sampler::Sampler(const SamplingParams &params, std::uint64_t fallback_seed)
     : params_(params), rng_(params.seed.value_or(fallback_seed)) {
-  if (!(params.temperature >= 0) || !(params.top_p > 0 && params.top_p <= 1) ||
-      !(params.min_p >= 0 && params.min_p <= 1) || params.top_k < 0 ||
-      !(params.repetition_penalty > 0))
+  if (!sampling_params_in_range(params))
     throw Error(ErrorCode::kInvalidArgument, "sampling: parameter out of range");
 }
 

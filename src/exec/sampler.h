@@ -57,6 +57,11 @@ class Sampler {
   std::vector<std::int32_t> order_;  // [vocab] candidate ids
 };
 
+// Whether the parameters are in range (temperature >= 0, top_p in (0, 1], min_p in
+// [0, 1], top_k >= 0, repetition_penalty > 0): what the Sampler and the device sampler
+// both require.
+bool sampling_params_in_range(const SamplingParams &params);
+
 // Log-softmax of `logits` at `token`, and the top `n` entries (n may be 0).
 SampleResult logprobs_of(std::span<const float> logits, TokenId token, int n);
 

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <map>
 #include <random>
 #include <set>
 
@@ -65,29 +64,6 @@ struct Row {
   std::uint64_t seed = 0;
 };
 
-// The device row for `p` with draw `u`, its penalty entries appended to `entries`
-// (what CudaModelRunner::forward_sample stages).
-SampleRow device_row(const SamplingParams &p, double u, std::span<const TokenId> prompt,
-                     std::span<const TokenId> generated, std::vector<PenaltyEntry> &entries) {
-  SampleRow d;
-  d.inv_temperature = p.greedy() ? 0.0f : 1.0f / p.temperature;
-  d.top_k = p.top_k;
-  d.top_p = p.top_p;
-  d.min_p = p.min_p;
-  d.repetition_penalty = p.repetition_penalty;
-  d.presence_penalty = p.presence_penalty;
-  d.frequency_penalty = p.frequency_penalty;
-  d.u = u;
-  d.penalty_begin = static_cast<std::int32_t>(entries.size());
-  std::map<TokenId, int> seen;
-  if (d.repetition_penalty != 1.0f)
-    for (TokenId t : prompt) seen.emplace(t, 0);
-  for (TokenId t : generated) ++seen[t];
-  for (auto [t, c] : seen) entries.push_back({t, c});
-  d.penalty_count = static_cast<std::int32_t>(entries.size()) - d.penalty_begin;
-  return d;
-}
-
 struct DeviceSampled {
   std::vector<std::int32_t> tokens;
   std::vector<float> logprobs, logits_after;
@@ -137,8 +113,10 @@ void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
     cpu_logprobs[r] = res.logprob;
     // The same draw the CPU sampler made.
     std::mt19937_64 draw(row.seed);
-    dev_rows[r] = device_row(row.params, std::uniform_real_distribution<double>(0.0, 1.0)(draw),
-                             row.prompt, row.generated, entries);
+    // The conversion CudaModelRunner::forward_sample stages.
+    const DeviceSampleRow dr{&row.params, std::uniform_real_distribution<double>(0.0, 1.0)(draw),
+                             row.prompt, row.generated};
+    dev_rows[r] = to_sample_row(dr, V, r, entries);
   }
   const DeviceSampled dev = sample_on_device(ctx, logits, R, V, dev_rows, entries);
   const auto &got = dev.tokens;
@@ -205,7 +183,7 @@ TEST(CudaSample, FilteredAndFullSortRowsMatchCpuSamplerForGivenDraws) {
     const SampleResult res = cpu.sample_with(lr, prompt, generated, u);
     cpu_tokens[r] = res.token;
     cpu_lp[r] = res.logprob;
-    dev_rows[r] = device_row(p, u, prompt, generated, entries);
+    dev_rows[r] = to_sample_row(DeviceSampleRow{&p, u, prompt, generated}, V, r, entries);
   }
   const DeviceSampled dev = sample_on_device(ctx, logits, R, V, dev_rows, entries);
   const auto &got = dev.tokens;

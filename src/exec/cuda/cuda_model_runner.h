@@ -98,6 +98,13 @@ struct CudaRunnerOptions {
   bool gpu_sampling = false;
 };
 
+// launch_sample's row for `row` (the index names it in errors), its penalty entries --
+// the prompt's distinct tokens when repetition-penalised, the generated ones with their
+// counts, all inside [0, vocab) -- appended to `entries`. Throws Error(kInvalidArgument)
+// on parameters out of range or u outside [0, 1).
+SampleRow to_sample_row(const DeviceSampleRow &row, std::int64_t vocab, std::size_t index,
+                        std::vector<PenaltyEntry> &entries);
+
 // Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
 using WeightSource = std::function<TensorView(const std::string &hf_name)>;
 

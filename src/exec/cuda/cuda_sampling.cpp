@@ -7,8 +7,39 @@
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/sampler.h"
 
 namespace keel::cuda {
+
+SampleRow to_sample_row(const DeviceSampleRow &row, std::int64_t vocab, std::size_t index,
+                        std::vector<PenaltyEntry> &entries) {
+  const SamplingParams *p = row.params;
+  if (p == nullptr || !sampling_params_in_range(*p) || !(row.u >= 0 && row.u < 1))
+    throw Error(ErrorCode::kInvalidArgument,
+                "sampling: row " + std::to_string(index) + ": parameter out of range");
+  SampleRow r;
+  r.inv_temperature = p->greedy() ? 0.0f : 1.0f / p->temperature;
+  r.top_k = p->top_k;
+  r.top_p = p->top_p;
+  r.min_p = p->min_p;
+  r.repetition_penalty = p->repetition_penalty;
+  r.presence_penalty = p->presence_penalty;
+  r.frequency_penalty = p->frequency_penalty;
+  r.u = row.u;
+  r.penalty_begin = static_cast<std::int32_t>(entries.size());
+  const bool rep = p->repetition_penalty != 1.0f;
+  const bool counts = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+  if (rep || counts) {
+    std::unordered_map<TokenId, std::int32_t> seen;  // token -> generated count
+    if (rep)
+      for (TokenId t : row.prompt) seen.emplace(t, 0);
+    for (TokenId t : row.generated) ++seen[t];
+    for (auto [t, c] : seen)
+      if (t >= 0 && t < vocab) entries.push_back({t, c});
+  }
+  r.penalty_count = static_cast<std::int32_t>(entries.size()) - r.penalty_begin;
+  return r;
+}
 
 void CudaModelRunner::forward_sample(const ForwardBatch &batch,
                                      std::span<const DeviceSampleRow> rows, ForwardOutput &out) {
@@ -18,33 +49,7 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
   std::vector<SampleRow> host_rows(rows.size());
   std::vector<PenaltyEntry> entries;
   for (std::size_t i = 0; i < rows.size(); ++i) {
-    const SamplingParams *p = rows[i].params;
-    if (p == nullptr || !(p->temperature >= 0) || !(p->top_p > 0 && p->top_p <= 1) ||
-        !(p->min_p >= 0 && p->min_p <= 1) || p->top_k < 0 || !(p->repetition_penalty > 0) ||
-        !(rows[i].u >= 0 && rows[i].u < 1))
-      throw Error(ErrorCode::kInvalidArgument,
-                  "sampling: row " + std::to_string(i) + ": parameter out of range");
-    SampleRow &r = host_rows[i];
-    r.inv_temperature = p->greedy() ? 0.0f : 1.0f / p->temperature;
-    r.top_k = p->top_k;
-    r.top_p = p->top_p;
-    r.min_p = p->min_p;
-    r.repetition_penalty = p->repetition_penalty;
-    r.presence_penalty = p->presence_penalty;
-    r.frequency_penalty = p->frequency_penalty;
-    r.u = rows[i].u;
-    r.penalty_begin = static_cast<std::int32_t>(entries.size());
-    const bool rep = p->repetition_penalty != 1.0f;
-    const bool counts = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
-    if (rep || counts) {
-      std::unordered_map<TokenId, std::int32_t> seen;  // token -> generated count
-      if (rep)
-        for (TokenId t : rows[i].prompt) seen.emplace(t, 0);
-      for (TokenId t : rows[i].generated) ++seen[t];
-      for (auto [t, c] : seen)
-        if (t >= 0 && t < V_) entries.push_back({t, c});
-    }
-    r.penalty_count = static_cast<std::int32_t>(entries.size()) - r.penalty_begin;
+    host_rows[i] = to_sample_row(rows[i], V_, i, entries);
     if (static_cast<std::int64_t>(entries.size()) > penalty_cap_)
       throw Error(ErrorCode::kInvalidArgument, "sampling: more penalised tokens than the " +
                                                    std::to_string(penalty_cap_) + " staged");
