@@ -17,6 +17,7 @@
 #include <cub/cub.cuh>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_block_argmax.cuh"
 #include "exec/cuda/kernels.h"
 
 namespace keel::cuda {
@@ -134,34 +135,6 @@ __global__ void __launch_bounds__(kThreads)
       w -= row.presence_penalty + row.frequency_penalty * static_cast<float>(pe.generated_count);
     sc.keys_in[base + pe.token] = w;
   }
-}
-
-// The largest penalised logit, the lowest id among equals (std::max_element's choice).
-__device__ int block_argmax(const float *w, int V, float *fs /* [32] */, int *is /* [32] */) {
-  float best = -INFINITY;
-  int at = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += kThreads)  // ascending i: '>' keeps the lowest
-    if (w[i] > best || at == 0x7fffffff) best = w[i], at = i;
-  auto better = [](float v, int i, float bv, int bi) {
-    return v > bv || (v == bv && i < bi) || bi == 0x7fffffff;
-  };
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, o);
-    const int i = __shfl_xor_sync(0xffffffffu, at, o);
-    if (i != 0x7fffffff && better(v, i, best, at)) best = v, at = i;
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) fs[warp] = best, is[warp] = at;
-  __syncthreads();
-  best = lane < blockDim.x / 32 ? fs[lane] : -INFINITY;
-  at = lane < blockDim.x / 32 ? is[lane] : 0x7fffffff;
-  for (int o = 16; o > 0; o >>= 1) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, o);
-    const int i = __shfl_xor_sync(0xffffffffu, at, o);
-    if (i != 0x7fffffff && better(v, i, best, at)) best = v, at = i;
-  }
-  return at == 0x7fffffff ? 0 : at;
 }
 
 // Ascending order of the float's value as an unsigned integer (-0 as +0).
@@ -314,7 +287,7 @@ __global__ void __launch_bounds__(kThreads)
   const SampleRow row = rows[r];
   int chosen = 0;
   if (row.inv_temperature <= 0.0f) {  // greedy: this row was not sorted
-    chosen = block_argmax(sc.keys_in + base, V, fs, is);
+    chosen = block_argmax<kThreads>(sc.keys_in + base, V, fs, is);
   } else {
     // The sorted candidates: the filtered prefix (n of them) or the whole row.
     const int kept = sc.kept[r];
