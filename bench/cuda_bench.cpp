@@ -28,10 +28,10 @@ int main() {
 #include <memory>
 #include <numeric>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cuda/cuda_check.h"
@@ -424,13 +424,6 @@ int kv_transfer_bench(const ModelConfig &cfg, const std::string &model, int toke
   return 0;
 }
 
-std::vector<int> parse_list(const std::string &s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  for (std::string item; std::getline(ss, item, ',');) v.push_back(std::stoi(item));
-  return v;
-}
-
 int run(int argc, char **argv) {
   std::string model = "8b";
   int steps = 128;
@@ -472,7 +465,7 @@ int run(int argc, char **argv) {
     else if (a == "--flops")
       rates.flops = std::stod(val());
     else if (a == "--seqs")
-      seqs = parse_list(val());
+      seqs = bench::int_list(val());
     else if (a == "--no-long-prefill")
       long_prefill = false;
     else if (a == "--profile")

@@ -22,11 +22,11 @@ int main() {
 #include <cstring>
 #include <mutex>
 #include <random>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/engine.h"
 #include "exec/cuda/cuda_engine_runner.h"
 #include "formats/make_model.h"
@@ -185,13 +185,6 @@ Result run(const Options &o, int seqs, bool device) {
   return r;
 }
 
-std::vector<std::string> split(const std::string &s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) out.push_back(x);
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -201,8 +194,7 @@ int main(int argc, char **argv) {
     if (k == "--model")
       o.model = v;
     else if (k == "--seqs") {
-      o.seqs.clear();
-      for (const auto &x : split(v)) o.seqs.push_back(std::stoi(x));
+      o.seqs = bench::int_list(v);
     } else if (k == "--prompt")
       o.prompt = std::stoi(v);
     else if (k == "--output")
@@ -212,7 +204,7 @@ int main(int argc, char **argv) {
     else if (k == "--top-k")
       o.top_k = std::stoi(v);
     else if (k == "--sampling")
-      o.sampling = split(v);
+      o.sampling = bench::comma_list(v);
     else {
       std::fprintf(stderr, "cuda_engine_bench: unknown option %s\n", k.c_str());
       return 2;

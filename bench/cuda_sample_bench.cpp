@@ -15,10 +15,10 @@ int main() {
 #else
 #include <algorithm>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_context.h"
 #include "exec/cuda/cuda_resources.h"
@@ -67,13 +67,6 @@ double time_case(CudaContext &ctx, int R, int V, int reps, const Case &c) {
   return Event::elapsed_ms(start, stop) / reps;
 }
 
-std::vector<int> parse_list(const std::string &s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string x; std::getline(ss, x, ',');) out.push_back(std::stoi(x));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -82,7 +75,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--rows")
-      rows = parse_list(v);
+      rows = bench::int_list(v);
     else if (k == "--vocab")
       V = std::stoi(v);
     else if (k == "--reps")

@@ -18,10 +18,10 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_args.h"
 #include "engine/tp_runner.h"
 #include "exec/cpu/cpu_model_runner.h"
 
@@ -108,9 +108,7 @@ int main(int argc, char **argv) {
     else if (k == "--batch")
       a.batch = std::stoi(v);
     else if (k == "--tp") {
-      a.tp.clear();
-      std::stringstream ss(v);
-      for (std::string x; std::getline(ss, x, ',');) a.tp.push_back(std::stoi(x));
+      a.tp = keel::bench::int_list(v);
     } else {
       std::fprintf(stderr, "unknown option %s\n", k.c_str());
       return 2;
