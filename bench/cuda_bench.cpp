@@ -7,7 +7,7 @@
 //     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
 //     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
 //     [--max-splits N] [--split-round up|down] [--l2-prefetch on|off] [--flash-variant 0|1|2]
-//     [--fused-split-k 0|1|2|4]
+//     [--fused-split-k 0|1|2|4] [--attn-merge kernel|combine] [--attn-pdl on|off]
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back, and
 //     the fused GEMV split-K over 2 and 4 warps per row, 8 back to back)
@@ -444,7 +444,9 @@ int run(int argc, char **argv) {
   bool l2_prefetch = cuda::CudaRunnerOptions{}.fused_l2_prefetch;
   bool splits_down = cuda::CudaRunnerOptions{}.attn_splits_round_down;
   int split_k = cuda::CudaRunnerOptions{}.fused_gemv_split_k;  // warps per fused GEMV row
-  bool pdl = true;              // programmatic dependent launch of the fused kernels
+  bool pdl = true;  // programmatic dependent launch of the fused kernels
+  bool attn_merge = cuda::CudaRunnerOptions{}.attn_merge_in_kernel;
+  bool attn_pdl = cuda::CudaRunnerOptions{}.attn_programmatic_launch;
   bool swiglu_epilogue = true;  // fused path: SwiGLU in gate_up's epilogue (else down's prologue)
   bool gemv = false;            // --gemv-bench: cuBLASLt vs GEMV kernel alone
   int block_size = 16;          // tokens per KV block
@@ -512,6 +514,16 @@ int run(int argc, char **argv) {
       const std::string v = val();
       if (v != "on" && v != "off") throw Error(ErrorCode::kInvalidArgument, "--pdl: on or off");
       pdl = v == "on";
+    } else if (a == "--attn-merge") {
+      const std::string v = val();
+      if (v != "kernel" && v != "combine")
+        throw Error(ErrorCode::kInvalidArgument, "--attn-merge: kernel or combine");
+      attn_merge = v == "kernel";
+    } else if (a == "--attn-pdl") {
+      const std::string v = val();
+      if (v != "on" && v != "off")
+        throw Error(ErrorCode::kInvalidArgument, "--attn-pdl: on or off");
+      attn_pdl = v == "on";
     } else if (a == "--fused-swiglu") {
       const std::string v = val();
       if (v != "gate_up" && v != "down")
@@ -550,6 +562,8 @@ int run(int argc, char **argv) {
   o.attn_splits_round_down = splits_down;
   o.flash_variant = flash_variant;
   o.fused_gemv_split_k = split_k;
+  o.attn_merge_in_kernel = attn_merge;
+  o.attn_programmatic_launch = attn_pdl;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -577,14 +591,16 @@ int run(int argc, char **argv) {
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
       "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
       "decode for M <= %d, PDL %s, SwiGLU in %s, attention splits cap %d (rounded %s), L2 prefetch "
-      "%s, flash variant %d, fused GEMV split-K %d\n",
+      "%s, flash variant %d, fused GEMV split-K %d, attention splits merged by %s, attention PDL "
+      "%s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
       heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m,
       bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
       swiglu_epilogue ? "gate_up epilogue" : "down prologue", split_cap,
-      splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant, split_k);
+      splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant, split_k,
+      attn_merge ? "the kernel" : "a combine kernel", attn_pdl ? "on" : "off");
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

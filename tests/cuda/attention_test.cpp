@@ -38,7 +38,7 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
                      const std::vector<Seq> &seqs = kMixed, int kernel = 0,
                      bool kv_heads_fast = false, bool generic_group = false, int window = 0,
-                     int flash_variant = 0) {
+                     int flash_variant = 0, bool merge_in_kernel = false) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -108,6 +108,16 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.decode_generic_group = generic_group;
   p.window = window;
   p.flash_variant = flash_variant;
+  // merge_in_kernel: the decode kernel merges its splits (split_counters) and runs as a
+  // programmatic dependent; launched twice, so a counter left unreset breaks the second.
+  DeviceBuffer counters(tiles.size() * nkv * sizeof(unsigned));
+  if (merge_in_kernel) {
+    KEEL_CUDA_CHECK(cudaMemsetAsync(counters.data(), 0, counters.bytes(), ctx.compute()));
+    p.split_counters = counters.as<unsigned>();
+    p.pdl = true;
+    launch_decode_attention(ctx.compute(), p);
+    test::poison(ctx, out);
+  }
   if (decode_kernel)
     launch_decode_attention(ctx.compute(), p);
   else if (kernel == 2)
@@ -115,6 +125,11 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   else
     launch_paged_attention(ctx.compute(), p);
   const auto got = from_bf16(download<std::uint16_t>(ctx, out, std::size_t(T) * nh * hd));
+  if (merge_in_kernel) {
+    for (unsigned c : download<unsigned>(ctx, counters, tiles.size() * nkv)) {
+      ASSERT_EQ(c, 0u) << "a split counter was left set";
+    }
+  }
 
   std::vector<float> ref(got.size());
   int t0 = 0;
@@ -188,6 +203,22 @@ TEST(CudaAttention, DecodeKernelMatchesReference) {
     }
   // The general kernel agrees on the same decode batch.
   check_attention(32, 8, 128, 16, 1, seed++, kDecode, false);
+}
+
+// Split-K merged by the last split block (AttnParams::split_counters), as the runner
+// launches it, also with more splits than a short sequence has 32-key chunks (empty
+// splits) and with a sliding window.
+TEST(CudaAttention, DecodeKernelMergesSplitsInKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 90;
+  for (auto [nh, nkv, hd] :
+       {std::array<int, 3>{32, 8, 128}, {8, 8, 256}, {28, 4, 64}, {16, 2, 128}})
+    for (int splits : {2, 9, 64}) {
+      SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
+                   " splits " + std::to_string(splits));
+      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, true, false, 0, 0, true);
+      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, false, false, 100, 0, true);
+    }
 }
 
 // The same kernel with its blocks ordered kv head fastest (AttnParams::kv_heads_fast):

@@ -176,10 +176,12 @@ TEST(CudaKernels, QkvBiasAndHeadNormMatchReference) {
         }
       EXPECT_LT(rel_err(got, ref), 6e-3) << "hd " << hd << " mode " << mode;
       // v heads are never normalised.
-      if (!use_bias)
+      if (!use_bias) {
         for (int t = 0; t < T; ++t)
-          for (int i = (nh + nkv) * hd; i < width; ++i)
+          for (int i = (nh + nkv) * hd; i < width; ++i) {
             ASSERT_EQ(got[t * width + i], qkv[t * width + i]);
+          }
+      }
     }
   }
 }
@@ -253,19 +255,55 @@ TEST(CudaKernels, ArgmaxPicksFirstMaximum) {
   logits[2 * V + V - 1] = 99.0f;
   logits[3 * V + 12] = NAN;  // NaN never wins
   auto d = upload(ctx, logits);
-  DeviceBuffer out(R * 4);
-  launch_argmax(ctx.compute(), d.as<float>(), R, V, out.as<std::int32_t>());
-  const auto got = download<std::int32_t>(ctx, out, R);
-  for (int r = 0; r < R; ++r) {
-    int best = -1;
-    for (int i = 0; i < V; ++i) {
-      const float v = logits[std::size_t(r) * V + i];
-      if (!std::isnan(v) && (best < 0 || v > logits[std::size_t(r) * V + best])) best = i;
+  DeviceBuffer out(R * 4), scratch(argmax_scratch_bytes(R));
+  // One block per row (no scratch), and rows split over several blocks: the winner of
+  // the tie at 777 / 40000 sits in a different block than the other.
+  for (const bool split : {false, true}) {
+    test::poison(ctx, out);
+    launch_argmax(ctx.compute(), d.as<float>(), R, V, out.as<std::int32_t>(),
+                  split ? scratch.data() : nullptr, ctx.num_sms());
+    const auto got = download<std::int32_t>(ctx, out, R);
+    for (int r = 0; r < R; ++r) {
+      int best = -1;
+      for (int i = 0; i < V; ++i) {
+        const float v = logits[std::size_t(r) * V + i];
+        if (!std::isnan(v) && (best < 0 || v > logits[std::size_t(r) * V + best])) best = i;
+      }
+      EXPECT_EQ(got[r], best) << r << (split ? " split" : " whole");
     }
-    EXPECT_EQ(got[r], best) << r;
+    EXPECT_EQ(got[1], 777);
+    EXPECT_EQ(got[2], V - 1);
   }
-  EXPECT_EQ(got[1], 777);
-  EXPECT_EQ(got[2], V - 1);
+}
+
+// Split rows of every alignment: V not a multiple of 4 puts rows after the first at
+// unaligned addresses (the scalar path); a row shorter than one part; the maximum in the
+// first, a middle and the last entry of a row; equal maxima in every part.
+TEST(CudaKernels, ArgmaxSplitRowsAnyLength) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(15);
+  for (const int V : {1, 7, 2047, 4099, 128256, 128257}) {
+    const int R = 5;
+    auto logits = test::random_bf16_values(std::size_t(R) * V, rng, -10, 10);
+    logits[0 * std::size_t(V)] = 30.0f;
+    logits[1 * std::size_t(V) + V / 2] = 30.0f;
+    logits[2 * std::size_t(V) + V - 1] = 30.0f;
+    for (int i = 0; i < V; i += 997) logits[3 * std::size_t(V) + i] = 30.0f;  // first wins
+    auto d = upload(ctx, logits);
+    DeviceBuffer out(R * 4), scratch(argmax_scratch_bytes(R));
+    for (const int rows : {1, R}) {
+      test::poison(ctx, out);
+      launch_argmax(ctx.compute(), d.as<float>(), rows, V, out.as<std::int32_t>(), scratch.data(),
+                    ctx.num_sms());
+      const auto got = download<std::int32_t>(ctx, out, rows);
+      for (int r = 0; r < rows; ++r) {
+        const auto first = logits.begin() + std::size_t(r) * V;
+        EXPECT_EQ(got[r], std::max_element(first, first + V) - first)
+            << "V " << V << " row " << r << " of " << rows;
+      }
+    }
+  }
 }
 
 TEST(CudaKernels, GemmBf16MatchesReference) {

@@ -289,6 +289,8 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                 "cuda runner: fused_gemv_split_k must be 0, 1, 2 or 4");
   split_k_ = opts.fused_gemv_split_k;
   split_round_down_ = opts.attn_splits_round_down;
+  attn_merge_in_kernel_ = opts.attn_merge_in_kernel;
+  attn_pdl_ = opts.attn_programmatic_launch;
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
@@ -306,9 +308,13 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
   partial_ml_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * 2 * sizeof(float));
+  split_counters_ = DeviceBuffer(static_cast<std::size_t>(partial_entries_) * sizeof(unsigned));
+  KEEL_CUDA_CHECK(
+      cudaMemsetAsync(split_counters_.data(), 0, split_counters_.bytes(), ctx_.compute()));
   rows_in_ = DeviceBuffer(max_rows_ * bf16_bytes(H_));
   logits_ = DeviceBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
   argmax_ = DeviceBuffer(max_rows_ * sizeof(std::int32_t));
+  argmax_scratch_ = DeviceBuffer(argmax_scratch_bytes(max_rows_));
   host_logits_ = PinnedBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
   host_tokens_ = PinnedBuffer(max_rows_ * sizeof(std::int32_t));
   if (opts.gpu_sampling) {
@@ -578,6 +584,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   ap.num_splits = shape.splits_single;
   ap.partial_o = partial_o_.as<float>();
   ap.partial_ml = partial_ml_.as<float>();
+  ap.split_counters = attn_merge_in_kernel_ ? split_counters_.as<unsigned>() : nullptr;
   ap.out = attn_.as<bf16>();
   ap.kv_heads_fast = attn_kv_heads_fast_;
   ap.decode_generic_group = attn_generic_group_;
@@ -656,6 +663,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, const AttnPara
   const float eps = static_cast<float>(config_.rms_norm_eps);
   float *residual = residual_.as<float>();
   AttnParams ap = ap_single, ap_multi = ap_multi_in, ap_flash = ap_flash_in;
+  ap.pdl = pdl_ && attn_pdl_;  // between qkv_rope_kv and o_proj, programmatic dependents too
   // One GEMV: y = W x(in), T rows.
   auto gemv = [&](const DeviceBuffer &w, std::int64_t N, std::int64_t K, GemvIn in, const void *x,
                   const bf16 *norm_weight, GemvOut out, void *y, int M,
@@ -760,7 +768,7 @@ void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<Toke
   const int R = enqueue(batch, seqs, pos);
   if (R > 0)
     launch_argmax(ctx_.compute(), logits_.as<float>(), R, static_cast<int>(V_),
-                  argmax_.as<std::int32_t>());
+                  argmax_.as<std::int32_t>(), argmax_scratch_.data(), ctx_.num_sms());
   compute_done_.record(ctx_.compute());
   next.resize(R);
   if (R > 0) {

@@ -93,6 +93,12 @@ struct CudaRunnerOptions {
   // Graph-replayed decode steps round the split-K factor to a power of two: down (default;
   // H200, ~576 keys: 8B batch 1 202 -> 210 tok/s, 1B 927 -> 974) or up (false, as before).
   bool attn_splits_round_down = true;
+  // Decode attention split-K: the last split block of each (sequence, kv head) merges the
+  // splits (true) instead of a separate combine kernel (false, as before). Fused path:
+  // the decode attention kernel is a programmatic dependent too (attn_programmatic_launch,
+  // with programmatic_launch). Switches for measuring each.
+  bool attn_merge_in_kernel = true;
+  bool attn_programmatic_launch = true;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -216,9 +222,11 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer gate_up_;                 // [T, 2I] bf16
   DeviceBuffer act_;                     // [T, I] bf16
   DeviceBuffer partial_o_, partial_ml_;  // split-K scratch
+  DeviceBuffer split_counters_;          // [partial_entries_] u32, zero between launches
   DeviceBuffer rows_in_;                 // [R, H] bf16
   DeviceBuffer logits_;                  // [R, V] f32
   DeviceBuffer argmax_;                  // [R] i32
+  DeviceBuffer argmax_scratch_;          // launch_argmax's per-block winners
   PinnedBuffer host_logits_;             // [R, V] f32
   PinnedBuffer host_tokens_;             // [R] i32
   DeviceBuffer sample_scratch_;          // launch_sample scratch (gpu_sampling)
@@ -242,6 +250,8 @@ class CudaModelRunner : public ModelRunner {
   bool l2_prefetch_ = false;           // CudaRunnerOptions::fused_l2_prefetch
   int split_k_ = 0;                    // CudaRunnerOptions::fused_gemv_split_k
   bool split_round_down_ = true;       // CudaRunnerOptions::attn_splits_round_down
+  bool attn_merge_in_kernel_ = true;   // CudaRunnerOptions::attn_merge_in_kernel
+  bool attn_pdl_ = true;               // CudaRunnerOptions::attn_programmatic_launch
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;

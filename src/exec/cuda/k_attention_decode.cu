@@ -15,6 +15,8 @@
 // global memory (32 different 128-byte lines per load instruction) and the P.V loop
 // loading V rows 8 keys at a time: 8B decode on the H200, 64 seqs 7,384-7,473 ->
 // 8,174-8,212 tok/s, 256 seqs 15,040 -> 18,250, batch 1 177 -> 184 (bench/RESULTS.md).
+// Split-K is merged by the last split block of each (tile, kv head) (split_counters): at
+// batch 1 the separate combine kernel took 8 us of each 8B layer's ~150 (ncu).
 #include <cfloat>
 #include <type_traits>
 
@@ -52,6 +54,45 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
 }
+// Programmatic dependent launch: no-ops when launched without the attribute.
+__device__ __forceinline__ void wait_for_previous_kernel() {
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+__device__ __forceinline__ void allow_next_kernel() {
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// Merges the num_splits partial states of (tile, kv head) `slot0` into out for the G
+// heads, a warp per head and DPL dimensions per lane (the layout the splits wrote). The
+// partials come from other blocks: read through L2 (__ldcg), never a stale L1 line.
+template <int DPL>
+__device__ void merge_splits(const AttnParams &p, std::int64_t slot0, int G, int kvh,
+                             const AttnTile &tile) {
+  constexpr int HD = DPL * 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int g = warp; g < G; g += kWarps) {
+    float mx = -INFINITY;
+    for (int sp = 0; sp < p.num_splits; ++sp)
+      mx = fmaxf(mx, __ldcg(p.partial_ml + ((slot0 + sp) * kAttnMaxRows + g) * 2));
+    float lsum = 0.0f, o[DPL] = {};
+    if (mx != -INFINITY) {
+      for (int sp = 0; sp < p.num_splits; ++sp) {
+        const std::int64_t slot = (slot0 + sp) * kAttnMaxRows + g;
+        const float ms = __ldcg(p.partial_ml + slot * 2);
+        if (ms == -INFINITY) continue;
+        const float w = __expf(ms - mx);
+        lsum += __ldcg(p.partial_ml + slot * 2 + 1) * w;
+#pragma unroll
+        for (int e = 0; e < DPL; ++e) o[e] += __ldcg(p.partial_o + slot * HD + lane * DPL + e) * w;
+      }
+    }
+    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    bf16 *out = p.out + std::int64_t(tile.q_start) * p.num_q_heads * HD +
+                std::int64_t(kvh * G + g) * HD + lane * DPL;
+#pragma unroll
+    for (int e = 0; e < DPL; ++e) out[e] = __float2bfloat16(o[e] * inv);
+  }
+}
 
 // Shared memory: q [kMaxGroup][HD] f32 | m, l [kWarps][kMaxGroup][2] f32 | a region
 // holding the warps' K rows [kWarps][32][HD + 8] bf16 (kKSmem; the +8 keeps the lanes'
@@ -73,6 +114,9 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
   constexpr int GM = GT > 0 ? GT : kMaxGroup;  // query heads held in registers
   constexpr int VEC = HD / 8;                  // 16-byte vectors per key row
   extern __shared__ float smem[];
+  __shared__ bool merges;  // this block is the last split of its (tile, kv head)
+  wait_for_previous_kernel();
+  allow_next_kernel();
   const int nkv = p.layout.num_kv_heads;
   const int G = GT > 0 ? GT : p.num_q_heads / nkv;
   int tile_idx, kvh, split;
@@ -282,6 +326,18 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
       }
     }
   }
+  if (p.num_splits == 1 || !p.split_counters) return;
+  // Publish this split's partials, then count it; the block that brings the count to
+  // num_splits sees every other split's partials (they were fenced before their add).
+  __threadfence();
+  __syncthreads();
+  unsigned *counter = p.split_counters + std::int64_t(tile_idx) * nkv + kvh;
+  if (threadIdx.x == 0) merges = atomicAdd(counter, 1u) == unsigned(p.num_splits - 1);
+  __syncthreads();
+  if (!merges) return;
+  __threadfence();
+  merge_splits<DPL>(p, (std::int64_t(tile_idx) * nkv + kvh) * p.num_splits, G, kvh, tile);
+  if (threadIdx.x == 0) *counter = 0;  // ready for the next launch (graph replays)
 }
 
 template <int DPL, int GT>
@@ -296,8 +352,17 @@ void launch_for(cudaStream_t s, const AttnParams &p) {
       p.kv_heads_fast
           ? dim3(static_cast<unsigned>(p.num_tiles) * p.layout.num_kv_heads * p.num_splits)
           : dim3(p.num_tiles, p.layout.num_kv_heads, p.num_splits);
-  decode_attention_kernel<DPL, GT><<<grid, kThreads, smem, s>>>(p);
-  KEEL_CUDA_CHECK_LAUNCH("decode_attention");
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = p.pdl ? 1 : 0;
+  KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_attention_kernel<DPL, GT>, p));
 }
 
 // Registers sized to the group when it is one of the common GQA ratios.
@@ -347,7 +412,7 @@ void launch_decode_attention(cudaStream_t s, const AttnParams &p) {
       launch_group<8>(s, p);
       break;
   }
-  if (p.num_splits > 1) launch_attention_combine(s, p);
+  if (p.num_splits > 1 && !p.split_counters) launch_attention_combine(s, p);
 }
 
 }  // namespace keel::cuda

@@ -15,13 +15,11 @@ __device__ __forceinline__ void argmax_better(float &v, int &i, float v2, int i2
   }
 }
 
-// Every thread of a block of kThreads (32 warps at most) calls it; the index is valid in
-// thread 0. sv, si: [kThreads / 32] shared scratch.
+// Every thread of a block of kThreads (32 warps at most) calls it with its own candidate
+// (v, i); the block's winner is in thread 0's (v, i) afterwards. sv, si: [kThreads / 32]
+// shared scratch.
 template <int kThreads>
-__device__ int block_argmax(const float *row, int V, float *sv, int *si) {
-  float v = -FLT_MAX;
-  int idx = 0x7fffffff;
-  for (int i = threadIdx.x; i < V; i += kThreads) argmax_better(v, idx, row[i], i);
+__device__ void block_argmax_reduce(float &v, int &idx, float *sv, int *si) {
   for (int o = 16; o > 0; o >>= 1)
     argmax_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, idx, o));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -38,6 +36,16 @@ __device__ int block_argmax(const float *row, int V, float *sv, int *si) {
       argmax_better(v, idx, __shfl_xor_sync(0xffffffffu, v, o),
                     __shfl_xor_sync(0xffffffffu, idx, o));
   }
+}
+
+// The argmax of a whole row; the index is valid in thread 0 (0 when no entry beats
+// -FLT_MAX).
+template <int kThreads>
+__device__ int block_argmax(const float *row, int V, float *sv, int *si) {
+  float v = -FLT_MAX;
+  int idx = 0x7fffffff;
+  for (int i = threadIdx.x; i < V; i += kThreads) argmax_better(v, idx, row[i], i);
+  block_argmax_reduce<kThreads>(v, idx, sv, si);
   return idx == 0x7fffffff ? 0 : idx;
 }
 

@@ -104,7 +104,12 @@ struct AttnParams {
   int num_splits = 1;           // split-K over keys; > 1 needs the partial buffers
   float *partial_o = nullptr;   // [num_tiles, num_kv_heads, num_splits, kAttnMaxRows, head_dim]
   float *partial_ml = nullptr;  // [num_tiles, num_kv_heads, num_splits, kAttnMaxRows, 2]
-  bf16 *out = nullptr;          // [T, num_q_heads * head_dim]
+  // Decode kernel with num_splits > 1: [num_tiles * num_kv_heads] counters, all zero
+  // between launches. The last split block of a (tile, kv head) to finish then merges the
+  // splits itself and sets the counter back to 0, instead of a combine kernel launch.
+  // nullptr: the combine kernel.
+  unsigned *split_counters = nullptr;
+  bf16 *out = nullptr;  // [T, num_q_heads * head_dim]
   // Decode and flash kernels: order the blocks kv head fastest (then split, then tile), so
   // the kv heads of one page -- adjacent 256-byte rows of one 2 KB token row -- are read by
   // blocks that run at the same time, instead of num_tiles blocks apart.
@@ -121,15 +126,19 @@ struct AttnParams {
   // per block (128 rows, 8 warps) sharing each K/V tile, ldmatrix K fragments, mask math
   // on edge tiles only (k_attention_flash.cu). Other values are rejected.
   int flash_variant = 0;
+  // Decode kernel: launched as a programmatic dependent of the kernel before it (sm_90
+  // PDL), so its launch overlaps that kernel's tail; it waits for it before reading
+  // anything, and lets the next kernel launch early in turn.
+  bool pdl = false;
 };
 constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
 constexpr int kAttnMaxHeadDim = 256;
 void launch_paged_attention(cudaStream_t s, const AttnParams &p);
 
 // ---- k_attention_decode.cu ----
-// The same contract for tiles that each hold exactly one query (decode steps): keys are
-// read straight from the cache into registers, one key per lane, with no shared-memory
-// staging. Supported when decode_attention_supported(); otherwise use the general kernel.
+// The same contract for tiles that each hold exactly one query (decode steps), with
+// split-K merged in the kernel when AttnParams::split_counters is set. Supported when
+// decode_attention_supported(); otherwise use the general kernel.
 bool decode_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
 void launch_decode_attention(cudaStream_t s, const AttnParams &p);
 // Merges split-K partials into p.out (used by both attention kernels).
@@ -144,8 +153,13 @@ bool flash_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
 void launch_flash_attention(cudaStream_t s, const AttnParams &p);
 
 // ---- k_sampling.cu ----
-// Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties). logits [R, V] f32.
-void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out);
+// Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties, NaN never wins). logits
+// [R, V] f32. With scratch (argmax_scratch_bytes(>= R) bytes) a row is split over several
+// blocks when R is small (sized for num_sms); without it, one block per row.
+constexpr int kArgmaxMaxParts = 64;
+std::size_t argmax_scratch_bytes(int max_rows);
+void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out,
+                   void *scratch = nullptr, int num_sms = 0);
 
 // ---- k_sample.cu ----
 // Stochastic sampling with the CPU sampler's semantics (exec/sampler.cpp): penalties on

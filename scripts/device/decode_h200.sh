@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Batch-1 / small-batch decode on the GPU machine after a kernel change: the whole CUDA
+# test suite, compute-sanitizer memcheck and racecheck on the tests named by $SAN_FILTER,
+# 8B and 1B decode at 1, 4, 8 and 64 sequences, the engine at batch 1 (greedy and
+# temperature 1), and an ncu kernel-time listing of a 1B batch-1 step (where the time of
+# a step goes, kernel by kernel). Same carry and budget rules as verify_h200.sh.
+#
+#   there:  SAN_FILTER='...' bash scripts/device/decode_h200.sh [budget-seconds]
+set -uo pipefail
+carry=${KEEL_CARRY:-.devcarry-verify}
+out=${OUT:-/tmp/keel-decode}
+mkdir -p "$out"
+[ -f "$carry/pack.tar.xz" ] && [ ! -d "$carry/bin" ] && (cd "$carry" && tar -xJf pack.tar.xz)
+export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}"
+B=$carry/bin
+src_dir=$(strings "$B/keel_test_cuda" 2>/dev/null | grep -m1 -E '^/.*/main$' || echo /work/main)
+[ -e "$src_dir" ] || { mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir"; }
+budget=${1:-470}
+start=$SECONDS
+stamp() { echo "== [$((SECONDS - start)) s] $*"; }
+cap() {
+  local left=$((budget - (SECONDS - start)))
+  [ "$left" -lt 1 ] && left=1
+  echo $(($1 < left ? $1 : left))
+}
+summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$1" | tail -${2:-25}; }
+
+stamp "keel_test_cuda (all)"
+timeout "$(cap 150)" "$B/keel_test_cuda" >"$out/tests.log" 2>&1
+echo "keel_test_cuda exit $?"
+summary "$out/tests.log" 12
+grep -E -A8 'Failure' "$out/tests.log" | head -40
+
+if [ -n "${SAN_FILTER:-}" ]; then
+  for tool in memcheck racecheck; do
+    stamp "$tool: $SAN_FILTER"
+    timeout "$(cap 90)" compute-sanitizer --tool "$tool" --error-exitcode 9 \
+      "$B/keel_test_cuda" --gtest_filter="$SAN_FILTER" >"$out/$tool.log" 2>&1
+    echo "$tool exit $? (9: errors, 124: timed out)"
+    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | sort | uniq -c
+    summary "$out/$tool.log" 3
+  done
+fi
+
+for model in 8b 1b; do
+  stamp "decode $model, 1/4/8/64 seqs"
+  timeout "$(cap 60)" "$B/cuda_bench" --model "$model" --no-long-prefill --seqs 1,4,8,64 \
+    --decode-steps 64 >"$out/decode_$model.log" 2>&1
+  grep -E 'decode' "$out/decode_$model.log"
+done
+for t in 0 1; do
+  stamp "engine 8B batch 1 and 8, temperature $t"
+  timeout "$(cap 40)" "$B/cuda_engine_bench" --model 8b --seqs 1,8 --output 128 \
+    --temperature "$t" --sampling device 2>&1 | grep -E '\|' | tail -3
+done
+stamp "ncu: 1B batch-1 kernels"
+timeout "$(cap 60)" ncu --clock-control none --graph-profiling node --metrics gpu__time_duration.sum \
+  --csv --log-file "$out/ncu_1b.csv" "$B/cuda_bench" --model 1b --no-long-prefill --seqs 1 \
+  --decode-steps 3 >/dev/null 2>&1
+echo "ncu exit $?"
+stamp "done"

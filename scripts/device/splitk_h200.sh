@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The split-K fused GEMV on the GPU machine: its tests, compute-sanitizer memcheck and
+# racecheck on its shared-memory reduction (and on the device sampler and fused decode
+# kernels), then 8B / 1B batch-1 decode with --fused-split-k 1, 2, 4 alternated twice and
+# the per-shape GEMV bench. Same carry and budget rules as verify_h200.sh.
+#
+#   there:  bash scripts/device/splitk_h200.sh [budget-seconds]   (carry .devcarry-verify)
+set -uo pipefail
+carry=${KEEL_CARRY:-.devcarry-verify}
+out=${OUT:-/tmp/keel-splitk}
+mkdir -p "$out"
+[ -f "$carry/pack.tar.xz" ] && [ ! -d "$carry/bin" ] && (cd "$carry" && tar -xJf pack.tar.xz)
+export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}"
+B=$carry/bin
+src_dir=$(strings "$B/keel_test_cuda" 2>/dev/null | grep -m1 -E '^/.*/main$' || echo /work/main)
+[ -e "$src_dir" ] || { mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir"; }
+budget=${1:-470}
+start=$SECONDS
+stamp() { echo "== [$((SECONDS - start)) s] $*"; }
+cap() {
+  local left=$((budget - (SECONDS - start)))
+  [ "$left" -lt 1 ] && left=1
+  echo $(($1 < left ? $1 : left))
+}
+summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$1" | tail -${2:-25}; }
+
+stamp "keel_test_cuda (all)"
+timeout "$(cap 150)" "$B/keel_test_cuda" >"$out/tests.log" 2>&1
+echo "keel_test_cuda exit $?"
+summary "$out/tests.log" 12
+grep -E '^\[  FAILED|^\[  SKIPPED' "$out/tests.log" | head
+
+fused='CudaFusedGemv.*:CudaQkvRopeKv.*:CudaFused*'
+stamp "memcheck: $fused"
+timeout "$(cap 90)" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
+  "$B/keel_test_cuda" --gtest_filter="$fused" >"$out/memcheck.log" 2>&1
+echo "memcheck exit $? (9: errors, 124: timed out)"
+grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | head
+summary "$out/memcheck.log" 4
+
+race='CudaSample.MatchesCpuSamplerSmallVocab:CudaSample.MatchesCpuSamplerWithTiedLogits*:CudaFusedGemv.*:CudaQkvRopeKv.*'
+stamp "racecheck: $race"
+timeout "$(cap 150)" compute-sanitizer --tool racecheck --error-exitcode 9 \
+  "$B/keel_test_cuda" --gtest_filter="$race" >"$out/racecheck.log" 2>&1
+echo "racecheck exit $? (9: hazards, 124: timed out)"
+grep -E 'RACECHECK SUMMARY|hazard' "$out/racecheck.log" | sort | uniq -c | head
+summary "$out/racecheck.log" 4
+
+for round in 1 2; do
+  for model in 8b 1b; do
+    for s in 1 2 4; do
+      stamp "decode batch 1, $model, split-k $s, round $round"
+      timeout "$(cap 30)" "$B/cuda_bench" --model "$model" --no-long-prefill --seqs 1 \
+        --decode-steps 64 --fused-split-k "$s" >"$out/d_${model}_s${s}_r$round.log" 2>&1
+      grep -E 'decode' "$out/d_${model}_s${s}_r$round.log" | head -3
+    done
+  done
+done
+stamp "gemv bench 8b"
+timeout "$(cap 40)" "$B/cuda_bench" --gemv-bench --model 8b 2>&1 | tee "$out/gemv_8b.log" | tail -20
+stamp "done"
