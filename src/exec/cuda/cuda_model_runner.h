@@ -96,9 +96,10 @@ struct CudaRunnerOptions {
   // Decode attention split-K: the last split block of each (sequence, kv head) merges the
   // splits (true) instead of a separate combine kernel (false, as before). Fused path:
   // the decode attention kernel is a programmatic dependent too (attn_programmatic_launch,
-  // with programmatic_launch). Switches for measuring each.
+  // with programmatic_launch): off by default, measured slower on the H200 (1B batch 1
+  // 1,028-1,030 tok/s off, 995-1,008 on; 8B equal). Switches for measuring each.
   bool attn_merge_in_kernel = true;
-  bool attn_programmatic_launch = true;
+  bool attn_programmatic_launch = false;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -251,7 +252,7 @@ class CudaModelRunner : public ModelRunner {
   int split_k_ = 0;                    // CudaRunnerOptions::fused_gemv_split_k
   bool split_round_down_ = true;       // CudaRunnerOptions::attn_splits_round_down
   bool attn_merge_in_kernel_ = true;   // CudaRunnerOptions::attn_merge_in_kernel
-  bool attn_pdl_ = true;               // CudaRunnerOptions::attn_programmatic_launch
+  bool attn_pdl_ = false;              // CudaRunnerOptions::attn_programmatic_launch
   std::vector<Event> profile_events_;  // timing events, only when profiling
   std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
   std::size_t profile_used_ = 0;

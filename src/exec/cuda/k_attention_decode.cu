@@ -63,8 +63,11 @@ __device__ __forceinline__ void allow_next_kernel() {
 }
 
 // Merges the num_splits partial states of (tile, kv head) `slot0` into out for the G
-// heads, a warp per head and DPL dimensions per lane (the layout the splits wrote). The
-// partials come from other blocks: read through L2 (__ldcg), never a stale L1 line.
+// heads, a warp per head and DPL dimensions per lane (the layout the splits wrote). Lane
+// l first loads split l's (m, l) (32 splits per pass), so the weights cost one round trip
+// rather than one per split, and the partial outputs' loads are independent of each
+// other. The partials come from other blocks: read through L2 (__ldcg), never a stale L1
+// line.
 template <int DPL>
 __device__ void merge_splits(const AttnParams &p, std::int64_t slot0, int G, int kvh,
                              const AttnTile &tile) {
@@ -72,19 +75,46 @@ __device__ void merge_splits(const AttnParams &p, std::int64_t slot0, int G, int
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int g = warp; g < G; g += kWarps) {
     float mx = -INFINITY;
-    for (int sp = 0; sp < p.num_splits; ++sp)
+    for (int sp = lane; sp < p.num_splits; sp += 32)
       mx = fmaxf(mx, __ldcg(p.partial_ml + ((slot0 + sp) * kAttnMaxRows + g) * 2));
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     float lsum = 0.0f, o[DPL] = {};
     if (mx != -INFINITY) {
-      for (int sp = 0; sp < p.num_splits; ++sp) {
-        const std::int64_t slot = (slot0 + sp) * kAttnMaxRows + g;
-        const float ms = __ldcg(p.partial_ml + slot * 2);
-        if (ms == -INFINITY) continue;
-        const float w = __expf(ms - mx);
-        lsum += __ldcg(p.partial_ml + slot * 2 + 1) * w;
+      for (int sp0 = 0; sp0 < p.num_splits; sp0 += 32) {
+        // Lane l's weight for split sp0 + l (0 for an empty split or none).
+        float w = 0.0f;
+        if (sp0 + lane < p.num_splits) {
+          const std::int64_t slot = (slot0 + sp0 + lane) * kAttnMaxRows + g;
+          const float ms = __ldcg(p.partial_ml + slot * 2);
+          if (ms != -INFINITY) {
+            w = __expf(ms - mx);
+            lsum += __ldcg(p.partial_ml + slot * 2 + 1) * w;
+          }
+        }
+        const int n = min(32, p.num_splits - sp0);
+#pragma unroll 4
+        for (int k = 0; k < n; ++k) {
+          const float wk = __shfl_sync(0xffffffffu, w, k);
+          const float *po = p.partial_o + ((slot0 + sp0 + k) * kAttnMaxRows + g) * HD + lane * DPL;
+          if (wk != 0.0f) {
+            if constexpr (DPL == 2) {
+              const float2 v = __ldcg(reinterpret_cast<const float2 *>(po));
+              o[0] += v.x * wk;
+              o[1] += v.y * wk;
+            } else {
 #pragma unroll
-        for (int e = 0; e < DPL; ++e) o[e] += __ldcg(p.partial_o + slot * HD + lane * DPL + e) * w;
+              for (int e = 0; e < DPL; e += 4) {
+                const float4 v = __ldcg(reinterpret_cast<const float4 *>(po + e));
+                o[e] += v.x * wk;
+                o[e + 1] += v.y * wk;
+                o[e + 2] += v.z * wk;
+                o[e + 3] += v.w * wk;
+              }
+            }
+          }
+        }
       }
+      for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
     }
     const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
     bf16 *out = p.out + std::int64_t(tile.q_start) * p.num_q_heads * HD +
