@@ -70,8 +70,8 @@ struct CudaRunnerOptions {
   // kernels above, cuBLASLt or the plain GEMV). Larger steps never take this path. 2 (H200,
   // with PDL and split-K rounded down): 8B batch 1 182 -> 205 tok/s, 2 seqs 329 -> 384; 1B
   // 774 -> 944, 1141 -> 1673. The fused GEMV at 4 rows is slower than cuBLASLt, so the
-  // default stops at 2. Known: 4-seq steps (unfused either way) measured slower with this
-  // on (8B 692 -> 665, 1B 2677 -> 2317), not explained yet (NOTES.md, fourth pass).
+  // default stops at 2. (A "4-seq regression" seen with this on was the benchmark timing
+  // the capture of the 4-row graphs; warmed first, 4 seqs run 8B 725, 1B 2,984 tok/s.)
   int fused_decode_max_m = 2;
   // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
   // starts streaming its weights while the kernel before it drains. Off: plain launches.
@@ -84,8 +84,9 @@ struct CudaRunnerOptions {
   // H200 (8B batch 1 202 -> 184 tok/s, 1B 927 -> 884).
   bool fused_l2_prefetch = false;
   // Warps per output row of the fused GEMVs (FusedGemvParams::split_k): 0 or 1 one (the
-  // kernel measured above); 2 or 4 split-K with two chunks of loads in flight per warp.
-  // Not measured on the GPU yet (NOTES.md "split-K GEMV"). Other values are rejected.
+  // kernel measured above); 2 or 4 split-K with two chunks of loads in flight per warp:
+  // slower on the H200 (8B batch 1 209-211 -> 205-206 / 190-193 tok/s, 1B 953-970 ->
+  // 842-856 / 671-680), kept as a measured alternative. Other values are rejected.
   int fused_gemv_split_k = 0;
   // At most this many split-K parts for attention over the keys (decode with few
   // sequences); 0: as many as fill the GPU (up to one per 64 keys). A tuning switch.
