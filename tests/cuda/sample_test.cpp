@@ -3,11 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <set>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/k_sample_legacy.cuh"
 #include "exec/sampler.h"
 #include "tiny_llama.h"
 
@@ -78,6 +81,7 @@ DeviceSampled sample_on_device(CudaContext &ctx, const std::vector<float> &logit
   auto d_entries = test::upload(ctx, entries);
   DeviceBuffer scratch(sample_scratch_bytes(R, V)), tokens(R * 4), lps(R * 4);
   test::poison(ctx, tokens);
+  test::poison(ctx, scratch);  // nothing may rely on a zeroed scratch
   launch_sample(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
                 d_entries.as<PenaltyEntry>(), scratch.data(), scratch.bytes(),
                 tokens.as<std::int32_t>(), lps.as<float>());
@@ -86,9 +90,10 @@ DeviceSampled sample_on_device(CudaContext &ctx, const std::vector<float> &logit
 }
 
 // ties: logits rounded to halves, so many candidates share a value (greedy and the
-// sort must both prefer the lowest id); greedy_only: every row greedy (nothing sorted).
-void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
-                      bool greedy_only = false) {
+// sort must both prefer the lowest id); greedy_only: every row greedy (nothing sorted);
+// first_set: row r takes params_for(first_set + r).
+void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false, bool greedy_only = false,
+                      int first_set = 0) {
   CudaContext ctx;
   std::mt19937 rng(seed);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -101,7 +106,7 @@ void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
   std::vector<float> cpu_logprobs(R);
   for (int r = 0; r < R; ++r) {
     Row &row = rows[r];
-    row.params = params_for(greedy_only ? (r % 2) * 6 : r);  // sets 0 and 6 are greedy
+    row.params = params_for(greedy_only ? (r % 2) * 6 : first_set + r);  // 0, 6: greedy
     row.seed = 1000 + r;
     // Tokens near the top of the row, so penalties change what is sampled.
     for (int i = 0; i < 30; ++i) row.prompt.push_back(static_cast<TokenId>(rng() % V));
@@ -123,7 +128,8 @@ void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false,
   const auto &got_lp = dev.logprobs;
   EXPECT_EQ(dev.logits_after, logits) << "logits must be left unchanged";
   for (int r = 0; r < R; ++r) {
-    EXPECT_EQ(got[r], cpu_tokens[r]) << "row " << r << " params set " << r % 8;
+    EXPECT_EQ(got[r], cpu_tokens[r])
+        << "R " << R << " V " << V << " row " << r << " params set " << (first_set + r) % 8;
     EXPECT_NEAR(got_lp[r], cpu_logprobs[r], 1e-4) << "row " << r;
   }
 }
@@ -201,6 +207,266 @@ TEST(CudaSample, FilteredAndFullSortRowsMatchCpuSamplerForGivenDraws) {
 TEST(CudaSample, MatchesCpuSamplerLlama3Vocab) {
   KEEL_REQUIRE_CUDA_DEVICE();
   compare_with_cpu(24, 128256, 3);
+}
+
+// ---- Rows split over several blocks (small batches) ----
+
+// One row to sample: its logits, parameters, draw and penalty context.
+struct DrawCase {
+  std::vector<float> logits;
+  SamplingParams params;
+  double u = 0;
+  std::vector<TokenId> prompt, generated;
+};
+
+std::vector<float> normal_row(int V, float sigma, std::mt19937 &rng) {
+  std::normal_distribution<float> nd(0.0f, sigma);
+  std::vector<float> row(V);
+  for (auto &x : row) x = nd(rng);
+  return row;
+}
+
+// Samples `cases` as one batch of R = cases.size() rows and checks every row against the
+// CPU Sampler given the same draw. Returns the CPU tokens.
+std::vector<TokenId> expect_batch_matches_cpu(CudaContext &ctx, int V,
+                                              const std::vector<DrawCase> &cases,
+                                              const std::string &what) {
+  const int R = static_cast<int>(cases.size());
+  std::vector<float> logits;
+  logits.reserve(std::size_t(R) * V);
+  std::vector<SampleRow> dev_rows(R);
+  std::vector<PenaltyEntry> entries;
+  std::vector<TokenId> cpu_tokens(R);
+  std::vector<float> cpu_lp(R);
+  for (int r = 0; r < R; ++r) {
+    const DrawCase &c = cases[r];
+    logits.insert(logits.end(), c.logits.begin(), c.logits.end());
+    Sampler cpu(c.params, 0);
+    const SampleResult res = cpu.sample_with(c.logits, c.prompt, c.generated, c.u);
+    cpu_tokens[r] = res.token;
+    cpu_lp[r] = res.logprob;
+    dev_rows[r] =
+        to_sample_row(DeviceSampleRow{&c.params, c.u, c.prompt, c.generated}, V, r, entries);
+  }
+  const DeviceSampled dev = sample_on_device(ctx, logits, R, V, dev_rows, entries);
+  for (int r = 0; r < R; ++r) {
+    EXPECT_EQ(dev.tokens[r], cpu_tokens[r])
+        << what << ": R " << R << " V " << V << " row " << r << " u " << cases[r].u
+        << " temperature " << cases[r].params.temperature;
+    EXPECT_NEAR(dev.logprobs[r], cpu_lp[r], 1e-4) << what << ": row " << r;
+  }
+  return cpu_tokens;
+}
+
+// Batches of 1-8 rows (each row over many blocks): every parameter set, with the vocab a
+// multiple of 4 (vector loads) or not, and a vocab within one block's chunk.
+void small_batches(const std::vector<int> &vocabs) {
+  std::uint32_t seed = 300;
+  for (int V : vocabs)
+    for (int R : {1, 2, 5, 8})
+      for (int first : {0, 3, 5}) compare_with_cpu(R, V, ++seed, false, false, first);
+}
+
+TEST(CudaSample, SmallBatchesMatchCpuSampler) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  small_batches({128256, 50001});
+}
+
+TEST(CudaSample, SmallBatchesSmallVocab) {  // also the sanitizers' case
+  KEEL_REQUIRE_CUDA_DEVICE();
+  small_batches({8192, 8195, 1500});
+}
+
+// Plain temperature rows, the draws spread over (0, 1): flat rows (sigma 1-2: thousands of
+// candidates near the draw) sort only the run of buckets around it, peaked ones (sigma 8)
+// the top. One row at a time, then all in one batch.
+void plain_temperature_windows(int V) {
+  CudaContext ctx;
+  std::mt19937 rng(V);
+  const double draws[] = {0.0, 0.001, 0.2, 0.5, 0.8, 0.97, 0.999, 0.9999};
+  std::vector<DrawCase> all;
+  for (float sigma : {1.0f, 2.0f, 8.0f})
+    for (float temperature : {1.0f, 0.7f})
+      for (double u : draws) {
+        DrawCase c;
+        c.logits = normal_row(V, sigma, rng);
+        c.params.temperature = temperature;
+        c.u = u;
+        all.push_back(c);
+      }
+  std::set<TokenId> distinct;
+  for (const DrawCase &c : all) {
+    const auto t = expect_batch_matches_cpu(ctx, V, {c}, "one row");
+    distinct.insert(t[0]);
+  }
+  expect_batch_matches_cpu(ctx, V, all, "batch");
+  EXPECT_GT(distinct.size(), all.size() / 2);  // the draws really picked different tokens
+}
+
+TEST(CudaSample, PlainTemperatureWindowsMatchCpuSampler) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  plain_temperature_windows(128256);
+  plain_temperature_windows(100003);
+}
+
+// Penalties on tokens in different parts of the row decide the token: three spikes (in the
+// first part, the middle, the last) over flat noise; penalties move which one wins, also
+// upwards (a repetition penalty of 0.5 doubles a positive logit), and tie two of them.
+void penalties_across_parts(int V) {
+  CudaContext ctx;
+  std::mt19937 rng(V + 1);
+  const TokenId t1 = 3, t2 = V / 2 + 1, t3 = V - 2;
+  std::vector<float> base = normal_row(V, 1.0f, rng);
+  base[t1] = 20.0f, base[t2] = 19.5f, base[t3] = 19.0f;
+  struct Want {
+    DrawCase c;
+    TokenId greedy;  // the token a greedy row must give, or -1
+  };
+  std::vector<Want> wants;
+  auto add = [&](float temperature, float rep, float presence, std::vector<TokenId> prompt,
+                 std::vector<TokenId> generated, double u, TokenId greedy) {
+    Want w;
+    w.c.logits = base;
+    w.c.params.temperature = temperature;
+    w.c.params.repetition_penalty = rep;
+    w.c.params.presence_penalty = presence;
+    w.c.prompt = std::move(prompt);
+    w.c.generated = std::move(generated);
+    w.c.u = u;
+    w.greedy = greedy;
+    wants.push_back(w);
+  };
+  add(0, 1.0f, 0, {}, {}, 0, t1);               // no penalty: the first part's spike
+  add(0, 2.0f, 0, {t1, t2, 7}, {}, 0, t3);      // both earlier spikes halved: the last
+  add(0, 1.0f, 15.0f, {}, {t1, t1, 9}, 0, t2);  // presence on the first: the middle
+  add(0, 0.5f, 0, {t3}, {}, 0, t3);             // raised from 19 to 38: the last
+  add(1.0f, 2.0f, 0, {t1, t2}, {}, 0.3, -1);    // temperature rows: the CPU decides
+  add(1.0f, 2.0f, 0, {t1, t2}, {}, 0.9, -1);
+  add(0.8f, 0.5f, 2.0f, {t3, 11}, {t1, t2}, 0.5, -1);
+  add(1.0f, 1.0f, 1.0f, {}, {t2, t3, t3}, 0.99, -1);
+  std::vector<DrawCase> cases;
+  for (const Want &w : wants) cases.push_back(w.c);
+  const auto batch = expect_batch_matches_cpu(ctx, V, cases, "batch");
+  for (std::size_t i = 0; i < wants.size(); ++i) {
+    const auto one = expect_batch_matches_cpu(ctx, V, {wants[i].c}, "one row");
+    EXPECT_EQ(one[0], batch[i]);
+    if (wants[i].greedy >= 0) {
+      EXPECT_EQ(one[0], wants[i].greedy) << "case " << i;
+    }
+  }
+}
+
+TEST(CudaSample, PenaltiesInDifferentPartsMatchCpuSampler) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  penalties_across_parts(128256);
+}
+
+TEST(CudaSample, PenaltiesInDifferentPartsSmallVocab) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  penalties_across_parts(12290);
+}
+
+// The same scratch twice (poisoned first): the second launch must not see the first's
+// merge state, and both give bit-identical tokens and logprobs.
+void repeated_launches(int V) {
+  CudaContext ctx;
+  std::mt19937 rng(V + 2);
+  for (int R : {1, 3, 64}) {
+    std::vector<float> logits;
+    std::vector<SampleRow> rows(R);
+    std::vector<PenaltyEntry> entries;
+    std::vector<SamplingParams> params(R);
+    for (int r = 0; r < R; ++r) {
+      const auto row = normal_row(V, r % 2 ? 1.0f : 8.0f, rng);
+      logits.insert(logits.end(), row.begin(), row.end());
+      params[r] = params_for(r + 1);
+      const std::vector<TokenId> prompt = {1, 2, static_cast<TokenId>(V - 1)}, generated = {2};
+      rows[r] = to_sample_row(DeviceSampleRow{&params[r], 0.37 + 0.006 * r, prompt, generated}, V,
+                              r, entries);
+    }
+    auto d_logits = test::upload(ctx, logits);
+    auto d_rows = test::upload(ctx, rows);
+    auto d_entries = test::upload(ctx, entries);
+    DeviceBuffer scratch(sample_scratch_bytes(R, V)), tokens(R * 4), lps(R * 4);
+    test::poison(ctx, scratch);
+    std::vector<std::int32_t> first_tokens;
+    std::vector<float> first_lps;
+    for (int pass = 0; pass < 2; ++pass) {
+      test::poison(ctx, tokens);
+      launch_sample(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
+                    d_entries.as<PenaltyEntry>(), scratch.data(), scratch.bytes(),
+                    tokens.as<std::int32_t>(), lps.as<float>());
+      const auto t = test::download<std::int32_t>(ctx, tokens, R);
+      const auto l = test::download<float>(ctx, lps, R);
+      if (pass == 0) {
+        first_tokens = t;
+        first_lps = l;
+        for (int r = 0; r < R; ++r) {
+          EXPECT_GE(t[r], 0);
+          EXPECT_LT(t[r], V);
+        }
+      } else {
+        EXPECT_EQ(t, first_tokens) << "R " << R;
+        for (int r = 0; r < R; ++r)
+          EXPECT_EQ(std::memcmp(&l[r], &first_lps[r], 4), 0) << "R " << R << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(CudaSample, RepeatedLaunchesAreIdentical) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  repeated_launches(128256);
+}
+
+TEST(CudaSample, RepeatedLaunchesAreIdenticalSmallVocab) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  repeated_launches(6001);
+}
+
+// The multi-block sampler against the single-block one it replaced (k_sample_legacy.cu),
+// on random rows, parameter sets and draws at several batch sizes: the same tokens.
+TEST(CudaSample, MatchesLegacySampler) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(4242);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  for (int V : {128256, 32003})
+    for (int R : {1, 3, 8, 64}) {
+      std::vector<float> logits;
+      std::vector<SampleRow> rows(R);
+      std::vector<PenaltyEntry> entries;
+      std::vector<SamplingParams> params(R);
+      for (int r = 0; r < R; ++r) {
+        const float sigmas[] = {1.0f, 3.0f, 8.0f};
+        const auto row = normal_row(V, sigmas[(r + R) % 3], rng);
+        logits.insert(logits.end(), row.begin(), row.end());
+        params[r] = params_for(r + R);
+        std::vector<TokenId> prompt;
+        for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<TokenId>(rng() % V));
+        const std::vector<TokenId> generated = {prompt[0], prompt[5], 17};
+        rows[r] =
+            to_sample_row(DeviceSampleRow{&params[r], ud(rng), prompt, generated}, V, r, entries);
+      }
+      auto d_logits = test::upload(ctx, logits);
+      auto d_rows = test::upload(ctx, rows);
+      auto d_entries = test::upload(ctx, entries);
+      DeviceBuffer scratch(sample_scratch_bytes(R, V)),
+          old_scratch(sample_legacy_scratch_bytes(R, V)), tokens(R * 8), lps(R * 8);
+      launch_sample(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
+                    d_entries.as<PenaltyEntry>(), scratch.data(), scratch.bytes(),
+                    tokens.as<std::int32_t>(), lps.as<float>());
+      launch_sample_legacy(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
+                           d_entries.as<PenaltyEntry>(), old_scratch.data(), old_scratch.bytes(),
+                           tokens.as<std::int32_t>() + R, lps.as<float>() + R);
+      const auto t = test::download<std::int32_t>(ctx, tokens, 2 * R);
+      const auto l = test::download<float>(ctx, lps, 2 * R);
+      for (int r = 0; r < R; ++r) {
+        EXPECT_EQ(t[r], t[R + r]) << "V " << V << " R " << R << " row " << r << " set "
+                                  << (r + R) % 8;
+        EXPECT_NEAR(l[r], l[R + r], 1e-5) << "V " << V << " R " << R << " row " << r;
+      }
+    }
 }
 
 TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
