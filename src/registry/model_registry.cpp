@@ -228,6 +228,7 @@ ModelLease ModelRegistry::lease_of(Entry &e) {
   return ModelLease(e.loaded, [this, &e] {
     std::lock_guard l(mu_);
     e.last_used = Clock::now();
+    cv_.notify_all();  // a load waiting in make_room may now evict this model
   });
 }
 
@@ -254,7 +255,8 @@ ModelRegistry::Entry &ModelRegistry::entry(const std::string &id) {
   return *it->second;
 }
 
-void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock) {
+void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock,
+                              Clock::time_point deadline) {
   const std::int64_t budget = options_.memory_budget_bytes;
   if (budget <= 0) return;
   const std::int64_t need = target.footprint();
@@ -262,16 +264,27 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock)
     throw Error(ErrorCode::kResourceExhausted,
                 "model '" + target.id + "' needs about " + mib(need) +
                     ", more than the whole memory budget of " + mib(budget));
+  const Clock::time_point wait_end = std::min(deadline, Clock::now() + options_.eviction_wait);
   for (;;) {
     std::int64_t used = 0;
     for (const auto &[id, e] : entries_)
       if (e->proc && e.get() != &target) used += e->footprint();
     if (used + need <= budget) return;
     Entry *victim = nullptr;
+    bool busy = false;  // a model that would be a victim once its requests end
     for (const auto &[id, e] : entries_) {
       if (e.get() == &target || e->state != ModelState::kReady || e->pinned) continue;
-      if (e->loaded && (e->loaded->leases > 0 || e->proc->client().in_flight() > 0)) continue;
+      if (e->loaded && (e->loaded->leases > 0 || e->proc->client().in_flight() > 0)) {
+        busy = true;
+        continue;
+      }
       if (!victim || e->last_used < victim->last_used) victim = e.get();
+    }
+    if (!victim && busy && Clock::now() < wait_end) {
+      // A lease's release wakes us; the engine's in-flight count is polled.
+      cv_.wait_until(lock, std::min(wait_end, Clock::now() + std::chrono::milliseconds(20)));
+      if (stopping_) throw Error(ErrorCode::kUnavailable, "server is shutting down");
+      continue;
     }
     if (!victim)
       throw Error(ErrorCode::kResourceExhausted,
@@ -284,8 +297,9 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock)
   }
 }
 
-void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock) {
-  make_room(e, lock);  // first: a model that cannot fit is refused before any work
+void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
+                                  Clock::time_point deadline) {
+  make_room(e, lock, deadline);  // first: a model that cannot fit is refused before any work
   if (!e.text) e.text = load_model_text(e.path);  // once per model; survives engine restarts
   if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
   EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args};
@@ -326,7 +340,7 @@ ModelLease ModelRegistry::acquire(const std::string &id, Clock::time_point deadl
     if (e.state == ModelState::kAvailable) {
       if (my_attempt != 0 && e.attempt == my_attempt && !e.last_error.empty())
         throw Error(ErrorCode::kUnavailable, "model '" + id + "' failed to load: " + e.last_error);
-      start_loading(e, lock);
+      start_loading(e, lock, deadline);
       my_attempt = e.attempt;
       continue;
     }

@@ -55,6 +55,10 @@ struct RegistryOptions {
   std::chrono::milliseconds heartbeat_timeout{10'000};  // no frame at all for this long
   std::chrono::milliseconds unload_grace{3'000};
   std::chrono::milliseconds idle_ttl{0};  // 0: keep loaded models (per model: ModelSettings)
+  // A model that must evict another to fit waits this long (within its own deadline) for
+  // a busy one to go idle before it is refused: a request that arrives as the other
+  // model's last one is finishing is served, not turned away.
+  std::chrono::milliseconds eviction_wait{5'000};
   std::chrono::milliseconds supervise_interval{100};
   Logger log;
 };
@@ -156,8 +160,10 @@ class ModelRegistry {
  private:
   struct Entry;
   Entry &entry(const std::string &id);  // under mu_
-  void start_loading(Entry &e, std::unique_lock<std::mutex> &lock);
-  void make_room(Entry &target, std::unique_lock<std::mutex> &lock);
+  void start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
+                     std::chrono::steady_clock::time_point deadline);
+  void make_room(Entry &target, std::unique_lock<std::mutex> &lock,
+                 std::chrono::steady_clock::time_point deadline);
   void stop_engine(Entry &e, std::unique_lock<std::mutex> &lock, const std::string &why);
   void supervise_loop();
   void supervise_once(std::unique_lock<std::mutex> &lock);
