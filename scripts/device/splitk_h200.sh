@@ -8,21 +8,8 @@
 set -uo pipefail
 carry=${KEEL_CARRY:-.devcarry-verify}
 out=${OUT:-/tmp/keel-splitk}
-mkdir -p "$out"
-[ -f "$carry/pack.tar.xz" ] && [ ! -d "$carry/bin" ] && (cd "$carry" && tar -xJf pack.tar.xz)
-export LD_LIBRARY_PATH="$PWD/$carry/lib:${LD_LIBRARY_PATH:-}"
-B=$carry/bin
-src_dir=$(strings "$B/keel_test_cuda" 2>/dev/null | grep -m1 -E '^/.*/main$' || echo /work/main)
-[ -e "$src_dir" ] || { mkdir -p "$(dirname "$src_dir")" && ln -s "$PWD" "$src_dir"; }
 budget=${1:-470}
-start=$SECONDS
-stamp() { echo "== [$((SECONDS - start)) s] $*"; }
-cap() {
-  local left=$((budget - (SECONDS - start)))
-  [ "$left" -lt 1 ] && left=1
-  echo $(($1 < left ? $1 : left))
-}
-summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$1" | tail -${2:-25}; }
+source "$(dirname "$0")/budget_lib.sh"
 
 stamp "keel_test_cuda (all)"
 timeout "$(cap 150)" "$B/keel_test_cuda" >"$out/tests.log" 2>&1

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_pdl.cuh"
 #include "exec/cuda/kernels.h"
 
 namespace keel::cuda {
@@ -53,13 +54,6 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
 }
 __device__ __forceinline__ void cp_async_wait_all() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::);
-}
-// Programmatic dependent launch: no-ops when launched without the attribute.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void allow_next_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
 // Merges the num_splits partial states of (tile, kv head) `slot0` into out for the G
@@ -382,17 +376,7 @@ void launch_for(cudaStream_t s, const AttnParams &p) {
       p.kv_heads_fast
           ? dim3(static_cast<unsigned>(p.num_tiles) * p.layout.num_kv_heads * p.num_splits)
           : dim3(p.num_tiles, p.layout.num_kv_heads, p.num_splits);
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = grid;
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.pdl ? 1 : 0;
-  KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, decode_attention_kernel<DPL, GT>, p));
+  launch_maybe_pdl(decode_attention_kernel<DPL, GT>, grid, dim3(kThreads), smem, s, p.pdl, p);
 }
 
 // Registers sized to the group when it is one of the common GQA ratios.

@@ -11,6 +11,7 @@
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_decode_fused.h"
+#include "exec/cuda/k_pdl.cuh"
 
 namespace keel::cuda {
 
@@ -22,15 +23,6 @@ constexpr std::size_t kMaxSmem = 200 * 1024;  // of the H200's 227 KB per block
 // Grid: one row per warp up to this many times the blocks that fit at once; beyond that
 // (the LM head) warps loop over rows, so the per-block prologue is not paid 10k times.
 constexpr int kDefaultWaves = 4;
-
-// Programmatic dependent launch (sm_90): both are no-ops when the kernel was launched
-// without the attribute.
-__device__ __forceinline__ void wait_for_previous_kernel() {
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-}
-__device__ __forceinline__ void allow_next_kernel() {
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-}
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
   const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
@@ -349,17 +341,8 @@ void launch_kernel(Kernel kernel, int rows_per_block, cudaStream_t s, const Fuse
   const std::int64_t need = (rows + rows_per_block - 1) / rows_per_block;
   const int waves = p.max_waves > 0 ? p.max_waves : kDefaultWaves;
   const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * waves;
-  cudaLaunchConfig_t cfg = {};
-  cfg.gridDim = dim3(static_cast<unsigned>(std::min(need, fit)));
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.pdl ? 1 : 0;
-  KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+  launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(std::min(need, fit))), dim3(kThreads), smem,
+                   s, p.pdl, p);
 }
 
 template <int M, GemvIn In, GemvOut Out>
@@ -514,18 +497,11 @@ void launch_qkv_rope_kv(cudaStream_t s, const QkvRopeKvParams &p) {
   if (p.T <= 0) return;
   if (p.head_dim <= 0 || p.head_dim > kAttnMaxHeadDim || p.head_dim % 2 != 0)
     throw Error(ErrorCode::kInvalidArgument, "qkv_rope_kv: head_dim " + std::to_string(p.head_dim));
-  cudaLaunchConfig_t cfg = {};
   const int heads = p.num_q_heads + 2 * p.num_kv_heads;
-  cfg.gridDim =
-      dim3(static_cast<unsigned>(p.T), static_cast<unsigned>((heads + kWarps - 1) / kWarps));
-  cfg.blockDim = dim3(kThreads);
-  cfg.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attr;
-  cfg.numAttrs = p.pdl ? 1 : 0;
-  KEEL_CUDA_CHECK(cudaLaunchKernelEx(&cfg, qkv_rope_kv_kernel, p));
+  launch_maybe_pdl(
+      qkv_rope_kv_kernel,
+      dim3(static_cast<unsigned>(p.T), static_cast<unsigned>((heads + kWarps - 1) / kWarps)),
+      dim3(kThreads), 0, s, p.pdl, p);
 }
 
 }  // namespace keel::cuda
