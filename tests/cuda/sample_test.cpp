@@ -10,7 +10,6 @@
 
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
-#include "exec/cuda/k_sample_legacy.cuh"
 #include "exec/sampler.h"
 #include "tiny_llama.h"
 
@@ -422,51 +421,6 @@ TEST(CudaSample, RepeatedLaunchesAreIdentical) {
 TEST(CudaSample, RepeatedLaunchesAreIdenticalSmallVocab) {
   KEEL_REQUIRE_CUDA_DEVICE();
   repeated_launches(6001);
-}
-
-// The multi-block sampler against the single-block one it replaced (k_sample_legacy.cu),
-// on random rows, parameter sets and draws at several batch sizes: the same tokens.
-TEST(CudaSample, MatchesLegacySampler) {
-  KEEL_REQUIRE_CUDA_DEVICE();
-  CudaContext ctx;
-  std::mt19937 rng(4242);
-  std::uniform_real_distribution<double> ud(0.0, 1.0);
-  for (int V : {128256, 32003})
-    for (int R : {1, 3, 8, 64}) {
-      std::vector<float> logits;
-      std::vector<SampleRow> rows(R);
-      std::vector<PenaltyEntry> entries;
-      std::vector<SamplingParams> params(R);
-      for (int r = 0; r < R; ++r) {
-        const float sigmas[] = {1.0f, 3.0f, 8.0f};
-        const auto row = normal_row(V, sigmas[(r + R) % 3], rng);
-        logits.insert(logits.end(), row.begin(), row.end());
-        params[r] = params_for(r + R);
-        std::vector<TokenId> prompt;
-        for (int i = 0; i < 20; ++i) prompt.push_back(static_cast<TokenId>(rng() % V));
-        const std::vector<TokenId> generated = {prompt[0], prompt[5], 17};
-        rows[r] =
-            to_sample_row(DeviceSampleRow{&params[r], ud(rng), prompt, generated}, V, r, entries);
-      }
-      auto d_logits = test::upload(ctx, logits);
-      auto d_rows = test::upload(ctx, rows);
-      auto d_entries = test::upload(ctx, entries);
-      DeviceBuffer scratch(sample_scratch_bytes(R, V)),
-          old_scratch(sample_legacy_scratch_bytes(R, V)), tokens(R * 8), lps(R * 8);
-      launch_sample(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
-                    d_entries.as<PenaltyEntry>(), scratch.data(), scratch.bytes(),
-                    tokens.as<std::int32_t>(), lps.as<float>());
-      launch_sample_legacy(ctx.compute(), d_logits.as<float>(), R, V, d_rows.as<SampleRow>(),
-                           d_entries.as<PenaltyEntry>(), old_scratch.data(), old_scratch.bytes(),
-                           tokens.as<std::int32_t>() + R, lps.as<float>() + R);
-      const auto t = test::download<std::int32_t>(ctx, tokens, 2 * R);
-      const auto l = test::download<float>(ctx, lps, 2 * R);
-      for (int r = 0; r < R; ++r) {
-        EXPECT_EQ(t[r], t[R + r]) << "V " << V << " R " << R << " row " << r << " set "
-                                  << (r + R) % 8;
-        EXPECT_NEAR(l[r], l[R + r], 1e-5) << "V " << V << " R " << R << " row " << r;
-      }
-    }
 }
 
 TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
