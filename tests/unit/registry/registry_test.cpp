@@ -53,7 +53,8 @@ TEST(ModelRegistry, DiscoversDirectoriesAndGgufStems) {
 }
 
 TEST(ModelRegistry, UnknownModelIsNotFound) {
-  ModelRegistry reg(RegistryOptions{});
+  const RegistryOptions o;
+  ModelRegistry reg(o);
   try {
     reg.acquire("nope", std::chrono::steady_clock::now() + std::chrono::seconds(1));
     FAIL();

@@ -26,6 +26,22 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
+openai::RenderContext openai_context(const std::string &id, const ModelText &text) {
+  openai::RenderContext ctx;
+  ctx.id = id;
+  ctx.created = 1;
+  ctx.model = "m";
+  ctx.text = &text;
+  return ctx;
+}
+
+anthropic::RenderContext anthropic_context(const std::string &id) {
+  anthropic::RenderContext ctx;
+  ctx.id = id;
+  ctx.model = "m";
+  return ctx;
+}
+
 using BytesText = keel::test::ByteText;
 
 // Emits `script` byte-tokens in random groups of 1..6 per event, then finishes with
@@ -189,8 +205,8 @@ TEST(ToolCalls, OpenAIChatStreamedAndWholeAgreeOverRandomChunkings) {
   BytesText text;
   const auto req = chat_request();
   for (unsigned seed = 1; seed <= 25; ++seed) {
-    openai::RenderContext ctx{"chatcmpl-abc", 1, "m", &text};
-    openai::RenderContext ctx2{"chatcmpl-abc", 1, "m", &text};
+    const auto ctx = openai_context("chatcmpl-abc", text);
+    const auto ctx2 = openai_context("chatcmpl-abc", text);
     OpenAIStreamed acc, acc2;
     int empty_chunks = 0;
     const std::string body = run_script(
@@ -204,7 +220,9 @@ TEST(ToolCalls, OpenAIChatStreamedAndWholeAgreeOverRandomChunkings) {
             if (c["delta"].contains("tool_calls")) {
               const json &tc = c["delta"]["tool_calls"][0];
               EXPECT_EQ(tc.contains("id"), tc["function"].contains("name"));
-              if (tc.contains("id")) EXPECT_EQ(tc["function"]["arguments"], "");
+              if (tc.contains("id")) {
+                EXPECT_EQ(tc["function"]["arguments"], "");
+              }
             }
             accumulate(acc2, p);
           }
@@ -237,7 +255,7 @@ TEST(ToolCalls, OpenAIWithoutToolsOrWithToolChoiceNoneKeepsTheText) {
   BytesText text;
   for (const json &extra : {json{{"tools", nullptr}}, json{{"tool_choice", "none"}}}) {
     const auto req = chat_request(extra);
-    openai::RenderContext ctx{"chatcmpl-abc", 1, "m", &text};
+    const auto ctx = openai_context("chatcmpl-abc", text);
     OpenAIStreamed acc;
     const std::string body = run_script(
         text, kHermesScript, 3, 1000,
@@ -260,7 +278,7 @@ TEST(ToolCalls, MalformedCallIsContentAndACutOffCallIsLength) {
   const auto req = chat_request();
   const std::string bad =
       "Hi <tool_call>{\"name\": \"get_weather\", \"arguments\": {]}</tool_call>";
-  openai::RenderContext ctx{"chatcmpl-abc", 1, "m", &text};
+  const auto ctx = openai_context("chatcmpl-abc", text);
   OpenAIStreamed acc;
   std::string body = run_script(
       text, bad, 5, 1000,
@@ -276,7 +294,7 @@ TEST(ToolCalls, MalformedCallIsContentAndACutOffCallIsLength) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
   EXPECT_EQ(acc.content, bad);
   // max_tokens ends inside the call: the unfinished markup is content, finish length.
-  openai::RenderContext ctx2{"chatcmpl-abd", 1, "m", &text};
+  const auto ctx2 = openai_context("chatcmpl-abd", text);
   body = run_script(
       text, kHermesScript, 6, 40, [](const ChoiceDelta &) {},
       [&](const Generation &g) { return openai::render_chat(ctx2, req, g); });
@@ -289,7 +307,7 @@ TEST(ToolCalls, LlamaFormatFromTheVocabulary) {
   BytesText text;
   text.single = {"<|python_tag|>"};
   const auto req = chat_request();
-  openai::RenderContext ctx{"chatcmpl-abc", 1, "m", &text};
+  const auto ctx = openai_context("chatcmpl-abc", text);
   EXPECT_EQ(openai::tool_call_format(ctx), ToolCallFormat::kLlama3Json);
   const std::string script = R"({"name": "get_weather", "parameters": {"city": "Oslo"}})";
   const json j = json::parse(run_script(
@@ -305,7 +323,7 @@ TEST(ToolCalls, AnthropicToolUseStreamedAndWholeAgree) {
   BytesText text;
   const auto req = messages_request();
   for (unsigned seed = 1; seed <= 25; ++seed) {
-    anthropic::RenderContext ctx{"msg_abc", "m"};
+    auto ctx = anthropic_context("msg_abc");
     anthropic::prepare_tools(ctx, req, text);
     std::string sse;
     int out_tokens = 0;
@@ -371,8 +389,8 @@ TEST(ToolCalls, AnthropicToolUseStreamedAndWholeAgree) {
 TEST(ToolCalls, AnthropicPlainTextWithToolsAndEmptyOutput) {
   BytesText text;
   const auto req = messages_request();
-  for (const std::string script : {std::string("just words "), std::string("")}) {
-    anthropic::RenderContext ctx{"msg_abc", "m"};
+  for (const std::string &script : {std::string("just words "), std::string("")}) {
+    auto ctx = anthropic_context("msg_abc");
     anthropic::prepare_tools(ctx, req, text);
     std::string sse;
     const std::string body = run_script(
