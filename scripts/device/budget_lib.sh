@@ -19,3 +19,15 @@ cap() {
 }
 # summary LOG [N]: the gtest verdict lines of LOG
 summary() { grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|^\[  FAILED' "$1" | tail -${2:-25}; }
+# sanitize TOOL FILTER SECONDS: compute-sanitizer TOOL (memcheck or racecheck) on the CUDA
+# tests FILTER names, at most SECONDS; log in $out/TOOL.log.
+sanitize() {
+  local tool=$1 filter=$2 secs=$3 extra=()
+  [ "$tool" = memcheck ] && extra=(--leak-check no)
+  stamp "$tool: $filter"
+  timeout "$(cap "$secs")" compute-sanitizer --tool "$tool" "${extra[@]}" --error-exitcode 9 \
+    "$B/keel_test_cuda" --gtest_filter="$filter" >"$out/$tool.log" 2>&1
+  echo "$tool exit $? (9: errors or hazards, 124: timed out)"
+  grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | sort | uniq -c
+  summary "$out/$tool.log" 4
+}

@@ -20,14 +20,8 @@ summary "$out/tests.log" 12
 grep -E -A8 'Failure' "$out/tests.log" | head -40
 
 if [ -n "${SAN_FILTER:-}" ]; then
-  for tool in memcheck racecheck; do
-    stamp "$tool: $SAN_FILTER"
-    timeout "$(cap 90)" compute-sanitizer --tool "$tool" --error-exitcode 9 \
-      "$B/keel_test_cuda" --gtest_filter="$SAN_FILTER" >"$out/$tool.log" 2>&1
-    echo "$tool exit $? (9: errors, 124: timed out)"
-    grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | sort | uniq -c
-    summary "$out/$tool.log" 3
-  done
+  sanitize memcheck "$SAN_FILTER" 90
+  sanitize racecheck "$SAN_FILTER" 90
 fi
 
 for model in 8b 1b; do

@@ -17,21 +17,9 @@ echo "keel_test_cuda exit $?"
 summary "$out/tests.log" 12
 grep -E '^\[  FAILED|^\[  SKIPPED' "$out/tests.log" | head
 
-fused='CudaFusedGemv.*:CudaQkvRopeKv.*:CudaFused*'
-stamp "memcheck: $fused"
-timeout "$(cap 90)" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-  "$B/keel_test_cuda" --gtest_filter="$fused" >"$out/memcheck.log" 2>&1
-echo "memcheck exit $? (9: errors, 124: timed out)"
-grep -E 'ERROR SUMMARY' "$out/memcheck.log" | sort | uniq -c | head
-summary "$out/memcheck.log" 4
-
-race='CudaSample.MatchesCpuSamplerSmallVocab:CudaSample.MatchesCpuSamplerWithTiedLogits*:CudaFusedGemv.*:CudaQkvRopeKv.*'
-stamp "racecheck: $race"
-timeout "$(cap 150)" compute-sanitizer --tool racecheck --error-exitcode 9 \
-  "$B/keel_test_cuda" --gtest_filter="$race" >"$out/racecheck.log" 2>&1
-echo "racecheck exit $? (9: hazards, 124: timed out)"
-grep -E 'RACECHECK SUMMARY|hazard' "$out/racecheck.log" | sort | uniq -c | head
-summary "$out/racecheck.log" 4
+sanitize memcheck 'CudaFusedGemv.*:CudaQkvRopeKv.*:CudaFused*' 90
+sanitize racecheck \
+  'CudaSample.MatchesCpuSamplerSmallVocab:CudaSample.MatchesCpuSamplerWithTiedLogits*:CudaFusedGemv.*:CudaQkvRopeKv.*' 150
 
 for round in 1 2; do
   for model in 8b 1b; do

@@ -26,21 +26,10 @@ echo "keel_test_cuda exit $?"
 summary "$out/tests.log" 30
 grep -E 'ms per call|TFLOP' "$out/tests.log" | head -12
 
-new_kernels='CudaSample.*:CudaFusedGemv.*:CudaQkvRopeKv.*:CudaAttention.SlidingWindow*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*'
-stamp "memcheck: $new_kernels"
-timeout "$(cap 90)" compute-sanitizer --tool memcheck --leak-check no --error-exitcode 9 \
-  "$B/keel_test_cuda" --gtest_filter="$new_kernels" >"$out/memcheck.log" 2>&1
-echo "memcheck exit $? (9: errors, 124: timed out)"
-grep -E 'ERROR SUMMARY|Invalid|Race' "$out/memcheck.log" | sort | uniq -c | head
-summary "$out/memcheck.log" 8
-
-race='CudaSample.Filtered*:SlidingWindowModel.CudaMatchesCpuFlash*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*'
-stamp "racecheck: $race"
-timeout "$(cap 70)" compute-sanitizer --tool racecheck --error-exitcode 9 \
-  "$B/keel_test_cuda" --gtest_filter="$race" >"$out/racecheck.log" 2>&1
-echo "racecheck exit $? (9: hazards, 124: timed out)"
-grep -E 'RACECHECK SUMMARY|hazard' "$out/racecheck.log" | sort | uniq -c | head
-summary "$out/racecheck.log" 8
+sanitize memcheck \
+  'CudaSample.*:CudaFusedGemv.*:CudaQkvRopeKv.*:CudaAttention.SlidingWindow*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*' 90
+sanitize racecheck \
+  'CudaSample.SmallBatchesSmallVocab:SlidingWindowModel.CudaMatchesCpuFlash*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*' 70
 
 prefill_round() {
   for v in 0 1 2; do

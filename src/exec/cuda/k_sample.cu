@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kPartThreads)
     });
   }
   block_lse(m, s, fs, ds);
-  block_argmax_pair(av, ai, fs, is);
+  block_argmax_reduce(av, ai, fs, is);
   pm = block_reduce(
       pm, [](float a, float b) { return fmaxf(a, b); }, -INFINITY, fs);
   if (threadIdx.x == 0) {

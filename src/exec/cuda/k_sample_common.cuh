@@ -181,19 +181,6 @@ __device__ __forceinline__ void block_lse(float &m, double &s, float *fm, double
   for (int o = 16; o > 0; o >>= 1)
     lse_merge(m, s, __shfl_xor_sync(0xffffffffu, m, o), __shfl_xor_sync(0xffffffffu, s, o));
 }
-__device__ __forceinline__ void block_argmax_pair(float &v, int &i, float *fv, int *is) {
-  for (int o = 16; o > 0; o >>= 1)
-    argmax_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  __syncthreads();
-  if (lane == 0) fv[warp] = v, is[warp] = i;
-  __syncthreads();
-  const bool has = lane < blockDim.x / 32;
-  v = has ? fv[lane] : -FLT_MAX;
-  i = has ? is[lane] : 0x7fffffff;
-  for (int o = 16; o > 0; o >>= 1)
-    argmax_better(v, i, __shfl_xor_sync(0xffffffffu, v, o), __shfl_xor_sync(0xffffffffu, i, o));
-}
 
 // Calls f(i, value, valid) for the entries [c0, c1) of row, four per thread per step
 // (float4 loads when vec: c0 % 4 == 0 and row 16-byte aligned). Every thread of the block

@@ -43,7 +43,7 @@ __global__ void __launch_bounds__(kThreads)
   } else {
     for (int i = threadIdx.x; i < len; i += kThreads) argmax_better(v, idx, row[i], begin + i);
   }
-  block_argmax_reduce<kThreads>(v, idx, sv, si);
+  block_argmax_reduce(v, idx, sv, si);
   if (threadIdx.x == 0) {
     if (parts == 1) {
       out[r] = idx == 0x7fffffff ? 0 : idx;
