@@ -458,6 +458,13 @@ int run(int argc, char **argv) {
       if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, a + " needs a value");
       return argv[++i];
     };
+    // The flag's value, which must be `first` or `second`.
+    auto choice = [&](const char *first, const char *second) -> std::string {
+      std::string v = val();
+      if (v != first && v != second)
+        throw Error(ErrorCode::kInvalidArgument, a + ": " + first + " or " + second);
+      return v;
+    };
     if (a == "--model")
       model = val();
     else if (a == "--decode-steps")
@@ -481,29 +488,17 @@ int run(int argc, char **argv) {
     else if (a == "--flash-decode")
       flash_decode = true;
     else if (a == "--attn-order") {
-      const std::string v = val();
-      if (v != "heads" && v != "tiles")
-        throw Error(ErrorCode::kInvalidArgument, "--attn-order: heads or tiles");
-      heads_fast = v == "heads";
+      heads_fast = choice("heads", "tiles") == "heads";
     } else if (a == "--gemv-max-m") {
       gemv_max_m = std::stoi(val());
     } else if (a == "--decode-group") {
-      const std::string v = val();
-      if (v != "exact" && v != "generic")
-        throw Error(ErrorCode::kInvalidArgument, "--decode-group: exact or generic");
-      generic_group = v == "generic";
+      generic_group = choice("exact", "generic") == "generic";
     } else if (a == "--fused-max-m") {
       fused_max_m = std::stoi(val());
     } else if (a == "--l2-prefetch") {
-      const std::string v = val();
-      if (v != "on" && v != "off")
-        throw Error(ErrorCode::kInvalidArgument, "--l2-prefetch: on or off");
-      l2_prefetch = v == "on";
+      l2_prefetch = choice("on", "off") == "on";
     } else if (a == "--split-round") {
-      const std::string v = val();
-      if (v != "up" && v != "down")
-        throw Error(ErrorCode::kInvalidArgument, "--split-round: up or down");
-      splits_down = v == "down";
+      splits_down = choice("up", "down") == "down";
     } else if (a == "--flash-variant") {
       flash_variant = std::stoi(val());
     } else if (a == "--fused-split-k") {
@@ -511,24 +506,13 @@ int run(int argc, char **argv) {
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
-      const std::string v = val();
-      if (v != "on" && v != "off") throw Error(ErrorCode::kInvalidArgument, "--pdl: on or off");
-      pdl = v == "on";
+      pdl = choice("on", "off") == "on";
     } else if (a == "--attn-merge") {
-      const std::string v = val();
-      if (v != "kernel" && v != "combine")
-        throw Error(ErrorCode::kInvalidArgument, "--attn-merge: kernel or combine");
-      attn_merge = v == "kernel";
+      attn_merge = choice("kernel", "combine") == "kernel";
     } else if (a == "--attn-pdl") {
-      const std::string v = val();
-      if (v != "on" && v != "off")
-        throw Error(ErrorCode::kInvalidArgument, "--attn-pdl: on or off");
-      attn_pdl = v == "on";
+      attn_pdl = choice("on", "off") == "on";
     } else if (a == "--fused-swiglu") {
-      const std::string v = val();
-      if (v != "gate_up" && v != "down")
-        throw Error(ErrorCode::kInvalidArgument, "--fused-swiglu: gate_up or down");
-      swiglu_epilogue = v == "gate_up";
+      swiglu_epilogue = choice("gate_up", "down") == "gate_up";
     } else if (a == "--gemv-bench") {
       gemv = true;
     } else if (a == "--kv-transfer")
