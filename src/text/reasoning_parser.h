@@ -1,0 +1,61 @@
+// Reasoning in generated text: splits a model's thinking block (<think>...</think>, as
+// Qwen3, DeepSeek-R1 and GLM write it) from its answer, all at once or incrementally
+// (for streaming) with the same result for any chunking of the text.
+//
+// Only a block at the start of the output counts (after leading whitespace), or the
+// whole output up to the close marker when the prompt already opened the block (the
+// R1 and Qwen3-thinking templates end their generation prompt with "<think>\n"). A
+// block that never closes is all reasoning (the model was cut off while thinking).
+// Whitespace around the markers is dropped, so neither part is padded with newlines.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace keel {
+
+struct ReasoningMarkers {
+  std::string open = "<think>";
+  std::string close = "</think>";
+};
+
+// What one feed settled: reasoning text and answer text, in that order.
+struct ReasoningSplit {
+  std::string reasoning;
+  std::string content;
+};
+
+class ReasoningParser {
+ public:
+  // starts_inside: the prompt ends inside an open block (see prompt_opens_reasoning).
+  explicit ReasoningParser(bool starts_inside = false, ReasoningMarkers markers = {});
+
+  // Feeds more generated text; returns what is now settled. Text that may still turn
+  // out to be (part of) a marker, and whitespace that may precede one, is held back.
+  ReasoningSplit feed(std::string_view text);
+  // The end of the output: everything held back is settled.
+  ReasoningSplit finish();
+
+  // True while the output is inside the thinking block.
+  bool in_reasoning() const { return state_ == State::kReasoning; }
+  // True once the block has closed (the answer has begun).
+  bool closed() const { return closed_; }
+
+ private:
+  enum class State { kStart, kReasoning, kAfterClose, kContent };
+  void run(bool final, ReasoningSplit &out);
+  // Appends reasoning text, without the whitespace that opens the block.
+  void emit_reasoning(std::string_view text, ReasoningSplit &out);
+
+  ReasoningMarkers markers_;
+  State state_;
+  bool closed_ = false;
+  bool reasoning_begun_ = false;  // some reasoning text has been emitted
+  std::string buf_;               // held back: a possible marker prefix or trailing whitespace
+};
+
+// Whether a rendered prompt ends inside an open thinking block: its last open marker
+// comes after its last close marker (ignoring trailing whitespace).
+bool prompt_opens_reasoning(std::string_view prompt, const ReasoningMarkers &markers = {});
+
+}  // namespace keel
