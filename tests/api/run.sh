@@ -83,7 +83,10 @@ status=0
 # KEEL_API_TESTS narrows the run to some files (a space-separated list of globs under
 # tests/api, e.g. "responses*"); every file by default.
 files=()
-for g in ${KEEL_API_TESTS:-*}; do files+=("$here"/$g.test.mjs); done
+set -f
+read -ra globs <<<"${KEEL_API_TESTS:-*}"
+set +f
+for g in "${globs[@]}"; do files+=("$here"/$g.test.mjs); done
 node --test --test-concurrency=1 "${files[@]}" || status=$?
 
 # No orphans: SIGKILL a server that has a loaded engine; the engine must go too.
