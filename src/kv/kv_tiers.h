@@ -27,7 +27,7 @@
 
 #include "core/fault_injector.h"
 #include "core/ids.h"
-#include "exec/model_runner.h"
+#include "kv/block_store.h"
 #include "kv/block_pool.h"
 #include "kv/host_tier.h"
 #include "kv/ssd_store.h"
