@@ -6,7 +6,7 @@
 //   status() ◀── published snapshot ──   ─▶ forward ─▶ sample ─▶ events ─▶ publish status
 //                + atomic heartbeats
 //
-// Why this shape (DESIGN.md, "The bug class"): device work for an engine is enqueued
+// Why this shape (docs/ARCHITECTURE.md, "The bug class"): device work for an engine is enqueued
 // from exactly one thread, so no stream or handle is shared; commands never wait for
 // a step (the queue's lock is never held while computing); status and heartbeats are
 // readable while a step runs, so a stuck step shows as a growing step age, not as a
@@ -86,7 +86,7 @@ class Engine final : public EngineApi {
   // Starts the engine thread and waits until the backend is built; rethrows its error.
   Engine(BackendFactory factory, EngineConfig config = {});
   // Stops with config.shutdown_grace. A thread still inside a step after that means
-  // a wedged backend: the process aborts (DESIGN.md: a wedged engine is killed).
+  // a wedged backend: the process aborts (docs/ARCHITECTURE.md: a wedged engine is killed).
   ~Engine() override;
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;

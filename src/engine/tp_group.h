@@ -6,7 +6,7 @@
 //     ├─ socket ─▶ rank 2
 //     └─ ...      every step: command (broadcast) ─▶ forward with all-reduces
 //
-// Liveness covers the group (DESIGN.md, "a wedged engine is killed"): a worker that
+// Liveness covers the group (docs/ARCHITECTURE.md, "a wedged engine is killed"): a worker that
 // exits, dies or misses an operation's deadline makes the group lost. Then every
 // later operation fails at once with Error(kUnavailable), and on_lost runs once (the
 // `keel engine` process exits on it, so that the front fails its requests and

@@ -1,7 +1,7 @@
 // A group of ranks that compute one model together (tensor parallelism). The data
 // plane of a step: all-reduce of activations, broadcast, barrier.
 //
-// Never hang (DESIGN.md, "every wait is bounded"): every blocking operation ends by
+// Never hang (docs/ARCHITECTURE.md, "every wait is bounded"): every blocking operation ends by
 // its deadline. A peer that died or missed the deadline is Error(kUnavailable) naming
 // the rank and the operation; after any failure the communicator is broken (the ranks'
 // message streams no longer line up) and every later call fails at once.
