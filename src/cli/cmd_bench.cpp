@@ -44,7 +44,8 @@ void add_options(CLI::App &app, BenchOptions &o) {
       ->expected(0, 1)
       ->default_str("default");
   app.add_option("--device", o.device, "--self: cpu or cuda[:N]")->capture_default_str();
-  app.add_option("--serve-arg", o.serve_args, "--self: an extra `keel serve` argument (repeat)")
+  app.add_option("--serve-arg", o.serve_args,
+                 "--self: an extra `keel serve` argument, e.g. --serve-arg=--threads=4 (repeat)")
       ->allow_extra_args(false);
   app.add_option("--model", o.model, "model id (default: the first /v1/models lists)");
   app.add_option("--api-key", o.api_key, "sent as a Bearer token")->envname("KEEL_BENCH_API_KEY");
@@ -183,6 +184,7 @@ int cmd_bench(int argc, char **argv) {
 
   const std::size_t levels = o.request_rate.empty() ? o.concurrency.size() : o.request_rate.size();
   int failed = 0, total = 0;
+  bool interrupted = false;
   for (std::size_t i = 0; i < levels; ++i) {
     WorkloadOptions wo = o.w;
     wo.seed = o.w.seed + i;  // fresh prompts per level: no level reuses another's cache
@@ -207,6 +209,10 @@ int cmd_bench(int argc, char **argv) {
     print_level(results.levels.back());
     failed += results.levels.back().failed;
     total += results.levels.back().requests;
+    if (results.runs.back().interrupted) {
+      interrupted = true;
+      break;
+    }
   }
   results.config["wall_s"] =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -215,6 +221,10 @@ int cmd_bench(int argc, char **argv) {
   write_file(out_dir / "report.html", report_html(results));
   std::fprintf(stderr, "keel bench: wrote %s/{results.json,results.csv,report.html}\n",
                out_dir.c_str());
+  if (interrupted) {
+    std::fprintf(stderr, "keel bench: interrupted; the results hold the levels run so far\n");
+    return 130;
+  }
   if (failed > 0) {
     std::fprintf(stderr, "keel bench: %d of %d requests failed\n", failed, total);
     return 1;

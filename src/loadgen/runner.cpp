@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "loadgen/beast_io.h"
 #include "loadgen/openai_wire.h"
@@ -44,15 +46,21 @@ class LevelRunner {
     eps_ = resolver.resolve(o_.endpoint.host, o_.endpoint.port, ec);
     if (ec) resolve_error_ = "resolve " + o_.endpoint.host + ": " + ec.message();
     if (!ec) {
+      signals_.add(SIGINT);
+      signals_.add(SIGTERM);
+      signals_.async_wait([this](const boost::system::error_code &e, int) {
+        if (!e) interrupt();
+      });
       if (o_.request_rate > 0) {
-        net::co_spawn(io_, arrivals(), net::detached);
+        start(arrivals());
       } else {
         const auto users = std::min<std::size_t>(std::max(o_.concurrency, 1), w_.sessions.size());
-        for (std::size_t u = 0; u < users; ++u) net::co_spawn(io_, user(), net::detached);
+        for (std::size_t u = 0; u < users; ++u) start(user());
       }
       // Every socket operation expires at the deadline; this guards the rest.
       io_.run_until(o_.deadline + std::chrono::seconds(2));
     }
+    out_.interrupted = interrupted_;
     fill_unsent();
     double last = 0;
     for (const auto &r : out_.records)
@@ -63,6 +71,27 @@ class LevelRunner {
 
  private:
   double since_start() const { return std::chrono::duration<double>(Clock::now() - t0_).count(); }
+
+  // A top-level coroutine; the signal wait ends with the last of them, so that run()
+  // returns as soon as the work is done.
+  void start(net::awaitable<void> work) {
+    ++active_;
+    net::co_spawn(io_, std::move(work), [this](std::exception_ptr) {
+      if (--active_ == 0) {
+        boost::system::error_code ignored;
+        signals_.cancel(ignored);
+      }
+    });
+  }
+
+  // Cancels every pending operation; the coroutines then record their requests as
+  // failed and send no more.
+  void interrupt() {
+    interrupted_ = true;
+    for (Connection *c : open_)
+      if (c->stream) c->stream->cancel();
+    if (arrival_timer_) arrival_timer_->cancel();
+  }
 
   void finish(RequestRecord r) {
     ++recorded_[r.session];
@@ -79,7 +108,9 @@ class LevelRunner {
         RequestRecord r;
         r.session = static_cast<int>(s);
         r.turn = t;
-        r.error = !resolve_error_.empty() ? resolve_error_ : "not finished before --timeout";
+        r.error = !resolve_error_.empty() ? resolve_error_
+                  : interrupted_          ? "not sent: interrupted"
+                                          : "not finished before --timeout";
         finish(std::move(r));
       }
     }
@@ -87,31 +118,37 @@ class LevelRunner {
 
   net::awaitable<void> user() {
     Connection conn;
-    while (next_session_ < w_.sessions.size() && Clock::now() < o_.deadline)
+    open_.insert(&conn);
+    while (next_session_ < w_.sessions.size() && Clock::now() < o_.deadline && !interrupted_)
       co_await session(next_session_++, conn);
     conn.close();
+    open_.erase(&conn);
+  }
+
+  // A session of its own connection (request-rate mode).
+  net::awaitable<void> lone_session(std::size_t idx) {
+    Connection conn;
+    open_.insert(&conn);
+    co_await session(idx, conn);
+    conn.close();
+    open_.erase(&conn);
   }
 
   net::awaitable<void> arrivals() {
     std::exponential_distribution<double> gap(o_.request_rate);
     net::steady_timer timer(io_);
+    arrival_timer_ = &timer;
     auto at = Clock::now();
-    while (next_session_ < w_.sessions.size()) {
+    while (next_session_ < w_.sessions.size() && !interrupted_) {
       at += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(gap(rng_)));
       if (at >= o_.deadline) break;
       timer.expires_at(at);
       boost::system::error_code ec;
       co_await timer.async_wait(net::redirect_error(net::use_awaitable, ec));
-      const std::size_t idx = next_session_++;
-      net::co_spawn(
-          io_,
-          [this, idx]() -> net::awaitable<void> {
-            Connection conn;
-            co_await session(idx, conn);
-            conn.close();
-          },
-          net::detached);
+      if (interrupted_) break;
+      start(lone_session(next_session_++));
     }
+    arrival_timer_ = nullptr;
   }
 
   // The turns of one session in order; an agent's history grows by each reply. After a
@@ -145,9 +182,15 @@ class LevelRunner {
                                         std::string &reply) {
     RequestRecord r;
     r.start_s = since_start();
+    if (interrupted_) {
+      r.error = "not sent: interrupted";
+      co_return r;
+    }
     auto fail = [&](const std::string &what, const boost::system::error_code &ec) {
       r.error = what + ": " +
-                (ec == beast::error::timeout ? std::string("timed out (--timeout)") : ec.message());
+                (interrupted_                  ? std::string("interrupted")
+                 : ec == beast::error::timeout ? std::string("timed out (--timeout)")
+                                               : ec.message());
       r.end_s = since_start();
       conn.close();
     };
@@ -234,6 +277,11 @@ class LevelRunner {
   std::vector<int> recorded_;  // records made per session
   int failed_ = 0;
   std::mt19937_64 rng_;
+  net::signal_set signals_{io_};
+  std::set<Connection *> open_;                 // connections whose operations interrupt() cancels
+  net::steady_timer *arrival_timer_ = nullptr;  // the arrivals' wait, while it runs
+  int active_ = 0;                              // top-level coroutines still running
+  bool interrupted_ = false;
   LevelRun out_;
 };
 

@@ -2,6 +2,7 @@
 // (each runs sessions one after another over a kept-alive HTTP/1.1 connection), or
 // sessions arriving as a Poisson process at a given rate. Every operation expires at
 // the run's deadline, so a level always ends; failures are recorded, never retried.
+// SIGINT or SIGTERM during a level ends it at once, with what was measured so far.
 #pragma once
 
 #include <chrono>
@@ -43,6 +44,7 @@ struct RequestRecord {
 struct LevelRun {
   std::vector<RequestRecord> records;  // one per turn of the workload, in finish order
   double duration_s = 0;               // first send to last finish
+  bool interrupted = false;            // SIGINT or SIGTERM ended it early
 };
 
 LevelRun run_level(const Workload &workload, const RunOptions &options);

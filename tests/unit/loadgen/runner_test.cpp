@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <csignal>
 #include <functional>
 #include <thread>
 
@@ -150,6 +151,27 @@ TEST(Runner, ASilentServerEndsAtTheDeadline) {
   }
   EXPECT_EQ(timed_out, 2);
   EXPECT_EQ(unsent, 4);
+}
+
+TEST(Runner, SigintEndsALevelAtOnce) {
+  ScriptedServer server([](const std::string &) { return std::string(); });
+  const auto t0 = std::chrono::steady_clock::now();
+  // Well after run_level has its signal handler; the deadline is far away.
+  std::thread interrupter([] {
+    std::this_thread::sleep_for(400ms);
+    std::raise(SIGINT);
+  });
+  const LevelRun run = run_level(tiny_workload(5), options(server.url(), 60s, 2));
+  interrupter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_TRUE(run.interrupted);
+  ASSERT_EQ(run.records.size(), 5u);
+  int interrupted = 0;
+  for (const auto &r : run.records) {
+    EXPECT_FALSE(r.ok);
+    interrupted += r.error.find("interrupted") != std::string::npos;
+  }
+  EXPECT_EQ(interrupted, 5) << run.records[0].error;
 }
 
 TEST(Runner, RefusalsAndStreamsWithoutUsageFail) {
