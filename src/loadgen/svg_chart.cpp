@@ -42,33 +42,6 @@ double nice_step(double hi, int n) {
 
 }  // namespace
 
-std::string html_escape(const std::string &text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
-
 std::string svg_chart(const Chart &c) {
   double xmin = 0, xmax = 1, ymax = 0;
   bool any = false;

@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "text/jinja/pystr.h"
+
 namespace keel::loadgen {
 
 struct ChartSeries {
@@ -25,7 +27,7 @@ struct Chart {
 
 std::string svg_chart(const Chart &chart);
 
-// Escapes &, <, >, " and ' for HTML text and attributes.
-std::string html_escape(const std::string &text);
+// Escapes &, <, >, " and ' for HTML text and attributes (the chat templates' escape).
+using jinja::py::html_escape;
 
 }  // namespace keel::loadgen

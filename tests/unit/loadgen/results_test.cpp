@@ -99,7 +99,7 @@ TEST(Report, ChartPlotsEveryPoint) {
   std::size_t circles = 0;
   for (std::size_t at = 0; (at = svg.find("<circle", at)) != std::string::npos; ++at) ++circles;
   EXPECT_EQ(circles, 3u);
-  EXPECT_EQ(html_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+  EXPECT_EQ(html_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&#34;&#39;");
 }
 
 }  // namespace
