@@ -48,6 +48,10 @@ bool takes_token_prompts(const Endpoint &ep, const std::string &api_key, const s
                          int lowest_id, int highest_id) {
   const json body = {{"model", model}, {"prompt", {lowest_id, highest_id}}, {"max_tokens", 1}};
   const HttpResponse r = http_request(ep, "/v1/completions", body.dump(), api_key, 120s);
+  if (r.status >= 500)
+    throw Error(ErrorCode::kUnavailable, "model '" + model + "' at " + ep.host_port() +
+                                             " cannot serve (HTTP " + std::to_string(r.status) +
+                                             "): " + error_message(r.body));
   return r.status == 200;
 }
 

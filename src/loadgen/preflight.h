@@ -21,6 +21,7 @@ std::string choose_model(const std::vector<std::string> &served, const std::stri
 
 // Whether /v1/completions takes a prompt of token ids, the lowest and the highest id a
 // workload may draw (a one-token request; a server with a smaller vocabulary refuses it).
+// Throws keel::Error (kUnavailable) on a 5xx: the model cannot serve (it failed to load).
 bool takes_token_prompts(const Endpoint &ep, const std::string &api_key, const std::string &model,
                          int lowest_id, int highest_id);
 

@@ -66,6 +66,21 @@ TEST(Preflight, TokenPromptsOnlyWhereTheServerTakesThem) {
   EXPECT_FALSE(takes_token_prompts(ep, "", "m", 100, 4095));
 }
 
+TEST(Preflight, AModelThatCannotServeStopsTheRun) {
+  ScriptedServer server([](const std::string &) {
+    return json_response(503, R"({"error":{"message":"model 'm' failed to load"}})");
+  });
+  try {
+    takes_token_prompts(parse_base_url(server.url()), "", "m", 1, 2);
+    FAIL();
+  } catch (const Error &e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnavailable);
+    EXPECT_NE(std::string(e.what()).find("cannot serve (HTTP 503): model 'm' failed to load"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Preflight, UnreachableIsUnavailable) {
   std::string url;
   {
