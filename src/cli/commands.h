@@ -7,7 +7,7 @@ namespace keel::cli {
 int cmd_serve(int argc, char **argv);       // the server (front process)
 int cmd_engine(int argc, char **argv);      // internal: one engine child process
 int cmd_run(int argc, char **argv);         // one-shot generation
-int cmd_bench(int argc, char **argv);       // serving / kernel benchmarks
+int cmd_bench(int argc, char **argv);       // serving benchmark against an OpenAI-compatible server
 int cmd_make_model(int argc, char **argv);  // random-weight models for tests and benchmarks
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
