@@ -1,0 +1,180 @@
+// POST /v1/responses and the stored-response endpoints. A Responses request is
+// converted to a chat request (openai::parse_responses) and generated like
+// /v1/chat/completions; the ResponseBuilder turns its text into output items and
+// stream events. store: true keeps the response (bounded, with a TTL) for GET,
+// DELETE, cancel and previous_response_id.
+#include <chrono>
+
+#include "server/api_server.h"
+#include "server/generation.h"
+#include "server/json_fields.h"
+#include "server/openai/responses_types.h"
+#include "text/reasoning_parser.h"
+
+namespace keel::server {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+// A background response's generation, for /cancel (set once it has started).
+struct CancelHandle {
+  std::mutex mu;
+  std::weak_ptr<Generation> generation;
+  void cancel() {
+    std::shared_ptr<Generation> g;
+    {
+      std::lock_guard lock(mu);
+      g = generation.lock();
+    }
+    if (g) g->abort();
+  }
+};
+
+ApiError not_found(const std::string &id) {
+  return {404, "response_id: no stored response '" + id + "'", "response_id"};
+}
+
+}  // namespace
+
+void ApiServer::handle_responses(const HttpRequest &req,
+                                 const std::shared_ptr<ResponseChannel> &ch) {
+  const json body = parse_body(req.body);
+  auto rr = std::make_shared<openai::ResponsesRequest>(
+      openai::parse_responses(body, [this](const std::string &id) -> std::optional<json> {
+        auto s = responses_.get(id);
+        if (!s || s->response.value("status", "") == "in_progress") return std::nullopt;
+        return s->conversation;
+      }));
+  require_model(rr->chat.model);
+  ModelLease lease = registry_.acquire(rr->chat.model, load_deadline());
+  std::string prompt;
+  try {
+    prompt = render_chat_prompt(*lease->text, rr->chat.messages, rr->chat.tools);
+  } catch (const Error &e) {
+    throw ApiErrorException{
+        bad_field("input", std::string("the chat template rejected it: ") + e.what())};
+  }
+  GenerationSpec spec;
+  // Templates write the BOS themselves; the fallback relies on the tokenizer adding it.
+  spec.prompts.push_back(lease->text->encode(prompt, !lease->text->has_chat_template()));
+  if (!rr->chat.max_tokens_given) rr->chat.sampling.max_tokens = INT32_MAX;
+  fit_context(*lease, spec.prompts[0].size(), rr->chat.sampling, rr->chat.max_tokens_given, "input",
+              "max_output_tokens");
+  spec.sampling = rr->chat.sampling;
+
+  auto ctx = std::make_shared<openai::ResponseContext>();
+  ctx->id = new_id("resp_");
+  ctx->created_at = std::chrono::duration_cast<std::chrono::seconds>(
+                        std::chrono::system_clock::now().time_since_epoch())
+                        .count();
+  ctx->model = rr->chat.model;
+  ctx->text = lease->text;
+  ctx->prompt_opens_reasoning = prompt_opens_reasoning(prompt);
+  auto builder = std::make_shared<openai::ResponseBuilder>(*ctx, *rr);
+  builder->set_streaming(rr->chat.stream);
+
+  // Runs once the generation ended: the final response, stored when asked.
+  auto settle = [this, rr, ctx, builder](const Generation &gen) {
+    const ChoiceResult &r = gen.results()[0];
+    if (!rr->chat.stream) builder->feed(r.text);  // a stream fed it delta by delta
+    std::string events = builder->finish(r.finish, r.error, gen.prompt_tokens(),
+                                         gen.completion_tokens(), gen.cached_tokens());
+    if (r.finish == "error") generations_failed_++;
+    if (rr->store) {
+      json conversation = rr->conversation;
+      for (const auto &item : builder->output()) conversation.push_back(item);
+      if (rr->background)
+        responses_.update(ctx->id, builder->response(), std::move(conversation));
+      else
+        responses_.put(ctx->id, {builder->response(), std::move(conversation), nullptr});
+    }
+    return events;
+  };
+
+  std::shared_ptr<Generation> g;
+  if (rr->background) {
+    auto handle = std::make_shared<CancelHandle>();
+    json queued = builder->initial();
+    responses_.put(ctx->id, {queued, rr->conversation, [handle] { handle->cancel(); }});
+    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
+                          [settle](const Generation &gen) { settle(gen); });
+    {
+      std::lock_guard lock(handle->mu);
+      handle->generation = g;
+    }
+    generations_started_++;
+    send_json(ch, 200, queued.dump(-1, ' ', false, json::error_handler_t::replace));
+    return;
+  }
+  if (!rr->chat.stream) {
+    g = Generation::start(
+        std::move(lease), std::move(spec), next_request_id_, nullptr,
+        [this, ch, settle, builder](const Generation &gen) {
+          settle(gen);
+          const ChoiceResult &r = gen.results()[0];
+          if (r.finish == "error") {
+            send_error(ch, WireFormat::kOpenAI, {503, r.error, ""});
+            return;
+          }
+          ch->send(200, "application/json",
+                   builder->response().dump(-1, ' ', false, json::error_handler_t::replace));
+        });
+  } else {
+    ch->begin_sse();
+    ch->write(builder->start_events());
+    try {
+      g = Generation::start(
+          std::move(lease), std::move(spec), next_request_id_,
+          [ch, builder](const ChoiceDelta &d) {
+            if (d.text.empty()) return;
+            std::string out = builder->feed(d.text);
+            if (!out.empty()) ch->write(std::move(out));
+          },
+          [ch, settle](const Generation &gen) {
+            std::string out = settle(gen);
+            if (!out.empty()) ch->write(std::move(out));
+            ch->end();
+          });
+    } catch (const Error &e) {
+      const ApiError ae = api_error_from(e);
+      ch->write(openai::response_sse({{"type", "error"},
+                                      {"code", "server_error"},
+                                      {"message", ae.message},
+                                      {"param", nullptr},
+                                      {"sequence_number", 2}}));
+      ch->end();
+      return;
+    }
+  }
+  generations_started_++;
+  ch->on_close([this, g] {
+    client_aborts_++;
+    g->abort();
+  });
+}
+
+void ApiServer::handle_stored_response(const std::string &method, const std::string &id,
+                                       bool cancel, const std::shared_ptr<ResponseChannel> &ch) {
+  auto stored = responses_.get(id);
+  if (!stored) throw ApiErrorException{not_found(id)};
+  auto dump = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
+  if (method == "DELETE") {
+    if (stored->cancel) stored->cancel();
+    responses_.erase(id);
+    send_json(ch, 200, dump({{"id", id}, {"object", "response"}, {"deleted", true}}));
+    return;
+  }
+  if (cancel) {
+    if (!stored->response.value("background", false))
+      throw ApiErrorException{
+          {400, "response_id: only background responses can be cancelled", "response_id"}};
+    if (stored->cancel && stored->response.value("status", "") == "in_progress") {
+      stored->cancel();
+      stored->response["status"] = "cancelled";
+    }
+  }
+  send_json(ch, 200, dump(stored->response));
+}
+
+}  // namespace keel::server
