@@ -40,12 +40,15 @@ ApiError not_found(const std::string &id) {
 void ApiServer::handle_responses(const HttpRequest &req,
                                  const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
-  auto rr = std::make_shared<openai::ResponsesRequest>(
-      openai::parse_responses(body, [this](const std::string &id) -> std::optional<json> {
-        auto s = responses_.get(id);
-        if (!s || s->response.value("status", "") == "in_progress") return std::nullopt;
-        return s->conversation;
-      }));
+  // A running background response has no conversation to continue yet.
+  auto previous = [this](const std::string &id) -> std::optional<json> {
+    auto s = responses_.get(id);
+    if (!s || s->response.value("status", "") == "in_progress") return std::nullopt;
+    return s->conversation;
+  };
+  auto item = [this](const std::string &id) { return responses_.find_item(id); };
+  auto rr =
+      std::make_shared<openai::ResponsesRequest>(openai::parse_responses(body, previous, item));
   require_model(rr->chat.model);
   ModelLease lease = registry_.acquire(rr->chat.model, load_deadline());
   std::string prompt;

@@ -12,7 +12,23 @@ std::size_t ResponseStore::size_of(const StoredResponse &r) {
              .size();
 }
 
+void ResponseStore::index_items_locked(Entry &e) {
+  for (const auto &item : e.value.conversation) {
+    auto id = item.find("id");
+    if (id == item.end() || !id->is_string()) continue;
+    items_[id->get<std::string>()] = e.id;  // a later response holding it wins
+    e.item_ids.push_back(id->get<std::string>());
+  }
+}
+
+void ResponseStore::unindex_items_locked(Entry &e) {
+  for (const auto &item_id : e.item_ids)
+    if (auto it = items_.find(item_id); it != items_.end() && it->second == e.id) items_.erase(it);
+  e.item_ids.clear();
+}
+
 void ResponseStore::erase_locked(List::iterator it) {
+  unindex_items_locked(*it);
   bytes_ -= it->bytes;
   index_.erase(it->id);
   entries_.erase(it);
@@ -39,6 +55,7 @@ void ResponseStore::put(const std::string &id, StoredResponse r) {
   }
   entries_.push_back(Entry{id, std::move(r), n, now_() + limits_.ttl});
   index_[id] = std::prev(entries_.end());
+  index_items_locked(entries_.back());
   bytes_ += n;
   evict_locked();
 }
@@ -61,10 +78,12 @@ bool ResponseStore::update(const std::string &id, nlohmann::ordered_json respons
   if (it == index_.end()) return false;
   Entry &e = *it->second;
   bytes_ -= e.bytes;
+  unindex_items_locked(e);
   e.value.response = std::move(response);
   e.value.conversation = std::move(conversation);
   e.value.cancel = nullptr;
   e.bytes = size_of(e.value);
+  index_items_locked(e);
   bytes_ += e.bytes;
   if (e.bytes > limits_.max_bytes) erase_locked(it->second);
   evict_locked();
@@ -77,6 +96,17 @@ bool ResponseStore::erase(const std::string &id) {
   if (it == index_.end()) return false;
   erase_locked(it->second);
   return true;
+}
+
+std::optional<nlohmann::ordered_json> ResponseStore::find_item(const std::string &item_id) {
+  std::lock_guard lock(mu_);
+  auto owner = items_.find(item_id);
+  if (owner == items_.end()) return std::nullopt;
+  auto it = index_.find(owner->second);
+  if (it == index_.end() || it->second->expires <= now_()) return std::nullopt;
+  for (const auto &item : it->second->value.conversation)
+    if (item.contains("id") && item["id"] == item_id) return item;
+  return std::nullopt;
 }
 
 std::size_t ResponseStore::size() const {

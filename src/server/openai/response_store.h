@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace keel::server::openai {
 
@@ -46,6 +47,9 @@ class ResponseStore {
   bool update(const std::string &id, nlohmann::ordered_json response,
               nlohmann::ordered_json conversation);
   bool erase(const std::string &id);
+  // An item (input or output, by its "id") of a stored conversation, for
+  // item_reference inputs; nullopt when no live entry holds it.
+  std::optional<nlohmann::ordered_json> find_item(const std::string &item_id);
 
   std::size_t size() const;
   std::size_t bytes() const;
@@ -56,18 +60,22 @@ class ResponseStore {
     StoredResponse value;
     std::size_t bytes = 0;
     Clock::time_point expires;
+    std::vector<std::string> item_ids;  // indexed in items_
   };
   using List = std::list<Entry>;  // oldest first
 
   static std::size_t size_of(const StoredResponse &r);
   void evict_locked();
   void erase_locked(List::iterator it);
+  void index_items_locked(Entry &e);
+  void unindex_items_locked(Entry &e);
 
   ResponseStoreLimits limits_;
   Now now_;
   mutable std::mutex mu_;
   List entries_;
   std::unordered_map<std::string, List::iterator> index_;
+  std::unordered_map<std::string, std::string> items_;  // item id -> response id
   std::size_t bytes_ = 0;
 };
 

@@ -101,8 +101,6 @@ std::string check_item(const json &item, const std::string &f) {
     if (item.contains("encrypted_content") && !item["encrypted_content"].is_null() &&
         !item["encrypted_content"].is_string())
       fail_field(f + ".encrypted_content", "must be a string");
-  } else if (type == "item_reference") {
-    fail_field(f + ".type", "'item_reference' is not supported: send the item itself");
   } else {
     fail_field(f + ".type", "'" + type +
                                 "' is not a supported input item (message, function_call, "
@@ -319,7 +317,8 @@ void check_extras(const json &body, ResponsesRequest &r) {
 
 }  // namespace
 
-ResponsesRequest parse_responses(const json &body, const PreviousLookup &previous) {
+ResponsesRequest parse_responses(const json &body, const PreviousLookup &previous,
+                                 const ItemLookup &item) {
   ResponsesRequest r;
   r.chat.model = req_string(body, "model");
   auto ins = body.find("instructions");
@@ -345,8 +344,19 @@ ResponsesRequest parse_responses(const json &body, const PreviousLookup &previou
     r.conversation.push_back({{"type", "message"}, {"role", "user"}, {"content", *input}});
   } else if (input->is_array()) {
     for (std::size_t i = 0; i < input->size(); ++i) {
-      check_item((*input)[i], "input[" + std::to_string(i) + "]");
-      r.conversation.push_back((*input)[i]);
+      const std::string f = "input[" + std::to_string(i) + "]";
+      const json &in = (*input)[i];
+      if (item_type(in, f) == "item_reference") {
+        // An item of a stored response (the AI SDK sends these when store is on).
+        const std::string id = required_string(in, "id", f);
+        auto found = item ? item(id) : std::nullopt;
+        if (!found) fail_field(f + ".id", "no stored item '" + id + "' (unknown or expired)");
+        check_item(*found, f);
+        r.conversation.push_back(std::move(*found));
+        continue;
+      }
+      check_item(in, f);
+      r.conversation.push_back(in);
     }
   } else {
     fail_field("input", "must be a string or an array of input items");

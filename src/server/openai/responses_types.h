@@ -42,10 +42,13 @@ struct ResponsesRequest {
 // or nullopt when the id is unknown or expired.
 using PreviousLookup = std::function<std::optional<nlohmann::ordered_json>(const std::string &)>;
 
+// A stored item by id (for item_reference inputs), or nullopt when unknown.
+using ItemLookup = std::function<std::optional<nlohmann::ordered_json>(const std::string &)>;
+
 // Validates a /v1/responses body (throws ApiErrorException naming the field, e.g.
 // "input[2].call_id") and converts it to a chat request.
-ResponsesRequest parse_responses(const nlohmann::ordered_json &body,
-                                 const PreviousLookup &previous);
+ResponsesRequest parse_responses(const nlohmann::ordered_json &body, const PreviousLookup &previous,
+                                 const ItemLookup &item = nullptr);
 
 // Everything the response object carries besides the output.
 struct ResponseContext {

@@ -17,13 +17,15 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-ResponsesRequest parse(const json &body, PreviousLookup previous = nullptr) {
-  return parse_responses(body, previous);
+ResponsesRequest parse(const json &body, PreviousLookup previous = nullptr,
+                       ItemLookup items = nullptr) {
+  return parse_responses(body, previous, items);
 }
 
-std::string param_of(const json &body, PreviousLookup previous = nullptr) {
+std::string param_of(const json &body, PreviousLookup previous = nullptr,
+                     ItemLookup items = nullptr) {
   try {
-    parse(body, previous);
+    parse(body, previous, items);
   } catch (const ApiErrorException &e) {
     EXPECT_EQ(e.error.status, 400);
     EXPECT_EQ(e.error.message.rfind(e.error.param + ":", 0), 0u) << e.error.message;
@@ -168,6 +170,20 @@ TEST(ResponsesParse, PreviousResponseContinuesItsConversation) {
   EXPECT_EQ(r.chat.messages[2]["role"], "tool");
   EXPECT_EQ(param_of(body_with({{"previous_response_id", "resp_gone"}}), lookup),
             "previous_response_id");
+  // item_reference: a stored item stands in for itself.
+  ItemLookup items = [&](const std::string &id) -> std::optional<json> {
+    if (id == "fc_1") return earlier[1];
+    return std::nullopt;
+  };
+  auto ref = parse(body_with({{"input", json::parse(R"([{"type": "item_reference", "id": "fc_1"},
+    {"type": "function_call_output", "call_id": "c9", "output": "sunny"}])")}}),
+                   nullptr, items);
+  EXPECT_EQ(ref.conversation[0], earlier[1]);
+  EXPECT_EQ(ref.chat.messages[0]["tool_calls"][0]["id"], "c9");
+  EXPECT_EQ(param_of(body_with({{"input", json::parse(R"([{"type": "item_reference",
+    "id": "fc_404"}])")}}),
+                     nullptr, items),
+            "input[0].id");
   // A call id from another conversation is not one of this one's.
   EXPECT_EQ(param_of(body_with({{"input", out}})), "input[0].call_id");
 }
@@ -374,6 +390,17 @@ TEST(ResponseStore, BoundedByCountBytesAndTime) {
   EXPECT_TRUE(store.get("big"));
   now += std::chrono::seconds(2);
   EXPECT_FALSE(store.get("big"));
+  // Items of stored conversations, by id (item_reference).
+  store.put("withitems", {json{{"id", "withitems"}},
+                          json::parse(R"([{"type": "message", "role": "user", "content": "q"},
+                            {"id": "msg_1", "type": "message", "role": "assistant",
+                             "content": [{"type": "output_text", "text": "a"}]}])"),
+                          nullptr});
+  ASSERT_TRUE(store.find_item("msg_1"));
+  EXPECT_EQ((*store.find_item("msg_1"))["content"][0]["text"], "a");
+  EXPECT_FALSE(store.find_item("msg_2"));
+  store.erase("withitems");
+  EXPECT_FALSE(store.find_item("msg_1"));
   // update and erase.
   store.put("a", entry(1));
   EXPECT_TRUE(store.update("a", json{{"id", 2}}, json::array()));
