@@ -13,28 +13,12 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { KEEL_BIN, MODEL_PATH } from './helpers.mjs';
+import { editJson, startModelServer } from './responses_lib.mjs';
 
 const CODEX = path.join(process.env.NODE_PATH, '.bin', 'codex');
 const KEY = 'codex-test-key';
 let dir, server, proxy, proxyUrl;
 const seen = [];  // {method, url, status, body, response}
-
-function startKeel(modelDir) {
-  return new Promise((resolve, reject) => {
-    const proc = spawn(KEEL_BIN, ['serve', modelDir, '--port', '0', '--threads', '1',
-      '--kv-blocks', '2560', '--api-key', KEY], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let log = '';
-    const onData = (d) => {
-      log += d;
-      const m = /listening on (http\S+)/.exec(log);
-      if (m) resolve({ proc, url: m[1], log: () => log });
-    };
-    proc.stdout.on('data', onData);
-    proc.stderr.on('data', onData);
-    proc.on('exit', (code) => reject(new Error(`keel serve exited ${code}: ${log}`)));
-  });
-}
 
 // Forwards to keel, recording each exchange (the response body in full: SSE streams).
 function startProxy(target) {
@@ -83,16 +67,19 @@ function events(sse) {
 
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-codex-'));
-  const model = path.join(dir, 'tiny-codex');
-  fs.cpSync(MODEL_PATH, model, { recursive: true });
-  const cfg = JSON.parse(fs.readFileSync(path.join(model, 'config.json'), 'utf8'));
-  cfg.max_position_embeddings = 32768;
-  fs.writeFileSync(path.join(model, 'config.json'), JSON.stringify(cfg));
-  const genPath = path.join(model, 'generation_config.json');
-  const gen = fs.existsSync(genPath) ? JSON.parse(fs.readFileSync(genPath, 'utf8')) : {};
-  gen.eos_token_id = Array.from({ length: Math.floor(cfg.vocab_size / 2) - 1 }, (_, i) => i + 1);
-  fs.writeFileSync(genPath, JSON.stringify(gen));
-  server = await startKeel(model);
+  server = await startModelServer('tiny-codex', {
+    args: ['--kv-blocks', '2560', '--api-key', KEY],
+    edit: (model) => {
+      let vocab;
+      editJson(path.join(model, 'config.json'), (c) => {
+        c.max_position_embeddings = 32768;
+        vocab = c.vocab_size;
+      });
+      editJson(path.join(model, 'generation_config.json'), (g) => {
+        g.eos_token_id = Array.from({ length: Math.floor(vocab / 2) - 1 }, (_, i) => i + 1);
+      });
+    },
+  });
   proxy = await startProxy(server.url);
   proxyUrl = `http://127.0.0.1:${proxy.address().port}`;
   fs.mkdirSync(path.join(dir, 'codex-home'));
@@ -116,7 +103,7 @@ before(async () => {
 
 after(() => {
   proxy?.close();
-  server?.proc.kill('SIGTERM');
+  server?.stop();
   if (dir) fs.rmSync(dir, { recursive: true, force: true });
 });
 

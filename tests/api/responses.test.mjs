@@ -7,11 +7,9 @@
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
-import { spawn } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import { http, KEEL_BIN, KEY, MODEL, MODEL_PATH, OpenAI, URL_MAIN } from './helpers.mjs';
+import { http, KEY, MODEL, OpenAI, URL_MAIN } from './helpers.mjs';
+import { startThinkingServer } from './responses_lib.mjs';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
 const OpenAI7 = require('openai7').OpenAI;
@@ -256,35 +254,11 @@ test('a client that leaves a stream aborts the generation', async () => {
   assert.fail(`not aborted: ${JSON.stringify(s.totals)}`);
 });
 
-// A server whose chat template ends its generation prompt inside a <think> block (as
-// the DeepSeek-R1 and Qwen3 thinking templates do): the output is reasoning.
 let thinking;
 before(async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-think-'));
-  const model = path.join(dir, 'thinker');
-  fs.cpSync(MODEL_PATH, model, { recursive: true });
-  const tcPath = path.join(model, 'tokenizer_config.json');
-  const tc = JSON.parse(fs.readFileSync(tcPath, 'utf8'));
-  tc.chat_template = "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '\\n' }}{% endfor %}{% if add_generation_prompt %}{{ '<|assistant|>\\n<think>\\n' }}{% endif %}";
-  fs.writeFileSync(tcPath, JSON.stringify(tc));
-  const proc = spawn(KEEL_BIN, ['serve', model, '--port', '0', '--threads', '1'], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let log = '';
-  const url = await new Promise((resolve, reject) => {
-    const on = (d) => {
-      log += d;
-      const m = /listening on (http\S+)/.exec(log);
-      if (m) resolve(m[1]);
-    };
-    proc.stdout.on('data', on);
-    proc.stderr.on('data', on);
-    proc.on('exit', (c) => reject(new Error(`keel serve exited ${c}: ${log}`)));
-  });
-  thinking = { dir, proc, url };
+  thinking = await startThinkingServer();
 });
-after(() => {
-  thinking?.proc.kill('SIGTERM');
-  if (thinking) fs.rmSync(thinking.dir, { recursive: true, force: true });
-});
+after(() => thinking?.stop());
 
 for (const [name, make] of Object.entries(sdks)) {
   test(`${name}: thinking output becomes a reasoning item (summary when asked, reasoning_text otherwise)`, async () => {
