@@ -261,7 +261,7 @@ before(async () => {
 after(() => thinking?.stop());
 
 for (const [name, make] of Object.entries(sdks)) {
-  test(`${name}: thinking output becomes a reasoning item (summary when asked, reasoning_text otherwise)`, async () => {
+  test(`${name}: thinking output becomes a reasoning item (its summary, or reasoning_text with summary none)`, async () => {
     const client = make(thinking.url, null);
     const r = await client.responses.create({ model: 'thinker', input: 'Hi', max_output_tokens: 12, temperature: 0, reasoning: { summary: 'auto' } });
     assert.equal(r.output[0].type, 'reasoning');
@@ -278,8 +278,10 @@ for (const [name, make] of Object.entries(sdks)) {
       assert.ok(types.includes(t), `${t} in ${types}`);
     const summary = events.filter((e) => e.type === 'response.reasoning_summary_text.delta').map((e) => e.delta).join('');
     assert.equal(summary, r.output[0].summary[0].text);
-    // Without a summary asked for: reasoning_text content and its events.
-    const raw = await client.responses.create({ model: 'thinker', input: 'Hi', max_output_tokens: 12, temperature: 0, stream: true });
+    // Without reasoning.summary, the same summary; with summary "none", reasoning_text content.
+    const dflt = await client.responses.create({ model: 'thinker', input: 'Hi', max_output_tokens: 12, temperature: 0 });
+    assert.deepEqual(dflt.output[0].summary, r.output[0].summary);
+    const raw = await client.responses.create({ model: 'thinker', input: 'Hi', max_output_tokens: 12, temperature: 0, reasoning: { summary: 'none' }, stream: true });
     const rawEvents = [];
     for await (const e of raw) rawEvents.push(e);
     const item = rawEvents.at(-1).response.output[0];

@@ -257,7 +257,7 @@ void parse_reasoning(const json &body, ResponsesRequest &r) {
     if (s == rs->end() || s->is_null()) continue;
     if (!s->is_string() || (*s != "auto" && *s != "concise" && *s != "detailed" && *s != "none"))
       fail_field(std::string("reasoning.") + k, "must be one of auto, concise, detailed, none");
-    if (*s != "none") r.reasoning_summary = s->get<std::string>();
+    r.reasoning_summary = s->get<std::string>();
   }
 }
 

@@ -33,7 +33,7 @@ std::string response_sse(const json &event) {
 ResponseBuilder::ResponseBuilder(const ResponseContext &ctx, const ResponsesRequest &req)
     : ctx_(ctx),
       req_(req),
-      summary_(req.reasoning_summary.has_value()),
+      summary_(req.reasoning_summary.value_or("auto") != "none"),
       reasoning_(ctx.prompt_opens_reasoning) {
   if (req.chat.parses_tool_calls()) {
     RenderContext rc;

@@ -29,7 +29,7 @@ struct ResponsesRequest {
   std::optional<std::int64_t> max_output_tokens;
   std::optional<std::string> previous_response_id;
   std::optional<std::string> reasoning_effort;
-  std::optional<std::string> reasoning_summary;  // "auto" | "concise" | "detailed"
+  std::optional<std::string> reasoning_summary;  // "auto" | "concise" | "detailed" | "none"
   bool store = true;
   bool background = false;
   nlohmann::ordered_json metadata = nlohmann::ordered_json::object();
@@ -99,13 +99,14 @@ class ResponseBuilder {
   const ResponseContext &ctx_;
   const ResponsesRequest &req_;
   bool streaming_ = false;
-  bool summary_ = false;
-  bool cut_off_ = false;  // finished at max_output_tokens: the last message is incomplete  //
-                          // reasoning as summary_text (asked for) or as reasoning_text
+  // Reasoning as summary_text, or as reasoning_text content when the client asked for
+  // no summary ("none"). Summary by default: the AI SDK, LangChain and Codex read only
+  // summaries, and they ask for one only with OpenAI's reasoning model names.
+  bool summary_ = true;
+  bool cut_off_ = false;  // finished at max_output_tokens: the last message is incomplete
   ReasoningParser reasoning_;
   std::optional<ToolCallParser> tools_;
   std::int64_t sequence_ = 0;
-  int next_item_ = 0;
   int calls_ = 0;
   std::string reasoning_text_;  // all reasoning, for the token count
   // The open item (reasoning or message), or -1.

@@ -318,22 +318,26 @@ TEST(ResponseBuilder, EventsAreOrderedAndNumbered) {
 
 TEST(ResponseBuilder, ThinkingBecomesAReasoningItem) {
   const std::string script = "<think>\nThe user greets.\n</think>\n\nHello!";
-  // Without a summary asked for, reasoning is reasoning_text content.
-  const Built plain = build(script, 0, parse(body_with(json::object())));
+  // With reasoning.summary "none", reasoning is reasoning_text content.
+  const auto raw_req = parse(body_with({{"reasoning", {{"summary", "none"}}}}));
+  const Built plain = build(script, 0, raw_req);
   ASSERT_EQ(plain.output.size(), 2u) << plain.output.dump(1);
   EXPECT_EQ(plain.output[0]["type"], "reasoning");
+  EXPECT_EQ(plain.output[0]["summary"], json::array());
   EXPECT_EQ(plain.output[0]["content"][0],
             (json{{"type", "reasoning_text"}, {"text", "The user greets."}}));
   EXPECT_EQ(plain.output[1]["content"][0]["text"], "Hello!");
   EXPECT_EQ(plain.response["usage"]["output_tokens_details"]["reasoning_tokens"], 16);
-  // With reasoning.summary, it is the summary (what Codex and the AI SDK read).
+  // Otherwise (asked for or not) it is the summary, which every client reads.
   const auto req = parse(body_with({{"reasoning", {{"summary", "auto"}}}}));
   const Built summary = build(script, 0, req);
   EXPECT_EQ(summary.output[0]["summary"][0],
             (json{{"type", "summary_text"}, {"text", "The user greets."}}));
+  EXPECT_FALSE(summary.output[0].contains("content"));
+  EXPECT_EQ(build(script, 0, parse(body_with(json::object()))).output, summary.output);
   for (unsigned seed = 1; seed < 20; ++seed) {
     EXPECT_EQ(build(script, seed, req).output, summary.output) << seed;
-    const Built p = build(script, seed, parse(body_with(json::object())));
+    const Built p = build(script, seed, raw_req);
     EXPECT_EQ(accumulate(p.events), plain.output) << seed;
     EXPECT_EQ(accumulate(build(script, seed, req).events), summary.output) << seed;
   }
