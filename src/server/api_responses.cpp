@@ -100,8 +100,13 @@ void ApiServer::handle_responses(const HttpRequest &req,
     auto handle = std::make_shared<CancelHandle>();
     json queued = builder->initial();
     responses_.put(ctx->id, {queued, rr->conversation, [handle] { handle->cancel(); }});
-    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
-                          [settle](const Generation &gen) { settle(gen); });
+    try {
+      g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
+                            [settle](const Generation &gen) { settle(gen); });
+    } catch (...) {
+      responses_.erase(ctx->id);  // never started: nothing to poll
+      throw;
+    }
     {
       std::lock_guard lock(handle->mu);
       handle->generation = g;

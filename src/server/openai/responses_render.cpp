@@ -97,7 +97,11 @@ std::string ResponseBuilder::start_events() {
   return out;
 }
 
+// Reasoning is one part of the reasoning item: summary[0] (summary events) or, with
+// summary "none", content[0] (reasoning_text events).
 void ResponseBuilder::on_reasoning(const std::string &text, std::string &out) {
+  const char *parts = summary_ ? "summary" : "content";
+  const char *index_key = summary_ ? "summary_index" : "content_index";
   if (open_reasoning_ < 0) {
     close_message(out);
     open_reasoning_ = static_cast<int>(output_.size());
@@ -106,57 +110,40 @@ void ResponseBuilder::on_reasoning(const std::string &text, std::string &out) {
     output_.push_back(item);
     out += event("response.output_item.added", {{"output_index", open_reasoning_}, {"item", item}});
     const json part = text_part(summary_ ? "summary_text" : "reasoning_text", "");
-    if (summary_) {
-      out += event("response.reasoning_summary_part.added", {{"item_id", item["id"]},
-                                                             {"output_index", open_reasoning_},
-                                                             {"summary_index", 0},
-                                                             {"part", part}});
-      output_[open_reasoning_]["summary"].push_back(part);
-    } else {
-      out += event("response.content_part.added", {{"item_id", item["id"]},
-                                                   {"output_index", open_reasoning_},
-                                                   {"content_index", 0},
-                                                   {"part", part}});
-      output_[open_reasoning_]["content"].push_back(part);
-    }
+    out += event(summary_ ? "response.reasoning_summary_part.added" : "response.content_part.added",
+                 {{"item_id", item["id"]},
+                  {"output_index", open_reasoning_},
+                  {index_key, 0},
+                  {"part", part}});
+    output_[open_reasoning_][parts].push_back(part);
   }
   json &item = output_[open_reasoning_];
-  json &part = summary_ ? item["summary"][0] : item["content"][0];
+  json &part = item[parts][0];
   part["text"] = part["text"].get<std::string>() + text;
   reasoning_text_ += text;
-  if (summary_)
-    out += event("response.reasoning_summary_text.delta", {{"item_id", item["id"]},
-                                                           {"output_index", open_reasoning_},
-                                                           {"summary_index", 0},
-                                                           {"delta", text}});
-  else
-    out += event("response.reasoning_text.delta", {{"item_id", item["id"]},
-                                                   {"output_index", open_reasoning_},
-                                                   {"content_index", 0},
-                                                   {"delta", text}});
+  out += event(summary_ ? "response.reasoning_summary_text.delta" : "response.reasoning_text.delta",
+               {{"item_id", item["id"]},
+                {"output_index", open_reasoning_},
+                {index_key, 0},
+                {"delta", text}});
 }
 
 void ResponseBuilder::close_reasoning(std::string &out) {
   if (open_reasoning_ < 0) return;
   const int index = open_reasoning_;
   open_reasoning_ = -1;
-  json &item = output_[index];
-  const json part = summary_ ? item["summary"][0] : item["content"][0];
-  if (summary_) {
-    const json f{{"item_id", item["id"]}, {"output_index", index}, {"summary_index", 0}};
-    json done = f, part_done = f;
-    done["text"] = part["text"];
-    part_done["part"] = part;
-    out += event("response.reasoning_summary_text.done", done);
-    out += event("response.reasoning_summary_part.done", part_done);
-  } else {
-    const json f{{"item_id", item["id"]}, {"output_index", index}, {"content_index", 0}};
-    json done = f, part_done = f;
-    done["text"] = part["text"];
-    part_done["part"] = part;
-    out += event("response.reasoning_text.done", done);
-    out += event("response.content_part.done", part_done);
-  }
+  const json &item = output_[index];
+  const json &part = item[summary_ ? "summary" : "content"][0];
+  const json f{{"item_id", item["id"]},
+               {"output_index", index},
+               {summary_ ? "summary_index" : "content_index", 0}};
+  json done = f, part_done = f;
+  done["text"] = part["text"];
+  part_done["part"] = part;
+  out += event(summary_ ? "response.reasoning_summary_text.done" : "response.reasoning_text.done",
+               done);
+  out += event(summary_ ? "response.reasoning_summary_part.done" : "response.content_part.done",
+               part_done);
   out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
 }
 
