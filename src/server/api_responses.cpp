@@ -3,7 +3,9 @@
 // /v1/chat/completions; the ResponseBuilder turns its text into output items and
 // stream events. store: true keeps the response (bounded, with a TTL) for GET,
 // DELETE, cancel and previous_response_id.
+#include <algorithm>
 #include <chrono>
+#include <cstdlib>
 
 #include "server/api_server.h"
 #include "server/generation.h"
@@ -33,6 +35,55 @@ struct CancelHandle {
 
 ApiError not_found(const std::string &id) {
   return {404, "response_id: no stored response '" + id + "'", "response_id"};
+}
+
+// Input items get ids when stored, as OpenAI gives them, so that input_items lists them
+// and item_reference can name them: "msg_<response>_in<k>" and the like.
+void name_input_items(json &conversation, const std::string &response_id) {
+  const std::string suffix = response_id.substr(response_id.find('_') + 1);
+  for (std::size_t k = 0; k < conversation.size(); ++k) {
+    json &item = conversation[k];
+    if (item.contains("id") && item["id"].is_string()) continue;
+    const std::string type = item.value("type", std::string("message"));
+    const char *prefix = type == "function_call"          ? "fc_"
+                         : type == "function_call_output" ? "fco_"
+                         : type == "reasoning"            ? "rs_"
+                                                          : "msg_";
+    item["id"] = prefix + suffix + "_in" + std::to_string(k);
+  }
+}
+
+// GET /v1/responses/{id}/input_items: a page of the input, as OpenAI lists it.
+json input_items_page(const openai::StoredResponse &stored, const std::string &query) {
+  std::int64_t limit = 20;
+  if (const std::string v = query_param(query, "limit"); !v.empty()) {
+    char *end = nullptr;
+    limit = std::strtoll(v.c_str(), &end, 10);
+    if (*end != '\0' || limit < 1 || limit > 100)
+      fail_field("limit", "must be an integer from 1 to 100");
+  }
+  std::string order = query_param(query, "order");
+  if (order.empty()) order = "desc";
+  if (order != "asc" && order != "desc") fail_field("order", "must be 'asc' or 'desc'");
+  std::vector<const json *> items;
+  for (std::size_t k = 0; k < stored.inputs && k < stored.conversation.size(); ++k)
+    items.push_back(&stored.conversation[k]);
+  if (order == "desc") std::reverse(items.begin(), items.end());
+  std::size_t from = 0;
+  if (const std::string after = query_param(query, "after"); !after.empty()) {
+    while (from < items.size() && (*items[from]).value("id", "") != after) ++from;
+    if (from == items.size()) fail_field("after", "'" + after + "' is not an input item of it");
+    ++from;
+  }
+  json data = json::array();
+  for (std::size_t k = from; k < items.size() && data.size() < static_cast<std::size_t>(limit); ++k)
+    data.push_back(*items[k]);
+  const bool more = from + data.size() < items.size();
+  return {{"object", "list"},
+          {"data", data},
+          {"first_id", data.empty() ? json(nullptr) : data.front()["id"]},
+          {"last_id", data.empty() ? json(nullptr) : data.back()["id"]},
+          {"has_more", more}};
 }
 
 }  // namespace
@@ -74,11 +125,13 @@ void ApiServer::handle_responses(const HttpRequest &req,
   ctx->model = rr->chat.model;
   ctx->text = lease->text;
   ctx->prompt_opens_reasoning = prompt_opens_reasoning(prompt);
+  name_input_items(rr->conversation, ctx->id);
+  const std::size_t inputs = rr->conversation.size();
   auto builder = std::make_shared<openai::ResponseBuilder>(*ctx, *rr);
   builder->set_streaming(rr->chat.stream);
 
   // Runs once the generation ended: the final response, stored when asked.
-  auto settle = [this, rr, ctx, builder](const Generation &gen) {
+  auto settle = [this, rr, ctx, builder, inputs](const Generation &gen) {
     const ChoiceResult &r = gen.results()[0];
     if (!rr->chat.stream) builder->feed(r.text);  // a stream fed it delta by delta
     std::string events = builder->finish(r.finish, r.error, gen.prompt_tokens(),
@@ -90,7 +143,7 @@ void ApiServer::handle_responses(const HttpRequest &req,
       if (rr->background)
         responses_.update(ctx->id, builder->response(), std::move(conversation));
       else
-        responses_.put(ctx->id, {builder->response(), std::move(conversation), nullptr});
+        responses_.put(ctx->id, {builder->response(), std::move(conversation), inputs, nullptr});
     }
     return events;
   };
@@ -99,7 +152,7 @@ void ApiServer::handle_responses(const HttpRequest &req,
   if (rr->background) {
     auto handle = std::make_shared<CancelHandle>();
     json queued = builder->initial();
-    responses_.put(ctx->id, {queued, rr->conversation, [handle] { handle->cancel(); }});
+    responses_.put(ctx->id, {queued, rr->conversation, inputs, [handle] { handle->cancel(); }});
     try {
       g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
                             [settle](const Generation &gen) { settle(gen); });
@@ -162,18 +215,23 @@ void ApiServer::handle_responses(const HttpRequest &req,
   });
 }
 
-void ApiServer::handle_stored_response(const std::string &method, const std::string &id,
-                                       bool cancel, const std::shared_ptr<ResponseChannel> &ch) {
+void ApiServer::handle_stored_response(const HttpRequest &req, const std::string &id,
+                                       const std::string &action,
+                                       const std::shared_ptr<ResponseChannel> &ch) {
   auto stored = responses_.get(id);
   if (!stored) throw ApiErrorException{not_found(id)};
   auto dump = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
-  if (method == "DELETE") {
+  if (req.method == "DELETE") {
     if (stored->cancel) stored->cancel();
     responses_.erase(id);
     send_json(ch, 200, dump({{"id", id}, {"object", "response"}, {"deleted", true}}));
     return;
   }
-  if (cancel) {
+  if (action == "input_items") {
+    send_json(ch, 200, dump(input_items_page(*stored, req.query)));
+    return;
+  }
+  if (action == "cancel") {
     if (!stored->response.value("background", false))
       throw ApiErrorException{
           {400, "response_id: only background responses can be cancelled", "response_id"}};

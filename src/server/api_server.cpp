@@ -171,14 +171,18 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
   } else if (p == "/v1/responses") {
     if (need(post)) offload(&ApiServer::handle_responses);
   } else if (starts_with(p, "/v1/responses/")) {
-    std::string id = p.substr(14);
-    const bool cancel = id.size() > 7 && id.substr(id.size() - 7) == "/cancel";
-    if (cancel) id.resize(id.size() - 7);
-    if (id.empty() || id.find('/') != std::string::npos) {
+    // {id}, {id}/cancel or {id}/input_items
+    std::string id = p.substr(14), action;
+    if (const auto slash = id.find('/'); slash != std::string::npos) {
+      action = id.substr(slash + 1);
+      id.resize(slash);
+    }
+    if (id.empty() || (!action.empty() && action != "cancel" && action != "input_items")) {
       send_error(ch, WireFormat::kOpenAI, {404, "no such endpoint: " + req.method + " " + p, ""});
-    } else if (need(cancel ? post : get || req.method == "DELETE")) {
-      run_guarded(ch, WireFormat::kOpenAI, [this, m = req.method, id, cancel, ch] {
-        handle_stored_response(m, id, cancel, ch);
+    } else if (need(action == "cancel" ? post
+                                       : get || (action.empty() && req.method == "DELETE"))) {
+      run_guarded(ch, WireFormat::kOpenAI, [this, r = std::move(req), id, action, ch] {
+        handle_stored_response(r, id, action, ch);
       });
     }
   } else if (p == "/v1/messages") {

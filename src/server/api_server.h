@@ -60,8 +60,10 @@ class ApiServer {
   void handle_completions(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_messages(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_responses(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
-  // GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel.
-  void handle_stored_response(const std::string &method, const std::string &id, bool cancel,
+  // GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel (action "cancel"),
+  // GET /v1/responses/{id}/input_items (action "input_items").
+  void handle_stored_response(const HttpRequest &req, const std::string &id,
+                              const std::string &action,
                               const std::shared_ptr<ResponseChannel> &ch);
   void handle_count_tokens(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_tokenize(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
@@ -104,6 +106,9 @@ class ApiServer {
 // POST /debug/faults' body -> the fault (`model` is read by the caller). Throws the
 // 400 ApiErrorException naming the field at fault.
 FaultSpec parse_fault_request(const nlohmann::ordered_json &body);
+
+// The value of `name=` in a query string (not URL-decoded), or empty.
+std::string query_param(const std::string &query, const std::string &name);
 
 // Checks a prompt of `prompt_len` tokens against the model's context and settles
 // max_tokens (the rule every generating endpoint shares); errors name the given fields.

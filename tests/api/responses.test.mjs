@@ -128,6 +128,16 @@ for (const [name, make] of Object.entries(sdks)) {
     assert.equal(r2.previous_response_id, r1.id);
     assert.ok(r2.usage.input_tokens > r1.usage.input_tokens + r1.usage.output_tokens, 'turn 1 is in the prompt');
     assert.ok(r2.usage.input_tokens_details.cached_tokens > 0, 'turn 1 is a cached prefix');
+    // Its input items: turn 1's input and output, then its own input, all with ids.
+    const asc = [];
+    for await (const item of client.responses.inputItems.list(r2.id, { order: 'asc', limit: 2 })) asc.push(item);
+    assert.deepEqual(asc.map((i) => i.type), ['message', 'function_call', 'function_call_output', 'message', 'message', 'function_call', 'function_call_output']);
+    assert.equal(asc[3].id, r1.output[0].id);
+    assert.equal(asc[5].call_id, 'call_r');
+    assert.equal(new Set(asc.map((i) => i.id)).size, asc.length);
+    const page = await client.responses.inputItems.list(r2.id);
+    assert.deepEqual(page.data.map((i) => i.id), asc.map((i) => i.id).reverse());  // desc by default
+    assert.equal(page.has_more, false);
     // A result for a call of turn 1, sent with turn 2 as previous: the call is known.
     const r3 = await client.responses.create({
       ...base, previous_response_id: r2.id,
@@ -235,6 +245,13 @@ test('bad requests: 4xx in OpenAI format naming the field', async () => {
   assert.equal(get.status, 404);
   assert.equal(get.json.error.type, 'not_found_error');
   assert.equal((await http('DELETE', '/v1/responses/resp_missing')).status, 404);
+  const stored = await http('POST', '/v1/responses', { body: { model: MODEL, input: 'x', max_output_tokens: 1 } });
+  for (const [q, param] of [['limit=0', 'limit'], ['limit=x', 'limit'], ['order=up', 'order'], ['after=nope', 'after']]) {
+    const r = await http('GET', `/v1/responses/${stored.json.id}/input_items?${q}`);
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, param);
+  }
+  assert.equal((await http('GET', `/v1/responses/${stored.json.id}/other`)).status, 404);
   assert.equal((await http('PUT', '/v1/responses')).status, 405);
   assert.equal((await http('POST', '/v1/responses', { body: { model: MODEL, input: 'x' }, key: 'wrong' })).status, 401);
 });

@@ -27,6 +27,7 @@ struct ResponseStoreLimits {
 struct StoredResponse {
   nlohmann::ordered_json response;      // the response object as GET returns it
   nlohmann::ordered_json conversation;  // input items (previous turns resolved) + output items
+  std::size_t inputs = 0;               // conversation[0, inputs) was the input (for input_items)
   std::function<void()> cancel;         // set while a background response runs
 };
 

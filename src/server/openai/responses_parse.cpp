@@ -355,8 +355,9 @@ ResponsesRequest parse_responses(const json &body, const PreviousLookup &previou
         r.conversation.push_back(std::move(*found));
         continue;
       }
-      check_item(in, f);
-      r.conversation.push_back(in);
+      json checked = in;
+      checked["type"] = check_item(in, f);  // an EasyInputMessage is a "message" item
+      r.conversation.push_back(std::move(checked));
     }
   } else {
     fail_field("input", "must be a string or an array of input items");

@@ -373,7 +373,7 @@ TEST(ResponseStore, BoundedByCountBytesAndTime) {
   limits.ttl = std::chrono::seconds(60);
   ResponseStore store(limits, [&] { return now; });
   auto entry = [](int n) {
-    return StoredResponse{json{{"id", n}}, json::array({std::string(50, 'x')}), nullptr};
+    return StoredResponse{json{{"id", n}}, json::array({std::string(50, 'x')}), 0, nullptr};
   };
   for (int i = 0; i < 5; ++i) store.put("r" + std::to_string(i), entry(i));
   EXPECT_EQ(store.size(), 3u);  // the two oldest went
@@ -381,12 +381,12 @@ TEST(ResponseStore, BoundedByCountBytesAndTime) {
   EXPECT_FALSE(store.get("r1"));
   EXPECT_EQ(store.get("r4")->response["id"], 4);
   // Bytes: a big entry pushes out old ones; one larger than the bound is not kept.
-  store.put("big", {json{{"id", 9}}, json::array({std::string(250, 'y')}), nullptr});
+  store.put("big", {json{{"id", 9}}, json::array({std::string(250, 'y')}), 0, nullptr});
   EXPECT_TRUE(store.get("big"));
   EXPECT_LE(store.bytes(), limits.max_bytes);
   EXPECT_FALSE(store.get("r2"));  // the oldest made room
   EXPECT_TRUE(store.get("r3"));
-  store.put("huge", {json{{"id", 10}}, json::array({std::string(1000, 'z')}), nullptr});
+  store.put("huge", {json{{"id", 10}}, json::array({std::string(1000, 'z')}), 0, nullptr});
   EXPECT_FALSE(store.get("huge"));
   EXPECT_LE(store.bytes(), limits.max_bytes);
   // Time: entries expire after the TTL.
@@ -399,7 +399,7 @@ TEST(ResponseStore, BoundedByCountBytesAndTime) {
                           json::parse(R"([{"type": "message", "role": "user", "content": "q"},
                             {"id": "msg_1", "type": "message", "role": "assistant",
                              "content": [{"type": "output_text", "text": "a"}]}])"),
-                          nullptr});
+                          1, nullptr});
   ASSERT_TRUE(store.find_item("msg_1"));
   EXPECT_EQ((*store.find_item("msg_1"))["content"][0]["text"], "a");
   EXPECT_FALSE(store.find_item("msg_2"));
