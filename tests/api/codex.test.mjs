@@ -4,7 +4,7 @@
 // tokens of instructions plus ~17 KB of tools, including web_search and a namespace of
 // sub-agent tools that keel leaves out), so the server here serves the tiny model with
 // a 32k context. The random model rarely writes an end-of-sequence token, so this copy
-// of it lists half of its vocabulary as end tokens: each turn is a few tokens long.
+// of it lists a sixteenth of its vocabulary as end tokens: each turn is ~16 tokens long.
 // A logging proxy between Codex and keel records what Codex sent and what it got.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { editJson, startModelServer } from './responses_lib.mjs';
+import { editJson, makeThinking, startModelServer } from './responses_lib.mjs';
 
 const CODEX = path.join(process.env.NODE_PATH, '.bin', 'codex');
 const KEY = 'codex-test-key';
@@ -67,8 +67,9 @@ function events(sse) {
 
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-codex-'));
+  const thinker = path.join(dir, 'tiny-codex-think');
   server = await startModelServer('tiny-codex', {
-    args: ['--kv-blocks', '2560', '--api-key', KEY],
+    args: [thinker, '--kv-blocks', '2560', '--api-key', KEY],
     edit: (model) => {
       let vocab;
       editJson(path.join(model, 'config.json'), (c) => {
@@ -76,8 +77,11 @@ before(async () => {
         vocab = c.vocab_size;
       });
       editJson(path.join(model, 'generation_config.json'), (g) => {
-        g.eos_token_id = Array.from({ length: Math.floor(vocab / 2) - 1 }, (_, i) => i + 1);
+        g.eos_token_id = Array.from({ length: Math.floor(vocab / 16) }, (_, i) => i + 1);
       });
+      // The same model with a thinking template, served beside it.
+      fs.cpSync(model, thinker, { recursive: true });
+      makeThinking(thinker);
     },
   });
   proxy = await startProxy(server.url);
@@ -149,4 +153,35 @@ test('codex exec resume sends the first turn back as input items and exits 0', a
   const done = events(turns.at(-1).response).at(-1).response;
   assert.equal(done.status, 'completed');
   assert.ok(done.usage.input_tokens_details.cached_tokens > 1000, JSON.stringify(done.usage));
+});
+
+test('codex reads reasoning from a thinking model and sends it back on resume', async () => {
+  // Sampled at temperature 1, a turn may end at once (an end token first, ~6%): then
+  // there is no reasoning to read, so try again, up to three times.
+  let turn;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const before = seen.length;
+    const r = await codex(['-m', 'tiny-codex-think', '--skip-git-repo-check', 'think first']);
+    assert.equal(r.code, 0, `codex exited ${r.code} ${r.signal}\n${r.err}\n${r.out}`);
+    turn = seen.slice(before).find((e) => e.method === 'POST' && e.url === '/v1/responses');
+    assert.equal(turn.status, 200, turn.response);
+    if (events(turn.response).at(-1).response.usage.output_tokens > 1) break;
+  }
+  assert.deepEqual(JSON.parse(turn.body).reasoning, { summary: 'auto' });
+  const ev = events(turn.response);
+  assert.ok(ev.some((e) => e.type === 'response.reasoning_summary_text.delta'), ev.map((e) => e.type).join(' '));
+  const done = ev.at(-1).response;
+  assert.equal(done.output[0].type, 'reasoning');
+  const summary = done.output[0].summary[0].text;
+  assert.ok(summary.length > 0);
+  assert.ok(done.usage.output_tokens_details.reasoning_tokens > 0);
+  // Resumed, Codex sends the reasoning item back; keel takes it as the assistant's.
+  const next = seen.length;
+  const r2 = await codex(['resume', '--last', '-m', 'tiny-codex-think', '--skip-git-repo-check', 'and again']);
+  assert.equal(r2.code, 0, `codex exited ${r2.code} ${r2.signal}\n${r2.err}\n${r2.out}`);
+  const turn2 = seen.slice(next).find((e) => e.method === 'POST' && e.url === '/v1/responses');
+  assert.equal(turn2.status, 200, turn2.response);
+  const sentBack = JSON.parse(turn2.body).input.filter((i) => i.type === 'reasoning');
+  assert.ok(sentBack.length >= 1, JSON.stringify(JSON.parse(turn2.body).input.map((i) => i.type)));
+  assert.equal(events(turn2.response).at(-1).type, 'response.completed');
 });

@@ -41,13 +41,16 @@ export function editJson(file, fn) {
   fs.writeFileSync(file, JSON.stringify(j));
 }
 
-// A model whose chat template ends its generation prompt inside a <think> block (as the
-// DeepSeek-R1 and Qwen3 thinking templates do): all the random model writes is reasoning.
-export function startThinkingServer() {
-  return startModelServer('thinker', {
-    edit: (dir) => editJson(path.join(dir, 'tokenizer_config.json'), (tc) => {
-      tc.chat_template = "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '\\n' }}{% endfor %}" +
-        "{% if add_generation_prompt %}{{ '<|assistant|>\\n<think>\\n' }}{% endif %}";
-    }),
+// Gives the model in `dir` a chat template that ends its generation prompt inside a
+// <think> block (as the DeepSeek-R1 and Qwen3 thinking templates do): all the random
+// model writes is then reasoning.
+export function makeThinking(dir) {
+  editJson(path.join(dir, 'tokenizer_config.json'), (tc) => {
+    tc.chat_template = "{% for m in messages %}{{ '<|' + m['role'] + '|>\\n' + m['content'] + '\\n' }}{% endfor %}" +
+      "{% if add_generation_prompt %}{{ '<|assistant|>\\n<think>\\n' }}{% endif %}";
   });
+}
+
+export function startThinkingServer() {
+  return startModelServer('thinker', { edit: makeThinking });
 }
