@@ -121,9 +121,12 @@ json to_messages(const json &items, std::size_t first_input, const json &instruc
     return i >= first_input ? "input[" + std::to_string(i - first_input) + "]"
                             : std::string("previous_response_id");
   };
-  // The assistant turn that function calls join: the last message, while it is one.
-  auto assistant_turn = [&]() -> json & {
-    if (messages.empty() || messages.back()["role"] != "assistant")
+  // The assistant turn an item joins: the last message while it is the assistant's (text
+  // only joins one that has made no calls yet), else a new one. Pending reasoning goes
+  // with it.
+  auto assistant_turn = [&](bool text) -> json & {
+    if (messages.empty() || messages.back()["role"] != "assistant" ||
+        (text && messages.back().contains("tool_calls")))
       messages.push_back({{"role", "assistant"}, {"content", ""}});
     json &m = messages.back();
     if (!reasoning.empty()) {
@@ -148,15 +151,7 @@ json to_messages(const json &items, std::size_t first_input, const json &instruc
         std::string &s = messages.front()["content"].get_ref<std::string &>();
         s += "\n\n" + text;
       } else if (role == "assistant") {
-        json &m =
-            messages.empty() || messages.back()["role"] != "assistant" ||
-                    messages.back().contains("tool_calls")
-                ? (messages.push_back({{"role", "assistant"}, {"content", ""}}), messages.back())
-                : messages.back();
-        if (!reasoning.empty()) {
-          m["reasoning_content"] = reasoning;
-          reasoning.clear();
-        }
+        json &m = assistant_turn(true);
         m["content"] = m["content"].get<std::string>() + text;
       } else {
         messages.push_back({{"role", role}, {"content", text}});
@@ -168,7 +163,7 @@ json to_messages(const json &items, std::size_t first_input, const json &instruc
           json::array({{{"id", id},
                         {"type", "function"},
                         {"function", {{"name", item["name"]}, {"arguments", item["arguments"]}}}}});
-      json &m = assistant_turn();
+      json &m = assistant_turn(false);
       json converted = template_tool_calls(call, f);
       if (!m.contains("tool_calls")) m["tool_calls"] = json::array();
       m["tool_calls"].push_back(converted[0]);
