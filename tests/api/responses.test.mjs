@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 import { http, KEY, MODEL, OpenAI, URL_MAIN } from './helpers.mjs';
-import { startThinkingServer } from './responses_lib.mjs';
+import { startModelServer, startThinkingServer } from './responses_lib.mjs';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
 const OpenAI7 = require('openai7').OpenAI;
@@ -310,3 +310,53 @@ for (const [name, make] of Object.entries(sdks)) {
     assert.equal(next.output[0].type, 'reasoning');
   });
 }
+
+test('an engine that crashes mid-turn fails the response at once: response.failed / 503, never a hang', async () => {
+  const srv = await startModelServer('crashy', { args: ['--enable-fault-injection'] });
+  try {
+    const client = sdks['openai 7'](srv.url, null);
+    // Arms a crash once the engine is up (after a crash, the next request restarts it).
+    const crash = async () => {
+      for (let i = 0; i < 100; i++) {
+        await client.responses.create({ model: 'crashy', input: 'warm up', max_output_tokens: 1 }).catch(() => {});
+        const r = await fetch(`${srv.url}/debug/faults`, {
+          method: 'POST', headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'crashy', kind: 'crash-engine' }),
+        });
+        if (r.status === 200) return;
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      assert.fail('could not arm the crash');
+    };
+    // Streamed: the stream ends with response.failed carrying the error.
+    await client.responses.create({ model: 'crashy', input: 'warm up', max_output_tokens: 1 });
+    const stream = await client.responses.create({ model: 'crashy', input: 'Go on.', max_output_tokens: 3000, stream: true });
+    const types = [];
+    let failed;
+    const t0 = Date.now();
+    for await (const e of stream) {
+      types.push(e.type);
+      if (types.length === 3) await crash();
+      if (e.type === 'response.failed') failed = e.response;
+    }
+    assert.ok(failed, types.join(' '));
+    assert.equal(failed.status, 'failed');
+    assert.ok(failed.error.message.length > 0);
+    assert.ok(Date.now() - t0 < 20_000);
+    // Whole: an OpenAI-format 5xx. The engine restarts for the next request.
+    await crash();
+    await assert.rejects(client.responses.create({ model: 'crashy', input: 'Go on.', max_output_tokens: 3000 }), (e) => {
+      assert.ok(e.status >= 500, String(e));
+      return true;
+    });
+    // Served again once the supervisor has restarted the engine.
+    let ok;
+    for (let i = 0; i < 100 && !ok; i++) {
+      ok = await client.responses.create({ model: 'crashy', input: 'again', max_output_tokens: 2 }).catch(() => undefined);
+      if (!ok) await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.equal(ok?.output[0].type, 'message');
+  } finally {
+    srv.stop();
+  }
+});
