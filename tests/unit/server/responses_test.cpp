@@ -288,6 +288,11 @@ TEST(ResponseBuilder, ToolCallsBecomeFunctionCallItemsForAnyChunking) {
     EXPECT_EQ(b.output, out) << "seed " << seed;
     EXPECT_EQ(accumulate(b.events), out) << "seed " << seed;
   }
+  // parallel_tool_calls false: one call per turn.
+  const Built one = build(script, 4, tool_request({{"parallel_tool_calls", false}}));
+  ASSERT_EQ(one.output.size(), 2u);
+  EXPECT_EQ(one.output[1], out[1]);
+  EXPECT_EQ(accumulate(one.events), one.output);
   // tool_choice none: the markup stays text.
   const Built none = build(script, 3, tool_request({{"tool_choice", "none"}}));
   ASSERT_EQ(none.output.size(), 1u);
