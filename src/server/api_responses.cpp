@@ -187,7 +187,7 @@ void ApiServer::handle_responses(const HttpRequest &req,
     try {
       g = Generation::start(
           std::move(lease), std::move(spec), next_request_id_,
-          [ch, builder](const ChoiceDelta &d) {
+          [ch, builder, rr, ctx](const ChoiceDelta &d) {  // the builder refers to rr and ctx
             if (d.text.empty()) return;
             std::string out = builder->feed(d.text);
             if (!out.empty()) ch->write(std::move(out));
