@@ -152,7 +152,7 @@ json to_messages(const json &items, std::size_t first_input, const json &instruc
         s += "\n\n" + text;
       } else if (role == "assistant") {
         json &m = assistant_turn(true);
-        m["content"] = m["content"].get<std::string>() + text;
+        m["content"].get_ref<std::string &>() += text;
       } else {
         messages.push_back({{"role", role}, {"content", text}});
       }

@@ -119,7 +119,7 @@ void ResponseBuilder::on_reasoning(const std::string &text, std::string &out) {
   }
   json &item = output_[open_reasoning_];
   json &part = item[parts][0];
-  part["text"] = part["text"].get<std::string>() + text;
+  part["text"].get_ref<std::string &>() += text;  // in place: no copy per delta
   reasoning_text_ += text;
   out += event(summary_ ? "response.reasoning_summary_text.delta" : "response.reasoning_text.delta",
                {{"item_id", item["id"]},
@@ -172,7 +172,7 @@ void ResponseBuilder::on_content(const std::string &text, std::string &out) {
   open_message(out);
   json &item = output_[open_message_];
   json &part = item["content"][0];
-  part["text"] = part["text"].get<std::string>() + text;
+  part["text"].get_ref<std::string &>() += text;  // in place: no copy per delta
   out += event("response.output_text.delta", {{"item_id", item["id"]},
                                               {"output_index", open_message_},
                                               {"content_index", 0},
