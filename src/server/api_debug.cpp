@@ -20,7 +20,8 @@ json fault_json(const FaultSpec &f) {
 constexpr const char *kFaultKinds =
     "stall-step, crash-engine, ssd-write-error, ssd-read-corrupt, slow-store";
 
-// The value of `name=` in a query string, or empty.
+}  // namespace
+
 std::string query_param(const std::string &query, const std::string &name) {
   std::size_t pos = 0;
   while (pos <= query.size()) {
@@ -31,8 +32,6 @@ std::string query_param(const std::string &query, const std::string &name) {
   }
   return {};
 }
-
-}  // namespace
 
 FaultSpec parse_fault_request(const json &body) {
   for (const auto &[k, v] : body.items())

@@ -21,7 +21,8 @@ std::int64_t unix_now() {
       .count();
 }
 
-// Checks the prompt against the model's context and settles max_tokens.
+}  // namespace
+
 void fit_context(const LoadedModel &m, std::size_t prompt_len, SamplingParams &s, bool max_given,
                  const char *prompt_field, const char *max_field) {
   const std::int64_t ctx = m.info.context_length;
@@ -40,6 +41,8 @@ void fit_context(const LoadedModel &m, std::size_t prompt_len, SamplingParams &s
   if (!max_given)
     s.max_tokens = static_cast<std::int32_t>(std::min<std::int64_t>(s.max_tokens, room));
 }
+
+namespace {
 
 std::string sse_data(const std::string &payload) { return "data: " + payload + "\n\n"; }
 

@@ -46,7 +46,8 @@ std::string render_chat_prompt(const ModelText &text, const json &messages, cons
 ApiServer::ApiServer(ApiOptions options, ModelRegistry &registry)
     : options_(std::move(options)),
       registry_(registry),
-      pool_(static_cast<std::size_t>(std::max(1, options_.workers))) {}
+      pool_(static_cast<std::size_t>(std::max(1, options_.workers))),
+      responses_(options_.response_store) {}
 
 ApiServer::~ApiServer() { stop(); }
 
@@ -160,12 +161,30 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
           json{{"id", rest}, {"object", "model"}, {"created", 0}, {"owned_by", "keel"}}.dump());
     }
   } else if (draining_ && post &&
-             (p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/messages")) {
+             (p == "/v1/chat/completions" || p == "/v1/completions" || p == "/v1/messages" ||
+              p == "/v1/responses")) {
     send_error(ch, format_of(p), {503, "server is shutting down", ""});
   } else if (p == "/v1/chat/completions") {
     if (need(post)) offload(&ApiServer::handle_chat);
   } else if (p == "/v1/completions") {
     if (need(post)) offload(&ApiServer::handle_completions);
+  } else if (p == "/v1/responses") {
+    if (need(post)) offload(&ApiServer::handle_responses);
+  } else if (starts_with(p, "/v1/responses/")) {
+    // {id}, {id}/cancel or {id}/input_items
+    std::string id = p.substr(14), action;
+    if (const auto slash = id.find('/'); slash != std::string::npos) {
+      action = id.substr(slash + 1);
+      id.resize(slash);
+    }
+    if (id.empty() || (!action.empty() && action != "cancel" && action != "input_items")) {
+      send_error(ch, WireFormat::kOpenAI, {404, "no such endpoint: " + req.method + " " + p, ""});
+    } else if (need(action == "cancel" ? post
+                                       : get || (action.empty() && req.method == "DELETE"))) {
+      run_guarded(ch, WireFormat::kOpenAI, [this, r = std::move(req), id, action, ch] {
+        handle_stored_response(r, id, action, ch);
+      });
+    }
   } else if (p == "/v1/messages") {
     if (need(post)) offload(&ApiServer::handle_messages);
   } else if (p == "/v1/messages/count_tokens") {

@@ -15,6 +15,7 @@
 #include "server/api_error.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
+#include "server/openai/response_store.h"
 
 namespace keel::server {
 
@@ -25,6 +26,7 @@ struct ApiOptions {
   std::chrono::milliseconds heartbeat_timeout{10'000};  // /health fails at half of it
   std::string default_model;            // used when a request names no model (/tokenize etc.)
   bool enable_fault_injection = false;  // /debug/faults answers 403 without it
+  openai::ResponseStoreLimits response_store;  // stored /v1/responses (store: true)
   Logger log;
 };
 
@@ -57,6 +59,12 @@ class ApiServer {
   void handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_completions(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_messages(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_responses(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  // GET / DELETE /v1/responses/{id}, POST /v1/responses/{id}/cancel (action "cancel"),
+  // GET /v1/responses/{id}/input_items (action "input_items").
+  void handle_stored_response(const HttpRequest &req, const std::string &id,
+                              const std::string &action,
+                              const std::shared_ptr<ResponseChannel> &ch);
   void handle_count_tokens(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_tokenize(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_detokenize(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
@@ -90,6 +98,7 @@ class ApiServer {
   std::atomic<std::int64_t> generations_failed_{0};
   std::atomic<std::int64_t> client_aborts_{0};
   std::atomic<bool> draining_{false};
+  openai::ResponseStore responses_;
   std::mutex rates_mu_;
   std::map<std::string, RateSample> rates_;
 };
@@ -97,6 +106,14 @@ class ApiServer {
 // POST /debug/faults' body -> the fault (`model` is read by the caller). Throws the
 // 400 ApiErrorException naming the field at fault.
 FaultSpec parse_fault_request(const nlohmann::ordered_json &body);
+
+// The value of `name=` in a query string (not URL-decoded), or empty.
+std::string query_param(const std::string &query, const std::string &name);
+
+// Checks a prompt of `prompt_len` tokens against the model's context and settles
+// max_tokens (the rule every generating endpoint shares); errors name the given fields.
+void fit_context(const LoadedModel &m, std::size_t prompt_len, SamplingParams &s, bool max_given,
+                 const char *prompt_field, const char *max_field);
 
 // The prompt text for chat messages: the model's chat template, or a plain fallback for
 // models that ship none ("role: content" lines ending in "assistant:").

@@ -1,0 +1,187 @@
+// Codex (npm @openai/codex, pinned in tests/npm) against a real `keel serve`, headless:
+// `codex exec` runs a turn over the Responses API and exits 0, and `codex exec resume`
+// sends the first turn back as input items. Codex sends its whole agent prompt (~5k
+// tokens of instructions plus ~17 KB of tools, including web_search and a namespace of
+// sub-agent tools that keel leaves out), so the server here serves the tiny model with
+// a 32k context. The random model rarely writes an end-of-sequence token, so this copy
+// of it lists a sixteenth of its vocabulary as end tokens: each turn is ~16 tokens long.
+// A logging proxy between Codex and keel records what Codex sent and what it got.
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { editJson, makeThinking, startModelServer } from './responses_lib.mjs';
+
+const CODEX = path.join(process.env.NODE_PATH, '.bin', 'codex');
+const KEY = 'codex-test-key';
+let dir, server, proxy, proxyUrl;
+const seen = [];  // {method, url, status, body, response}
+
+// Forwards to keel, recording each exchange (the response body in full: SSE streams).
+function startProxy(target) {
+  return new Promise((resolve) => {
+    const srv = http.createServer((req, res) => {
+      const chunks = [];
+      req.on('data', (c) => chunks.push(c)).on('end', () => {
+        const body = Buffer.concat(chunks);
+        const entry = { method: req.method, url: req.url, body: body.toString(), response: '' };
+        seen.push(entry);
+        const up = http.request(new URL(req.url, target), { method: req.method, headers: req.headers }, (r) => {
+          entry.status = r.statusCode;
+          res.writeHead(r.statusCode, r.headers);
+          r.on('data', (c) => { entry.response += c; res.write(c); });
+          r.on('end', () => res.end());
+        });
+        up.on('error', (e) => { entry.status = 599; res.destroy(e); });
+        up.end(body);
+      });
+    });
+    srv.listen(0, '127.0.0.1', () => resolve(srv));
+  });
+}
+
+function codex(args, { timeoutMs = 120_000 } = {}) {
+  return new Promise((resolve) => {
+    const env = { ...process.env, CODEX_HOME: path.join(dir, 'codex-home'), KEEL_CODEX_KEY: KEY, NO_COLOR: '1' };
+    delete env.OPENAI_API_KEY;
+    const p = spawn(CODEX, ['exec', ...args], { cwd: path.join(dir, 'work'), env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    let err = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => p.kill('SIGKILL'), timeoutMs);
+    p.on('exit', (code, signal) => {
+      clearTimeout(timer);
+      resolve({ code, signal, out, err });
+    });
+  });
+}
+
+// The SSE events of a recorded stream, parsed.
+function events(sse) {
+  return sse.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+}
+
+before(async () => {
+  dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-codex-'));
+  const thinker = path.join(dir, 'tiny-codex-think');
+  server = await startModelServer('tiny-codex', {
+    args: [thinker, '--kv-blocks', '2560', '--api-key', KEY],
+    edit: (model) => {
+      let vocab;
+      editJson(path.join(model, 'config.json'), (c) => {
+        c.max_position_embeddings = 32768;
+        vocab = c.vocab_size;
+      });
+      editJson(path.join(model, 'generation_config.json'), (g) => {
+        g.eos_token_id = Array.from({ length: Math.floor(vocab / 16) }, (_, i) => i + 1);
+      });
+      // The same model with a thinking template, served beside it.
+      fs.cpSync(model, thinker, { recursive: true });
+      makeThinking(thinker);
+    },
+  });
+  proxy = await startProxy(server.url);
+  proxyUrl = `http://127.0.0.1:${proxy.address().port}`;
+  fs.mkdirSync(path.join(dir, 'codex-home'));
+  fs.mkdirSync(path.join(dir, 'work'));
+  fs.writeFileSync(path.join(dir, 'codex-home', 'config.toml'), [
+    'model = "tiny-codex"',
+    'model_provider = "keel"',
+    'check_for_update_on_startup = false',
+    '[analytics]',
+    'enabled = false',
+    '[model_providers.keel]',
+    'name = "keel"',
+    `base_url = "${proxyUrl}/v1"`,
+    'env_key = "KEEL_CODEX_KEY"',
+    'wire_api = "responses"',
+    'request_max_retries = 0',
+    'stream_max_retries = 0',
+    '',
+  ].join('\n'));
+});
+
+after(() => {
+  proxy?.close();
+  server?.stop();
+  if (dir) fs.rmSync(dir, { recursive: true, force: true });
+});
+
+test('codex exec runs a turn against keel over /v1/responses and exits 0', async () => {
+  const r = await codex(['--skip-git-repo-check', 'say hello']);
+  assert.equal(r.code, 0, `codex exited ${r.code} ${r.signal}\n${r.err}\n${r.out}\n${server.log()}`);
+  const turns = seen.filter((e) => e.method === 'POST' && e.url === '/v1/responses');
+  assert.ok(turns.length >= 1, JSON.stringify(seen.map((e) => [e.method, e.url, e.status])));
+  for (const t of turns) assert.equal(t.status, 200, t.response);
+  const body = JSON.parse(turns[0].body);
+  // What Codex sends: a stream, function tools beside tool types keel leaves out, store false.
+  assert.equal(body.stream, true);
+  assert.equal(body.store, false);
+  assert.ok(body.tools.some((t) => t.type === 'function'));
+  assert.ok(body.input.some((i) => i.role === 'developer'));
+  const ev = events(turns[0].response);
+  const types = ev.map((e) => e.type);
+  assert.equal(types[0], 'response.created');
+  assert.equal(types.at(-1), 'response.completed');
+  assert.deepEqual(ev.map((e) => e.sequence_number), ev.map((_, i) => i));
+  const done = ev.at(-1).response;
+  assert.equal(done.status, 'completed');
+  assert.ok(done.usage.input_tokens > 1000, `Codex's prompt is long: ${done.usage.input_tokens}`);
+  assert.equal(done.output[0].type, 'message');
+  // Codex prints the reply it got (possibly empty text from the random model).
+  const text = done.output[0].content[0].text.trim();
+  if (text) assert.ok(r.out.includes(text.split('\n')[0]), `${text} not in ${r.out}`);
+});
+
+test('codex exec resume sends the first turn back as input items and exits 0', async () => {
+  const before = seen.length;
+  const r = await codex(['resume', '--last', '--skip-git-repo-check', 'say it again']);
+  assert.equal(r.code, 0, `codex exited ${r.code} ${r.signal}\n${r.err}\n${r.out}`);
+  const turns = seen.slice(before).filter((e) => e.method === 'POST' && e.url === '/v1/responses');
+  assert.ok(turns.length >= 1);
+  for (const t of turns) assert.equal(t.status, 200, t.response);
+  const body = JSON.parse(turns.at(-1).body);
+  const users = body.input.filter((i) => i.role === 'user').map((i) => JSON.stringify(i.content));
+  assert.ok(users.some((c) => c.includes('say hello')), 'the first prompt is resent');
+  assert.ok(users.some((c) => c.includes('say it again')));
+  assert.ok(body.input.some((i) => i.type === 'message' && i.role === 'assistant'), 'the first reply is resent');
+  // The whole previous prompt is a prefix of this one: the prefix cache serves it.
+  const done = events(turns.at(-1).response).at(-1).response;
+  assert.equal(done.status, 'completed');
+  assert.ok(done.usage.input_tokens_details.cached_tokens > 1000, JSON.stringify(done.usage));
+});
+
+test('codex reads reasoning from a thinking model and sends it back on resume', async () => {
+  // Sampled at temperature 1, a turn may end at once (an end token first, ~6%): then
+  // there is no reasoning to read, so try again, up to three times.
+  let turn;
+  for (let attempt = 0; attempt < 3; attempt++) {
+    const before = seen.length;
+    const r = await codex(['-m', 'tiny-codex-think', '--skip-git-repo-check', 'think first']);
+    assert.equal(r.code, 0, `codex exited ${r.code} ${r.signal}\n${r.err}\n${r.out}`);
+    turn = seen.slice(before).find((e) => e.method === 'POST' && e.url === '/v1/responses');
+    assert.equal(turn.status, 200, turn.response);
+    if (events(turn.response).at(-1).response.usage.output_tokens > 1) break;
+  }
+  assert.deepEqual(JSON.parse(turn.body).reasoning, { summary: 'auto' });
+  const ev = events(turn.response);
+  assert.ok(ev.some((e) => e.type === 'response.reasoning_summary_text.delta'), ev.map((e) => e.type).join(' '));
+  const done = ev.at(-1).response;
+  assert.equal(done.output[0].type, 'reasoning');
+  const summary = done.output[0].summary[0].text;
+  assert.ok(summary.length > 0);
+  assert.ok(done.usage.output_tokens_details.reasoning_tokens > 0);
+  // Resumed, Codex sends the reasoning item back; keel takes it as the assistant's.
+  const next = seen.length;
+  const r2 = await codex(['resume', '--last', '-m', 'tiny-codex-think', '--skip-git-repo-check', 'and again']);
+  assert.equal(r2.code, 0, `codex exited ${r2.code} ${r2.signal}\n${r2.err}\n${r2.out}`);
+  const turn2 = seen.slice(next).find((e) => e.method === 'POST' && e.url === '/v1/responses');
+  assert.equal(turn2.status, 200, turn2.response);
+  const sentBack = JSON.parse(turn2.body).input.filter((i) => i.type === 'reasoning');
+  assert.ok(sentBack.length >= 1, JSON.stringify(JSON.parse(turn2.body).input.map((i) => i.type)));
+  assert.equal(events(turn2.response).at(-1).type, 'response.completed');
+});
