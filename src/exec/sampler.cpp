@@ -138,13 +138,13 @@ TokenId Sampler::choose(std::span<const float> w, double u, double &lse_t1) {
     select_top(w, k, keys_);
     return walk_sorted(w, keys_, inv_t, params_, u, p);
   }
-  const float wmax = cpu::max_value(w);
+  const auto [wmax, wmin] = cpu::max_and_min_finite(w);
   // No finite top (every entry -inf or NaN, or a +inf): no distribution to draw from.
   if (!(wmax > -std::numeric_limits<float>::infinity()) ||
       wmax == std::numeric_limits<float>::infinity())
     return static_cast<TokenId>(cpu::first_argmax(w));
   if (!buckets_) buckets_ = std::make_unique<MassBuckets>();
-  buckets_->build(w, inv_t, wmax, cpu::min_finite_value(w));
+  buckets_->build(w, inv_t, wmax, wmin);
   if (inv_t == 1.0f) lse_t1 = static_cast<double>(wmax) + std::log(buckets_->mass());
   return walk_buckets(*buckets_, static_cast<std::int64_t>(V), params_, u);
 }

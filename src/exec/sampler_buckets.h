@@ -16,7 +16,7 @@ namespace keel {
 
 class MassBuckets {
  public:
-  static constexpr int kBuckets = 4096;
+  static constexpr int kBuckets = 2048;
   static constexpr double kGapMax = 48.0;  // nats; farther entries share the last bucket
 
   // w: [V] logits after penalties; inv_t: 1 / temperature (as the Sampler rounds it);
@@ -51,6 +51,7 @@ class MassBuckets {
 
  private:
   int bucket_of(float w) const;
+  void collect_if(std::vector<std::uint64_t> &keys, std::size_t i, int b) const;
   // Bucket b's entries as sample keys (sorted when `sorted`), cached for the row.
   const std::vector<std::uint64_t> &entries(int b, bool sorted);
 
@@ -58,6 +59,8 @@ class MassBuckets {
   double inv_t_ = 1, mx_ = 0, gmax_ = 1, scale_ = 1, mass_total_ = 0;
   std::array<double, kBuckets> mass_{};
   std::array<std::int32_t, kBuckets> count_{};
+  // build()'s two histograms of (sum of exp(c - g), count): 2 x 32 KiB.
+  std::array<std::array<std::array<double, 2>, kBuckets>, 2> acc_{};
   struct Cached {
     int bucket = -1;
     bool sorted = false;

@@ -10,40 +10,35 @@ namespace {
 constexpr std::size_t kLanes = 16;  // independent accumulators: one 512-bit register of floats
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
-// Lane-wise max over whole blocks of kLanes; `m` keeps per-lane maxima (NaN never wins).
-void lane_max(const float *x, std::size_t n, float *m) {
-  for (std::size_t i = 0; i + kLanes <= n; i += kLanes)
-    for (std::size_t j = 0; j < kLanes; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
-}
-
 }  // namespace
 
-float max_value(std::span<const float> x) {
-  float m[kLanes];
-  std::fill(m, m + kLanes, -kInf);
-  lane_max(x.data(), x.size(), m);
-  float best = -kInf;
-  for (float v : m) best = v > best ? v : best;
-  for (std::size_t i = x.size() / kLanes * kLanes; i < x.size(); ++i)
-    best = x[i] > best ? x[i] : best;
-  return best;
-}
-
-float min_finite_value(std::span<const float> x) {
-  float m[kLanes];
-  std::fill(m, m + kLanes, kInf);
+MaxMin max_and_min_finite(std::span<const float> x) {
+  float hi[kLanes], lo[kLanes];
+  std::fill(hi, hi + kLanes, -kInf);
+  std::fill(lo, lo + kLanes, kInf);
   const std::size_t whole = x.size() / kLanes * kLanes;
   for (std::size_t i = 0; i < whole; i += kLanes)
     for (std::size_t j = 0; j < kLanes; ++j) {
-      const float v = x[i + j] > -kInf ? x[i + j] : kInf;  // -inf and NaN ignored
-      m[j] = v < m[j] ? v : m[j];
+      const float v = x[i + j];
+      hi[j] = v > hi[j] ? v : hi[j];
+      const float f = v > -kInf ? v : kInf;  // -inf and NaN ignored
+      lo[j] = f < lo[j] ? f : lo[j];
     }
-  float best = kInf;
-  for (float v : m) best = v < best ? v : best;
-  for (std::size_t i = whole; i < x.size(); ++i)
-    if (x[i] > -kInf && x[i] < best) best = x[i];
-  return best;
+  MaxMin r{-kInf, kInf};
+  for (std::size_t j = 0; j < kLanes; ++j) {
+    r.max = hi[j] > r.max ? hi[j] : r.max;
+    r.min_finite = lo[j] < r.min_finite ? lo[j] : r.min_finite;
+  }
+  for (std::size_t i = whole; i < x.size(); ++i) {
+    if (x[i] > r.max) r.max = x[i];
+    if (x[i] > -kInf && x[i] < r.min_finite) r.min_finite = x[i];
+  }
+  return r;
 }
+
+float max_value(std::span<const float> x) { return max_and_min_finite(x).max; }
+
+float min_finite_value(std::span<const float> x) { return max_and_min_finite(x).min_finite; }
 
 std::int64_t first_argmax(std::span<const float> x) {
   // The max first (vectorized), then the first block of 256 that holds it, then the index.
@@ -77,7 +72,23 @@ double sum_exp(std::span<const float> x, double scale, double shift) {
 double log_sum_exp(std::span<const float> x) {
   const float mx = max_value(x);
   if (!(mx > -kInf) || mx == kInf) return mx;
-  return mx + std::log(sum_exp(x, 1.0, mx));
+  // A chunk of terms at a time (an elementwise loop: vectorizes), summed into 8 double
+  // lanes.
+  constexpr std::size_t kChunk = 256, kD = 8;
+  float e[kChunk];
+  double acc[kD] = {};
+  double s = 0;
+  for (std::size_t c0 = 0; c0 < x.size(); c0 += kChunk) {
+    const std::size_t n = std::min(kChunk, x.size() - c0);
+    const float *xc = x.data() + c0;
+    for (std::size_t j = 0; j < n; ++j) e[j] = expf_nonpos(xc[j] - mx);
+    const std::size_t whole = n / kD * kD;
+    for (std::size_t j = 0; j < whole; j += kD)
+      for (std::size_t l = 0; l < kD; ++l) acc[l] += e[j + l];
+    for (std::size_t j = whole; j < n; ++j) s += e[j];
+  }
+  for (double a : acc) s += a;
+  return mx + std::log(s);
 }
 
 }  // namespace keel::cpu

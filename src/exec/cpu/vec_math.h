@@ -52,16 +52,46 @@ inline double exp_nonpos(double x) {
   return tiny ? 0.0 : e;
 }
 
+// exp(x) for x <= 0 in single precision (degree-7 polynomial after the same reduction):
+// within 2 ulp of a float; x < -87 (and NaN) give 0. For log-sum-exps, whose result is
+// reported as a float anyway.
+inline float expf_nonpos(float x) {
+  const bool tiny = !(x >= -87.0f);
+  x = tiny ? 0.0f : x;
+  constexpr float kShifter = 0x1.8p23f;
+  const float t = std::fma(x, 0x1.715476p0f, kShifter);
+  const float k = t - kShifter;
+  float r = std::fma(k, -0x1.62e4p-1f, x);  // ln2 in two parts: k * hi is exact
+  r = std::fma(k, -0x1.7f7d1cp-20f, r);
+  float p = 1.0f / 5040;
+  p = std::fma(p, r, 1.0f / 720);
+  p = std::fma(p, r, 1.0f / 120);
+  p = std::fma(p, r, 1.0f / 24);
+  p = std::fma(p, r, 1.0f / 6);
+  p = std::fma(p, r, 0.5f);
+  p = std::fma(p, r, 1.0f);
+  p = std::fma(p, r, 1.0f);
+  const std::int32_t ki = std::bit_cast<std::int32_t>(t) - std::bit_cast<std::int32_t>(kShifter);
+  const float e = std::bit_cast<float>(std::bit_cast<std::int32_t>(p) + (ki << 23));
+  return tiny ? 0.0f : e;
+}
+
 // Largest value, NaN ignored; -inf when there is none.
 float max_value(std::span<const float> x);
 // Smallest value above -inf, NaN ignored; +inf when there is none.
 float min_finite_value(std::span<const float> x);
+// Both in one pass.
+struct MaxMin {
+  float max, min_finite;
+};
+MaxMin max_and_min_finite(std::span<const float> x);
 // First index of the largest value (ties: the lowest index), NaN ignored; 0 when every
 // value is NaN or x is empty.
 std::int64_t first_argmax(std::span<const float> x);
 // sum over i of exp(double(x[i]) * scale - shift), for shift >= max(x) * scale.
 double sum_exp(std::span<const float> x, double scale, double shift);
-// log(sum exp(x[i])) in double; -inf when every x is -inf, NaN ignored.
+// log(sum exp(x[i])): terms in single precision (expf_nonpos), summed in double; within
+// 1e-6 of the exact value; -inf when every x is -inf, NaN ignored.
 double log_sum_exp(std::span<const float> x);
 
 }  // namespace keel::cpu

@@ -88,4 +88,24 @@ inline TokenId reference_sample(std::span<const float> logits, const SamplingPar
   return order[keep - 1];
 }
 
+// The old logprobs: a scalar log-sum-exp of the raw logits, in double, and the top n by a
+// partial sort of the whole row (the old Sampler computed the logprob for every token).
+inline double reference_logprob(std::span<const float> logits, TokenId token, int n,
+                                std::vector<std::int32_t> *top = nullptr) {
+  float mx = -INFINITY;
+  for (float v : logits) mx = std::max(mx, v);
+  double s = 0;
+  for (float v : logits) s += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(s);
+  if (n > 0 && top) {
+    std::vector<std::int32_t> idx(logits.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), [&](std::int32_t a, std::int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    });
+    top->assign(idx.begin(), idx.begin() + n);
+  }
+  return logits[token] - lse;
+}
+
 }  // namespace keel::test
