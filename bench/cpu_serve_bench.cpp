@@ -42,6 +42,13 @@ using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+// CPU seconds of the calling thread: on a loaded machine the wall clock mostly measures
+// other people's work.
+double thread_cpu() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : v[v.size() / 2];
@@ -94,16 +101,18 @@ void step_part(const std::string &model, int threads, int steps) {
   SingleSequence seq(*runner, prompt);
   std::vector<float> logits = seq.append(ids, false);
   std::vector<std::vector<float>> rows;
-  std::vector<double> forward_s;
+  std::vector<double> forward_s, forward_cpu;
   for (int i = 0; i < steps; ++i) {
     const auto next =
         static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     const auto t0 = Clock::now();
+    const double c0 = bench::cpu_seconds();
     logits = seq.append(std::span<const TokenId>(&next, 1), false);
     forward_s.push_back(since(t0));
+    forward_cpu.push_back((bench::cpu_seconds() - c0) / nt);
     rows.push_back(logits);
   }
-  const double fwd = median(forward_s);
+  const double fwd = median(forward_s), fwd_cpu = median(forward_cpu);
   std::printf("model %s: vocab %d, hidden %d, %d layers; threads %d; load %s\n", model.c_str(), V,
               static_cast<int>(cfg.hidden_size), static_cast<int>(cfg.num_layers), nt,
               loadavg().c_str());
@@ -115,38 +124,51 @@ void step_part(const std::string &model, int threads, int steps) {
       2.0 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * (prompt + steps / 2.0);
   const double bytes = static_cast<double>(runner->model().weight_bytes()) + kv;
   std::printf(
-      "batch-1 decode: forward %.3f ms (median of %d) = %.1f tok/s; read bandwidth "
-      "%.1f GB/s, %.1f MB/token: roofline %.1f tok/s, %.0f%% of it\n",
-      fwd * 1e3, steps, 1 / fwd, bw / 1e9, bytes / 1e6, bw / bytes,
-      100.0 * (1 / fwd) / (bw / bytes));
-
-  std::printf("%-28s %10s %10s %9s %10s %9s %8s\n", "sampling mode (V rows)", "step ms", "now ms",
-              "now %", "before ms", "before %", "speedup");
+      "batch-1 decode: forward %.3f ms wall, %.3f ms CPU / threads (medians of %d) = "
+      "%.1f tok/s (%.1f by CPU time); read bandwidth %.1f GB/s, %.1f MB/token: roofline "
+      "%.1f tok/s, %.0f%% of it (%.0f%% by CPU time)\n",
+      fwd * 1e3, fwd_cpu * 1e3, steps, 1 / fwd, 1 / fwd_cpu, bw / 1e9, bytes / 1e6, bw / bytes,
+      100.0 * (1 / fwd) / (bw / bytes), 100.0 * (1 / fwd_cpu) / (bw / bytes));
+  std::printf(
+      "share of a step = sampling / (forward + sampling). wall: medians; CPU: forward by "
+      "process CPU / threads, sampling by its thread's CPU (one thread). 'pool': the row "
+      "split over the pool, as the engine samples a step of one row\n");
+  std::printf("%-26s %8s %8s %8s %8s %9s %8s | %8s %8s %9s %8s\n", "sampling mode", "now ms",
+              "now %", "pool ms", "pool %", "before ms", "before %", "now cpu", "now %",
+              "before cpu", "before %");
   const std::vector<TokenId> prompt_ids(ids.begin(), ids.end());
   for (const Mode &m : modes()) {
-    Sampler sampler(m.params, 1);
+    Sampler one(m.params, 1), split(m.params, 1);
     std::mt19937_64 draws(5);
-    std::vector<double> now_s, before_s;
-    // Alternating, so that the load on the machine hits both alike.
+    std::vector<double> now_s, now_c, pool_s, before_s, before_c;
+    // Alternating, so that the load on the machine hits all alike.
     for (int rep = 0; rep < 3; ++rep)
       for (const auto &row : rows) {
         auto t0 = Clock::now();
-        const SampleResult r = sampler.sample(row, prompt_ids, {});
+        double c0 = thread_cpu();
+        one.sample(row, prompt_ids, {});
         now_s.push_back(since(t0));
+        now_c.push_back(thread_cpu() - c0);
+        t0 = Clock::now();
+        split.sample(row, prompt_ids, {}, &ctx.pool());
+        pool_s.push_back(since(t0));
         const double u = std::uniform_real_distribution<double>(0, 1)(draws);
         t0 = Clock::now();
+        c0 = thread_cpu();
         const TokenId t = test::reference_sample(row, m.params, prompt_ids, {}, u);
         std::vector<std::int32_t> top;
         // The old Sampler computed the logprob of every token, asked or not.
         volatile double lp = test::reference_logprob(row, t, std::max(m.params.logprobs, 0), &top);
         (void)lp;
-        (void)r;
         before_s.push_back(since(t0));
+        before_c.push_back(thread_cpu() - c0);
       }
-    const double now = median(now_s), before = median(before_s);
-    std::printf("%-28s %10.3f %10.4f %8.2f%% %10.3f %8.1f%% %7.1fx\n", m.name, (fwd + now) * 1e3,
-                now * 1e3, 100 * now / (fwd + now), before * 1e3, 100 * before / (fwd + before),
-                before / now);
+    const double now = median(now_s), pool = median(pool_s), before = median(before_s);
+    const double nc = median(now_c), bc = median(before_c);
+    auto pct = [](double part, double rest) { return 100 * part / (part + rest); };
+    std::printf("%-26s %8.3f %7.2f%% %8.3f %7.2f%% %9.2f %7.1f%% | %8.3f %7.2f%% %9.2f %7.1f%%\n",
+                m.name, now * 1e3, pct(now, fwd), pool * 1e3, pct(pool, fwd), before * 1e3,
+                pct(before, fwd), nc * 1e3, pct(nc, fwd_cpu), bc * 1e3, pct(bc, fwd_cpu));
   }
 }
 

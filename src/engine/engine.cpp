@@ -617,16 +617,19 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     jobs.push_back(Job{i, it->second->sampler.get(), all.first(r->num_prompt_tokens),
                        all.subspan(r->num_prompt_tokens)});
   }
+  // One row: its passes split over the pool; more: rows spread over it.
+  ThreadPool *pool = backend_.context ? &backend_.context->pool() : nullptr;
+  const auto n = static_cast<std::int64_t>(jobs.size());
   auto run = [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t j = begin; j < end; ++j) {
       const Job &job = jobs[j];
       const std::span<const float> logits(out_.logits.data() + job.row * vocab, vocab);
-      sampled[job.row] = job.sampler->sample(logits, job.prompt, job.generated);
+      sampled[job.row] =
+          job.sampler->sample(logits, job.prompt, job.generated, n == 1 ? pool : nullptr);
     }
   };
-  const auto n = static_cast<std::int64_t>(jobs.size());
-  if (backend_.context && n > 1)
-    backend_.context->pool().parallel_for(n, run);
+  if (pool && n > 1)
+    pool->parallel_for(n, run);
   else
     run(0, n);
   return sampled;

@@ -124,12 +124,12 @@ double Sampler::draw_uniform() {
 }
 
 SampleResult Sampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
-                             std::span<const TokenId> generated) {
+                             std::span<const TokenId> generated, ThreadPool *pool) {
   if (logits.empty()) throw Error(ErrorCode::kInternal, "sampler: empty logits");
-  return sample_with(logits, prompt, generated, draw_uniform());
+  return sample_with(logits, prompt, generated, draw_uniform(), pool);
 }
 
-TokenId Sampler::choose(std::span<const float> w, double u, double &lse_t1) {
+TokenId Sampler::choose(std::span<const float> w, double u, double &lse_t1, ThreadPool *pool) {
   const std::size_t V = w.size();
   const float inv_t = 1.0f / params_.temperature;
   const std::int64_t k = params_.top_k > 0 ? std::min<std::int64_t>(params_.top_k, V) : V;
@@ -144,13 +144,14 @@ TokenId Sampler::choose(std::span<const float> w, double u, double &lse_t1) {
       wmax == std::numeric_limits<float>::infinity())
     return static_cast<TokenId>(cpu::first_argmax(w));
   if (!buckets_) buckets_ = std::make_unique<MassBuckets>();
-  buckets_->build(w, inv_t, wmax, wmin);
+  buckets_->build(w, inv_t, wmax, wmin, pool);
   if (inv_t == 1.0f) lse_t1 = static_cast<double>(wmax) + std::log(buckets_->mass());
   return walk_buckets(*buckets_, static_cast<std::int64_t>(V), params_, u);
 }
 
 SampleResult Sampler::sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
-                                  std::span<const TokenId> generated, double draw) {
+                                  std::span<const TokenId> generated, double draw,
+                                  ThreadPool *pool) {
   const std::int64_t V = static_cast<std::int64_t>(logits.size());
   if (V == 0) throw Error(ErrorCode::kInternal, "sampler: empty logits");
   std::span<const float> w = logits;
@@ -185,10 +186,11 @@ SampleResult Sampler::sample_with(std::span<const float> logits, std::span<const
 
   double lse = std::numeric_limits<double>::quiet_NaN();
   SampleResult r;
-  r.token = params_.greedy() ? static_cast<TokenId>(cpu::first_argmax(w)) : choose(w, draw, lse);
+  r.token =
+      params_.greedy() ? static_cast<TokenId>(cpu::first_argmax(w)) : choose(w, draw, lse, pool);
   if (params_.logprobs < 0) return r;
   // Logprobs are of the raw logits: the walk's normaliser serves when it was theirs.
-  if (w.data() != logits.data() || std::isnan(lse)) lse = cpu::log_sum_exp(logits);
+  if (w.data() != logits.data() || std::isnan(lse)) lse = cpu::log_sum_exp(logits, pool);
   r.logprob = static_cast<float>(logits[r.token] - lse);
   if (params_.logprobs > 0) {
     select_top(logits, params_.logprobs, keys_);

@@ -34,6 +34,7 @@ struct SampleResult {
 };
 
 class MassBuckets;
+class ThreadPool;
 
 class Sampler {
  public:
@@ -46,8 +47,10 @@ class Sampler {
   // logits: [vocab] raw. prompt / generated: the request's tokens so far (repetition
   // penalty looks at both; presence and frequency penalties at generated ones, as
   // vLLM and OpenAI do).
+  // pool (optional): the row's passes split over it (a step with fewer rows than
+  // threads); the result does not depend on it.
   SampleResult sample(std::span<const float> logits, std::span<const TokenId> prompt,
-                      std::span<const TokenId> generated);
+                      std::span<const TokenId> generated, ThreadPool *pool = nullptr);
 
   // The one uniform draw in [0, 1) that sample() makes (none when greedy: returns 0 and
   // leaves the RNG as it is). Sampling elsewhere (on the GPU) from the same draw keeps
@@ -55,7 +58,8 @@ class Sampler {
   double draw_uniform();
   // sample() with its draw given: sample(...) == sample_with(..., draw_uniform()).
   SampleResult sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
-                           std::span<const TokenId> generated, double u);
+                           std::span<const TokenId> generated, double u,
+                           ThreadPool *pool = nullptr);
 
   // True when `token` ends the request: a stop token, or an eos unless ignore_eos.
   bool is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const;
@@ -65,7 +69,7 @@ class Sampler {
  private:
   // The stochastic choice over w ([vocab], penalized); lse_t1 receives log-sum-exp of w
   // when the pass computed it on the way (temperature 1), else stays NaN.
-  TokenId choose(std::span<const float> w, double u, double &lse_t1);
+  TokenId choose(std::span<const float> w, double u, double &lse_t1, ThreadPool *pool);
 
   SamplingParams params_;
   std::mt19937_64 rng_;

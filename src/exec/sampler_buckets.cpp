@@ -24,36 +24,33 @@ inline int bucket_for(double x, double scale) {
   return static_cast<int>(b < MassBuckets::kBuckets - 1 ? b : MassBuckets::kBuckets - 1);
 }
 
-// Calls f(i) for every i with x[i] in [lo, hi] (kOpen: x[i] <= hi or NaN), a block at a
-// time: the test of a block vectorizes, and most blocks hold no entry of one bucket.
-template <bool kOpen, typename F>
-void scan_interval(std::span<const float> x, float lo, float hi, F f) {
-  constexpr std::size_t kBlock = 64;
-  auto in = [&](float v) { return kOpen ? !(v > hi) : (v >= lo) & (v <= hi); };
-  for (std::size_t b0 = 0; b0 < x.size(); b0 += kBlock) {
-    const std::size_t e = std::min(x.size(), b0 + kBlock);
+// Calls f(i) for every i with bucket[i] == b, a block at a time: the test of a block
+// vectorizes (32 entries a register), and most blocks hold no entry of one bucket.
+template <typename F>
+void scan_bucket(std::span<const std::uint16_t> bucket, std::uint16_t b, F f) {
+  constexpr std::size_t kBlock = 128;
+  for (std::size_t b0 = 0; b0 < bucket.size(); b0 += kBlock) {
+    const std::size_t e = std::min(bucket.size(), b0 + kBlock);
     int any = 0;
-    for (std::size_t i = b0; i < e; ++i) any |= in(x[i]);
+    for (std::size_t i = b0; i < e; ++i) any |= bucket[i] == b;
     if (!any) continue;
     for (std::size_t i = b0; i < e; ++i)
-      if (in(x[i])) f(i);
+      if (bucket[i] == b) f(i);
   }
 }
 
 }  // namespace
 
-void MassBuckets::collect_if(std::vector<std::uint64_t> &keys, std::size_t i, int b) const {
-  if (bucket_of(w_[i]) == b) keys.push_back(sample_key(w_[i], static_cast<std::int32_t>(i)));
-}
-
-void MassBuckets::build(std::span<const float> w, float inv_t, float wmax, float wmin) {
+void MassBuckets::build(std::span<const float> w, float inv_t, float wmax, float wmin,
+                        ThreadPool *pool) {
   w_ = w;
   inv_t_ = inv_t;
   mx_ = static_cast<double>(wmax) * inv_t_;  // exact: a float times a float
   const double range = mx_ - static_cast<double>(wmin) * inv_t_;
   gmax_ = range > 0 ? std::min(kGapMax, range) : 1.0;  // the buckets span the row's range
   scale_ = kBuckets / gmax_;
-  for (auto &h : acc_) h.fill({0.0, 0.0});
+  if (acc_.size() != kParts) acc_.resize(kParts);
+  bucket_.resize(w.size());
   for (auto &c : cache_) c.bucket = -1;
   // p = exp(-g) of an entry g nats below the top is exp(-c) * exp(c - g) with c the
   // centre of its bucket: |c - g| <= half a bucket (< 0.006 nats), where a degree-6
@@ -61,47 +58,63 @@ void MassBuckets::build(std::span<const float> w, float inv_t, float wmax, float
   // fraction of a full exp per entry. Each bucket sums exp(c - g); exp(-c) scales it
   // after. Entries past the last bucket's far edge (> 48 nats: p < 2e-21, all of them
   // together below one rounding of the sum), -inf and NaN add nothing.
+  // The row is cut into kParts fixed parts (the device sampler's parts), each with its own
+  // histograms, merged in part order: the same sums whatever the pool's size.
   constexpr std::size_t kChunk = 512;
-  double e[kChunk];
-  int bk[kChunk];
+  const std::size_t chunks = (w.size() + kChunk - 1) / kChunk;
   const double inv_t_d = inv_t_, mx = mx_, scale = scale_, width = 1.0 / scale_;
   const double cut = gmax_ + width;
-  for (std::size_t c0 = 0; c0 < w.size(); c0 += kChunk) {
-    const std::size_t n = std::min(kChunk, w.size() - c0);
-    const float *x = w.data() + c0;
-    for (std::size_t j = 0; j < n; ++j) {  // vectorized (no branch: masks)
-      const double s = cpu::fmadd(static_cast<double>(x[j]), inv_t_d, -mx);
-      const int b = bucket_for(s, scale);
-      const double d = cpu::fmadd(static_cast<double>(b), width, s);  // c - g
-      double q = 1.0 / 720;
-      q = cpu::fmadd(q, d, 1.0 / 120);
-      q = cpu::fmadd(q, d, 1.0 / 24);
-      q = cpu::fmadd(q, d, 1.0 / 6);
-      q = cpu::fmadd(q, d, 0.5);
-      q = cpu::fmadd(q, d, 1.0);
-      q = cpu::fmadd(q, d, 1.0);
-      const std::uint64_t keep = std::uint64_t{0} - static_cast<std::uint64_t>(-s < cut);
-      e[j] = std::bit_cast<double>(std::bit_cast<std::uint64_t>(q) & keep);
-      bk[j] = b;
+  auto part = [&](std::size_t p) {
+    auto &acc = acc_[p];
+    for (auto &h : acc) h.fill({0.0, 0.0});
+    double e[kChunk];
+    int bk[kChunk];
+    for (std::size_t ci = chunks * p / kParts; ci < chunks * (p + 1) / kParts; ++ci) {
+      const std::size_t c0 = ci * kChunk, n = std::min(kChunk, w.size() - c0);
+      const float *x = w.data() + c0;
+      std::uint16_t *bkt = bucket_.data() + c0;
+      for (std::size_t j = 0; j < n; ++j) {  // vectorized (no branch: masks)
+        const double s = cpu::fmadd(static_cast<double>(x[j]), inv_t_d, -mx);
+        const int b = bucket_for(s, scale);
+        const double d = cpu::fmadd(static_cast<double>(b), width, s);  // c - g
+        double q = 1.0 / 720;
+        q = cpu::fmadd(q, d, 1.0 / 120);
+        q = cpu::fmadd(q, d, 1.0 / 24);
+        q = cpu::fmadd(q, d, 1.0 / 6);
+        q = cpu::fmadd(q, d, 0.5);
+        q = cpu::fmadd(q, d, 1.0);
+        q = cpu::fmadd(q, d, 1.0);
+        const std::uint64_t keep = std::uint64_t{0} - static_cast<std::uint64_t>(-s < cut);
+        e[j] = std::bit_cast<double>(std::bit_cast<std::uint64_t>(q) & keep);
+        bk[j] = b;
+        bkt[j] = static_cast<std::uint16_t>(b);
+      }
+      // The scatter: one 16-byte add per entry, alternating between two histograms so
+      // that neighbours in one bucket do not wait on each other's store.
+      std::size_t j = 0;
+      for (; j + 2 <= n; j += 2) {
+        acc[0][bk[j]][0] += e[j];
+        acc[0][bk[j]][1] += 1.0;
+        acc[1][bk[j + 1]][0] += e[j + 1];
+        acc[1][bk[j + 1]][1] += 1.0;
+      }
+      for (; j < n; ++j) {
+        acc[0][bk[j]][0] += e[j];
+        acc[0][bk[j]][1] += 1.0;
+      }
     }
-    // The scatter: one 16-byte add per entry, alternating between two histograms so
-    // that neighbours in one bucket do not wait on each other's store.
-    std::size_t j = 0;
-    for (; j + 2 <= n; j += 2) {
-      acc_[0][bk[j]][0] += e[j];
-      acc_[0][bk[j]][1] += 1.0;
-      acc_[1][bk[j + 1]][0] += e[j + 1];
-      acc_[1][bk[j + 1]][1] += 1.0;
-    }
-    for (; j < n; ++j) {
-      acc_[0][bk[j]][0] += e[j];
-      acc_[0][bk[j]][1] += 1.0;
-    }
-  }
+  };
+  if (pool && pool->size() > 1)
+    pool->parallel_for(kParts, [&](std::int64_t a, std::int64_t b) {
+      for (std::int64_t p = a; p < b; ++p) part(static_cast<std::size_t>(p));
+    });
+  else
+    for (std::size_t p = 0; p < kParts; ++p) part(p);
   for (int b = 0; b < kBuckets; ++b) {
-    const double m = acc_[0][b][0] + acc_[1][b][0];
+    double m = 0, c = 0;
+    for (const auto &acc : acc_) m += acc[0][b][0] + acc[1][b][0], c += acc[0][b][1] + acc[1][b][1];
     mass_[b] = m == 0 ? 0.0 : m * std::exp(-b * width);
-    count_[b] = static_cast<std::int32_t>(acc_[0][b][1] + acc_[1][b][1]);
+    count_[b] = static_cast<std::int32_t>(c);
   }
   mass_total_ = 0;
   for (double m : mass_) mass_total_ += m;  // bucket order: close to the sorted order
@@ -109,10 +122,6 @@ void MassBuckets::build(std::span<const float> w, float inv_t, float wmax, float
 
 double MassBuckets::prob(float w) const {
   return cpu::exp_nonpos(cpu::fmadd(static_cast<double>(w), inv_t_, -mx_));
-}
-
-int MassBuckets::bucket_of(float w) const {
-  return bucket_for(cpu::fmadd(static_cast<double>(w), inv_t_, -mx_), scale_);
 }
 
 const std::vector<std::uint64_t> &MassBuckets::entries(int b, bool sorted) {
@@ -127,20 +136,9 @@ const std::vector<std::uint64_t> &MassBuckets::entries(int b, bool sorted) {
   c.bucket = b;
   c.sorted = sorted;
   c.keys.clear();
-  // The bucket's logit interval, widened far beyond rounding; bucket_of() decides.
-  const double width = 1.0 / (scale_ * inv_t_);
-  const double hi_d = (mx_ - (b - 0.5) / scale_) / inv_t_;
-  const float hi = static_cast<float>(hi_d + 0.5 * width + 1e-6 * std::abs(hi_d));
-  const bool last = b == kBuckets - 1;
-  float lo = -std::numeric_limits<float>::infinity();
-  if (!last) {
-    const double lo_d = (mx_ - (b + 0.5) / scale_) / inv_t_;
-    lo = static_cast<float>(lo_d - 0.5 * width - 1e-6 * std::abs(lo_d));
-  }
-  if (last)
-    scan_interval<true>(w_, lo, hi, [&](std::size_t i) { collect_if(c.keys, i, b); });
-  else
-    scan_interval<false>(w_, lo, hi, [&](std::size_t i) { collect_if(c.keys, i, b); });
+  scan_bucket(bucket_, static_cast<std::uint16_t>(b), [&](std::size_t i) {
+    c.keys.push_back(sample_key(w_[i], static_cast<std::int32_t>(i)));
+  });
   if (sorted) std::sort(c.keys.begin(), c.keys.end());
   return c.keys;
 }

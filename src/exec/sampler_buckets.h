@@ -12,6 +12,8 @@
 #include <span>
 #include <vector>
 
+#include "core/thread_pool.h"
+
 namespace keel {
 
 class MassBuckets {
@@ -20,8 +22,10 @@ class MassBuckets {
   static constexpr double kGapMax = 48.0;  // nats; farther entries share the last bucket
 
   // w: [V] logits after penalties; inv_t: 1 / temperature (as the Sampler rounds it);
-  // wmax: max(w), finite; wmin: the smallest finite entry.
-  void build(std::span<const float> w, float inv_t, float wmax, float wmin);
+  // wmax: max(w), finite; wmin: the smallest finite entry. pool (optional) computes the
+  // parts in parallel; the result does not depend on it.
+  void build(std::span<const float> w, float inv_t, float wmax, float wmin,
+             ThreadPool *pool = nullptr);
 
   // The sum of p over the row: the softmax's normaliser at this temperature.
   double mass() const { return mass_total_; }
@@ -50,8 +54,6 @@ class MassBuckets {
   std::int32_t id_at(std::int64_t pos);
 
  private:
-  int bucket_of(float w) const;
-  void collect_if(std::vector<std::uint64_t> &keys, std::size_t i, int b) const;
   // Bucket b's entries as sample keys (sorted when `sorted`), cached for the row.
   const std::vector<std::uint64_t> &entries(int b, bool sorted);
 
@@ -59,8 +61,11 @@ class MassBuckets {
   double inv_t_ = 1, mx_ = 0, gmax_ = 1, scale_ = 1, mass_total_ = 0;
   std::array<double, kBuckets> mass_{};
   std::array<std::int32_t, kBuckets> count_{};
-  // build()'s two histograms of (sum of exp(c - g), count): 2 x 32 KiB.
-  std::array<std::array<std::array<double, 2>, kBuckets>, 2> acc_{};
+  std::vector<std::uint16_t> bucket_;  // [V] each entry's bucket
+  // build()'s histograms of (sum of exp(c - g), count), two per part: [kParts][2] x 32 KiB.
+  static constexpr std::size_t kParts = 4;
+  using Histogram = std::array<std::array<double, 2>, kBuckets>;
+  std::vector<std::array<Histogram, 2>> acc_;
   struct Cached {
     int bucket = -1;
     bool sorted = false;

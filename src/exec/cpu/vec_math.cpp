@@ -69,11 +69,11 @@ double sum_exp(std::span<const float> x, double scale, double shift) {
   return s;
 }
 
-double log_sum_exp(std::span<const float> x) {
-  const float mx = max_value(x);
-  if (!(mx > -kInf) || mx == kInf) return mx;
-  // A chunk of terms at a time (an elementwise loop: vectorizes), summed into 8 double
-  // lanes.
+namespace {
+
+// sum of expf_nonpos(x[i] - mx): a chunk of terms at a time (an elementwise loop:
+// vectorizes), summed into 8 double lanes.
+double sum_expf(std::span<const float> x, float mx) {
   constexpr std::size_t kChunk = 256, kD = 8;
   float e[kChunk];
   double acc[kD] = {};
@@ -88,6 +88,28 @@ double log_sum_exp(std::span<const float> x) {
     for (std::size_t j = whole; j < n; ++j) s += e[j];
   }
   for (double a : acc) s += a;
+  return s;
+}
+
+}  // namespace
+
+double log_sum_exp(std::span<const float> x, ThreadPool *pool) {
+  const float mx = max_value(x);
+  if (!(mx > -kInf) || mx == kInf) return mx;
+  constexpr std::size_t kParts = 4;  // fixed: the same sum whatever the pool
+  double part[kParts];
+  auto run = [&](std::size_t p) {
+    const std::size_t a = x.size() * p / kParts, b = x.size() * (p + 1) / kParts;
+    part[p] = sum_expf(x.subspan(a, b - a), mx);
+  };
+  if (pool && pool->size() > 1)
+    pool->parallel_for(kParts, [&](std::int64_t a, std::int64_t b) {
+      for (std::int64_t p = a; p < b; ++p) run(static_cast<std::size_t>(p));
+    });
+  else
+    for (std::size_t p = 0; p < kParts; ++p) run(p);
+  double s = 0;
+  for (double v : part) s += v;
   return mx + std::log(s);
 }
 

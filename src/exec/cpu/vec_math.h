@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <span>
 
+#include "core/thread_pool.h"
+
 namespace keel::cpu {
 
 // a * b + c, fused where the target has FMA (the same rounding in every loop of a build).
@@ -92,6 +94,7 @@ std::int64_t first_argmax(std::span<const float> x);
 double sum_exp(std::span<const float> x, double scale, double shift);
 // log(sum exp(x[i])): terms in single precision (expf_nonpos), summed in double; within
 // 1e-6 of the exact value; -inf when every x is -inf, NaN ignored.
-double log_sum_exp(std::span<const float> x);
+// pool (optional) sums fixed parts in parallel; the result does not depend on it.
+double log_sum_exp(std::span<const float> x, ThreadPool *pool = nullptr);
 
 }  // namespace keel::cpu

@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "core/thread_pool.h"
 #include "exec/sampler.h"
 #include "sampler_reference.h"
 
@@ -105,6 +106,30 @@ void compare(std::size_t V, int rows, std::uint32_t seed) {
 TEST(SamplerVsReference, SmallRowsSortedWhole) { compare(1000, 24, 1); }
 TEST(SamplerVsReference, MidRowsThroughTheHistogram) { compare(20000, 24, 2); }
 TEST(SamplerVsReference, QwenVocabRows) { compare(151936, 6, 3); }
+
+// A row's passes split over a pool (a step of one row) give bit for bit what one thread
+// gives, whatever the pool's size.
+TEST(SamplerVsReference, PoolSplitGivesTheSameTokensAndLogprobs) {
+  std::mt19937 rng(21);
+  ThreadPool two(2), three(3);
+  for (int r = 0; r < 6; ++r) {
+    const auto row = make_row(rng, 151936, static_cast<Shape>(r % 6));
+    for (int set = 0; set < 12; ++set) {
+      SamplingParams p = param_set(set);
+      p.logprobs = 2;
+      Sampler a(p, 40 + r), b(p, 40 + r), c(p, 40 + r);
+      for (int d = 0; d < 3; ++d) {
+        const auto ra = a.sample(row, {}, {});
+        const auto rb = b.sample(row, {}, {}, &two);
+        const auto rc = c.sample(row, {}, {}, &three);
+        ASSERT_EQ(ra.token, rb.token) << r << " " << set;
+        ASSERT_EQ(ra.token, rc.token) << r << " " << set;
+        EXPECT_EQ(ra.logprob, rb.logprob);
+        EXPECT_EQ(ra.logprob, rc.logprob);
+      }
+    }
+  }
+}
 
 // Logprobs, asked for: those of the raw logits (before penalties), the top N best first.
 TEST(SamplerVsReference, LogprobsOnlyWhenAskedAndOfTheRawLogits) {
