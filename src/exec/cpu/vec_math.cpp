@@ -41,17 +41,26 @@ float max_value(std::span<const float> x) { return max_and_min_finite(x).max; }
 float min_finite_value(std::span<const float> x) { return max_and_min_finite(x).min_finite; }
 
 std::int64_t first_argmax(std::span<const float> x) {
-  // The max first (vectorized), then the first block of 256 that holds it, then the index.
-  const float best = max_value(x);
+  // One pass of block maxima (each block's max vectorizes); the first block with the
+  // largest holds the first index of it.
   constexpr std::size_t kBlock = 256;
+  float best = -kInf;
+  std::size_t best_block = x.size();
   for (std::size_t b = 0; b < x.size(); b += kBlock) {
     const std::size_t e = std::min(x.size(), b + kBlock);
-    bool has = false;
-    for (std::size_t i = b; i < e; ++i) has |= x[i] == best;
-    if (!has) continue;
-    for (std::size_t i = b; i < e; ++i)
-      if (x[i] == best) return static_cast<std::int64_t>(i);
+    float m[kLanes];
+    std::fill(m, m + kLanes, -kInf);
+    std::size_t i = b;
+    for (; i + kLanes <= e; i += kLanes)
+      for (std::size_t j = 0; j < kLanes; ++j) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    float bm = -kInf;
+    for (float v : m) bm = v > bm ? v : bm;
+    for (; i < e; ++i) bm = x[i] > bm ? x[i] : bm;
+    if (bm > best || (best_block == x.size() && bm == best)) best = bm, best_block = b;
   }
+  if (best_block == x.size()) return 0;
+  for (std::size_t i = best_block; i < x.size(); ++i)
+    if (x[i] == best) return static_cast<std::int64_t>(i);
   return 0;
 }
 
