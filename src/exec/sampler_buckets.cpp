@@ -12,16 +12,17 @@ namespace keel {
 
 namespace {
 
-// x = w / T - max / T (<= 0); the bucket of its distance below the top. One definition for
-// the vectorized build and the scalar checks, so both put an entry in the same bucket.
-// Buckets are centred: bucket b holds g * scale in [b - 1/2, b + 1/2] (rounded to the
-// nearest by adding 2^52, which vectorizes where a float-to-int conversion of an unbounded
-// value does not); far (>= gmax), -inf and NaN entries go last.
+// x = w / T - max / T (<= 0); the bucket of its distance g = -x below the top. Buckets are
+// centred: bucket b holds g * scale in [b - 1/2, b + 1/2] (rounded to the nearest by adding
+// 2^52, which vectorizes where a float-to-int conversion of an unbounded value does not).
+// Far (>= gmax) and -inf entries go last, and so do NaN ones, whichever their sign bit (a
+// negative NaN's bits read as a negative integer: the unsigned compare sends it last).
 inline int bucket_for(double x, double scale) {
   constexpr double kShifter = 0x1.0p52;
+  constexpr std::uint64_t kLast = MassBuckets::kBuckets - 1;
   const double t = -x * scale + kShifter;  // g * scale >= 0, its nearest integer in the low bits
-  const std::int64_t b = std::bit_cast<std::int64_t>(t) - std::bit_cast<std::int64_t>(kShifter);
-  return static_cast<int>(b < MassBuckets::kBuckets - 1 ? b : MassBuckets::kBuckets - 1);
+  const auto b = std::bit_cast<std::uint64_t>(t) - std::bit_cast<std::uint64_t>(kShifter);
+  return static_cast<int>(b < kLast ? b : kLast);
 }
 
 // Calls f(i) for every i with bucket[i] == b, a block at a time: the test of a block

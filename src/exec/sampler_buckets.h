@@ -29,7 +29,7 @@ class MassBuckets {
 
   // The sum of p over the row: the softmax's normaliser at this temperature.
   double mass() const { return mass_total_; }
-  // p of one entry, bit for bit the value build() summed.
+  // p of one entry (build() summed it as exp(-c) * exp(c - g): the same to a rounding).
   double prob(float w) const;
 
   struct Hit {

@@ -131,6 +131,30 @@ TEST(SamplerVsReference, PoolSplitGivesTheSameTokensAndLogprobs) {
   }
 }
 
+// NaN logits (either sign) rank and weigh as -inf: the same tokens as the row with -inf in
+// their place, never a NaN token, and no bucket out of range.
+TEST(SamplerVsReference, NanLogitsActAsMinusInfinity) {
+  std::mt19937 rng(33);
+  for (int r = 0; r < 4; ++r) {
+    auto row = make_row(rng, 151936, Shape::kNormal);
+    auto masked = row;
+    for (std::size_t i = r; i < row.size(); i += 7) {
+      row[i] = (i / 7) % 2 ? std::numeric_limits<float>::quiet_NaN()
+                           : -std::numeric_limits<float>::quiet_NaN();
+      masked[i] = -std::numeric_limits<float>::infinity();
+    }
+    for (int set = 0; set < 12; ++set) {
+      const SamplingParams p = param_set(set);
+      Sampler a(p, 70 + r), b(p, 70 + r);
+      for (int d = 0; d < 3; ++d) {
+        const TokenId got = a.sample(row, {}, {}).token;
+        EXPECT_EQ(got, b.sample(masked, {}, {}).token) << r << " " << set;
+        EXPECT_FALSE(std::isnan(row[got]));
+      }
+    }
+  }
+}
+
 // Logprobs, asked for: those of the raw logits (before penalties), the top N best first.
 TEST(SamplerVsReference, LogprobsOnlyWhenAskedAndOfTheRawLogits) {
   std::mt19937 rng(9);
