@@ -218,7 +218,8 @@ int cmd_run(int argc, char **argv) {
   sp.frequency_penalty = frequency;
   sp.seed = seed;
   sp.max_tokens = max_tokens;
-  sp.logprobs = logprobs;
+  // --json reports every token's logprob: the Sampler computes it only when asked.
+  sp.logprobs = json ? std::max(logprobs, 0) : logprobs;
   sp.ignore_eos = ignore_eos;
   Sampler sampler(sp, std::random_device{}());
   std::vector<TokenId> eos = cfg.eos_token_ids;

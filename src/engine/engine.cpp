@@ -592,6 +592,49 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
   return true;
 }
 
+// The rows of a step are independent (each request samples once, with its own sampler
+// and RNG), so they are sampled up front, in parallel on the engine's pool; the caller
+// then emits them in row order.
+std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
+  const std::size_t rows = out_.row_seq.size();
+  std::vector<SampledToken> sampled(sampled_on_device_ ? 0 : rows);
+  if (sampled_on_device_) return sampled;
+  const std::int32_t vocab = out_.vocab_size;
+  struct Job {
+    std::size_t row;
+    RequestSampler *sampler;
+    std::span<const TokenId> prompt, generated;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t i = 0; i < rows; ++i) {
+    const ScheduledSeq &s = plan.seqs[out_.row_seq[i]];
+    auto it = live_.find(s.id);
+    if (it == live_.end() || !s.samples || out_.row_pos[i] != s.start_pos + s.num_tokens - 1 ||
+        it->second->params.max_tokens == 0)
+      continue;
+    const SchedRequest *r = sched_->find(s.id);
+    const std::span<const TokenId> all(r->tokens);
+    jobs.push_back(Job{i, it->second->sampler.get(), all.first(r->num_prompt_tokens),
+                       all.subspan(r->num_prompt_tokens)});
+  }
+  // One row: its passes split over the pool; more: rows spread over it.
+  ThreadPool *pool = backend_.context ? &backend_.context->pool() : nullptr;
+  const auto n = static_cast<std::int64_t>(jobs.size());
+  auto run = [&](std::int64_t begin, std::int64_t end) {
+    for (std::int64_t j = begin; j < end; ++j) {
+      const Job &job = jobs[j];
+      const std::span<const float> logits(out_.logits.data() + job.row * vocab, vocab);
+      sampled[job.row] =
+          job.sampler->sample(logits, job.prompt, job.generated, n == 1 ? pool : nullptr);
+    }
+  };
+  if (pool && n > 1)
+    pool->parallel_for(n, run);
+  else
+    run(0, n);
+  return sampled;
+}
+
 void Engine::emit_outputs(const StepPlan &plan) {
   const std::int32_t vocab = out_.vocab_size;
   const std::size_t rows = out_.row_seq.size();
@@ -622,6 +665,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
   for (std::size_t si = 0; si < plan.seqs.size(); ++si)
     if (plan.seqs[si].samples && !has_sample_row[si])
       finish(plan.seqs[si].id, FinishReason::kError, "engine: runner returned no logits row");
+  std::vector<SampledToken> host_samples = sample_host_rows(plan);
   for (std::size_t i = 0; i < rows; ++i) {
     const ScheduledSeq &s = plan.seqs[out_.row_seq[i]];
     const std::int32_t pos = out_.row_pos[i];
@@ -650,8 +694,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
       t.token = out_.sampled[i];
       t.logprob = out_.sampled_logprobs[i];
     } else {
-      t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
-                               all.subspan(r->num_prompt_tokens));
+      t = std::move(host_samples[i]);
     }
     if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
       finish(s.id, FinishReason::kStop);

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "engine/engine_api.h"
+#include "engine/token_sampling.h"
 #include "exec/exec_context.h"
 #include "exec/forward_batch.h"
 #include "exec/model_runner.h"
@@ -154,6 +155,8 @@ class Engine final : public EngineApi {
   void inject_step_faults();
   void fail_step(const StepPlan &plan, const std::string &what);
   void emit_outputs(const StepPlan &plan);
+  // Every row the host samples this step ([rows], empty entries for rows that do not).
+  std::vector<SampledToken> sample_host_rows(const StepPlan &plan);
   // The step's rows for ModelRunner::forward_sample, or false when the step must
   // sample on the host (a row needs its logits, or the runner cannot).
   bool device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRow> &rows);

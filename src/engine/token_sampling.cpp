@@ -22,8 +22,8 @@ RequestSampler::RequestSampler(const SamplingParams &params, std::uint64_t fallb
 RequestSampler::~RequestSampler() = default;
 
 SampledToken RequestSampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
-                                    std::span<const TokenId> generated) {
-  return convert(impl_->sample(logits, prompt, generated));
+                                    std::span<const TokenId> generated, ThreadPool *pool) {
+  return convert(impl_->sample(logits, prompt, generated, pool));
 }
 
 bool RequestSampler::is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const {

@@ -14,6 +14,7 @@
 namespace keel {
 
 class Sampler;
+class ThreadPool;
 
 struct SampledToken {
   TokenId token = 0;
@@ -29,9 +30,9 @@ class RequestSampler {
   RequestSampler(const RequestSampler &) = delete;
   RequestSampler &operator=(const RequestSampler &) = delete;
 
-  // logits: [vocab].
+  // logits: [vocab]. pool (optional): the row's passes split over it; same result.
   SampledToken sample(std::span<const float> logits, std::span<const TokenId> prompt,
-                      std::span<const TokenId> generated);
+                      std::span<const TokenId> generated, ThreadPool *pool = nullptr);
   bool is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const;
   // The draw sample() would make next (Sampler::draw_uniform), for sampling on the
   // device: the request's RNG advances exactly as if it had sampled here.

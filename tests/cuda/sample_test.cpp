@@ -114,7 +114,7 @@ void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false, bool 
     Sampler sampler(row.params, row.seed);
     const SampleResult res = sampler.sample(lr, row.prompt, row.generated);
     cpu_tokens[r] = res.token;
-    cpu_logprobs[r] = res.logprob;
+    cpu_logprobs[r] = logprobs_of(lr, res.token, 0).logprob;  // sample() fills it only when asked
     // The same draw the CPU sampler made.
     std::mt19937_64 draw(row.seed);
     // The conversion CudaModelRunner::forward_sample stages.
@@ -187,7 +187,7 @@ TEST(CudaSample, FilteredAndFullSortRowsMatchCpuSamplerForGivenDraws) {
     Sampler cpu(p, 0);
     const SampleResult res = cpu.sample_with(lr, prompt, generated, u);
     cpu_tokens[r] = res.token;
-    cpu_lp[r] = res.logprob;
+    cpu_lp[r] = logprobs_of(lr, res.token, 0).logprob;
     dev_rows[r] = to_sample_row(DeviceSampleRow{&p, u, prompt, generated}, V, r, entries);
   }
   const DeviceSampled dev = sample_on_device(ctx, logits, R, V, dev_rows, entries);
@@ -243,7 +243,7 @@ std::vector<TokenId> expect_batch_matches_cpu(CudaContext &ctx, int V,
     Sampler cpu(c.params, 0);
     const SampleResult res = cpu.sample_with(c.logits, c.prompt, c.generated, c.u);
     cpu_tokens[r] = res.token;
-    cpu_lp[r] = res.logprob;
+    cpu_lp[r] = logprobs_of(c.logits, res.token, 0).logprob;
     dev_rows[r] =
         to_sample_row(DeviceSampleRow{&c.params, c.u, c.prompt, c.generated}, V, r, entries);
   }
@@ -468,7 +468,7 @@ TEST(CudaSample, RunnerSamplesLikeForwardPlusCpuSampler) {
     Sampler cpu(params[r], 50 + r);
     const auto res = cpu.sample(lr, prompt, generated);
     EXPECT_EQ(tokens[r], res.token) << "row " << r;
-    EXPECT_NEAR(lps[r], res.logprob, 1e-4);
+    EXPECT_NEAR(lps[r], logprobs_of(lr, res.token, 0).logprob, 1e-4);
   }
   SamplingParams bad;
   bad.top_p = 0;

@@ -124,7 +124,8 @@ TEST(Sampler, Penalties) {
   p.frequency_penalty = 0.1f;
   gen = {0, 0};
   EXPECT_EQ(Sampler(p, 0).sample(l, {}, gen).token, 1);  // 2 - 0.05 - 0.2 < 1.9
-  // Logprobs stay those of the raw logits.
+  // Logprobs, when asked, stay those of the raw logits.
+  p.logprobs = 0;
   auto r = Sampler(p, 0).sample(l, {}, gen);
   EXPECT_NEAR(r.logprob, logprobs_of(l, 1, 0).logprob, 1e-7);
 }
