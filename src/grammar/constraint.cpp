@@ -75,7 +75,7 @@ Grammar compile_grammar(const Constraint &c, const std::string &where) {
     case ConstraintKind::kJsonObject: {
       JsonSchemaOptions opts;
       opts.where = where;
-      return json_schema_grammar(nlohmann::json{{"type", "object"}}, opts);
+      return json_schema_grammar(nlohmann::ordered_json{{"type", "object"}}, opts);
     }
     case ConstraintKind::kRegex:
       try {

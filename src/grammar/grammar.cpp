@@ -50,6 +50,11 @@ GrammarBuilder::ExprId GrammarBuilder::literal(std::string_view text) {
 GrammarBuilder::ExprId GrammarBuilder::literals(const std::vector<std::string> &lits) {
   // A byte trie of the literals, turned into expressions bottom-up: chains of one
   // child become flat sequences, so the depth is the number of branch points.
+  std::size_t total = 0;
+  for (const std::string &s : lits) total += s.size();
+  // Shared prefixes save states, but not more than a few-fold in practice.
+  if (total > 4 * limits_.max_nodes)
+    fail("more than " + std::to_string(4 * limits_.max_nodes) + " bytes of literals (too large)");
   struct TrieNode {
     std::map<std::uint8_t, std::uint32_t> kids;
     bool end = false;

@@ -27,6 +27,11 @@ ExprId digit_range(GrammarBuilder &b, char lo, char hi) {
 ExprId same_length(GrammarBuilder &b, const std::string &a, const std::string &z) {
   if (a.size() == 1) return digit_range(b, a[0], z[0]);
   const std::string a_rest = a.substr(1), z_rest = z.substr(1);
+  // [a0-z0] then any digits: keeps "1000..9999" linear instead of 3^n.
+  if (a_rest.find_first_not_of('0') == std::string::npos &&
+      z_rest.find_first_not_of('9') == std::string::npos)
+    return b.seq({digit_range(b, a[0], z[0]),
+                  b.repeat(digit_range(b, '0', '9'), int(a_rest.size()), int(a_rest.size()))});
   if (a[0] == z[0]) return b.seq({digit_range(b, a[0], a[0]), same_length(b, a_rest, z_rest)});
   std::vector<ExprId> options;
   options.push_back(

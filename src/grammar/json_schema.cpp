@@ -17,7 +17,7 @@ namespace keel::grammar {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;
 using ExprId = GrammarBuilder::ExprId;
 
 constexpr int kMaxStringLength = 10'000;  // min/maxLength past this are refused
@@ -486,7 +486,7 @@ class SchemaCompiler {
 
 }  // namespace
 
-Grammar json_schema_grammar(const json &schema, const JsonSchemaOptions &opts) {
+Grammar json_schema_grammar(const nlohmann::ordered_json &schema, const JsonSchemaOptions &opts) {
   return SchemaCompiler(schema, opts).run();
 }
 

@@ -22,7 +22,8 @@ struct JsonSchemaOptions {
 };
 
 // Throws Error(kInvalidArgument) naming the path for an invalid or unsupported schema.
-Grammar json_schema_grammar(const nlohmann::json &schema, const JsonSchemaOptions &opts = {});
+Grammar json_schema_grammar(const nlohmann::ordered_json &schema,
+                            const JsonSchemaOptions &opts = {});
 Grammar json_schema_grammar(std::string_view schema_text, const JsonSchemaOptions &opts = {});
 
 }  // namespace keel::grammar
