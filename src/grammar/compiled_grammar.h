@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "grammar/grammar.h"
@@ -50,8 +51,21 @@ class CompiledGrammar {
   Grammar grammar_;
   Pda pda_;
   std::shared_ptr<const TokenVocab> vocab_;
+  std::vector<char> call_free_;  // per node: no call reachable (tables via a lazy DFA)
+  // Masks of states whose tokens needed checking on the fly, by the states' stacks.
+  struct KeyHash {
+    std::size_t operator()(const std::vector<std::uint32_t> &k) const {
+      std::size_t h = 1469598103934665603ull;
+      for (auto x : k) h = (h ^ x) * 1099511628211ull;
+      return h;
+    }
+  };
+  static constexpr std::size_t kMaskCacheEntries = 512;  // 512 x vocab/8 bytes at most
+
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<NodeTokenTable>> tables_;
+  mutable std::unordered_map<std::vector<std::uint32_t>, std::vector<std::uint32_t>, KeyHash>
+      mask_cache_;
 };
 
 }  // namespace keel::grammar

@@ -53,11 +53,12 @@ const std::map<std::string, std::string, std::less<>> kFormats = {
     {"date-time",
      R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
-    {"email", R"([A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]{1,63}(\.[A-Za-z0-9-]{1,63}){0,8})"},
+    // Formats use loops, not long counted repeats: each counted position is a state.
+    {"email", R"([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+)"},
     {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
     {"hostname",
      R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8})"},
-    {"uri", R"([A-Za-z][A-Za-z0-9+.-]{0,15}:[^\s]{1,2000})"},
+    {"uri", R"([A-Za-z][A-Za-z0-9+.-]*:[^\s]+)"},
 };
 
 class SchemaCompiler {
