@@ -61,6 +61,7 @@ struct Engine::Live {
   SamplingParams params;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   std::unique_ptr<RequestSampler> sampler;
+  std::unique_ptr<OutputConstraint> constraint;  // structured output, when asked for
   std::int32_t num_prompt_tokens = 0;
   bool first_event_sent = false;
   // Prompt logprobs, gathered chunk by chunk and sent with the first event.
@@ -349,6 +350,15 @@ void Engine::admit(Submit &cmd) {
   } catch (const std::exception &e) {
     return reject("engine: " + rid + ": " + e.what());
   }
+  if (!req.sampling.constraint_kind.empty()) {
+    if (!config_.make_constraint)
+      return reject("engine: " + rid + ": structured output is not available in this engine");
+    try {
+      live->constraint = config_.make_constraint(req.sampling);
+    } catch (const std::exception &e) {
+      return reject("engine: " + rid + ": " + e.what());
+    }
+  }
   if (req.sampling.max_tokens == 0 && !req.sampling.prompt_logprobs) {
     RequestEvent ev;
     ev.id = req.id;
@@ -577,7 +587,8 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
     const SequenceSlice::Logits want = batch_.seqs[i].logits;
     if (want == SequenceSlice::Logits::kAll) return false;
     if (want == SequenceSlice::Logits::kLast &&
-        (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0))
+        (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0 ||
+         live_.at(plan.seqs[i].id)->constraint))  // masks apply on the host
       return false;
   }
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -650,11 +661,21 @@ void Engine::emit_outputs(const StepPlan &plan) {
       t.token = out_.sampled[i];
       t.logprob = out_.sampled_logprobs[i];
     } else {
+      // The constraint masks the row in place (it is not read again) before sampling.
+      if (live.constraint &&
+          !live.constraint->mask_logits(std::span<float>(out_.logits.data() + i * vocab, vocab))) {
+        finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+        continue;
+      }
       t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
                                all.subspan(r->num_prompt_tokens));
     }
     if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
       finish(s.id, FinishReason::kStop);
+      continue;
+    }
+    if (live.constraint && !live.constraint->accept(t.token)) {
+      finish(s.id, FinishReason::kError, "engine: sampled a token the structured output forbids");
       continue;
     }
     sched_->append_token(s.id, t.token);
