@@ -41,9 +41,18 @@ const NodeTokenTable &CompiledGrammar::table(std::uint32_t node) const {
   return *tables_[node];
 }
 
-void CompiledGrammar::precompute_all() const {
-  for (std::uint32_t n = 0; n < grammar_.nodes.size(); ++n)
+void CompiledGrammar::precompute_all(const std::atomic<bool> *stop) const {
+  for (std::uint32_t n = 0; n < grammar_.nodes.size(); ++n) {
+    if (stop && stop->load(std::memory_order_relaxed)) return;
     if (grammar_.nodes[n].bytes_end > grammar_.nodes[n].bytes_begin) table(n);
+  }
+}
+
+std::size_t CompiledGrammar::num_tables() const {
+  std::lock_guard lock(mu_);
+  std::size_t n = 0;
+  for (const auto &t : tables_) n += t != nullptr;
+  return n;
 }
 
 namespace {

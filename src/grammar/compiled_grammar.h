@@ -5,6 +5,7 @@
 // stacks. Shared by every request with the same constraint; thread-safe.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -38,8 +39,11 @@ class CompiledGrammar {
 
   // The node's table, computed on first use.
   const NodeTokenTable &table(std::uint32_t node) const;
-  // Computes every node's table now (to move the cost out of the first requests).
-  void precompute_all() const;
+  // Computes every node's table now (to move the cost out of the first requests);
+  // returns early once *stop is set.
+  void precompute_all(const std::atomic<bool> *stop = nullptr) const;
+  // How many nodes have their table (for tests and status).
+  std::size_t num_tables() const;
 
   // The mask for `state` (whose frames live in `arena`; frames pushed here are
   // truncated again before returning). EOS ids are allowed only when can_end.

@@ -98,8 +98,34 @@ Grammar compile_grammar(const Constraint &c, const std::string &where) {
               (where.empty() ? "constraint" : where) + ": no constraint");
 }
 
-GrammarCache::GrammarCache(std::shared_ptr<const TokenVocab> vocab, std::size_t capacity)
-    : vocab_(std::move(vocab)), capacity_(std::max<std::size_t>(1, capacity)) {}
+GrammarCache::GrammarCache(std::shared_ptr<const TokenVocab> vocab, std::size_t capacity,
+                           bool precompute)
+    : vocab_(std::move(vocab)), capacity_(std::max<std::size_t>(1, capacity)) {
+  if (precompute && vocab_) worker_ = std::thread([this] { precompute_loop(); });
+}
+
+GrammarCache::~GrammarCache() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (worker_.joinable()) worker_.join();
+}
+
+void GrammarCache::precompute_loop() {
+  std::unique_lock lock(mu_);
+  while (true) {
+    cv_.wait(lock, [&] { return stop_.load() || !pending_.empty(); });
+    if (stop_) return;
+    auto g = pending_.front().lock();
+    pending_.pop_front();
+    if (!g) continue;  // dropped from the cache and finished with
+    lock.unlock();
+    g->precompute_all(&stop_);
+    lock.lock();
+  }
+}
 
 std::shared_ptr<const CompiledGrammar> GrammarCache::get(const Constraint &c,
                                                          const std::string &where) {
@@ -116,6 +142,10 @@ std::shared_ptr<const CompiledGrammar> GrammarCache::get(const Constraint &c,
   if (auto it = index_.find(key); it != index_.end()) return it->second->second;
   lru_.emplace_front(key, compiled);
   index_[key] = lru_.begin();
+  if (worker_.joinable()) {
+    pending_.push_back(compiled);
+    cv_.notify_one();
+  }
   while (lru_.size() > capacity_) {
     index_.erase(lru_.back().first);
     lru_.pop_back();

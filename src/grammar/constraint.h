@@ -3,13 +3,17 @@
 // share one compiled grammar and its precomputed token tables.
 #pragma once
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 
 #include "grammar/compiled_grammar.h"
@@ -39,9 +43,16 @@ struct Constraint {
 Grammar compile_grammar(const Constraint &c, const std::string &where = {});
 
 // Compiled grammars for one vocabulary, least recently used dropped past `capacity`.
+//
+// With `precompute`, a worker thread owned by the cache builds each new grammar's token
+// tables in the background, so that decode steps rarely pay for a first use.
 class GrammarCache {
  public:
-  GrammarCache(std::shared_ptr<const TokenVocab> vocab, std::size_t capacity = 64);
+  GrammarCache(std::shared_ptr<const TokenVocab> vocab, std::size_t capacity = 64,
+               bool precompute = false);
+  ~GrammarCache();
+  GrammarCache(const GrammarCache &) = delete;
+  GrammarCache &operator=(const GrammarCache &) = delete;
 
   // Compiles on a miss (errors as compile_grammar). Thread-safe; concurrent misses of
   // one text may both compile, and one result wins.
@@ -56,6 +67,12 @@ class GrammarCache {
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // front: most recent
   std::unordered_map<std::string, std::list<Entry>::iterator> index_;
+  // The background precomputation.
+  void precompute_loop();
+  std::condition_variable cv_;
+  std::deque<std::weak_ptr<const CompiledGrammar>> pending_;
+  std::atomic<bool> stop_{false};
+  std::thread worker_;
 };
 
 }  // namespace keel::grammar

@@ -29,7 +29,8 @@ OutputConstraintFactory output_constraint_factory(const std::filesystem::path &m
   auto cache = std::make_shared<std::shared_future<std::shared_ptr<GrammarCache>>>(
       std::async(std::launch::async, [model] {
         auto tok = Tokenizer::load(model);
-        return std::make_shared<GrammarCache>(TokenVocab::from_tokenizer(*tok));
+        return std::make_shared<GrammarCache>(TokenVocab::from_tokenizer(*tok), 64,
+                                              /*precompute=*/true);
       }).share());
   return [cache](const SamplingParams &p) -> std::unique_ptr<OutputConstraint> {
     auto kind = parse_constraint_kind(p.constraint_kind);

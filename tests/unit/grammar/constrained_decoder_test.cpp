@@ -1,7 +1,6 @@
 // The engine-facing loop: mask a row of logits, take its argmax, advance; the output
 // is a valid document ending in EOS, whatever the logits say.
 #include "grammar/constrained_decoder.h"
-#include "grammar/constraint.h"
 
 #include <gtest/gtest.h>
 
@@ -9,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "grammar/constraint.h"
 #include "schema_validator.h"
 #include "vocab_fixtures.h"
 

@@ -2,7 +2,9 @@
 // hand-made vocabulary and on real ones; EOS only when complete; applying a mask.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
+#include <thread>
 
 #include "grammar/constraint.h"
 #include "grammar/matcher.h"
@@ -126,6 +128,34 @@ TEST(TokenMask, DefaultModelVocabularyEqualsBruteForce) {
     so_far += vocab->bytes(t);
   }
   EXPECT_TRUE(m.is_complete());
+}
+
+}  // namespace
+}  // namespace keel::grammar::test
+
+namespace keel::grammar::test {
+namespace {
+
+TEST(TokenMask, CachePrecomputesTablesInTheBackgroundAndStopsPromptly) {
+  auto vocab = default_model_vocab();
+  std::shared_ptr<const CompiledGrammar> g;
+  {
+    GrammarCache cache(vocab, 8, /*precompute=*/true);
+    g = cache.get({ConstraintKind::kJsonSchema,
+                   R"({"type": "object", "properties": {"a": {"type": "string"},
+                      "b": {"type": "array", "items": {"type": "integer"}}}})"});
+    std::size_t want = 0;
+    for (const auto &n : g->grammar().nodes) want += n.bytes_end > n.bytes_begin;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (g->num_tables() < want && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    EXPECT_EQ(g->num_tables(), want);
+    // A big grammar still being precomputed when the cache goes away.
+    cache.get({ConstraintKind::kJsonObject, ""});
+    cache.get({ConstraintKind::kGrammar, "root ::= [a-z]{200}"});
+  }                     // joins its worker: promptly, not after every table
+  GrammarMatcher m(g);  // the grammar outlives the cache
+  EXPECT_TRUE(m.accept_bytes(R"({"a": "x"})"));
 }
 
 }  // namespace
