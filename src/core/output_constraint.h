@@ -15,9 +15,10 @@ namespace keel {
 class OutputConstraint {
  public:
   virtual ~OutputConstraint() = default;
-  // Sets the logits of tokens not allowed next to -inf (EOS only when the output is
-  // complete). False when no token is allowed: the request cannot continue.
-  virtual bool mask_logits(std::span<float> logits) = 0;
+  // Sets the logits of tokens not allowed next to -inf. The tokenizer's EOS and
+  // `end_ids` (the model's and the request's stop tokens) are allowed only when the
+  // output is complete. False when no token is allowed: the request cannot continue.
+  virtual bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) = 0;
   // Advances on the sampled token; false when the constraint does not allow it.
   virtual bool accept(TokenId token) = 0;
 };

@@ -62,6 +62,7 @@ struct Engine::Live {
   std::optional<std::chrono::steady_clock::time_point> deadline;
   std::unique_ptr<RequestSampler> sampler;
   std::unique_ptr<OutputConstraint> constraint;  // structured output, when asked for
+  std::vector<TokenId> end_ids;                  // stop tokens the constraint may allow
   std::int32_t num_prompt_tokens = 0;
   bool first_event_sent = false;
   // Prompt logprobs, gathered chunk by chunk and sent with the first event.
@@ -355,6 +356,10 @@ void Engine::admit(Submit &cmd) {
       return reject("engine: " + rid + ": structured output is not available in this engine");
     try {
       live->constraint = config_.make_constraint(req.sampling);
+      live->end_ids = req.sampling.stop_token_ids;
+      if (!req.sampling.ignore_eos)
+        live->end_ids.insert(live->end_ids.end(), model_config_.eos_token_ids.begin(),
+                             model_config_.eos_token_ids.end());
     } catch (const std::exception &e) {
       return reject("engine: " + rid + ": " + e.what());
     }
@@ -663,7 +668,8 @@ void Engine::emit_outputs(const StepPlan &plan) {
     } else {
       // The constraint masks the row in place (it is not read again) before sampling.
       if (live.constraint &&
-          !live.constraint->mask_logits(std::span<float>(out_.logits.data() + i * vocab, vocab))) {
+          !live.constraint->mask_logits(std::span<float>(out_.logits.data() + i * vocab, vocab),
+                                        live.end_ids)) {
         finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
         continue;
       }

@@ -7,6 +7,7 @@
 
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "grammar/matcher.h"
 
@@ -23,9 +24,10 @@ class ConstrainedDecoder {
   explicit ConstrainedDecoder(std::shared_ptr<const CompiledGrammar> grammar)
       : matcher_(std::move(grammar)) {}
 
-  // Fills the next mask and sets disallowed logits to -inf. Returns false (logits
-  // untouched) when no token at all is allowed: the request cannot go on.
-  bool mask_logits(std::span<float> logits);
+  // Fills the next mask and sets disallowed logits to -inf. `end_ids` (the engine's
+  // stop tokens) are allowed, beside the vocabulary's EOS, when the document is
+  // complete. Returns false (logits untouched) when no token at all is allowed.
+  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids = {});
   // The mask of the last mask_logits call ([ceil(vocab/32)] words, for a device upload).
   const TokenBitmask &mask() const { return mask_; }
   Status accept(TokenId token);
@@ -37,6 +39,7 @@ class ConstrainedDecoder {
  private:
   GrammarMatcher matcher_;
   TokenBitmask mask_;
+  std::vector<TokenId> end_ids_;  // of the last mask_logits call
 };
 
 }  // namespace keel::grammar

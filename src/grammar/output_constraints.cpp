@@ -14,7 +14,9 @@ namespace {
 class GrammarOutputConstraint final : public OutputConstraint {
  public:
   explicit GrammarOutputConstraint(std::shared_ptr<const CompiledGrammar> g) : dec_(std::move(g)) {}
-  bool mask_logits(std::span<float> logits) override { return dec_.mask_logits(logits); }
+  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) override {
+    return dec_.mask_logits(logits, end_ids);
+  }
   bool accept(TokenId token) override {
     return dec_.accept(token) != ConstrainedDecoder::Status::kRejected;
   }

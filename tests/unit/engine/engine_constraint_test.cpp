@@ -3,6 +3,7 @@
 // finishes with an error, and the fields cross the IPC boundary.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -22,7 +23,9 @@ class ScriptedConstraint final : public OutputConstraint {
  public:
   ScriptedConstraint(TokenId token, int count, int dead_after)
       : token_(token), count_(count), dead_after_(dead_after) {}
-  bool mask_logits(std::span<float> logits) override {
+  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) override {
+    // The engine offers its stop tokens (the request's here) for the end.
+    if (std::find(end_ids.begin(), end_ids.end(), kStop) == end_ids.end()) return false;
     if (accepted_ >= dead_after_) return false;
     const TokenId allowed = accepted_ < count_ ? token_ : kStop;
     for (std::size_t i = 0; i < logits.size(); ++i)

@@ -61,3 +61,30 @@ TEST(ConstrainedDecoder, RejectsATokenOutsideTheMask) {
 
 }  // namespace
 }  // namespace keel::grammar::test
+
+namespace keel::grammar::test {
+namespace {
+
+TEST(ConstrainedDecoder, EngineStopTokensEndACompleteDocumentOnly) {
+  auto vocab = default_model_vocab();
+  GrammarCache cache(vocab);
+  ConstrainedDecoder dec(cache.get({ConstraintKind::kChoice, R"(["a"])"}));
+  const TokenId stop = 4;  // a special token, not the vocabulary's EOS
+  ASSERT_FALSE(vocab->is_eos(stop));
+  std::vector<float> logits(vocab->size(), 0.0f);
+  const TokenId ends[] = {stop};
+  ASSERT_TRUE(dec.mask_logits(logits, ends));
+  EXPECT_TRUE(std::isinf(logits[stop]));  // not before the document is complete
+  TokenId token_a = -1;
+  for (std::size_t id = 0; id < vocab->size(); ++id)
+    if (vocab->bytes(TokenId(id)) == "a") token_a = TokenId(id);
+  ASSERT_GE(token_a, 0);
+  ASSERT_EQ(dec.accept(token_a), ConstrainedDecoder::Status::kContinue);
+  std::fill(logits.begin(), logits.end(), 0.0f);
+  ASSERT_TRUE(dec.mask_logits(logits, ends));
+  EXPECT_FALSE(std::isinf(logits[stop]));
+  EXPECT_EQ(dec.accept(stop), ConstrainedDecoder::Status::kComplete);
+}
+
+}  // namespace
+}  // namespace keel::grammar::test
