@@ -64,7 +64,7 @@ class CompiledGrammar {
       return h;
     }
   };
-  static constexpr std::size_t kMaskCacheEntries = 512;  // 512 x vocab/8 bytes at most
+  static constexpr std::size_t kMaskCacheEntries = 128;  // 128 x vocab/8 bytes at most
 
   mutable std::mutex mu_;
   mutable std::vector<std::unique_ptr<NodeTokenTable>> tables_;

@@ -31,7 +31,8 @@ OutputConstraintFactory output_constraint_factory(const std::filesystem::path &m
   auto cache = std::make_shared<std::shared_future<std::shared_ptr<GrammarCache>>>(
       std::async(std::launch::async, [model] {
         auto tok = Tokenizer::load(model);
-        return std::make_shared<GrammarCache>(TokenVocab::from_tokenizer(*tok), 64,
+        // A grammar's tables reach tens of MB at a 152k vocabulary: keep a few.
+        return std::make_shared<GrammarCache>(TokenVocab::from_tokenizer(*tok), 16,
                                               /*precompute=*/true);
       }).share());
   return [cache](const SamplingParams &p) -> std::unique_ptr<OutputConstraint> {
