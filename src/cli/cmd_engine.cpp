@@ -20,6 +20,7 @@
 #include "engine/ipc_server.h"
 #include "engine/tp_backend.h"
 #include "exec/cpu/cpu_model_runner.h"
+#include "grammar/output_constraints.h"
 #include "registry/log.h"
 #include "registry/model_registry.h"
 #ifdef KEEL_WITH_CUDA
@@ -129,6 +130,7 @@ int cmd_engine(int argc, char **argv) {
         std::max(cfg.scheduler.max_num_batched_tokens, max_concurrent);
     cfg.max_model_len = max_model_len;
     cfg.device_sampling = !host_sampling;
+    cfg.make_constraint = grammar::output_constraint_factory(model);
     cfg.model_fingerprint = fingerprint_of(model, device);
     if (!hot_cache.empty()) cfg.tiers.host_bytes = parse_size(hot_cache, "--hot-cache-size");
     if (!cache_dir.empty()) {

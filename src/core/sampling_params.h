@@ -25,6 +25,10 @@ struct SamplingParams {
   bool ignore_eos = false;
   int32_t logprobs = -1;         // -1: none; N >= 0: the sampled token's logprob and the top N
   bool prompt_logprobs = false;  // logprobs of the prompt tokens too (echo)
+  // Structured output (src/grammar/constraint.h): "json_schema", "json_object", "regex",
+  // "choice" or "grammar", with its text; empty: unconstrained.
+  std::string constraint_kind;
+  std::string constraint_text;
 
   bool greedy() const { return temperature <= 0.0f; }
 };

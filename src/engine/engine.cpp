@@ -61,6 +61,8 @@ struct Engine::Live {
   SamplingParams params;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   std::unique_ptr<RequestSampler> sampler;
+  std::unique_ptr<OutputConstraint> constraint;  // structured output, when asked for
+  std::vector<TokenId> end_ids;                  // stop tokens the constraint may allow
   std::int32_t num_prompt_tokens = 0;
   bool first_event_sent = false;
   // Prompt logprobs, gathered chunk by chunk and sent with the first event.
@@ -349,6 +351,19 @@ void Engine::admit(Submit &cmd) {
   } catch (const std::exception &e) {
     return reject("engine: " + rid + ": " + e.what());
   }
+  if (!req.sampling.constraint_kind.empty()) {
+    if (!config_.make_constraint)
+      return reject("engine: " + rid + ": structured output is not available in this engine");
+    try {
+      live->constraint = config_.make_constraint(req.sampling);
+      live->end_ids = req.sampling.stop_token_ids;
+      if (!req.sampling.ignore_eos)
+        live->end_ids.insert(live->end_ids.end(), model_config_.eos_token_ids.begin(),
+                             model_config_.eos_token_ids.end());
+    } catch (const std::exception &e) {
+      return reject("engine: " + rid + ": " + e.what());
+    }
+  }
   if (req.sampling.max_tokens == 0 && !req.sampling.prompt_logprobs) {
     RequestEvent ev;
     ev.id = req.id;
@@ -577,7 +592,8 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
     const SequenceSlice::Logits want = batch_.seqs[i].logits;
     if (want == SequenceSlice::Logits::kAll) return false;
     if (want == SequenceSlice::Logits::kLast &&
-        (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0))
+        (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0 ||
+         live_.at(plan.seqs[i].id)->constraint))  // masks apply on the host
       return false;
   }
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -612,9 +628,18 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     if (it == live_.end() || !s.samples || out_.row_pos[i] != s.start_pos + s.num_tokens - 1 ||
         it->second->params.max_tokens == 0)
       continue;
+    // The constraint masks the row in place (it is not read again) before sampling; masks
+    // are made here, one row at a time, since requests of one grammar share its caches.
+    Live &live = *it->second;
+    if (live.constraint &&
+        !live.constraint->mask_logits(std::span<float>(out_.logits.data() + i * vocab, vocab),
+                                      live.end_ids)) {
+      sampled[i].token = -1;  // a dead end: emit_outputs finishes the request with an error
+      continue;
+    }
     const SchedRequest *r = sched_->find(s.id);
     const std::span<const TokenId> all(r->tokens);
-    jobs.push_back(Job{i, it->second->sampler.get(), all.first(r->num_prompt_tokens),
+    jobs.push_back(Job{i, live.sampler.get(), all.first(r->num_prompt_tokens),
                        all.subspan(r->num_prompt_tokens)});
   }
   // One row: its passes split over the pool; more: rows spread over it.
@@ -695,9 +720,17 @@ void Engine::emit_outputs(const StepPlan &plan) {
       t.logprob = out_.sampled_logprobs[i];
     } else {
       t = std::move(host_samples[i]);
+      if (t.token < 0) {  // the row's constraint left no token (sample_host_rows)
+        finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+        continue;
+      }
     }
     if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
       finish(s.id, FinishReason::kStop);
+      continue;
+    }
+    if (live.constraint && !live.constraint->accept(t.token)) {
+      finish(s.id, FinishReason::kError, "engine: sampled a token the structured output forbids");
       continue;
     }
     sched_->append_token(s.id, t.token);

@@ -35,6 +35,7 @@
 #include <variant>
 #include <vector>
 
+#include "core/output_constraint.h"
 #include "engine/engine_api.h"
 #include "engine/token_sampling.h"
 #include "exec/exec_context.h"
@@ -80,6 +81,9 @@ struct EngineConfig {
   // row of the step needs its logits on the host (top-N or prompt logprobs): only the
   // tokens come back. Same tokens either way (the request's RNG draw is passed along).
   bool device_sampling = true;
+  // Makes structured-output constraints (requests with a constraint_kind); unset, such
+  // requests are refused.
+  OutputConstraintFactory make_constraint;
 };
 
 class Engine final : public EngineApi {

@@ -97,6 +97,10 @@ std::string encode_submit(const GenerationRequest &r) {
           {"logprobs", s.logprobs},
           {"prompt_logprobs", s.prompt_logprobs}};
   if (s.seed) sp["seed"] = *s.seed;
+  if (!s.constraint_kind.empty()) {
+    sp["constraint_kind"] = s.constraint_kind;
+    sp["constraint_text"] = s.constraint_text;
+  }
   json j{{"id", r.id.value}, {"prompt", r.prompt}, {"sampling", sp}};
   if (r.deadline) {
     // Deadlines cross the process boundary as a remaining duration: the clocks differ.
@@ -129,6 +133,10 @@ GenerationRequest decode_submit(const std::string &payload) {
     s.logprobs = sp.at("logprobs").get<std::int32_t>();
     s.prompt_logprobs = sp.at("prompt_logprobs").get<bool>();
     if (sp.contains("seed")) s.seed = sp.at("seed").get<std::uint64_t>();
+    if (sp.contains("constraint_kind")) {
+      s.constraint_kind = sp.at("constraint_kind").get<std::string>();
+      s.constraint_text = sp.at("constraint_text").get<std::string>();
+    }
     if (j.contains("deadline_ms"))
       r.deadline = std::chrono::steady_clock::now() +
                    std::chrono::milliseconds(j.at("deadline_ms").get<std::int64_t>());

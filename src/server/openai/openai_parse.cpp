@@ -1,4 +1,5 @@
 #include "server/json_fields.h"
+#include "server/openai/openai_structured.h"
 #include "server/openai/openai_types.h"
 #include "server/sampling_fields.h"
 
@@ -68,7 +69,7 @@ void parse_common(const json &body, SamplingParams &s, bool &max_given, int &n,
 // fields (extra_body; vLLM's top_k, min_p, repetition_penalty are read), and failing
 // on them would break clients for no gain. A field keel knows but cannot honour is
 // rejected when ignoring it would silently change the answer (logit_bias, functions,
-// audio, web_search_options, response_format other than text, suffix, best_of != n),
+// audio, web_search_options, suffix, best_of != n),
 // and accepted when it is only a hint (user, store, metadata, service_tier,
 // parallel_tool_calls, reasoning_effort, prediction, prompt_cache_key).
 void check_common_extras(const json &body) {
@@ -143,15 +144,7 @@ ChatRequest parse_chat(const json &body) {
     r.top_logprobs = static_cast<int>(*v);
   }
   if (r.logprobs) r.sampling.logprobs = r.top_logprobs;
-  auto rf = body.find("response_format");
-  if (rf != body.end() && !rf->is_null()) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      fail_field("response_format", "must be an object with a type");
-    if ((*rf)["type"] != "text")
-      fail_field("response_format.type",
-                 "'" + (*rf)["type"].get<std::string>() +
-                     "' is not supported: keel has no constrained decoding (only 'text')");
-  }
+  parse_structured_output(body, r.sampling, /*allow_response_format=*/true);
   if (body.contains("functions") && !body["functions"].is_null())
     fail_field("functions", "is not supported: use tools");
   if (body.contains("function_call") && !body["function_call"].is_null())
@@ -232,6 +225,7 @@ CompletionRequest parse_completion(const json &body) {
   if (auto v = opt_int(body, "best_of", 1, 16); v && *v != r.n)
     fail_field("best_of", "only best_of == n is supported");
   if (opt_string(body, "suffix")) fail_field("suffix", "is not supported");
+  parse_structured_output(body, r.sampling, /*allow_response_format=*/false);
   check_common_extras(body);
   return r;
 }

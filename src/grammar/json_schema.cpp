@@ -1,0 +1,506 @@
+#include "grammar/json_schema.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <tuple>
+
+#include "core/error.h"
+#include "grammar/integer_range.h"
+#include "grammar/regex_compiler.h"
+
+namespace keel::grammar {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+using ExprId = GrammarBuilder::ExprId;
+
+constexpr int kMaxStringLength = 10'000;  // min/maxLength past this are refused
+constexpr std::int64_t kMaxItems = 10'000;
+
+// Keywords that only annotate (or that the structure already implies).
+const std::set<std::string, std::less<>> kIgnored = {"$schema",
+                                                     "$id",
+                                                     "$comment",
+                                                     "title",
+                                                     "description",
+                                                     "default",
+                                                     "examples",
+                                                     "deprecated",
+                                                     "readOnly",
+                                                     "writeOnly",
+                                                     "strict",
+                                                     "$defs",
+                                                     "definitions",
+                                                     "contentEncoding",
+                                                     "contentMediaType",
+                                                     "unevaluatedProperties",
+                                                     "propertyOrdering",
+                                                     "nullable",
+                                                     "format",
+                                                     "additionalItems",
+                                                     "name",
+                                                     "id"};
+
+const std::map<std::string, std::string, std::less<>> kFormats = {
+    {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
+    {"time", R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?)"},
+    {"date-time",
+     R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+    {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
+    // Formats use loops, not long counted repeats: each counted position is a state.
+    {"email", R"([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+)"},
+    {"ipv4", R"(((25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)\.){3}(25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d))"},
+    {"hostname",
+     R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8})"},
+    {"uri", R"([A-Za-z][A-Za-z0-9+.-]*:[^\s]+)"},
+};
+
+class SchemaCompiler {
+ public:
+  SchemaCompiler(const json &root, const JsonSchemaOptions &opts) : root_(root), opts_(opts) {}
+
+  Grammar run() {
+    auto r = b_.add_rule("root");
+    b_.set_body(r, value(root_, "", 0));
+    return b_.build(r);
+  }
+
+ private:
+  [[noreturn]] void fail(const std::string &path, const std::string &why) const {
+    std::string where = opts_.where;
+    if (!path.empty()) where += (where.empty() ? "" : ".") + path;
+    if (where.empty()) where = "schema";
+    throw Error(ErrorCode::kInvalidArgument, where + ": " + why);
+  }
+  static std::string join(const std::string &path, const std::string &key) {
+    return path.empty() ? key : path + "." + key;
+  }
+
+  ExprId ws() {
+    if (opts_.max_whitespace <= 0) return b_.empty();
+    return b_.repeat(b_.char_class({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}}), 0,
+                     opts_.max_whitespace);
+  }
+  ExprId lit(std::string_view s) { return b_.literal(s); }
+
+  // One character inside a JSON string: unescaped or a JSON escape.
+  ExprId string_char() {
+    ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
+    ExprId hex = b_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    ExprId esc = b_.seq({lit("\\"), b_.alt({b_.char_class({{'"', '"'},
+                                                           {'\\', '\\'},
+                                                           {'/', '/'},
+                                                           {'b', 'b'},
+                                                           {'f', 'f'},
+                                                           {'n', 'n'},
+                                                           {'r', 'r'},
+                                                           {'t', 't'}}),
+                                            b_.seq({lit("u"), b_.repeat(hex, 4, 4)})})});
+    return b_.alt({plain, esc});
+  }
+
+  ExprId number_expr() {
+    ExprId digit = b_.char_class({{'0', '9'}});
+    ExprId integer = b_.seq({b_.optional(lit("-")), int_digits()});
+    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, 16)}));
+    ExprId exp = b_.optional(
+        b_.seq({b_.char_class({{'e', 'e'}, {'E', 'E'}}),
+                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, 3)}));
+    return b_.seq({integer, frac, exp});
+  }
+  ExprId int_digits() {
+    return b_.alt({lit("0"), b_.seq({b_.char_class({{'1', '9'}}),
+                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, 15)})});
+  }
+
+  // A generic JSON value (rules, since values nest).
+  ExprId any_value() {
+    if (any_value_rule_ < 0) {
+      any_value_rule_ = b_.add_rule("json_value");
+      auto obj = b_.add_rule("json_object"), arr = b_.add_rule("json_array");
+      ExprId str = string_expr(0, -1);
+      ExprId v = b_.call(any_value_rule_);
+      ExprId kv = b_.seq({str, ws(), lit(":"), ws(), v});
+      b_.set_body(obj,
+                  b_.seq({lit("{"), ws(),
+                          b_.optional(b_.seq(
+                              {kv, b_.repeat(b_.seq({ws(), lit(","), ws(), kv}), 0, -1), ws()})),
+                          lit("}")}));
+      b_.set_body(arr, b_.seq({lit("["), ws(),
+                               b_.optional(b_.seq(
+                                   {v, b_.repeat(b_.seq({ws(), lit(","), ws(), v}), 0, -1), ws()})),
+                               lit("]")}));
+      b_.set_body(any_value_rule_, b_.alt({b_.call(obj), b_.call(arr), string_expr(0, -1),
+                                           number_expr(), b_.literals({"true", "false", "null"})}));
+    }
+    return b_.call(std::uint32_t(any_value_rule_));
+  }
+
+  ExprId string_expr(int min, int max) {
+    return b_.seq({lit("\""), b_.repeat(string_char(), min, max), lit("\"")});
+  }
+
+  ExprId value(const json &s, const std::string &path, int depth) {
+    if (depth > opts_.max_depth)
+      fail(path, "nested deeper than " + std::to_string(opts_.max_depth) + " levels");
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) fail(path, "a false schema matches nothing");
+      return any_value();
+    }
+    if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
+    if (s.contains("$ref")) return ref(s, path, depth);
+    if (s.contains("const")) return lit(s["const"].dump());
+    if (s.contains("enum")) {
+      const json &e = s["enum"];
+      if (!e.is_array() || e.empty()) fail(join(path, "enum"), "must be a non-empty array");
+      std::vector<std::string> lits;
+      for (const auto &v : e) lits.push_back(v.dump());
+      return b_.literals(lits);
+    }
+    for (const char *k : {"anyOf", "oneOf"}) {
+      if (!s.contains(k)) continue;
+      const json &list = s[k];
+      const std::string p = join(path, k);
+      if (!list.is_array() || list.empty()) fail(p, "must be a non-empty array");
+      std::vector<ExprId> options;
+      for (std::size_t i = 0; i < list.size(); ++i)
+        options.push_back(value(merged(s, list[i], k), join(p, std::to_string(i)), depth + 1));
+      return b_.alt(std::move(options));
+    }
+    if (s.contains("allOf")) {
+      const json &list = s["allOf"];
+      if (!list.is_array() || list.size() != 1)
+        fail(join(path, "allOf"), "only a one-element allOf is supported");
+      return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
+    }
+    for (const char *k :
+         {"not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas",
+          "propertyNames", "minProperties", "maxProperties", "contains", "minContains",
+          "maxContains", "multipleOf", "unevaluatedItems"})
+      if (s.contains(k)) fail(join(path, k), "is not supported");
+    if (s.contains("uniqueItems") && s["uniqueItems"] == true)
+      fail(join(path, "uniqueItems"), "is not supported");
+    bool nullable = s.value("nullable", false) == true;
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json &t = s["type"];
+      if (t.is_string()) {
+        types.push_back(t.get<std::string>());
+      } else if (t.is_array() && !t.empty()) {
+        for (const auto &x : t) {
+          if (!x.is_string()) fail(join(path, "type"), "must hold type names");
+          types.push_back(x.get<std::string>());
+        }
+      } else {
+        fail(join(path, "type"), "must be a type name or an array of them");
+      }
+    } else {
+      // No type: infer it from the keywords, else any value.
+      if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required"))
+        types.push_back("object");
+      else if (s.contains("items") || s.contains("prefixItems"))
+        types.push_back("array");
+      else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
+        types.push_back("string");
+      else
+        return any_value();  // a null is a value too
+    }
+    if (nullable && std::find(types.begin(), types.end(), "null") == types.end())
+      types.push_back("null");
+    std::vector<ExprId> options;
+    for (const auto &t : types) options.push_back(typed(s, t, path, depth));
+    return b_.alt(std::move(options));
+  }
+
+  // `sub` with the parent's other keywords (anyOf branches often omit the shared type).
+  static json merged(const json &parent, const json &sub, const char *drop) {
+    if (!sub.is_object()) return sub;
+    json out = sub;
+    for (auto it = parent.begin(); it != parent.end(); ++it)
+      if (it.key() != drop && !kIgnored.count(it.key()) && !out.contains(it.key()))
+        out[it.key()] = it.value();
+    return out;
+  }
+
+  ExprId ref(const json &s, const std::string &path, int depth) {
+    const json &r = s["$ref"];
+    if (!r.is_string()) fail(join(path, "$ref"), "must be a string");
+    std::string target = r.get<std::string>();
+    auto it = refs_.find(target);
+    if (it != refs_.end()) return b_.call(it->second);
+    if (target.empty() || target[0] != '#')
+      fail(join(path, "$ref"), "only local references (#/...) are supported: " + target);
+    json::json_pointer ptr;
+    try {
+      ptr = json::json_pointer(target.substr(1));
+    } catch (const std::exception &) {
+      fail(join(path, "$ref"), "is not a JSON pointer: " + target);
+    }
+    if (!root_.contains(ptr)) fail(join(path, "$ref"), "points at nothing: " + target);
+    auto rule = b_.add_rule("ref " + target);
+    refs_[target] = rule;
+    std::string ref_path = target.substr(target.size() > 1 ? 2 : 1);
+    std::replace(ref_path.begin(), ref_path.end(), '/', '.');
+    b_.set_body(rule, value(root_[ptr], ref_path, depth + 1));
+    return b_.call(rule);
+  }
+
+  // A nested object or array becomes its own rule, so copies (array items) stay small.
+  ExprId as_rule(ExprId body, const std::string &name) {
+    auto r = b_.add_rule(name);
+    b_.set_body(r, body);
+    return b_.call(r);
+  }
+
+  static std::int64_t get_int(const json &s, const char *k, std::int64_t dflt,
+                              const std::function<void(const std::string &)> &bad) {
+    if (!s.contains(k)) return dflt;
+    const json &v = s[k];
+    if (v.is_number_integer() ||
+        (v.is_number_float() && v.get<double>() == std::floor(v.get<double>())))
+      return v.get<std::int64_t>();
+    bad(std::string(k) + " must be an integer");
+    return dflt;
+  }
+
+  ExprId typed(const json &s, const std::string &t, const std::string &path, int depth) {
+    if (t == "null") return lit("null");
+    if (t == "boolean") return b_.literals({"true", "false"});
+    if (t == "string") return string_type(s, path);
+    if (t == "integer") return integer_type(s, path);
+    if (t == "number") return number_type(s, path);
+    if (t == "object") return as_rule(object_type(s, path, depth), "object " + path);
+    if (t == "array") return as_rule(array_type(s, path, depth), "array " + path);
+    fail(join(path, "type"), "unknown type '" + t + "'");
+  }
+
+  ExprId string_type(const json &s, const std::string &path) {
+    auto bad = [&](const std::string &why) { fail(path, why); };
+    std::int64_t min = get_int(s, "minLength", 0, bad), max = get_int(s, "maxLength", -1, bad);
+    if (min < 0 || min > kMaxStringLength) fail(join(path, "minLength"), "out of range");
+    if (max > kMaxStringLength)
+      fail(join(path, "maxLength"), "over " + std::to_string(kMaxStringLength));
+    if (max >= 0 && max < min) fail(join(path, "maxLength"), "is below minLength");
+    if (s.contains("pattern")) {
+      if (!s["pattern"].is_string()) fail(join(path, "pattern"), "must be a string");
+      if (s.contains("minLength") || s.contains("maxLength"))
+        fail(join(path, "pattern"), "with minLength/maxLength is not supported");
+      std::string p = s["pattern"].get<std::string>();
+      // An unanchored pattern matches anywhere: allow text around it.
+      bool lead = p.empty() || p[0] != '^';
+      bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
+      ExprId body = compile_regex(b_, p, join(path, "pattern"), true);
+      ExprId any = b_.repeat(string_char(), 0, -1);
+      return b_.seq(
+          {lit("\""), lead ? any : b_.empty(), body, trail ? any : b_.empty(), lit("\"")});
+    }
+    if (s.contains("format") && s["format"].is_string()) {
+      auto it = kFormats.find(s["format"].get<std::string>());
+      if (it != kFormats.end())
+        return b_.seq(
+            {lit("\""), compile_regex(b_, it->second, join(path, "format"), true), lit("\"")});
+    }
+    return string_expr(int(min), int(max));
+  }
+
+  ExprId integer_type(const json &s, const std::string &path) {
+    std::optional<std::int64_t> lo, hi;
+    auto bound = [&](const char *k, bool exclusive, bool is_min) {
+      if (!s.contains(k)) return;
+      const json &v = s[k];
+      if (v.is_boolean()) return;  // draft-4 style exclusive flags
+      if (!v.is_number()) fail(join(path, k), "must be a number");
+      double d = v.get<double>();
+      if (std::abs(d) > 1e15) fail(join(path, k), "is out of the supported range (|x| <= 1e15)");
+      std::int64_t x = is_min ? std::int64_t(std::ceil(d)) : std::int64_t(std::floor(d));
+      if (exclusive && double(x) == d) x += is_min ? 1 : -1;
+      auto &slot = is_min ? lo : hi;
+      slot = slot ? (is_min ? std::max(*slot, x) : std::min(*slot, x)) : x;
+    };
+    bound("minimum", s.value("exclusiveMinimum", json()) == true, true);
+    bound("maximum", s.value("exclusiveMaximum", json()) == true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("exclusiveMaximum", true, false);
+    if (lo && hi && *lo > *hi) fail(join(path, "maximum"), "is below minimum");
+    if (!lo && !hi) return b_.seq({b_.optional(lit("-")), int_digits()});
+    return integer_range(b_, lo, hi);
+  }
+
+  ExprId number_type(const json &s, const std::string &path) {
+    for (const char *k : {"minimum", "exclusiveMinimum"}) {
+      if (!s.contains(k) || s[k].is_boolean()) continue;
+      if (!s[k].is_number()) fail(join(path, k), "must be a number");
+      if (s[k].get<double>() != 0)
+        fail(join(path, k), "only 0 is supported as a bound of a number (use integer for others)");
+    }
+    for (const char *k : {"maximum", "exclusiveMaximum"})
+      if (s.contains(k) && !s[k].is_boolean())
+        fail(join(path, k), "is not supported for numbers (only for integers)");
+    bool nonneg = s.contains("minimum") || s.contains("exclusiveMinimum");
+    if (!nonneg) return number_expr();
+    ExprId digit = b_.char_class({{'0', '9'}});
+    return b_.seq({int_digits(), b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, 16)}))});
+  }
+
+  ExprId kv(const std::string &key, ExprId v) {
+    return b_.seq({lit(json(key).dump()), ws(), lit(":"), ws(), v});
+  }
+
+  ExprId object_type(const json &s, const std::string &path, int depth) {
+    const json empty = json::object();
+    const json &props = s.contains("properties") ? s["properties"] : empty;
+    if (!props.is_object()) fail(join(path, "properties"), "must be an object");
+    std::set<std::string> required;
+    if (s.contains("required")) {
+      if (!s["required"].is_array()) fail(join(path, "required"), "must be an array");
+      for (const auto &r : s["required"]) {
+        if (!r.is_string()) fail(join(path, "required"), "must hold property names");
+        if (!props.contains(r.get<std::string>()) && !props.empty())
+          fail(join(path, "required"),
+               "names '" + r.get<std::string>() + "', which is not in properties");
+        required.insert(r.get<std::string>());
+      }
+    }
+    // Extra keys: with no listed properties, what additionalProperties allows (any
+    // value when absent); with listed ones, only when it is a schema or true.
+    std::optional<ExprId> extra;
+    const std::string ap = join(path, "additionalProperties");
+    if (s.contains("additionalProperties")) {
+      const json &a = s["additionalProperties"];
+      if (a.is_object() || a == true)
+        extra = value(a, ap, depth + 1);
+      else if (!a.is_boolean())
+        fail(ap, "must be a boolean or a schema");
+    } else if (props.empty()) {
+      extra = any_value();
+    }
+    std::vector<std::pair<ExprId, bool>> items;  // (key: value, required)
+    for (auto it = props.begin(); it != props.end(); ++it)
+      items.push_back(
+          {kv(it.key(), value(it.value(), join(join(path, "properties"), it.key()), depth + 1)),
+           required.count(it.key()) > 0});
+    if (extra) items.push_back({b_.seq({string_expr(0, -1), ws(), lit(":"), ws(), *extra}), false});
+    bool all_required = true;
+    for (auto &i : items) all_required &= i.second;
+    ExprId body;
+    if (all_required) {
+      std::vector<ExprId> parts;
+      for (std::size_t i = 0; i < items.size(); ++i) {
+        if (i) parts.insert(parts.end(), {ws(), lit(","), ws()});
+        parts.push_back(items[i].first);
+      }
+      body = parts.empty() ? b_.empty() : b_.seq(std::move(parts));
+    } else {
+      body = members(items, 0, false, extra.has_value(), path);
+    }
+    return b_.seq({lit("{"), ws(), body, ws(), lit("}")});
+  }
+
+  // Members i.. of an object, some optional, each but the first after a comma; the
+  // last may repeat (additional properties). Each (i, comma) is a rule, so that k
+  // optional members cost O(k) rules, not 2^k copies.
+  ExprId members(const std::vector<std::pair<ExprId, bool>> &items, std::size_t i, bool comma,
+                 bool last_repeats, const std::string &path) {
+    if (i == items.size()) return b_.empty();
+    auto key = std::make_tuple(path, i, comma);
+    if (auto it = member_rules_.find(key); it != member_rules_.end()) return b_.call(it->second);
+    auto rule = b_.add_rule("members " + path + " " + std::to_string(i));
+    member_rules_[key] = rule;
+    const bool repeats = last_repeats && i + 1 == items.size();
+    ExprId sep = comma ? b_.seq({ws(), lit(","), ws()}) : b_.empty();
+    ExprId next = members(items, repeats ? i : i + 1, true, last_repeats, path);
+    ExprId take = b_.seq({sep, items[i].first, next});
+    ExprId body = take;
+    if (repeats)
+      body = b_.alt({take, b_.empty()});
+    else if (!items[i].second)
+      body = b_.alt({take, members(items, i + 1, comma, last_repeats, path)});
+    b_.set_body(rule, body);
+    return b_.call(rule);
+  }
+
+  ExprId array_type(const json &s, const std::string &path, int depth) {
+    auto bad = [&](const std::string &why) { fail(path, why); };
+    std::int64_t min = get_int(s, "minItems", 0, bad), max = get_int(s, "maxItems", -1, bad);
+    if (min < 0 || min > kMaxItems) fail(join(path, "minItems"), "out of range");
+    if (max > kMaxItems) fail(join(path, "maxItems"), "over " + std::to_string(kMaxItems));
+    if (max >= 0 && max < min) fail(join(path, "maxItems"), "is below minItems");
+    std::vector<ExprId> prefix;
+    if (s.contains("prefixItems")) {
+      const json &p = s["prefixItems"];
+      if (!p.is_array()) fail(join(path, "prefixItems"), "must be an array");
+      for (std::size_t i = 0; i < p.size(); ++i)
+        prefix.push_back(
+            value(p[i], join(join(path, "prefixItems"), std::to_string(i)), depth + 1));
+    }
+    // Further elements after the prefix: items' schema; when items is absent, any
+    // values without a prefix and none after one (JSON Schema would allow any).
+    std::optional<ExprId> item;
+    if (!s.contains("items") || s["items"] == true) {
+      if (prefix.empty()) item = any_value();
+    } else if (s["items"] != false) {
+      if (s["items"].is_array())
+        fail(join(path, "items"), "an array of items is not supported (use prefixItems)");
+      item = value(s["items"], join(path, "items"), depth + 1);
+    }
+    const std::int64_t k0 = std::int64_t(prefix.size());
+    if (!item) {
+      if (min > k0) fail(join(path, "minItems"), "is more than the items allowed");
+      max = max < 0 ? k0 : std::min(max, k0);
+    }
+    if (max >= 0 && max < k0) prefix.resize(std::size_t(max));
+    const std::int64_t n_prefix = std::int64_t(prefix.size());
+    if (item && (min > 8 || max > 8)) *item = as_rule(*item, "item " + path);  // many copies
+    ExprId sep = b_.seq({ws(), lit(","), ws()});
+    auto count = [](std::int64_t x) { return int(std::max<std::int64_t>(0, x)); };
+    if (n_prefix == 0) {
+      if (max == 0) return b_.seq({lit("["), ws(), lit("]")});
+      ExprId rest = b_.repeat(b_.seq({sep, *item}), count(min - 1), max < 0 ? -1 : count(max - 1));
+      ExprId some = b_.seq({*item, rest});
+      return b_.seq({lit("["), ws(), min > 0 ? some : b_.optional(some), ws(), lit("]")});
+    }
+    // After the prefix, further items; prefix element j is optional once j >= min.
+    ExprId acc = item ? b_.repeat(b_.seq({sep, *item}), count(min - n_prefix),
+                                  max < 0 ? -1 : count(max - n_prefix))
+                      : b_.empty();
+    for (std::int64_t j = n_prefix - 1; j >= 0; --j) {
+      ExprId elem = j == 0 ? prefix[0] : b_.seq({sep, prefix[std::size_t(j)]});
+      ExprId with = b_.seq({elem, acc});
+      acc = j >= min ? b_.optional(with) : with;
+    }
+    return b_.seq({lit("["), ws(), acc, ws(), lit("]")});
+  }
+
+  const json &root_;
+  const JsonSchemaOptions &opts_;
+  GrammarBuilder b_;
+  int any_value_rule_ = -1;
+  std::map<std::string, std::uint32_t> refs_;
+  std::map<std::tuple<std::string, std::size_t, bool>, std::uint32_t> member_rules_;
+};
+
+}  // namespace
+
+Grammar json_schema_grammar(const nlohmann::ordered_json &schema, const JsonSchemaOptions &opts) {
+  return SchemaCompiler(schema, opts).run();
+}
+
+Grammar json_schema_grammar(std::string_view text, const JsonSchemaOptions &opts) {
+  json schema;
+  try {
+    schema = json::parse(text);
+  } catch (const json::parse_error &e) {
+    throw Error(ErrorCode::kInvalidArgument,
+                (opts.where.empty() ? std::string("schema") : opts.where) +
+                    ": not valid JSON: " + e.what());
+  }
+  return json_schema_grammar(schema, opts);
+}
+
+}  // namespace keel::grammar

@@ -1,0 +1,29 @@
+// JSON Schema to grammar: the subset OpenAI's strict mode defines plus what clients
+// send (enum, const, nested objects and arrays, min/maxItems, $defs/$ref, anyOf,
+// string lengths, simple patterns and formats, integer bounds). Properties come in
+// the schema's order; properties not listed are not generated. Keywords that restrict
+// values in ways the grammar cannot enforce are refused, naming their path
+// ("properties.price.multipleOf"); annotations (title, description, ...) are ignored.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <string_view>
+
+#include "grammar/grammar.h"
+
+namespace keel::grammar {
+
+struct JsonSchemaOptions {
+  int max_whitespace = 20;  // whitespace run between tokens of the document; 0: compact
+  int max_depth = 64;       // schema nesting refused past this
+  // Prefixes error paths, e.g. "response_format.json_schema.schema".
+  std::string where;
+};
+
+// Throws Error(kInvalidArgument) naming the path for an invalid or unsupported schema.
+Grammar json_schema_grammar(const nlohmann::ordered_json &schema,
+                            const JsonSchemaOptions &opts = {});
+Grammar json_schema_grammar(std::string_view schema_text, const JsonSchemaOptions &opts = {});
+
+}  // namespace keel::grammar

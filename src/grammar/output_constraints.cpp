@@ -1,0 +1,54 @@
+#include "grammar/output_constraints.h"
+
+#include <future>
+
+#include "core/error.h"
+#include "grammar/constrained_decoder.h"
+#include "grammar/constraint.h"
+#include "text/tokenizer.h"
+
+namespace keel::grammar {
+
+namespace {
+
+class GrammarOutputConstraint final : public OutputConstraint {
+ public:
+  explicit GrammarOutputConstraint(std::shared_ptr<const CompiledGrammar> g) : dec_(std::move(g)) {}
+  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) override {
+    return dec_.mask_logits(logits, end_ids);
+  }
+  bool accept(TokenId token) override {
+    return dec_.accept(token) != ConstrainedDecoder::Status::kRejected;
+  }
+
+ private:
+  ConstrainedDecoder dec_;
+};
+
+}  // namespace
+
+OutputConstraintFactory output_constraint_factory(const std::filesystem::path &model) {
+  auto cache = std::make_shared<std::shared_future<std::shared_ptr<GrammarCache>>>(
+      std::async(std::launch::async, [model] {
+        auto tok = Tokenizer::load(model);
+        // A grammar's tables reach tens of MB at a 152k vocabulary: keep a few.
+        return std::make_shared<GrammarCache>(TokenVocab::from_tokenizer(*tok), 16,
+                                              /*precompute=*/true);
+      }).share());
+  return [cache](const SamplingParams &p) -> std::unique_ptr<OutputConstraint> {
+    auto kind = parse_constraint_kind(p.constraint_kind);
+    if (!kind)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "unknown constraint kind '" + p.constraint_kind + "'");
+    std::shared_ptr<GrammarCache> c;
+    try {
+      c = cache->get();
+    } catch (const std::exception &e) {
+      throw Error(ErrorCode::kUnavailable,
+                  std::string("structured output: the tokenizer did not load: ") + e.what());
+    }
+    return std::make_unique<GrammarOutputConstraint>(c->get({*kind, p.constraint_text}));
+  };
+}
+
+}  // namespace keel::grammar
