@@ -53,6 +53,12 @@ struct RegistryOptions {
   std::chrono::milliseconds step_deadline_floor{30'000};
   double step_deadline_factor = 10.0;
   std::chrono::milliseconds heartbeat_timeout{10'000};  // no frame at all for this long
+  // The queue of frames to each engine (ipc_writer.h): a submit the engine has not read
+  // within ipc_frame_deadline (0: heartbeat_timeout) fails with 503 and counts as a stall,
+  // like a full queue the engine reads nothing from.
+  std::size_t ipc_queue_bytes = std::size_t{64} << 20;
+  std::size_t ipc_queue_frames = 4096;
+  std::chrono::milliseconds ipc_frame_deadline{0};
   std::chrono::milliseconds unload_grace{3'000};
   std::chrono::milliseconds idle_ttl{0};  // 0: keep loaded models (per model: ModelSettings)
   // A model that must evict another to fit waits this long (within its own deadline) for
@@ -168,6 +174,7 @@ class ModelRegistry {
   void supervise_loop();
   void supervise_once(std::unique_lock<std::mutex> &lock);
   void set_state(Entry &e, ModelState s);
+  EngineLaunch launch_of(const Entry &e) const;
   double step_deadline_seconds(const Entry &e) const;
   ModelLease lease_of(Entry &e);
 
