@@ -193,7 +193,8 @@ TEST(IpcWriter, APeerThatLeavesClosesTheWriter) {
 TEST(IpcWriter, OneStuckPeerNeverDelaysAnother) {
   SocketPair stuck, good;
   IpcWriter ws(stuck.a, limits(2 << 20, 256, 500ms));
-  IpcWriter wg(good.a, limits(2 << 20, 256, 500ms));
+  // Room for a reader that lags on a loaded machine: only the stuck one may fill up.
+  IpcWriter wg(good.a, limits(64 << 20, 4096, 5s));
   constexpr int kFrames = 2000;
   std::vector<double> latency_ms(kFrames, -1);
   std::vector<Clock::time_point> posted(kFrames);
@@ -214,13 +215,14 @@ TEST(IpcWriter, OneStuckPeerNeverDelaysAnother) {
     if (ws.post(FrameType::kSubmit, pad + pad, i) != PostResult::kQueued) stuck_refused++;
     posted[i] = Clock::now();
     ASSERT_EQ(wg.post(FrameType::kSubmit, std::to_string(i) + " " + pad, i), PostResult::kQueued);
-    if (i % 100 == 99) std::this_thread::sleep_for(1ms);
+    if (i % 20 == 19) std::this_thread::sleep_for(1ms);
   }
   reader.join();
   ASSERT_EQ(got.load(), kFrames);
   std::sort(latency_ms.begin(), latency_ms.end());
   const double p99 = latency_ms[kFrames * 99 / 100];
-  EXPECT_LT(p99, 100.0) << "the good peer's frames waited behind the stuck one";
+  // Behind the stuck peer they would wait for its 500 ms deadline, or for ever.
+  EXPECT_LT(p99, 250.0) << "the good peer's frames waited behind the stuck one";
   EXPECT_GT(stuck_refused, 0u);
   EXPECT_TRUE(eventually([&] { return !ws.stall().empty(); }));
   EXPECT_TRUE(wg.stall().empty());
