@@ -547,6 +547,9 @@ std::vector<ModelReport> ModelRegistry::report() const {
     if (e->proc && e->state == ModelState::kReady) {
       r.engine = e->proc->client().status();
       r.heartbeat_age_seconds = e->proc->client().seconds_since_heard();
+      const auto ipc = e->proc->client().write_stats();
+      r.ipc_blocked_seconds = ipc.blocked_seconds;
+      r.ipc_queued_frames = ipc.frames;
     }
     r.step_deadline_seconds = step_deadline_seconds(*e);
     r.idle_ttl = e->idle_ttl.value_or(options_.idle_ttl);

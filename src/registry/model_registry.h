@@ -115,6 +115,10 @@ struct ModelReport {
   std::int32_t restarts = 0;
   std::string last_error;
   double heartbeat_age_seconds = 0.0;  // since the front last heard from the engine
+  // The queue of frames to the engine (ipc_writer.h): how long the engine has taken no
+  // byte of it while frames wait (0: it keeps up), and how many wait.
+  double ipc_blocked_seconds = 0.0;
+  std::size_t ipc_queued_frames = 0;
   int leases = 0;
   std::optional<EngineStatus> engine;
   double step_deadline_seconds = 0.0;  // the deadline in force for this model's steps
