@@ -239,7 +239,10 @@ test('6: every fault kind injected during traffic', async () => {
 // the restart, a model load competing for this 2-core machine, is reported beside it);
 // then everything drains to zero.
 // Bigger runs: WEDGE_STALL_REQUESTS (150), WEDGE_STALL_PROMPT (2000-8000 tokens),
-// WEDGE_STALL_CUT (share of streams disconnected, 0.5).
+// WEDGE_STALL_CUT (share of streams disconnected, 0.5). WEDGE_P99_SLACK_MS (100) is
+// added to the 2x bound for a shared CI machine, where other jobs' load alone moves a
+// p99 of ~50 samples by tens of ms (0: the strict bound); the bug it guards against
+// showed as 10 s waits.
 test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other model keeps its latency, all drains', async () => {
   const N = Number(process.env.WEDGE_STALL_REQUESTS ?? 150);
   const [PMIN, PMAX] = (process.env.WEDGE_STALL_PROMPT ?? '2000-8000').split('-').map(Number);
@@ -338,8 +341,9 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     fig.drained_ms = Date.now() - tStop;
     console.log(`# stall figures: ${JSON.stringify(fig)}`);
     assert.ok(stalled.length >= 10, `too few probes while the engine was stalled: ${stalled.length}`);
-    assert.ok(fig.stalled_p99_ms <= 2 * fig.unloaded_p99_ms,
-      `the other model's p99 went from ${fig.unloaded_p99_ms} ms unloaded to ${fig.stalled_p99_ms} ms with the stalled engine`);
+    const slack = Number(process.env.WEDGE_P99_SLACK_MS ?? 100);
+    assert.ok(fig.stalled_p99_ms <= 2 * fig.unloaded_p99_ms + slack,
+      `the other model's p99 went from ${fig.unloaded_p99_ms} ms unloaded to ${fig.stalled_p99_ms} ms with the stalled engine (bound: 2x + ${slack} ms)`);
   } finally {
     const res = await two.stop();
     assert.equal(res?.code, 0);
