@@ -349,3 +349,44 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     assert.equal(res?.code, 0);
   }
 });
+
+// Issue 24, the other way out: the stopped engine resumes (SIGCONT) before any verdict.
+// Requests queued meanwhile (their frames waiting in its socket and in the front's
+// queue) complete, the aborts of the streams cut meanwhile reach it after their
+// submits, nothing is restarted, and everything drains to zero.
+test('8: a SIGSTOPped engine resumed before its deadline serves its backlog and drains', async () => {
+  const HB_S = 4;
+  const two = await startServer({ name: 'cont', models: { stuck: MODEL_PATH, good: MODEL_PATH },
+    args: ['--pin', 'stuck', '--heartbeat-timeout', String(HB_S), '--kv-blocks', '256', '--step-deadline', '10'] });
+  try {
+    const want = await greedy(two.client, LONG[2], 8, 'stuck');
+    const stuck = await two.model('stuck');
+    process.kill(stuck.pid, 'SIGSTOP');
+    const tStop = Date.now();
+    const plain = [], cut = [];
+    for (let i = 0; i < 12; i++) {
+      plain.push(rawCompletion(two.url, { model: 'stuck', prompt: LONG[2], max_tokens: 8, temperature: 0, ignore_eos: true }));
+      cut.push(rawCompletion(two.url, { model: 'stuck', prompt: LONG[i % 6], max_tokens: 400, ignore_eos: true, stream: true },
+        { cutAfterMs: r.between(50, 600) }));
+    }
+    // The other model is served meanwhile.
+    const other = await ends(5000, () => greedy(two.client, 'short one', 4, 'good'), 'the other model');
+    assert.ok(other.ok, String(other.error));
+    await sleep(Math.max(0, 1000 - (Date.now() - tStop)));
+    process.kill(stuck.pid, 'SIGCONT');
+    const done = await Promise.all(plain);
+    for (const x of done) {
+      assert.equal(x.status, 200, x.error);
+      assert.ok(x.ms < HB_S * 1000 + 3000, `took ${x.ms} ms`);
+    }
+    const cuts = await Promise.all(cut);
+    assert.ok(cuts.every((x) => x.disconnected || x.status === 200), 'a cut stream failed otherwise');
+    const m = await settled(two, { model: 'stuck', reference: { [LONG[2]]: want } });
+    assert.equal(m.pid, stuck.pid, 'the resumed engine was restarted');
+    assert.equal(m.restarts, 0);
+    console.log(`# resumed after ${Date.now() - tStop} ms: ${done.length} requests served, ${cuts.filter((x) => x.disconnected).length} streams cut`);
+  } finally {
+    const res = await two.stop();
+    assert.equal(res?.code, 0);
+  }
+});
