@@ -323,7 +323,7 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     const tKilled = Date.now() - agoStalled * 1000;
     const window = (a, b) => all.filter(([at, ms]) => at >= a && at + ms <= b).map(([, ms]) => ms);
     const unloaded = window(tUnloaded, tStop);
-    const stalled = all.filter(([at]) => at >= tStop && at < tKilled).map(([, ms]) => ms);
+    const stalled = window(tStop, tKilled);  // whole probes between SIGSTOP and the kill
     const through = all.filter(([at]) => at >= tStop).map(([, ms]) => ms);
     watching = false;
     await healthWatch;
