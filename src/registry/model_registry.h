@@ -10,9 +10,11 @@
 // Loading happens on first use (acquire) or on request (load). Before a load, idle
 // unpinned models are unloaded least-recently-used first until the new one fits; a
 // model that cannot fit raises Error(kResourceExhausted) (HTTP 507). The supervisor
-// thread watches every engine: a dead process, a silent one, or a step older than its
-// deadline (the model goes `stalled`) fails that engine's requests at once and kills
-// it (SIGKILL, reaped: the OS takes its memory back); it is restarted when it is
+// thread watches every engine: a dead process, a silent one, a step older than its
+// deadline, or one that reads nothing from its socket (ipc_writer.h: a frame past its
+// deadline, or a full queue with no byte taken for a second); the model goes `stalled`,
+// its requests fail at once and its engine is killed
+// (SIGKILL, reaped: the OS takes its memory back); it is restarted when it is
 // pinned or requests wait for it, else it goes back to `available` and loads on next use.
 //
 // Step deadline: a fixed --step-deadline, or by default

@@ -317,6 +317,9 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     }, { timeoutMs: 15_000, what: 'the stalled engine to be restarted' });
     const tBack = Date.now() - tStop;
     assert.ok(back.history.some((h) => h.state === 'stalled'));
+    // The front's own verdict, well before the heartbeat timeout: it reads nothing.
+    assert.match(back.last_error, /engine for model 'stuck' stalled: .*(read nothing|did not read its socket)/);
+    assert.ok(tBack < HB_S * 1000, `restarted only after ${tBack} ms`);
     if (alive(stuck.pid)) process.kill(stuck.pid, 'SIGCONT');
     const all = await probes.stop();
     const agoStalled = back.history.findLast((h) => h.state === 'stalled').seconds_ago;
