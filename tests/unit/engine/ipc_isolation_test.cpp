@@ -17,6 +17,7 @@
 #include "engine/ipc_frame.h"
 #include "engine/ipc_messages.h"
 #include "engine/ipc_server.h"
+#include "server/generation.h"
 #include "unit/engine/collector.h"
 #include "unit/engine/engine_test_util.h"
 #include "unit/engine/toy_runner.h"
@@ -198,6 +199,98 @@ TEST(IpcIsolation, AStopFrameEndsTheRequestInsideTheEngine) {
     EXPECT_EQ(c.get(1).finish, FinishReason::kStop);
     EXPECT_EQ(c.get(2).finish, FinishReason::kAbort);
     EXPECT_EQ(c.get(1).finishes, 1);
+    ASSERT_TRUE(eventually([&] {
+      auto s = engine->status();
+      return s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0;
+    }));
+    client.request_shutdown();
+    child.join();
+  }
+  ::close(p.child);
+}
+
+namespace {
+
+// Forwards to the IPC client and records what the front asked and how the engine ended
+// each request.
+class Recording final : public EngineApi {
+ public:
+  explicit Recording(EngineApi &inner) : inner_(inner) {}
+  void submit(GenerationRequest r, EventSink sink) override {
+    inner_.submit(std::move(r), [this, sink](const RequestEvent &e) {
+      if (e.finish) {
+        std::lock_guard l(mu_);
+        engine_finish_ = e.finish;
+      }
+      sink(e);
+    });
+  }
+  void abort(RequestId) override { aborts_++; }  // not forwarded: must not be needed
+  void stop_request(RequestId id) override {
+    stops_++;
+    inner_.stop_request(id);
+  }
+  EngineStatus status() const override { return inner_.status(); }
+  std::optional<FinishReason> engine_finish() {
+    std::lock_guard l(mu_);
+    return engine_finish_;
+  }
+  std::atomic<int> aborts_{0}, stops_{0};
+
+ private:
+  EngineApi &inner_;
+  std::mutex mu_;
+  std::optional<FinishReason> engine_finish_;
+};
+
+}  // namespace
+
+// The whole path of issue 23, section 1: Generation matches a stop string on the text,
+// asks the engine to stop (no abort), and the engine ends the request with kStop.
+TEST(IpcIsolation, AStopStringMatchedByTheFrontEndsTheRequestInTheEngine) {
+  SocketPair p;
+  ToyEngine engine(64, 4, small_config(), [](ToyRunner &r) {
+    r.on_forward = [](const ForwardBatch &) { std::this_thread::sleep_for(1ms); };
+  });
+  std::thread child([&] {
+    ipc::IpcEngineServer server(p.child, 20ms);
+    server.set_log_info(false);
+    server.serve(*engine, ipc::ReadyInfo{});
+  });
+  {
+    ipc::IpcEngineClient client(p.front);
+    client.wait_ready(Clock::now() + 5s);
+    Recording rec(client);
+    ByteText text;
+    auto m = std::make_shared<LoadedModel>();
+    m->id = "toy";
+    m->engine = &rec;
+    m->text = &text;
+    m->info.context_length = 4096;
+    // The toy model's greedy output is known: stop on its 6th and 7th tokens.
+    const auto prompt = random_prompt(9, 5);
+    const auto ref = toy_greedy(prompt, 12, kToyVocab);
+    std::string ref_text;
+    for (auto t : ref) ref_text.push_back(static_cast<char>(t));
+    const std::string stop = ref_text.substr(5, 2);
+    const std::string want = ref_text.substr(0, ref_text.find(stop));
+    server::GenerationSpec spec;
+    spec.prompts = {prompt};
+    spec.sampling.temperature = 0.0f;
+    spec.sampling.max_tokens = 100000;
+    spec.stop = {stop};
+    std::atomic<std::uint64_t> ids{1};
+    std::promise<void> done;
+    auto g = server::Generation::start(ModelLease(m, nullptr), spec, ids, nullptr,
+                                       [&](const server::Generation &) { done.set_value(); });
+    ASSERT_EQ(done.get_future().wait_for(5s), std::future_status::ready);
+    EXPECT_EQ(g->results()[0].finish, "stop");
+    EXPECT_EQ(g->results()[0].text, want);
+    EXPECT_EQ(g->results()[0].stop_sequence, stop);
+    EXPECT_EQ(rec.stops_.load(), 1);
+    EXPECT_EQ(rec.aborts_.load(), 0);
+    ASSERT_TRUE(eventually([&] { return rec.engine_finish().has_value(); }));
+    EXPECT_EQ(*rec.engine_finish(), FinishReason::kStop);
     ASSERT_TRUE(eventually([&] {
       auto s = engine->status();
       return s.running == 0 && s.waiting == 0 && s.kv_blocks_used == 0;
