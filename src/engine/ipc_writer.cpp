@@ -72,6 +72,7 @@ PostResult IpcWriter::post(FrameType type, const std::string &payload, std::uint
       last_refused_ = now;
       return PostResult::kFull;
     }
+    if (queue_.empty()) last_progress_ = now;  // an idle peer owed nothing until now
     bytes_ += item.bytes.size();
     queue_.push_back(std::move(item));
   }
@@ -111,10 +112,12 @@ std::string IpcWriter::stall_locked(Clock::time_point now) const {
     return "it did not read its socket for " + seconds(worst_wait_) + " (" + queued + ")";
   const auto grace =
       std::min<std::chrono::milliseconds>(std::chrono::seconds(1), limits_.frame_deadline);
-  if (blocked_since_ && last_refused_ && *last_refused_ >= *blocked_since_ &&
-      now - *blocked_since_ >= grace)
+  // Refused since the peer last took a byte (perhaps before the writer first found the
+  // socket full), and nothing taken for the grace since.
+  if (blocked_since_ && last_refused_ && *last_refused_ >= last_progress_ &&
+      now - last_progress_ >= grace)
     return "its IPC queue is full and it has read nothing for " +
-           seconds(std::chrono::duration_cast<std::chrono::milliseconds>(now - *blocked_since_)) +
+           seconds(std::chrono::duration_cast<std::chrono::milliseconds>(now - last_progress_)) +
            " (" + queued + ")";
   return "";
 }
@@ -184,6 +187,7 @@ void IpcWriter::run() {
     lock.lock();
     if (w > 0) {
       blocked_since_.reset();
+      last_progress_ = Clock::now();
       head.sent += static_cast<std::size_t>(w);
       if (head.sent == head.bytes.size()) {
         bytes_ -= head.bytes.size();

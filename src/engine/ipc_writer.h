@@ -112,6 +112,8 @@ class IpcWriter {
   std::size_t bytes_ = 0;
   bool stop_ = false, closed_ = false;
   std::optional<Clock::time_point> blocked_since_;  // the head is waiting on the peer
+  // The peer last took a byte, or was first owed one after an empty queue.
+  Clock::time_point last_progress_ = Clock::now();
   std::optional<Clock::time_point> last_refused_;
   std::uint64_t sent_ = 0, refused_ = 0, expired_ = 0;
   std::chrono::milliseconds worst_wait_{0};  // the oldest expired frame's wait
