@@ -106,7 +106,8 @@ test('3: dozens of aborts mid-prefill, mid-decode and while blocks restore', asy
       }, `abort job ${i}`));
       if (i % 10 === 9) await sleep(r.between(0, 50));
     }
-    const res = await Promise.all(jobs);
+    const res = await Promise.race([Promise.all(jobs),
+      sleep((IPC_S + 15) * 1000).then(() => { throw new Error('requests for the stalled model did not all end'); })]);
     assertAllOk(res, 'aborted streams');
     await settled(srv, { reference: refs(LONG[0], LONG[3]) });
   }
@@ -207,7 +208,8 @@ test('6: every fault kind injected during traffic', async () => {
       jobs.push(ends(REQ_MS, () => streamText(srv.client, { model: 'tiny', prompt: LONG[0], max_tokens: 60, temperature: 0, ignore_eos: true })));
       await sleep(r.between(0, 40));
       await inject(srv, { model: 'tiny', ...f });
-      const res = await Promise.all(jobs);
+      const res = await Promise.race([Promise.all(jobs),
+      sleep((IPC_S + 15) * 1000).then(() => { throw new Error('requests for the stalled model did not all end'); })]);
       if (!destructive) {
         assertAllOk(res, f.kind);
         for (let i = 0; i < 6; i++) assert.equal(res[i].value.slice(0, ref[LONG[i]].length), ref[LONG[i]], `${f.kind}: output changed`);
@@ -247,12 +249,18 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
   const N = Number(process.env.WEDGE_STALL_REQUESTS ?? 150);
   const [PMIN, PMAX] = (process.env.WEDGE_STALL_PROMPT ?? '2000-8000').split('-').map(Number);
   const CUT = Number(process.env.WEDGE_STALL_CUT ?? 0.5);
-  const HB_S = 3, IPC_S = 2;
+  // A bigger pile takes longer to arrive than the default stall window (the queue-full
+  // verdict kills the engine about 1 s after it stops reading; requests arriving after
+  // the restart would be served, minutes of prefill here): past 200 requests the queue
+  // never fills and the IPC deadline covers the pile, so its requests fail by deadline.
+  const big = N > 200;
+  const IPC_S = big ? Math.ceil(N / 100) + 2 : 2, HB_S = IPC_S + 1;
+  const QUEUE = big ? '256M' : '3M';
   const dir = fs.mkdtempSync(path.join(srv.dir, 'long-'));
   const long = longContextModel(MODEL_PATH, path.join(dir, 'long'), PMAX + 256);
   const two = await startServer({ name: 'stall', models: { stuck: long, good: long },
     args: ['--pin', 'stuck', '--pin', 'good', '--heartbeat-timeout', String(HB_S), '--ipc-deadline', String(IPC_S),
-      '--ipc-queue-size', '3M', '--kv-blocks', '1024', '--max-concurrent', '256', '--step-deadline', '10'] });
+      '--ipc-queue-size', QUEUE, '--kv-blocks', '1024', '--max-concurrent', '256', '--step-deadline', '10'] });
   const fig = {};
   try {
     // The other model's latency: back-to-back requests from a worker thread.
@@ -294,7 +302,8 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
       jobs.push(rawCompletion(two.url, pile[i].body, { cutAfterMs: pile[i].cut }));
       if (i % 10 === 9) await sleep(r.between(0, 20));
     }
-    const res = await Promise.all(jobs);
+    const res = await Promise.race([Promise.all(jobs),
+      sleep((IPC_S + 15) * 1000).then(() => { throw new Error('requests for the stalled model did not all end'); })]);
     const tPiled = Date.now() - tStop;
     // Every request for the stalled model ended within the IPC deadline (plus the
     // supervisor's tick and this machine's slack): a 503 (or a stream's error event)
@@ -309,7 +318,8 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
       const why = /not reading its requests fast enough/.test(x.error) ? 'queue_full' : /did not read this request/.test(x.error) ? 'deadline' : 'killed';
       reasons[why] = (reasons[why] ?? 0) + 1;
     }
-    assert.ok(reasons.queue_full > 0, `no request met a full queue: ${JSON.stringify(reasons)}`);
+    if (!big) assert.ok(reasons.queue_full > 0, `no request met a full queue: ${JSON.stringify(reasons)}`);
+    else assert.ok(reasons.deadline > 0, `no request failed by its deadline: ${JSON.stringify(reasons)}`);
     // The supervisor's verdict: killed (SIGKILL ends a stopped process) and restarted.
     const back = await waitFor(async () => {
       const m = await two.model('stuck');
@@ -319,7 +329,7 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     assert.ok(back.history.some((h) => h.state === 'stalled'));
     // The front's own verdict, well before the heartbeat timeout: it reads nothing.
     assert.match(back.last_error, /engine for model 'stuck' stalled: .*(read nothing|did not read its socket)/);
-    assert.ok(tBack < HB_S * 1000, `restarted only after ${tBack} ms`);
+    assert.ok(tBack < (IPC_S + 1) * 1000, `restarted only after ${tBack} ms`);
     if (alive(stuck.pid)) process.kill(stuck.pid, 'SIGCONT');
     const all = await probes.stop();
     const agoStalled = back.history.findLast((h) => h.state === 'stalled').seconds_ago;
@@ -330,7 +340,7 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     const through = all.filter(([at]) => at >= tStop).map(([, ms]) => ms);
     watching = false;
     await healthWatch;
-    assert.ok(healthRed !== null && healthRed < (HB_S / 2 + 1) * 1000, `/health named the stalled engine after ${healthRed} ms: ${JSON.stringify(healthSeen)}`);
+    assert.ok(healthRed !== null && healthRed < 2500, `/health named the stalled engine after ${healthRed} ms: ${JSON.stringify(healthSeen)}`);
     const lat = failed.map((x) => x.ms);
     Object.assign(fig, { unloaded_p50_ms: percentile(unloaded, 50), unloaded_p99_ms: percentile(unloaded, 99), unloaded_n: unloaded.length,
       stalled_p50_ms: percentile(stalled, 50), stalled_p99_ms: percentile(stalled, 99), stalled_n: stalled.length,
