@@ -95,6 +95,16 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "seconds without any report from an engine before it is killed")
       ->envname("KEEL_HEARTBEAT_TIMEOUT");
+  std::string ipc_queue_size = "64M";
+  double ipc_deadline_s = 0;
+  app.add_option("--ipc-queue-size", ipc_queue_size,
+                 "bytes of requests queued to one engine before new ones get 503")
+      ->envname("KEEL_IPC_QUEUE_SIZE")
+      ->capture_default_str();
+  app.add_option("--ipc-deadline", ipc_deadline_s,
+                 "seconds an engine may leave a request unread before it fails with 503 and "
+                 "the engine counts as stalled (0: the heartbeat timeout)")
+      ->envname("KEEL_IPC_DEADLINE");
   app.add_option("--load-timeout", load_timeout_s, "seconds a model load may take")
       ->envname("KEEL_LOAD_TIMEOUT");
   app.add_option("--unload-grace", unload_grace_s, "seconds an unload waits before killing")
@@ -153,6 +163,8 @@ int cmd_serve(int argc, char **argv) {
   ro.log = log;
   ro.idle_ttl = ms(idle_ttl_s);
   ro.heartbeat_timeout = ms(heartbeat_timeout_s);
+  ro.ipc_queue_bytes = static_cast<std::size_t>(parse_size(ipc_queue_size, "--ipc-queue-size"));
+  ro.ipc_frame_deadline = ms(ipc_deadline_s);
   ro.load_timeout = ms(load_timeout_s);
   ro.unload_grace = ms(unload_grace_s);
 

@@ -100,7 +100,7 @@ class Engine final : public EngineApi {
   void abort(RequestId id) override;
   // Ends a request early with kStop (the front saw a stop string). Like abort, takes
   // effect at the next step.
-  void stop_request(RequestId id);
+  void stop_request(RequestId id) override;
   EngineStatus status() const override;
   // Forgets cached blocks in every tier: the device's free cached blocks, host RAM, and
   // this model's SSD files.

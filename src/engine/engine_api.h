@@ -80,6 +80,9 @@ class EngineApi {
   // Acknowledged at once; the engine frees the request at its next step and sends a
   // finish(kAbort) event unless it had already finished.
   virtual void abort(RequestId id) = 0;
+  // Ends the request with kStop (the front matched a stop string on its text), acknowledged
+  // at once like abort. Engines that cannot tell the two apart abort it.
+  virtual void stop_request(RequestId id) { abort(id); }
   virtual EngineStatus status() const = 0;
   // Forgets every cached prefix block in every tier (blocks that running requests hold
   // stay until they finish). Acknowledged at once, done at the engine's next step.

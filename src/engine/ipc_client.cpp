@@ -4,18 +4,37 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 
 namespace keel::ipc {
 
-IpcEngineClient::IpcEngineClient(int fd)
-    : fd_(fd), writer_(fd), last_heard_(std::chrono::steady_clock::now()) {
+namespace {
+
+std::string name_engine(const std::string &model) {
+  return model.empty() ? std::string("engine") : "engine for model '" + model + "'";
+}
+
+}  // namespace
+
+IpcEngineClient::IpcEngineClient(int fd, IpcClientOptions options)
+    : fd_(fd),
+      who_(name_engine(options.model)),
+      writer_(fd, options.limits,
+              {[this](FrameType type, std::uint64_t tag, bool partly) {
+                 on_expired(type, tag, partly);
+               },
+               [this](const std::string &why) {
+                 fail_all(who_ + " exited or closed its socket (" + why + ")");
+               }}),
+      last_heard_(std::chrono::steady_clock::now()) {
   reader_ = std::thread([this] { reader_loop(); });
 }
 
 IpcEngineClient::~IpcEngineClient() {
   fail_all("engine client closed");
+  writer_.close();
   ::shutdown(fd_, SHUT_RDWR);  // wakes the reader
   if (reader_.joinable()) reader_.join();
   ::close(fd_);
@@ -25,26 +44,46 @@ void IpcEngineClient::submit(GenerationRequest request, EventSink sink) {
   const std::uint64_t id = request.id.value;
   {
     std::lock_guard lock(mu_);
-    if (dead_) throw Error(ErrorCode::kUnavailable, "engine: " + dead_reason_);
-    sinks_[id] = std::move(sink);
+    if (dead_) throw Error(ErrorCode::kUnavailable, who_ + ": " + dead_reason_);
   }
-  if (!writer_.write(FrameType::kSubmit, encode_submit(request))) {
-    {
-      std::lock_guard lock(mu_);
-      sinks_.erase(id);
-    }
-    throw Error(ErrorCode::kUnavailable, "engine: the engine process closed its socket");
-  }
-}
-
-void IpcEngineClient::abort(RequestId id) {
+  // Refuse at once while the child is known not to read: the supervisor's kill follows.
+  if (auto stall = writer_.stall(); !stall.empty())
+    throw Error(ErrorCode::kUnavailable, who_ + " stalled: " + stall);
+  std::string payload = encode_submit(request);
   {
     std::lock_guard lock(mu_);
-    if (dead_ || !sinks_.count(id.value)) return;
+    sinks_[id] = std::move(sink);
+  }
+  const PostResult posted = writer_.post(FrameType::kSubmit, payload, id, FramePriority::kBulk);
+  if (posted == PostResult::kQueued) return;
+  {
+    std::lock_guard lock(mu_);
+    sinks_.erase(id);
+  }
+  if (posted == PostResult::kClosed)
+    throw Error(ErrorCode::kUnavailable, who_ + ": the engine process closed its socket");
+  const auto st = writer_.stats();
+  char buf[160];
+  std::snprintf(buf, sizeof buf, " (%zu requests, %.1f MiB waiting to be written)", st.frames,
+                static_cast<double>(st.bytes) / (1024.0 * 1024.0));
+  throw Error(ErrorCode::kUnavailable,
+              who_ + " is not reading its requests fast enough: its IPC queue is full" + buf);
+}
+
+void IpcEngineClient::end_request(RequestId id, FrameType type) {
+  {
+    std::lock_guard lock(mu_);
+    if (dead_ || !sinks_.count(id.value) || abandoned_.count(id.value)) return;
     abandoned_.insert(id.value);
   }
-  writer_.write(FrameType::kAbort, encode_abort(id));
+  // A control frame: it has its own allowance, so it is refused only when the child has
+  // stopped reading altogether (then the supervisor's kill ends the request).
+  writer_.post(type, encode_abort(id), id.value, FramePriority::kControl);
 }
+
+void IpcEngineClient::abort(RequestId id) { end_request(id, FrameType::kAbort); }
+
+void IpcEngineClient::stop_request(RequestId id) { end_request(id, FrameType::kStop); }
 
 EngineStatus IpcEngineClient::status() const {
   std::lock_guard lock(mu_);
@@ -66,22 +105,23 @@ EngineStatus IpcEngineClient::status() const {
   return s;
 }
 
-void IpcEngineClient::clear_cache() {
+void IpcEngineClient::post_control(FrameType type, const std::string &payload, const char *what) {
   {
     std::lock_guard lock(mu_);
-    if (dead_) throw Error(ErrorCode::kUnavailable, "engine: " + dead_reason_);
+    if (dead_) throw Error(ErrorCode::kUnavailable, who_ + ": " + dead_reason_);
   }
-  if (!writer_.write(FrameType::kClearCache, ""))
-    throw Error(ErrorCode::kUnavailable, "engine: the engine process closed its socket");
+  const PostResult posted = writer_.post(type, payload, 0, FramePriority::kControl);
+  if (posted == PostResult::kClosed)
+    throw Error(ErrorCode::kUnavailable, who_ + ": the engine process closed its socket");
+  if (posted == PostResult::kFull)
+    throw Error(ErrorCode::kUnavailable,
+                who_ + " is not reading its socket: its IPC queue is full, " + what + " refused");
 }
 
+void IpcEngineClient::clear_cache() { post_control(FrameType::kClearCache, "", "cache clear"); }
+
 void IpcEngineClient::inject_fault(const FaultSpec &spec) {
-  {
-    std::lock_guard lock(mu_);
-    if (dead_) throw Error(ErrorCode::kUnavailable, "engine: " + dead_reason_);
-  }
-  if (!writer_.write(FrameType::kInjectFault, encode_fault(spec)))
-    throw Error(ErrorCode::kUnavailable, "engine: the engine process closed its socket");
+  post_control(FrameType::kInjectFault, encode_fault(spec), "fault");
   std::lock_guard lock(mu_);
   std::erase_if(armed_, [&](const FaultSpec &f) { return f.kind == spec.kind; });
   if (spec.count > 0) armed_.push_back(spec);
@@ -126,7 +166,30 @@ std::size_t IpcEngineClient::in_flight() const {
   return sinks_.size();
 }
 
-void IpcEngineClient::request_shutdown() { writer_.write(FrameType::kShutdown, ""); }
+void IpcEngineClient::request_shutdown() {
+  writer_.post(FrameType::kShutdown, "", 0, FramePriority::kControl);
+}
+
+std::string IpcEngineClient::write_stall() const { return writer_.stall(); }
+
+void IpcEngineClient::fail_one(std::uint64_t id, const std::string &why) {
+  RequestEvent e;
+  e.id = RequestId(id);
+  e.finish = FinishReason::kError;
+  e.error = why;
+  deliver(e);
+}
+
+void IpcEngineClient::on_expired(FrameType type, std::uint64_t tag, bool sent_partly) {
+  if (type != FrameType::kSubmit) return;  // aborts and stops stay queued; the stall shows
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f s",
+                static_cast<double>(writer_.limits().frame_deadline.count()) / 1000.0);
+  fail_one(tag, who_ + " stalled: it did not read this request within its deadline of " + buf);
+  // Part of it is in the socket: should the child wake, it must not run it for no one.
+  if (sent_partly)
+    writer_.post(FrameType::kAbort, encode_abort(RequestId(tag)), tag, FramePriority::kControl);
+}
 
 void IpcEngineClient::deliver(const RequestEvent &event) {
   std::lock_guard order(deliver_mu_);

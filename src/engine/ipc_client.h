@@ -3,6 +3,12 @@
 // reader thread, exactly one finish per request. When the child dies or the supervisor
 // gives up on it (fail_all), every request in flight gets finish(kError) at once with
 // the reason, so no caller waits on a dead engine.
+//
+// No call here waits for the child (issue 24): frames to it go through an IpcWriter
+// (bounded queue, deadline per frame). A full queue makes submit() throw
+// Error(kUnavailable) naming the engine; a submit the child has not read by its
+// deadline fails that request (finish kError); both show in write_stall(), which the
+// supervisor counts as a stall (it kills and restarts the engine).
 #pragma once
 
 #include <chrono>
@@ -18,13 +24,19 @@
 #include "engine/engine_api.h"
 #include "engine/ipc_frame.h"
 #include "engine/ipc_messages.h"
+#include "engine/ipc_writer.h"
 
 namespace keel::ipc {
+
+struct IpcClientOptions {
+  std::string model;  // names the engine in errors ("engine for model 'x'")
+  WriterLimits limits;
+};
 
 class IpcEngineClient : public EngineApi {
  public:
   // Takes ownership of `fd` (a connected socket to the child) and starts reading.
-  explicit IpcEngineClient(int fd);
+  explicit IpcEngineClient(int fd, IpcClientOptions options = {});
   ~IpcEngineClient() override;
   IpcEngineClient(const IpcEngineClient &) = delete;
   IpcEngineClient &operator=(const IpcEngineClient &) = delete;
@@ -32,6 +44,8 @@ class IpcEngineClient : public EngineApi {
   // Throws Error(kUnavailable) when the engine is dead (nothing is queued then).
   void submit(GenerationRequest request, EventSink sink) override;
   void abort(RequestId id) override;
+  // Ends the request inside the engine with kStop (the front matched a stop string).
+  void stop_request(RequestId id) override;
   // The last status the child reported, its request counts capped by what the front
   // still waits on: a request the front has ended (a stop string matched, the client
   // left) is never shown, even before the child's next report says it is gone.
@@ -55,13 +69,24 @@ class IpcEngineClient : public EngineApi {
   void fail_all(const std::string &reason);
   // Asks the child to stop (it aborts what is left and exits).
   void request_shutdown();
+  // Why the child counts as stalled on its socket (ipc_writer.h), or empty.
+  std::string write_stall() const;
+  IpcWriter::Stats write_stats() const { return writer_.stats(); }
+  // "engine for model 'x'" (or "engine" unnamed): how errors name it.
+  const std::string &who() const { return who_; }
 
  private:
   void reader_loop();
   void deliver(const RequestEvent &event);
+  void fail_one(std::uint64_t id, const std::string &why);
+  void on_expired(FrameType type, std::uint64_t tag, bool sent_partly);
+  // An abort or stop frame for a live request the front gives up on.
+  void end_request(RequestId id, FrameType type);
+  void post_control(FrameType type, const std::string &payload, const char *what);
 
   int fd_;
-  FrameWriter writer_;
+  std::string who_;
+  IpcWriter writer_;
   std::thread reader_;
 
   mutable std::mutex mu_;

@@ -1,5 +1,6 @@
 #include "engine/ipc_frame.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -24,6 +25,11 @@ bool read_exact(int fd, char *dst, std::size_t n, bool eof_ok) {
     }
     if (r < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        pollfd p{fd, POLLIN, 0};
+        ::poll(&p, 1, -1);  // the reader's job is to wait for input; shutdown() wakes it
+        continue;
+      }
       if (errno == ECONNRESET && got == 0 && eof_ok) return false;
       throw Error(ErrorCode::kUnavailable, std::string("ipc: read: ") + std::strerror(errno));
     }
@@ -34,26 +40,39 @@ bool read_exact(int fd, char *dst, std::size_t n, bool eof_ok) {
 
 }  // namespace
 
+std::string encode_frame(FrameType type, const std::string &payload) {
+  std::string out;
+  out.reserve(5 + payload.size());
+  const auto len = static_cast<std::uint32_t>(payload.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((len >> (8 * i)) & 0xff));
+  out.push_back(static_cast<char>(type));
+  out += payload;
+  return out;
+}
+
 bool FrameWriter::write(FrameType type, const std::string &payload) {
   if (payload.size() > kMaxFrameBytes) return false;
-  char header[5];
-  const auto len = static_cast<std::uint32_t>(payload.size());
-  for (int i = 0; i < 4; ++i) header[i] = static_cast<char>((len >> (8 * i)) & 0xff);
-  header[4] = static_cast<char>(type);
+  const std::string bytes = encode_frame(type, payload);
+  const auto until = std::chrono::steady_clock::now() + timeout_;
   std::lock_guard lock(mu_);
-  auto send_all = [&](const char *p, std::size_t n) {
-    while (n > 0) {
-      ssize_t w = ::send(fd_, p, n, MSG_NOSIGNAL);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      p += w;
-      n -= static_cast<std::size_t>(w);
+  const char *p = bytes.data();
+  std::size_t n = bytes.size();
+  while (n > 0) {
+    ssize_t w = ::send(fd_, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return false;
+      pollfd pf{fd_, POLLOUT, 0};
+      ::poll(&pf, 1, static_cast<int>(left.count()));
+      continue;
     }
-    return true;
-  };
-  return send_all(header, sizeof header) && send_all(payload.data(), payload.size());
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
 }
 
 std::optional<Frame> FrameReader::read() {

@@ -1,5 +1,6 @@
 #include "engine/ipc_server.h"
 
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -9,64 +10,94 @@
 
 namespace keel::ipc {
 
-IpcEngineServer::IpcEngineServer(int fd, std::chrono::milliseconds heartbeat_interval)
-    : fd_(fd), heartbeat_interval_(heartbeat_interval), writer_(fd), reader_(fd) {}
+IpcEngineServer::IpcEngineServer(int fd, std::chrono::milliseconds heartbeat_interval,
+                                 WriterLimits limits)
+    : fd_(fd), heartbeat_interval_(heartbeat_interval), limits_(limits), reader_(fd) {}
 
 IpcEngineServer::~IpcEngineServer() = default;
 
 void IpcEngineServer::send_load_error(const std::string &message) {
-  writer_.write(FrameType::kLoadError, message);
+  FrameWriter(fd_, limits_.frame_deadline).write(FrameType::kLoadError, message);
 }
 
-void IpcEngineServer::enqueue(FrameType type, std::string payload) {
+void IpcEngineServer::end_serving(const std::string &why, int rc) {
   {
     std::lock_guard lock(mu_);
-    queue_.emplace_back(type, std::move(payload));
+    if (rc > end_rc_) end_rc_ = rc;
+    if (ending_) return;
+    ending_ = true;
   }
-  cv_.notify_all();
-}
-
-void IpcEngineServer::writer_loop() {
-  std::unique_lock lock(mu_);
-  for (;;) {
-    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty() && stopping_) return;
-    auto batch = std::move(queue_);
-    queue_.clear();
-    lock.unlock();
-    for (auto &[type, payload] : batch) {
-      if (!writer_.write(type, payload)) {
-        // The front is gone: nothing to serve. Exit now rather than compute for no one.
-        if (log_info_.load())
-          std::fprintf(stderr, "keel engine: front closed the socket; exiting\n");
-        std::_Exit(0);
-      }
-    }
-    lock.lock();
-  }
+  if (rc != 0 || log_info_.load()) std::fprintf(stderr, "keel engine: %s\n", why.c_str());
+  ::shutdown(fd_, SHUT_RDWR);
 }
 
 void IpcEngineServer::heartbeat_loop(EngineApi &engine) {
   std::unique_lock lock(mu_);
   while (!stopping_) {
     lock.unlock();
-    std::string payload = encode_status(engine.status());
+    // A full queue drops this beat: the front is behind, and the next one is fresher.
+    writer_->post(FrameType::kStatus, encode_status(engine.status()));
+    // Faults are taken by the engine as they strike: report the list when it changed.
     std::string faults = encode_faults(engine.armed_faults());
     lock.lock();
-    queue_.emplace_back(FrameType::kStatus, std::move(payload));
-    // Faults are taken by the engine as they strike: report the list when it changed.
     if (faults != last_faults_) {
       last_faults_ = faults;
-      queue_.emplace_back(FrameType::kArmedFaults, std::move(faults));
+      lock.unlock();
+      writer_->post(FrameType::kArmedFaults, faults, 0, FramePriority::kControl);
+      lock.lock();
     }
-    cv_.notify_all();
     cv_.wait_for(lock, heartbeat_interval_, [&] { return stopping_; });
   }
 }
 
+void IpcEngineServer::send_event(EngineApi &engine, const RequestEvent &e) {
+  const std::uint64_t id = e.id.value;
+  bool overflowed = false;
+  {
+    std::lock_guard lock(mu_);
+    overflowed = overflowed_.count(id) > 0;
+    if (e.finish) {
+      in_flight_.erase(id);
+      overflowed_.erase(id);
+    }
+  }
+  if (!e.finish) {
+    if (overflowed) return;  // aborted for the full queue; its finish says so
+    if (writer_->post(FrameType::kEvent, encode_event(e), id) != PostResult::kFull) return;
+    {
+      std::lock_guard lock(mu_);
+      overflowed_.insert(id);
+    }
+    engine.abort(e.id);  // queues a command: safe from the engine thread
+    return;
+  }
+  RequestEvent out = e;
+  if (overflowed) {
+    out.tokens.clear();
+    out.sampled_logprobs.clear();
+    out.top_logprobs.clear();
+    out.finish = FinishReason::kError;
+    out.error =
+        "engine: the front did not take this request's tokens in time (the engine's IPC queue "
+        "was full); the request was ended";
+  }
+  if (writer_->post(FrameType::kEvent, encode_event(out), id, FramePriority::kControl) ==
+      PostResult::kFull)
+    end_serving("the front is not reading its socket (the IPC queue is full); stopping", 1);
+}
+
 int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
-  enqueue(FrameType::kHello, encode_ready(info));
-  std::thread writer([this] { writer_loop(); });
+  writer_ = std::make_unique<IpcWriter>(
+      fd_, limits_,
+      IpcWriter::Callbacks{
+          [this](FrameType, std::uint64_t, bool) {
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "the front has not read its socket for %.1f s; stopping",
+                          limits_.frame_deadline.count() / 1000.0);
+            end_serving(buf, 1);
+          },
+          [this](const std::string &) { end_serving("front closed the socket; exiting", 0); }});
+  writer_->post(FrameType::kHello, encode_ready(info), 0, FramePriority::kControl);
   std::thread heartbeat([this, &engine] { heartbeat_loop(engine); });
   int rc = 0;
   try {
@@ -78,15 +109,12 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
           std::lock_guard lock(mu_);
           in_flight_.insert(id);
         }
-        engine.submit(std::move(req), [this](const RequestEvent &e) {
-          std::string payload = encode_event(e);
-          std::lock_guard lock(mu_);
-          if (e.finish) in_flight_.erase(e.id.value);
-          queue_.emplace_back(FrameType::kEvent, std::move(payload));
-          cv_.notify_all();
-        });
+        engine.submit(std::move(req),
+                      [this, &engine](const RequestEvent &e) { send_event(engine, e); });
       } else if (frame->type == FrameType::kAbort) {
         engine.abort(decode_abort(frame->payload));
+      } else if (frame->type == FrameType::kStop) {
+        engine.stop_request(decode_abort(frame->payload));
       } else if (frame->type == FrameType::kShutdown) {
         break;
       } else if (frame->type == FrameType::kInjectFault) {
@@ -99,10 +127,11 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
           std::fprintf(stderr, "keel engine: %s\n", e.what());
         }
         std::string faults = encode_faults(engine.armed_faults());
-        std::lock_guard lock(mu_);
-        last_faults_ = faults;
-        queue_.emplace_back(FrameType::kArmedFaults, std::move(faults));
-        cv_.notify_all();
+        {
+          std::lock_guard lock(mu_);
+          last_faults_ = faults;
+        }
+        writer_->post(FrameType::kArmedFaults, faults, 0, FramePriority::kControl);
       } else if (frame->type == FrameType::kClearCache) {
         try {
           engine.clear_cache();
@@ -117,14 +146,15 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
     std::fprintf(stderr, "keel engine: %s\n", e.what());
     rc = 1;
   }
-  // Orderly end: abort what is left and give the engine a bounded time to finish them.
+  // Orderly end: abort what is left and give the engine a bounded time to finish them
+  // (their finishes go out while the front still reads).
   std::vector<std::uint64_t> left;
   {
     std::lock_guard lock(mu_);
     left.assign(in_flight_.begin(), in_flight_.end());
   }
   for (auto id : left) engine.abort(RequestId(id));
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  const auto until = std::chrono::steady_clock::now() + kEndGrace;
   {
     std::unique_lock lock(mu_);
     while (!in_flight_.empty() && std::chrono::steady_clock::now() < until) {
@@ -133,10 +163,12 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
       lock.lock();
     }
     stopping_ = true;
+    rc = std::max(rc, end_rc_);
   }
   cv_.notify_all();
-  heartbeat.join();
-  writer.join();
+  heartbeat.join();  // bounded: it waits only on cv_, which stopping_ ends
+  writer_->flush(std::chrono::steady_clock::now() + kEndGrace);
+  writer_->close();  // bounded: one poll slice
   return rc;
 }
 

@@ -14,8 +14,8 @@
 
 namespace keel {
 
-EngineProcess::EngineProcess(pid_t pid, int fd)
-    : pid_(pid), client_(std::make_unique<ipc::IpcEngineClient>(fd)) {}
+EngineProcess::EngineProcess(pid_t pid, int fd, ipc::IpcClientOptions ipc)
+    : pid_(pid), client_(std::make_unique<ipc::IpcEngineClient>(fd, std::move(ipc))) {}
 
 EngineProcess::~EngineProcess() {
   if (!reaped_) kill("engine process stopped");
@@ -50,7 +50,7 @@ std::unique_ptr<EngineProcess> EngineProcess::spawn(const EngineLaunch &launch) 
     ::_exit(127);
   }
   ::close(sv[1]);
-  return std::unique_ptr<EngineProcess>(new EngineProcess(pid, sv[0]));
+  return std::unique_ptr<EngineProcess>(new EngineProcess(pid, sv[0], launch.ipc));
 }
 
 bool EngineProcess::reap(std::chrono::milliseconds wait) {

@@ -20,6 +20,7 @@ struct EngineLaunch {
   std::filesystem::path executable;  // the keel binary (usually /proc/self/exe)
   std::filesystem::path model_path;
   std::vector<std::string> extra_args;  // --device, --threads, ... passed to `keel engine`
+  ipc::IpcClientOptions ipc;            // the model id (for errors) and the queue's bounds
 };
 
 class EngineProcess {
@@ -39,7 +40,7 @@ class EngineProcess {
   void shutdown(std::chrono::milliseconds grace);
 
  private:
-  EngineProcess(pid_t pid, int fd);
+  EngineProcess(pid_t pid, int fd, ipc::IpcClientOptions ipc);
   bool reap(std::chrono::milliseconds wait);
 
   pid_t pid_;

@@ -118,6 +118,17 @@ double ModelRegistry::step_deadline_seconds(const Entry &e) const {
                   options_.step_deadline_factor * e.slowest_step);
 }
 
+EngineLaunch ModelRegistry::launch_of(const Entry &e) const {
+  EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args, {}};
+  launch.ipc.model = e.id;
+  launch.ipc.limits.max_bytes = options_.ipc_queue_bytes;
+  launch.ipc.limits.max_frames = options_.ipc_queue_frames;
+  launch.ipc.limits.frame_deadline = options_.ipc_frame_deadline.count() > 0
+                                         ? options_.ipc_frame_deadline
+                                         : options_.heartbeat_timeout;
+  return launch;
+}
+
 ModelLease::ModelLease(std::shared_ptr<LoadedModel> m, std::function<void()> on_release)
     : model_(std::move(m)), on_release_(std::move(on_release)) {
   model_->leases++;
@@ -302,8 +313,7 @@ void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
   make_room(e, lock, deadline);  // first: a model that cannot fit is refused before any work
   if (!e.text) e.text = load_model_text(e.path);  // once per model; survives engine restarts
   if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
-  EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args};
-  e.proc = EngineProcess::spawn(launch);
+  e.proc = EngineProcess::spawn(launch_of(e));
   options_.log.log(LogLevel::kDebug, "loading '%s': engine pid %d", e.id.c_str(),
                    static_cast<int>(e.proc->pid()));
   set_state(e, ModelState::kLoading);
@@ -453,6 +463,8 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
       e.proc->exited(&how);
       why = "engine for model '" + e.id + "' died (" + (how.empty() ? client.dead_reason() : how) +
             ")";
+    } else if (std::string stall = client.write_stall(); !stall.empty()) {
+      why = "engine for model '" + e.id + "' stalled: " + stall;  // it does not read its socket
     } else if (heard * 1000 > options_.heartbeat_timeout.count()) {
       why = "engine for model '" + e.id + "' stalled: no heartbeat for " +
             std::to_string(static_cast<int>(heard)) + " s";
@@ -494,7 +506,7 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
       options_.log.log(LogLevel::kInfo, "restarting the engine for '%s'", e.id.c_str());
       e.restarts++;
       try {
-        e.proc = EngineProcess::spawn({options_.keel_executable, e.path, options_.engine_args});
+        e.proc = EngineProcess::spawn(launch_of(e));
         set_state(e, ModelState::kRestarting);
         e.spawned_at = Clock::now();
         e.attempt++;
@@ -535,6 +547,9 @@ std::vector<ModelReport> ModelRegistry::report() const {
     if (e->proc && e->state == ModelState::kReady) {
       r.engine = e->proc->client().status();
       r.heartbeat_age_seconds = e->proc->client().seconds_since_heard();
+      const auto ipc = e->proc->client().write_stats();
+      r.ipc_blocked_seconds = ipc.blocked_seconds;
+      r.ipc_queued_frames = ipc.frames;
     }
     r.step_deadline_seconds = step_deadline_seconds(*e);
     r.idle_ttl = e->idle_ttl.value_or(options_.idle_ttl);

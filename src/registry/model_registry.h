@@ -10,9 +10,11 @@
 // Loading happens on first use (acquire) or on request (load). Before a load, idle
 // unpinned models are unloaded least-recently-used first until the new one fits; a
 // model that cannot fit raises Error(kResourceExhausted) (HTTP 507). The supervisor
-// thread watches every engine: a dead process, a silent one, or a step older than its
-// deadline (the model goes `stalled`) fails that engine's requests at once and kills
-// it (SIGKILL, reaped: the OS takes its memory back); it is restarted when it is
+// thread watches every engine: a dead process, a silent one, a step older than its
+// deadline, or one that reads nothing from its socket (ipc_writer.h: a frame past its
+// deadline, or a full queue with no byte taken for a second); the model goes `stalled`,
+// its requests fail at once and its engine is killed
+// (SIGKILL, reaped: the OS takes its memory back); it is restarted when it is
 // pinned or requests wait for it, else it goes back to `available` and loads on next use.
 //
 // Step deadline: a fixed --step-deadline, or by default
@@ -53,6 +55,12 @@ struct RegistryOptions {
   std::chrono::milliseconds step_deadline_floor{30'000};
   double step_deadline_factor = 10.0;
   std::chrono::milliseconds heartbeat_timeout{10'000};  // no frame at all for this long
+  // The queue of frames to each engine (ipc_writer.h): a submit the engine has not read
+  // within ipc_frame_deadline (0: heartbeat_timeout) fails with 503 and counts as a stall,
+  // like a full queue the engine reads nothing from.
+  std::size_t ipc_queue_bytes = std::size_t{64} << 20;
+  std::size_t ipc_queue_frames = 4096;
+  std::chrono::milliseconds ipc_frame_deadline{0};
   std::chrono::milliseconds unload_grace{3'000};
   std::chrono::milliseconds idle_ttl{0};  // 0: keep loaded models (per model: ModelSettings)
   // A model that must evict another to fit waits this long (within its own deadline) for
@@ -109,6 +117,10 @@ struct ModelReport {
   std::int32_t restarts = 0;
   std::string last_error;
   double heartbeat_age_seconds = 0.0;  // since the front last heard from the engine
+  // The queue of frames to the engine (ipc_writer.h): how long the engine has taken no
+  // byte of it while frames wait (0: it keeps up), and how many wait.
+  double ipc_blocked_seconds = 0.0;
+  std::size_t ipc_queued_frames = 0;
   int leases = 0;
   std::optional<EngineStatus> engine;
   double step_deadline_seconds = 0.0;  // the deadline in force for this model's steps
@@ -168,6 +180,7 @@ class ModelRegistry {
   void supervise_loop();
   void supervise_once(std::unique_lock<std::mutex> &lock);
   void set_state(Entry &e, ModelState s);
+  EngineLaunch launch_of(const Entry &e) const;
   double step_deadline_seconds(const Entry &e) const;
   ModelLease lease_of(Entry &e);
 

@@ -1,4 +1,5 @@
 // /health, /api/status and /metrics: liveness and load, from the engines' own reports.
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 
@@ -29,6 +30,15 @@ std::string problem_of(const ModelReport &r, double heartbeat_limit_s) {
         std::snprintf(buf, sizeof buf,
                       "stalled: engine pid %lld has been in one step for %.1f s (deadline %.1f s)",
                       static_cast<long long>(r.pid), step_age, step_deadline_s);
+        return buf;
+      }
+      // A reader thread, not the step, takes the engine's frames: one that takes nothing
+      // for half a second while frames wait is stopped or swapped out (issue 24).
+      if (r.ipc_blocked_seconds > std::min(0.5, heartbeat_limit_s)) {
+        std::snprintf(buf, sizeof buf,
+                      "stalled: engine pid %lld has not read its socket for %.1f s (%zu frames "
+                      "waiting)",
+                      static_cast<long long>(r.pid), r.ipc_blocked_seconds, r.ipc_queued_frames);
         return buf;
       }
       if (r.heartbeat_age_seconds > heartbeat_limit_s) {

@@ -61,7 +61,7 @@ void Generation::abort() {
 }
 
 void Generation::on_event(int index, const RequestEvent &e) {
-  bool abort_engine = false;
+  bool stop_engine = false;
   DoneFn done;
   {
     std::lock_guard lock(mu_);
@@ -106,7 +106,7 @@ void Generation::on_event(int index, const RequestEvent &e) {
         d.finish = "stop";
         d.stop_sequence = s.matched;
         r.stop_sequence = s.matched;
-        abort_engine = !e.finish;
+        stop_engine = !e.finish;
       } else if (e.finish) {
         d.text += stop.flush().emit;
       }
@@ -146,7 +146,8 @@ void Generation::on_event(int index, const RequestEvent &e) {
       on_delta_ = nullptr;
     }
   }
-  if (abort_engine) lease_->engine->abort(ids_[index]);
+  // Ends it inside the engine (finish kStop there too), not by an abort round trip.
+  if (stop_engine) lease_->engine->stop_request(ids_[index]);
   if (done) done(*this);
 }
 

@@ -1,6 +1,7 @@
 // One API request's generation, free of wire formats: submits one engine request per
 // (prompt, sample), turns token events into UTF-8-safe text deltas, applies stop
-// strings (aborting the engine request when one matches), and accumulates results.
+// strings (ending the engine request with stop_request when one matches), and
+// accumulates results.
 // Callbacks run on the engine client's thread, serialized; they must not block.
 #pragma once
 

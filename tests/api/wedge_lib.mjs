@@ -8,6 +8,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import assert from 'node:assert/strict';
+import { Worker } from 'node:worker_threads';
 import { OpenAI, KEEL_BIN, MODEL_PATH } from './helpers.mjs';
 
 // Random timing, reproducible: WEDGE_SEED=N replays a run (the seed is printed).
@@ -180,4 +181,87 @@ export async function inject(server, body) {
   const r = await server.post('/debug/faults', body);
   assert.equal(r.status, 200, r.text);
   return r.json;
+}
+
+// A copy of a model directory (symlinks) whose config allows `maxPos` positions, for
+// prompts longer than the test model's own context (random weights: any length works).
+export function longContextModel(src, dir, maxPos) {
+  fs.mkdirSync(dir, { recursive: true });
+  for (const f of fs.readdirSync(src)) {
+    if (f === 'config.json') continue;
+    fs.symlinkSync(path.join(src, f), path.join(dir, f));
+  }
+  const cfg = JSON.parse(fs.readFileSync(path.join(src, 'config.json'), 'utf8'));
+  cfg.max_position_embeddings = Math.max(cfg.max_position_embeddings ?? 0, maxPos);
+  fs.writeFileSync(path.join(dir, 'config.json'), JSON.stringify(cfg));
+  return dir;
+}
+
+// Nearest-rank percentile of a list of numbers.
+export function percentile(xs, p) {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length ? s[Math.min(s.length - 1, Math.ceil((p / 100) * s.length) - 1)] : NaN;
+}
+
+// One completion as raw HTTP (so a 503's status and body are seen as sent), streamed or
+// not. Resolves to {status, ms, error (the message of an error body or SSE error
+// event), disconnected (we cut it)}; `cutAfterMs` disconnects a stream that long after it
+// was sent. `body` may be JSON text already (built ahead, off the clock).
+export async function rawCompletion(url, body, { cutAfterMs } = {}) {
+  const text0 = typeof body === 'string' ? body : JSON.stringify(body);
+  if (typeof body === 'string') body = { stream: /"stream":true/.test(body) };
+  const t0 = Date.now();
+  const ac = new AbortController();
+  let timer;
+  if (cutAfterMs !== undefined) timer = setTimeout(() => ac.abort(), cutAfterMs);
+  try {
+    const res = await fetch(`${url}/v1/completions`, {
+      method: 'POST', headers: { 'content-type': 'application/json' }, body: text0, signal: ac.signal,
+    });
+    const text = await res.text();
+    let error;
+    if (body.stream) {
+      for (const line of text.split('\n')) {
+        if (!line.startsWith('data: {')) continue;
+        const ev = JSON.parse(line.slice(6));
+        if (ev.error) error = ev.error.message;
+      }
+    } else if (res.status !== 200) {
+      try { error = JSON.parse(text).error?.message ?? text; } catch { error = text; }
+    }
+    return { status: res.status, ms: Date.now() - t0, error, disconnected: false };
+  } catch (e) {
+    if (e.name === 'AbortError') return { status: 0, ms: Date.now() - t0, disconnected: true };
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+// Back-to-back completions from a worker thread of their own, so that the latency
+// measured is the server's, not this process's event loop busy with other traffic.
+// Returns {stop}: stop() resolves to [[start time (Date.now()), latency ms], ...].
+export function probeLoop(url, body) {
+  const code = `
+    const { parentPort, workerData } = require('node:worker_threads');
+    let running = true;
+    parentPort.on('message', () => { running = false; });
+    (async () => {
+      const out = [];
+      while (running) {
+        const at = Date.now(), t = performance.now();
+        const res = await fetch(workerData.url + '/v1/completions', { method: 'POST',
+          headers: { 'content-type': 'application/json' }, body: workerData.body });
+        const j = await res.json();
+        if (res.status !== 200 || !j.choices?.[0]?.text) throw new Error('probe failed: ' + JSON.stringify(j));
+        out.push([at, Math.round(performance.now() - t)]);
+      }
+      parentPort.postMessage(out);
+    })().catch((e) => parentPort.postMessage({ error: String(e) }));`;
+  const w = new Worker(code, { eval: true, workerData: { url, body: JSON.stringify(body) } });
+  const done = new Promise((resolve, reject) => {
+    w.once('message', (m) => (m.error ? reject(new Error(m.error)) : resolve(m)));
+    w.once('error', reject);
+  });
+  return { stop: async () => { w.postMessage('stop'); const r = await done; await w.terminate(); return r; } };
 }
