@@ -78,10 +78,17 @@ int IpcEngineServer::serve(EngineApi &engine, const ReadyInfo &info) {
           std::lock_guard lock(mu_);
           in_flight_.insert(id);
         }
-        engine.submit(std::move(req), [this](const RequestEvent &e) {
+        engine.submit(std::move(req), [this, &engine](const RequestEvent &e) {
           std::string payload = encode_event(e);
+          // A finish goes out after a fresh status (the engine published it with the
+          // request's blocks freed), so the front never shows them in use once the
+          // client has seen the end (issue 21: "920 blocks in use" after a run).
+          std::string status = e.finish ? encode_status(engine.status()) : std::string();
           std::lock_guard lock(mu_);
-          if (e.finish) in_flight_.erase(e.id.value);
+          if (e.finish) {
+            in_flight_.erase(e.id.value);
+            queue_.emplace_back(FrameType::kStatus, std::move(status));
+          }
           queue_.emplace_back(FrameType::kEvent, std::move(payload));
           cv_.notify_all();
         });
