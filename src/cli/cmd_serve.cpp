@@ -75,9 +75,10 @@ int cmd_serve(int argc, char **argv) {
       ->envname("KEEL_SSD_CACHE_SIZE");
   app.add_option("--log-level", log_level, "error, warn, info, debug")->envname("KEEL_LOG_LEVEL");
   app.add_option("--kv-blocks", kv_blocks,
-                 "KV cache blocks (16 tokens) per engine; 0: sized from memory (see "
-                 "--gpu-memory-fraction; CPU: 4 full contexts, at most half of MemAvailable "
-                 "and the model's share of --memory-budget)")
+                 "KV cache blocks (16 tokens) per engine; 0: sized from memory (CUDA: what "
+                 "the weights and buffers leave of the engine's --gpu-memory-fraction share; "
+                 "CPU: 4 full contexts, at most half of MemAvailable and the model's share "
+                 "of --memory-budget)")
       ->envname("KEEL_KV_BLOCKS")
       ->capture_default_str();
   app.add_option("--max-kv-tokens", max_kv_tokens,

@@ -57,7 +57,15 @@ std::string describe_bytes(std::int64_t bytes) {
 
 KvPlan plan_host_kv(const HostKvInputs &in) {
   check_shape(in.block_size, in.block_bytes);
-  if (auto p = explicit_plan(in.override_, in.block_size, in.block_bytes)) return *p;
+  if (auto p = explicit_plan(in.override_, in.block_size, in.block_bytes)) {
+    // Pages commit as blocks are written: a pool larger than the memory there is would
+    // end in the OOM killer under load, so it is refused now.
+    if (in.mem_available > 0 && p->bytes() > in.mem_available)
+      p->refusal = "needs a KV pool of " + std::to_string(p->blocks) + " blocks (" + p->rule +
+                   "), " + describe_bytes(p->bytes()) + ", but the host has only " +
+                   describe_bytes(in.mem_available) + " available";
+    return *p;
+  }
   KvPlan p;
   p.block_size = in.block_size;
   p.block_bytes = in.block_bytes;

@@ -17,7 +17,8 @@
 // workspace and host tier. A pool that cannot hold min(context, kMinPoolTokens) tokens
 // is a refusal.
 //
-// Explicit --kv-blocks or --max-kv-tokens win over both rules.
+// Explicit --kv-blocks or --max-kv-tokens win over both rules, but a pool larger than
+// the memory there is (free device memory, MemAvailable) is refused all the same.
 #pragma once
 
 #include <cstdint>

@@ -131,6 +131,18 @@ test('a model whose share cannot hold its weights and a minimal pool is refused 
   }
 });
 
+test('an explicit --kv-blocks larger than the host\'s memory is refused with 507, not left to the OOM killer', async () => {
+  const srv = await startServer({ name: 'mem-huge-pool', models: { tiny: MODEL_PATH }, args: ['--kv-blocks', '100000000'] });
+  try {
+    const r = await srv.post('/v1/completions', { model: 'tiny', prompt: 'Hello', max_tokens: 2 });
+    assert.equal(r.status, 507, r.text);
+    assert.match(r.json.error.message, /KV pool of 100000000 blocks \(--kv-blocks\), .*\(\d+ bytes\), but the host has only .*\(\d+ bytes\) available/);
+    assert.equal((await srv.model('tiny')).pid, 0);
+  } finally {
+    await srv.stop();
+  }
+});
+
 test('flags: a bad --gpu-memory-fraction stops the server with a message naming the flag', async () => {
   await assert.rejects(
     startServer({ name: 'mem-bad', args: ['--gpu-memory-fraction', 'tiny=1.5'] }),

@@ -39,6 +39,13 @@ TEST(KvSizing, ExplicitBlocksWinOverTokensAndEveryCap) {
   EXPECT_EQ(p.bytes(), 313 * MiB);
   in.override_ = {-1, 0};
   EXPECT_THROW(plan_host_kv(in), Error);
+  // Explicit, but more than the host has: refused with the figures.
+  in.override_ = {2048, 0};  // 2 GiB > 1 GiB available
+  p = plan_host_kv(in);
+  EXPECT_NE(p.refusal.find("2048 blocks (--kv-blocks), 2.00 GiB (2147483648 bytes)"),
+            std::string::npos)
+      << p.refusal;
+  EXPECT_NE(p.refusal.find("(1073741824 bytes) available"), std::string::npos) << p.refusal;
 }
 
 TEST(KvSizing, HostDefaultIsFourFullContextsWhenRamAllows) {
