@@ -1,6 +1,7 @@
 #include "kv/kv_sizing.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <limits>
@@ -49,9 +50,18 @@ std::optional<KvPlan> explicit_plan(const KvOverride &o, std::int64_t block_size
 }  // namespace
 
 std::string describe_bytes(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  const bool gib = std::abs(b) >= 1024.0 * 1024 * 1024;
+  const bool mib = !gib && std::abs(b) >= 1024.0 * 1024;
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%.2f GiB (%lld bytes)",
-                static_cast<double>(bytes) / (1024.0 * 1024 * 1024), static_cast<long long>(bytes));
+  std::snprintf(buf, sizeof buf, "%.2f %s (%lld bytes)",
+                gib   ? b / (1024.0 * 1024 * 1024)
+                : mib ? b / (1024.0 * 1024)
+                      : b / 1024.0,
+                gib   ? "GiB"
+                : mib ? "MiB"
+                      : "KiB",
+                static_cast<long long>(bytes));
   return buf;
 }
 

@@ -83,7 +83,8 @@ KvPlan plan_device_kv(const DeviceKvInputs &in);
 // capped by what the pool holds for one sequence.
 std::int64_t offered_context(std::int64_t model_context, std::int64_t pool_tokens);
 
-// "1.50 GiB (1610612736 bytes)": both, so that a reader can add the figures up.
+// "1.50 GiB (1610612736 bytes)", "8.75 MiB (9175040 bytes)": both, so that a reader
+// can add the figures up.
 std::string describe_bytes(std::int64_t bytes);
 
 // MemAvailable from /proc/meminfo, in bytes; nullopt when unreadable.

@@ -83,8 +83,9 @@ struct ModelRegistry::Entry {
   std::vector<std::string> args;  // the engine's arguments, kept for restarts
   std::shared_ptr<EngineProcess> proc;
   std::shared_ptr<LoadedModel> loaded;
-  std::int64_t estimate = 0;
-  std::int64_t memory = 0;  // reported by the engine once ready
+  std::int64_t weights = 0;   // bytes of the weight files, as stored
+  std::int64_t estimate = 0;  // the planned total (weights alone when there is no plan)
+  std::int64_t memory = 0;    // reported by the engine once ready
   Clock::time_point last_used{};
   Clock::time_point spawned_at{};
   std::uint64_t attempt = 0;  // counts spawns, so waiters can tell their attempt failed
@@ -171,7 +172,7 @@ std::string ModelRegistry::add_model(const fs::path &path, bool pinned) {
     slot = std::make_unique<Entry>();
     slot->id = id;
     slot->path = p;
-    slot->estimate = weight_file_bytes(p);
+    slot->weights = slot->estimate = weight_file_bytes(p);
   }
   slot->pinned = slot->pinned || pinned;
   return id;
@@ -253,7 +254,7 @@ ModelMemoryPlan ModelRegistry::plan_of(Entry &e) const {
       o.budget_share = static_cast<std::int64_t>(static_cast<double>(options_.memory_budget_bytes) *
                                                  share_of(e));
   }
-  return plan_model_memory(*e.config, e.estimate, o);
+  return plan_model_memory(*e.config, e.weights, o);
 }
 
 std::vector<std::string> ModelRegistry::launch_args(const Entry &e) const {

@@ -101,6 +101,13 @@ async function threeUnderBudget(name, order) {
     // The refusal changed nothing: a and b still serve.
     for (const id of order)
       assert.equal((await srv.post('/v1/completions', { model: id, prompt: 'Hi', max_tokens: 2 })).status, 200);
+    // Unloaded and loaded again (three times), a model plans the same bytes.
+    const first = (await srv.model(order[0])).memory;
+    for (let i = 0; i < 3; i++) {
+      assert.equal((await srv.post(`/v1/models/${order[0]}/unload`)).status, 200);
+      assert.equal((await srv.post(`/v1/models/${order[0]}/load`)).status, 200);
+    }
+    assert.deepEqual((await srv.model(order[0])).memory, first);
   } finally {
     await srv.stop();
   }

@@ -183,5 +183,7 @@ TEST(KvSizing, DeviceExplicitBlocksThatDoNotFitAreRefused) {
 
 TEST(KvSizing, DescribeBytesGivesBoth) {
   EXPECT_EQ(describe_bytes(3 * GiB / 2), "1.50 GiB (1610612736 bytes)");
+  EXPECT_EQ(describe_bytes(9178512), "8.75 MiB (9178512 bytes)");
+  EXPECT_EQ(describe_bytes(2048), "2.00 KiB (2048 bytes)");
   EXPECT_TRUE(host_mem_available().value_or(1) > 0);
 }
