@@ -368,6 +368,11 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock,
 void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
                                   Clock::time_point deadline) {
   // First: a model that cannot get its share is refused before any work.
+  if ((options_.plan.cuda || options_.memory_budget_bytes > 0) && share_of(e) <= 0)
+    throw Error(ErrorCode::kResourceExhausted,
+                "model '" + e.id + "' has no share of the " +
+                    (options_.plan.cuda ? "device" : "memory budget") +
+                    " left: the other models' --gpu-memory-fraction ID=F shares take all of it");
   e.plan = plan_of(e);
   if (!e.plan.refusal.empty())
     throw Error(ErrorCode::kResourceExhausted, "model '" + e.id + "' " + e.plan.refusal);

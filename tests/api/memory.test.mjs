@@ -150,6 +150,19 @@ test('an explicit --kv-blocks larger than the host\'s memory is refused with 507
   }
 });
 
+test('explicit shares that take the whole budget leave the other models none: 507, not an unbounded pool', async () => {
+  const srv = await startServer({ name: 'mem-noshare', models: { a: MODEL_PATH, b: MODEL_PATH },
+    args: ['--memory-budget', String(10 * weightsOf(MODEL_PATH)), '--gpu-memory-fraction', 'a=1'] });
+  try {
+    assert.equal((await srv.post('/v1/completions', { model: 'a', prompt: 'Hi', max_tokens: 2 })).status, 200);
+    const r = await srv.post('/v1/completions', { model: 'b', prompt: 'Hi', max_tokens: 2 });
+    assert.equal(r.status, 507, r.text);
+    assert.match(r.json.error.message, /model 'b' has no share of the memory budget left/);
+  } finally {
+    await srv.stop();
+  }
+});
+
 test('flags: a bad --gpu-memory-fraction stops the server with a message naming the flag', async () => {
   await assert.rejects(
     startServer({ name: 'mem-bad', args: ['--gpu-memory-fraction', 'tiny=1.5'] }),
