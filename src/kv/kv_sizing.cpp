@@ -84,9 +84,9 @@ KvPlan plan_host_kv(const HostKvInputs &in) {
   std::int64_t blocks = ceil_div(context, in.block_size) * kHostDefaultSequences;
   p.rule = std::to_string(kHostDefaultSequences) + " x context";
   if (in.mem_available > 0) {
-    const auto cap =
-        static_cast<std::int64_t>(static_cast<double>(in.mem_available) * kHostRamFraction) /
-        in.block_bytes;
+    const auto cap = static_cast<std::int64_t>(static_cast<double>(in.mem_available) *
+                                               kHostRamFraction * in.ram_share) /
+                     in.block_bytes;
     if (cap < blocks) {
       blocks = cap;
       p.rule = "MemAvailable";
@@ -112,8 +112,9 @@ KvPlan plan_host_kv(const HostKvInputs &in) {
     if (p.rule == "budget")
       s << " but its share of the memory budget is " << describe_bytes(in.budget_share);
     else
-      s << " but half of the host's available memory is "
-        << describe_bytes(static_cast<std::int64_t>(in.mem_available * kHostRamFraction));
+      s << " but its share of half the host's available memory is "
+        << describe_bytes(
+               static_cast<std::int64_t>(in.mem_available * kHostRamFraction * in.ram_share));
     p.refusal = s.str();
   }
   return p;

@@ -11,8 +11,9 @@
 // byte figures: never an out-of-memory error mid-serving.
 //
 // On the CPU: enough for kHostDefaultSequences sequences of the model's full context,
-// capped by kHostRamFraction of MemAvailable (the pool's pages are committed as they
-// are written, so this is what a full pool may take from the rest of the machine) and,
+// capped by the model's share of kHostRamFraction of MemAvailable (the pool's pages are
+// committed as they are written, so this is what a full pool may take from the rest of
+// the machine; several models split it as they split the budget) and,
 // under --memory-budget, by the model's share of the budget minus its weights,
 // workspace and host tier. A pool that cannot hold min(context, kMinPoolTokens) tokens
 // is a refusal.
@@ -60,6 +61,7 @@ struct HostKvInputs {
   std::int64_t block_bytes = 0;     // one block, all layers, K and V
   std::int64_t context_tokens = 0;  // the model's (or --max-model-len)
   std::int64_t mem_available = 0;   // /proc/meminfo MemAvailable; 0: unknown, no cap
+  double ram_share = 1.0;           // this model's share of the RAM cap
   std::int64_t budget_share = 0;    // bytes of --memory-budget for this model; 0: no budget
   std::int64_t weights_bytes = 0;   // as stored
   std::int64_t other_bytes = 0;     // workspace + host tier

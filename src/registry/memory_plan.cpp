@@ -57,6 +57,7 @@ ModelMemoryPlan plan_model_memory(const ModelConfig &config, std::int64_t weight
   in.block_bytes = cpu_block_bytes(config, o.block_size);
   in.context_tokens = p.model_context;
   in.mem_available = o.mem_available;
+  in.ram_share = o.ram_share;
   in.budget_share = o.budget_share;
   in.weights_bytes = weights_bytes;
   in.other_bytes = o.host_tier_bytes;

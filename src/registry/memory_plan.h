@@ -26,6 +26,7 @@ struct MemoryPlanOptions {
   std::int64_t host_tier_bytes = 0;  // --hot-cache-size
   std::int64_t budget_share = 0;     // CPU: bytes of --memory-budget this model may take
   std::int64_t mem_available = 0;    // CPU: MemAvailable (0: unknown, no cap)
+  double ram_share = 1.0;            // CPU: this model's share of the RAM cap
 };
 
 struct ModelMemoryPlan {

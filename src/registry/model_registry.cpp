@@ -250,6 +250,7 @@ ModelMemoryPlan ModelRegistry::plan_of(Entry &e) const {
   MemoryPlanOptions o = options_.plan;
   if (!o.cuda) {
     o.mem_available = host_mem_available().value_or(0);
+    o.ram_share = std::max(share_of(e), 1e-6);
     if (options_.memory_budget_bytes > 0)
       o.budget_share = static_cast<std::int64_t>(static_cast<double>(options_.memory_budget_bytes) *
                                                  share_of(e));

@@ -18,8 +18,8 @@
 // Memory (issue 21): before an engine starts, the registry plans the model's memory
 // (registry/memory_plan.h: weights as stored, the KV pool, host tier) and budgets that.
 // On the CPU the pool is sized here and passed down as --kv-blocks; each model may take
-// its share of --memory-budget (ModelSettings::memory_fraction, else an even split over
-// the models the server knows). On CUDA each engine gets a share of the device
+// its share of --memory-budget and of the RAM cap (ModelSettings::memory_fraction, else
+// an even split over the models the server knows). On CUDA each engine gets a share of the device
 // (--gpu-memory-fraction: explicit per model, else gpu_memory_fraction split evenly) and
 // sizes its own pool within it; shares over 1.0 in all evict idle models or are refused.
 // A model that cannot get its share is refused with 507 and the byte figures: what it

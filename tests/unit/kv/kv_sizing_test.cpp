@@ -68,6 +68,9 @@ TEST(KvSizing, HostPoolCappedByHalfOfMemAvailableInWholeBlocks) {
   EXPECT_LE(p.bytes(), in.mem_available / 2);
   // A 20,000-token prompt still fits one sequence: the context offered is the model's.
   EXPECT_EQ(offered_context(65536, p.tokens()), 65536);
+  // Two models split the cap as they split a budget.
+  in.ram_share = 0.5;
+  EXPECT_EQ(plan_host_kv(in).blocks, 2560);
 }
 
 TEST(KvSizing, HostPoolCappedByBudgetShareAfterWeightsAndWorkspace) {
