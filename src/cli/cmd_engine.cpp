@@ -118,7 +118,7 @@ int cmd_engine(int argc, char **argv) {
   std::unique_ptr<Engine> engine;
   std::atomic<std::int64_t> kv_bytes{0}, workspace_bytes{0}, device_total{0}, device_weights{0};
   std::string kv_rule;
-  const std::int64_t host_tier = hot_cache.empty() ? 0 : parse_size(hot_cache, "--hot-cache-size");
+  std::int64_t host_tier = 0;
   try {
 #ifndef KEEL_WITH_CUDA
     if (device != "cpu")
@@ -139,7 +139,8 @@ int cmd_engine(int argc, char **argv) {
     cfg.max_model_len = max_model_len;
     cfg.device_sampling = !host_sampling;
     cfg.model_fingerprint = fingerprint_of(model, device);
-    if (!hot_cache.empty()) cfg.tiers.host_bytes = parse_size(hot_cache, "--hot-cache-size");
+    if (!hot_cache.empty())
+      cfg.tiers.host_bytes = host_tier = parse_size(hot_cache, "--hot-cache-size");
     if (!cache_dir.empty()) {
       cfg.tiers.ssd_dir = cache_dir;
       cfg.tiers.ssd_bytes =
