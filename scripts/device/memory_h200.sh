@@ -13,7 +13,7 @@
 #   here:  cmake --build build-cuda --target keel && scripts/device/package.sh build-cuda keel
 #   there: (carry .devcarry) [KEEL_CARRY=.devcarry] bash scripts/device/memory_h200.sh [budget_s]
 # Logs in $OUT (default /tmp/keel-memory): serve*.log, load.log, status*.json.
-# A dry run of steps 1-2 on a CPU (what was checked before handing it over):
+# A dry run of steps 1-3 on a CPU (what was checked before handing it over):
 #   DEVICE=cpu SHAPE=tiny LONG=3000 STREAMS=16 REQUESTS=32 VOCAB=500 bash scripts/device/memory_h200.sh
 set -uo pipefail
 carry=${KEEL_CARRY:-.devcarry}
@@ -44,12 +44,24 @@ serve() {
   tail -20 "$out/$name.log" >&2
   exit 1
 }
-complete() {  # URL MODEL: one short greedy completion; prints the HTTP status and body head
-  curl -s -o "$out/last.json" -w '%{http_code}' "$1/v1/completions" -H 'content-type: application/json' \
-    -d "{\"model\":\"$2\",\"prompt\":\"Hello\",\"max_tokens\":4,\"temperature\":0}"
-  echo " $(head -c 600 "$out/last.json")"
+# http METHOD URL [BODY]: prints the HTTP status and the body (python3: the GPU image may lack curl).
+http() {
+  python3 - "$@" <<'PY'
+import sys, urllib.request, urllib.error
+method, url = sys.argv[1], sys.argv[2]
+body = sys.argv[3].encode() if len(sys.argv) > 3 else None
+req = urllib.request.Request(url, data=body, method=method, headers={"content-type": "application/json"})
+try:
+    with urllib.request.urlopen(req, timeout=600) as r:
+        print(r.status, r.read().decode())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode())
+PY
 }
-
+complete() {  # URL MODEL: one short greedy completion; prints the HTTP status and body head
+  http POST "$1/v1/completions" "{\"model\":\"$2\",\"prompt\":\"Hello\",\"max_tokens\":4,\"temperature\":0}" | head -c 700
+  echo
+}
 gpu_memory() { nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv,noheader 2>/dev/null; }
 gpu_memory
 models=/tmp/keel-memory-models
@@ -63,36 +75,41 @@ du -sh "$model"
 
 stamp "serve, default flags: /v1/models before any load"
 serve default "$model"
-curl -s "$url/v1/models"; echo
+http GET "$url/v1/models"
 stamp "one ${LONG:-131072}-token request, then 512 in / 128 out at ${STREAMS:-256} streams"
 timeout "$(cap 300)" python3 "$here/serve_load.py" "$url" "llama$shape" --long "${LONG:-131072}" \
   --streams "${STREAMS:-256}" --input 512 --output 128 --requests "${REQUESTS:-768}" \
   --vocab "${VOCAB:-128000}" | tee "$out/load.log"
 echo "serve_load exit ${PIPESTATUS[0]}"
-curl -s "$url/api/status" >"$out/status_default.json"
+http GET "$url/api/status" | cut -d' ' -f2- >"$out/status_default.json"
 python3 -c 'import json,sys; m=json.load(open(sys.argv[1]))["models"][0]
 print("context_length", m["context_length"], "kv_pool", json.dumps(m["kv_pool"]), "memory", json.dumps(m["memory"]))' \
   "$out/status_default.json"
 gpu_memory
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null
-[ "$device" = cuda ] || { stamp "done (steps 3-4 need a GPU)"; exit 0; }
+# On a CPU dry run the shares split a budget (5 x the weights and a 1 MiB pool) instead
+# of a device.
+extra=()
+[ "$device" = cuda ] ||
+  extra=(--memory-budget $((5 * ($(du -cb "$model"/*.safetensors | tail -1 | cut -f1) + 1048576))))
 
 stamp "one GPU, three models: a=0.45 b=0.45 (pinned), c=0.3"
 mkdir -p "$models/three"
 for id in a b c; do ln -sfn "$model" "$models/three/$id"; done
 serve three --model-dir "$models/three" --gpu-memory-fraction a=0.45 --gpu-memory-fraction b=0.45 \
-  --gpu-memory-fraction c=0.3 --pin a --pin b
+  --gpu-memory-fraction c=0.3 --pin a --pin b "${extra[@]}"
 echo "b: $(complete "$url" b)"
 echo "a: $(complete "$url" a)"
 echo "b again: $(complete "$url" b)"
 echo "c (must be 507): $(complete "$url" c)"
-curl -s "$url/api/status" >"$out/status_three.json"
+http GET "$url/api/status" | cut -d' ' -f2- >"$out/status_three.json"
 python3 -c 'import json,sys
 for m in json.load(open(sys.argv[1]))["models"]:
     print(m["id"], m["state"], "pool", m["kv_pool"]["blocks"], "blocks", m["kv_pool"]["tokens"], "tokens; memory", json.dumps(m["memory"]))' \
   "$out/status_three.json"
 gpu_memory
 
+[ "$device" = cuda ] || { stamp "done (step 4 needs a GPU)"; exit 0; }
 stamp "a second server beside it: its engine cannot get a 0.3 share (507 from the engine)"
 mkdir -p "$models/other"
 ln -sfn "$model" "$models/other/d"
