@@ -3,7 +3,8 @@
 # several models on one GPU. Builds nothing: runs the carried `keel` binary.
 #   1. makes an 8B-shaped model (keel make-model --shape 8b, bf16, ~16 GB);
 #   2. `keel serve --device cuda` with default flags: /v1/models before the load, then
-#      one 131,072-token request, then the 512-in / 128-out load at 256 streams
+#      one 131,072-token request (131,064 prompt + 8 generated: the whole context), then
+#      the 512-in / 128-out load at 256 streams
 #      (serve_load.py; 768 requests), KV blocks used back to 0 after it, /api/status;
 #   3. one server, three ids of that model with shares a=0.45 b=0.45 c=0.3, a and b
 #      pinned: b then a both load and serve, c is refused with 507 and the byte figures;
@@ -14,7 +15,7 @@
 #   there: (carry .devcarry) [KEEL_CARRY=.devcarry] bash scripts/device/memory_h200.sh [budget_s]
 # Logs in $OUT (default /tmp/keel-memory): serve*.log, load.log, status*.json.
 # A dry run of steps 1-3 on a CPU (what was checked before handing it over):
-#   DEVICE=cpu SHAPE=tiny LONG=3000 STREAMS=16 REQUESTS=32 VOCAB=500 bash scripts/device/memory_h200.sh
+#   DEVICE=cpu SHAPE=tiny LONG=4096 STREAMS=16 REQUESTS=32 VOCAB=500 bash scripts/device/memory_h200.sh
 set -uo pipefail
 carry=${KEEL_CARRY:-.devcarry}
 out=${OUT:-/tmp/keel-memory}
