@@ -88,7 +88,8 @@ struct ModelRegistry::Entry {
   std::int64_t memory = 0;    // reported by the engine once ready
   Clock::time_point last_used{};
   Clock::time_point spawned_at{};
-  std::uint64_t attempt = 0;  // counts spawns, so waiters can tell their attempt failed
+  Clock::time_point exited_seen{};  // when a loading engine's exit was first seen
+  std::uint64_t attempt = 0;        // counts spawns, so waiters can tell their attempt failed
   std::int32_t restarts = 0;
   std::string last_error;
   int waiters = 0;            // acquires waiting for this model to become ready
@@ -410,6 +411,7 @@ void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
                    static_cast<int>(e.proc->pid()));
   set_state(e, ModelState::kLoading);
   e.spawned_at = Clock::now();
+  e.exited_seen = {};
   e.attempt++;
   e.last_error.clear();
 }
@@ -522,6 +524,13 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
         e.last_used = now;
         cv_.notify_all();
       } else if (client.dead() || e.proc->exited(&how)) {
+        // A child that exited may still have its last frame (the load error, which says
+        // whether memory refused it: 507) in the socket: the reader reaches EOF right
+        // after it, so wait for that, a second at most, before judging the exit.
+        if (!client.dead()) {
+          if (e.exited_seen == Clock::time_point{}) e.exited_seen = now;
+          if (now - e.exited_seen < std::chrono::seconds(1)) continue;
+        }
         e.proc->exited(&how);  // the exit status, when it is already known
         e.last_error = client.dead() ? client.dead_reason() : "engine process " + how;
         if (client.dead() && !how.empty()) e.last_error += " (" + how + ")";
@@ -603,6 +612,7 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
         e.proc = EngineProcess::spawn({options_.keel_executable, e.path, e.args});
         set_state(e, ModelState::kRestarting);
         e.spawned_at = Clock::now();
+        e.exited_seen = {};
         e.attempt++;
       } catch (const Error &err) {
         set_state(e, ModelState::kAvailable);
