@@ -9,7 +9,8 @@
 // is sized from memory. CUDA: each engine takes its share of the device
 // (--gpu-memory-fraction, 0.9 by default, split evenly over the models unless given per
 // model as ID=F) and fills what its weights and buffers leave of it. CPU: room for 4
-// sequences of the model's full context, at most the model's share (ID=F, else an even
+// sequences of the model's full context (16,384 tokens at least, the fixed default
+// before), at most the model's share (ID=F, else an even
 // split) of half of MemAvailable and, under --memory-budget, of the budget after its
 // weights and host tier.
 //
@@ -77,7 +78,8 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--kv-blocks", kv_blocks,
                  "KV cache blocks (16 tokens) per engine; 0: sized from memory (CUDA: what "
                  "the weights and buffers leave of the engine's --gpu-memory-fraction share; "
-                 "CPU: 4 full contexts, at most the model's share of half of MemAvailable "
+                 "CPU: 4 full contexts (16,384 tokens at least), at most the model's share of "
+                 "half of MemAvailable "
                  "and of --memory-budget)")
       ->envname("KEEL_KV_BLOCKS")
       ->capture_default_str();

@@ -83,6 +83,10 @@ KvPlan plan_host_kv(const HostKvInputs &in) {
   // Blocks, not tokens, from here on: each cap rounds down to whole blocks.
   std::int64_t blocks = ceil_div(context, in.block_size) * kHostDefaultSequences;
   p.rule = std::to_string(kHostDefaultSequences) + " x context";
+  if (blocks * in.block_size < kHostMinDefaultTokens) {
+    blocks = ceil_div(kHostMinDefaultTokens, in.block_size);
+    p.rule = "default minimum";
+  }
   if (in.mem_available > 0) {
     const auto cap = static_cast<std::int64_t>(static_cast<double>(in.mem_available) *
                                                kHostRamFraction * in.ram_share) /

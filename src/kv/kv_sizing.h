@@ -10,7 +10,8 @@
 // opens, or whose share is smaller than its weights and buffers, is refused with the
 // byte figures: never an out-of-memory error mid-serving.
 //
-// On the CPU: enough for kHostDefaultSequences sequences of the model's full context,
+// On the CPU: enough for kHostDefaultSequences sequences of the model's full context
+// (at least kHostMinDefaultTokens, the fixed default before, for short-context models),
 // capped by the model's share of kHostRamFraction of MemAvailable (the pool's pages are
 // committed as they are written, so this is what a full pool may take from the rest of
 // the machine; several models split it as they split the budget) and,
@@ -29,6 +30,7 @@
 namespace keel {
 
 inline constexpr int kHostDefaultSequences = 4;
+inline constexpr std::int64_t kHostMinDefaultTokens = 16384;
 inline constexpr double kHostRamFraction = 0.5;
 inline constexpr std::int64_t kMinPoolTokens = 2048;
 inline constexpr double kDefaultGpuMemoryFraction = 0.9;

@@ -97,6 +97,17 @@ TEST(KvSizing, HostRefusesAShareTooSmallForWeightsAndAMinimalPool) {
       << p.refusal;  // what it needs in all
 }
 
+TEST(KvSizing, HostShortContextGetsTheDefaultMinimumUnlessCapped) {
+  HostKvInputs in = host_1b();
+  in.context_tokens = 1024;  // 4 x 1024 is less than the old fixed default of 16,384 tokens
+  KvPlan p = plan_host_kv(in);
+  EXPECT_EQ(p.tokens(), kHostMinDefaultTokens);
+  EXPECT_EQ(p.rule, "default minimum");
+  in.context_tokens = 8192;  // 4 x 8192 is more
+  p = plan_host_kv(in);
+  EXPECT_EQ(p.tokens(), 4 * 8192);
+}
+
 TEST(KvSizing, HostShortContextFloorIsTheContext) {
   HostKvInputs in = host_1b();
   in.context_tokens = 512;

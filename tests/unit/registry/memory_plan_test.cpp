@@ -28,7 +28,7 @@ TEST(MemoryPlan, ReadsTheConfigAndSizesACpuBlock) {
   EXPECT_THROW(read_model_config(test::fixtures_dir() / "no-such-model"), Error);
 }
 
-TEST(MemoryPlan, CpuDefaultIsFourContextsAndThePartsAddUp) {
+TEST(MemoryPlan, CpuDefaultIsTheMinimumForAShortContextAndThePartsAddUp) {
   const ModelConfig c = read_model_config(kGqa);
   MemoryPlanOptions o;
   o.host_tier_bytes = 1 << 20;
@@ -36,12 +36,12 @@ TEST(MemoryPlan, CpuDefaultIsFourContextsAndThePartsAddUp) {
   const ModelMemoryPlan p = plan_model_memory(c, 1000, o);
   ASSERT_TRUE(p.known);
   EXPECT_TRUE(p.refusal.empty()) << p.refusal;
-  EXPECT_EQ(p.kv_tokens, 4 * 256);
-  EXPECT_EQ(p.kv_blocks, 64);
-  EXPECT_EQ(p.kv_bytes, 64 * cpu_block_bytes(c, 16));
+  EXPECT_EQ(p.kv_tokens, kHostMinDefaultTokens);  // 4 x 256 would be less
+  EXPECT_EQ(p.kv_blocks, 1024);
+  EXPECT_EQ(p.kv_bytes, 1024 * cpu_block_bytes(c, 16));
   EXPECT_EQ(p.total_bytes(), 1000 + p.kv_bytes + (1 << 20));
   EXPECT_EQ(p.context_length, 256);
-  EXPECT_EQ(p.rule, "4 x context");
+  EXPECT_EQ(p.rule, "default minimum");
 }
 
 TEST(MemoryPlan, CpuOverridesAndMaxModelLen) {
