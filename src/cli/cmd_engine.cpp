@@ -21,7 +21,9 @@
 #include "engine/tp_backend.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "grammar/output_constraints.h"
+#include "kv/kv_sizing.h"
 #include "registry/log.h"
+#include "registry/memory_plan.h"
 #include "registry/model_registry.h"
 #ifdef KEEL_WITH_CUDA
 #include "exec/cuda/cuda_engine_runner.h"
@@ -67,15 +69,20 @@ int cmd_engine(int argc, char **argv) {
   CLI::App app{"keel engine: one engine process (started by keel serve)"};
   int fd = -1;
   std::string model, device = "cpu";
-  int threads = 0, max_concurrent = 256, kv_blocks = 1024, block_size = 16, heartbeat_ms = 100,
+  int threads = 0, max_concurrent = 256, kv_blocks = 0, block_size = 16, heartbeat_ms = 100,
       max_model_len = 0;
+  std::int64_t max_kv_tokens = 0;
+  double gpu_memory_fraction = kDefaultGpuMemoryFraction;
   std::string cache_dir, hot_cache, ssd_cache;
   app.add_option("--fd", fd, "connected socket to the front")->required();
   app.add_option("--model", model, "model directory or .gguf file")->required();
   app.add_option("--device", device, "cpu or cuda[:N]");
   app.add_option("--threads", threads, "compute threads (0: all cores)");
   app.add_option("--max-concurrent", max_concurrent, "running requests at most");
-  app.add_option("--kv-blocks", kv_blocks, "KV cache blocks");
+  app.add_option("--kv-blocks", kv_blocks, "KV cache blocks (0: sized from memory)");
+  app.add_option("--max-kv-tokens", max_kv_tokens, "KV cache tokens (0: sized from memory)");
+  app.add_option("--gpu-memory-fraction", gpu_memory_fraction,
+                 "CUDA: this engine's share of the device's memory (weights, buffers, KV)");
   app.add_option("--block-size", block_size, "tokens per KV block");
   app.add_option("--max-model-len", max_model_len, "longest sequence (0: the model's)");
   app.add_option("--heartbeat-ms", heartbeat_ms, "status report interval");
@@ -110,7 +117,9 @@ int cmd_engine(int argc, char **argv) {
   if (const char *lv = std::getenv("KEEL_LOG_LEVEL"))
     if (auto level = parse_log_level(lv)) server.set_log_info(*level >= LogLevel::kInfo);
   std::unique_ptr<Engine> engine;
-  std::atomic<std::int64_t> kv_bytes{0};
+  std::atomic<std::int64_t> kv_bytes{0}, workspace_bytes{0}, device_total{0}, device_weights{0};
+  std::string kv_rule;
+  std::int64_t host_tier = 0;
   try {
 #ifndef KEEL_WITH_CUDA
     if (device != "cpu")
@@ -132,7 +141,8 @@ int cmd_engine(int argc, char **argv) {
     cfg.device_sampling = !host_sampling;
     cfg.make_constraint = grammar::output_constraint_factory(model);
     cfg.model_fingerprint = fingerprint_of(model, device);
-    if (!hot_cache.empty()) cfg.tiers.host_bytes = parse_size(hot_cache, "--hot-cache-size");
+    if (!hot_cache.empty())
+      cfg.tiers.host_bytes = host_tier = parse_size(hot_cache, "--hot-cache-size");
     if (!cache_dir.empty()) {
       cfg.tiers.ssd_dir = cache_dir;
       cfg.tiers.ssd_bytes =
@@ -140,6 +150,24 @@ int cmd_engine(int argc, char **argv) {
     }
     cfg.tiers.io_threads = std::max(cache_io_threads, 1);
     const std::filesystem::path path = model;
+    const KvOverride kv_override{kv_blocks, max_kv_tokens};
+    // CPU pool: explicit, or the host rule (kv/kv_sizing.h) from the config and
+    // MemAvailable. `keel serve` passes the size it budgeted as --kv-blocks.
+    int cpu_blocks = kv_blocks;
+    if (device == "cpu") {
+      MemoryPlanOptions po;
+      po.block_size = block_size;
+      po.max_model_len = max_model_len;
+      po.kv = kv_override;
+      po.host_tier_bytes = host_tier;
+      po.mem_available = host_mem_available().value_or(0);
+      const ModelMemoryPlan plan =
+          plan_model_memory(read_model_config(path), weight_file_bytes(path), po);
+      if (!plan.refusal.empty())
+        throw Error(ErrorCode::kResourceExhausted, kMemoryRefusalTag + plan.refusal);
+      cpu_blocks = static_cast<int>(plan.kv_blocks);
+      kv_rule = plan.rule;
+    }
     engine = std::make_unique<Engine>(
         [&, path] {
           EngineBackend b;
@@ -149,7 +177,7 @@ int cmd_engine(int argc, char **argv) {
             o.model = path;
             o.tensor_parallel = tensor_parallel;
             o.threads = threads;
-            o.num_blocks = kv_blocks;
+            o.num_blocks = cpu_blocks;
             o.block_size = block_size;
             b = tp::make_cpu_tp_backend(o);
           } else {
@@ -159,18 +187,41 @@ int cmd_engine(int argc, char **argv) {
             if (cuda_device >= 0) {
               cuda::CudaRunnerOptions opts;
               opts.block_size = block_size;
-              opts.num_kv_blocks = kv_blocks;
+              // Sized on the device after the weights and buffers (plan_device_kv).
+              opts.num_kv_blocks = 0;
+              opts.kv_blocks_for = [&](const cuda::DeviceMemory &m, std::int64_t block_bytes) {
+                DeviceKvInputs in;
+                in.block_size = block_size;
+                in.block_bytes = block_bytes;
+                in.total_bytes = m.total;
+                in.free_at_open = m.free_at_open;
+                in.free_now = m.free_now;
+                in.fraction = gpu_memory_fraction;
+                in.override_ = kv_override;
+                const KvPlan kp = plan_device_kv(in);
+                if (!kp.refusal.empty())
+                  throw Error(ErrorCode::kResourceExhausted, kMemoryRefusalTag + kp.refusal);
+                kv_rule = kp.rule;
+                return static_cast<std::int32_t>(kp.blocks);
+              };
               opts.max_model_len = max_model_len;
               opts.max_seqs = std::max(opts.max_seqs, cfg.scheduler.max_num_seqs);
               opts.max_logits_rows = std::max(opts.max_logits_rows, cfg.scheduler.max_num_seqs);
               opts.max_batch_tokens =
                   std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
               opts.gpu_sampling = !host_sampling;
-              b.runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
+              auto runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
+              device_total = runner->runner().device_total_bytes();
+              device_weights = static_cast<std::int64_t>(runner->runner().weight_bytes());
+              workspace_bytes = std::max<std::int64_t>(
+                  runner->runner().buffer_bytes() -
+                      static_cast<std::int64_t>(runner->runner().weight_bytes()),
+                  0);
+              b.runner = std::move(runner);
             } else
 #endif
               b.runner = cpu::CpuModelRunner::open(path, *b.context,
-                                                   cpu::KvOptions{kv_blocks, block_size});
+                                                   cpu::KvOptions{cpu_blocks, block_size});
           }
           kv_bytes =
               static_cast<std::int64_t>(b.runner->kv().block_bytes()) * b.runner->kv().num_blocks();
@@ -186,16 +237,17 @@ int cmd_engine(int argc, char **argv) {
   info.context_length = engine->max_model_len();
   info.vocab_size = engine->model_config().vocab_size;
   info.eos_token_ids = engine->model_config().eos_token_ids;
-  std::error_code ec;
-  std::int64_t weights = 0;
-  if (std::filesystem::is_directory(model, ec)) {
-    for (const auto &f : std::filesystem::directory_iterator(model, ec))
-      if (f.path().extension() == ".safetensors")
-        weights += static_cast<std::int64_t>(f.file_size(ec));
-  } else {
-    weights = static_cast<std::int64_t>(std::filesystem::file_size(model, ec));
-  }
-  info.memory_bytes = weights + kv_bytes.load();
+  // Weights as stored where they live: the mapped files on the CPU, the device copy on CUDA.
+  const std::int64_t weights =
+      device_weights.load() > 0 ? device_weights.load() : weight_file_bytes(model);
+  info.weights_bytes = weights;
+  info.kv_bytes = kv_bytes.load();
+  info.workspace_bytes = workspace_bytes.load();
+  info.host_tier_bytes = host_tier;
+  info.kv_block_size = block_size;
+  info.device_total_bytes = device_total.load();
+  info.kv_rule = kv_rule;
+  info.memory_bytes = info.weights_bytes + info.kv_bytes + info.workspace_bytes + host_tier;
   info.pid = ::getpid();
   info.backend = device;
   const int rc = server.serve(*engine, info);

@@ -5,6 +5,15 @@
 // over the file. Per-model settings: `--pin ID` and `--model-ttl ID=SECONDS` (both
 // repeatable; in the file `pin = ["a"]`, `model-ttl = ["a=300", "b=0"]`).
 //
+// Memory (issue 21, kv/kv_sizing.h): with no --kv-blocks / --max-kv-tokens the KV pool
+// is sized from memory. CUDA: each engine takes its share of the device
+// (--gpu-memory-fraction, 0.9 by default, split evenly over the models unless given per
+// model as ID=F) and fills what its weights and buffers leave of it. CPU: room for 4
+// sequences of the model's full context (16,384 tokens at least, the fixed default
+// before), at most the model's share (ID=F, else an even
+// split) of half of MemAvailable and, under --memory-budget, of the budget after its
+// weights and host tier.
+//
 // Shutdown (SIGTERM/SIGINT): stop accepting connections and refuse new generations,
 // let the requests in flight finish for up to --shutdown-grace seconds, end the rest
 // with an error, stop the engines (they flush their cache and exit; SIGKILL after a
@@ -29,11 +38,11 @@ namespace keel::cli {
 
 int cmd_serve(int argc, char **argv) {
   CLI::App app{"keel serve: OpenAI- and Anthropic-compatible server"};
-  std::vector<std::string> model_paths, pins, model_ttls;
+  std::vector<std::string> model_paths, pins, model_ttls, gpu_fractions;
+  std::int64_t max_kv_tokens = 0;
   std::string model_dir, host = "127.0.0.1", api_key, device = "cpu", memory_budget = "0",
                          cache_dir, hot_cache, ssd_cache, log_level = "info";
-  int port = 8000, threads = 0, max_concurrent = 256, kv_blocks = 1024, io_threads = 2,
-      workers = 16;
+  int port = 8000, threads = 0, max_concurrent = 256, kv_blocks = 0, io_threads = 2, workers = 16;
   double step_deadline_s = 0, step_deadline_floor_s = 30, heartbeat_timeout_s = 10, idle_ttl_s = 0,
          load_timeout_s = 600, sse_keepalive_s = 10, unload_grace_s = 3, shutdown_grace_s = 10;
   int tensor_parallel = 1;
@@ -66,7 +75,22 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--ssd-cache-size", ssd_cache, "SSD KV cache size")
       ->envname("KEEL_SSD_CACHE_SIZE");
   app.add_option("--log-level", log_level, "error, warn, info, debug")->envname("KEEL_LOG_LEVEL");
-  app.add_option("--kv-blocks", kv_blocks, "KV cache blocks per engine")->envname("KEEL_KV_BLOCKS");
+  app.add_option("--kv-blocks", kv_blocks,
+                 "KV cache blocks (16 tokens) per engine; 0: sized from memory (CUDA: what "
+                 "the weights and buffers leave of the engine's --gpu-memory-fraction share; "
+                 "CPU: 4 full contexts (16,384 tokens at least), at most the model's share of "
+                 "half of MemAvailable "
+                 "and of --memory-budget)")
+      ->envname("KEEL_KV_BLOCKS")
+      ->capture_default_str();
+  app.add_option("--max-kv-tokens", max_kv_tokens,
+                 "KV cache tokens per engine (rounded up to blocks); 0: sized from memory")
+      ->envname("KEEL_MAX_KV_TOKENS");
+  app.add_option("--gpu-memory-fraction", gpu_fractions,
+                 "F: the share of the GPU's memory all engines take together (default 0.9, "
+                 "split evenly over the models); ID=F: this model's share (of the GPU, or on "
+                 "the CPU of --memory-budget). Repeatable")
+      ->envname("KEEL_GPU_MEMORY_FRACTION");
   app.add_option("--pin", pins,
                  "never evict or idle-unload this model; restart its engine after a stall");
   app.add_option(
@@ -147,8 +171,31 @@ int cmd_serve(int argc, char **argv) {
   if (ec) throw Error(ErrorCode::kInternal, "cannot find the keel executable: " + ec.message());
   ro.engine_args = {"--device",         device,
                     "--threads",        std::to_string(threads),
-                    "--max-concurrent", std::to_string(max_concurrent),
-                    "--kv-blocks",      std::to_string(kv_blocks)};
+                    "--max-concurrent", std::to_string(max_concurrent)};
+  if (kv_blocks < 0 || max_kv_tokens < 0)
+    throw Error(ErrorCode::kInvalidArgument, "--kv-blocks/--max-kv-tokens: must be 0 or more");
+  ro.plan.cuda = device != "cpu";
+  ro.plan.kv = {kv_blocks, max_kv_tokens};
+  if (!hot_cache.empty()) ro.plan.host_tier_bytes = parse_size(hot_cache, "--hot-cache-size");
+  std::vector<std::pair<std::string, double>> model_fractions;
+  for (const auto &spec : gpu_fractions) {
+    const auto eq = spec.rfind('=');
+    const std::string value = eq == std::string::npos ? spec : spec.substr(eq + 1);
+    double f = -1;
+    try {
+      std::size_t used = 0;
+      f = std::stod(value, &used);
+      if (used != value.size()) f = -1;
+    } catch (const std::exception &) {
+    }
+    if (!(f > 0 && f <= 1))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--gpu-memory-fraction: '" + spec + "': must be F or ID=F with F in (0, 1]");
+    if (eq == std::string::npos)
+      ro.gpu_memory_fraction = f;
+    else
+      model_fractions.emplace_back(spec.substr(0, eq), f);
+  }
   if (!cache_dir.empty()) ro.engine_args.insert(ro.engine_args.end(), {"--cache-dir", cache_dir});
   if (!hot_cache.empty())
     ro.engine_args.insert(ro.engine_args.end(), {"--hot-cache-size", hot_cache});
@@ -218,6 +265,14 @@ int cmd_serve(int argc, char **argv) {
     ModelSettings ms_settings;
     ms_settings.idle_ttl = ms(secs);
     registry.configure(id, ms_settings);
+  }
+  for (const auto &[id, f] : model_fractions) {
+    if (!registry.has(id))
+      throw Error(ErrorCode::kNotFound,
+                  "--gpu-memory-fraction: '" + id + "' is not a model this server knows");
+    ModelSettings share;
+    share.memory_fraction = f;
+    registry.configure(id, share);
   }
 
   server::ApiOptions ao;

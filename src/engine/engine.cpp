@@ -411,6 +411,9 @@ void Engine::finish(RequestId id, FinishReason reason, std::string error) {
   if (live.deadline) --num_with_deadline_;
   EventSink sink = std::move(live.sink);
   live_.erase(it);
+  // The request's blocks are free now: the status says so before its end is delivered,
+  // so a client that saw the end never reads the blocks as still in use (issue 21).
+  publish_status();
   deliver(sink, ev);
 }
 

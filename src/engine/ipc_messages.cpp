@@ -63,7 +63,15 @@ std::string encode_ready(const ReadyInfo &info) {
               {"eos", info.eos_token_ids},
               {"memory_bytes", info.memory_bytes},
               {"pid", info.pid},
-              {"backend", info.backend}}
+              {"backend", info.backend},
+              {"memory",
+               {{"weights", info.weights_bytes},
+                {"kv", info.kv_bytes},
+                {"workspace", info.workspace_bytes},
+                {"host_tier", info.host_tier_bytes},
+                {"kv_block_size", info.kv_block_size},
+                {"device_total", info.device_total_bytes},
+                {"kv_rule", info.kv_rule}}}}
       .dump();
 }
 
@@ -77,6 +85,15 @@ ReadyInfo decode_ready(const std::string &payload) {
     r.memory_bytes = j.at("memory_bytes").get<std::int64_t>();
     r.pid = j.at("pid").get<std::int64_t>();
     r.backend = j.at("backend").get<std::string>();
+    if (const auto m = j.find("memory"); m != j.end()) {
+      r.weights_bytes = m->value("weights", std::int64_t{0});
+      r.kv_bytes = m->value("kv", std::int64_t{0});
+      r.workspace_bytes = m->value("workspace", std::int64_t{0});
+      r.host_tier_bytes = m->value("host_tier", std::int64_t{0});
+      r.kv_block_size = m->value("kv_block_size", std::int64_t{0});
+      r.device_total_bytes = m->value("device_total", std::int64_t{0});
+      r.kv_rule = m->value("kv_rule", std::string());
+    }
     return r;
   });
 }

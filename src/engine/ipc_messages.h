@@ -17,6 +17,11 @@ struct ReadyInfo {
   std::int64_t vocab_size = 0;
   std::vector<TokenId> eos_token_ids;
   std::int64_t memory_bytes = 0;  // weights + KV cache, as the engine allocated them
+  // memory_bytes by part (issue 21): weights as stored, the KV pool, workspace
+  // (activations, sampler, measured on CUDA), host tier; the pool's size and how it was chosen.
+  std::int64_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, host_tier_bytes = 0;
+  std::int64_t kv_block_size = 0, device_total_bytes = 0;
+  std::string kv_rule;
   std::int64_t pid = 0;
   std::string backend;  // "cpu", "cuda:0"
 };

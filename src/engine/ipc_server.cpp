@@ -81,6 +81,10 @@ void IpcEngineServer::send_event(EngineApi &engine, const RequestEvent &e) {
         "engine: the front did not take this request's tokens in time (the engine's IPC queue "
         "was full); the request was ended";
   }
+  // A finish goes out after a fresh status (the engine published it with the request's
+  // blocks freed), so the front never shows them in use once the client has seen the end
+  // (issue 21: "920 blocks in use" after a run). Same priority, so the order holds.
+  writer_->post(FrameType::kStatus, encode_status(engine.status()), 0, FramePriority::kControl);
   if (writer_->post(FrameType::kEvent, encode_event(out), id, FramePriority::kControl) ==
       PostResult::kFull)
     end_serving("the front is not reading its socket (the IPC queue is full); stopping", 1);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <deque>
+#include <functional>
 
 #include "core/error.h"
 
@@ -61,22 +62,9 @@ std::int64_t parse_size(const std::string &text, const std::string &what) {
 
 namespace {
 
-// Bytes of the weight files: the floor of what an engine will take.
-std::int64_t estimate_bytes(const fs::path &path) {
-  std::error_code ec;
-  std::int64_t total = 0;
-  if (fs::is_regular_file(path, ec)) return static_cast<std::int64_t>(fs::file_size(path, ec));
-  for (const auto &f : fs::directory_iterator(path, ec)) {
-    const auto ext = f.path().extension();
-    if (ext == ".safetensors" || ext == ".gguf" || ext == ".bin")
-      total += static_cast<std::int64_t>(f.file_size(ec));
-  }
-  return total;
-}
-
-std::string mib(std::int64_t b) {
+std::string share_text(double f) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(b) / (1024.0 * 1024.0));
+  std::snprintf(buf, sizeof buf, "%.3g", f);
   return buf;
 }
 
@@ -88,13 +76,20 @@ struct ModelRegistry::Entry {
   bool pinned = false;
   ModelState state = ModelState::kAvailable;
   std::unique_ptr<ModelText> text;
+  std::optional<double> fraction;     // explicit share (ModelSettings::memory_fraction)
+  std::optional<ModelConfig> config;  // read once, for the memory plan
+  std::string config_error;
+  ModelMemoryPlan plan;           // the last plan (what start_loading budgeted)
+  std::vector<std::string> args;  // the engine's arguments, kept for restarts
   std::shared_ptr<EngineProcess> proc;
   std::shared_ptr<LoadedModel> loaded;
-  std::int64_t estimate = 0;
-  std::int64_t memory = 0;  // reported by the engine once ready
+  std::int64_t weights = 0;   // bytes of the weight files, as stored
+  std::int64_t estimate = 0;  // the planned total (weights alone when there is no plan)
+  std::int64_t memory = 0;    // reported by the engine once ready
   Clock::time_point last_used{};
   Clock::time_point spawned_at{};
-  std::uint64_t attempt = 0;  // counts spawns, so waiters can tell their attempt failed
+  Clock::time_point exited_seen{};  // when a loading engine's exit was first seen
+  std::uint64_t attempt = 0;        // counts spawns, so waiters can tell their attempt failed
   std::int32_t restarts = 0;
   std::string last_error;
   int waiters = 0;            // acquires waiting for this model to become ready
@@ -119,7 +114,7 @@ double ModelRegistry::step_deadline_seconds(const Entry &e) const {
 }
 
 EngineLaunch ModelRegistry::launch_of(const Entry &e) const {
-  EngineLaunch launch{options_.keel_executable, e.path, options_.engine_args, {}};
+  EngineLaunch launch{options_.keel_executable, e.path, e.args, {}};
   launch.ipc.model = e.id;
   launch.ipc.limits.max_bytes = options_.ipc_queue_bytes;
   launch.ipc.limits.max_frames = options_.ipc_queue_frames;
@@ -189,7 +184,7 @@ std::string ModelRegistry::add_model(const fs::path &path, bool pinned) {
     slot = std::make_unique<Entry>();
     slot->id = id;
     slot->path = p;
-    slot->estimate = estimate_bytes(p);
+    slot->weights = slot->estimate = weight_file_bytes(p);
   }
   slot->pinned = slot->pinned || pinned;
   return id;
@@ -232,6 +227,69 @@ void ModelRegistry::configure(const std::string &id, const ModelSettings &settin
   Entry &e = entry(id);
   if (settings.pinned) e.pinned = *settings.pinned;
   if (settings.idle_ttl) e.idle_ttl = *settings.idle_ttl;
+  if (settings.memory_fraction) {
+    const double f = *settings.memory_fraction;
+    if (!(f > 0 && f <= 1))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--gpu-memory-fraction: " + id + "=" + share_text(f) + " must be in (0, 1]");
+    e.fraction = f;
+  }
+}
+
+double ModelRegistry::share_of(const Entry &e) const {
+  if (e.fraction) return *e.fraction;
+  // What the explicit shares leave, split evenly over the other models.
+  double pool = options_.plan.cuda ? options_.gpu_memory_fraction : 1.0;
+  int others = 0;
+  for (const auto &[id, x] : entries_) {
+    if (x->fraction)
+      pool -= *x->fraction;
+    else
+      ++others;
+  }
+  return others > 0 ? std::max(pool, 0.0) / others : 0.0;
+}
+
+ModelMemoryPlan ModelRegistry::plan_of(Entry &e) const {
+  if (!e.config && e.config_error.empty()) {
+    try {
+      e.config = read_model_config(e.path);
+    } catch (const std::exception &err) {
+      e.config_error = err.what();  // the engine will fail its load with this
+    }
+  }
+  if (!e.config) return ModelMemoryPlan{};
+  MemoryPlanOptions o = options_.plan;
+  if (!o.cuda) {
+    o.mem_available = host_mem_available().value_or(0);
+    o.ram_share = std::max(share_of(e), 1e-6);
+    if (options_.memory_budget_bytes > 0)
+      o.budget_share = static_cast<std::int64_t>(static_cast<double>(options_.memory_budget_bytes) *
+                                                 share_of(e));
+  }
+  return plan_model_memory(*e.config, e.weights, o);
+}
+
+std::vector<std::string> ModelRegistry::launch_args(const Entry &e) const {
+  std::vector<std::string> args = options_.engine_args;
+  const MemoryPlanOptions &o = options_.plan;
+  auto add = [&](const char *flag, const std::string &v) {
+    args.push_back(flag);
+    args.push_back(v);
+  };
+  add("--block-size", std::to_string(o.block_size));
+  if (o.max_model_len > 0) add("--max-model-len", std::to_string(o.max_model_len));
+  if (o.cuda) {
+    if (o.kv.blocks > 0) add("--kv-blocks", std::to_string(o.kv.blocks));
+    if (o.kv.tokens > 0) add("--max-kv-tokens", std::to_string(o.kv.tokens));
+    add("--gpu-memory-fraction", share_text(share_of(e)));
+  } else if (e.plan.known) {
+    add("--kv-blocks", std::to_string(e.plan.kv_blocks));  // exactly what was budgeted
+  } else {
+    if (o.kv.blocks > 0) add("--kv-blocks", std::to_string(o.kv.blocks));
+    if (o.kv.tokens > 0) add("--max-kv-tokens", std::to_string(o.kv.tokens));
+  }
+  return args;
 }
 
 ModelLease ModelRegistry::lease_of(Entry &e) {
@@ -266,21 +324,33 @@ ModelRegistry::Entry &ModelRegistry::entry(const std::string &id) {
   return *it->second;
 }
 
+// One way of counting room: bytes of the memory budget, or shares of the device.
+struct ModelRegistry::RoomRule {
+  std::function<double(const Entry &)> amount;
+  double capacity = 0;
+  std::function<std::string(double)> show;
+  const char *of_what = "";
+};
+
 void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock,
-                              Clock::time_point deadline) {
-  const std::int64_t budget = options_.memory_budget_bytes;
-  if (budget <= 0) return;
-  const std::int64_t need = target.footprint();
-  if (need > budget)
+                              Clock::time_point deadline, const RoomRule &rule) {
+  const double need = rule.amount(target);
+  const double slack = rule.capacity * 1e-9;  // shares are sums of decimals
+  if (need > rule.capacity + slack)
     throw Error(ErrorCode::kResourceExhausted,
-                "model '" + target.id + "' needs about " + mib(need) +
-                    ", more than the whole memory budget of " + mib(budget));
+                "model '" + target.id + "' needs " + rule.show(need) + ", more than the whole " +
+                    rule.of_what + " of " + rule.show(rule.capacity));
   const Clock::time_point wait_end = std::min(deadline, Clock::now() + options_.eviction_wait);
   for (;;) {
-    std::int64_t used = 0;
-    for (const auto &[id, e] : entries_)
-      if (e->proc && e.get() != &target) used += e->footprint();
-    if (used + need <= budget) return;
+    double used = 0;
+    std::string holders;
+    for (const auto &[id, e] : entries_) {
+      if (!e->proc || e.get() == &target) continue;
+      used += rule.amount(*e);
+      holders += (holders.empty() ? "'" : ", '") + id + "' " + rule.show(rule.amount(*e));
+      if (e->pinned) holders += " (pinned)";
+    }
+    if (used + need <= rule.capacity + slack) return;
     Entry *victim = nullptr;
     bool busy = false;  // a model that would be a victim once its requests end
     for (const auto &[id, e] : entries_) {
@@ -299,9 +369,9 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock,
     }
     if (!victim)
       throw Error(ErrorCode::kResourceExhausted,
-                  "model '" + target.id + "' needs about " + mib(need) + " but " + mib(used) +
-                      " of the " + mib(budget) +
-                      " memory budget is held by models that are busy or pinned");
+                  "model '" + target.id + "' needs " + rule.show(need) + " but " + rule.show(used) +
+                      " of the " + rule.show(rule.capacity) + " " + rule.of_what +
+                      " is held by models that are busy or pinned: " + holders);
     options_.log.log(LogLevel::kInfo, "unloading '%s' (least recently used) to make room for '%s'",
                      victim->id.c_str(), target.id.c_str());
     stop_engine(*victim, lock, "model unloaded to make room for '" + target.id + "'");
@@ -310,14 +380,48 @@ void ModelRegistry::make_room(Entry &target, std::unique_lock<std::mutex> &lock,
 
 void ModelRegistry::start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
                                   Clock::time_point deadline) {
-  make_room(e, lock, deadline);  // first: a model that cannot fit is refused before any work
+  // First: a model that cannot get its share is refused before any work.
+  if ((options_.plan.cuda || options_.memory_budget_bytes > 0) && share_of(e) <= 0)
+    throw Error(ErrorCode::kResourceExhausted,
+                "model '" + e.id + "' has no share of the " +
+                    (options_.plan.cuda ? "device" : "memory budget") +
+                    " left: the other models' --gpu-memory-fraction ID=F shares take all of it");
+  e.plan = plan_of(e);
+  if (!e.plan.refusal.empty())
+    throw Error(ErrorCode::kResourceExhausted, "model '" + e.id + "' " + e.plan.refusal);
+  if (e.plan.known) e.estimate = e.plan.total_bytes();
+  if (options_.memory_budget_bytes > 0) {
+    RoomRule bytes;
+    bytes.amount = [](const Entry &x) { return static_cast<double>(x.footprint()); };
+    bytes.capacity = static_cast<double>(options_.memory_budget_bytes);
+    bytes.show = [](double b) { return describe_bytes(static_cast<std::int64_t>(b)); };
+    bytes.of_what = "memory budget";
+    make_room(e, lock, deadline, bytes);
+  }
+  if (options_.plan.cuda) {
+    RoomRule device;
+    device.amount = [this](const Entry &x) { return share_of(x); };
+    device.capacity = 1.0;
+    device.show = [this](double f) {
+      std::string t = share_text(f) + " of the GPU";
+      if (device_total_ > 0)
+        t += " (" +
+             describe_bytes(static_cast<std::int64_t>(f * static_cast<double>(device_total_))) +
+             ")";
+      return t;
+    };
+    device.of_what = "device";
+    make_room(e, lock, deadline, device);
+  }
   if (!e.text) e.text = load_model_text(e.path);  // once per model; survives engine restarts
   if (e.state != ModelState::kAvailable) return;  // someone else started it while we waited
+  e.args = launch_args(e);
   e.proc = EngineProcess::spawn(launch_of(e));
   options_.log.log(LogLevel::kDebug, "loading '%s': engine pid %d", e.id.c_str(),
                    static_cast<int>(e.proc->pid()));
   set_state(e, ModelState::kLoading);
   e.spawned_at = Clock::now();
+  e.exited_seen = {};
   e.attempt++;
   e.last_error.clear();
 }
@@ -349,7 +453,10 @@ ModelLease ModelRegistry::acquire(const std::string &id, Clock::time_point deadl
     if (e.state == ModelState::kReady && e.loaded) return lease_of(e);
     if (e.state == ModelState::kAvailable) {
       if (my_attempt != 0 && e.attempt == my_attempt && !e.last_error.empty())
-        throw Error(ErrorCode::kUnavailable, "model '" + id + "' failed to load: " + e.last_error);
+        throw Error(e.last_error.find(kMemoryRefusalTag) != std::string::npos
+                        ? ErrorCode::kResourceExhausted
+                        : ErrorCode::kUnavailable,
+                    "model '" + id + "' failed to load: " + e.last_error);
       start_loading(e, lock, deadline);
       my_attempt = e.attempt;
       continue;
@@ -419,6 +526,7 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
           graveyard_.push_back(std::move(keep));
         });
         e.memory = info->memory_bytes;
+        if (info->device_total_bytes > 0) device_total_ = info->device_total_bytes;
         options_.log.log(LogLevel::kInfo, "'%s' ready: engine pid %lld on %s, %.1f s after spawn",
                          e.id.c_str(), static_cast<long long>(info->pid), info->backend.c_str(),
                          std::chrono::duration<double>(now - e.spawned_at).count());
@@ -426,6 +534,13 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
         e.last_used = now;
         cv_.notify_all();
       } else if (client.dead() || e.proc->exited(&how)) {
+        // A child that exited may still have its last frame (the load error, which says
+        // whether memory refused it: 507) in the socket: the reader reaches EOF right
+        // after it, so wait for that, a second at most, before judging the exit.
+        if (!client.dead()) {
+          if (e.exited_seen == Clock::time_point{}) e.exited_seen = now;
+          if (now - e.exited_seen < std::chrono::seconds(1)) continue;
+        }
         e.proc->exited(&how);  // the exit status, when it is already known
         e.last_error = client.dead() ? client.dead_reason() : "engine process " + how;
         if (client.dead() && !how.empty()) e.last_error += " (" + how + ")";
@@ -509,6 +624,7 @@ void ModelRegistry::supervise_once(std::unique_lock<std::mutex> &lock) {
         e.proc = EngineProcess::spawn(launch_of(e));
         set_state(e, ModelState::kRestarting);
         e.spawned_at = Clock::now();
+        e.exited_seen = {};
         e.attempt++;
       } catch (const Error &err) {
         set_state(e, ModelState::kAvailable);
@@ -537,10 +653,21 @@ std::vector<ModelReport> ModelRegistry::report() const {
     r.state = e->state;
     r.pinned = e->pinned;
     r.memory_bytes = e->footprint();
+    r.memory_fraction = share_of(*e);
+    r.memory = e->plan.known || e->proc ? e->plan : plan_of(*e);
+    r.context_length = r.memory.context_length;
     r.restarts = e->restarts;
     r.last_error = e->last_error;
     if (e->loaded) {
-      r.context_length = e->loaded->info.context_length;
+      const ipc::ReadyInfo &info = e->loaded->info;
+      r.context_length = info.context_length;
+      r.memory.weights_bytes = info.weights_bytes;
+      r.memory.kv_bytes = info.kv_bytes;
+      r.memory.workspace_bytes = info.workspace_bytes;
+      r.memory.host_tier_bytes = info.host_tier_bytes;
+      // On the CPU the registry chose the pool (the engine only saw --kv-blocks).
+      if (options_.plan.cuda || !e->plan.known) r.memory.rule = info.kv_rule;
+      r.kv_block_size = info.kv_block_size;
       r.pid = e->loaded->info.pid;
       r.leases = e->loaded->leases;
     }

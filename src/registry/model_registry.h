@@ -17,6 +17,16 @@
 // (SIGKILL, reaped: the OS takes its memory back); it is restarted when it is
 // pinned or requests wait for it, else it goes back to `available` and loads on next use.
 //
+// Memory (issue 21): before an engine starts, the registry plans the model's memory
+// (registry/memory_plan.h: weights as stored, the KV pool, host tier) and budgets that.
+// On the CPU the pool is sized here and passed down as --kv-blocks; each model may take
+// its share of --memory-budget and of the RAM cap (ModelSettings::memory_fraction, else
+// an even split over the models the server knows). On CUDA each engine gets a share of the device
+// (--gpu-memory-fraction: explicit per model, else gpu_memory_fraction split evenly) and
+// sizes its own pool within it; shares over 1.0 in all evict idle models or are refused.
+// A model that cannot get its share is refused with 507 and the byte figures: what it
+// needs and which models hold the rest.
+//
 // Step deadline: a fixed --step-deadline, or by default
 //   max(step_deadline_floor, step_deadline_factor x the slowest step this model's
 //   engines have completed so far)
@@ -41,6 +51,7 @@
 #include "engine/ipc_messages.h"
 #include "registry/engine_process.h"
 #include "registry/log.h"
+#include "registry/memory_plan.h"
 #include "registry/model_text.h"
 
 namespace keel {
@@ -49,6 +60,10 @@ struct RegistryOptions {
   std::filesystem::path keel_executable;
   std::vector<std::string> engine_args;  // passed to every `keel engine`
   std::int64_t memory_budget_bytes = 0;  // 0: no budget
+  // The pool rule's inputs for every model (device, block size, overrides, host tier);
+  // budget_share and mem_available are filled per model.
+  MemoryPlanOptions plan;
+  double gpu_memory_fraction = kDefaultGpuMemoryFraction;  // CUDA: every engine's share together
   std::chrono::milliseconds load_timeout{600'000};
   // A step running longer is a stall; 0: scaled (see above).
   std::chrono::milliseconds step_deadline{0};
@@ -75,6 +90,8 @@ struct RegistryOptions {
 struct ModelSettings {
   std::optional<bool> pinned;
   std::optional<std::chrono::milliseconds> idle_ttl;  // 0: never unload when idle
+  // Share of the device (CUDA) or of --memory-budget (CPU), in (0, 1].
+  std::optional<double> memory_fraction;
 };
 
 enum class ModelState { kAvailable, kLoading, kReady, kRestarting, kUnloading, kStalled };
@@ -112,6 +129,10 @@ struct ModelReport {
   ModelState state = ModelState::kAvailable;
   bool pinned = false;
   std::int64_t memory_bytes = 0;  // reported by the engine, else the estimate
+  // The plan before load; once loaded, its parts as the engine allocated them.
+  ModelMemoryPlan memory;
+  double memory_fraction = 0.0;  // its share (see above)
+  std::int64_t kv_block_size = 0;
   std::int64_t context_length = 0;
   std::int64_t pid = 0;
   std::int32_t restarts = 0;
@@ -174,8 +195,12 @@ class ModelRegistry {
   Entry &entry(const std::string &id);  // under mu_
   void start_loading(Entry &e, std::unique_lock<std::mutex> &lock,
                      std::chrono::steady_clock::time_point deadline);
+  // Frees room for `target` under one rule (bytes of the budget, or shares of the device)
+  // by evicting idle models, least recently used first; throws kResourceExhausted naming
+  // what it needs and what holds the rest.
+  struct RoomRule;
   void make_room(Entry &target, std::unique_lock<std::mutex> &lock,
-                 std::chrono::steady_clock::time_point deadline);
+                 std::chrono::steady_clock::time_point deadline, const RoomRule &rule);
   void stop_engine(Entry &e, std::unique_lock<std::mutex> &lock, const std::string &why);
   void supervise_loop();
   void supervise_once(std::unique_lock<std::mutex> &lock);
@@ -183,11 +208,15 @@ class ModelRegistry {
   EngineLaunch launch_of(const Entry &e) const;
   double step_deadline_seconds(const Entry &e) const;
   ModelLease lease_of(Entry &e);
+  double share_of(const Entry &e) const;
+  ModelMemoryPlan plan_of(Entry &e) const;
+  std::vector<std::string> launch_args(const Entry &e) const;
 
   RegistryOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::unique_ptr<Entry>> entries_;
+  std::int64_t device_total_ = 0;  // CUDA: the device's bytes, once an engine reported them
   bool stopping_ = false;
   // Engines whose last lease ended on an engine client's own thread: freed later by the
   // supervisor, because a client cannot be destroyed on its own reader thread.

@@ -120,6 +120,27 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
     for (const auto &[st, ago] : r.history)
       history.push_back({{"state", model_state_name(st)}, {"seconds_ago", ago}});
     m["history"] = std::move(history);
+    // Memory by part (issue 21): planned before load, as allocated once loaded; the
+    // parts add up to memory_bytes' total.
+    const ModelMemoryPlan &mem = r.memory;
+    m["memory"] = {{"weights_bytes", mem.weights_bytes},
+                   {"kv_pool_bytes", mem.kv_bytes},
+                   {"workspace_bytes", mem.workspace_bytes},
+                   {"host_tier_bytes", mem.host_tier_bytes},
+                   {"total_bytes", mem.total_bytes()},
+                   {"share", r.memory_fraction},
+                   {"kv_rule", mem.rule},
+                   {"planned", r.engine ? false : true}};
+    const std::int64_t block_size = r.kv_block_size > 0 ? r.kv_block_size
+                                    : mem.kv_blocks > 0 ? mem.kv_tokens / mem.kv_blocks
+                                                        : 0;
+    const std::int64_t pool_blocks = r.engine ? r.engine->kv_blocks_total : mem.kv_blocks;
+    m["kv_pool"] = {{"blocks", pool_blocks},
+                    {"block_size", block_size},
+                    {"tokens", pool_blocks * block_size},
+                    {"used_blocks", r.engine ? r.engine->kv_blocks_used : 0},
+                    {"cached_blocks", r.engine ? r.engine->kv_blocks_cached : 0},
+                    {"max_sequence_tokens", r.context_length}};
     if (r.engine) {
       const auto &s = *r.engine;
       auto [pre, dec] = rates(r.id, s);

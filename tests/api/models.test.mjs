@@ -32,3 +32,13 @@ test('the API key guards everything but /health', async () => {
     (e) => e.status === 401 && e.error?.error?.type === 'authentication_error',
   );
 });
+
+test('max_model_len is known before a model is loaded (from its config and the planned pool)', async () => {
+  const r = await http('GET', '/v1/models');
+  assert.equal(r.status, 200);
+  const spare = r.json.data.find((m) => m.id === 'spare');
+  // The main server runs --kv-blocks 256 (4,096 tokens): the tiny model's own 4,096.
+  assert.equal(typeof spare.max_model_len, 'number');
+  assert.equal(spare.max_model_len, 4096);
+  for (const m of r.json.data) assert.ok(m.max_model_len > 0, `${m.id}: ${m.max_model_len}`);
+});

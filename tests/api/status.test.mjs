@@ -28,3 +28,43 @@ test('no phantom running/waiting right after a request ended on a stop string', 
     assert.equal(m.waiting, 0, `round ${i}: waiting ${m.waiting}`);
   }
 });
+
+test('/api/status: the KV pool in blocks and tokens and the memory by part, adding up', async () => {
+  await openai().completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 2 });
+  const st = await status();
+  const m = modelStatus(st, MODEL);
+  assert.equal(m.kv_pool.blocks, 256);  // --kv-blocks 256 on the main server
+  assert.equal(m.kv_pool.block_size, 16);
+  assert.equal(m.kv_pool.tokens, 256 * 16);
+  assert.equal(m.kv_pool.used_blocks, m.kv_blocks.used);
+  assert.equal(m.memory.planned, false);
+  assert.equal(m.memory.kv_rule, '--kv-blocks');
+  const parts = m.memory.weights_bytes + m.memory.kv_pool_bytes + m.memory.workspace_bytes + m.memory.host_tier_bytes;
+  assert.equal(parts, m.memory.total_bytes);
+  assert.equal(m.memory.total_bytes, m.memory_bytes);
+  assert.ok(m.memory.weights_bytes > 0 && m.memory.kv_pool_bytes > 0);
+  // A model not loaded shows its plan.
+  const spare = modelStatus(st, 'spare');
+  if (spare.state === 'available') {
+    assert.equal(spare.memory.planned, true);
+    assert.equal(spare.kv_pool.blocks, 256);
+    assert.equal(spare.memory.total_bytes, spare.memory.weights_bytes + spare.memory.kv_pool_bytes);
+  }
+});
+
+// Issue 21's "920 KV blocks in use after the run, nothing running": the engine's report
+// lagged its finish events by up to a heartbeat while running/waiting were capped by the
+// front. Now a finish reaches the front after a status with its blocks freed.
+test('KV blocks in use are 0 the moment the last request has ended (no report lag)', async () => {
+  const client = openai();
+  for (let i = 0; i < 6; i++) {
+    const jobs = [0, 1, 2].map((j) => client.completions.create({
+      model: MODEL, prompt: `Round ${i} job ${j}: ` + 'the lighthouse keeper wrote in his log. '.repeat(8),
+      max_tokens: 12 + j, temperature: 0, ignore_eos: true,
+    }));
+    await Promise.all(jobs);
+    const m = modelStatus(await status(), MODEL);
+    assert.equal(m.running, 0);
+    assert.equal(m.kv_blocks.used, 0, `round ${i}: ${m.kv_blocks.used} blocks in use right after the end`);
+  }
+});

@@ -37,6 +37,8 @@ before(async () => {
   for (const p of [...LONG, 'short one', 'probe']) ref[p] = await greedy(srv.client, p);
 });
 after(async () => {
+  // Issue 21: after every scenario, no KV block is left in use (cached blocks are free).
+  await waitFor(async () => (await srv.model())?.kv_blocks?.used === 0, { timeoutMs: 10_000, what: 'KV blocks used back to 0' });
   const res = await srv.stop();
   assert.equal(res?.code, 0);
 });

@@ -29,6 +29,16 @@ Error bad_batch(const std::string &why) {
   return Error(ErrorCode::kInvalidArgument, "forward batch: " + why);
 }
 
+// The current device's memory (cudaMemGetInfo); free_at_open left 0.
+DeviceMemory device_memory() {
+  std::size_t free_b = 0, total_b = 0;
+  KEEL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  DeviceMemory m;
+  m.total = static_cast<std::int64_t>(total_b);
+  m.free_now = static_cast<std::int64_t>(free_b);
+  return m;
+}
+
 // Byte offset of element `elems` in a bf16 matrix.
 std::size_t bf16_bytes(std::int64_t elems) {
   return static_cast<std::size_t>(elems) * sizeof(bf16);
@@ -40,6 +50,7 @@ CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, const Wei
     : ctx_(ctx), config_(std::move(config)), gemm_(ctx) {
   ctx_.check_owner("CudaModelRunner");
   ctx_.activate();
+  free_at_open_ = device_memory().free_now;
   validate_config();
   allocate_weights();
   upload_weights(weights);
@@ -51,6 +62,7 @@ CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint
     : ctx_(ctx), config_(std::move(config)), gemm_(ctx) {
   ctx_.check_owner("CudaModelRunner");
   ctx_.activate();
+  free_at_open_ = device_memory().free_now;
   validate_config();
   allocate_weights();
   randomize_weights(seed);
@@ -333,7 +345,14 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   KvLayout layout{static_cast<int>(config_.num_layers), opts.block_size, static_cast<int>(nkv_),
                   static_cast<int>(hd_)};
   std::int32_t blocks = opts.num_kv_blocks;
-  if (blocks <= 0) {
+  DeviceMemory mem = device_memory();
+  mem.free_at_open = free_at_open_;
+  device_total_ = mem.total;
+  buffer_bytes_ = std::max<std::int64_t>(mem.free_at_open - mem.free_now, 0);
+  if (blocks <= 0 && opts.kv_blocks_for) {
+    blocks = opts.kv_blocks_for(mem, static_cast<std::int64_t>(layout.block_elems()) *
+                                         static_cast<std::int64_t>(sizeof(bf16)));
+  } else if (blocks <= 0) {
     std::size_t free_b = 0, total_b = 0;
     KEEL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
     const double budget = static_cast<double>(free_b) * opts.kv_memory_fraction;

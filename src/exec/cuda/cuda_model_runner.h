@@ -27,10 +27,21 @@
 
 namespace keel::cuda {
 
+// Device memory as the runner saw it, for sizing its KV pool (CudaRunnerOptions::kv_blocks_for).
+struct DeviceMemory {
+  std::int64_t total = 0;
+  std::int64_t free_at_open = 0;  // before the runner allocated anything
+  std::int64_t free_now = 0;      // after weights and buffers, before the KV pool
+};
+
 struct CudaRunnerOptions {
   std::int32_t block_size = 16;
-  std::int32_t num_kv_blocks = 0;        // 0: as many as kv_memory_fraction of free memory holds
-  double kv_memory_fraction = 0.80;      // of the device memory free after weights and buffers
+  std::int32_t num_kv_blocks = 0;    // 0: as many as kv_memory_fraction of free memory holds
+  double kv_memory_fraction = 0.80;  // of the device memory free after weights and buffers
+  // When set, sizes the pool instead of kv_memory_fraction (num_kv_blocks 0): the engine
+  // passes kv/kv_sizing.h's rule here. Blocks out for the memory and one block's bytes
+  // in; throws to refuse the load.
+  std::function<std::int32_t(const DeviceMemory &, std::int64_t block_bytes)> kv_blocks_for;
   std::int32_t max_batch_tokens = 8192;  // tokens per forward pass
   std::int32_t max_seqs = 256;           // sequences per forward pass
   std::int32_t max_logits_rows = 256;    // logits rows per forward pass
@@ -150,6 +161,10 @@ class CudaModelRunner : public ModelRunner {
   // with CudaRunnerOptions::profile): {gemm, attention, other}.
   std::array<double, 3> take_profile() { return std::exchange(profile_ms_, {}); }
   std::size_t weight_bytes() const { return weight_bytes_; }
+  // Device memory this runner allocated before its KV pool (weights, activations,
+  // sampler workspace), as measured when the pool was sized.
+  std::int64_t buffer_bytes() const { return buffer_bytes_; }
+  std::int64_t device_total_bytes() const { return device_total_; }
   std::size_t graphs_captured() const { return graphs_.size(); }
   // Largest step (token rows) that runs on the fused decode kernels; 0: none.
   int fused_decode_max_m() const { return fused_max_m_; }
@@ -201,6 +216,7 @@ class CudaModelRunner : public ModelRunner {
   std::int32_t max_tokens_, max_seqs_, max_rows_, max_model_len_, max_table_, tile_q_,
       partial_entries_;
   std::size_t weight_bytes_ = 0;
+  std::int64_t free_at_open_ = 0, buffer_bytes_ = 0, device_total_ = 0;
 
   DeviceBuffer embed_;    // [V, H]
   DeviceBuffer lm_head_;  // [V, H] (absent when tied to embed_)

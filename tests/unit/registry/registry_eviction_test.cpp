@@ -49,7 +49,7 @@ TEST(ModelRegistryEviction, ALoadWaitsForABusyModelThenEvictsItOrIsRefused) {
   ASSERT_TRUE(fs::exists(test::keel_binary())) << test::keel_binary();
   RegistryOptions o;
   o.keel_executable = test::keel_binary();
-  o.engine_args = {"--kv-blocks", "16"};
+  o.plan.kv.blocks = 16;
   o.memory_budget_bytes = m.budget();
   o.eviction_wait = std::chrono::milliseconds(1500);
   ModelRegistry reg(o);
