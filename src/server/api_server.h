@@ -13,6 +13,7 @@
 
 #include "registry/model_registry.h"
 #include "server/api_error.h"
+#include "server/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
 
@@ -97,10 +98,5 @@ class ApiServer {
 // POST /debug/faults' body -> the fault (`model` is read by the caller). Throws the
 // 400 ApiErrorException naming the field at fault.
 FaultSpec parse_fault_request(const nlohmann::ordered_json &body);
-
-// The prompt text for chat messages: the model's chat template, or a plain fallback for
-// models that ship none ("role: content" lines ending in "assistant:").
-std::string render_chat_prompt(const ModelText &text, const nlohmann::ordered_json &messages,
-                               const nlohmann::ordered_json &tools);
 
 }  // namespace keel::server
