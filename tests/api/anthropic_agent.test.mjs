@@ -143,3 +143,17 @@ for (const pkg of ['openai', 'openai7']) {
     assert.equal(kw.usage.prompt_tokens, off.usage.prompt_tokens);
   });
 }
+
+test('one log line per request at info; a 4xx body at debug', async (t) => {
+  const logFile = process.env.KEEL_AGENT_LOG;
+  if (!URL_AGENT || !logFile) return t.skip('no agent server');
+  const fs = require('node:fs');
+  const c = anthropic(URL_AGENT);
+  await c.messages.create({ model: THINKER, max_tokens: 64, messages: [{ role: 'user', content: 'log me' }] });
+  const bad = await http('POST', '/v1/messages', { url: URL_AGENT, body: { model: THINKER, max_tokens: 4, thinking: { type: 'lots' }, messages: [{ role: 'user', content: 'x' }] } });
+  assert.equal(bad.status, 400);
+  const log = fs.readFileSync(logFile, 'utf8');
+  assert.match(log, /POST \/v1\/messages model=thinker status=200 in=\d+ out=\d+ ttft=[\d.]+ms dur=[\d.]+ms/);
+  assert.match(log, /POST \/v1\/messages -> 400 \{"type":"error".*thinking\.type: must be.*\(request: \{"model":"thinker"/);
+  assert.match(log, /POST \/v1\/messages model=- status=400/);
+});

@@ -82,8 +82,9 @@ script_reply() {  # model dir, reply text
 script_reply "$work/agent/agent" "Hello from keel."
 script_reply "$work/agent/thinker" "Plan first</think>Hello from keel."
 start_server agent "$work/agent/agent" "$work/agent/thinker" --api-key "$KEEL_API_KEY_FOR_TESTS" \
-  --kv-blocks 4096
+  --kv-blocks 4096 --log-level debug
 export KEEL_AGENT_URL="$(cat "$work/agent.url")"
+export KEEL_AGENT_LOG="$work/agent.log"
 export KEEL_AGENT_MODEL="agent"
 # A loaded model takes its weights plus 64 KV blocks (f32, 16 tokens each); the budget
 # holds two loaded models and half of a third's weights, so the third evicts one.
