@@ -42,9 +42,12 @@ void note_tokens(const std::shared_ptr<ResponseChannel> &ch, const Generation &g
   note_request(ch, n);
 }
 
-void note_model(const std::shared_ptr<ResponseChannel> &ch, const std::string &model) {
+// The body's model, before validation: a 400 line names the model it was for.
+void note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
+  auto m = body.find("model");
+  if (m == body.end() || !m->is_string()) return;
   RequestNotes n;
-  n.model = model;
+  n.model = m->get<std::string>();
   note_request(ch, n);
 }
 
@@ -52,9 +55,9 @@ void note_model(const std::shared_ptr<ResponseChannel> &ch, const std::string &m
 
 void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   auto cr = std::make_shared<openai::ChatRequest>(openai::parse_chat(body));
   require_model(cr->model);
-  note_model(ch, cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
   GenerationSpec spec;
   ChatPrompt prompt =
@@ -128,9 +131,9 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
 void ApiServer::handle_completions(const HttpRequest &req,
                                    const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   auto cr = std::make_shared<openai::CompletionRequest>(openai::parse_completion(body));
   require_model(cr->model);
-  note_model(ch, cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
   const ModelText &text = *lease->text;
   GenerationSpec spec;
@@ -229,9 +232,9 @@ void ApiServer::handle_completions(const HttpRequest &req,
 void ApiServer::handle_messages(const HttpRequest &req,
                                 const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   auto mr = std::make_shared<anthropic::MessagesRequest>(anthropic::parse_messages(body));
   require_model(mr->model);
-  note_model(ch, mr->model);
   ModelLease lease = registry_.acquire(mr->model, load_deadline());
   GenerationSpec spec;
   ChatPrompt prompt =

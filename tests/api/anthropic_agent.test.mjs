@@ -155,5 +155,5 @@ test('one log line per request at info; a 4xx body at debug', async (t) => {
   const log = fs.readFileSync(logFile, 'utf8');
   assert.match(log, /POST \/v1\/messages model=thinker status=200 in=\d+ out=\d+ ttft=[\d.]+ms dur=[\d.]+ms/);
   assert.match(log, /POST \/v1\/messages -> 400 \{"type":"error".*thinking\.type: must be.*\(request: \{"model":"thinker"/);
-  assert.match(log, /POST \/v1\/messages model=- status=400/);
+  assert.match(log, /POST \/v1\/messages model=thinker status=400/);
 });
