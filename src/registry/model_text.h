@@ -37,6 +37,15 @@ class ModelText {
   virtual std::string render_chat(const nlohmann::ordered_json &messages,
                                   const nlohmann::ordered_json &tools,
                                   bool add_generation_prompt) const = 0;
+  // The same with extra template variables (an object, e.g. {"enable_thinking": false}),
+  // as HF's apply_chat_template(**kwargs) takes them. Models whose templates take none
+  // may leave this to the plain render.
+  virtual std::string render_chat(const nlohmann::ordered_json &messages,
+                                  const nlohmann::ordered_json &tools, bool add_generation_prompt,
+                                  const nlohmann::ordered_json &kwargs) const {
+    (void)kwargs;
+    return render_chat(messages, tools, add_generation_prompt);
+  }
   // Whether the rendered chat text already holds the BOS token (so encode must not add it).
   virtual bool chat_adds_bos() const { return true; }
   virtual std::int64_t vocab_size() const = 0;

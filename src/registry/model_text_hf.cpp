@@ -102,10 +102,16 @@ class HfModelText final : public ModelText {
   std::string render_chat(const nlohmann::ordered_json &messages,
                           const nlohmann::ordered_json &tools,
                           bool add_generation_prompt) const override {
+    return render_chat(messages, tools, add_generation_prompt, nlohmann::ordered_json::object());
+  }
+  std::string render_chat(const nlohmann::ordered_json &messages,
+                          const nlohmann::ordered_json &tools, bool add_generation_prompt,
+                          const nlohmann::ordered_json &kwargs) const override {
     if (!tmpl_) throw Error(ErrorCode::kUnsupported, "model has no chat template");
     try {
       // Request JSON is parsed keeping key order, so tool schemas print as clients sent them.
-      return tmpl_->render(messages, tools, add_generation_prompt);
+      return tmpl_->render(messages, tools, add_generation_prompt,
+                           kwargs.is_object() ? kwargs : nlohmann::ordered_json::object());
     } catch (const Error &e) {
       throw Error(ErrorCode::kInvalidArgument, e.what());
     }

@@ -5,9 +5,11 @@
 
 #include "server/anthropic/anthropic_types.h"
 #include "server/api_server.h"
+#include "server/context_budget.h"
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
+#include "server/request_log.h"
 
 namespace keel::server {
 
@@ -21,55 +23,50 @@ std::int64_t unix_now() {
       .count();
 }
 
-}  // namespace
-
-void fit_context(const LoadedModel &m, std::size_t prompt_len, SamplingParams &s, bool max_given,
-                 const char *prompt_field, const char *max_field) {
-  const std::int64_t ctx = m.info.context_length;
-  if (ctx <= 0) return;
-  if (static_cast<std::int64_t>(prompt_len) >= ctx)
-    throw ApiErrorException{
-        bad_field(prompt_field, "the prompt is " + std::to_string(prompt_len) +
-                                    " tokens, but the model's context length is " +
-                                    std::to_string(ctx) + " tokens")};
-  const std::int64_t room = ctx - static_cast<std::int64_t>(prompt_len);
-  if (max_given && s.max_tokens > room)
-    throw ApiErrorException{
-        bad_field(max_field, std::to_string(s.max_tokens) + " new tokens plus a prompt of " +
-                                 std::to_string(prompt_len) + " exceed the context length of " +
-                                 std::to_string(ctx) + " tokens")};
-  if (!max_given)
-    s.max_tokens = static_cast<std::int32_t>(std::min<std::int64_t>(s.max_tokens, room));
-}
-
-namespace {
-
 std::string sse_data(const std::string &payload) { return "data: " + payload + "\n\n"; }
 
-std::vector<TokenId> encode_chat(const ModelText &text, const json &messages, const json &tools) {
-  std::string prompt;
-  try {
-    prompt = render_chat_prompt(text, messages, tools);
-  } catch (const Error &e) {
-    throw ApiErrorException{
-        bad_field("messages", std::string("the chat template rejected them: ") + e.what())};
-  }
-  // Templates write the BOS themselves; the fallback relies on the tokenizer adding it.
-  return text.encode(prompt, !text.has_chat_template());
+// For the request's log line: when the first choice's first token came.
+void note_first_token(const std::shared_ptr<ResponseChannel> &ch, const ChoiceDelta &d) {
+  if (!d.first || d.index != 0) return;
+  RequestNotes n;
+  n.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                        request_arrival(ch))
+                  .count();
+  note_request(ch, n);
+}
+
+void note_tokens(const std::shared_ptr<ResponseChannel> &ch, const Generation &g) {
+  RequestNotes n;
+  n.tokens_in = g.prompt_tokens();
+  n.tokens_out = g.completion_tokens();
+  note_request(ch, n);
+}
+
+// The body's model, before validation: a 400 line names the model it was for.
+void note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
+  auto m = body.find("model");
+  if (m == body.end() || !m->is_string()) return;
+  RequestNotes n;
+  n.model = m->get<std::string>();
+  note_request(ch, n);
 }
 
 }  // namespace
 
 void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   auto cr = std::make_shared<openai::ChatRequest>(openai::parse_chat(body));
   require_model(cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
   GenerationSpec spec;
-  spec.prompts.push_back(encode_chat(*lease->text, cr->messages, cr->tools));
-  if (!cr->max_tokens_given) cr->sampling.max_tokens = INT32_MAX;
-  fit_context(*lease, spec.prompts[0].size(), cr->sampling, cr->max_tokens_given, "messages",
-              "max_tokens");
+  ChatPrompt prompt =
+      encode_chat_prompt(*lease->text, cr->messages, cr->tools, cr->template_kwargs);
+  cr->sampling.max_tokens = fit_max_tokens(
+      lease->info.context_length, prompt.tokens.size(),
+      cr->max_tokens_given ? std::optional<std::int64_t>(cr->sampling.max_tokens) : std::nullopt,
+      "messages");
+  spec.prompts.push_back(std::move(prompt.tokens));
   spec.n = cr->n;
   spec.sampling = cr->sampling;
   spec.stop = cr->stop;
@@ -78,19 +75,23 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
   ctx->created = unix_now();
   ctx->model = cr->model;
   ctx->text = lease->text;
+  ctx->opens_reasoning = prompt.opens_reasoning;
 
   std::shared_ptr<Generation> g;
   if (!cr->stream) {
-    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
-                          [this, ch, cr, ctx](const Generation &gen) {
-                            std::string err;
-                            if (gen.any_error(&err)) {
-                              generations_failed_++;
-                              send_error(ch, WireFormat::kOpenAI, {503, err, ""});
-                              return;
-                            }
-                            ch->send(200, "application/json", openai::render_chat(*ctx, *cr, gen));
-                          });
+    g = Generation::start(
+        std::move(lease), std::move(spec), next_request_id_,
+        [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
+        [this, ch, cr, ctx](const Generation &gen) {
+          note_tokens(ch, gen);
+          std::string err;
+          if (gen.any_error(&err)) {
+            generations_failed_++;
+            send_error(ch, WireFormat::kOpenAI, {503, err, ""});
+            return;
+          }
+          ch->send(200, "application/json", openai::render_chat(*ctx, *cr, gen));
+        });
   } else {
     ch->begin_sse();
     for (int i = 0; i < cr->n; ++i) ch->write(sse_data(openai::chat_chunk_role(*ctx, i)));
@@ -98,6 +99,7 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
       g = Generation::start(
           std::move(lease), std::move(spec), next_request_id_,
           [ch, cr, ctx](const ChoiceDelta &d) {
+            note_first_token(ch, d);
             if (d.finish == "error") {
               ch->write(sse_data(render_openai_error({503, d.error, ""})));
               return;
@@ -108,6 +110,7 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
             if (!out.empty()) ch->write(std::move(out));
           },
           [ch, cr, ctx](const Generation &gen) {
+            note_tokens(ch, gen);
             if (cr->include_usage) ch->write(sse_data(openai::chat_chunk_usage(*ctx, gen)));
             ch->write("data: [DONE]\n\n");
             ch->end();
@@ -128,6 +131,7 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
 void ApiServer::handle_completions(const HttpRequest &req,
                                    const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   auto cr = std::make_shared<openai::CompletionRequest>(openai::parse_completion(body));
   require_model(cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
@@ -152,11 +156,12 @@ void ApiServer::handle_completions(const HttpRequest &req,
       prompt_texts->push_back(s);
     }
   }
-  for (const auto &p : spec.prompts) {
-    SamplingParams s = cr->sampling;
-    fit_context(*lease, p.size(), s, cr->max_tokens_given, "prompt", "max_tokens");
-    cr->sampling.max_tokens = std::min(cr->sampling.max_tokens, s.max_tokens);
-  }
+  // One max_tokens for every prompt: what the longest leaves.
+  const std::int32_t asked = cr->sampling.max_tokens;
+  for (const auto &p : spec.prompts)
+    cr->sampling.max_tokens =
+        std::min(cr->sampling.max_tokens,
+                 fit_max_tokens(lease->info.context_length, p.size(), asked, "prompt"));
   spec.n = cr->n;
   spec.sampling = cr->sampling;
   spec.stop = cr->stop;
@@ -168,17 +173,20 @@ void ApiServer::handle_completions(const HttpRequest &req,
 
   std::shared_ptr<Generation> g;
   if (!cr->stream) {
-    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
-                          [this, ch, cr, ctx, prompt_texts](const Generation &gen) {
-                            std::string err;
-                            if (gen.any_error(&err)) {
-                              generations_failed_++;
-                              send_error(ch, WireFormat::kOpenAI, {503, err, ""});
-                              return;
-                            }
-                            ch->send(200, "application/json",
-                                     openai::render_completion(*ctx, *cr, gen, *prompt_texts));
-                          });
+    g = Generation::start(
+        std::move(lease), std::move(spec), next_request_id_,
+        [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
+        [this, ch, cr, ctx, prompt_texts](const Generation &gen) {
+          note_tokens(ch, gen);
+          std::string err;
+          if (gen.any_error(&err)) {
+            generations_failed_++;
+            send_error(ch, WireFormat::kOpenAI, {503, err, ""});
+            return;
+          }
+          ch->send(200, "application/json",
+                   openai::render_completion(*ctx, *cr, gen, *prompt_texts));
+        });
   } else {
     ch->begin_sse();
     auto prompts = std::make_shared<std::vector<std::vector<TokenId>>>(spec.prompts);
@@ -187,6 +195,7 @@ void ApiServer::handle_completions(const HttpRequest &req,
       g = Generation::start(
           std::move(lease), std::move(spec), next_request_id_,
           [ch, cr, ctx, prompt_texts, prompts, n](const ChoiceDelta &d) {
+            note_first_token(ch, d);
             if (d.finish == "error") {
               ch->write(sse_data(render_openai_error({503, d.error, ""})));
               return;
@@ -202,6 +211,7 @@ void ApiServer::handle_completions(const HttpRequest &req,
                 echo ? (*prompts)[p] : no_tokens, d.prompt_logprobs, d.prompt_top)));
           },
           [ch, cr, ctx](const Generation &gen) {
+            note_tokens(ch, gen);
             if (cr->include_usage) ch->write(sse_data(openai::completion_chunk_usage(*ctx, gen)));
             ch->write("data: [DONE]\n\n");
             ch->end();
@@ -222,32 +232,41 @@ void ApiServer::handle_completions(const HttpRequest &req,
 void ApiServer::handle_messages(const HttpRequest &req,
                                 const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   auto mr = std::make_shared<anthropic::MessagesRequest>(anthropic::parse_messages(body));
   require_model(mr->model);
   ModelLease lease = registry_.acquire(mr->model, load_deadline());
   GenerationSpec spec;
-  spec.prompts.push_back(encode_chat(*lease->text, mr->messages, mr->tools));
-  fit_context(*lease, spec.prompts[0].size(), mr->sampling, true, "messages", "max_tokens");
+  ChatPrompt prompt =
+      encode_chat_prompt(*lease->text, mr->messages, mr->tools, mr->template_kwargs);
+  mr->sampling.max_tokens = fit_max_tokens(lease->info.context_length, prompt.tokens.size(),
+                                           mr->sampling.max_tokens, "messages");
+  spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = mr->sampling;
   spec.stop = mr->stop_sequences;
   auto ctx = std::make_shared<anthropic::RenderContext>();
   ctx->id = new_id("msg_");
   ctx->model = mr->model;
+  ctx->opens_reasoning = prompt.opens_reasoning;
+  ctx->thinking_omitted = mr->thinking_omitted;
   anthropic::prepare_tools(*ctx, *mr, *lease->text);
   const int input_tokens = static_cast<int>(spec.prompts[0].size());
 
   std::shared_ptr<Generation> g;
   if (!mr->stream) {
-    g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
-                          [this, ch, ctx](const Generation &gen) {
-                            std::string err;
-                            if (gen.any_error(&err)) {
-                              generations_failed_++;
-                              send_error(ch, WireFormat::kAnthropic, {503, err, ""});
-                              return;
-                            }
-                            ch->send(200, "application/json", anthropic::render_message(*ctx, gen));
-                          });
+    g = Generation::start(
+        std::move(lease), std::move(spec), next_request_id_,
+        [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
+        [this, ch, ctx](const Generation &gen) {
+          note_tokens(ch, gen);
+          std::string err;
+          if (gen.any_error(&err)) {
+            generations_failed_++;
+            send_error(ch, WireFormat::kAnthropic, {503, err, ""});
+            return;
+          }
+          ch->send(200, "application/json", anthropic::render_message(*ctx, gen));
+        });
   } else {
     ch->begin_sse();
     // message_start waits for the first event, which carries the prefix-cache hit;
@@ -257,6 +276,7 @@ void ApiServer::handle_messages(const HttpRequest &req,
       g = Generation::start(
           std::move(lease), std::move(spec), next_request_id_,
           [ch, ctx, input_tokens, output_tokens](const ChoiceDelta &d) {
+            note_first_token(ch, d);
             std::string out;
             if (d.first) out += anthropic::stream_start(*ctx, input_tokens, d.cached_prompt_tokens);
             *output_tokens += static_cast<int>(d.tokens.size());
@@ -269,7 +289,10 @@ void ApiServer::handle_messages(const HttpRequest &req,
             if (d.finish) out += anthropic::stream_finish(*ctx, d, *output_tokens);
             if (!out.empty()) ch->write(std::move(out));
           },
-          [ch](const Generation &) { ch->end(); });
+          [ch](const Generation &gen) {
+            note_tokens(ch, gen);
+            ch->end();
+          });
     } catch (const Error &e) {
       const ApiError ae = api_error_from(e);
       ch->write(anthropic::stream_error(ae.status, ae.message));
@@ -290,8 +313,8 @@ void ApiServer::handle_count_tokens(const HttpRequest &req,
   auto mr = anthropic::parse_messages(body, true);
   require_model(mr.model);
   const ModelText &text = registry_.text(mr.model);
-  const auto ids = encode_chat(text, mr.messages, mr.tools);
-  send_json(ch, 200, json{{"input_tokens", ids.size()}}.dump());
+  const auto prompt = encode_chat_prompt(text, mr.messages, mr.tools, mr.template_kwargs);
+  send_json(ch, 200, json{{"input_tokens", prompt.tokens.size()}}.dump());
 }
 
 }  // namespace keel::server

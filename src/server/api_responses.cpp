@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "server/api_server.h"
+#include "server/context_budget.h"
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai/responses_types.h"
@@ -102,19 +103,16 @@ void ApiServer::handle_responses(const HttpRequest &req,
       std::make_shared<openai::ResponsesRequest>(openai::parse_responses(body, previous, item));
   require_model(rr->chat.model);
   ModelLease lease = registry_.acquire(rr->chat.model, load_deadline());
-  std::string prompt;
-  try {
-    prompt = render_chat_prompt(*lease->text, rr->chat.messages, rr->chat.tools);
-  } catch (const Error &e) {
-    throw ApiErrorException{
-        bad_field("input", std::string("the chat template rejected it: ") + e.what())};
-  }
+  ChatPrompt prompt = encode_chat_prompt(*lease->text, rr->chat.messages, rr->chat.tools,
+                                         rr->chat.template_kwargs, "input");
   GenerationSpec spec;
-  // Templates write the BOS themselves; the fallback relies on the tokenizer adding it.
-  spec.prompts.push_back(lease->text->encode(prompt, !lease->text->has_chat_template()));
-  if (!rr->chat.max_tokens_given) rr->chat.sampling.max_tokens = INT32_MAX;
-  fit_context(*lease, spec.prompts[0].size(), rr->chat.sampling, rr->chat.max_tokens_given, "input",
-              "max_output_tokens");
+  rr->chat.sampling.max_tokens = fit_max_tokens(
+      lease->info.context_length, prompt.tokens.size(),
+      rr->chat.max_tokens_given ? std::optional<std::int64_t>(rr->chat.sampling.max_tokens)
+                                : std::nullopt,
+      "input");
+  const bool opens_reasoning = prompt.opens_reasoning;
+  spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = rr->chat.sampling;
 
   auto ctx = std::make_shared<openai::ResponseContext>();
@@ -124,7 +122,7 @@ void ApiServer::handle_responses(const HttpRequest &req,
                         .count();
   ctx->model = rr->chat.model;
   ctx->text = lease->text;
-  ctx->prompt_opens_reasoning = prompt_opens_reasoning(prompt);
+  ctx->prompt_opens_reasoning = opens_reasoning;
   name_input_items(rr->conversation, ctx->id);
   const std::size_t inputs = rr->conversation.size();
   auto builder = std::make_shared<openai::ResponseBuilder>(*ctx, *rr);

@@ -6,6 +6,7 @@
 
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
+#include "server/request_log.h"
 
 namespace keel::server {
 
@@ -33,15 +34,6 @@ WireFormat format_of(std::string_view path) {
 }
 
 }  // namespace
-
-std::string render_chat_prompt(const ModelText &text, const json &messages, const json &tools) {
-  if (text.has_chat_template()) return text.render_chat(messages, tools, true);
-  std::string out;
-  for (const auto &m : messages)
-    out += m.value("role", std::string("user")) + ": " + m.value("content", std::string()) + "\n";
-  out += "assistant:";
-  return out;
-}
 
 ApiServer::ApiServer(ApiOptions options, ModelRegistry &registry)
     : options_(std::move(options)),
@@ -108,6 +100,7 @@ void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireForm
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
+  ch = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
   const WireFormat f = format_of(req.path);
   if (req.transport_status != 0) {
     send_error(ch, f, {req.transport_status, req.transport_error, "body"});

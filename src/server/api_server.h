@@ -13,6 +13,7 @@
 
 #include "registry/model_registry.h"
 #include "server/api_error.h"
+#include "server/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
 #include "server/openai/response_store.h"
@@ -109,15 +110,5 @@ FaultSpec parse_fault_request(const nlohmann::ordered_json &body);
 
 // The value of `name=` in a query string (not URL-decoded), or empty.
 std::string query_param(const std::string &query, const std::string &name);
-
-// Checks a prompt of `prompt_len` tokens against the model's context and settles
-// max_tokens (the rule every generating endpoint shares); errors name the given fields.
-void fit_context(const LoadedModel &m, std::size_t prompt_len, SamplingParams &s, bool max_given,
-                 const char *prompt_field, const char *max_field);
-
-// The prompt text for chat messages: the model's chat template, or a plain fallback for
-// models that ship none ("role: content" lines ending in "assistant:").
-std::string render_chat_prompt(const ModelText &text, const nlohmann::ordered_json &messages,
-                               const nlohmann::ordered_json &tools);
 
 }  // namespace keel::server

@@ -56,7 +56,8 @@ test('prompt longer than the context, max_tokens out of range', async () => {
   assert.match(r.json.error.message, /context length/);
   assertOpenAIError(await http('POST', '/v1/chat/completions', { body: chat({ messages: [{ role: 'user', content: long }] }) }), 400, 'messages');
   assertOpenAIError(await http('POST', '/v1/completions', { body: { model: MODEL, prompt: 'x', max_tokens: 0 } }), 400, 'max_tokens');
-  assertOpenAIError(await http('POST', '/v1/completions', { body: { model: MODEL, prompt: 'x', max_tokens: 1000000 } }), 400, 'max_tokens');
+  // Beyond any context: out of range. Within range but over what the context leaves: clamped.
+  assertOpenAIError(await http('POST', '/v1/completions', { body: { model: MODEL, prompt: 'x', max_tokens: 2 ** 31 } }), 400, 'max_tokens');
   assertOpenAIError(await http('POST', '/v1/chat/completions', { body: chat({ max_tokens: -3 }) }), 400, 'max_tokens');
   const a = await http('POST', '/v1/messages', { body: { model: MODEL, max_tokens: 1, messages: [{ role: 'user', content: long }] } });
   assertAnthropicError(a, 400, 'invalid_request_error');
@@ -158,7 +159,10 @@ test('Anthropic: invalid or unsupported values name the field', async () => {
     [{ metadata: { user_id: 5 } }, 'metadata.user_id'],
     [{ thinking: { type: 'enabled' } }, 'thinking.budget_tokens'],
     [{ mcp_servers: [{ type: 'url', url: 'http://x', name: 'x' }] }, 'mcp_servers'],
-    [{ messages: [{ role: 'system', content: 'x' }] }, 'messages.0.role'],
+    [{ messages: [{ role: 'system', content: 'x' }] }, 'messages'],  // system entries merge; no turn left
+    [{ messages: [{ role: 'developer', content: 'x' }] }, 'messages.0.role'],
+    [{ thinking: { type: 'sometimes' } }, 'thinking.type'],
+    [{ output_config: { format: { type: 'json_schema', schema: {} } } }, 'output_config.format'],
     [{ messages: [{ role: 'user', content: [{ type: 'sparkle' }] }] }, 'messages.0.content.0.type'],
     [{ messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, 'messages.0.content.0.type'],
     [{ messages: [{ role: 'user', content: 7 }] }, 'messages.0.content'],

@@ -190,3 +190,43 @@ test('completions: n choices with a seed, streamed and whole agree', async () =>
   const again = await client.completions.create(body);
   assert.deepEqual(again.choices.map((c) => c.text), whole.choices.map((c) => c.text));
 });
+
+test('completions echo + logprobs: text_offset indexes the returned text (BOS takes no room)', async () => {
+  const client = openai();
+  const prompt = 'The quick brown fox';
+  const check = (text, lp) => {
+    assert.ok(text.startsWith(prompt), text);
+    const { tokens, text_offset: off } = lp;
+    assert.equal(tokens.length, off.length);
+    // The BOS token is listed (with a null logprob) but prints nothing: offset 0, no width.
+    assert.equal(off[0], 0);
+    assert.equal(off[1], 0);
+    let rebuilt = '';
+    for (let i = 0; i < off.length; i++) {
+      const end = i + 1 < off.length ? off[i + 1] : text.length;
+      assert.ok(off[i] <= end && end <= text.length, `offset ${i}: ${off[i]}..${end} of ${text.length}`);
+      const piece = text.slice(off[i], end);
+      if (piece) assert.equal(piece, tokens[i], `token ${i}`);
+      rebuilt += piece;
+    }
+    assert.equal(rebuilt, text);
+  };
+  const r = await client.completions.create({ model: MODEL, prompt, echo: true, logprobs: 0, max_tokens: 6, temperature: 0 });
+  check(r.choices[0].text, r.choices[0].logprobs);
+
+  // Streamed: offsets run over the whole choice's text across chunks.
+  let text = '';
+  const merged = { tokens: [], text_offset: [] };
+  for await (const chunk of await client.completions.create({ model: MODEL, prompt, echo: true, logprobs: 0, max_tokens: 6, temperature: 0, stream: true })) {
+    const c = chunk.choices[0];
+    if (!c) continue;
+    text += c.text;
+    if (c.logprobs) {
+      merged.tokens.push(...c.logprobs.tokens);
+      merged.text_offset.push(...c.logprobs.text_offset);
+    }
+  }
+  assert.equal(text, r.choices[0].text);
+  assert.deepEqual(merged.text_offset, r.choices[0].logprobs.text_offset);
+  check(text, merged);
+});

@@ -61,6 +61,31 @@ export KEEL_API_KEY_FOR_TESTS="test-key-$$"
 start_server main "$test_model" "$work/models/spare" --api-key "$KEEL_API_KEY_FOR_TESTS" \
   --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2 --pin tiny
 export KEEL_URL="$(cat "$work/main.url")"
+# The agent server (claude_code tests): a one-layer scripted model that answers
+# "Hello from keel." and ends its turn, with a 64k context (Claude Code's prompt is
+# ~15k tokens here, and it asks for 32,000 new tokens, which keel clamps).
+"$KEEL" make-model --arch llama --shape tiny --hidden 32 --heads 2 --kv-heads 1 --head-dim 16 \
+  --layers 1 --dtype f32 --format safetensors --tokenizer "$model_src" --seed 7 \
+  --out "$work/agent/agent" >"$work/make-agent.log" 2>&1
+node -e 'const f=process.argv[1], fs=require("fs"); const c=JSON.parse(fs.readFileSync(f));
+  c.max_position_embeddings=65536; fs.writeFileSync(f, JSON.stringify(c, null, 2))' "$work/agent/agent/config.json"
+# "thinker": the same, with a Qwen3-style template that opens <think> unless
+# enable_thinking is false, replying "Plan first</think>Hello from keel." (reasoning tests).
+cp -r "$work/agent/agent" "$work/agent/thinker"
+node -e 'const f=process.argv[1], fs=require("fs"); const c=JSON.parse(fs.readFileSync(f));
+  c.chat_template="{{ bos_token }}{% for m in messages %}{{ \"<|\" + m.role + \"|>\\n\" + m.content + \"<|eos|>\\n\" }}{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}";
+  fs.writeFileSync(f, JSON.stringify(c, null, 2))' "$work/agent/thinker/tokenizer_config.json"
+eos_id=$(node -e 'const c=require(process.argv[1]); console.log([].concat(c.eos_token_id)[0])' "$work/agent/agent/config.json")
+script_reply() {  # model dir, reply text
+  node "$here/scripted_model.mjs" "$1" "$eos_id" "$("$KEEL" tokenize --model "$1" "$2" | tr -d '[] ')"
+}
+script_reply "$work/agent/agent" "Hello from keel."
+script_reply "$work/agent/thinker" "Plan first</think>Hello from keel."
+start_server agent "$work/agent/agent" "$work/agent/thinker" --api-key "$KEEL_API_KEY_FOR_TESTS" \
+  --kv-blocks 4096 --log-level debug
+export KEEL_AGENT_URL="$(cat "$work/agent.url")"
+export KEEL_AGENT_LOG="$work/agent.log"
+export KEEL_AGENT_MODEL="agent"
 # A loaded model takes its weights plus 64 KV blocks (f32, 16 tokens each); the budget
 # holds two loaded models and half of a third's weights, so the third evicts one.
 weights=$(du -cb "$test_model"/*.safetensors | tail -1 | cut -f1)

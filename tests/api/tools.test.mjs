@@ -45,37 +45,36 @@ const anthropicTurns = [
   { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: 'sunny, 21 C' }] },
 ];
 
-test('tools and tool_choice leave plain output unchanged (whole and streamed)', async () => {
+test('tools reach the prompt even when the template has no tools section; forced calls are a 400', async () => {
   const client = openai();
-  const base = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 12, temperature: 0 };
-  // The test model's template ignores tools, so the prompt and the greedy text are the same.
+  const base = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4, temperature: 0 };
+  // The test model's template ignores tools: keel writes them into the system prompt
+  // (Hermes style), so the prompt grows by the schemas, the same in both APIs.
   const plain = await client.chat.completions.create(base);
   const withTools = await client.chat.completions.create({ ...base, tools, tool_choice: 'auto', parallel_tool_calls: true });
-  assert.equal(withTools.choices[0].message.content, plain.choices[0].message.content);
-  assert.equal(withTools.choices[0].message.tool_calls, undefined);
-  assert.ok(['stop', 'length'].includes(withTools.choices[0].finish_reason));
-  const stream = await client.chat.completions.create({ ...base, tools, tool_choice: 'required', stream: true });
-  let text = '';
-  let finish;
-  for await (const chunk of stream) {
-    for (const c of chunk.choices) {
-      text += c.delta?.content ?? '';
-      assert.equal(c.delta?.tool_calls, undefined);
-      finish = c.finish_reason ?? finish;
-    }
-  }
-  assert.equal(text, plain.choices[0].message.content);
-  assert.equal(finish, plain.choices[0].finish_reason);
-
+  assert.ok(withTools.usage.prompt_tokens > plain.usage.prompt_tokens + 20, `${withTools.usage.prompt_tokens} vs ${plain.usage.prompt_tokens}`);
+  assert.ok(['stop', 'length', 'tool_calls'].includes(withTools.choices[0].finish_reason));
   const a = anthropic();
-  const abase = { model: MODEL, max_tokens: 12, temperature: 0, messages: [{ role: 'user', content: 'Hello' }] };
-  const am = await a.messages.create(abase);
-  const at = await a.messages.create({ ...abase, tools: anthropicTools, tool_choice: { type: 'auto' } });
-  assert.deepEqual(at.content, am.content);
-  const s = a.messages.stream({ ...abase, tools: anthropicTools, tool_choice: { type: 'any' } });
-  const fin = await s.finalMessage();
-  assert.deepEqual(fin.content, am.content);
-  assert.equal(fin.stop_reason, am.stop_reason);
+  const abase = { model: MODEL, max_tokens: 4, temperature: 0, messages: [{ role: 'user', content: 'Hello' }] };
+  const am = await a.messages.countTokens({ model: MODEL, messages: abase.messages });
+  const at = await a.messages.countTokens({ model: MODEL, messages: abase.messages, tools: anthropicTools });
+  assert.ok(at.input_tokens > am.input_tokens + 20, `${at.input_tokens} vs ${am.input_tokens}`);
+  const m = await a.messages.create({ ...abase, tools: anthropicTools, tool_choice: { type: 'auto' } });
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, at.input_tokens);
+
+  // keel cannot force a call yet: a 400 naming tool_choice, never plain text with 200.
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const r = await http('POST', '/v1/chat/completions', { body: { ...base, tools, tool_choice } });
+    assert.equal(r.status, 400, r.text);
+    assert.equal(r.json.error.param, 'tool_choice');
+  }
+  for (const tool_choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }]) {
+    await assert.rejects(a.messages.create({ ...abase, tools: anthropicTools, tool_choice }), (e) => {
+      assert.equal(e.status, 400);
+      assert.match(e.error.error.message, /^tool_choice:/);
+      return true;
+    });
+  }
 });
 
 test('tool-result turns are accepted by both APIs', async () => {

@@ -84,15 +84,16 @@ void push_user(const json &content, const std::string &f, json &out) {
 }
 
 // An assistant turn: text, and tool_use blocks as OpenAI-shaped tool_calls (input as
-// an object, which templates print with tojson). Thinking blocks are dropped: chat
-// templates leave earlier reasoning out of the prompt.
+// an object, which templates print with tojson). Thinking blocks become the message's
+// reasoning_content, which templates that keep reasoning (Qwen3) render and others
+// ignore; redacted thinking carries nothing keel can read.
 void push_assistant(const json &content, const std::string &f, json &out) {
   if (content.is_string()) {
     out.push_back({{"role", "assistant"}, {"content", content}});
     return;
   }
   if (!content.is_array()) fail_field(f, "must be a string or an array of content blocks");
-  std::string text;
+  std::string text, reasoning;
   json calls = json::array();
   for (std::size_t i = 0; i < content.size(); ++i) {
     const auto &b = content[i];
@@ -102,6 +103,15 @@ void push_assistant(const json &content, const std::string &f, json &out) {
       auto t = b.find("text");
       if (t == b.end() || !t->is_string()) fail_field(bf + ".text", "must be a string");
       text += t->get<std::string>();
+    } else if (type == "thinking") {
+      auto t = b.find("thinking");
+      if (t == b.end() || !t->is_string()) fail_field(bf + ".thinking", "must be a string");
+      if (b.contains("signature") && !b["signature"].is_string())
+        fail_field(bf + ".signature", "must be a string");
+      reasoning += t->get<std::string>();
+    } else if (type == "redacted_thinking") {
+      if (!b.contains("data") || !b["data"].is_string())
+        fail_field(bf + ".data", "must be a string");
     } else if (type == "tool_use") {
       auto id = b.find("id");
       if (id == b.end() || !id->is_string()) fail_field(bf + ".id", "is required");
@@ -112,8 +122,6 @@ void push_assistant(const json &content, const std::string &f, json &out) {
       calls.push_back({{"id", *id},
                        {"type", "function"},
                        {"function", {{"name", *name}, {"arguments", *input}}}});
-    } else if (type == "thinking" || type == "redacted_thinking") {
-      continue;
     } else if (type == "tool_result") {
       fail_field(bf + ".type", "'tool_result' blocks belong in user turns");
     } else {
@@ -121,6 +129,7 @@ void push_assistant(const json &content, const std::string &f, json &out) {
     }
   }
   json m{{"role", "assistant"}, {"content", text}};
+  if (!reasoning.empty()) m["reasoning_content"] = std::move(reasoning);
   if (!calls.empty()) m["tool_calls"] = std::move(calls);
   out.push_back(std::move(m));
 }
@@ -153,6 +162,13 @@ void parse_tools(const json &body, MessagesRequest &r) {
       auto schema = t.find("input_schema");
       if (schema == t.end() || !schema->is_object())
         fail_field(f + ".input_schema", "is required and must be a JSON Schema object");
+      // Hints keel takes every tool eagerly for: all tools are in the prompt.
+      if (t.contains("defer_loading") && !t["defer_loading"].is_null() &&
+          !t["defer_loading"].is_boolean())
+        fail_field(f + ".defer_loading", "must be a boolean");
+      if (t.contains("cache_control") && !t["cache_control"].is_null() &&
+          !t["cache_control"].is_object())
+        fail_field(f + ".cache_control", "must be an object");
       json fn{{"name", *name}};
       if (auto d = opt_string(t, "description")) fn["description"] = *d;
       fn["parameters"] = *schema;
@@ -179,6 +195,12 @@ void parse_tools(const json &body, MessagesRequest &r) {
   }
   if (r.tool_names.empty() && t != "none")
     fail_field("tool_choice", "is only allowed when tools are given");
+  // Until constrained decoding lands, a forced call cannot be guaranteed; plain text
+  // with status 200 would break the client's contract, so say so.
+  if (t == "any" || t == "tool")
+    fail_field("tool_choice", "type '" + t +
+                                  "' (a forced tool call) is not supported yet: keel cannot "
+                                  "constrain the output to a tool call; use 'auto'");
   r.tool_choice = t;
 }
 
@@ -186,7 +208,7 @@ void parse_tools(const json &body, MessagesRequest &r) {
 // the answer and that keel cannot honour are rejected. Unknown fields are ignored
 // (the same policy as the OpenAI endpoints): proxies and SDKs add newer or vendor
 // fields, and failing on them breaks clients for no gain.
-void check_extras(const json &body) {
+void check_extras(const json &body, MessagesRequest &r) {
   auto md = body.find("metadata");
   if (md != body.end() && !md->is_null()) {
     if (!md->is_object()) fail_field("metadata", "must be an object");
@@ -194,20 +216,45 @@ void check_extras(const json &body) {
     if (uid != md->end() && !uid->is_null() && !uid->is_string())
       fail_field("metadata.user_id", "must be a string");
   }
+  auto oc = body.find("output_config");
+  if (oc != body.end() && !oc->is_null()) {
+    if (!oc->is_object()) fail_field("output_config", "must be an object");
+    auto e = oc->find("effort");
+    if (e != oc->end() && !e->is_null()) {
+      if (!e->is_string()) fail_field("output_config.effort", "must be a string");
+      r.effort = e->get<std::string>();
+    }
+    if (oc->contains("format") && !(*oc)["format"].is_null())
+      fail_field("output_config.format",
+                 "structured output is not supported yet: keel cannot constrain the output to "
+                 "a schema");
+  }
   auto th = body.find("thinking");
   if (th != body.end() && !th->is_null()) {
-    // A budget for extended thinking: a hint here (the template decides whether the
-    // model thinks), but its shape is checked.
     if (!th->is_object()) fail_field("thinking", "must be an object");
     auto type = th->find("type");
-    if (type == th->end() || (*type != "enabled" && *type != "disabled"))
-      fail_field("thinking.type", "must be 'enabled' or 'disabled'");
-    if (*type == "enabled" && !opt_int(*th, "budget_tokens", 1, 1 << 30))
-      fail_field("thinking.budget_tokens", "is required when thinking is enabled");
+    if (type == th->end() || !type->is_string() ||
+        (*type != "enabled" && *type != "disabled" && *type != "adaptive"))
+      fail_field("thinking.type", "must be 'enabled', 'disabled' or 'adaptive'");
+    r.thinking = type->get<std::string>();
+    if (r.thinking == "enabled") {
+      auto b = opt_int(*th, "budget_tokens", 1, 1 << 30);
+      if (!b) fail_field("thinking.budget_tokens", "is required when thinking is enabled");
+      r.thinking_budget = *b;
+    }
+    // summarized, omitted, updates (Claude Code), ...: only omitted changes the output.
+    r.thinking_omitted = opt_string(*th, "display").value_or("") == "omitted";
   }
+  // Only a hint here: keel's context is the prompt it is given (clients trim it).
+  if (auto cm = body.find("context_management");
+      cm != body.end() && !cm->is_null() && !cm->is_object())
+    fail_field("context_management", "must be an object");
   opt_string(body, "service_tier");
   for (const char *f : {"mcp_servers", "container"})
     if (body.contains(f) && !body[f].is_null()) fail_field(f, "is not supported");
+  // The Anthropic API thinks only when asked; templates whose models think by default
+  // (Qwen3) are told so.
+  r.template_kwargs["enable_thinking"] = r.thinking == "enabled" || r.thinking == "adaptive";
 }
 
 }  // namespace
@@ -221,9 +268,17 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
     fail_field("max_tokens", "is required");
   parse_tools(body, r);
   r.messages = json::array();
+  // The system prompt: the top-level field, then each system entry of messages (as
+  // Claude Code sends them), in order, merged into the one system turn templates take.
+  std::string system;
+  bool any_system = false;
+  auto add_system = [&](const std::string &text) {
+    if (any_system && !system.empty() && !text.empty()) system += "\n\n";
+    system += text;
+    any_system = true;
+  };
   auto sys = body.find("system");
-  if (sys != body.end() && !sys->is_null())
-    r.messages.push_back({{"role", "system"}, {"content", text_of(*sys, "system")}});
+  if (sys != body.end() && !sys->is_null()) add_system(text_of(*sys, "system"));
   auto msgs = body.find("messages");
   if (msgs == body.end() || msgs->is_null()) fail_field("messages", "is required");
   if (!msgs->is_array()) fail_field("messages", "must be an array");
@@ -234,15 +289,21 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
     if (!m.is_object()) fail_field(f, "must be an object");
     auto role = m.find("role");
     if (role == m.end() || !role->is_string()) fail_field(f + ".role", "is required");
-    if (*role != "user" && *role != "assistant")
-      fail_field(f + ".role", "must be 'user' or 'assistant'");
+    if (*role != "user" && *role != "assistant" && *role != "system")
+      fail_field(f + ".role", "must be 'user', 'assistant' or 'system'");
     auto c = m.find("content");
     if (c == m.end() || c->is_null()) fail_field(f + ".content", "is required");
-    if (*role == "user")
+    if (*role == "system")
+      add_system(text_of(*c, f + ".content"));
+    else if (*role == "user")
       push_user(*c, f + ".content", r.messages);
     else
       push_assistant(*c, f + ".content", r.messages);
   }
+  if (any_system)
+    r.messages.insert(r.messages.begin(), json{{"role", "system"}, {"content", system}});
+  if (r.messages.empty() || r.messages.back().value("role", "") == "system")
+    fail_field("messages", "must hold at least one user or assistant turn");
   // Sampling: Anthropic's temperature range is [0, 1].
   if (auto v = opt_number(body, "temperature", 0.0, 1.0))
     r.sampling.temperature = static_cast<float>(*v);
@@ -254,7 +315,7 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
     fail_field("stop_sequences", "must be an array of strings");
   r.stop_sequences = parse_stop_field(body, "stop_sequences", 16);
   r.stream = opt_bool(body, "stream").value_or(false);
-  check_extras(body);
+  check_extras(body, r);
   return r;
 }
 

@@ -1,7 +1,10 @@
 // Anthropic Messages API responses: the message object and the streamed event sequence
 // message_start, content blocks (text, tool_use), message_delta, message_stop.
+#include <cstdio>
+
 #include "server/anthropic/anthropic_types.h"
 #include "server/api_error.h"
+#include "server/chat_prompt.h"
 
 namespace keel::server::anthropic {
 
@@ -45,22 +48,54 @@ std::string text_delta(int index, const std::string &text) {
                                            {"delta", {{"type", "text_delta"}, {"text", text}}}});
 }
 
-RenderContext::ToolStream &tool_stream(const RenderContext &ctx) {
+RenderContext::Stream &stream_state(const RenderContext &ctx) {
   auto &s = ctx.stream;
   if (!s.started) {
+    s.reasoning = ReasoningParser(ctx.opens_reasoning);
     s.parser = ToolCallParser(ctx.tool_format, ctx.tool_names);
     s.started = true;
   }
   return s;
 }
 
+std::string close_thinking(RenderContext::Stream &s) {
+  if (!s.thinking_open) return {};
+  s.thinking_open = false;
+  const int index = s.next_block++;
+  return sse_event(
+             "content_block_delta",
+             {{"type", "content_block_delta"},
+              {"index", index},
+              {"delta",
+               {{"type", "signature_delta"}, {"signature", thinking_signature(s.thinking)}}}}) +
+         block_stop(index);
+}
+
+std::string thinking_events(const RenderContext &ctx, RenderContext::Stream &s,
+                            const std::string &text) {
+  if (text.empty()) return {};
+  std::string out;
+  if (!s.thinking_open) {
+    out += block_start(s.next_block, {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+    s.thinking_open = true;
+  }
+  s.thinking += text;
+  if (!ctx.thinking_omitted)
+    out += sse_event("content_block_delta",
+                     {{"type", "content_block_delta"},
+                      {"index", s.next_block},
+                      {"delta", {{"type", "thinking_delta"}, {"thinking", text}}}});
+  return out;
+}
+
 // The events of parsed output as content blocks: text goes into an open text block
 // (opened on demand); each call is a whole tool_use block.
-std::string stream_events(const RenderContext &ctx, RenderContext::ToolStream &s,
+std::string stream_events(const RenderContext &ctx, RenderContext::Stream &s,
                           const std::vector<ToolParseEvent> &events) {
   std::string out;
   for (const auto &e : events) {
     if (e.kind == ToolParseEvent::Kind::kText) {
+      if (e.text.empty()) continue;
       if (!s.text_open) {
         out += block_start(s.next_block, {{"type", "text"}, {"text", ""}});
         s.text_open = true;
@@ -87,6 +122,22 @@ std::string stream_events(const RenderContext &ctx, RenderContext::ToolStream &s
   return out;
 }
 
+// Answer text after the thinking: through the tool-call parser when tools are prepared.
+std::string content_events(const RenderContext &ctx, RenderContext::Stream &s,
+                           const std::string &text, bool final) {
+  std::string out;
+  if (!text.empty()) out += close_thinking(s);
+  if (ctx.tool_format == ToolCallFormat::kNone) {
+    ToolParseEvent e;
+    e.text = text;
+    out += stream_events(ctx, s, {e});
+  } else {
+    out += stream_events(ctx, s, s.parser.feed(text));
+    if (final) out += stream_events(ctx, s, s.parser.finish());
+  }
+  return out;
+}
+
 std::string message_end(const ChoiceDelta &d, int output_tokens, int calls) {
   const std::string finish = d.finish.value_or("stop");
   return sse_event("message_delta",
@@ -104,8 +155,16 @@ std::string message_end(const ChoiceDelta &d, int output_tokens, int calls) {
 void prepare_tools(RenderContext &ctx, const MessagesRequest &req, const ModelText &text) {
   if (req.tool_names.empty() || req.tool_choice == "none") return;
   ctx.tool_names = req.tool_names;
-  ctx.tool_format =
-      detect_tool_call_format([&text](std::string_view s) { return text.encode(s, false).size(); });
+  ctx.tool_format = tool_call_format_of(text);
+}
+
+std::string thinking_signature(const std::string &thinking) {
+  // FNV-1a, 64 bits: stable across runs and builds (std::hash is not).
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : thinking) h = (h ^ c) * 1099511628211ULL;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "keel-%016llx", static_cast<unsigned long long>(h));
+  return buf;
 }
 
 std::string tool_use_id(const RenderContext &ctx, int k) {
@@ -117,20 +176,29 @@ std::string tool_use_id(const RenderContext &ctx, int k) {
 std::string render_message(const RenderContext &ctx, const Generation &g) {
   const auto &r = g.results().at(0);
   const int cached = g.cached_tokens();
+  ReasoningParser reasoning(ctx.opens_reasoning);
+  ReasoningSplit split = reasoning.feed(r.text);
+  const ReasoningSplit rest = reasoning.finish();
+  split.reasoning += rest.reasoning;
+  split.content += rest.content;
   json content = json::array();
+  if (!split.reasoning.empty())
+    content.push_back({{"type", "thinking"},
+                       {"thinking", ctx.thinking_omitted ? std::string() : split.reasoning},
+                       {"signature", thinking_signature(split.reasoning)}});
   int calls = 0;
   if (ctx.tool_format != ToolCallFormat::kNone) {
-    auto parsed = parse_tool_calls(r.text, ctx.tool_format, ctx.tool_names);
+    auto parsed = parse_tool_calls(split.content, ctx.tool_format, ctx.tool_names);
     calls = static_cast<int>(parsed.calls.size());
-    if (!parsed.content.empty() || calls == 0)
+    if (!parsed.content.empty() || (calls == 0 && content.empty()))
       content.push_back({{"type", "text"}, {"text", parsed.content}});
     for (int k = 0; k < calls; ++k)
       content.push_back({{"type", "tool_use"},
                          {"id", tool_use_id(ctx, k)},
                          {"name", parsed.calls[k].name},
                          {"input", input_of(parsed.calls[k])}});
-  } else {
-    content.push_back({{"type", "text"}, {"text", r.text}});
+  } else if (!split.content.empty() || content.empty()) {
+    content.push_back({{"type", "text"}, {"text", split.content}});
   }
   return dump({{"id", ctx.id},
                {"type", "message"},
@@ -155,29 +223,22 @@ std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_
            {"stop_reason", nullptr},
            {"stop_sequence", nullptr},
            {"usage", usage(input_tokens, 0, cached_tokens)}};
-  std::string out = sse_event("message_start", {{"type", "message_start"}, {"message", msg}});
-  // With tools, blocks open as content arrives: the first may be a tool_use.
-  if (ctx.tool_format == ToolCallFormat::kNone)
-    out += block_start(0, {{"type", "text"}, {"text", ""}});
-  return out + sse_event("ping", {{"type", "ping"}});
-}
-
-std::string stream_delta(const std::string &text) { return text_delta(0, text); }
-
-std::string stream_finish(const ChoiceDelta &d, int output_tokens) {
-  return block_stop(0) + message_end(d, output_tokens, 0);
+  return sse_event("message_start", {{"type", "message_start"}, {"message", msg}}) +
+         sse_event("ping", {{"type", "ping"}});
 }
 
 std::string stream_delta(const RenderContext &ctx, const std::string &text) {
-  if (ctx.tool_format == ToolCallFormat::kNone) return stream_delta(text);
-  auto &s = tool_stream(ctx);
-  return stream_events(ctx, s, s.parser.feed(text));
+  auto &s = stream_state(ctx);
+  const ReasoningSplit split = s.reasoning.feed(text);
+  return thinking_events(ctx, s, split.reasoning) + content_events(ctx, s, split.content, false);
 }
 
 std::string stream_finish(const RenderContext &ctx, const ChoiceDelta &d, int output_tokens) {
-  if (ctx.tool_format == ToolCallFormat::kNone) return stream_finish(d, output_tokens);
-  auto &s = tool_stream(ctx);
-  std::string out = stream_events(ctx, s, s.parser.finish());
+  auto &s = stream_state(ctx);
+  const ReasoningSplit split = s.reasoning.finish();
+  std::string out = thinking_events(ctx, s, split.reasoning);
+  out += content_events(ctx, s, split.content, true);
+  out += close_thinking(s);
   if (s.text_open) {
     out += block_stop(s.next_block++);
     s.text_open = false;

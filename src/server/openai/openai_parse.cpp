@@ -92,6 +92,21 @@ void check_common_extras(const json &body) {
   }
 }
 
+// chat_template_kwargs (vLLM's and SGLang's field) pass through to the template;
+// reasoning_effort is passed too (gpt-oss templates read it) and, unless the kwargs
+// say otherwise, turns thinking off for "none" and on for any other effort.
+void parse_template_kwargs(const json &body, json &kwargs) {
+  auto k = body.find("chat_template_kwargs");
+  if (k != body.end() && !k->is_null()) {
+    if (!k->is_object()) fail_field("chat_template_kwargs", "must be an object");
+    kwargs = *k;
+  }
+  if (auto effort = opt_string(body, "reasoning_effort")) {
+    if (!kwargs.contains("reasoning_effort")) kwargs["reasoning_effort"] = *effort;
+    if (!kwargs.contains("enable_thinking")) kwargs["enable_thinking"] = *effort != "none";
+  }
+}
+
 }  // namespace
 
 ChatRequest parse_chat(const json &body) {
@@ -159,7 +174,8 @@ ChatRequest parse_chat(const json &body) {
     for (const auto &x : *mod)
       if (x != "text") fail_field("modalities", "only 'text' output is supported");
   }
-  for (const char *f : {"reasoning_effort", "verbosity"}) opt_string(body, f);
+  opt_string(body, "verbosity");
+  parse_template_kwargs(body, r.template_kwargs);
   if (auto p = body.find("prediction"); p != body.end() && !p->is_null() && !p->is_object())
     fail_field("prediction", "must be an object");
   check_common_extras(body);

@@ -55,18 +55,37 @@ json tool_call_json(const RenderContext &ctx, int choice, int k, const ParsedToo
   return j;
 }
 
-// Legacy completions logprobs over (prompt tokens if echoed) + generated tokens.
+// Where each token's text starts in the choice's text, from `pos` on (advanced past
+// them): the pieces a detokenizer prints, so tokens that print nothing (BOS, EOS)
+// take no room and the offsets index the text the choice returns.
+std::vector<std::size_t> text_offsets(const RenderContext &ctx, StreamingDetokenizer *detok,
+                                      const std::vector<TokenId> &tokens, std::size_t &pos) {
+  std::vector<std::size_t> offs;
+  offs.reserve(tokens.size());
+  for (TokenId t : tokens) {
+    offs.push_back(pos);
+    pos += detok ? detok->push(t).size() : tok(ctx, t).size();
+  }
+  return offs;
+}
+
+std::unique_ptr<StreamingDetokenizer> detokenizer(const RenderContext &ctx) {
+  return ctx.text ? ctx.text->streaming() : nullptr;
+}
+
+// Legacy completions logprobs over (prompt tokens if echoed) + generated tokens, with
+// each part's text offsets.
 json completion_logprobs(const RenderContext &ctx, const std::vector<TokenId> &echo_tokens,
                          const std::vector<std::optional<TokenLogprob>> &echo_lp,
                          const std::vector<std::vector<TokenLogprob>> &echo_top,
+                         const std::vector<std::size_t> &echo_offsets,
                          const std::vector<TokenId> &tokens, const std::vector<TokenLogprob> &lps,
-                         const std::vector<std::vector<TokenLogprob>> &top, std::size_t offset0) {
+                         const std::vector<std::vector<TokenLogprob>> &top,
+                         const std::vector<std::size_t> &offsets) {
   json toks = json::array(), tlps = json::array(), tops = json::array(), offs = json::array();
-  std::size_t off = offset0;
-  auto add = [&](TokenId id, const std::optional<float> &lp,
-                 const std::vector<TokenLogprob> *alts) {
-    const std::string t = tok(ctx, id);
-    toks.push_back(t);
+  auto add = [&](TokenId id, const std::optional<float> &lp, const std::vector<TokenLogprob> *alts,
+                 std::size_t off) {
+    toks.push_back(tok(ctx, id));
     tlps.push_back(lp ? json(*lp) : json(nullptr));
     if (alts) {
       json m = json::object();
@@ -76,18 +95,17 @@ json completion_logprobs(const RenderContext &ctx, const std::vector<TokenId> &e
       tops.push_back(nullptr);
     }
     offs.push_back(off);
-    off += t.size();
   };
   for (std::size_t i = 0; i < echo_tokens.size(); ++i) {
     std::optional<float> lp;
     if (i < echo_lp.size() && echo_lp[i]) lp = echo_lp[i]->logprob;
     const std::vector<TokenLogprob> *alts = (lp && i < echo_top.size()) ? &echo_top[i] : nullptr;
-    add(echo_tokens[i], lp, alts);
+    add(echo_tokens[i], lp, alts, echo_offsets[i]);
   }
   for (std::size_t i = 0; i < tokens.size(); ++i) {
     std::optional<float> lp;
     if (i < lps.size()) lp = lps[i].logprob;
-    add(tokens[i], lp, i < top.size() ? &top[i] : nullptr);
+    add(tokens[i], lp, i < top.size() ? &top[i] : nullptr, offsets[i]);
   }
   return {
       {"tokens", toks}, {"token_logprobs", tlps}, {"top_logprobs", tops}, {"text_offset", offs}};
@@ -112,10 +130,20 @@ std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const 
     if (req.logprobs)
       lp = {{"content", chat_logprob_entries(ctx, r.tokens, r.logprobs, r.top)},
             {"refusal", nullptr}};
-    json message{{"role", "assistant"}, {"content", r.text}, {"refusal", nullptr}};
+    ReasoningParser reasoning(ctx.opens_reasoning);
+    ReasoningSplit split = reasoning.feed(r.text);
+    const ReasoningSplit rest = reasoning.finish();
+    split.reasoning += rest.reasoning;
+    split.content += rest.content;
+    json message{{"role", "assistant"}, {"content", split.content}, {"refusal", nullptr}};
+    if (!split.reasoning.empty()) {
+      // reasoning_content as vLLM and DeepSeek name it; reasoning, the newer name.
+      message["reasoning_content"] = split.reasoning;
+      message["reasoning"] = split.reasoning;
+    }
     int calls = 0;
     if (req.parses_tool_calls()) {
-      auto parsed = parse_tool_calls(r.text, tool_call_format(ctx), req.tool_names);
+      auto parsed = parse_tool_calls(split.content, tool_call_format(ctx), req.tool_names);
       calls = static_cast<int>(parsed.calls.size());
       if (calls > 0) {
         // As OpenAI: content is null when the turn is only tool calls.
@@ -153,24 +181,52 @@ std::string chat_chunk_role(const RenderContext &ctx, int index) {
 
 namespace {
 
-// Feeds a delta's text to the choice's tool-call parser (made on first use). Text that
-// may be the start of a call is held back; a call comes out whole once its closing
-// markup arrives, so malformed markup can still turn into content.
-std::vector<ToolParseEvent> tool_events(const RenderContext &ctx, const ChatRequest &req,
-                                        const ChoiceDelta &d, ChoiceToolStream **stream) {
+// What a delta settles for its choice: the reasoning split off first, then the
+// answer's events (through the tool-call parser when the request parses calls). Text
+// that may be the start of a think marker or a call is held back; a call comes out
+// whole once its closing markup arrives, so malformed markup can still turn into
+// content. The choice's state is made on first use.
+struct DeltaParts {
+  std::string reasoning;
+  std::vector<ToolParseEvent> events;
+  ChoiceToolStream *stream = nullptr;
+};
+
+DeltaParts delta_parts(const RenderContext &ctx, const ChatRequest &req, const ChoiceDelta &d) {
   auto it = ctx.tool_streams.find(d.index);
   if (it == ctx.tool_streams.end())
     it = ctx.tool_streams
              .emplace(d.index,
-                      ChoiceToolStream{ToolCallParser(tool_call_format(ctx), req.tool_names), 0})
+                      ChoiceToolStream{ToolCallParser(tool_call_format(ctx), req.tool_names), 0,
+                                       ReasoningParser(ctx.opens_reasoning)})
              .first;
-  *stream = &it->second;
-  auto events = it->second.parser.feed(d.text);
+  DeltaParts p;
+  p.stream = &it->second;
+  ReasoningSplit split = it->second.reasoning.feed(d.text);
+  if (d.finish) {
+    const ReasoningSplit rest = it->second.reasoning.finish();
+    split.reasoning += rest.reasoning;
+    split.content += rest.content;
+  }
+  p.reasoning = std::move(split.reasoning);
+  if (!req.parses_tool_calls()) {
+    if (!split.content.empty()) {
+      ToolParseEvent e;
+      e.text = std::move(split.content);
+      p.events.push_back(std::move(e));
+    }
+    return p;
+  }
+  p.events = it->second.parser.feed(split.content);
   if (d.finish) {
     auto rest = it->second.parser.finish();
-    events.insert(events.end(), rest.begin(), rest.end());
+    p.events.insert(p.events.end(), rest.begin(), rest.end());
   }
-  return events;
+  return p;
+}
+
+json reasoning_delta(const std::string &text) {
+  return {{"reasoning_content", text}, {"reasoning", text}};
 }
 
 std::string chunk(const RenderContext &ctx, const ChatRequest &req, int index, json delta,
@@ -196,39 +252,30 @@ json delta_logprobs(const RenderContext &ctx, const ChatRequest &req, const Choi
 
 std::string chat_chunk_delta(const RenderContext &ctx, const ChatRequest &req,
                              const ChoiceDelta &d) {
-  json delta = json::object();
-  int calls = 0;
-  if (req.parses_tool_calls()) {
-    // One chunk per delta: each call in one entry (id, name and all its arguments).
-    ChoiceToolStream *ts = nullptr;
-    std::string content;
-    json tc = json::array();
-    for (const auto &e : tool_events(ctx, req, d, &ts)) {
-      if (e.kind == ToolParseEvent::Kind::kText)
-        content += e.text;
-      else
-        tc.push_back(tool_call_json(ctx, d.index, ts->calls++, e.call, true));
-    }
-    if (!content.empty()) delta["content"] = content;
-    if (!tc.empty()) delta["tool_calls"] = std::move(tc);
-    calls = ts->calls;
-  } else if (!d.text.empty()) {
-    delta["content"] = d.text;
+  // One chunk per delta: each call in one entry (id, name and all its arguments).
+  DeltaParts p = delta_parts(ctx, req, d);
+  json delta = p.reasoning.empty() ? json::object() : reasoning_delta(p.reasoning);
+  std::string content;
+  json tc = json::array();
+  for (const auto &e : p.events) {
+    if (e.kind == ToolParseEvent::Kind::kText)
+      content += e.text;
+    else
+      tc.push_back(tool_call_json(ctx, d.index, p.stream->calls++, e.call, true));
   }
+  if (!content.empty()) delta["content"] = content;
+  if (!tc.empty()) delta["tool_calls"] = std::move(tc);
   return chunk(ctx, req, d.index, std::move(delta), delta_logprobs(ctx, req, d),
-               d.finish ? json(finish_with_calls(*d.finish, calls)) : json(nullptr));
+               d.finish ? json(finish_with_calls(*d.finish, p.stream->calls)) : json(nullptr));
 }
 
 std::vector<std::string> chat_chunks(const RenderContext &ctx, const ChatRequest &req,
                                      const ChoiceDelta &d) {
-  if (!req.parses_tool_calls()) {
-    if (d.text.empty() && !d.finish && (!req.logprobs || d.tokens.empty())) return {};
-    return {chat_chunk_delta(ctx, req, d)};
-  }
-  ChoiceToolStream *ts = nullptr;
-  const auto events = tool_events(ctx, req, d, &ts);
+  DeltaParts p = delta_parts(ctx, req, d);
+  ChoiceToolStream *ts = p.stream;
   std::vector<json> deltas;
-  for (const auto &e : events) {
+  if (!p.reasoning.empty()) deltas.push_back(reasoning_delta(p.reasoning));
+  for (const auto &e : p.events) {
     if (e.kind == ToolParseEvent::Kind::kText) {
       deltas.push_back({{"content", e.text}});
       continue;
@@ -277,9 +324,15 @@ std::string render_completion(const RenderContext &ctx, const CompletionRequest 
       echo_tokens = &g.spec().prompts[r.prompt_index];
     }
     json lp = nullptr;
-    if (req.logprobs >= 0)
-      lp = completion_logprobs(ctx, echo_tokens ? *echo_tokens : none, r.prompt_logprobs,
-                               r.prompt_top, r.tokens, r.logprobs, r.top, 0);
+    if (req.logprobs >= 0) {
+      const auto &echoed = echo_tokens ? *echo_tokens : none;
+      std::size_t pos = 0;
+      const auto echo_offs = text_offsets(ctx, detokenizer(ctx).get(), echoed, pos);
+      pos = req.echo ? prompt_texts[r.prompt_index].size() : 0;
+      const auto offs = text_offsets(ctx, detokenizer(ctx).get(), r.tokens, pos);
+      lp = completion_logprobs(ctx, echoed, r.prompt_logprobs, r.prompt_top, echo_offs, r.tokens,
+                               r.logprobs, r.top, offs);
+    }
     choices.push_back({{"index", i},
                        {"text", text},
                        {"logprobs", lp},
@@ -300,9 +353,18 @@ std::string completion_chunk(const RenderContext &ctx, const CompletionRequest &
                              const std::vector<std::optional<TokenLogprob>> &echo_logprobs,
                              const std::vector<std::vector<TokenLogprob>> &echo_top) {
   json lp = nullptr;
-  if (req.logprobs >= 0)
-    lp = completion_logprobs(ctx, echo_tokens, echo_logprobs, echo_top, d.tokens, d.logprobs, d.top,
-                             0);
+  if (req.logprobs >= 0) {
+    // Offsets run over the whole choice's text (echo and every chunk so far), as in the
+    // unstreamed answer; the choice's detokenizer carries across chunks.
+    auto &st = ctx.completion_offsets[d.index];
+    if (!st.detok) st.detok = detokenizer(ctx);
+    std::size_t echo_pos = 0;
+    const auto echo_offs = text_offsets(ctx, detokenizer(ctx).get(), echo_tokens, echo_pos);
+    if (!echo_prefix.empty()) st.pos = echo_prefix.size();
+    const auto offs = text_offsets(ctx, st.detok.get(), d.tokens, st.pos);
+    lp = completion_logprobs(ctx, echo_tokens, echo_logprobs, echo_top, echo_offs, d.tokens,
+                             d.logprobs, d.top, offs);
+  }
   json choice{{"index", d.index},
               {"text", echo_prefix + d.text},
               {"logprobs", lp},

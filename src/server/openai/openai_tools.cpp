@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "server/chat_prompt.h"
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
 
@@ -28,10 +29,7 @@ const json &require_object(const json &parent, const char *key, const std::strin
 }  // namespace
 
 ToolCallFormat tool_call_format(const RenderContext &ctx) {
-  if (!ctx.text) return ToolCallFormat::kHermes;
-  const ModelText &text = *ctx.text;
-  return detect_tool_call_format(
-      [&text](std::string_view s) { return text.encode(s, false).size(); });
+  return ctx.text ? tool_call_format_of(*ctx.text) : ToolCallFormat::kHermes;
 }
 
 std::string tool_call_id(const RenderContext &ctx, int choice, int k) {
@@ -97,6 +95,13 @@ void parse_tools(const json &body, ChatRequest &req) {
   }
   if (req.tool_names.empty() && req.tool_choice != "none")
     fail_field("tool_choice", "is only allowed when tools are given");
+  // Until constrained decoding lands, a forced call cannot be guaranteed; plain text
+  // with status 200 would break the client's contract (SDKs raise on it), so say so.
+  if (req.tool_choice == "required" || req.tool_choice == "function")
+    fail_field("tool_choice",
+               std::string(req.tool_choice == "required" ? "'required'" : "a named function") +
+                   " (a forced tool call) is not supported yet: keel cannot "
+                   "constrain the output to a tool call; use 'auto'");
 }
 
 json template_tool_calls(const json &calls, const std::string &field) {

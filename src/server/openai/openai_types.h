@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 
 #include "core/sampling_params.h"
 #include "server/generation.h"
+#include "text/reasoning_parser.h"
 #include "text/tool_call_parser.h"
 
 namespace keel::server::openai {
@@ -20,11 +22,13 @@ struct ChatRequest {
   nlohmann::ordered_json messages;      // [{role, content: string, ...}], content parts flattened
   nlohmann::ordered_json tools;         // array or null
   std::vector<std::string> tool_names;  // declared function names, in order
-  // "auto" (also when absent), "none", "required" or "function" (tool_choice_name).
-  // keel cannot force a call (no constrained decoding): "required" and a named
-  // function are accepted and the output is parsed as for "auto".
+  // "auto" (also when absent) or "none". keel cannot force a call yet (no constrained
+  // decoding): "required" and a named function are a 400 naming tool_choice.
   std::string tool_choice = "auto";
   std::string tool_choice_name;
+  // Extra chat-template variables: chat_template_kwargs, and enable_thinking /
+  // reasoning_effort from reasoning_effort.
+  nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
   SamplingParams sampling;
   bool max_tokens_given = false;
   int n = 1;
@@ -57,10 +61,11 @@ struct CompletionRequest {
 ChatRequest parse_chat(const nlohmann::ordered_json &body);
 CompletionRequest parse_completion(const nlohmann::ordered_json &body);
 
-// A streamed choice's tool-call parsing state.
+// A streamed choice's parsing state: its reasoning split, then tool calls.
 struct ChoiceToolStream {
   ToolCallParser parser;
   int calls = 0;
+  ReasoningParser reasoning;
 };
 
 // Everything a renderer needs besides the generation itself.
@@ -69,11 +74,19 @@ struct RenderContext {
   std::int64_t created = 0;
   std::string model;
   const ModelText *text = nullptr;  // for token strings in logprobs and the tool-call format
+  // Chat: the prompt ends inside a <think> block (the output starts with reasoning).
+  bool opens_reasoning = false;
 
   // Streaming state of tool-call parsing per choice index. Mutable because the
   // stream callbacks share one const context; a generation's deltas are serialized,
   // so no lock is needed.
   mutable std::map<int, ChoiceToolStream> tool_streams;
+  // Completions: per choice, where the next token's text starts (logprobs text_offset).
+  struct TextPosition {
+    std::unique_ptr<StreamingDetokenizer> detok;
+    std::size_t pos = 0;
+  };
+  mutable std::map<int, TextPosition> completion_offsets;
 };
 
 // The tool-call format of the context's model (kHermes without a model).

@@ -442,11 +442,12 @@ TEST(ToolRequests, OpenAIValidationNamesTheField) {
             "messages[0].role");
   EXPECT_EQ(p({{"messages", json::parse(R"([{"role": "user", "content": null}])")}}),
             "messages[0].content");
-  auto ok =
-      chat_request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "search"}}}}},
-                    {"parallel_tool_calls", false}});
-  EXPECT_EQ(ok.tool_choice, "function");
-  EXPECT_EQ(ok.tool_choice_name, "search");
+  // A forced call keel cannot guarantee yet is a 400, never plain text.
+  EXPECT_EQ(p({{"tool_choice", "required"}}), "tool_choice");
+  EXPECT_EQ(p({{"tool_choice", {{"type", "function"}, {"function", {{"name", "search"}}}}}}),
+            "tool_choice");
+  auto ok = chat_request({{"tool_choice", "auto"}, {"parallel_tool_calls", false}});
+  EXPECT_EQ(ok.tool_choice, "auto");
   EXPECT_EQ(ok.tool_names, (std::vector<std::string>{"get_weather", "search"}));
   EXPECT_TRUE(ok.parses_tool_calls());
   EXPECT_FALSE(chat_request({{"tool_choice", "none"}}).parses_tool_calls());
@@ -479,6 +480,8 @@ TEST(ToolRequests, AnthropicValidationNamesTheField) {
   EXPECT_EQ(p({{"tool_choice", {{"type", "tool"}, {"name", "nope"}}}}), "tool_choice.name");
   EXPECT_EQ(p({{"tool_choice", {{"type", "maybe"}}}}), "tool_choice.type");
   EXPECT_EQ(p({{"tools", nullptr}, {"tool_choice", {{"type", "any"}}}}), "tool_choice");
+  EXPECT_EQ(p({{"tool_choice", {{"type", "any"}}}}), "tool_choice");
+  EXPECT_EQ(p({{"tool_choice", {{"type", "tool"}, {"name", "search"}}}}), "tool_choice");
   EXPECT_EQ(p({{"messages", json::parse(R"([{"role": "user", "content": [{"type": "image",
       "source": {}}]}])")}}),
             "messages.0.content.0.type");
@@ -513,14 +516,14 @@ TEST(ToolRequests, AnthropicToolTurnsBecomeOpenAIShapedMessages) {
         {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
         "content": [{"type": "text", "text": "sunny"}]}, {"type": "text", "text": "and?"}]}])")},
-                                   {"tool_choice", {{"type", "tool"}, {"name", "search"}}},
+                                   {"tool_choice", {{"type", "auto"}}},
                                    {"metadata", {{"user_id", "u1"}}},
                                    {"thinking", {{"type", "enabled"}, {"budget_tokens", 2000}}},
                                    {"top_k", 5},
                                    {"top_p", 0.5}});
   ASSERT_EQ(r.messages.size(), 4u);
   EXPECT_EQ(r.messages[1], json::parse(R"({"role": "assistant", "content": "Checking.",
-      "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "get_weather",
+      "reasoning_content": "hm", "tool_calls": [{"id": "toolu_1", "type": "function", "function": {"name": "get_weather",
       "arguments": {"city": "Paris"}}}]})"));
   EXPECT_EQ(r.messages[2], json::parse(R"({"role": "tool", "tool_call_id": "toolu_1",
       "content": "sunny"})"));
@@ -528,7 +531,10 @@ TEST(ToolRequests, AnthropicToolTurnsBecomeOpenAIShapedMessages) {
   EXPECT_EQ(r.tools[0], json::parse(R"({"type": "function", "function": {"name": "get_weather",
       "description": "Weather of a city", "parameters": {"type": "object",
       "properties": {"city": {"type": "string"}}, "required": ["city"]}}})"));
-  EXPECT_EQ(r.tool_choice, "tool");
+  EXPECT_EQ(r.tool_choice, "auto");
+  EXPECT_EQ(r.thinking, "enabled");
+  EXPECT_EQ(r.thinking_budget, 2000);
+  EXPECT_EQ(r.template_kwargs["enable_thinking"], true);
   EXPECT_EQ(r.sampling.top_k, 5);
   EXPECT_FLOAT_EQ(r.sampling.top_p, 0.5f);
 }

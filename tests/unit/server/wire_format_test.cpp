@@ -124,7 +124,7 @@ TEST(AnthropicParse, RequiresMaxTokensAndAlternatingRoles) {
   EXPECT_EQ(param_of([&] { anthropic::parse_messages(no_max); }), "max_tokens");
   EXPECT_NO_THROW(anthropic::parse_messages(no_max, true));  // count_tokens
   json bad_role = ok;
-  bad_role["messages"][0]["role"] = "system";
+  bad_role["messages"][0]["role"] = "developer";  // system entries are merged (Claude Code)
   EXPECT_EQ(param_of([&] { anthropic::parse_messages(bad_role); }), "messages.0.role");
   json hot = ok;
   hot["temperature"] = 1.5;  // Anthropic's range is [0, 1]
@@ -193,8 +193,14 @@ TEST(Generation, AnthropicMessageAndStreamEvents) {
   EXPECT_EQ(j["usage"]["input_tokens"], 1);
   const std::string start = anthropic::stream_start(ctx, 1, 0);
   EXPECT_EQ(start.rfind("event: message_start\n", 0), 0u);
-  EXPECT_NE(start.find("event: content_block_start"), std::string::npos);
-  const std::string fin = anthropic::stream_finish(deltas.back(), 3);
+  // Blocks open as content arrives (the first may be thinking or a tool call).
+  EXPECT_EQ(start.find("event: content_block_start"), std::string::npos);
+  anthropic::RenderContext sctx{"msg_1", "m"};
+  std::string streamed;
+  for (const auto &d : deltas) streamed += anthropic::stream_delta(sctx, d.text);
+  EXPECT_NE(streamed.find("event: content_block_start"), std::string::npos);
+  EXPECT_NE(streamed.find("\"type\":\"text_delta\""), std::string::npos) << streamed;
+  const std::string fin = anthropic::stream_finish(sctx, deltas.back(), 3);
   EXPECT_NE(fin.find("\"stop_reason\":\"stop_sequence\""), std::string::npos);
   const std::string tail = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
   ASSERT_GE(fin.size(), tail.size());

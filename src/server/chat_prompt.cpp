@@ -1,0 +1,51 @@
+#include "server/chat_prompt.h"
+
+#include "core/error.h"
+#include "server/json_fields.h"
+#include "text/reasoning_parser.h"
+#include "text/tool_prompt.h"
+
+namespace keel::server {
+
+using json = nlohmann::ordered_json;
+
+ToolCallFormat tool_call_format_of(const ModelText &text) {
+  return detect_tool_call_format(
+      [&text](std::string_view s) { return text.encode(s, false).size(); });
+}
+
+std::string render_chat_prompt(const ModelText &text, const json &messages, const json &tools,
+                               const json &kwargs) {
+  const bool has_tools = tools.is_array() && !tools.empty();
+  if (text.has_chat_template()) {
+    std::string with_tools = text.render_chat(messages, tools, true, kwargs);
+    // A template with no tools section renders the same text with and without them.
+    if (!has_tools || with_tools != text.render_chat(messages, json(nullptr), true, kwargs))
+      return with_tools;
+  }
+  const json msgs =
+      has_tools ? inject_tool_prompt(messages, tools, tool_call_format_of(text)) : messages;
+  if (text.has_chat_template()) return text.render_chat(msgs, json(nullptr), true, kwargs);
+  std::string out;
+  for (const auto &m : msgs)
+    out += m.value("role", std::string("user")) + ": " + m.value("content", std::string()) + "\n";
+  out += "assistant:";
+  return out;
+}
+
+ChatPrompt encode_chat_prompt(const ModelText &text, const json &messages, const json &tools,
+                              const json &kwargs, const std::string &field) {
+  std::string prompt;
+  try {
+    prompt = render_chat_prompt(text, messages, tools, kwargs);
+  } catch (const Error &e) {
+    fail_field(field, std::string("the chat template rejected them: ") + e.what());
+  }
+  ChatPrompt p;
+  p.opens_reasoning = prompt_opens_reasoning(prompt);
+  // Templates write the BOS themselves; the fallback relies on the tokenizer adding it.
+  p.tokens = text.encode(prompt, !text.has_chat_template());
+  return p;
+}
+
+}  // namespace keel::server
