@@ -39,7 +39,9 @@ def post_stream(url, body, timeout):
                 ev = json.loads(line[6:])
                 if "error" in ev:
                     return ttft, n, str(ev["error"])
-                if ev.get("choices") and ev["choices"][0].get("text") and ttft is None:
+                # The first choice event is the first token (a random model's text may
+                # be empty: special tokens decode to nothing).
+                if ev.get("choices") and ttft is None:
                     ttft = time.time() - t0
                 if ev.get("usage"):  # the last chunk (stream_options.include_usage)
                     n = ev["usage"]["completion_tokens"]

@@ -27,6 +27,7 @@
 #include "registry/model_registry.h"
 #ifdef KEEL_WITH_CUDA
 #include "exec/cuda/cuda_engine_runner.h"
+#include "exec/cuda/cuda_info.h"
 #endif
 
 namespace keel::cli {
@@ -210,6 +211,16 @@ int cmd_engine(int argc, char **argv) {
               opts.max_batch_tokens =
                   std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
               opts.gpu_sampling = !host_sampling;
+              // The share must be free before the weights load: otherwise the upload
+              // runs out of memory and the load fails as a crash, not a 507.
+              long long free_b = 0, total_b = 0;
+              if (kv_override.blocks <= 0 && kv_override.tokens <= 0 &&
+                  cuda::device_memory(cuda_device, &free_b, &total_b)) {
+                const std::string refusal =
+                    device_share_refusal(total_b, free_b, gpu_memory_fraction);
+                if (!refusal.empty())
+                  throw Error(ErrorCode::kResourceExhausted, kMemoryRefusalTag + refusal);
+              }
               auto runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
               device_total = runner->runner().device_total_bytes();
               device_weights = static_cast<std::int64_t>(runner->runner().weight_bytes());

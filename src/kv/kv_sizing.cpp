@@ -141,16 +141,10 @@ KvPlan plan_device_kv(const DeviceKvInputs &in) {
   p.rule = "device share";
   const auto share = static_cast<std::int64_t>(static_cast<double>(in.total_bytes) * in.fraction);
   const std::int64_t own = std::max<std::int64_t>(in.free_at_open - in.free_now, 0);
-  const std::int64_t others = in.total_bytes - in.free_at_open;
   char frac[32];
   std::snprintf(frac, sizeof frac, "%.3g", in.fraction);
-  if (in.free_at_open < share) {
-    p.refusal = "needs its share of the device, " + std::string(frac) + " x " +
-                describe_bytes(in.total_bytes) + " = " + describe_bytes(share) + ", but only " +
-                describe_bytes(in.free_at_open) + " is free: " + describe_bytes(others) +
-                " is held by other processes (other engines or programs on this GPU)";
-    return p;
-  }
+  p.refusal = device_share_refusal(in.total_bytes, in.free_at_open, in.fraction);
+  if (!p.refusal.empty()) return p;
   // The share minus what this engine holds already; never more than is free now.
   const std::int64_t left = std::min(share - own, in.free_now) - in.reserve_bytes;
   p.blocks = std::min(std::max<std::int64_t>(left, 0) / in.block_bytes, kMaxBlocks);
@@ -161,6 +155,18 @@ KvPlan plan_device_kv(const DeviceKvInputs &in) {
                 ") and the reserve for CUDA graphs (" + describe_bytes(in.reserve_bytes) +
                 "): no room for a KV pool";
   return p;
+}
+
+std::string device_share_refusal(std::int64_t total_bytes, std::int64_t free_bytes,
+                                 double fraction) {
+  const auto share = static_cast<std::int64_t>(static_cast<double>(total_bytes) * fraction);
+  if (free_bytes >= share) return {};
+  char frac[32];
+  std::snprintf(frac, sizeof frac, "%.3g", fraction);
+  return "needs its share of the device, " + std::string(frac) + " x " +
+         describe_bytes(total_bytes) + " = " + describe_bytes(share) + ", but only " +
+         describe_bytes(free_bytes) + " is free: " + describe_bytes(total_bytes - free_bytes) +
+         " is held by other processes (other engines or programs on this GPU)";
 }
 
 std::int64_t offered_context(std::int64_t model_context, std::int64_t pool_tokens) {

@@ -83,6 +83,12 @@ struct DeviceKvInputs {
 };
 KvPlan plan_device_kv(const DeviceKvInputs &in);
 
+// Why an engine cannot start on a device whose free memory is below its share
+// (fraction x total), or empty. Checked before the weights load too, so that a share
+// taken by another process is a 507 naming the bytes, not an out-of-memory crash.
+std::string device_share_refusal(std::int64_t total_bytes, std::int64_t free_bytes,
+                                 double fraction);
+
 // The longest sequence an engine offers: the model's context (or --max-model-len),
 // capped by what the pool holds for one sequence.
 std::int64_t offered_context(std::int64_t model_context, std::int64_t pool_tokens);

@@ -186,8 +186,9 @@ test('bad input: a clear error and a non-zero exit, quickly', async () => {
 
 test('requests the server refuses are counted as failures, with its message', async () => {
   const dir = outDir('refused');
-  // Longer than the test model's context: every request fails with a 400.
-  const r = await bench([...common, '--workload', 'fixed', '--num-prompts', '3', '--input-len', '8', '--output-len', '100000', '--out', dir]);
+  // A prompt longer than the test model's context: every request fails with a 400 (a
+  // max_tokens past the context is clamped, not refused).
+  const r = await bench([...common, '--workload', 'fixed', '--num-prompts', '3', '--input-len', '100000', '--output-len', '8', '--out', dir]);
   assert.equal(r.code, 1);
   assert.match(r.stderr, /3 of 3 requests failed/);
   const level = checkFiles(dir, 1).levels[0];

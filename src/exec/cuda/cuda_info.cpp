@@ -38,4 +38,15 @@ std::string describe_backend() {
   return s;
 }
 
+bool device_memory(int device, long long *free_bytes, long long *total_bytes) {
+  std::size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  *free_bytes = static_cast<long long>(free_b);
+  *total_bytes = static_cast<long long>(total_b);
+  return true;
+}
+
 }  // namespace keel::cuda

@@ -9,4 +9,8 @@ namespace keel::cuda {
 
 std::string describe_backend();
 
+// Free and total memory of `device` (cudaMemGetInfo), in bytes; false when it cannot be
+// read (no driver, no such device).
+bool device_memory(int device, long long *free_bytes, long long *total_bytes);
+
 }  // namespace keel::cuda

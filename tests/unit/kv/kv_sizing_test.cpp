@@ -201,3 +201,22 @@ TEST(KvSizing, DescribeBytesGivesBoth) {
   EXPECT_EQ(describe_bytes(2048), "2.00 KiB (2048 bytes)");
   EXPECT_TRUE(host_mem_available().value_or(1) > 0);
 }
+
+// The check the engine makes before its weights load (a share another process holds is
+// a refusal with figures, not an out-of-memory crash in the upload).
+TEST(KvSizing, ShareCheckedBeforeTheWeightsLoad) {
+  constexpr std::int64_t GiB = 1LL << 30;
+  EXPECT_EQ(device_share_refusal(140 * GiB, 130 * GiB, 0.9), "");  // 126 GiB share is free
+  const std::string r = device_share_refusal(140 * GiB, 12 * GiB, 0.3);
+  EXPECT_NE(r.find("42.00 GiB"), std::string::npos) << r;   // the share
+  EXPECT_NE(r.find("12.00 GiB"), std::string::npos) << r;   // what is free
+  EXPECT_NE(r.find("128.00 GiB"), std::string::npos) << r;  // what others hold
+  // plan_device_kv gives the same refusal once the engine is up.
+  DeviceKvInputs in;
+  in.block_bytes = 2 << 20;
+  in.total_bytes = 140 * GiB;
+  in.free_at_open = 12 * GiB;
+  in.free_now = 11 * GiB;
+  in.fraction = 0.3;
+  EXPECT_EQ(plan_device_kv(in).refusal, r);
+}
