@@ -245,7 +245,7 @@ void ApiServer::handle_messages(const HttpRequest &req,
       encode_chat_prompt(*lease->text, mr->messages, mr->tools, mr->template_kwargs);
   mr->sampling.max_tokens = fit_max_tokens(lease->info.context_length, prompt.tokens.size(),
                                            mr->sampling.max_tokens, "messages");
-  if (mr->tool_choice == "any" || mr->tool_choice == "tool")
+  if (mr->forces_tool_call())
     force_tool_call(mr->sampling, tool_call_format_of(*lease->text), mr->tools,
                     mr->tool_choice_name);
   spec.prompts.push_back(std::move(prompt.tokens));

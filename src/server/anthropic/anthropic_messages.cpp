@@ -327,7 +327,7 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
   r.stop_sequences = parse_stop_field(body, "stop_sequences", 16);
   r.stream = opt_bool(body, "stream").value_or(false);
   check_extras(body, r);
-  if ((r.tool_choice == "any" || r.tool_choice == "tool") && !r.sampling.constraint_kind.empty())
+  if (r.forces_tool_call() && !r.sampling.constraint_kind.empty())
     fail_field("tool_choice", "a forced tool call cannot be combined with output_config.format");
   return r;
 }

@@ -28,6 +28,7 @@ struct MessagesRequest {
   // call, through a constraint (server/forced_tool_call.h).
   std::string tool_choice = "auto";
   std::string tool_choice_name;
+  bool forces_tool_call() const { return tool_choice == "any" || tool_choice == "tool"; }
   // thinking.type: "" (absent), enabled, disabled or adaptive (the model's thinking on,
   // its budget by output_config.effort). Passed to the template as enable_thinking.
   std::string thinking;
