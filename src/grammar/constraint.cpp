@@ -6,6 +6,7 @@
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex_compiler.h"
+#include "grammar/tagged_json.h"
 
 namespace keel::grammar {
 
@@ -23,13 +24,15 @@ const char *constraint_kind_name(ConstraintKind kind) {
       return "choice";
     case ConstraintKind::kGrammar:
       return "grammar";
+    case ConstraintKind::kTaggedJson:
+      return "tagged_json";
   }
   return "?";
 }
 
 std::optional<ConstraintKind> parse_constraint_kind(std::string_view name) {
   for (auto k : {ConstraintKind::kJsonSchema, ConstraintKind::kJsonObject, ConstraintKind::kRegex,
-                 ConstraintKind::kChoice, ConstraintKind::kGrammar})
+                 ConstraintKind::kChoice, ConstraintKind::kGrammar, ConstraintKind::kTaggedJson})
     if (name == constraint_kind_name(k)) return k;
   return std::nullopt;
 }
@@ -91,6 +94,8 @@ Grammar compile_grammar(const Constraint &c, const std::string &where) {
       } catch (const Error &e) {
         throw prefixed(e);
       }
+    case ConstraintKind::kTaggedJson:
+      return tagged_json_grammar(parse_tagged_json(c.text, where), where);
     case ConstraintKind::kNone:
       break;
   }

@@ -27,10 +27,11 @@ enum class ConstraintKind : std::uint8_t {
   kRegex,       // text: a regular expression the whole output matches
   kChoice,      // text: a JSON array of strings, the output is one of them
   kGrammar,     // text: GBNF
+  kTaggedJson,  // text: JSON Schema documents in literal text (grammar/tagged_json.h)
 };
 
 const char *constraint_kind_name(ConstraintKind kind);
-// "json_schema", "json_object", "regex", "choice", "grammar"; nullopt otherwise.
+// "json_schema", "json_object", "regex", "choice", "grammar", "tagged_json"; nullopt otherwise.
 std::optional<ConstraintKind> parse_constraint_kind(std::string_view name);
 
 struct Constraint {

@@ -63,13 +63,10 @@ const std::map<std::string, std::string, std::less<>> kFormats = {
 
 class SchemaCompiler {
  public:
-  SchemaCompiler(const json &root, const JsonSchemaOptions &opts) : root_(root), opts_(opts) {}
+  SchemaCompiler(GrammarBuilder &b, const json &root, const JsonSchemaOptions &opts)
+      : root_(root), opts_(opts), b_(b) {}
 
-  Grammar run() {
-    auto r = b_.add_rule("root");
-    b_.set_body(r, value(root_, "", 0));
-    return b_.build(r);
-  }
+  ExprId document() { return value(root_, "", 0); }
 
  private:
   [[noreturn]] void fail(const std::string &path, const std::string &why) const {
@@ -479,7 +476,7 @@ class SchemaCompiler {
 
   const json &root_;
   const JsonSchemaOptions &opts_;
-  GrammarBuilder b_;
+  GrammarBuilder &b_;
   int any_value_rule_ = -1;
   std::map<std::string, std::uint32_t> refs_;
   std::map<std::tuple<std::string, std::size_t, bool>, std::uint32_t> member_rules_;
@@ -487,8 +484,16 @@ class SchemaCompiler {
 
 }  // namespace
 
+GrammarBuilder::ExprId json_schema_expr(GrammarBuilder &b, const nlohmann::ordered_json &schema,
+                                        const JsonSchemaOptions &opts) {
+  return SchemaCompiler(b, schema, opts).document();
+}
+
 Grammar json_schema_grammar(const nlohmann::ordered_json &schema, const JsonSchemaOptions &opts) {
-  return SchemaCompiler(schema, opts).run();
+  GrammarBuilder b;
+  auto root = b.add_rule("root");
+  b.set_body(root, json_schema_expr(b, schema, opts));
+  return b.build(root);
 }
 
 Grammar json_schema_grammar(std::string_view text, const JsonSchemaOptions &opts) {

@@ -26,4 +26,9 @@ Grammar json_schema_grammar(const nlohmann::ordered_json &schema,
                             const JsonSchemaOptions &opts = {});
 Grammar json_schema_grammar(std::string_view schema_text, const JsonSchemaOptions &opts = {});
 
+// One document of `schema` as an expression of `b` ($refs resolve against `schema`), for
+// grammars that embed JSON documents in other text (a forced tool call's markup).
+GrammarBuilder::ExprId json_schema_expr(GrammarBuilder &b, const nlohmann::ordered_json &schema,
+                                        const JsonSchemaOptions &opts = {});
+
 }  // namespace keel::grammar

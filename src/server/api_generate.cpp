@@ -6,6 +6,7 @@
 #include "server/anthropic/anthropic_types.h"
 #include "server/api_server.h"
 #include "server/context_budget.h"
+#include "server/forced_tool_call.h"
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
@@ -66,6 +67,9 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
       lease->info.context_length, prompt.tokens.size(),
       cr->max_tokens_given ? std::optional<std::int64_t>(cr->sampling.max_tokens) : std::nullopt,
       "messages");
+  if (cr->forces_tool_call())
+    force_tool_call(cr->sampling, tool_call_format_of(*lease->text), cr->tools,
+                    cr->tool_choice_name);
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.n = cr->n;
   spec.sampling = cr->sampling;
@@ -241,6 +245,9 @@ void ApiServer::handle_messages(const HttpRequest &req,
       encode_chat_prompt(*lease->text, mr->messages, mr->tools, mr->template_kwargs);
   mr->sampling.max_tokens = fit_max_tokens(lease->info.context_length, prompt.tokens.size(),
                                            mr->sampling.max_tokens, "messages");
+  if (mr->forces_tool_call())
+    force_tool_call(mr->sampling, tool_call_format_of(*lease->text), mr->tools,
+                    mr->tool_choice_name);
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = mr->sampling;
   spec.stop = mr->stop_sequences;

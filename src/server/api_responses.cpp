@@ -9,6 +9,7 @@
 
 #include "server/api_server.h"
 #include "server/context_budget.h"
+#include "server/forced_tool_call.h"
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai/responses_types.h"
@@ -111,6 +112,9 @@ void ApiServer::handle_responses(const HttpRequest &req,
       rr->chat.max_tokens_given ? std::optional<std::int64_t>(rr->chat.sampling.max_tokens)
                                 : std::nullopt,
       "input");
+  if (rr->chat.forces_tool_call())
+    force_tool_call(rr->chat.sampling, tool_call_format_of(*lease->text), rr->chat.tools,
+                    rr->chat.tool_choice_name);
   const bool opens_reasoning = prompt.opens_reasoning;
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = rr->chat.sampling;

@@ -1,7 +1,7 @@
 // Anthropic Messages as agents speak it, through @anthropic-ai/sdk (and the OpenAI SDKs
 // for reasoning_content): system entries inside messages, adaptive thinking with
 // thinking blocks out (streamed with signatures) and back in, max_tokens past the
-// context clamped, forced tool_choice refused. The "thinker" model (run.sh) is
+// context clamped, forced tool_choice honoured. The "thinker" model (run.sh) is
 // scripted to write "Plan first</think>Hello from keel." under a template that opens
 // <think> unless enable_thinking is false.
 import test from 'node:test';
@@ -102,16 +102,33 @@ test('max_tokens past the context is clamped to what is left: stop_reason max_to
   assert.match(r.json.error.message, /^messages:/);
 });
 
-test('forced tool_choice is a 400 naming the field, never plain text', async () => {
+test('forced tool_choice comes back as a tool_use of the named tool, with valid input', async () => {
   const c = anthropic();
-  const tools = [{ name: 'get_weather', input_schema: { type: 'object', properties: { city: { type: 'string' } } } }];
+  const schema = { type: 'object', properties: { city: { type: 'string', maxLength: 8 } }, required: ['city'] };
+  const tools = [{ name: 'get_weather', input_schema: schema }, { name: 'noop', input_schema: { type: 'object', properties: {}, additionalProperties: false } }];
   for (const tool_choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }]) {
-    await assert.rejects(c.messages.create({ model: MODEL, max_tokens: 4, tools, tool_choice, messages: [{ role: 'user', content: 'hi' }] }), (e) => {
-      assert.equal(e.status, 400);
-      assert.match(e.error.error.message, /^tool_choice:/);
-      return true;
-    });
+    const m = await c.messages.create({ model: MODEL, max_tokens: 200, tools, tool_choice, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(m.stop_reason, 'tool_use', JSON.stringify(m.content));
+    const use = m.content.find((b) => b.type === 'tool_use');
+    if (tool_choice.type === 'tool') assert.equal(use.name, 'get_weather');
+    if (use.name === 'get_weather') {
+      assert.equal(typeof use.input.city, 'string');
+      assert.ok(use.input.city.length <= 8, use.input.city);
+    } else {
+      assert.equal(use.name, 'noop');
+    }
   }
+});
+
+test('output_config.format json_schema constrains the text to the schema', async () => {
+  const c = anthropic();
+  const m = await c.messages.create({
+    model: MODEL, max_tokens: 200, messages: [{ role: 'user', content: 'hi' }],
+    output_config: { format: { type: 'json_schema', schema: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false } } },
+  });
+  assert.equal(m.stop_reason, 'end_turn', JSON.stringify(m.content));
+  const text = m.content.filter((b) => b.type === 'text').map((b) => b.text).join('');
+  assert.equal(typeof JSON.parse(text).ok, 'boolean', text);
 });
 
 for (const pkg of ['openai', 'openai7']) {

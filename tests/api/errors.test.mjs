@@ -162,7 +162,7 @@ test('Anthropic: invalid or unsupported values name the field', async () => {
     [{ messages: [{ role: 'system', content: 'x' }] }, 'messages'],  // system entries merge; no turn left
     [{ messages: [{ role: 'developer', content: 'x' }] }, 'messages.0.role'],
     [{ thinking: { type: 'sometimes' } }, 'thinking.type'],
-    [{ output_config: { format: { type: 'json_schema', schema: {} } } }, 'output_config.format'],
+    [{ output_config: { format: { type: 'json_schema', schema: { type: 'object', properties: { a: { not: {} } } } } } }, 'output_config.format.schema.properties.a.not'],
     [{ messages: [{ role: 'user', content: [{ type: 'sparkle' }] }] }, 'messages.0.content.0.type'],
     [{ messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AA==' } }] }] }, 'messages.0.content.0.type'],
     [{ messages: [{ role: 'user', content: 7 }] }, 'messages.0.content'],

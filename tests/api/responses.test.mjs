@@ -13,6 +13,7 @@ import { startModelServer, startThinkingServer } from './responses_lib.mjs';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
 const OpenAI7 = require('openai7').OpenAI;
+const Ajv = require('ajv').default ?? require('ajv');
 const sdks = {
   'openai 6': (url = URL_MAIN, key = KEY) =>
     new OpenAI({ baseURL: `${url}/v1`, apiKey: key ?? 'none', maxRetries: 0, timeout: 60_000 }),
@@ -148,9 +149,7 @@ for (const [name, make] of Object.entries(sdks)) {
     await expectError(client.responses.create({
       ...base, input: [{ role: 'user', content: 'x' }, { type: 'function_call_output', call_id: 'call_nope', output: '1' }],
     }), 400, 'input[1].call_id');
-    // Forcing a tool needs constrained decoding: refused, never ignored.
-    await expectError(client.responses.create({ ...base, input: 'x', tool_choice: 'required' }), 400, 'tool_choice');
-    await expectError(client.responses.create({ ...base, input: 'x', tool_choice: { type: 'function', name: 'get_weather' } }), 400, 'tool_choice');
+    await expectError(client.responses.create({ ...base, input: 'x', tool_choice: { type: 'function', name: 'nope' } }), 400, 'tool_choice.name');
     await expectError(client.responses.create({ ...base, input: 'x', tools: [{ type: 'file_search', vector_store_ids: ['v'] }] }), 400, 'tools[0].type');
   });
 
@@ -172,7 +171,38 @@ for (const [name, make] of Object.entries(sdks)) {
     await expectError(client.responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_unknown' }), 400, 'previous_response_id');
   });
 
-  test(`${name}: reasoning fields are accepted and echoed; text.format json_schema is refused`, async () => {
+  test(`${name}: a forced tool_choice comes back as a function_call whose arguments validate`, async () => {
+    const client = make();
+    const schema = { type: 'object', properties: { city: { type: 'string', maxLength: 8 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'], additionalProperties: false };
+    const validate = new Ajv({ strict: false }).compile(schema);
+    const tools = [{ type: 'function', name: 'get_weather', parameters: schema, strict: true }, { type: 'function', name: 'noop', parameters: { type: 'object', properties: {}, additionalProperties: false } }];
+    for (const tool_choice of ['required', { type: 'function', name: 'get_weather' }]) {
+      const r = await client.responses.create({ model: MODEL, input: 'Weather?', tools, tool_choice, max_output_tokens: 300 });
+      assert.equal(r.status, 'completed', JSON.stringify(r.output));
+      const calls = r.output.filter((o) => o.type === 'function_call');
+      assert.equal(calls.length, 1, JSON.stringify(r.output));
+      if (typeof tool_choice === 'object' || calls[0].name === 'get_weather') {
+        assert.equal(calls[0].name, 'get_weather');
+        assert.ok(validate(JSON.parse(calls[0].arguments)), calls[0].arguments + JSON.stringify(validate.errors));
+      } else {
+        assert.equal(calls[0].name, 'noop');
+      }
+      assert.deepEqual(r.tool_choice, tool_choice);
+    }
+  });
+
+  test(`${name}: text.format json_schema and json_object constrain the output`, async () => {
+    const client = make();
+    const schema = { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false };
+    const r = await client.responses.create({ model: MODEL, input: 'x', max_output_tokens: 200, text: { format: { type: 'json_schema', name: 'o', schema, strict: true } } });
+    assert.equal(r.status, 'completed');
+    assert.equal(typeof JSON.parse(r.output_text).ok, 'boolean', r.output_text);
+    assert.equal(r.text.format.type, 'json_schema');
+    const o = await client.responses.create({ model: MODEL, input: 'x', max_output_tokens: 3, text: { format: { type: 'json_object' } } });
+    assert.ok(o.output_text.startsWith('{'), o.output_text);
+  });
+
+  test(`${name}: reasoning fields are accepted and echoed`, async () => {
     const client = make();
     const r = await client.responses.create({
       model: MODEL, input: 'Think.', max_output_tokens: 4, reasoning: { effort: 'low', summary: 'auto' },
@@ -181,8 +211,8 @@ for (const [name, make] of Object.entries(sdks)) {
     assert.deepEqual(r.reasoning, { effort: 'low', summary: 'auto' });
     assert.equal(r.usage.output_tokens_details.reasoning_tokens, 0);  // this template has no <think>
     await expectError(client.responses.create({
-      model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'o', schema: { type: 'object' } } },
-    }), 400, 'text.format.type');
+      model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'o', schema: { type: 'object', properties: { n: { type: 'number', multipleOf: 3 } } } } },
+    }), 400, 'text.format.schema.properties.n.multipleOf');
     await expectError(client.responses.create({ model: MODEL, input: 'x', reasoning: { effort: 'enormous' } }), 400, 'reasoning.effort');
   });
 }
@@ -226,7 +256,7 @@ test('bad requests: 4xx in OpenAI format naming the field', async () => {
     [{ model: MODEL, input: 42 }, 400, 'input'],
     [{ model: MODEL }, 400, 'input'],
     [{ model: MODEL, input: 'x', max_output_tokens: -1 }, 400, 'max_output_tokens'],
-    [{ model: MODEL, input: 'x', text: { format: { type: 'json_object' } } }, 400, 'text.format.type'],
+    [{ model: MODEL, input: 'x', text: { format: { type: 'json_schema', name: 'o' } } }, 400, 'text.format.schema'],
     [{ model: MODEL, input: 'x', conversation: 'conv_1' }, 400, 'conversation'],
     [{ model: MODEL, input: 'x'.repeat(30000) }, 400, 'input'],
     [{ model: 'no-such-model', input: 'x' }, 404, 'model'],

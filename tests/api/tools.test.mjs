@@ -1,15 +1,21 @@
 // Tool requests against a real `keel serve`: tools, tool_choice and tool-result turns
 // are accepted by both APIs and rendered through the chat template. The tiny random
-// model never writes a tool call itself; parsing calls out of output is covered with
-// scripted token streams in tests/unit/server/tool_calls_test.cpp and
-// tests/unit/text/tool_call_parser_test.cpp.
+// model never writes a tool call by itself; a forced tool_choice constrains it to one,
+// which must come back as a tool call whose arguments validate against the schema.
+// Parsing calls out of free output is covered with scripted token streams in
+// tests/unit/server/tool_calls_test.cpp and tests/unit/text/tool_call_parser_test.cpp.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { openai, anthropic, http, MODEL, KEEL_BIN, MODEL_PATH, OpenAI, Anthropic } from './helpers.mjs';
+import { createRequire } from 'node:module';
+import { openai, anthropic, http, MODEL, KEEL_BIN, MODEL_PATH, OpenAI, Anthropic, URL_MAIN, KEY } from './helpers.mjs';
+
+const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
+const OpenAI7 = require('openai7').OpenAI;
+const Ajv = require('ajv').default ?? require('ajv');
 
 const tools = [
   {
@@ -45,7 +51,7 @@ const anthropicTurns = [
   { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'call_1', content: 'sunny, 21 C' }] },
 ];
 
-test('tools reach the prompt even when the template has no tools section; forced calls are a 400', async () => {
+test('tools reach the prompt even when the template has no tools section', async () => {
   const client = openai();
   const base = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4, temperature: 0 };
   // The test model's template ignores tools: keel writes them into the system prompt
@@ -62,19 +68,84 @@ test('tools reach the prompt even when the template has no tools section; forced
   const m = await a.messages.create({ ...abase, tools: anthropicTools, tool_choice: { type: 'auto' } });
   assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, at.input_tokens);
 
-  // keel cannot force a call yet: a 400 naming tool_choice, never plain text with 200.
-  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
-    const r = await http('POST', '/v1/chat/completions', { body: { ...base, tools, tool_choice } });
-    assert.equal(r.status, 400, r.text);
-    assert.equal(r.json.error.param, 'tool_choice');
+});
+
+// Bounded schemas, so that a random model finishes a call well within max_tokens.
+const forcedSchemas = {
+  get_weather: { type: 'object', properties: { city: { type: 'string', maxLength: 10 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'], additionalProperties: false },
+  add: { type: 'object', properties: { a: { type: 'integer', minimum: 0, maximum: 99 }, b: { type: 'integer', minimum: 0, maximum: 99 } }, required: ['a', 'b'], additionalProperties: false },
+};
+const forcedTools = Object.entries(forcedSchemas).map(([name, parameters]) => ({ type: 'function', function: { name, parameters } }));
+const validators = Object.fromEntries(Object.entries(forcedSchemas).map(([n, s]) => [n, new Ajv({ strict: false }).compile(s)]));
+const validArgs = (name, args) => {
+  assert.ok(validators[name], `unknown tool ${name}`);
+  assert.ok(validators[name](args), `${name} ${JSON.stringify(args)}: ${JSON.stringify(validators[name].errors)}`);
+};
+
+for (const [pkg, make] of [['openai 6', () => openai()], ['openai 7', () => new OpenAI7({ baseURL: `${URL_MAIN}/v1`, apiKey: KEY ?? 'none', maxRetries: 0 })]]) {
+  test(`${pkg}: a forced tool_choice always comes back as a valid tool call (plain and streamed)`, async () => {
+    const client = make();
+    const base = { model: MODEL, messages: [{ role: 'user', content: 'Hello' }], tools: forcedTools, max_tokens: 300, temperature: 1 };
+    for (const [tool_choice, allowed] of [['required', ['get_weather', 'add']], [{ type: 'function', function: { name: 'add' } }, ['add']]]) {
+      for (const seed of [1, 2, 3]) {
+        const r = await client.chat.completions.create({ ...base, tool_choice, seed });
+        const c = r.choices[0];
+        assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c.message));
+        assert.equal(c.message.tool_calls.length, 1);
+        const call = c.message.tool_calls[0];
+        assert.equal(call.type, 'function');
+        assert.ok(allowed.includes(call.function.name), call.function.name);
+        validArgs(call.function.name, JSON.parse(call.function.arguments));
+      }
+      // Streamed: the deltas assemble into the same kind of call.
+      const stream = await client.chat.completions.create({ ...base, tool_choice, seed: 4, stream: true });
+      let name = '', args = '', finish;
+      for await (const chunk of stream) {
+        const ch = chunk.choices[0];
+        if (!ch) continue;
+        for (const tc of ch.delta?.tool_calls ?? []) {
+          name += tc.function?.name ?? '';
+          args += tc.function?.arguments ?? '';
+        }
+        finish = ch.finish_reason ?? finish;
+      }
+      assert.equal(finish, 'tool_calls');
+      assert.ok(allowed.includes(name), name);
+      validArgs(name, JSON.parse(args));
+    }
+  });
+}
+
+test('Anthropic SDK: tool_choice any and tool always come back as a valid tool_use (plain and streamed)', async () => {
+  const a = anthropic();
+  const atools = forcedTools.map(({ function: f }) => ({ name: f.name, input_schema: f.parameters }));
+  const base = { model: MODEL, max_tokens: 300, temperature: 1, tools: atools, messages: [{ role: 'user', content: 'Hello' }] };
+  for (const [tool_choice, allowed] of [[{ type: 'any' }, ['get_weather', 'add']], [{ type: 'tool', name: 'get_weather' }, ['get_weather']]]) {
+    for (let i = 0; i < 2; i++) {
+      const m = await a.messages.create({ ...base, tool_choice });
+      assert.equal(m.stop_reason, 'tool_use', JSON.stringify(m.content));
+      const uses = m.content.filter((b) => b.type === 'tool_use');
+      assert.equal(uses.length, 1, JSON.stringify(m.content));
+      assert.ok(allowed.includes(uses[0].name), uses[0].name);
+      validArgs(uses[0].name, uses[0].input);
+    }
+    const final = await a.messages.stream({ ...base, tool_choice }).finalMessage();
+    assert.equal(final.stop_reason, 'tool_use');
+    const use = final.content.find((b) => b.type === 'tool_use');
+    assert.ok(use && allowed.includes(use.name), JSON.stringify(final.content));
+    validArgs(use.name, use.input);
   }
-  for (const tool_choice of [{ type: 'any' }, { type: 'tool', name: 'get_weather' }]) {
-    await assert.rejects(a.messages.create({ ...abase, tools: anthropicTools, tool_choice }), (e) => {
-      assert.equal(e.status, 400);
-      assert.match(e.error.error.message, /^tool_choice:/);
-      return true;
-    });
-  }
+});
+
+test('a max_tokens too small to finish a forced call ends with length, in both APIs', async () => {
+  const r = await openai().chat.completions.create({
+    model: MODEL, messages: [{ role: 'user', content: 'Hello' }], tools: forcedTools, tool_choice: 'required', max_tokens: 3 });
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.equal(r.usage.completion_tokens, 3);
+  const m = await anthropic().messages.create({
+    model: MODEL, max_tokens: 3, messages: [{ role: 'user', content: 'Hello' }], tool_choice: { type: 'any' },
+    tools: forcedTools.map(({ function: f }) => ({ name: f.name, input_schema: f.parameters })) });
+  assert.equal(m.stop_reason, 'max_tokens');
 });
 
 test('tool-result turns are accepted by both APIs', async () => {
@@ -99,6 +170,10 @@ test('bad tool requests name the field', async () => {
   await bad({ messages: [{ role: 'tool', content: 'x' }] }, 'messages[0].tool_call_id');
   await bad({ messages: [{ role: 'assistant', tool_calls: [{ type: 'function', function: { name: 'f', arguments: 7 } }] }] }, 'messages[0].tool_calls[0].function.arguments');
   await bad({ tools: undefined, tool_choice: 'required' }, 'tool_choice');
+  // A forced tool's schema the grammar engine refuses names its path.
+  const odd = [...tools, { type: 'function', function: { name: 'odd', parameters: { type: 'object', properties: { n: { type: 'number', multipleOf: 3 } } } } }];
+  await bad({ tools: odd, tool_choice: 'required' }, 'tools[1].function.parameters.properties.n.multipleOf');
+  await bad({ tool_choice: 'required', response_format: { type: 'json_object' } }, 'tool_choice');
   const abad = async (body, field) => {
     const r = await http('POST', '/v1/messages', { body: { model: MODEL, max_tokens: 2, messages: anthropicTurns, tools: anthropicTools, ...body } });
     assert.equal(r.status, 400, r.text);
@@ -109,6 +184,8 @@ test('bad tool requests name the field', async () => {
   await abad({ tool_choice: { type: 'tool', name: 'launch_rocket' } }, 'tool_choice.name');
   await abad({ tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, 'tools.0.type');
   await abad({ tools: [{ name: 'f' }] }, 'tools.0.input_schema');
+  await abad({ tools: [{ name: 'f', input_schema: { type: 'object', properties: { n: { type: 'number', multipleOf: 3 } } } }], tool_choice: { type: 'any' } },
+    'tools.0.input_schema.properties.n.multipleOf');
   await abad({ messages: [{ role: 'user', content: [{ type: 'tool_result', content: 'x' }] }] }, 'messages.0.content.0.tool_use_id');
   await abad({ messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'f', input: 'x' }] }] }, 'messages.0.content.0.input');
 });

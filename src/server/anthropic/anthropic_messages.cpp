@@ -3,7 +3,9 @@
 
 #include "server/anthropic/anthropic_types.h"
 #include "server/api_error.h"
+#include "server/forced_tool_call.h"
 #include "server/json_fields.h"
+#include "server/openai/openai_structured.h"
 #include "server/sampling_fields.h"
 
 namespace keel::server::anthropic {
@@ -195,12 +197,16 @@ void parse_tools(const json &body, MessagesRequest &r) {
   }
   if (r.tool_names.empty() && t != "none")
     fail_field("tool_choice", "is only allowed when tools are given");
-  // Until constrained decoding lands, a forced call cannot be guaranteed; plain text
-  // with status 200 would break the client's contract, so say so.
+  // A forced call is constrained to the allowed tools' input schemas: one the grammar
+  // engine refuses is the client's error, named where it wrote it.
   if (t == "any" || t == "tool")
-    fail_field("tool_choice", "type '" + t +
-                                  "' (a forced tool call) is not supported yet: keel cannot "
-                                  "constrain the output to a tool call; use 'auto'");
+    for (std::size_t i = 0; i < r.tools.size(); ++i) {
+      const json &fn = r.tools[i]["function"];
+      if (t == "tool" && fn["name"] != r.tool_choice_name) continue;
+      openai::check_constraint(
+          {grammar::ConstraintKind::kJsonSchema, forced_tool_parameters(fn).dump()},
+          "tools." + std::to_string(i) + ".input_schema");
+    }
   r.tool_choice = t;
 }
 
@@ -224,10 +230,15 @@ void check_extras(const json &body, MessagesRequest &r) {
       if (!e->is_string()) fail_field("output_config.effort", "must be a string");
       r.effort = e->get<std::string>();
     }
-    if (oc->contains("format") && !(*oc)["format"].is_null())
-      fail_field("output_config.format",
-                 "structured output is not supported yet: keel cannot constrain the output to "
-                 "a schema");
+    auto f = oc->find("format");
+    if (f != oc->end() && !f->is_null()) {
+      if (!f->is_object() || f->value("type", "") != "json_schema")
+        fail_field("output_config.format.type", "must be 'json_schema'");
+      auto schema = f->find("schema");
+      if (schema == f->end() || !schema->is_object())
+        fail_field("output_config.format.schema", "is required and must be a JSON Schema object");
+      openai::set_json_schema_constraint(r.sampling, *schema, "output_config.format.schema");
+    }
   }
   auto th = body.find("thinking");
   if (th != body.end() && !th->is_null()) {
@@ -316,6 +327,8 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
   r.stop_sequences = parse_stop_field(body, "stop_sequences", 16);
   r.stream = opt_bool(body, "stream").value_or(false);
   check_extras(body, r);
+  if (r.forces_tool_call() && !r.sampling.constraint_kind.empty())
+    fail_field("tool_choice", "a forced tool call cannot be combined with output_config.format");
   return r;
 }
 

@@ -24,10 +24,11 @@ struct MessagesRequest {
   // {type: function, function: {name, description, parameters: input_schema}}.
   nlohmann::ordered_json tools;
   std::vector<std::string> tool_names;
-  // auto (also when absent) or none. keel cannot force a call yet (no constrained
-  // decoding): any and tool are a 400 naming tool_choice, never plain text.
+  // auto (also when absent), none, any or tool (tool_choice_name): the last two force a
+  // call, through a constraint (server/forced_tool_call.h).
   std::string tool_choice = "auto";
   std::string tool_choice_name;
+  bool forces_tool_call() const { return tool_choice == "any" || tool_choice == "tool"; }
   // thinking.type: "" (absent), enabled, disabled or adaptive (the model's thinking on,
   // its budget by output_config.effort). Passed to the template as enable_thinking.
   std::string thinking;

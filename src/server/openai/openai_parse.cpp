@@ -160,6 +160,10 @@ ChatRequest parse_chat(const json &body) {
   }
   if (r.logprobs) r.sampling.logprobs = r.top_logprobs;
   parse_structured_output(body, r.sampling, /*allow_response_format=*/true);
+  if (r.forces_tool_call() && !r.sampling.constraint_kind.empty())
+    fail_field("tool_choice",
+               "a forced tool call cannot be combined with response_format or "
+               "structured_outputs");
   if (body.contains("functions") && !body["functions"].is_null())
     fail_field("functions", "is not supported: use tools");
   if (body.contains("function_call") && !body["function_call"].is_null())

@@ -11,11 +11,18 @@ namespace {
 using json = nlohmann::ordered_json;
 using grammar::ConstraintKind;
 
-// Compiles to validate; the error names the field and the path inside it.
 void set_checked(SamplingParams &s, ConstraintKind kind, std::string text,
                  const std::string &field) {
+  check_constraint({kind, text}, field);
+  s.constraint_kind = grammar::constraint_kind_name(kind);
+  s.constraint_text = std::move(text);
+}
+
+}  // namespace
+
+void check_constraint(const grammar::Constraint &c, const std::string &field) {
   try {
-    grammar::compile_grammar({kind, text}, field);
+    grammar::compile_grammar(c, field);
   } catch (const Error &e) {
     std::string msg = e.what();
     auto colon = msg.find(": ");
@@ -23,11 +30,14 @@ void set_checked(SamplingParams &s, ConstraintKind kind, std::string text,
       fail_field(msg.substr(0, colon), msg.substr(colon + 2));
     fail_field(field, msg);
   }
-  s.constraint_kind = grammar::constraint_kind_name(kind);
-  s.constraint_text = std::move(text);
 }
 
-}  // namespace
+void set_json_schema_constraint(SamplingParams &s, const json &schema, const std::string &field) {
+  if (schema.is_null()) return set_checked(s, ConstraintKind::kJsonObject, "", field);
+  if (!schema.is_object() && !schema.is_boolean())
+    fail_field(field, "must be a JSON Schema object");
+  set_checked(s, ConstraintKind::kJsonSchema, schema.dump(), field);
+}
 
 void parse_structured_output(const json &body, SamplingParams &s, bool allow_response_format) {
   auto rf = body.find("response_format");
@@ -42,14 +52,10 @@ void parse_structured_output(const json &body, SamplingParams &s, bool allow_res
       if (js == rf->end() || !js->is_object())
         fail_field("response_format.json_schema", "is required and must be an object");
       auto schema = js->find("schema");
-      if (schema == js->end() || schema->is_null()) {
+      if (schema == js->end() || schema->is_null())
         set_checked(s, ConstraintKind::kJsonObject, "", "response_format.json_schema");
-      } else {
-        if (!schema->is_object() && !schema->is_boolean())
-          fail_field("response_format.json_schema.schema", "must be a JSON Schema object");
-        set_checked(s, ConstraintKind::kJsonSchema, schema->dump(),
-                    "response_format.json_schema.schema");
-      }
+      else
+        set_json_schema_constraint(s, *schema, "response_format.json_schema.schema");
     } else if (type != "text") {
       fail_field("response_format.type",
                  "must be one of text, json_object, json_schema (got '" + type + "')");

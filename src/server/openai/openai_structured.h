@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/sampling_params.h"
+#include "grammar/constraint.h"
 
 namespace keel::server::openai {
 
@@ -14,5 +15,13 @@ namespace keel::server::openai {
 // `allow_response_format`: chat requests only.
 void parse_structured_output(const nlohmann::ordered_json &body, SamplingParams &s,
                              bool allow_response_format);
+
+// Compiles `c` to validate it; a refusal is a 400 naming `field` and the path inside it
+// ("tools[0].function.parameters.properties.n.multipleOf").
+void check_constraint(const grammar::Constraint &c, const std::string &field);
+
+// A json_schema format's schema (null: any JSON object) set on s, checked under `field`.
+void set_json_schema_constraint(SamplingParams &s, const nlohmann::ordered_json &schema,
+                                const std::string &field);
 
 }  // namespace keel::server::openai

@@ -4,7 +4,9 @@
 #include <cctype>
 
 #include "server/chat_prompt.h"
+#include "server/forced_tool_call.h"
 #include "server/json_fields.h"
+#include "server/openai/openai_structured.h"
 #include "server/openai/openai_types.h"
 
 namespace keel::server::openai {
@@ -95,13 +97,15 @@ void parse_tools(const json &body, ChatRequest &req) {
   }
   if (req.tool_names.empty() && req.tool_choice != "none")
     fail_field("tool_choice", "is only allowed when tools are given");
-  // Until constrained decoding lands, a forced call cannot be guaranteed; plain text
-  // with status 200 would break the client's contract (SDKs raise on it), so say so.
-  if (req.tool_choice == "required" || req.tool_choice == "function")
-    fail_field("tool_choice",
-               std::string(req.tool_choice == "required" ? "'required'" : "a named function") +
-                   " (a forced tool call) is not supported yet: keel cannot "
-                   "constrain the output to a tool call; use 'auto'");
+  if (!req.forces_tool_call()) return;
+  // A forced call is constrained to the allowed tools' parameters: a schema the grammar
+  // engine refuses is the client's error, named where it wrote it.
+  for (std::size_t i = 0; i < req.tools.size(); ++i) {
+    const json &fn = req.tools[i]["function"];
+    if (req.tool_choice == "function" && fn["name"] != req.tool_choice_name) continue;
+    check_constraint({grammar::ConstraintKind::kJsonSchema, forced_tool_parameters(fn).dump()},
+                     "tools[" + std::to_string(i) + "].function.parameters");
+  }
 }
 
 json template_tool_calls(const json &calls, const std::string &field) {

@@ -22,8 +22,8 @@ struct ChatRequest {
   nlohmann::ordered_json messages;      // [{role, content: string, ...}], content parts flattened
   nlohmann::ordered_json tools;         // array or null
   std::vector<std::string> tool_names;  // declared function names, in order
-  // "auto" (also when absent) or "none". keel cannot force a call yet (no constrained
-  // decoding): "required" and a named function are a 400 naming tool_choice.
+  // "auto" (also when absent), "none", "required" or "function" (tool_choice_name): the
+  // last two force a call, through a constraint (server/forced_tool_call.h).
   std::string tool_choice = "auto";
   std::string tool_choice_name;
   // Extra chat-template variables: chat_template_kwargs, and enable_thinking /
@@ -40,6 +40,7 @@ struct ChatRequest {
 
   // Whether generated text is parsed for tool calls.
   bool parses_tool_calls() const { return !tool_names.empty() && tool_choice != "none"; }
+  bool forces_tool_call() const { return tool_choice == "required" || tool_choice == "function"; }
 };
 
 struct CompletionRequest {

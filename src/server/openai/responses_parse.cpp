@@ -5,6 +5,7 @@
 #include <set>
 
 #include "server/json_fields.h"
+#include "server/openai/openai_structured.h"
 #include "server/openai/responses_types.h"
 #include "server/sampling_fields.h"
 
@@ -206,6 +207,23 @@ void parse_response_tools(const json &body, ResponsesRequest &r) {
   }
   json chat{{"tools", chat_tools}};
   if (chat_tools.empty()) chat.erase("tools");
+  // tool_choice in the chat shape, which validates it and the forced tools' schemas.
+  auto tc = body.find("tool_choice");
+  if (tc != body.end() && !tc->is_null()) {
+    r.tool_choice = *tc;
+    if (tc->is_string()) {
+      if (*tc != "auto" && *tc != "none" && *tc != "required")
+        fail_field("tool_choice", "must be 'auto', 'none', 'required' or an object");
+      chat["tool_choice"] = *tc;
+    } else if (tc->is_object()) {
+      if (tc->value("type", "") != "function") fail_field("tool_choice.type", "must be 'function'");
+      if (!tc->contains("name") || !(*tc)["name"].is_string())
+        fail_field("tool_choice.name", "is required");
+      chat["tool_choice"] = {{"type", "function"}, {"function", {{"name", (*tc)["name"]}}}};
+    } else {
+      fail_field("tool_choice", "must be a string or an object");
+    }
+  }
   try {
     parse_tools(chat, r.chat);
   } catch (ApiErrorException &e) {
@@ -214,25 +232,6 @@ void parse_response_tools(const json &body, ResponsesRequest &r) {
     if (auto at = p.find(".function."); at != std::string::npos) p.erase(at, 9);
     e.error.message = p + e.error.message.substr(e.error.message.find(':'));
     throw;
-  }
-  auto tc = body.find("tool_choice");
-  if (tc != body.end() && !tc->is_null()) {
-    r.tool_choice = *tc;
-    if (tc->is_string()) {
-      if (*tc == "required")
-        fail_field("tool_choice",
-                   "'required' is not supported yet: keel cannot force a tool call until "
-                   "constrained decoding lands (use 'auto')");
-      if (*tc != "auto" && *tc != "none")
-        fail_field("tool_choice", "must be 'auto', 'none', 'required' or an object");
-      r.chat.tool_choice = tc->get<std::string>();
-    } else if (tc->is_object()) {
-      fail_field("tool_choice",
-                 "forcing a named tool is not supported yet: keel cannot force a tool call "
-                 "until constrained decoding lands (use 'auto')");
-    } else {
-      fail_field("tool_choice", "must be a string or an object");
-    }
   }
   r.parallel_tool_calls = opt_bool(body, "parallel_tool_calls").value_or(true);
 }
@@ -270,12 +269,20 @@ void parse_text_format(const json &body, ResponsesRequest &r) {
   if (!f->is_object()) fail_field("text.format", "must be an object");
   auto type = f->find("type");
   if (type == f->end() || !type->is_string()) fail_field("text.format.type", "is required");
-  if (*type == "json_schema" || *type == "json_object")
-    fail_field("text.format.type", "'" + type->get<std::string>() +
-                                       "' is not supported yet: keel has no constrained "
-                                       "decoding (only 'text')");
-  if (*type != "text")
+  if (*type == "json_object") {
+    set_json_schema_constraint(r.chat.sampling, nullptr, "text.format");
+  } else if (*type == "json_schema") {
+    // Responses put the schema in the format itself (chat: json_schema.schema).
+    auto schema = f->find("schema");
+    if (schema == f->end() || !schema->is_object())
+      fail_field("text.format.schema", "is required and must be a JSON Schema object");
+    set_json_schema_constraint(r.chat.sampling, *schema, "text.format.schema");
+  } else if (*type != "text") {
     fail_field("text.format.type", "must be 'text', 'json_schema' or 'json_object'");
+  }
+  r.text["format"] = *f;
+  if (r.chat.forces_tool_call() && !r.chat.sampling.constraint_kind.empty())
+    fail_field("tool_choice", "a forced tool call cannot be combined with text.format");
 }
 
 // Fields that are hints (accepted, checked for type) or that keel cannot honour.

@@ -199,8 +199,9 @@ void ResponseBuilder::close_message(std::string &out) {
 }
 
 void ResponseBuilder::on_call(const ParsedToolCall &call, std::string &out) {
-  // parallel_tool_calls: false allows one call per turn; the model cannot be stopped
-  // from writing more (no constrained decoding yet), so later ones are left out.
+  // parallel_tool_calls: false allows one call per turn; an unforced model is not
+  // constrained and may write more (a forced one writes exactly one), so later ones are
+  // left out.
   if (!req_.parallel_tool_calls && calls_ > 0) return;
   close_reasoning(out);
   close_message(out);

@@ -302,7 +302,7 @@ TEST(AnthropicClaudeCodeFields, ClaudeCodesOtherFieldsAreAccepted) {
   EXPECT_EQ(param_of({{"context_management", 3}}), "context_management");
   EXPECT_EQ(param_of({{"output_config", {{"effort", 3}}}}), "output_config.effort");
   EXPECT_EQ(param_of({{"output_config", {{"format", {{"type", "json_schema"}}}}}}),
-            "output_config.format");
+            "output_config.format.schema");
   EXPECT_EQ(param_of({{"tools",
                        json::parse(R"([{"name": "f", "input_schema": {}, "defer_loading": 1}])")}}),
             "tools.0.defer_loading");

@@ -124,16 +124,34 @@ TEST(ResponsesParse, ToolsAndOptionsNameTheField) {
   bad["name"] = "has space";
   EXPECT_EQ(param_of(body_with({{"tools", json::array({bad})}})), "tools[0].name");
   const json tools = json::array({kWeatherTool});
-  EXPECT_EQ(param_of(body_with({{"tools", tools}, {"tool_choice", "required"}})), "tool_choice");
-  EXPECT_EQ(param_of(body_with({{"tools", tools},
-                                {"tool_choice", {{"type", "function"}, {"name", "get_weather"}}}})),
-            "tool_choice");
+  EXPECT_TRUE(
+      parse(body_with({{"tools", tools}, {"tool_choice", "required"}})).chat.forces_tool_call());
+  const auto named = parse(body_with(
+      {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "get_weather"}}}}));
+  EXPECT_EQ(named.chat.tool_choice_name, "get_weather");
+  EXPECT_EQ(param_of(body_with(
+                {{"tools", tools}, {"tool_choice", {{"type", "function"}, {"name", "nope"}}}})),
+            "tool_choice.name");
   EXPECT_EQ(parse(body_with({{"tools", tools}, {"tool_choice", "none"}})).chat.parses_tool_calls(),
             false);
   EXPECT_EQ(param_of(body_with({{"text", {{"format", {{"type", "json_schema"}}}}}})),
-            "text.format.type");
-  EXPECT_EQ(param_of(body_with({{"text", {{"format", {{"type", "json_object"}}}}}})),
-            "text.format.type");
+            "text.format.schema");
+  EXPECT_EQ(parse(body_with({{"text", {{"format", {{"type", "json_object"}}}}}}))
+                .chat.sampling.constraint_kind,
+            "json_object");
+  EXPECT_EQ(param_of(body_with(
+                {{"text",
+                  {{"format",
+                    {{"type", "json_schema"},
+                     {"name", "n"},
+                     {"schema",
+                      {{"type", "object"},
+                       {"properties", {{"n", {{"type", "number"}, {"multipleOf", 3}}}}}}}}}}}})),
+            "text.format.schema.properties.n.multipleOf");
+  EXPECT_EQ(
+      param_of(body_with(
+          {{"text", {{"format", {{"type", "text"}}}}}, {"tool_choice", "auto"}, {"tools", tools}})),
+      "<no error>");
   EXPECT_EQ(param_of(body_with({{"reasoning", {{"effort", "huge"}}}})), "reasoning.effort");
   EXPECT_EQ(param_of(body_with({{"reasoning", {{"summary", 3}}}})), "reasoning.summary");
   EXPECT_EQ(param_of(body_with({{"max_output_tokens", 0}})), "max_output_tokens");

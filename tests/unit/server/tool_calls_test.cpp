@@ -442,9 +442,23 @@ TEST(ToolRequests, OpenAIValidationNamesTheField) {
             "messages[0].role");
   EXPECT_EQ(p({{"messages", json::parse(R"([{"role": "user", "content": null}])")}}),
             "messages[0].content");
-  // A forced call keel cannot guarantee yet is a 400, never plain text.
-  EXPECT_EQ(p({{"tool_choice", "required"}}), "tool_choice");
-  EXPECT_EQ(p({{"tool_choice", {{"type", "function"}, {"function", {{"name", "search"}}}}}}),
+  // Forced calls are taken; a forced tool's schema the grammar engine refuses is named
+  // where the client wrote it, another tool's is not looked at.
+  EXPECT_TRUE(chat_request({{"tool_choice", "required"}}).forces_tool_call());
+  auto named =
+      chat_request({{"tool_choice", {{"type", "function"}, {"function", {{"name", "search"}}}}}});
+  EXPECT_EQ(named.tool_choice, "function");
+  EXPECT_EQ(named.tool_choice_name, "search");
+  const json odd = json::parse(R"([
+    {"type": "function", "function": {"name": "a"}},
+    {"type": "function", "function": {"name": "b", "parameters": {"type": "object",
+      "properties": {"n": {"type": "number", "multipleOf": 3}}}}}])");
+  EXPECT_EQ(p({{"tools", odd}, {"tool_choice", "required"}}),
+            "tools[1].function.parameters.properties.n.multipleOf");
+  EXPECT_EQ(
+      p({{"tools", odd}, {"tool_choice", {{"type", "function"}, {"function", {{"name", "a"}}}}}}),
+      "<no error>");
+  EXPECT_EQ(p({{"tool_choice", "required"}, {"response_format", {{"type", "json_object"}}}}),
             "tool_choice");
   auto ok = chat_request({{"tool_choice", "auto"}, {"parallel_tool_calls", false}});
   EXPECT_EQ(ok.tool_choice, "auto");
@@ -480,8 +494,16 @@ TEST(ToolRequests, AnthropicValidationNamesTheField) {
   EXPECT_EQ(p({{"tool_choice", {{"type", "tool"}, {"name", "nope"}}}}), "tool_choice.name");
   EXPECT_EQ(p({{"tool_choice", {{"type", "maybe"}}}}), "tool_choice.type");
   EXPECT_EQ(p({{"tools", nullptr}, {"tool_choice", {{"type", "any"}}}}), "tool_choice");
-  EXPECT_EQ(p({{"tool_choice", {{"type", "any"}}}}), "tool_choice");
-  EXPECT_EQ(p({{"tool_choice", {{"type", "tool"}, {"name", "search"}}}}), "tool_choice");
+  EXPECT_EQ(p({{"tool_choice", {{"type", "any"}}}}), "<no error>");
+  EXPECT_EQ(p({{"tool_choice", {{"type", "tool"}, {"name", "search"}}}}), "<no error>");
+  EXPECT_EQ(p({{"tools", json::parse(R"([{"name": "f", "input_schema": {"type": "object",
+      "properties": {"n": {"type": "number", "multipleOf": 3}}}}])")},
+               {"tool_choice", {{"type", "any"}}}}),
+            "tools.0.input_schema.properties.n.multipleOf");
+  EXPECT_EQ(p({{"tool_choice", {{"type", "any"}}},
+               {"output_config",
+                {{"format", {{"type", "json_schema"}, {"schema", {{"type", "object"}}}}}}}}),
+            "tool_choice");
   EXPECT_EQ(p({{"messages", json::parse(R"([{"role": "user", "content": [{"type": "image",
       "source": {}}]}])")}}),
             "messages.0.content.0.type");
