@@ -32,8 +32,15 @@ inline double exp_nonpos(double x) {
   constexpr double kShifter = 0x1.8p52;  // adding it rounds to an integer in the low bits
   const double t = fmadd(x, 0x1.71547652b82fep0, kShifter);  // x / ln2 + shifter
   const double k = t - kShifter;
+#if defined(__FMA__)
   double r = fmadd(k, -0x1.62e42fefa39efp-1, x);  // x - k ln2, ln2 split in two parts
   r = fmadd(k, -0x1.abc9e3b39803fp-56, r);
+#else
+  // Without a fused multiply-add, k * ln2_hi must be exact: this ln2_hi keeps 32
+  // significant bits, so the product of it and |k| <= 1022 fits a double.
+  double r = x - k * 0x1.62e42feep-1;
+  r = r - k * 0x1.a39ef35793c76p-33;
+#endif
   double p = 1.0 / 6227020800.0;  // 1/13!
   p = fmadd(p, r, 1.0 / 479001600.0);
   p = fmadd(p, r, 1.0 / 39916800.0);
