@@ -54,6 +54,16 @@ void note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
 
 }  // namespace
 
+bool ApiServer::answered_failure(const std::shared_ptr<ResponseChannel> &ch, WireFormat f,
+                                 const Generation &gen) {
+  note_tokens(ch, gen);
+  std::string err;
+  if (!gen.any_error(&err)) return false;
+  generations_failed_++;
+  send_error(ch, f, {503, err, ""});
+  return true;
+}
+
 void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   note_model(ch, body);
@@ -87,13 +97,7 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
         std::move(lease), std::move(spec), next_request_id_,
         [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
         [this, ch, cr, ctx](const Generation &gen) {
-          note_tokens(ch, gen);
-          std::string err;
-          if (gen.any_error(&err)) {
-            generations_failed_++;
-            send_error(ch, WireFormat::kOpenAI, {503, err, ""});
-            return;
-          }
+          if (answered_failure(ch, WireFormat::kOpenAI, gen)) return;
           ch->send(200, "application/json", openai::render_chat(*ctx, *cr, gen));
         });
   } else {
@@ -181,13 +185,7 @@ void ApiServer::handle_completions(const HttpRequest &req,
         std::move(lease), std::move(spec), next_request_id_,
         [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
         [this, ch, cr, ctx, prompt_texts](const Generation &gen) {
-          note_tokens(ch, gen);
-          std::string err;
-          if (gen.any_error(&err)) {
-            generations_failed_++;
-            send_error(ch, WireFormat::kOpenAI, {503, err, ""});
-            return;
-          }
+          if (answered_failure(ch, WireFormat::kOpenAI, gen)) return;
           ch->send(200, "application/json",
                    openai::render_completion(*ctx, *cr, gen, *prompt_texts));
         });
@@ -265,13 +263,7 @@ void ApiServer::handle_messages(const HttpRequest &req,
         std::move(lease), std::move(spec), next_request_id_,
         [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
         [this, ch, ctx](const Generation &gen) {
-          note_tokens(ch, gen);
-          std::string err;
-          if (gen.any_error(&err)) {
-            generations_failed_++;
-            send_error(ch, WireFormat::kAnthropic, {503, err, ""});
-            return;
-          }
+          if (answered_failure(ch, WireFormat::kAnthropic, gen)) return;
           ch->send(200, "application/json", anthropic::render_message(*ctx, gen));
         });
   } else {

@@ -20,6 +20,8 @@
 
 namespace keel::server {
 
+class Generation;
+
 struct ApiOptions {
   std::string api_key;  // empty: no key needed
   int workers = 8;
@@ -50,6 +52,10 @@ class ApiServer {
   void route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void send_error(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, const ApiError &e);
   void send_json(const std::shared_ptr<ResponseChannel> &ch, int status, const std::string &body);
+  // The end of a whole (non-streamed) generation: notes its token counts for the request's
+  // log line and, when a choice failed, answers 503 in format `f`. True when it answered.
+  bool answered_failure(const std::shared_ptr<ResponseChannel> &ch, WireFormat f,
+                        const Generation &gen);
   // Runs `fn` on the worker pool, turning exceptions into errors in format `f`.
   template <typename Fn>
   void run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, Fn fn);
