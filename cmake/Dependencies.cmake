@@ -7,6 +7,9 @@ pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
+# Only the hub module (keel pull) links these: HTTPS downloads and their SHA-256.
+pkg_check_modules(CURL REQUIRED IMPORTED_TARGET libcurl)
+find_package(OpenSSL REQUIRED COMPONENTS Crypto)
 
 # One interface target that every module links, so a module needs no list of its own.
 add_library(keel_deps INTERFACE)

@@ -30,6 +30,7 @@
 #include "cli/commands.h"
 #include "core/default_model.h"
 #include "core/error.h"
+#include "hub/hub_pull.h"
 #include "registry/model_registry.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
@@ -49,7 +50,9 @@ int cmd_serve(int argc, char **argv) {
   bool enable_faults = false;
   std::string body_limit = "32M";
   app.add_option("models", model_paths,
-                 "model directories or .gguf files (default: the built-in model)");
+                 "model directories or .gguf files, or ORG/NAME[:REVISION][/FILE] of a Hugging "
+                 "Face repository (fetched into the hub cache: see keel pull) (default: the "
+                 "built-in model)");
   app.add_option("--model-dir", model_dir, "serve every model found in this directory")
       ->envname("KEEL_MODEL_DIR");
   app.add_option("--host", host, "address to bind")->envname("KEEL_HOST")->capture_default_str();
@@ -227,7 +230,22 @@ int cmd_serve(int argc, char **argv) {
   ModelRegistry registry(ro);
   std::string first_model;
   for (const auto &p : model_paths) {
-    auto id = registry.add_model(p);
+    // A path on disk is a model; else ORG/NAME[:REV][/FILE] names a hub repository,
+    // fetched (or found in the cache) before the server starts.
+    std::string id;
+    if (std::filesystem::exists(p)) {
+      id = registry.add_model(p);
+    } else if (auto spec = hub::parse_repo_spec(p)) {
+      hub::PullOptions popt;
+      hub::apply_environment(popt);
+      const hub::PullResult pulled = hub::pull(*spec, popt);
+      const std::string name = spec->repo.substr(spec->repo.find('/') + 1);
+      id = registry.add_model(
+          pulled.path, false,
+          spec->file.empty() ? name : std::filesystem::path(spec->file).stem().string());
+    } else {
+      id = registry.add_model(p);  // names the missing path in its error
+    }
     if (first_model.empty()) first_model = id;
   }
   if (!model_dir.empty()) registry.discover(model_dir);

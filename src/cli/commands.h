@@ -8,6 +8,7 @@ int cmd_serve(int argc, char **argv);       // the server (front process)
 int cmd_engine(int argc, char **argv);      // internal: one engine child process
 int cmd_run(int argc, char **argv);         // one-shot generation
 int cmd_bench(int argc, char **argv);       // serving benchmark against an OpenAI-compatible server
+int cmd_pull(int argc, char **argv);        // download a model from a Hugging Face hub
 int cmd_make_model(int argc, char **argv);  // random-weight models for tests and benchmarks
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);

@@ -24,6 +24,7 @@ constexpr Subcommand kSubcommands[] = {
     {"serve", keel::cli::cmd_serve, "serve models over the OpenAI and Anthropic APIs"},
     {"run", keel::cli::cmd_run, "generate a continuation of a prompt"},
     {"bench", keel::cli::cmd_bench, "benchmark a server (OpenAI-compatible; --self: keel)"},
+    {"pull", keel::cli::cmd_pull, "download a model from a Hugging Face hub into the cache"},
     {"make-model", keel::cli::cmd_make_model, "write a random-weight model"},
     {"tokenize", keel::cli::cmd_tokenize, "print the token ids of a text"},
     {"detokenize", keel::cli::cmd_detokenize, "print the text of token ids"},

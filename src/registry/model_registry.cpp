@@ -171,13 +171,15 @@ void ModelRegistry::shutdown(std::optional<std::chrono::milliseconds> grace,
   }
 }
 
-std::string ModelRegistry::add_model(const fs::path &path, bool pinned) {
+std::string ModelRegistry::add_model(const fs::path &path, bool pinned, const std::string &given_id) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw Error(ErrorCode::kNotFound, path.string() + ": no such model file or directory");
   fs::path p = fs::absolute(path, ec);
   while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
-  std::string id = fs::is_directory(p, ec) ? p.filename().string() : p.stem().string();
+  std::string id = !given_id.empty()          ? given_id
+                   : fs::is_directory(p, ec) ? p.filename().string()
+                                             : p.stem().string();
   std::lock_guard lock(mu_);
   auto &slot = entries_[id];
   if (!slot) {

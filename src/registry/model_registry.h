@@ -160,8 +160,10 @@ class ModelRegistry {
   void shutdown(std::optional<std::chrono::milliseconds> grace = std::nullopt,
                 const std::string &why = "server is shutting down");
 
-  // Adds a model (HF directory or .gguf file). Id: the directory name or file stem.
-  std::string add_model(const std::filesystem::path &path, bool pinned = false);
+  // Adds a model (HF directory or .gguf file). Id: `id` when given, else the directory
+  // name or file stem.
+  std::string add_model(const std::filesystem::path &path, bool pinned = false,
+                        const std::string &id = {});
   // Adds every HF directory (with config.json) and .gguf file directly under `dir`.
   void discover(const std::filesystem::path &dir);
   std::vector<std::string> ids() const;
