@@ -149,6 +149,10 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
       m["preempted"] = s.preempted;
       m["loading_cache"] = s.loading_cache;
       m["step_in_progress_seconds"] = s.step_in_progress_seconds;
+      // The age /health compares with step_deadline_seconds (the dashboard's liveness).
+      m["step_age_seconds"] = s.step_in_progress_seconds > 0
+                                  ? s.step_in_progress_seconds + r.heartbeat_age_seconds
+                                  : 0.0;
       m["last_step_seconds"] = s.last_step_seconds;
       m["heartbeat_age_seconds"] = r.heartbeat_age_seconds;
       m["steps"] = s.steps;
