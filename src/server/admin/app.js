@@ -142,7 +142,7 @@ function modelRow(m) {
   };
   td(m.id).className = 'model-id';
   td(m.state, 'state state-' + m.state);
-  td((m.history || []).slice(-4).map((h) => `${h.state} ${Math.round(h.seconds_ago)}s ago`).join(' ← '));
+  td((m.history || []).slice(-4).map((h) => `${h.state} ${Math.round(h.seconds_ago)}s ago`).join(' → '));
   td(bytes(m.memory_bytes)).dataset.bytes = m.memory_bytes;
   td(m.pinned ? 'yes' : 'no', 'pinned');
   td(m.idle_ttl_seconds > 0 ? `${m.idle_ttl_seconds} s` : 'none');
