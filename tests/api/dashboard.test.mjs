@@ -150,3 +150,43 @@ test('dashboard in headless chromium', { skip, timeout: 240_000 }, async (t) => 
   assert.deepEqual(await page.eval('window.__csp'), []);
   assert.ok(!server.log().includes(KEY), 'the key is not in the server log');
 });
+
+// The dashboard's endpoints on the main server (run.sh's, with an API key): the page is
+// public, its data is not; bad input is a 4xx naming the field.
+test('dashboard endpoints: key, bad input, pin', async () => {
+  const page = await http('GET', '/admin', { key: null });
+  assert.equal(page.status, 200);
+  assert.match(page.headers.get('content-security-policy'), /default-src 'none'.*connect-src 'self'/);
+  assert.match(page.text, /<script src="\/admin\/app.js"/);
+  assert.equal((await http('GET', '/admin/app.js', { key: null })).status, 200);
+  assert.equal((await http('GET', '/admin/nope.js', { key: null })).status, 401);
+  assert.equal((await http('GET', '/api/logs', { key: null })).status, 401);
+  assert.equal((await http('POST', '/api/bench', { key: null, body: { model: 'tiny' } })).status, 401);
+  assert.equal((await http('POST', '/v1/models/tiny/pin', { key: null })).status, 401);
+
+  const logs = await http('GET', '/api/logs');
+  assert.equal(logs.status, 200);
+  assert.ok(Array.isArray(logs.json.lines) && logs.json.capacity > 0);
+  const bad = await http('GET', '/api/logs?after=-1');
+  assert.equal(bad.status, 400);
+  assert.equal(bad.json.error.param, 'after');
+  const noModel = await http('POST', '/api/bench', { body: {} });
+  assert.equal(noModel.status, 400);
+  assert.equal(noModel.json.error.param, 'model');
+  const unknown = await http('POST', '/v1/models/no-such-model/pin', { body: {} });
+  assert.equal(unknown.status, 404);
+  assert.equal(unknown.json.error.param, 'model');
+  assert.equal((await http('GET', '/v1/models/spare/pin')).status, 405);
+
+  // pin / unpin show in /api/status and in the log ring.
+  const pin = await http('POST', '/v1/models/spare/pin', { body: {} });
+  assert.equal(pin.status, 200);
+  assert.equal(pin.json.pinned, true);
+  const st = (await http('GET', '/api/status')).json;
+  assert.equal(st.models.find((m) => m.id === 'spare').pinned, true);
+  const after = logs.json.lines.length ? logs.json.lines.at(-1).seq : 0;
+  const newer = (await http('GET', `/api/logs?after=${after}`)).json.lines;
+  assert.ok(newer.some((l) => l.text === 'model spare: pinned from the API'), JSON.stringify(newer));
+  assert.ok(newer.every((l) => l.seq > after));
+  assert.equal((await http('POST', '/v1/models/spare/unpin', { body: {} })).json.pinned, false);
+});
