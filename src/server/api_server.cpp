@@ -100,7 +100,9 @@ void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireForm
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
-  ch = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
+  auto logged = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
+  logged->record_latency_in(latency_);
+  ch = std::move(logged);
   const WireFormat f = format_of(req.path);
   if (req.transport_status != 0) {
     send_error(ch, f, {req.transport_status, req.transport_error, "body"});

@@ -17,6 +17,7 @@
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
+#include "server/latency_window.h"
 #include "server/openai/response_store.h"
 
 namespace keel::server {
@@ -117,6 +118,8 @@ class ApiServer {
   std::atomic<std::int64_t> client_aborts_{0};
   std::atomic<bool> draining_{false};
   std::atomic<bool> bench_running_{false};
+  // Generations of the last minute, for /api/status.
+  std::shared_ptr<LatencyWindow> latency_ = std::make_shared<LatencyWindow>();
   openai::ResponseStore responses_;
   std::mutex rates_mu_;
   std::map<std::string, RateSample> rates_;

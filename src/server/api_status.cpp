@@ -202,6 +202,12 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
               {"memory_budget_bytes", registry_.memory_budget()},
               {"generations", generations_started_.load()},
               {"client_aborts", client_aborts_.load()}};
+  // Generations that finished with 200 in the last window (the dashboard's latency chart).
+  const LatencySummary lat = latency_->summary();
+  totals["latency"] = {{"window_seconds", latency_->window().count()},
+                       {"requests", lat.requests},
+                       {"ttft_ms", {{"p50", lat.ttft_p50_ms}, {"p90", lat.ttft_p90_ms}}},
+                       {"e2e_ms", {{"p50", lat.e2e_p50_ms}, {"p90", lat.e2e_p90_ms}}}};
   if (http_counters_)
     totals["http"] = {{"open_connections", http_counters_->open_connections.load()},
                       {"requests", http_counters_->requests.load()},

@@ -139,6 +139,13 @@ test('dashboard in headless chromium', { skip, timeout: 240_000 }, async (t) => 
   await page.waitFor(`[...document.querySelectorAll('#logs td')].some((td) => td.textContent.includes('benchmark of tiny started'))`);
   await shot('5-bench');
 
+  // The latency figures: the chat and the benchmark's requests are in the last minute.
+  const lat = (await api('GET', '/api/status')).json.totals.latency;
+  assert.ok(lat.requests >= 9, JSON.stringify(lat));
+  assert.ok(lat.ttft_ms.p50 > 0 && lat.ttft_ms.p50 <= lat.e2e_ms.p50 && lat.e2e_ms.p50 <= lat.e2e_ms.p90, JSON.stringify(lat));
+  await page.waitFor(`Number(document.getElementById('latency-figures').dataset.requests) === ${lat.requests}`,
+    { what: `the page to show ${lat.requests} requests in the latency window` });
+
   // Nothing left the origin, the key never rode in a URL, and no policy was violated.
   const requests = page.events.filter((e) => e.method === 'Network.requestWillBeSent').map((e) => e.params.request.url);
   assert.ok(requests.some((u) => u.startsWith(`${origin}/api/status`)));

@@ -123,7 +123,7 @@ function drawChart(canvas, points, colors, labels) {
     ctx.stroke();
     ctx.fillStyle = color;
     const last = points.length ? points[points.length - 1][k] : 0;
-    ctx.fillText(`${labels[k]} ${last.toFixed(1)}`, pad + 8 + k * 150, h - 6);
+    ctx.fillText(`${labels[k]} ${last.toFixed(1)}`, pad + 8 + k * 130, h - 6);
   });
 }
 
@@ -218,10 +218,14 @@ function render(status, health) {
   fillModelSelect($('bench-model'), ids);
   const step = Math.max(0, ...status.models.map((m) => (m.last_step_seconds || 0) * 1000));
   push(series.throughput, [t.decode_tokens_per_second, t.prefill_tokens_per_second]);
-  push(series.latency, [step]);
+  const lat = t.latency || { requests: 0, ttft_ms: { p50: 0 }, e2e_ms: { p50: 0 }, window_seconds: 60 };
+  push(series.latency, [lat.ttft_ms.p50, lat.e2e_ms.p50, step]);
+  const figures = $('latency-figures');
+  figures.textContent = `${lat.requests} requests in the last ${lat.window_seconds} s`;
+  figures.dataset.requests = String(lat.requests);
   push(series.requests, [t.running, t.waiting]);
   drawChart($('chart-throughput'), series.throughput, ['#1976d2', '#ef6c00'], ['decode', 'prefill']);
-  drawChart($('chart-latency'), series.latency, ['#6a1b9a'], ['step ms']);
+  drawChart($('chart-latency'), series.latency, ['#00838f', '#6a1b9a', '#9e9e9e'], ['TTFT', 'e2e', 'step']);
   drawChart($('chart-requests'), series.requests, ['#2e7d32', '#c62828'], ['running', 'waiting']);
   document.body.dataset.updates = String(Number(document.body.dataset.updates || 0) + 1);
 }
