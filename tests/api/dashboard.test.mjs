@@ -31,9 +31,8 @@ async function startServer(dir) {
 
 test('dashboard in headless chromium', { skip, timeout: 240_000 }, async (t) => {
   assert.ok(CHROMIUM, 'chromium must be installed in CI (scripts/setup)');
-  const artifacts = process.env.KEEL_TEST_ARTIFACTS
-    ? fs.mkdirSync(path.join(process.env.KEEL_TEST_ARTIFACTS, 'dashboard'), { recursive: true }) ?? path.join(process.env.KEEL_TEST_ARTIFACTS, 'dashboard')
-    : fs.mkdtempSync(path.join(os.tmpdir(), 'keel-dashboard-'));
+  // KEEL_TEST_ARTIFACTS names a directory to keep them in (CI); a fresh temporary one otherwise.
+  const artifacts = fs.mkdtempSync(path.join(process.env.KEEL_TEST_ARTIFACTS || os.tmpdir(), 'keel-dashboard-'));
   t.diagnostic(`screenshots in ${artifacts}`);
   console.log(`dashboard test: screenshots in ${artifacts}`);
 
