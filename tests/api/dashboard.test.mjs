@@ -25,8 +25,13 @@ async function startServer(dir) {
     '--model-dir', dir, '--kv-blocks', '128'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => { log += d; });
-  const url = await waitFor(() => (log.match(/listening on (http\S+)/) || [])[1], { timeoutMs: 30_000, what: 'keel serve to listen' });
-  return { proc, url, log: () => log };
+  try {
+    const url = await waitFor(() => (log.match(/listening on (http\S+)/) || [])[1], { timeoutMs: 30_000, what: 'keel serve to listen' });
+    return { proc, url, log: () => log };
+  } catch (e) {
+    proc.kill('SIGKILL');
+    throw new Error(`${e.message}: ${log}`);
+  }
 }
 
 test('dashboard in headless chromium', { skip, timeout: 240_000 }, async (t) => {
@@ -39,13 +44,14 @@ test('dashboard in headless chromium', { skip, timeout: 240_000 }, async (t) => 
   const models = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-dash-models-'));
   fs.cpSync(MODEL_PATH, path.join(models, 'tiny'), { recursive: true });
   fs.cpSync(MODEL_PATH, path.join(models, HOSTILE), { recursive: true });
-  const server = await startServer(models);
-  const browser = await Browser.launch(CHROMIUM);
-  t.after(async () => {
-    await browser.close();
-    server.proc.kill('SIGTERM');
+  let server = null, browser = null;
+  t.after(async () => {  // registered first, so a failure below still cleans up
+    if (browser) await browser.close();
+    if (server) server.proc.kill('SIGTERM');
     fs.rmSync(models, { recursive: true, force: true });
   });
+  server = await startServer(models);
+  browser = await Browser.launch(CHROMIUM);
   const api = (method, p, body) => http(method, p, { url: server.url, key: KEY, body });
   const origin = new URL(server.url).origin;
 
