@@ -22,15 +22,18 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <thread>
 
+#include "cli/admin_bench.h"
 #include "cli/commands.h"
 #include "core/default_model.h"
 #include "core/error.h"
 #include "hub/hub_pull.h"
+#include "registry/log_ring.h"
 #include "registry/model_registry.h"
 #include "server/api_server.h"
 #include "server/http_server.h"
@@ -157,7 +160,12 @@ int cmd_serve(int argc, char **argv) {
   if (!level)
     throw Error(ErrorCode::kInvalidArgument,
                 "--log-level: '" + log_level + "' is not one of error, warn, info, debug");
-  const Logger log(*level);
+  // The last 1,000 lines also stay in memory for the dashboard (GET /api/logs).
+  const Logger log = [&] {
+    Logger l(*level);
+    l.keep_in(std::make_shared<LogRing>(1000));
+    return l;
+  }();
   if (tensor_parallel < 1)
     throw Error(ErrorCode::kInvalidArgument, "--tensor-parallel: must be at least 1");
   for (double v : {step_deadline_s, step_deadline_floor_s, shutdown_grace_s, unload_grace_s})
@@ -301,6 +309,15 @@ int cmd_serve(int argc, char **argv) {
   ao.default_model = first_model;
   ao.enable_fault_injection = enable_faults;
   ao.log = log;
+  std::atomic<unsigned> bound_port{0};  // known once the listener is up
+  const std::string bench_host =
+      host == "0.0.0.0" || host == "::" || host.empty()
+          ? "127.0.0.1"
+          : (host.find(':') != std::string::npos ? "[" + host + "]" : host);
+  ao.run_bench = [&bound_port, bench_host, api_key](const std::string &model) {
+    return run_dashboard_bench("http://" + bench_host + ":" + std::to_string(bound_port.load()),
+                               api_key, model);
+  };
   server::ApiServer api(ao, registry);
 
   server::HttpOptions ho;
@@ -315,6 +332,7 @@ int cmd_serve(int argc, char **argv) {
       });
   http.start();
   api.set_http_counters(&http.counters());
+  bound_port = http.port();
   std::string ids;
   for (const auto &id : registry.ids()) ids += (ids.empty() ? "" : ", ") + id;
   log.log(LogLevel::kInfo, "models: %s", ids.c_str());

@@ -3,6 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "registry/log_ring.h"
+
 namespace keel {
 
 std::optional<LogLevel> parse_log_level(std::string_view name) {
@@ -37,6 +39,7 @@ void Logger::log(LogLevel level, const char *fmt, ...) const {
   // One fprintf per line so that lines from several threads never interleave.
   std::fprintf(stderr, "%s: %s\n", prefix_.c_str(), msg);
   std::fflush(stderr);
+  if (ring_) ring_->add(log_level_name(level), msg);
 }
 
 }  // namespace keel

@@ -2,11 +2,14 @@
 // front hands one to each part that logs (two servers in one test process may differ).
 #pragma once
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
 
 namespace keel {
+
+class LogRing;
 
 enum class LogLevel { kError = 0, kWarn, kInfo, kDebug };
 
@@ -22,10 +25,14 @@ class Logger {
   bool enabled(LogLevel level) const { return level <= level_; }
   // One line "PREFIX: message" when `level` passes the filter; written whole (one call).
   void log(LogLevel level, const char *fmt, ...) const __attribute__((format(printf, 3, 4)));
+  // Lines that pass the filter are also kept in `ring` (the dashboard's recent lines).
+  void keep_in(std::shared_ptr<LogRing> ring) { ring_ = std::move(ring); }
+  const std::shared_ptr<LogRing> &ring() const { return ring_; }
 
  private:
   LogLevel level_;
   std::string prefix_;
+  std::shared_ptr<LogRing> ring_;
 };
 
 }  // namespace keel

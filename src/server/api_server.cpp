@@ -100,7 +100,9 @@ void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireForm
 }
 
 void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
-  ch = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
+  auto logged = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
+  logged->record_latency_in(latency_);
+  ch = std::move(logged);
   const WireFormat f = format_of(req.path);
   if (req.transport_status != 0) {
     send_error(ch, f, {req.transport_status, req.transport_error, "body"});
@@ -110,6 +112,7 @@ void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
     handle_health(ch);
     return;
   }
+  if (serve_admin_file(req, ch)) return;
   if (!authorized(req)) {
     send_error(
         ch, f,
@@ -137,12 +140,17 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
   } else if (starts_with(p, "/v1/models/")) {
     std::string rest = p.substr(11);
     const auto slash = rest.rfind('/');
-    if (slash != std::string::npos &&
-        (rest.substr(slash + 1) == "load" || rest.substr(slash + 1) == "unload")) {
+    const std::string verb = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    if (verb == "load" || verb == "unload") {
       if (!need(post)) return;
       std::string id = rest.substr(0, slash), action = rest.substr(slash + 1);
       run_guarded(ch, WireFormat::kOpenAI,
                   [this, id, action, ch] { handle_model_action(id, action, ch); });
+    } else if (verb == "pin" || verb == "unpin") {
+      if (!need(post)) return;
+      std::string id = rest.substr(0, slash);
+      run_guarded(ch, WireFormat::kOpenAI,
+                  [this, id, pin = verb == "pin", ch] { handle_pin(id, pin, ch); });
     } else if (need(get)) {
       if (!registry_.has(rest)) {
         send_error(ch, WireFormat::kOpenAI,
@@ -190,6 +198,10 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
     if (need(post)) offload(&ApiServer::handle_apply_template);
   } else if (p == "/api/status") {
     if (need(get)) handle_status(ch);
+  } else if (p == "/api/logs") {
+    if (need(get)) offload(&ApiServer::handle_logs);
+  } else if (p == "/api/bench") {
+    if (need(post)) offload(&ApiServer::handle_bench);
   } else if (p == "/metrics") {
     if (need(get)) handle_metrics(ch);
   } else if (p == "/debug/faults") {

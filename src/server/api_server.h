@@ -6,6 +6,7 @@
 #include <atomic>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -16,6 +17,7 @@
 #include "server/chat_prompt.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
+#include "server/latency_window.h"
 #include "server/openai/response_store.h"
 
 namespace keel::server {
@@ -30,7 +32,10 @@ struct ApiOptions {
   std::string default_model;            // used when a request names no model (/tokenize etc.)
   bool enable_fault_injection = false;  // /debug/faults answers 403 without it
   openai::ResponseStoreLimits response_store;  // stored /v1/responses (store: true)
-  Logger log;
+  Logger log;  // its ring (Logger::keep_in), when set, backs GET /api/logs
+  // The dashboard's short benchmark of a model against this server (keel serve sets it;
+  // unset: POST /api/bench answers 501). Returns results json with a "report_html".
+  std::function<nlohmann::ordered_json(const std::string &model)> run_bench;
 };
 
 enum class WireFormat { kOpenAI, kAnthropic };
@@ -49,6 +54,9 @@ class ApiServer {
 
  private:
   bool authorized(const HttpRequest &req) const;
+  // GET /admin and its files, public (they hold no data; the page asks for the key).
+  // False when `req` is not one of them.
+  bool serve_admin_file(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void send_error(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, const ApiError &e);
   void send_json(const std::shared_ptr<ResponseChannel> &ch, int status, const std::string &body);
@@ -81,6 +89,10 @@ class ApiServer {
   void handle_metrics(const std::shared_ptr<ResponseChannel> &ch);
   void handle_faults(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void handle_cache_clear(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  // The dashboard's endpoints (api_admin.cpp).
+  void handle_logs(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_pin(const std::string &id, bool pinned, const std::shared_ptr<ResponseChannel> &ch);
+  void handle_bench(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
 
   std::string new_id(const char *prefix);
   std::chrono::steady_clock::time_point load_deadline() const;
@@ -105,6 +117,9 @@ class ApiServer {
   std::atomic<std::int64_t> generations_failed_{0};
   std::atomic<std::int64_t> client_aborts_{0};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> bench_running_{false};
+  // Generations of the last minute, for /api/status.
+  std::shared_ptr<LatencyWindow> latency_ = std::make_shared<LatencyWindow>();
   openai::ResponseStore responses_;
   std::mutex rates_mu_;
   std::map<std::string, RateSample> rates_;

@@ -149,6 +149,10 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
       m["preempted"] = s.preempted;
       m["loading_cache"] = s.loading_cache;
       m["step_in_progress_seconds"] = s.step_in_progress_seconds;
+      // The age /health compares with step_deadline_seconds (the dashboard's liveness).
+      m["step_age_seconds"] = s.step_in_progress_seconds > 0
+                                  ? s.step_in_progress_seconds + r.heartbeat_age_seconds
+                                  : 0.0;
       m["last_step_seconds"] = s.last_step_seconds;
       m["heartbeat_age_seconds"] = r.heartbeat_age_seconds;
       m["steps"] = s.steps;
@@ -198,6 +202,12 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
               {"memory_budget_bytes", registry_.memory_budget()},
               {"generations", generations_started_.load()},
               {"client_aborts", client_aborts_.load()}};
+  // Generations that finished with 200 in the last window (the dashboard's latency chart).
+  const LatencySummary lat = latency_->summary();
+  totals["latency"] = {{"window_seconds", latency_->window().count()},
+                       {"requests", lat.requests},
+                       {"ttft_ms", {{"p50", lat.ttft_p50_ms}, {"p90", lat.ttft_p90_ms}}},
+                       {"e2e_ms", {{"p50", lat.e2e_p50_ms}, {"p90", lat.e2e_p90_ms}}}};
   if (http_counters_)
     totals["http"] = {{"open_connections", http_counters_->open_connections.load()},
                       {"requests", http_counters_->requests.load()},

@@ -78,12 +78,13 @@ void LoggedChannel::finish() {
     n = notes_;
     status = status_;
   }
-  // API calls at info; health checks, status polls and the like only at debug.
-  const LogLevel level = path_.rfind("/v1/", 0) == 0 ? LogLevel::kInfo : LogLevel::kDebug;
-  if (!log_.enabled(level)) return;
   const double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - arrived_)
           .count();
+  if (latency_ && status == 200 && n.ttft_ms >= 0) latency_->add(n.ttft_ms, ms);
+  // API calls at info; health checks, status polls and the like only at debug.
+  const LogLevel level = path_.rfind("/v1/", 0) == 0 ? LogLevel::kInfo : LogLevel::kDebug;
+  if (!log_.enabled(level)) return;
   const std::string closed = inner_->closed() && status == 200 ? " (client left)" : "";
   auto num = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
   char ttft[32] = "-";

@@ -12,6 +12,7 @@
 
 #include "registry/log.h"
 #include "server/http_types.h"
+#include "server/latency_window.h"
 
 namespace keel::server {
 
@@ -34,6 +35,9 @@ class LoggedChannel final : public ResponseChannel {
   bool closed() const override { return inner_->closed(); }
 
   void note(const RequestNotes &n);
+  // Generations answered 200 with a first token also go into `w` (shared: a channel
+  // may end after the server that made it).
+  void record_latency_in(std::shared_ptr<LatencyWindow> w) { latency_ = std::move(w); }
   std::chrono::steady_clock::time_point arrived() const { return arrived_; }
 
  private:
@@ -47,6 +51,7 @@ class LoggedChannel final : public ResponseChannel {
   RequestNotes notes_;
   int status_ = 0;
   bool logged_ = false;
+  std::shared_ptr<LatencyWindow> latency_;
 };
 
 // Adds to the request's line when `ch` is a LoggedChannel (else nothing).
