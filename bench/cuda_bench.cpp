@@ -4,13 +4,10 @@
 // each beside its roofline (measured copy bandwidth and bf16 GEMM rate, given by flags).
 //
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
-//     [--attn-order heads|tiles] [--decode-group exact|generic] [--gemv-max-m N] [--flash-decode]
-//     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
-//     [--max-splits N] [--split-round up|down] [--l2-prefetch on|off] [--flash-variant 0|1|2]
-//     [--fused-split-k 0|1|2|4] [--attn-merge kernel|combine] [--attn-pdl on|off]
+//     [--gemv-max-m N] [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off]
+//     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
-//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back, and
-//     the fused GEMV split-K over 2 and 4 warps per row, 8 back to back)
+//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 #include <cstdio>
 
@@ -204,10 +201,9 @@ class Bench {
 // shapes, bytes/s against the copy bandwidth. Weights rotate over enough copies that every
 // launch reads from HBM, not the 50 MB L2. "fused x8": 8 launches back to back (each on
 // the next weight copy), time per launch: with PDL each overlaps its predecessor's tail.
-// "split2/4 x8": the same with FusedGemvParams::split_k 2 / 4.
 int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
   cuda::CudaContext ctx;
-  cudaStream_t s = ctx.compute();
+  const cuda::StreamRef s = ctx.compute();
   struct Shape {
     std::string name;
     std::int64_t N, K;
@@ -228,21 +224,18 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       "# linear layers at small M on %s: cuBLASLt vs GEMV kernel vs fused GEMV (median of 30 "
       "us; TB/s of weights), PDL %s\n",
       ctx.device_name().c_str(), pdl ? "on" : "off");
-  std::printf(
-      "| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | "
-      "%9s | %5s | %9s |\n",
-      "shape", "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
-      "L2 pf x8", "TB/s", "split2 x8", "TB/s", "split4 x8", "TB/s", "max rel d");
+  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n", "shape",
+              "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
+              "max rel d");
   std::printf(
       "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
-      "-------|-----------|-------|-----------|-------|-----------|-------|-----------|-------|"
-      "-----------|\n");
+      "-------|-----------|-------|-----------|\n");
   for (const Shape &sh : shapes) {
     const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
     const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
     cuda::DeviceBuffer w(wbytes * copies), x(std::size_t(8) * sh.K * 2);
     cuda::DeviceBuffer y1(std::size_t(8) * sh.N * 4), y2(std::size_t(8) * sh.N * 4),
-        y3(std::size_t(8) * sh.N * 4), y4(std::size_t(8) * sh.N * 4), y5(std::size_t(8) * sh.N * 4);
+        y3(std::size_t(8) * sh.N * 4);
     cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
                               0.05f);
     cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
@@ -251,7 +244,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
       auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
-      auto fused = [&](int r, void *y, int waves = 0, bool l2 = false, int split_k = 0) {
+      auto fused = [&](int r, void *y, int waves = 0) {
         cuda::FusedGemvParams p;
         p.w = reinterpret_cast<const cuda::bf16 *>(copy_at(r));
         p.N = sh.N;
@@ -262,8 +255,6 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         p.y = y;
         p.pdl = pdl;
         p.max_waves = waves;
-        p.l2_prefetch = l2;
-        p.split_k = split_k;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
       auto time = [&](auto &&launch, int per) {
@@ -287,18 +278,13 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       const double us_gv = time([&](int r) { run_gemm(gv, y2.data(), r); }, 1);
       const double us_fu = time([&](int r) { fused(r, y3.data()); }, 1);
       const double us_f8 = time([&](int r) { fused(r, y3.data()); }, 8);
-      const double us_p8 = time([&](int r) { fused(r, y3.data(), 0, true); }, 8);
-      const double us_s2 = time([&](int r) { fused(r, y4.data(), 0, false, 2); }, 8);
-      const double us_s4 = time([&](int r) { fused(r, y5.data(), 0, false, 4); }, 8);
       run_gemm(lt, y1.data(), 0);
       run_gemm(gv, y2.data(), 0);
       fused(0, y3.data());
-      fused(0, y4.data(), 0, false, 2);
-      fused(0, y5.data(), 0, false, 4);
       const std::size_t n = std::size_t(M) * sh.N;
       auto fetch = [&](cuda::DeviceBuffer &y) {
         std::vector<float> h(n);
-        KEEL_CUDA_CHECK(cudaStreamSynchronize(s));
+        KEEL_CUDA_CHECK(cudaStreamSynchronize(s.get("bench sync")));
         if (sh.f32) {
           KEEL_CUDA_CHECK(cudaMemcpy(h.data(), y.data(), n * 4, cudaMemcpyDeviceToHost));
         } else {
@@ -308,22 +294,19 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         }
         return h;
       };
-      const auto h1 = fetch(y1), h2 = fetch(y2), h3 = fetch(y3), h4 = fetch(y4), h5 = fetch(y5);
+      const auto h1 = fetch(y1), h2 = fetch(y2), h3 = fetch(y3);
       double num = 0, den = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        const double d =
-            std::max({std::abs(double(h1[i]) - h2[i]), std::abs(double(h1[i]) - h3[i]),
-                      std::abs(double(h1[i]) - h4[i]), std::abs(double(h1[i]) - h5[i])});
+        const double d = std::max(std::abs(double(h1[i]) - h2[i]), std::abs(double(h1[i]) - h3[i]));
         num = std::max(num, d);
         den = std::max(den, std::abs(double(h1[i])));
       }
       auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
       std::printf(
-          "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | "
-          "%5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.2e |\n",
+          "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | "
+          "%9.2e |\n",
           sh.name.c_str(), M, us_lt, tbs(us_lt), us_gv, tbs(us_gv), us_fu, tbs(us_fu), us_f8,
-          tbs(us_f8), us_p8, tbs(us_p8), us_s2, tbs(us_s2), us_s4, tbs(us_s4),
-          num / std::max(den, 1e-30));
+          tbs(us_f8), num / std::max(den, 1e-30));
       std::fflush(stdout);
     }
   }
@@ -368,7 +351,7 @@ int kv_transfer_bench(const ModelConfig &cfg, const std::string &model, int toke
       const auto t0 = Clock::now();
       KEEL_CUDA_CHECK(cudaMemcpyAsync(dir ? host.get() : dev.data(), dir ? dev.data() : host.get(),
                                       bytes, dir ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
-                                      ctx.copy_h2d()));
+                                      ctx.copy_h2d().get("cudaMemcpyAsync")));
       done.record(ctx.copy_h2d());
       h.push_back(seconds(t0, Clock::now()));
       done.wait(std::chrono::seconds(30), "bench copy");
@@ -433,24 +416,13 @@ int run(int argc, char **argv) {
   bool profile = false;  // per-phase device time (events between kernels; slows the step)
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
-  bool flash_decode = false;
-  bool heads_fast = false;     // attention blocks ordered kv head fastest
-  bool generic_group = false;  // decode kernel registers for 8 heads per group (old)
-  int gemv_max_m = 1;          // linear layers with <= this many rows on the GEMV kernel
+  int gemv_max_m = 1;  // linear layers with <= this many rows on the GEMV kernel
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
-  int split_cap = 0;  // attention split-K cap (0: auto)
-  // Prefill flash attention kernel version (CudaRunnerOptions::flash_variant).
-  int flash_variant = cuda::CudaRunnerOptions{}.flash_variant;
-  bool l2_prefetch = cuda::CudaRunnerOptions{}.fused_l2_prefetch;
-  bool splits_down = cuda::CudaRunnerOptions{}.attn_splits_round_down;
-  int split_k = cuda::CudaRunnerOptions{}.fused_gemv_split_k;  // warps per fused GEMV row
-  bool pdl = true;  // programmatic dependent launch of the fused kernels
-  bool attn_merge = cuda::CudaRunnerOptions{}.attn_merge_in_kernel;
-  bool attn_pdl = cuda::CudaRunnerOptions{}.attn_programmatic_launch;
-  bool swiglu_epilogue = true;  // fused path: SwiGLU in gate_up's epilogue (else down's prologue)
-  bool gemv = false;            // --gemv-bench: cuBLASLt vs GEMV kernel alone
-  int block_size = 16;          // tokens per KV block
-  std::string model_dir;        // --make-model DIR: weights written by keel make-model (bf16)
+  int split_cap = 0;      // attention split-K cap (0: auto)
+  bool pdl = true;        // programmatic dependent launch of the fused kernels
+  bool gemv = false;      // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int block_size = 16;    // tokens per KV block
+  std::string model_dir;  // --make-model DIR: weights written by keel make-model (bf16)
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -485,34 +457,14 @@ int run(int argc, char **argv) {
       model_dir = val();
     else if (a == "--block-size")
       block_size = std::stoi(val());
-    else if (a == "--flash-decode")
-      flash_decode = true;
-    else if (a == "--attn-order") {
-      heads_fast = choice("heads", "tiles") == "heads";
-    } else if (a == "--gemv-max-m") {
+    else if (a == "--gemv-max-m") {
       gemv_max_m = std::stoi(val());
-    } else if (a == "--decode-group") {
-      generic_group = choice("exact", "generic") == "generic";
     } else if (a == "--fused-max-m") {
       fused_max_m = std::stoi(val());
-    } else if (a == "--l2-prefetch") {
-      l2_prefetch = choice("on", "off") == "on";
-    } else if (a == "--split-round") {
-      splits_down = choice("up", "down") == "down";
-    } else if (a == "--flash-variant") {
-      flash_variant = std::stoi(val());
-    } else if (a == "--fused-split-k") {
-      split_k = std::stoi(val());
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
       pdl = choice("on", "off") == "on";
-    } else if (a == "--attn-merge") {
-      attn_merge = choice("kernel", "combine") == "kernel";
-    } else if (a == "--attn-pdl") {
-      attn_pdl = choice("on", "off") == "on";
-    } else if (a == "--fused-swiglu") {
-      swiglu_epilogue = choice("gate_up", "down") == "gate_up";
     } else if (a == "--gemv-bench") {
       gemv = true;
     } else if (a == "--kv-transfer")
@@ -534,20 +486,10 @@ int run(int argc, char **argv) {
   o.max_model_len = 8192 + 16;
   o.profile = profile;
   o.cuda_graphs = graphs;
-  o.flash_decode = flash_decode;
-  o.attn_kv_heads_fast = heads_fast;
   o.gemv_max_m = gemv_max_m;
-  o.attn_decode_generic_group = generic_group;
   o.fused_decode_max_m = fused_max_m;
   o.programmatic_launch = pdl;
-  o.fused_swiglu_epilogue = swiglu_epilogue;
   o.attn_split_cap = split_cap;
-  o.fused_l2_prefetch = l2_prefetch;
-  o.attn_splits_round_down = splits_down;
-  o.flash_variant = flash_variant;
-  o.fused_gemv_split_k = split_k;
-  o.attn_merge_in_kernel = attn_merge;
-  o.attn_programmatic_launch = attn_pdl;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -572,19 +514,12 @@ int run(int argc, char **argv) {
   Bench bench(ctx, cfg, o, weights);
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
-      "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, flash "
-      "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
-      "decode for M <= %d, PDL %s, SwiGLU in %s, attention splits cap %d (rounded %s), L2 prefetch "
-      "%s, flash variant %d, fused GEMV split-K %d, attention splits merged by %s, attention PDL "
-      "%s\n",
+      "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
+      "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
-      seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
-      heads_fast ? "kv heads fast" : "tiles fast", generic_group ? "generic" : "exact", gemv_max_m,
-      bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
-      swiglu_epilogue ? "gate_up epilogue" : "down prologue", split_cap,
-      splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant, split_k,
-      attn_merge ? "the kernel" : "a combine kernel", attn_pdl ? "on" : "off");
+      seconds(t_load, Clock::now()), graphs ? "on" : "off", gemv_max_m,
+      bench.runner().fused_decode_max_m(), pdl ? "on" : "off", split_cap);
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

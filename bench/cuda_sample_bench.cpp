@@ -53,11 +53,11 @@ double time_case(CudaContext &ctx, int R, int V, int reps, const Case &c) {
   }
   DeviceBuffer d_logits(logits.size() * 4), d_rows(rows.size() * sizeof(SampleRow)),
       d_pen(sizeof(PenaltyEntry)), scratch(sample_scratch_bytes(R, V)), tokens(R * 4), lps(R * 4);
-  cudaStream_t s = ctx.compute();
+  const cuda::StreamRef s = ctx.compute();
   KEEL_CUDA_CHECK(cudaMemcpyAsync(d_logits.data(), logits.data(), logits.size() * 4,
-                                  cudaMemcpyHostToDevice, s));
+                                  cudaMemcpyHostToDevice, s.get("bench upload")));
   KEEL_CUDA_CHECK(cudaMemcpyAsync(d_rows.data(), rows.data(), rows.size() * sizeof(SampleRow),
-                                  cudaMemcpyHostToDevice, s));
+                                  cudaMemcpyHostToDevice, s.get("bench upload")));
   auto once = [&] {
     launch_sample(s, d_logits.as<float>(), R, V, d_rows.as<SampleRow>(), d_pen.as<PenaltyEntry>(),
                   scratch.data(), scratch.bytes(), tokens.as<std::int32_t>(), lps.as<float>());

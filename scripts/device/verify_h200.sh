@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Verification and the key figures of the CUDA backend in one call on the GPU machine:
 # the whole CUDA test suite, compute-sanitizer memcheck and racecheck on the newest
-# kernels, an A/B of the flash attention variants at 512 and 8,192-token prefill, 8B
+# kernels, two rounds of 512 and 8,192-token prefill, 8B
 # decode at 64 / 256 sequences, and the engine with GPU sampling. Every step has its own
 # timeout, capped by what is left of --budget seconds (default 470) for the whole
 # script, so a slow one cannot eat the others' time; logs go to $OUT.
@@ -27,17 +27,15 @@ summary "$out/tests.log" 30
 grep -E 'ms per call|TFLOP' "$out/tests.log" | head -12
 
 sanitize memcheck \
-  'CudaSample.*:CudaFusedGemv.*:CudaQkvRopeKv.*:CudaAttention.SlidingWindow*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*' 90
+  'CudaSample.*:CudaFusedGemv.*:CudaQkvRopeKv.*:CudaAttention.SlidingWindow*:CudaAttention.FlashKernelMatchesReference' 90
 sanitize racecheck \
-  'CudaSample.SmallBatchesSmallVocab:SlidingWindowModel.CudaMatchesCpuFlash*:Variants/CudaFlashVariant.FlashKernelMatchesReference/*' 70
+  'CudaSample.SmallBatchesSmallVocab:SlidingWindowModel.CudaMatchesCpuFlash*:CudaAttention.FlashKernelMatchesReference' 70
 
 prefill_round() {
-  for v in 0 1 2; do
-    stamp "prefill round $1, flash variant $v"
-    timeout "$(cap 35)" "$B/cuda_bench" --model 8b --seqs 1 --decode-steps 8 \
-      --flash-variant "$v" >"$out/prefill_v${v}_r$1.log" 2>&1
-    grep -E 'prefill|decode' "$out/prefill_v${v}_r$1.log" | head -4
-  done
+  stamp "prefill round $1"
+  timeout "$(cap 35)" "$B/cuda_bench" --model 8b --seqs 1 --decode-steps 8 \
+    >"$out/prefill_r$1.log" 2>&1
+  grep -E 'prefill|decode' "$out/prefill_r$1.log" | head -4
 }
 engine() {
   stamp "engine with GPU sampling, 8B, temperature $1"

@@ -79,7 +79,6 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
       engine_thread_id_ = std::this_thread::get_id();
       backend_ = f();
       if (!backend_.runner) throw Error(ErrorCode::kInternal, "engine: backend without a runner");
-      if (backend_.context) backend_.context->bind_to_current_thread();
       model_config_ = backend_.runner->config();
       KvBlockStore &store = backend_.runner->kv();
       block_size_ = store.block_size();

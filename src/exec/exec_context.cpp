@@ -51,16 +51,6 @@ std::size_t Workspace::capacity_bytes() const {
   return total;
 }
 
-ExecContext::ExecContext(int threads) : owner_(std::this_thread::get_id()), pool_(threads) {}
-
-void ExecContext::check_owner(const char *what) const {
-#ifdef KEEL_CHECK_THREAD_OWNERSHIP
-  if (std::this_thread::get_id() != owner_)
-    throw Error(ErrorCode::kInternal,
-                std::string(what) + ": called off the thread that owns this ExecContext");
-#else
-  (void)what;
-#endif
-}
+ExecContext::ExecContext(int threads) : pool_(threads) {}
 
 }  // namespace keel

@@ -2,8 +2,8 @@
 // engine's own thread pool, and a workspace. One per engine; nothing here is global,
 // so two engines in one process each size and own their threads.
 //
-// In builds with KEEL_CHECK_THREAD_OWNERSHIP (Debug), every forward and KV operation
-// calls check_owner(), which throws if it runs on any thread but the owner.
+// Every forward and KV operation calls check_owner() (core/thread_owner.h, every build):
+// a call from any thread but the one that made the context ends the process.
 #pragma once
 
 #include <cstddef>
@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/thread_owner.h"
 #include "core/thread_pool.h"
 
 namespace keel {
@@ -34,22 +35,19 @@ class Workspace {
 
 class ExecContext {
  public:
-  // threads <= 0: one per hardware thread. The constructing thread becomes the owner.
+  // threads <= 0: one per hardware thread. The constructing thread (the engine thread,
+  // inside its BackendFactory) becomes the owner, for good.
   explicit ExecContext(int threads = 0);
 
   ThreadPool &pool() { return pool_; }
   Workspace &workspace() { return workspace_; }
 
-  // Hands ownership to the calling thread (an engine thread that takes over a context
-  // built elsewhere, before its first forward).
-  void bind_to_current_thread() { owner_ = std::this_thread::get_id(); }
-  std::thread::id owner() const { return owner_; }
-  // Throws Error(kInternal) naming `what` when called off the owner thread; a no-op
-  // unless KEEL_CHECK_THREAD_OWNERSHIP is defined.
-  void check_owner(const char *what) const;
+  std::thread::id owner() const { return owner_.id(); }
+  // Fatal, naming `what`, when called off the owner thread.
+  void check_owner(const char *what) const { owner_.check(what); }
 
  private:
-  std::thread::id owner_;
+  ThreadOwner owner_;
   ThreadPool pool_;
   Workspace workspace_;
 };

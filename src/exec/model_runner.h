@@ -1,6 +1,6 @@
 // A loaded model on one backend together with its paged KV cache. Every method runs on
-// the engine thread that owns the ExecContext it was made with (checked in debug
-// builds); nothing here is thread-safe by design, since exactly one thread drives it.
+// the engine thread that owns the ExecContext it was made with (checked in every
+// build); nothing here is thread-safe by design, since exactly one thread drives it.
 #pragma once
 
 #include <cstddef>

@@ -36,9 +36,8 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 // window > 0: a query at p sees keys (p - window, p]; the cache rows no query of a
 // sequence may see are NaN, so a kernel that reads them (or lets them reach P.V) fails.
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
-                     const std::vector<Seq> &seqs = kMixed, int kernel = 0,
-                     bool kv_heads_fast = false, bool generic_group = false, int window = 0,
-                     int flash_variant = 0, bool merge_in_kernel = false) {
+                     const std::vector<Seq> &seqs = kMixed, int kernel = 0, int window = 0,
+                     bool merge_in_kernel = false) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -104,17 +103,14 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.partial_o = po.as<float>();
   p.partial_ml = pml.as<float>();
   p.out = out.as<bf16>();
-  p.kv_heads_fast = kv_heads_fast;
-  p.decode_generic_group = generic_group;
   p.window = window;
-  p.flash_variant = flash_variant;
-  // merge_in_kernel: the decode kernel merges its splits (split_counters) and runs as a
-  // programmatic dependent; launched twice, so a counter left unreset breaks the second.
+  // merge_in_kernel: the decode kernel merges its splits (split_counters); launched
+  // twice, so a counter left unreset breaks the second.
   DeviceBuffer counters(tiles.size() * nkv * sizeof(unsigned));
   if (merge_in_kernel) {
-    KEEL_CUDA_CHECK(cudaMemsetAsync(counters.data(), 0, counters.bytes(), ctx.compute()));
+    KEEL_CUDA_CHECK(cudaMemsetAsync(counters.data(), 0, counters.bytes(),
+                                    ctx.compute().get("cudaMemsetAsync")));
     p.split_counters = counters.as<unsigned>();
-    p.pdl = true;
     launch_decode_attention(ctx.compute(), p);
     test::poison(ctx, out);
   }
@@ -216,45 +212,23 @@ TEST(CudaAttention, DecodeKernelMergesSplitsInKernel) {
     for (int splits : {2, 9, 64}) {
       SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
                    " splits " + std::to_string(splits));
-      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, true, false, 0, 0, true);
-      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, false, false, 100, 0, true);
+      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, 1, 0, true);
+      check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, 0, 100, true);
     }
-}
-
-// The same kernel with its blocks ordered kv head fastest (AttnParams::kv_heads_fast):
-// every (tile, head, split) must still be computed once and land in its own place; and
-// with registers for kMaxGroup heads whatever the group (decode_generic_group).
-TEST(CudaAttention, DecodeKernelHeadsFastAndGenericGroupMatchReference) {
-  KEEL_REQUIRE_CUDA_DEVICE();
-  std::uint32_t seed = 60;
-  for (auto [nh, nkv, hd] :
-       {std::array<int, 3>{32, 8, 128}, {8, 8, 256}, {28, 4, 64}, {16, 8, 128}})
-    for (int splits : {1, 3, 8})
-      for (bool heads_fast : {false, true})
-        for (bool generic : {false, true}) {
-          if (!heads_fast && !generic) continue;  // DecodeKernelMatchesReference
-          SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
-                       " splits " + std::to_string(splits) + (heads_fast ? " heads fast" : "") +
-                       (generic ? " generic" : ""));
-          check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, 1, heads_fast, generic);
-        }
 }
 
 // Prefill chunks long enough for many key tiles, on cached prefixes, plus single tokens.
 const std::vector<Seq> kPrefill = {{0, 300}, {500, 129}, {20, 37}, {0, 1}, {7, 16}, {63, 2}};
 
-// Every flash kernel version (AttnParams::flash_variant): 0 one tile per block; 1 and 2
-// two tiles per block, one key pass when the second continues the first's sequence.
-class CudaFlashVariant : public ::testing::TestWithParam<int> {};
-INSTANTIATE_TEST_SUITE_P(Variants, CudaFlashVariant, ::testing::Values(0, 1, 2));
+// The flash kernel takes two tiles per block, one key pass when the second continues
+// the first's sequence.
 
 // Tiles of different sequences whose positions happen to continue each other (pos0 of
 // the second = end of the first): a two-tile block must not share keys between them.
 const std::vector<Seq> kAdjacent = {{0, 16}, {16, 16}, {0, 5}, {5, 40}, {45, 3}};
 
-TEST_P(CudaFlashVariant, FlashKernelMatchesReference) {
+TEST(CudaAttention, FlashKernelMatchesReference) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const int v = GetParam();
   ASSERT_TRUE(flash_attention_supported(32, 8, 128));
   ASSERT_TRUE(flash_attention_supported(28, 4, 64));
   ASSERT_FALSE(flash_attention_supported(8, 8, 256));
@@ -267,27 +241,10 @@ TEST_P(CudaFlashVariant, FlashKernelMatchesReference) {
                                  {16, 1, 128, 32}}) {
     SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + "/" + std::to_string(hd) +
                  " block " + std::to_string(bs));
-    check_attention(nh, nkv, hd, bs, 1, seed++, kPrefill, 2, false, false, 0, v);
-    check_attention(nh, nkv, hd, bs, 1, seed++, kAdjacent, 2, false, false, 0, v);
+    check_attention(nh, nkv, hd, bs, 1, seed++, kPrefill, 2);
+    check_attention(nh, nkv, hd, bs, 1, seed++, kAdjacent, 2);
   }
-  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2, false, false, 0, v);
-  // Blocks ordered kv head fastest.
-  check_attention(32, 8, 128, 16, 1, seed++, kPrefill, 2, true, false, 0, v);
-  check_attention(28, 4, 64, 16, 1, seed++, kMixed, 2, true, false, 0, v);
-}
-
-TEST(CudaAttention, FlashKernelRejectsUnknownVariant) {
-  KEEL_REQUIRE_CUDA_DEVICE();
-  CudaContext ctx;
-  AttnParams p;
-  p.num_tiles = 1;
-  p.layout = {1, 16, 8, 128};
-  p.num_q_heads = 32;
-  p.tile_q = 16;
-  p.flash_variant = 3;
-  EXPECT_THROW(launch_flash_attention(ctx.compute(), p), Error);
-  p.flash_variant = -1;
-  EXPECT_THROW(launch_flash_attention(ctx.compute(), p), Error);
+  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2);
 }
 
 // ---- Sliding window (Mistral, Qwen2 use_sliding_window) ----
@@ -315,9 +272,9 @@ TEST(CudaAttention, SlidingWindowGeneralKernel) {
     for (int window : {1, 7, 64, 300, 4096})
       for (int splits : {1, 3, 16}) {
         SCOPED_TRACE(trace(nh, nkv, hd, splits, window) + " block " + std::to_string(bs));
-        check_attention(nh, nkv, hd, bs, splits, seed++, kWindowMixed, 0, false, false, window);
+        check_attention(nh, nkv, hd, bs, splits, seed++, kWindowMixed, 0, window);
       }
-  check_attention(32, 8, 128, 16, 5, seed++, kWindowDecode, 0, false, false, 33);
+  check_attention(32, 8, 128, 16, 5, seed++, kWindowDecode, 0, 33);
 }
 
 // Split-K over the window's keys only: with many splits and a small window most splits
@@ -330,16 +287,12 @@ TEST(CudaAttention, SlidingWindowDecodeKernel) {
     for (int window : {1, 31, 32, 33, 129, 1001, 100000})
       for (int splits : {1, 2, 9, 64}) {
         SCOPED_TRACE(trace(nh, nkv, hd, splits, window));
-        check_attention(nh, nkv, hd, 16, splits, seed++, kWindowDecode, 1, false, false, window);
+        check_attention(nh, nkv, hd, 16, splits, seed++, kWindowDecode, 1, window);
       }
-  // Block order and register variants with a window.
-  check_attention(32, 8, 128, 16, 8, seed++, kWindowDecode, 1, true, false, 100);
-  check_attention(32, 8, 128, 16, 8, seed++, kWindowDecode, 1, false, true, 100);
 }
 
-TEST_P(CudaFlashVariant, SlidingWindowFlashKernel) {
+TEST(CudaAttention, SlidingWindowFlashKernel) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const int v = GetParam();
   std::uint32_t seed = 300;
   for (auto [nh, nkv, hd, bs] : {std::array<int, 4>{32, 8, 128, 16},
                                  {32, 8, 64, 16},
@@ -348,20 +301,19 @@ TEST_P(CudaFlashVariant, SlidingWindowFlashKernel) {
                                  {16, 1, 128, 32}})
     for (int window : {1, 8, 64, 65, 300, 4096}) {
       SCOPED_TRACE(trace(nh, nkv, hd, 1, window) + " block " + std::to_string(bs));
-      check_attention(nh, nkv, hd, bs, 1, seed++, kWindowMixed, 2, false, false, window, v);
+      check_attention(nh, nkv, hd, bs, 1, seed++, kWindowMixed, 2, window);
     }
-  // Decode tiles on the flash kernel (the runner's flash-decode path), heads-fast order.
-  check_attention(32, 8, 128, 16, 1, seed++, kWindowDecode, 2, false, false, 100, v);
-  check_attention(32, 8, 64, 16, 1, seed++, kWindowMixed, 2, true, false, 40, v);
+  // Single-query tiles on the flash kernel too.
+  check_attention(32, 8, 128, 16, 1, seed++, kWindowDecode, 2, 100);
+  check_attention(32, 8, 64, 16, 1, seed++, kWindowMixed, 2, 40);
 }
 
 // The window's speed win: an 8192-token prompt (8B attention shape, one layer) on the
 // flash kernel skips the key tiles before every row's window. Times the kernel with CUDA
 // events (best of 5) and prints the figures; with a 1024-key window it reads about a
 // quarter of the keys, so it must take well under 60% of the full causal time.
-TEST_P(CudaFlashVariant, SlidingWindowFlashSkipsKeyTiles) {
+TEST(CudaAttention, SlidingWindowFlashSkipsKeyTiles) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const int v = GetParam();
   CudaContext ctx;
   const int nh = 32, nkv = 8, hd = 128, bs = 16, n = 8192, tile_q = kFlashRows / (nh / nkv);
   const KvLayout layout{1, bs, nkv, hd};
@@ -372,8 +324,10 @@ TEST_P(CudaFlashVariant, SlidingWindowFlashSkipsKeyTiles) {
   const int stride = (nh + 2 * nkv) * hd;
   DeviceBuffer qkv(std::size_t(n) * stride * 2),
       cache(std::size_t(n / bs) * layout.block_elems() * 2), out(std::size_t(n) * nh * hd * 2);
-  KEEL_CUDA_CHECK(cudaMemsetAsync(qkv.data(), 0x3c, qkv.bytes(), ctx.compute()));  // ~0.01
-  KEEL_CUDA_CHECK(cudaMemsetAsync(cache.data(), 0x3c, cache.bytes(), ctx.compute()));
+  KEEL_CUDA_CHECK(cudaMemsetAsync(qkv.data(), 0x3c, qkv.bytes(),
+                                  ctx.compute().get("cudaMemsetAsync")));  // ~0.01
+  KEEL_CUDA_CHECK(
+      cudaMemsetAsync(cache.data(), 0x3c, cache.bytes(), ctx.compute().get("cudaMemsetAsync")));
   auto d_table = upload(ctx, table);
   auto d_tiles = upload(ctx, tiles);
   AttnParams p;
@@ -388,7 +342,6 @@ TEST_P(CudaFlashVariant, SlidingWindowFlashSkipsKeyTiles) {
   p.num_q_heads = nh;
   p.scale = 1.0f / std::sqrt(float(hd));
   p.out = out.as<bf16>();
-  p.flash_variant = v;
   auto time_ms = [&](int window) {
     p.window = window;
     float best = 1e30f;
@@ -406,10 +359,9 @@ TEST_P(CudaFlashVariant, SlidingWindowFlashSkipsKeyTiles) {
   const float full = time_ms(0), w4096 = time_ms(4096), w1024 = time_ms(1024),
               w8192 = time_ms(8192);
   std::printf(
-      "flash attention variant %d, 8192-token prompt, 32/8 heads, hd 128, one layer: no window "
+      "flash attention, 8192-token prompt, 32/8 heads, hd 128, one layer: no window "
       "%.3f ms (%.0f TFLOP/s causal), window 8192 %.3f ms, 4096 %.3f ms, 1024 %.3f ms\n",
-      v, full, 4.0 * nh * hd * (double(n) * (n + 1) / 2) / (full * 1e-3) / 1e12, w8192, w4096,
-      w1024);
+      full, 4.0 * nh * hd * (double(n) * (n + 1) / 2) / (full * 1e-3) / 1e12, w8192, w4096, w1024);
   EXPECT_LT(w1024, 0.6f * full);
   EXPECT_LT(w4096, full);
 }

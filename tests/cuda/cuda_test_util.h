@@ -44,8 +44,8 @@ template <typename T>
 DeviceBuffer upload(const CudaContext &ctx, const std::vector<T> &host) {
   DeviceBuffer d(host.size() * sizeof(T));
   if (!host.empty())
-    KEEL_CUDA_CHECK(
-        cudaMemcpyAsync(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice, ctx.copy_h2d()));
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(d.data(), host.data(), d.bytes(), cudaMemcpyHostToDevice,
+                                    ctx.copy_h2d().get("cudaMemcpyAsync")));
   Event e;
   e.record(ctx.copy_h2d());
   e.make_wait(ctx.compute());  // kernels launched next on compute see the data
@@ -62,7 +62,7 @@ std::vector<T> download(const CudaContext &ctx, const DeviceBuffer &d, std::size
   computed.make_wait(ctx.copy_d2h());
   if (n)
     KEEL_CUDA_CHECK(cudaMemcpyAsync(host.data(), d.data(), n * sizeof(T), cudaMemcpyDeviceToHost,
-                                    ctx.copy_d2h()));
+                                    ctx.copy_d2h().get("cudaMemcpyAsync")));
   Event e;
   e.record(ctx.copy_d2h());
   e.wait(std::chrono::seconds(30), "test download");
@@ -71,7 +71,7 @@ std::vector<T> download(const CudaContext &ctx, const DeviceBuffer &d, std::size
 
 // Poisons a buffer (0xFF bytes: bf16/f32 NaN) so unwritten outputs show up.
 inline void poison(const CudaContext &ctx, const DeviceBuffer &d) {
-  KEEL_CUDA_CHECK(cudaMemsetAsync(d.data(), 0xFF, d.bytes(), ctx.compute()));
+  KEEL_CUDA_CHECK(cudaMemsetAsync(d.data(), 0xFF, d.bytes(), ctx.compute().get("cudaMemsetAsync")));
 }
 
 // ||a - b|| / ||b||; NaN anywhere gives infinity.

@@ -1,9 +1,7 @@
 // The fused decode kernels (k_decode_fused.h): the GEMV with each prologue/epilogue
 // against a double-precision host reference, the qkv/RoPE/KV-write kernel against the
 // three kernels it replaces (bit for bit), both with and without programmatic dependent
-// launch; then whole runners with the fused path against the unfused one. The GEMV and
-// runner suites run once per FusedGemvParams::split_k (1: one warp per row, 2 and 4: the
-// split-K kernel).
+// launch; then whole runners with the fused path against the unfused one.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -35,11 +33,6 @@ std::vector<float> reference_input(GemvIn in, const std::vector<float> &x,
   for (int m = 0; m < M; ++m) {
     if (in == GemvIn::kBf16) {
       std::copy_n(x.begin() + std::size_t(m) * K, K, out.begin() + std::size_t(m) * K);
-    } else if (in == GemvIn::kSwiglu) {
-      for (int k = 0; k < K; ++k) {
-        const double g = x[std::size_t(m) * 2 * K + k], u = x[std::size_t(m) * 2 * K + K + k];
-        out[std::size_t(m) * K + k] = round_bf16(static_cast<float>(g / (1.0 + std::exp(-g)) * u));
-      }
     } else {
       const float *r = residual.data() + std::size_t(rows.empty() ? m : rows[m]) * K;
       double ss = 0;
@@ -53,13 +46,12 @@ std::vector<float> reference_input(GemvIn in, const std::vector<float> &x,
 }
 
 void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, bool with_rows,
-                bool pdl, int split_k, std::mt19937 &rng) {
+                bool pdl, std::mt19937 &rng) {
   SCOPED_TRACE("in " + std::to_string(int(in)) + " out " + std::to_string(int(out)) + " M " +
                std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) +
-               (pdl ? " pdl" : "") + " split_k " + std::to_string(split_k));
+               (pdl ? " pdl" : ""));
   const int res_rows = M + 3;
-  const auto x = test::random_bf16_values(std::size_t(M) * (in == GemvIn::kSwiglu ? 2 * K : K), rng,
-                                          -2.0f, 2.0f);
+  const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
   const auto w = test::random_bf16_values(std::size_t(N) * K, rng);
   std::vector<float> residual(std::size_t(res_rows) * K);
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
@@ -96,8 +88,8 @@ void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, b
   std::vector<std::int32_t> identity(M);
   for (int m = 0; m < M; ++m) identity[m] = m;
   auto d_identity = upload(ctx, identity);
-  launch_gather_rows(ctx.compute(), x_src.as<bf16>(), d_identity.as<std::int32_t>(), M,
-                     in == GemvIn::kSwiglu ? 2 * K : K, d_x.as<bf16>());
+  launch_gather_rows(ctx.compute(), x_src.as<bf16>(), d_identity.as<std::int32_t>(), M, K,
+                     d_x.as<bf16>());
   FusedGemvParams p;
   p.w = d_w.as<bf16>();
   p.N = N;
@@ -112,8 +104,6 @@ void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, b
   p.out = out;
   p.y = y.data();
   p.pdl = pdl;
-  p.l2_prefetch = pdl;  // both with PDL, neither without (the split-K kernel ignores it)
-  p.split_k = split_k;
   launch_fused_gemv(ctx.compute(), p, ctx.num_sms());
   std::vector<float> got, want(ref.size());
   if (out == GemvOut::kBf16) {
@@ -143,41 +133,30 @@ void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, b
   }
 }
 
-// Parameter: FusedGemvParams::split_k.
-class CudaFusedGemv : public ::testing::TestWithParam<int> {};
-
-TEST_P(CudaFusedGemv, EveryPrologueAndEpilogueMatchesReference) {
+TEST(CudaFusedGemv, EveryPrologueAndEpilogueMatchesReference) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;
-  const int split_k = GetParam();
   std::mt19937 rng(21);
-  // K: inside one unrolled pass (40), exactly 8 x 256 (2048), a tail (4104), and (16400)
-  // several chunk pairs of the split-K kernel's pipelined loop with a tail (1025 vectors
-  // per 2-warp row part); N not a multiple of the warps (or row groups) per block, and
+  // K: inside one unrolled pass (40), exactly 8 x 256 (2048), a tail (4104), and many
+  // unrolled passes with a tail (16400); N not a multiple of the warps per block, and
   // larger than the persistent grid's warps.
   for (bool pdl : {false, true})
     for (int M = 1; M <= kFusedGemvMaxM; ++M)
       for (auto [N, K] : {std::array<int, 2>{77, 40}, {333, 2048}, {129, 4104}, {35, 16400}}) {
-        check_gemv(ctx, GemvIn::kBf16, GemvOut::kBf16, M, N, K, false, pdl, split_k, rng);
-        check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kBf16, M, N, K, false, pdl, split_k, rng);
-        check_gemv(ctx, GemvIn::kBf16, GemvOut::kAddResidual, M, N, K, false, pdl, split_k, rng);
-        check_gemv(ctx, GemvIn::kSwiglu, GemvOut::kAddResidual, M, N, K, false, pdl, split_k, rng);
-        check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * N, K, false, pdl, split_k, rng);
+        check_gemv(ctx, GemvIn::kBf16, GemvOut::kBf16, M, N, K, false, pdl, rng);
+        check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kBf16, M, N, K, false, pdl, rng);
+        check_gemv(ctx, GemvIn::kBf16, GemvOut::kAddResidual, M, N, K, false, pdl, rng);
+        check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * N, K, false, pdl, rng);
       }
   // The LM head: norm of selected residual rows, f32 out, more rows than the grid's warps.
-  check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 3, 40000, 256, true, true, split_k, rng);
-  check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 1, 40000, 256, true, false, split_k, rng);
+  check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 3, 40000, 256, true, true, rng);
+  check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 1, 40000, 256, true, false, rng);
 }
 
-TEST_P(CudaFusedGemv, RejectsWhatItCannotRun) {
+TEST(CudaFusedGemv, RejectsWhatItCannotRun) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;
   DeviceBuffer buf(1 << 16);
-  EXPECT_TRUE(fused_gemv_split_supported(GetParam()));
-  EXPECT_TRUE(fused_gemv_split_supported(0));
-  EXPECT_FALSE(fused_gemv_split_supported(3));
-  EXPECT_FALSE(fused_gemv_split_supported(8));
-  EXPECT_FALSE(fused_gemv_split_supported(-1));
   EXPECT_FALSE(fused_gemv_supported(0, 64));
   EXPECT_FALSE(fused_gemv_supported(kFusedGemvMaxM + 1, 64));
   EXPECT_FALSE(fused_gemv_supported(1, 60));
@@ -190,29 +169,14 @@ TEST_P(CudaFusedGemv, RejectsWhatItCannotRun) {
   p.N = 4;
   p.K = 60;
   p.M = 1;
-  p.split_k = GetParam();
   EXPECT_THROW(launch_fused_gemv(ctx.compute(), p, ctx.num_sms()), Error);
-  p.K = 64;
-  p.split_k = 3;  // not a supported split
-  EXPECT_THROW(launch_fused_gemv(ctx.compute(), p, ctx.num_sms()), Error);
-  p.split_k = GetParam();
   p.K = 64;
   p.x = buf.as<bf16>() + 1;  // misaligned
   EXPECT_THROW(launch_fused_gemv(ctx.compute(), p, ctx.num_sms()), Error);
   p.x = buf.as<bf16>();
-  p.in = GemvIn::kSwiglu;
-  p.out = GemvOut::kF32;  // not an instantiated combination
+  p.out = GemvOut::kSwiglu;  // not an instantiated combination (kBf16 in)
   EXPECT_THROW(launch_fused_gemv(ctx.compute(), p, ctx.num_sms()), Error);
-  p.in = GemvIn::kBf16;
-  EXPECT_THROW(launch_fused_gemv(nullptr, p, ctx.num_sms()), Error);
 }
-
-// No instantiation prefix: the tests keep their names (CudaFusedGemv.<test>/split2) and
-// the filters that name them (scripts/device/verify_h200.sh) still match.
-std::string split_name(const ::testing::TestParamInfo<int> &info) {
-  return "split" + std::to_string(info.param);
-}
-INSTANTIATE_TEST_SUITE_P(, CudaFusedGemv, ::testing::Values(1, 2, 4), split_name);
 
 // Elements of two bf16 arrays further apart than one bf16 rounding step (the compiler may
 // contract a multiply-add differently in the two kernels; anything else is a bug).
@@ -266,7 +230,7 @@ TEST(CudaQkvRopeKv, MatchesTheThreeKernelsItReplaces) {
     const bf16 *b = c.bias ? d_bias.as<bf16>() : nullptr;
     const bf16 *q_norm = c.norm ? d_qn.as<bf16>() : nullptr;
     const bf16 *k_norm = c.norm ? d_kn.as<bf16>() : nullptr;
-    cudaStream_t s = ctx.compute();
+    const StreamRef s = ctx.compute();
     launch_qkv_bias_norm(s, qkv_a.as<bf16>(), T, c.nq, c.nkv, c.hd, b, q_norm, k_norm, 1e-6f);
     launch_rope(s, qkv_a.as<bf16>(), T, width, c.nq, c.nkv, c.hd, d_pos.as<std::int32_t>(),
                 d_freq.as<float>(), 0.9f, c.interleaved);
@@ -355,26 +319,19 @@ void add_seq(ForwardBatch &b, const std::vector<TokenId> &tokens, int from, int 
   b.seqs.push_back(s);
 }
 
-// Parameter: CudaRunnerOptions::fused_gemv_split_k of the fused runner.
-class CudaFusedRunner : public ::testing::TestWithParam<int> {};
-
 // Decode steps of 1..5 sequences (5: past the fused cap, the unfused path), graphs on and
 // off, PDL on and off: the fused runner against an unfused one with the same weights.
-TEST_P(CudaFusedRunner, DecodeMatchesUnfusedPath) {
+TEST(CudaFusedRunner, DecodeMatchesUnfusedPath) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;
   for (int variant : {0, 1})
-    for (auto [graphs, pdl, swiglu_epi] :
-         {std::array<bool, 3>{true, true, true}, {false, true, true}, {true, false, false}}) {
+    for (auto [graphs, pdl] : {std::array<bool, 2>{true, true}, {false, true}, {true, false}}) {
       SCOPED_TRACE("variant " + std::to_string(variant) + (graphs ? " graphs" : "") +
-                   (pdl ? " pdl" : "") + (swiglu_epi ? " swiglu in gate_up" : " swiglu in down"));
+                   (pdl ? " pdl" : ""));
       const ModelConfig cfg = fused_config(variant);
       CudaModelRunner plain(ctx, cfg, std::uint64_t{91}, fused_options(graphs, 0, pdl));
       CudaRunnerOptions fo = fused_options(graphs, 4, pdl);
-      fo.fused_swiglu_epilogue = swiglu_epi;
-      fo.fused_l2_prefetch = pdl && swiglu_epi;
       if (!graphs) fo.attn_split_cap = 2;  // fewer splits than the unfused runner's
-      fo.fused_gemv_split_k = GetParam();
       CudaModelRunner fused(ctx, cfg, std::uint64_t{91}, fo);
       ASSERT_EQ(fused.fused_decode_max_m(), 4);
       ASSERT_EQ(plain.fused_decode_max_m(), 0);
@@ -421,14 +378,12 @@ TEST_P(CudaFusedRunner, DecodeMatchesUnfusedPath) {
 }
 
 // A short prefill (3 tokens, all logits) fits the fused cap too: it must match as well.
-TEST_P(CudaFusedRunner, TinyPrefillMatchesUnfusedPath) {
+TEST(CudaFusedRunner, TinyPrefillMatchesUnfusedPath) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;
   const ModelConfig cfg = fused_config(1);
   CudaModelRunner plain(ctx, cfg, std::uint64_t{93}, fused_options(false, 0, true));
-  CudaRunnerOptions fo = fused_options(false, 4, true);
-  fo.fused_gemv_split_k = GetParam();
-  CudaModelRunner fused(ctx, cfg, std::uint64_t{93}, fo);
+  CudaModelRunner fused(ctx, cfg, std::uint64_t{93}, fused_options(false, 4, true));
   const std::vector<TokenId> toks = {5, 17, 999, 0, 250, 3};
   ForwardOutput o1, o2;
   for (int from : {0, 3}) {
@@ -439,17 +394,6 @@ TEST_P(CudaFusedRunner, TinyPrefillMatchesUnfusedPath) {
     ASSERT_EQ(o1.logits.size(), 3u * cfg.vocab_size);
     EXPECT_LT(rel_err(o2.logits, o1.logits), 1e-2) << from;
   }
-}
-
-INSTANTIATE_TEST_SUITE_P(, CudaFusedRunner, ::testing::Values(1, 2, 4), split_name);
-
-// A split the GEMV has no kernel for is refused when the runner is made, not at a step.
-TEST(CudaFusedRunnerOptions, RejectsUnsupportedSplitK) {
-  KEEL_REQUIRE_CUDA_DEVICE();
-  CudaContext ctx;
-  CudaRunnerOptions o = fused_options(false, 2, true);
-  o.fused_gemv_split_k = 3;
-  EXPECT_THROW({ CudaModelRunner r(ctx, fused_config(0), std::uint64_t{95}, o); }, Error);
 }
 
 }  // namespace

@@ -168,45 +168,6 @@ TEST(CudaFlashRunner, PrefillMatchesGeneralKernel) {
   EXPECT_LT(rel_err(o1.logits, o2.logits), 1e-2);
 }
 
-// Decode batches large enough to fill the GPU without split-K run on the flash kernel;
-// against the decode kernel on the same batches (graphs on in both).
-TEST(CudaFlashRunner, LargeDecodeBatchMatchesDecodeKernel) {
-  KEEL_REQUIRE_CUDA_DEVICE();
-  CudaContext ctx;
-  const ModelConfig cfg = decode_kernel_config();
-  CudaRunnerOptions on = options(true), off = options(true);
-  on.flash_decode = true;
-  off.flash_decode = false;
-  for (auto *o : {&on, &off}) {
-    o->max_batch_tokens = 4096;
-    o->max_seqs = o->max_logits_rows = 192;
-    o->num_kv_blocks = 600;
-  }
-  CudaModelRunner flash(ctx, cfg, std::uint64_t{80}, on);
-  CudaModelRunner plain(ctx, cfg, std::uint64_t{80}, off);
-  const int n = 2 * ctx.num_sms() / cfg.num_kv_heads + 5;  // just past the switch
-  ASSERT_LE(n, 192);
-  std::vector<Seq> seqs(n);
-  ForwardBatch prefill;
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j < 24; ++j) seqs[i].tokens.push_back((i * 31 + j * 7) % 1000);
-    seqs[i].blocks = {3 * i, 3 * i + 1};
-    add(prefill, seqs[i], 0, 20, SequenceSlice::Logits::kNone);
-  }
-  ASSERT_LE(prefill.total_tokens(), 4096);
-  ForwardOutput o1, o2;
-  flash.forward(prefill, o1);
-  plain.forward(prefill, o2);
-  for (int pos = 20; pos < 24; ++pos) {
-    ForwardBatch step;
-    for (int i = 0; i < n; ++i) add(step, seqs[i], pos, 1, SequenceSlice::Logits::kLast);
-    flash.forward(step, o1);
-    plain.forward(step, o2);
-    ASSERT_EQ(o1.logits.size(), o2.logits.size());
-    EXPECT_LT(rel_err(o1.logits, o2.logits), 1e-2) << "pos " << pos;
-  }
-}
-
 TEST(CudaGraphs, PrefillAndMixedStepsStayEager) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/gemm.h"
@@ -343,11 +344,20 @@ TEST(CudaKernels, GemmBf16MatchesReference) {
   }
 }
 
-TEST(CudaKernels, LaunchersRefuseTheLegacyDefaultStream) {
+// Launchers take only a context's StreamRef, and check its owner on every launch: a
+// launch from another thread ends the process naming the launcher, before it enqueues.
+TEST(CudaKernelsDeathTest, ALaunchFromAForeignThreadIsFatal) {
   KEEL_REQUIRE_CUDA_DEVICE();
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   CudaContext ctx;
-  DeviceBuffer out(64 * 4);
-  EXPECT_THROW(launch_argmax(nullptr, out.as<float>(), 1, 64, out.as<std::int32_t>()), Error);
+  DeviceBuffer logits(64 * sizeof(float)), out(sizeof(std::int32_t));
+  KEEL_CUDA_CHECK(cudaMemsetAsync(logits.data(), 0, logits.bytes(), ctx.compute().get("test")));
+  launch_argmax(ctx.compute(), logits.as<float>(), 1, 64, out.as<std::int32_t>());  // the owner
+  EXPECT_EQ(download<std::int32_t>(ctx, out, 1)[0], 0);
+  EXPECT_DEATH(std::thread([&] {
+                 launch_argmax(ctx.compute(), logits.as<float>(), 1, 64, out.as<std::int32_t>());
+               }).join(),
+               "launch_argmax called from thread .* owned by thread");
 }
 
 }  // namespace

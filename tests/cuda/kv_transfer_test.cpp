@@ -132,7 +132,7 @@ TEST(CudaKvTransfer, OrderedWithTheComputeStreamBothWays) {
   // Save after a (blocked) compute write.
   {
     test::StreamBlocker blocker(ctx);
-    KEEL_CUDA_CHECK(cudaMemsetAsync(kv.data(), 0x5A, n * bb, ctx.compute()));
+    KEEL_CUDA_CHECK(cudaMemsetAsync(kv.data(), 0x5A, n * bb, ctx.compute().get("cudaMemsetAsync")));
     const auto id = kv.begin_save(ids, buf);
     std::this_thread::sleep_for(100ms);
     EXPECT_FALSE(kv.transfer_done(id)) << "save ran before earlier compute work";
@@ -145,7 +145,8 @@ TEST(CudaKvTransfer, OrderedWithTheComputeStreamBothWays) {
   // Load after blocked compute work, then a compute-stream read of every block.
   fill_random(buf, rng);
   DeviceBuffer readback(n * bb);
-  KEEL_CUDA_CHECK(cudaMemsetAsync(readback.data(), 0, n * bb, ctx.compute()));
+  KEEL_CUDA_CHECK(
+      cudaMemsetAsync(readback.data(), 0, n * bb, ctx.compute().get("cudaMemsetAsync")));
   KvBlockStore::TransferId id = 0;
   {
     test::StreamBlocker blocker(ctx);
@@ -154,8 +155,8 @@ TEST(CudaKvTransfer, OrderedWithTheComputeStreamBothWays) {
     EXPECT_FALSE(kv.transfer_done(id)) << "load overtook earlier compute work";
     blocker.release();
   }
-  KEEL_CUDA_CHECK(
-      cudaMemcpyAsync(readback.data(), kv.data(), n * bb, cudaMemcpyDeviceToDevice, ctx.compute()));
+  KEEL_CUDA_CHECK(cudaMemcpyAsync(readback.data(), kv.data(), n * bb, cudaMemcpyDeviceToDevice,
+                                  ctx.compute().get("cudaMemcpyAsync")));
   const auto got = test::download<std::byte>(ctx, readback, n * bb);
   for (int i = 0; i < n; ++i)
     ASSERT_EQ(0, std::memcmp(&got[std::size_t(ids[i]) * bb], buf.data() + i * bb, bb))

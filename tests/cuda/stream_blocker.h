@@ -17,7 +17,7 @@ class StreamBlocker {
   explicit StreamBlocker(CudaContext &ctx)
       : flag_(sizeof(std::int32_t), /*mapped=*/true), status_(4) {
     *flag_.as<volatile std::int32_t>() = 0;
-    KEEL_CUDA_CHECK(cudaMemsetAsync(status_.data(), 0, 4, ctx.compute()));
+    KEEL_CUDA_CHECK(cudaMemsetAsync(status_.data(), 0, 4, ctx.compute().get("cudaMemsetAsync")));
     launch_spin_until_released(ctx.compute(),
                                static_cast<volatile std::int32_t *>(flag_.device_ptr()),
                                status_.as<std::int32_t>(), 60000);

@@ -88,6 +88,14 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
       L.k_norm = need_vec(lookup, p + "self_attn.k_norm.weight", D);
     }
   }
+  // The weights decide the optional steps: biases or q/k norms present in the files
+  // are applied even when the config does not name them.
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
+    ModelConfig plan_cfg = cfg;
+    plan_cfg.attention_bias = !layers_[l].bq.empty();
+    plan_cfg.qk_norm = !layers_[l].q_norm.empty();
+    plans_.push_back(layer_plan(plan_cfg, l));
+  }
   rope_ = cpu::make_rope_table(cfg);
   shard_ = shard ? *shard : parallel::make_shard_plan(cfg, 0, 1);
   if (shard_.size > 1) {
@@ -210,40 +218,69 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
       for (std::int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
   };
 
+  using S = LayerStep;
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     const LlamaLayer &L = layers_[l];
-    cpu::rmsnorm(x, L.attn_norm.data(), h, T, hidden, eps);
-    const cpu::LinearJob qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
-    cpu::linear_multi(qkv, h, T, pool, lin_scratch_);
-    add_bias(q, L.bq, T);
-    add_bias(k, L.bk, T);
-    add_bias(v, L.bv, T);
-    if (!L.q_norm.empty()) {
-      cpu::rmsnorm(q, L.q_norm.data(), q, T * H, D, eps);
-      cpu::rmsnorm(k, L.k_norm.data(), k, T * G, D, eps);
+    for (const LayerStep step : plans_[l].steps) {
+      switch (step) {
+        case S::kInputNorm:
+          cpu::rmsnorm(x, L.attn_norm.data(), h, T, hidden, eps);
+          break;
+        case S::kQkvProj: {
+          const cpu::LinearJob qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+          cpu::linear_multi(qkv, h, T, pool, lin_scratch_);
+          break;
+        }
+        case S::kQkvBias:
+          add_bias(q, L.bq, T);
+          add_bias(k, L.bk, T);
+          add_bias(v, L.bv, T);
+          break;
+        case S::kQkNorm:
+          cpu::rmsnorm(q, L.q_norm.data(), q, T * H, D, eps);
+          cpu::rmsnorm(k, L.k_norm.data(), k, T * G, D, eps);
+          break;
+        case S::kRope:
+          cpu::apply_rope(rope_, q, T, H, D, token_pos.data());
+          cpu::apply_rope(rope_, k, T, G, D, token_pos.data());
+          break;
+        case S::kKvWrite:
+          for (std::int64_t t = 0; t < T; ++t) {
+            const SequenceSlice &s = batch.seqs[token_seq[t]];
+            const std::int32_t p = token_pos[t];
+            const std::int32_t block = batch.block_table[s.block_offset + p / bs];
+            std::copy(k + t * G * D, k + (t + 1) * G * D, kv.row(block, l, 0, p % bs));
+            std::copy(v + t * G * D, v + (t + 1) * G * D, kv.row(block, l, 1, p % bs));
+          }
+          break;
+        case S::kAttention:
+          cpu::paged_attention(q, att, batch, token_seq.data(), token_pos.data(), kv, l, ashape,
+                               pool, attn_scores_);
+          break;
+        case S::kOProj:
+          cpu::linear(L.wo, att, T, h, pool, lin_scratch_);
+          sum_over_ranks(h);
+          break;
+        case S::kResidualAdd:
+          for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
+          break;
+        case S::kPostNorm:
+          cpu::rmsnorm(x, L.ffn_norm.data(), h, T, hidden, eps);
+          break;
+        case S::kGateUpProj: {
+          const cpu::LinearJob gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+          cpu::linear_multi(gate_up, h, T, pool, lin_scratch_);
+          break;
+        }
+        case S::kSwiglu:
+          cpu::swiglu(gate, up, gate, T * I);
+          break;
+        case S::kDownProj:
+          cpu::linear(L.w_down, gate, T, h, pool, lin_scratch_);
+          sum_over_ranks(h);
+          break;
+      }
     }
-    cpu::apply_rope(rope_, q, T, H, D, token_pos.data());
-    cpu::apply_rope(rope_, k, T, G, D, token_pos.data());
-    for (std::int64_t t = 0; t < T; ++t) {  // write this step's K/V into the cache
-      const SequenceSlice &s = batch.seqs[token_seq[t]];
-      const std::int32_t p = token_pos[t];
-      const std::int32_t block = batch.block_table[s.block_offset + p / bs];
-      std::copy(k + t * G * D, k + (t + 1) * G * D, kv.row(block, l, 0, p % bs));
-      std::copy(v + t * G * D, v + (t + 1) * G * D, kv.row(block, l, 1, p % bs));
-    }
-    cpu::paged_attention(q, att, batch, token_seq.data(), token_pos.data(), kv, l, ashape, pool,
-                         attn_scores_);
-    cpu::linear(L.wo, att, T, h, pool, lin_scratch_);
-    sum_over_ranks(h);
-    for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
-
-    cpu::rmsnorm(x, L.ffn_norm.data(), h, T, hidden, eps);
-    const cpu::LinearJob gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
-    cpu::linear_multi(gate_up, h, T, pool, lin_scratch_);
-    cpu::swiglu(gate, up, gate, T * I);
-    cpu::linear(L.w_down, gate, T, h, pool, lin_scratch_);
-    sum_over_ranks(h);
-    for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
   }
 
   // Logits for the rows the batch asks for.

@@ -1,8 +1,9 @@
 // The forward pass of the Llama family on the CPU: Llama 2/3.x, Mistral, Qwen2/2.5
 // (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim); tied or untied
-// embeddings; MHA, GQA, MQA. Weights are views into memory-mapped files (never copied,
-// except the small norm and bias vectors, widened to float32, and, under tensor
-// parallelism, this rank's column block of o_proj and down_proj: see
+// embeddings; MHA, GQA, MQA. Each layer runs the steps of its LayerPlan
+// (exec/arch/layer_plan.h), the sequence the CUDA runner executes too. Weights are views into
+// memory-mapped files (never copied, except the small norm and bias vectors, widened to float32,
+// and, under tensor parallelism, this rank's column block of o_proj and down_proj: see
 // exec/parallel/shard_plan.h).
 #pragma once
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor_view.h"
+#include "exec/arch/layer_plan.h"
 #include "exec/cpu/attention.h"
 #include "exec/cpu/kv_store.h"
 #include "exec/cpu/linear.h"
@@ -70,6 +72,7 @@ class LlamaModel {
   TensorView lm_head_;             // [vocab, hidden] (the embedding when tied)
   std::vector<float> final_norm_;
   std::vector<LlamaLayer> layers_;
+  std::vector<LayerPlan> plans_;  // [num_layers]
   cpu::RopeTable rope_;
   cpu::LinearScratch lin_scratch_;
   std::vector<std::vector<float>> attn_scores_;  // per thread

@@ -42,7 +42,7 @@ class CpuKvStore final : public KvBlockStore {
  private:
   void check_block(std::int32_t b, const char *what) const;
 
-  const ExecContext *owner_;  // checks the calling thread (debug builds); may be null
+  const ExecContext *owner_;  // checks the calling thread (every build); may be null
   std::int32_t num_blocks_, block_size_;
   std::int64_t row_floats_;   // kv_heads * head_dim
   std::size_t block_floats_;  // layers * 2 * block_size * row_floats

@@ -15,11 +15,6 @@ namespace keel::cuda {
 [[noreturn]] void throw_cublas_error(cublasStatus_t st, const char *what, const char *file,
                                      int line);
 
-// Device work is only ever enqueued on a stream we created: the legacy default stream
-// (0) implicitly synchronises with every other blocking stream, the root of the
-// cross-stream hangs this design rules out.
-void require_stream(cudaStream_t stream, const char *what);
-
 }  // namespace keel::cuda
 
 #define KEEL_CUDA_CHECK(expr)                                                    \

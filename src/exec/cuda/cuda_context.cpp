@@ -1,7 +1,5 @@
 #include "exec/cuda/cuda_context.h"
 
-#include <sstream>
-
 #include "exec/cuda/cuda_check.h"
 
 namespace keel::cuda {
@@ -23,7 +21,6 @@ int select_device(int device) {
 CudaContext::CudaContext(const CudaContextOptions &opts)
     : device_(select_device(opts.device)),
       wait_timeout_(opts.wait_timeout),
-      owner_(std::this_thread::get_id()),
       workspace_(opts.gemm_workspace_bytes) {
   KEEL_CUDA_CHECK(cudaGetDeviceProperties(&props_, device_));
   if (props_.major < 8)
@@ -37,22 +34,17 @@ CudaContext::CudaContext(const CudaContextOptions &opts)
 CudaContext::~CudaContext() {
   // Shutdown is the one place that waits for everything: nothing may still be using the
   // workspace or streams when they are destroyed. Errors are ignored (destructor).
-  cudaSetDevice(device_);
-  cudaStreamSynchronize(compute_.get());
-  cudaStreamSynchronize(copy_h2d_.get());
-  cudaStreamSynchronize(copy_d2h_.get());
+  drain();
   if (lt_) cublasLtDestroy(lt_);
 }
 
 void CudaContext::activate() const { KEEL_CUDA_CHECK(cudaSetDevice(device_)); }
 
-void CudaContext::check_owner_slow(const char *what) const {
-  if (std::this_thread::get_id() != owner_) {
-    std::ostringstream os;
-    os << "cuda: " << what << " called from thread " << std::this_thread::get_id()
-       << ", but this CudaContext is owned by thread " << owner_;
-    throw Error(ErrorCode::kInternal, os.str());
-  }
+void CudaContext::drain() const {
+  cudaSetDevice(device_);
+  cudaStreamSynchronize(compute_.get());
+  cudaStreamSynchronize(copy_h2d_.get());
+  cudaStreamSynchronize(copy_d2h_.get());
 }
 
 }  // namespace keel::cuda

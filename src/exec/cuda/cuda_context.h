@@ -1,7 +1,9 @@
 // The CUDA execution context of one engine: its device, one compute stream, two copy
 // streams (host->device restores, device->host snapshots), a cuBLASLt handle and GEMM
-// workspace. Exactly one thread (the engine thread) enqueues work through it; in debug
-// builds every launch checks that (check_owner), so misuse throws instead of racing.
+// workspace. Exactly one thread enqueues work through it: the thread that made it (the
+// engine thread, inside its BackendFactory), for good. The context hands out its streams
+// only as StreamRefs carrying that owner, and every launch and enqueue checks it, in
+// every build (stream_ref.h), so misuse from another thread is fatal instead of a race.
 #pragma once
 
 #include <cublasLt.h>
@@ -12,7 +14,9 @@
 #include <string>
 #include <thread>
 
+#include "core/thread_owner.h"
 #include "exec/cuda/cuda_resources.h"
+#include "exec/cuda/stream_ref.h"
 
 namespace keel::cuda {
 
@@ -35,9 +39,9 @@ class CudaContext {
   int num_sms() const { return props_.multiProcessorCount; }
   std::string device_name() const { return props_.name; }
 
-  cudaStream_t compute() const { return compute_.get(); }
-  cudaStream_t copy_h2d() const { return copy_h2d_.get(); }
-  cudaStream_t copy_d2h() const { return copy_d2h_.get(); }
+  StreamRef compute() const { return {compute_.get(), owner_}; }
+  StreamRef copy_h2d() const { return {copy_h2d_.get(), owner_}; }
+  StreamRef copy_d2h() const { return {copy_d2h_.get(), owner_}; }
   cublasLtHandle_t blas_lt() const { return lt_; }
   void *gemm_workspace() const { return workspace_.data(); }
   std::size_t gemm_workspace_bytes() const { return workspace_.bytes(); }
@@ -46,24 +50,18 @@ class CudaContext {
   // Makes this device current for the calling thread (the runtime's per-thread device
   // is the one piece of implicit state CUDA has; every entry point sets it explicitly).
   void activate() const;
-  // Debug builds: throws Error(kInternal) unless called on the owning thread.
-  void check_owner(const char *what) const {
-#if defined(KEEL_CHECK_THREAD_OWNERSHIP)
-    check_owner_slow(what);
-#else
-    (void)what;
-#endif
-  }
-  // Hands ownership to the calling thread (an engine built on one thread, run on another).
-  void adopt_current_thread() { owner_ = std::this_thread::get_id(); }
+  // Entry points that enqueue through helpers check once up front, naming themselves.
+  void check_owner(const char *what) const { owner_.check(what); }
+  const ThreadOwner &owner() const { return owner_; }
+  // Waits (unbounded) for all three streams, from any thread: only teardown may, once
+  // nothing enqueues any more (a wedged engine is killed by its supervisor, not joined).
+  void drain() const;
 
  private:
-  void check_owner_slow(const char *what) const;
-
   int device_ = 0;
   cudaDeviceProp props_{};
   std::chrono::milliseconds wait_timeout_;
-  std::thread::id owner_;
+  ThreadOwner owner_;
   Stream compute_, copy_h2d_, copy_d2h_;
   cublasLtHandle_t lt_ = nullptr;
   DeviceBuffer workspace_;

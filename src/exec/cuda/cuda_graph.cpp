@@ -16,8 +16,8 @@ GraphExec &GraphExec::operator=(GraphExec &&o) noexcept {
   return *this;
 }
 
-GraphExec GraphExec::capture(cudaStream_t stream, const std::function<void()> &enqueue) {
-  require_stream(stream, "GraphExec::capture");
+GraphExec GraphExec::capture(StreamRef stream_ref, const std::function<void()> &enqueue) {
+  const cudaStream_t stream = stream_ref.get("GraphExec::capture");
   KEEL_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
   cudaGraph_t graph = nullptr;
   try {
@@ -36,8 +36,8 @@ GraphExec GraphExec::capture(cudaStream_t stream, const std::function<void()> &e
   return exec;
 }
 
-void GraphExec::launch(cudaStream_t stream) const {
-  require_stream(stream, "GraphExec::launch");
+void GraphExec::launch(StreamRef stream_ref) const {
+  const cudaStream_t stream = stream_ref.get("GraphExec::launch");
   KEEL_CUDA_CHECK(cudaGraphLaunch(g_, stream));
 }
 

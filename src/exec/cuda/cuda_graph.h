@@ -9,6 +9,8 @@
 #include <functional>
 #include <utility>
 
+#include "exec/cuda/stream_ref.h"
+
 namespace keel::cuda {
 
 class GraphExec {
@@ -23,8 +25,8 @@ class GraphExec {
   // Captures what `enqueue` launches on `stream` (thread-local capture mode: other
   // threads, e.g. another engine, are not affected) and instantiates it. If `enqueue`
   // throws, the capture is ended and discarded before the exception propagates.
-  static GraphExec capture(cudaStream_t stream, const std::function<void()> &enqueue);
-  void launch(cudaStream_t stream) const;
+  static GraphExec capture(StreamRef stream, const std::function<void()> &enqueue);
+  void launch(StreamRef stream) const;
   explicit operator bool() const { return g_ != nullptr; }
 
  private:

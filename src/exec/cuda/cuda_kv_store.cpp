@@ -36,7 +36,7 @@ void CudaKvStore::copy_block(std::int32_t src, std::int32_t dst) {
   check_block(dst, "copy_block dst");
   if (src == dst) return;
   KEEL_CUDA_CHECK(cudaMemcpyAsync(block_ptr(dst), block_ptr(src), block_bytes(),
-                                  cudaMemcpyDeviceToDevice, ctx_.compute()));
+                                  cudaMemcpyDeviceToDevice, ctx_.compute().get("cudaMemcpyAsync")));
 }
 
 void CudaKvStore::save_block(std::int32_t block, std::span<std::byte> host_out) {
@@ -50,7 +50,7 @@ void CudaKvStore::save_block(std::int32_t block, std::span<std::byte> host_out) 
   compute_done_.record(ctx_.compute());
   compute_done_.make_wait(ctx_.copy_d2h());
   KEEL_CUDA_CHECK(cudaMemcpyAsync(save_staging_.data(), block_ptr(block), block_bytes(),
-                                  cudaMemcpyDeviceToHost, ctx_.copy_d2h()));
+                                  cudaMemcpyDeviceToHost, ctx_.copy_d2h().get("cudaMemcpyAsync")));
   saved_.record(ctx_.copy_d2h());
   saved_.wait(ctx_.wait_timeout(), "kv store: save_block");
   std::memcpy(host_out.data(), save_staging_.data(), block_bytes());
@@ -75,7 +75,7 @@ void CudaKvStore::load_block(std::int32_t block, std::span<const std::byte> host
   compute_done_.record(ctx_.compute());
   compute_done_.make_wait(ctx_.copy_h2d());
   KEEL_CUDA_CHECK(cudaMemcpyAsync(block_ptr(block), staging, block_bytes(), cudaMemcpyHostToDevice,
-                                  ctx_.copy_h2d()));
+                                  ctx_.copy_h2d().get("cudaMemcpyAsync")));
   loaded_[slot].record(ctx_.copy_h2d());
   loaded_[slot].make_wait(ctx_.compute());
   load_pending_[slot] = true;
@@ -111,7 +111,8 @@ void CudaKvStore::check_transfer(std::span<const std::int32_t> blocks, std::size
 }
 
 void CudaKvStore::issue_copies(std::span<const std::int32_t> blocks, std::byte *host, bool to_host,
-                               cudaStream_t stream) {
+                               StreamRef stream_ref) {
+  const cudaStream_t stream = stream_ref.get("CudaKvStore::issue_copies");
   const std::size_t bb = block_bytes();
   const cudaMemcpyKind kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
   batch_dst_.clear();
@@ -145,7 +146,7 @@ void CudaKvStore::issue_copies(std::span<const std::int32_t> blocks, std::byte *
   }
 }
 
-KvBlockStore::TransferId CudaKvStore::finish_transfer(cudaStream_t stream) {
+KvBlockStore::TransferId CudaKvStore::finish_transfer(StreamRef stream) {
   Transfer t;
   t.id = next_id_++;
   if (!spare_events_.empty()) {

@@ -71,8 +71,8 @@ class CudaKvStore : public KvBlockStore {
   std::byte *block_ptr(std::int32_t block) const;
   // Enqueues the copies of one transfer on `stream`; to_host: device -> host.
   void issue_copies(std::span<const std::int32_t> blocks, std::byte *host, bool to_host,
-                    cudaStream_t stream);
-  TransferId finish_transfer(cudaStream_t stream);
+                    StreamRef stream);
+  TransferId finish_transfer(StreamRef stream);
   void reap();  // retires finished transfers (their events go back to the pool)
 
   static constexpr int kLoadSlots = 4;  // loads in flight before one must land

@@ -1,8 +1,17 @@
-// ModelRunner for the Llama family (Llama 2/3.x, Mistral) on one CUDA device: bf16
-// weights resident on the device, a paged KV cache (CudaKvStore), every forward pass
-// enqueued on the context's compute stream, results returned through pinned memory and
-// the d2h copy stream with bounded waits. All buffers are allocated at construction, so
-// the hot path never calls cudaMalloc/cudaFree (which synchronise the whole device).
+// ModelRunner for the Llama family (Llama 2/3.x, Mistral, Qwen2/3) on one CUDA device,
+// executing each layer's arch::LayerPlan (exec/arch/layer_plan.h, the sequence the CPU
+// forward runs too) with CUDA kernels: bf16 weights resident on the device, a paged KV cache
+// (CudaKvStore), every forward pass enqueued on the context's compute stream, results returned
+// through pinned memory and the d2h copy stream with bounded waits. All buffers are allocated at
+// construction, so the hot path never calls cudaMalloc/cudaFree (which synchronise the whole
+// device).
+//
+// One file per concern: cuda_model_runner.cpp (construction, the forward entry points),
+// cuda_runner_weights.cpp (weight upload), cuda_runner_buffers.cpp (buffer planning),
+// cuda_runner_inputs.cpp (input staging), cuda_attention_plan.h (attention-path choice),
+// cuda_runner_graphs.cpp (CUDA graphs), cuda_runner_layers.cpp (the eager layers),
+// cuda_runner_fused.cpp (the fused decode path), cuda_step_profiler.h (profiling),
+// cuda_sampling.cpp (device sampling).
 #pragma once
 
 #include <array>
@@ -18,9 +27,12 @@
 
 #include "core/sampling_params.h"
 #include "core/tensor_view.h"
+#include "exec/arch/layer_plan.h"
+#include "exec/cuda/cuda_attention_plan.h"
 #include "exec/cuda/cuda_context.h"
 #include "exec/cuda/cuda_graph.h"
 #include "exec/cuda/cuda_kv_store.h"
+#include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/kernels.h"
 #include "exec/model_runner.h"
@@ -52,66 +64,21 @@ struct CudaRunnerOptions {
   bool cuda_graphs = true;
   // Prefill tiles on the tensor cores (head_dim 64/128); off: the general CUDA-core kernel.
   bool flash_attention = true;
-  // Decode steps of many sequences (no split-K needed) on the flash kernel too. Off by
-  // default: measured equal to the decode kernel on the H200 (8B, 64 and 256 seqs).
-  bool flash_decode = false;
-  // Flash kernel version (AttnParams::flash_variant): 0 the first (64 rows, 4 warps per
-  // block); 1 two tiles per block (128 rows, 8 warps, 2 blocks/SM) sharing each K/V tile,
-  // ldmatrix K fragments, mask math on edge tiles only; 2 the same with Q in registers,
-  // 1 block/SM, 4 K/V stages. Default 1: on the H200 (8B, `cuda_bench --flash-variant N`,
-  // two rounds) 8,192-token prefill 21,186 / 21,184 (0), 30,637 / 31,101 (1), 28,509 /
-  // 28,567 (2) tok/s; 512 tokens 35,083 / 34,957, 36,156 / 38,084, 37,224 / 36,037; one
-  // 8,192-token layer 6.68 / 2.46 / 3.30 ms; every flash test passed for each variant.
-  int flash_variant = 1;
-  // Decode and flash attention blocks ordered kv head fastest (AttnParams::kv_heads_fast):
-  // the blocks that read one KV page's heads run together. Off: tile fastest (as before).
-  bool attn_kv_heads_fast = false;
-  // Decode kernel registers sized to the group for G = 1, 2, 4, 8 (default: 8B decode
-  // attention at 256 seqs 15.8 -> 7.7 ms per step on the H200); true: registers for 8
-  // query heads per kv head whatever the group, as before (AttnParams::decode_generic_group).
-  bool attn_decode_generic_group = false;
   // Linear layers of steps with at most this many token rows on the GEMV kernel instead
   // of cuBLASLt (Gemm::set_gemv_max_m; 0: always cuBLASLt). 1: on the H200 the GEMV kernel
   // is 1.01-1.22x cuBLASLt at M = 1 on the 8B shapes, slower at M >= 2 for large N.
   int gemv_max_m = 1;
   // Decode steps with at most this many token rows (capped at kFusedGemvMaxM) run the fused
-  // kernels of k_decode_fused.h: RMSNorm in the next GEMV's prologue, residual add in the
-  // o_proj/down GEMV epilogue, SwiGLU in the gate_up GEMV's epilogue, bias + q/k norm +
-  // RoPE + KV write in one kernel: 6-7 launches per layer instead of 10-11. 0: off (the
-  // kernels above, cuBLASLt or the plain GEMV). Larger steps never take this path. 2 (H200,
-  // with PDL and split-K rounded down): 8B batch 1 182 -> 205 tok/s, 2 seqs 329 -> 384; 1B
-  // 774 -> 944, 1141 -> 1673. The fused GEMV at 4 rows is slower than cuBLASLt, so the
-  // default stops at 2. (A "4-seq regression" seen with this on was the benchmark timing
-  // the capture of the 4-row graphs; warmed first, 4 seqs run 8B 725, 1B 2,984 tok/s.)
+  // kernels of k_decode_fused.h (cuda_runner_fused.cpp): 6-7 launches per layer instead of
+  // 10-11. 0: off. The fused GEMV at 4 rows is slower than cuBLASLt, so the default stops
+  // at 2 (H200: 8B batch 1 182 -> 205 tok/s, 2 seqs 329 -> 384; bench/RESULTS.md).
   int fused_decode_max_m = 2;
   // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
   // starts streaming its weights while the kernel before it drains. Off: plain launches.
   bool programmatic_launch = true;
-  // Fused path: SwiGLU in the gate_up GEMV's epilogue (a warp computes a gate row and its
-  // up row; down reads [T, I]) rather than in the down GEMV's prologue (reads [T, 2I]).
-  bool fused_swiglu_epilogue = true;
-  // Fused GEMVs prefetch the rest of each warp's first weight row into L2 before waiting
-  // for the previous kernel (FusedGemvParams::l2_prefetch). Off: measured slower on the
-  // H200 (8B batch 1 202 -> 184 tok/s, 1B 927 -> 884).
-  bool fused_l2_prefetch = false;
-  // Warps per output row of the fused GEMVs (FusedGemvParams::split_k): 0 or 1 one (the
-  // kernel measured above); 2 or 4 split-K with two chunks of loads in flight per warp:
-  // slower on the H200 (8B batch 1 209-211 -> 205-206 / 190-193 tok/s, 1B 953-970 ->
-  // 842-856 / 671-680), kept as a measured alternative. Other values are rejected.
-  int fused_gemv_split_k = 0;
   // At most this many split-K parts for attention over the keys (decode with few
-  // sequences); 0: as many as fill the GPU (up to one per 64 keys). A tuning switch.
+  // sequences); 0: as many as fill the GPU (up to one per 64 keys).
   int attn_split_cap = 0;
-  // Graph-replayed decode steps round the split-K factor to a power of two: down (default;
-  // H200, ~576 keys: 8B batch 1 202 -> 210 tok/s, 1B 927 -> 974) or up (false, as before).
-  bool attn_splits_round_down = true;
-  // Decode attention split-K: the last split block of each (sequence, kv head) merges the
-  // splits (true) instead of a separate combine kernel (false, as before). Fused path:
-  // the decode attention kernel is a programmatic dependent too (attn_programmatic_launch,
-  // with programmatic_launch): off by default, measured slower on the H200 (1B batch 1
-  // 1,028-1,030 tok/s off, 995-1,008 on; 8B equal). Switches for measuring each.
-  bool attn_merge_in_kernel = true;
-  bool attn_programmatic_launch = false;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -159,7 +126,7 @@ class CudaModelRunner : public ModelRunner {
   CudaKvStore &kv_store() { return *kv_; }
   // Milliseconds of device time per phase summed over steps since the last call (only
   // with CudaRunnerOptions::profile): {gemm, attention, other}.
-  std::array<double, 3> take_profile() { return std::exchange(profile_ms_, {}); }
+  std::array<double, 3> take_profile() { return profiler_.take(); }
   std::size_t weight_bytes() const { return weight_bytes_; }
   // Device memory this runner allocated before its KV pool (weights, activations,
   // sampler workspace), as measured when the pool was sized.
@@ -191,23 +158,34 @@ class CudaModelRunner : public ModelRunner {
     int splits_single = 1, splits_multi = 1;
   };
 
-  enum : int { kPhaseGemm = 0, kPhaseAttention = 1, kPhaseOther = 2 };
-  void profile_begin(cudaStream_t s);
-  void profile_mark(cudaStream_t s, int phase);
-  void profile_collect();
   void validate_config() const;
+  // cuda_runner_weights.cpp
   void allocate_weights();
   void upload_weights(const WeightSource &weights);
   void randomize_weights(std::uint64_t seed);
-  void allocate_buffers(const CudaRunnerOptions &opts);
+  void allocate_buffers(const CudaRunnerOptions &opts);  // cuda_runner_buffers.cpp
   // Validates and stages the batch, enqueues the whole pass; returns the logits rows.
   int enqueue(const ForwardBatch &batch, std::vector<std::int32_t> &row_seq,
               std::vector<std::int32_t> &row_pos);
-  void launch_step(const StepShape &shape);  // every kernel of one pass, on compute
-  // The layers and LM head of a step of few rows on the fused kernels (k_decode_fused.h).
-  void launch_fused_layers(const StepShape &shape, const AttnParams &ap, const AttnParams &ap_multi,
-                           const AttnParams &ap_flash);
+  // cuda_runner_inputs.cpp: checks the batch against the runner's limits, writes its
+  // inputs and attention tiles to host_in_ and copies them to dev_in_ on compute.
+  // `graph`: pad a decode-only batch to its graph bucket. Returns the shape; `rows` the
+  // logits rows that belong to the batch (the shape's R may be padded).
+  StepShape stage_inputs(const ForwardBatch &batch, bool graph, std::vector<std::int32_t> &row_seq,
+                         std::vector<std::int32_t> &row_pos, int &rows);
+  // cuda_runner_graphs.cpp: a decode-only step replays the graph captured for its shape
+  // (captured on first use); any other step launches eagerly.
+  bool graph_eligible(const ForwardBatch &batch) const;
   std::int32_t graph_bucket(std::int32_t n) const;  // padded size of an n-sequence decode
+  void run_step(const StepShape &shape, bool graph);
+  // cuda_runner_layers.cpp: every kernel of one pass, on compute; the layers of a step of
+  // few rows go to launch_fused_layers (cuda_runner_fused.cpp, k_decode_fused.h).
+  void launch_step(const StepShape &shape);
+  void launch_fused_layers(const StepShape &shape, AttnParams ap, AttnParams ap_multi,
+                           AttnParams ap_flash);
+  // The decode, general and flash launches' parameters for a staged step (layer 0).
+  void attention_params(const StepShape &shape, AttnParams &single, AttnParams &multi,
+                        AttnParams &flash) const;
 
   CudaContext &ctx_;
   ModelConfig config_;
@@ -222,7 +200,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer lm_head_;  // [V, H] (absent when tied to embed_)
   DeviceBuffer final_norm_;
   std::vector<Layer> layers_;
-  DeviceBuffer inv_freq_;  // [hd / 2] f32
+  std::vector<arch::LayerPlan> plans_;  // [num_layers]: the steps launch_step walks
+  DeviceBuffer inv_freq_;               // [hd / 2] f32
   float rope_mscale_ = 1.0f;
   std::unique_ptr<CudaKvStore> kv_;
 
@@ -254,28 +233,16 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_sample_out_;
   std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
-  bool decode_kernel_ = false;         // the decode attention kernel supports this shape
-  bool flash_ = false;                 // the flash kernel runs multi-query tiles
-  std::int32_t flash_tile_q_ = 1;      // query tokens per flash tile
-  bool flash_decode_ = false;          // large decode batches go to the flash kernel
-  bool attn_kv_heads_fast_ = false;    // CudaRunnerOptions::attn_kv_heads_fast
-  int flash_variant_ = 0;              // CudaRunnerOptions::flash_variant
-  bool attn_generic_group_ = false;    // CudaRunnerOptions::attn_decode_generic_group
-  int fused_max_m_ = 0;                // steps of <= this many rows take the fused kernels
-  bool pdl_ = false;                   // CudaRunnerOptions::programmatic_launch
-  bool swiglu_epilogue_ = true;        // CudaRunnerOptions::fused_swiglu_epilogue
-  int split_cap_ = 0;                  // CudaRunnerOptions::attn_split_cap
-  bool l2_prefetch_ = false;           // CudaRunnerOptions::fused_l2_prefetch
-  int split_k_ = 0;                    // CudaRunnerOptions::fused_gemv_split_k
-  bool split_round_down_ = true;       // CudaRunnerOptions::attn_splits_round_down
-  bool attn_merge_in_kernel_ = true;   // CudaRunnerOptions::attn_merge_in_kernel
-  bool attn_pdl_ = false;              // CudaRunnerOptions::attn_programmatic_launch
-  std::vector<Event> profile_events_;  // timing events, only when profiling
-  std::vector<int> profile_phase_;     // [profile_events_] phase each event closes
-  std::size_t profile_used_ = 0;
-  std::array<double, 3> profile_ms_{};
+  bool decode_kernel_ = false;     // the decode attention kernel supports this shape
+  bool flash_ = false;             // the flash kernel runs multi-query tiles
+  std::int32_t flash_tile_q_ = 1;  // query tokens per flash tile
+  int fused_max_m_ = 0;            // steps of <= this many rows take the fused kernels
+  bool pdl_ = false;               // CudaRunnerOptions::programmatic_launch
+  int split_cap_ = 0;              // CudaRunnerOptions::attn_split_cap
+  AttentionPathConfig attn_path_;  // set by allocate_buffers
+  StepProfiler profiler_;
   bool graphs_enabled_ = true;
-  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, flash decode, splits x 2
+  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, splits x 2
 };
 
 }  // namespace keel::cuda

@@ -21,12 +21,6 @@ void throw_cublas_error(cublasStatus_t st, const char *what, const char *file, i
           file + ":" + std::to_string(line));
 }
 
-void require_stream(cudaStream_t stream, const char *what) {
-  if (stream == nullptr)
-    throw Error(ErrorCode::kInternal,
-                std::string("cuda: ") + what + ": legacy default stream (0) is not allowed");
-}
-
 Stream::Stream() { KEEL_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
 Stream::~Stream() {
   if (s_) cudaStreamDestroy(s_);
@@ -53,13 +47,11 @@ Event &Event::operator=(Event &&o) noexcept {
   }
   return *this;
 }
-void Event::record(cudaStream_t stream) {
-  require_stream(stream, "Event::record");
-  KEEL_CUDA_CHECK(cudaEventRecord(e_, stream));
+void Event::record(StreamRef stream) {
+  KEEL_CUDA_CHECK(cudaEventRecord(e_, stream.get("Event::record")));
 }
-void Event::make_wait(cudaStream_t stream) const {
-  require_stream(stream, "Event::make_wait");
-  KEEL_CUDA_CHECK(cudaStreamWaitEvent(stream, e_, 0));
+void Event::make_wait(StreamRef stream) const {
+  KEEL_CUDA_CHECK(cudaStreamWaitEvent(stream.get("Event::make_wait"), e_, 0));
 }
 bool Event::done() const {
   const cudaError_t st = cudaEventQuery(e_);

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <utility>
 
+#include "exec/cuda/stream_ref.h"
+
 namespace keel::cuda {
 
 // A non-blocking stream (never synchronises implicitly with the legacy default stream).
@@ -36,9 +38,9 @@ class Event {
   Event &operator=(const Event &) = delete;
   cudaEvent_t get() const { return e_; }
 
-  void record(cudaStream_t stream);
+  void record(StreamRef stream);
   // Makes `stream` wait (on the device) for the work captured by the last record().
-  void make_wait(cudaStream_t stream) const;
+  void make_wait(StreamRef stream) const;
   bool done() const;  // cudaEventQuery: true once the recorded work finished
   // Polls until done or `timeout` passes; past the deadline throws Error(kTimeout) naming
   // `what`. Never holds a lock, never calls cudaEventSynchronize (which cannot time out).

@@ -69,7 +69,7 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
   out.logits.clear();
   std::vector<TokenId> &tokens = out.sampled;
   std::vector<float> &logprobs = out.sampled_logprobs;
-  cudaStream_t s = ctx_.compute();
+  const StreamRef s = ctx_.compute();
   tokens.resize(R);
   logprobs.resize(R);
   if (R > 0) {
@@ -80,10 +80,12 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
     std::memcpy(h, host_rows.data(), rows_bytes);
     std::memcpy(h + pen_at, entries.data(), entries.size() * sizeof(PenaltyEntry));
     auto *d = sample_in_.as<std::byte>();
-    KEEL_CUDA_CHECK(cudaMemcpyAsync(d, h, rows_bytes, cudaMemcpyHostToDevice, s));
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(d, h, rows_bytes, cudaMemcpyHostToDevice,
+                                    s.get("cuda runner: sampling inputs")));
     if (!entries.empty())
       KEEL_CUDA_CHECK(cudaMemcpyAsync(d + pen_at, h + pen_at, entries.size() * sizeof(PenaltyEntry),
-                                      cudaMemcpyHostToDevice, s));
+                                      cudaMemcpyHostToDevice,
+                                      s.get("cuda runner: sampling inputs")));
     std::int32_t *d_tokens = sample_out_.as<std::int32_t>();
     float *d_logprobs = reinterpret_cast<float *>(d_tokens + max_rows_);
     launch_sample(s, logits_.as<float>(), R, static_cast<int>(V_),
@@ -95,7 +97,8 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
   if (R > 0) {
     compute_done_.make_wait(ctx_.copy_d2h());
     KEEL_CUDA_CHECK(cudaMemcpyAsync(host_sample_out_.data(), sample_out_.data(), max_rows_ * 8,
-                                    cudaMemcpyDeviceToHost, ctx_.copy_d2h()));
+                                    cudaMemcpyDeviceToHost,
+                                    ctx_.copy_d2h().get("cudaMemcpyAsync")));
     out_copied_.record(ctx_.copy_d2h());
     out_copied_.wait(ctx_.wait_timeout(), "cuda runner: sampled tokens copy");
     const auto *ht = host_sample_out_.as<std::int32_t>();
@@ -104,7 +107,7 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
   } else {
     compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
   }
-  profile_collect();
+  profiler_.collect();
 }
 
 }  // namespace keel::cuda

@@ -71,13 +71,13 @@ Gemm::Plan &Gemm::plan_for(const Key &key) {
   return plans_.emplace(key, p).first->second;
 }
 
-void Gemm::run(cudaStream_t stream, GemmType ab, GemmType out, const void *x, const void *w,
+void Gemm::run(StreamRef stream_ref, GemmType ab, GemmType out, const void *x, const void *w,
                void *y, std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate) {
-  require_stream(stream, "Gemm::run");
+  const cudaStream_t stream = stream_ref.get("Gemm::run");
   if (M <= 0 || N <= 0 || K <= 0) return;
   if (M <= gemv_max_m_ && ab == GemmType::kBF16 && out != GemmType::kF16 && !accumulate &&
       gemv_supported(M, K, x, w)) {
-    launch_gemv(stream, static_cast<const bf16 *>(x), static_cast<const bf16 *>(w), y,
+    launch_gemv(stream_ref, static_cast<const bf16 *>(x), static_cast<const bf16 *>(w), y,
                 out == GemmType::kF32, M, N, K);
     return;
   }

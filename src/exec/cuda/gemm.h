@@ -26,7 +26,7 @@ class Gemm {
 
   // x: [M, K] (ab), w: [N, K] (ab), y: [M, N] (out). When `accumulate` is set,
   // y += x @ w^T (beta = 1), otherwise y = x @ w^T. Runs on `stream`.
-  void run(cudaStream_t stream, GemmType ab, GemmType out, const void *x, const void *w, void *y,
+  void run(StreamRef stream, GemmType ab, GemmType out, const void *x, const void *w, void *y,
            std::int64_t M, std::int64_t N, std::int64_t K, bool accumulate = false);
 
   // bf16 products with M <= m (and no accumulate) go to the GEMV kernel (k_gemv.h) instead

@@ -208,8 +208,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(AttnParams p) {
 }
 }  // namespace
 
-void launch_paged_attention(cudaStream_t s, const AttnParams &p) {
-  require_stream(s, "paged_attention");
+void launch_paged_attention(StreamRef s_ref, const AttnParams &p) {
+  const cudaStream_t s = s_ref.get("launch_paged_attention");
   if (p.num_tiles <= 0) return;
   const int hd = p.layout.head_dim, nkv = p.layout.num_kv_heads;
   if (hd <= 0 || hd > kAttnMaxHeadDim || hd % 8 != 0 || nkv <= 0 || p.num_q_heads % nkv != 0 ||
@@ -229,11 +229,11 @@ void launch_paged_attention(cudaStream_t s, const AttnParams &p) {
   const dim3 grid(p.num_tiles, nkv, p.num_splits);
   paged_attention_kernel<<<grid, kThreads, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("paged_attention");
-  if (p.num_splits > 1) launch_attention_combine(s, p);
+  if (p.num_splits > 1) launch_attention_combine(s_ref, p);
 }
 
-void launch_attention_combine(cudaStream_t s, const AttnParams &p) {
-  require_stream(s, "attention_combine");
+void launch_attention_combine(StreamRef s_ref, const AttnParams &p) {
+  const cudaStream_t s = s_ref.get("launch_attention_combine");
   if (p.num_tiles <= 0) return;
   combine_kernel<<<dim3(p.num_tiles, p.layout.num_kv_heads), kThreads, 0, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("attention_combine");

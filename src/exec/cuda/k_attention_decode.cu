@@ -10,7 +10,7 @@
 // merged through shared memory at the end.
 // Registers are sized to the group (template GT for G = 1, 2, 4, 8): held for 8 heads
 // with run-time guards the kernel needed 124 registers at head_dim 128 (4 blocks per SM)
-// and ran at half the speed on the H200 (AttnParams::decode_generic_group keeps that path).
+// and ran at half the speed on the H200 (other group sizes still take that path, GT 0).
 // Staging K and V (kKSmem, kVStage) instead of each lane loading its own K row from
 // global memory (32 different 128-byte lines per load instruction) and the P.V loop
 // loading V rows 8 keys at a time: 8B decode on the H200, 64 seqs 7,384-7,473 ->
@@ -143,17 +143,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
   allow_next_kernel();
   const int nkv = p.layout.num_kv_heads;
   const int G = GT > 0 ? GT : p.num_q_heads / nkv;
-  int tile_idx, kvh, split;
-  if (p.kv_heads_fast) {  // linear grid: kv head fastest, then split, then tile
-    const unsigned b = blockIdx.x;
-    kvh = static_cast<int>(b % nkv);
-    split = static_cast<int>((b / nkv) % p.num_splits);
-    tile_idx = static_cast<int>(b / nkv / p.num_splits);
-  } else {
-    tile_idx = blockIdx.x;
-    kvh = blockIdx.y;
-    split = blockIdx.z;
-  }
+  const int tile_idx = blockIdx.x, kvh = blockIdx.y, split = blockIdx.z;
   const AttnTile tile = p.tiles[tile_idx];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float *q_s = smem;                           // [G][HD]
@@ -372,18 +362,17 @@ void launch_for(cudaStream_t s, const AttnParams &p) {
     KEEL_CUDA_CHECK(cudaFuncSetAttribute(decode_attention_kernel<DPL, GT>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(smem)));
-  const dim3 grid =
-      p.kv_heads_fast
-          ? dim3(static_cast<unsigned>(p.num_tiles) * p.layout.num_kv_heads * p.num_splits)
-          : dim3(p.num_tiles, p.layout.num_kv_heads, p.num_splits);
-  launch_maybe_pdl(decode_attention_kernel<DPL, GT>, grid, dim3(kThreads), smem, s, p.pdl, p);
+  // A plain launch: as a programmatic dependent itself it measured slower (bench/RESULTS.md);
+  // the kernel still lets the fused GEMV after it launch early (allow_next_kernel).
+  const dim3 grid(p.num_tiles, p.layout.num_kv_heads, p.num_splits);
+  decode_attention_kernel<DPL, GT><<<grid, kThreads, smem, s>>>(p);
+  KEEL_CUDA_CHECK_LAUNCH("decode_attention");
 }
 
 // Registers sized to the group when it is one of the common GQA ratios.
 template <int DPL>
 void launch_group(cudaStream_t s, const AttnParams &p) {
   const int G = p.num_q_heads / p.layout.num_kv_heads;
-  if (p.decode_generic_group) return launch_for<DPL, 0>(s, p);
   switch (G) {
     case 1:
       return launch_for<DPL, 1>(s, p);
@@ -405,8 +394,8 @@ bool decode_attention_supported(int num_q_heads, int num_kv_heads, int head_dim)
          (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
-void launch_decode_attention(cudaStream_t s, const AttnParams &p) {
-  require_stream(s, "decode_attention");
+void launch_decode_attention(StreamRef s_ref, const AttnParams &p) {
+  const cudaStream_t s = s_ref.get("launch_decode_attention");
   if (p.num_tiles <= 0) return;
   const int hd = p.layout.head_dim;
   if (!decode_attention_supported(p.num_q_heads, p.layout.num_kv_heads, hd) || p.num_splits < 1 ||
@@ -426,7 +415,7 @@ void launch_decode_attention(cudaStream_t s, const AttnParams &p) {
       launch_group<8>(s, p);
       break;
   }
-  if (p.num_splits > 1 && !p.split_counters) launch_attention_combine(s, p);
+  if (p.num_splits > 1 && !p.split_counters) launch_attention_combine(s_ref, p);
 }
 
 }  // namespace keel::cuda

@@ -1,12 +1,14 @@
 // Tensor-core flash attention for prefill chunks over the paged KV cache (causal, GQA,
 // sliding window, online softmax), mma.sync m16n8k16 bf16 with f32 accumulation.
 //
-// Block = (tile, kv head), 4 warps, kFlashRows = 64 rows: row r is query token r / G of
-// the tile and q head kvh * G + r % G, so the K/V tiles of one kv head serve all G heads.
-// Warp w owns rows [16 w, 16 w + 16). Keys go through shared memory 64 at a time,
-// double-buffered with cp.async (rows of unused positions are zero-filled, so no NaN
-// from stale cache bytes can reach P.V). S = Q K^T and O += P V run on the tensor
+// A runner tile holds kFlashRows = 64 rows: row r is query token r / G of the tile and q
+// head kvh * G + r % G, so the K/V tiles of one kv head serve all G heads. A block takes
+// two consecutive tiles x one kv head (below). Keys go through shared memory 64 at a
+// time, double-buffered with cp.async (rows of unused positions are zero-filled, so no
+// NaN from stale cache bytes can reach P.V). S = Q K^T and O += P V run on the tensor
 // cores; P is rounded to bf16 for the second product (as FlashAttention-2 does).
+// (A first version, one tile of 4 warps per block, and one with Q in registers and 4
+// stages were measured slower on the H200 and removed: bench/RESULTS.md.)
 #include <cfloat>
 #include <cstdint>
 #include <type_traits>
@@ -18,16 +20,7 @@ namespace keel::cuda {
 
 namespace {
 constexpr int kWarps = kFlashRows / 16;  // 4
-constexpr int kThreads = kWarps * 32;
-constexpr int kKeys = 64;  // keys per shared-memory tile
-
-template <int HD>
-struct FlashSmem {
-  static constexpr int kStride = HD + 8;  // bf16 per row: 16-byte aligned, conflict-free
-  static constexpr std::size_t kQ = std::size_t(kFlashRows) * kStride;
-  static constexpr std::size_t kKV = std::size_t(kKeys) * kStride;
-  static constexpr std::size_t bytes() { return (kQ + 4 * kKV) * sizeof(bf16); }
-};
+constexpr int kKeys = 64;                // keys per shared-memory tile
 
 __device__ __forceinline__ std::uint32_t smem_addr(const void *p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
@@ -58,200 +51,6 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
   return *reinterpret_cast<const std::uint32_t *>(&v);
 }
 
-template <int HD>
-__global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p) {
-  using S = FlashSmem<HD>;
-  constexpr int LD = S::kStride;
-  constexpr int VEC = HD / 8;  // 16-byte chunks per row
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  bf16 *q_s = reinterpret_cast<bf16 *>(smem_raw);
-  bf16 *kv_s = q_s + S::kQ;  // [2 buffers][K | V][kKeys][LD]
-
-  const int nkv = p.layout.num_kv_heads;
-  const int G = p.num_q_heads / nkv;
-  const AttnTile tile = p.tiles[p.kv_heads_fast ? blockIdx.x / nkv : blockIdx.x];
-  const int kvh = p.kv_heads_fast ? static_cast<int>(blockIdx.x % nkv) : blockIdx.y;
-  const int rows = tile.num_q * G;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int kv_len = tile.pos0 + tile.num_q;
-  const int bs = p.layout.block_size;
-
-  // Q tile -> shared memory (rows past `rows` zero).
-  for (int idx = threadIdx.x; idx < kFlashRows * VEC; idx += kThreads) {
-    const int r = idx / VEC, c = idx % VEC;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < rows) {
-      const int token = tile.q_start + r / G, head = kvh * G + r % G;
-      v = *reinterpret_cast<const uint4 *>(p.qkv + std::int64_t(token) * p.row_stride +
-                                           std::int64_t(head) * HD + c * 8);
-    }
-    *reinterpret_cast<uint4 *>(q_s + r * LD + c * 8) = v;
-  }
-
-  auto load_tile = [&](int kb, int buf) {
-    bf16 *dst = kv_s + std::size_t(buf) * 2 * S::kKV;
-    for (int idx = threadIdx.x; idx < 2 * kKeys * VEC; idx += kThreads) {
-      const int kv = idx / (kKeys * VEC);
-      const int rem = idx % (kKeys * VEC);
-      const int key = rem / VEC, c = rem % VEC;
-      const int pos = kb + key;
-      const bool valid = pos < kv_len;
-      const bf16 *src = p.cache;  // any valid address when zero-filling
-      if (valid) {
-        const std::int32_t block = p.block_table[tile.block_offset + pos / bs];
-        src = p.cache + p.layout.offset(block, p.layer, kv, pos % bs) + std::int64_t(kvh) * HD +
-              c * 8;
-      }
-      cp_async16(dst + kv * S::kKV + key * LD + c * 8, src, valid);
-    }
-  };
-
-  // Key tiles start at the first key any row of the tile sees: with a sliding window the
-  // tile's first query sees keys > pos0 - window, so tiles wholly before every row's
-  // window are never loaded (the speed win of the window on long prompts).
-  const int W = p.window;
-  const int k_lo = W > 0 ? max(0, tile.pos0 - W + 1) : 0;
-  const int n_tiles = (kv_len - k_lo + kKeys - 1) / kKeys;
-  load_tile(k_lo, 0);
-  cp_async_commit();
-  __syncthreads();  // q_s written
-
-  // This warp's Q fragments (A operand, row-major 16 x 16 per k step).
-  constexpr int KS = HD / 16;
-  std::uint32_t qa[KS][4];
-  const int r0 = warp * 16;
-#pragma unroll
-  for (int ks = 0; ks < KS; ++ks) {
-    const bf16 *base = q_s + (r0 + g) * LD + ks * 16 + t * 2;
-    qa[ks][0] = *reinterpret_cast<const std::uint32_t *>(base);
-    qa[ks][1] = *reinterpret_cast<const std::uint32_t *>(base + 8 * LD);
-    qa[ks][2] = *reinterpret_cast<const std::uint32_t *>(base + 8);
-    qa[ks][3] = *reinterpret_cast<const std::uint32_t *>(base + 8 * LD + 8);
-  }
-  // Rows g and g + 8 of this warp: their query positions (causal limits).
-  const int qpos0 = tile.pos0 + (r0 + g) / G;
-  const int qpos1 = tile.pos0 + (r0 + g + 8) / G;
-  const int warp_last_row = min(rows - 1, r0 + 15);
-  const int warp_max_pos = warp_last_row >= r0 ? tile.pos0 + warp_last_row / G : -1;
-  // Keys at or below this are outside the window of every row of the warp.
-  const int warp_below = W > 0 ? tile.pos0 + r0 / G - W : -1;
-  const float scale_log2 = p.scale * 1.4426950408889634f;
-
-  float o[HD / 8][4];
-#pragma unroll
-  for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-
-  for (int it = 0; it < n_tiles; ++it) {
-    const int kb = k_lo + it * kKeys;
-    if (it + 1 < n_tiles) {
-      load_tile(kb + kKeys, (it + 1) & 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    const bf16 *k_s = kv_s + std::size_t(it & 1) * 2 * S::kKV;
-    const bf16 *v_s = k_s + S::kKV;
-    // Otherwise every key of this tile is masked for the warp (causal or window).
-    if (kb <= warp_max_pos && kb + kKeys - 1 > warp_below) {
-      // S = Q K^T: 8 n-tiles of 8 keys.
-      float s[kKeys / 8][4];
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j) {
-        s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-        const bf16 *kr = k_s + (j * 8 + g) * LD + t * 2;
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) {
-          const std::uint32_t b0 = *reinterpret_cast<const std::uint32_t *>(kr + ks * 16);
-          const std::uint32_t b1 = *reinterpret_cast<const std::uint32_t *>(kr + ks * 16 + 8);
-          mma_bf16(s[j], qa[ks], b0, b1);
-        }
-      }
-      // Mask, scale, online softmax for rows g (e = 0, 1) and g + 8 (e = 2, 3).
-      float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int key = kb + j * 8 + t * 2 + (e & 1);
-          const int qpos = e < 2 ? qpos0 : qpos1;
-          const bool masked = key > qpos || key >= kv_len || (W > 0 && key <= qpos - W);
-          const float v = masked ? -INFINITY : s[j][e] * scale_log2;
-          s[j][e] = v;
-          mx[e / 2] = fmaxf(mx[e / 2], v);
-        }
-      float alpha[2], mu[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);
-        mu[h] = m_new == -INFINITY ? 0.0f : m_new;  // a row with every key masked so far
-        alpha[h] = exp2f(m[h] - mu[h]);
-        m[h] = m_new;
-        l[h] *= alpha[h];
-      }
-#pragma unroll
-      for (int j = 0; j < HD / 8; ++j) {
-        o[j][0] *= alpha[0];
-        o[j][1] *= alpha[0];
-        o[j][2] *= alpha[1];
-        o[j][3] *= alpha[1];
-      }
-#pragma unroll
-      for (int j = 0; j < kKeys / 8; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          s[j][e] = exp2f(s[j][e] - mu[e / 2]);
-          l[e / 2] += s[j][e];  // this thread's columns; the row sum is reduced at the end
-        }
-        // O += P V, 16 keys per k step; V fragments by ldmatrix.trans, two dim tiles at once.
-#pragma unroll
-      for (int kk = 0; kk < kKeys / 16; ++kk) {
-        std::uint32_t pa[4];
-        pa[0] = pack_bf16(s[2 * kk][0], s[2 * kk][1]);
-        pa[1] = pack_bf16(s[2 * kk][2], s[2 * kk][3]);
-        pa[2] = pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        pa[3] = pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        const bf16 *vrow = v_s + (kk * 16 + (lane & 15)) * LD + (lane >> 4) * 8;
-#pragma unroll
-        for (int j = 0; j < HD / 8; j += 2) {
-          std::uint32_t b0, b1, b2, b3;
-          asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                       : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
-                       : "r"(smem_addr(vrow + j * 8)));
-          mma_bf16(o[j], pa, b0, b1);
-          mma_bf16(o[j + 1], pa, b2, b3);
-        }
-      }
-    }
-    __syncthreads();  // this buffer is refilled by the next iteration's prefetch
-  }
-
-  // Row sums across the 4 threads of a row group, then normalise and store.
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-  }
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = r0 + g + 8 * h;
-    if (r >= rows) continue;
-    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-    const int token = tile.q_start + r / G, head = kvh * G + r % G;
-    bf16 *out = p.out + std::int64_t(token) * p.num_q_heads * HD + std::int64_t(head) * HD;
-#pragma unroll
-    for (int j = 0; j < HD / 8; ++j)
-      *reinterpret_cast<__nv_bfloat162 *>(out + j * 8 + t * 2) =
-          __floats2bfloat162_rn(o[j][2 * h] * inv, o[j][2 * h + 1] * inv);
-  }
-}
-
-// ---- Variant 1 (AttnParams::flash_variant = 1) ----
 // Block = two consecutive runner tiles x one kv head, 8 warps, 128 rows: warps 0-3 own
 // the rows of tile 2b, warps 4-7 those of tile 2b + 1. When the second tile continues
 // the first in the same sequence (the runner's tiles of one prompt), one pass over the
@@ -264,6 +63,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(AttnParams p)
 constexpr int kWarps2 = 2 * kWarps;  // 8
 constexpr int kThreads2 = kWarps2 * 32;
 constexpr int kRows2 = 2 * kFlashRows;  // 128
+constexpr int kStages = 2;              // K/V tiles in flight
 
 template <int HD, int STAGES>
 struct FlashSmem2 {
@@ -273,12 +73,12 @@ struct FlashSmem2 {
   static constexpr std::size_t bytes() { return (kQ + 2 * STAGES * kKV) * sizeof(bf16); }
 };
 
-// kQRegs: Q fragments live in registers for the whole block (as in variant 0; 1 block of
-// 8 warps per SM by registers, variant 2); otherwise they are re-read from shared memory
-// by ldmatrix for every key tile, which keeps the kernel near 128 registers so 2 blocks
-// (16 warps) fit per SM (variant 1). STAGES: K/V tiles in flight (cp.async ring).
-template <int HD, bool kQRegs, int STAGES>
-__global__ void __launch_bounds__(kThreads2, kQRegs ? 1 : 2) flash_attention_kernel2(AttnParams p) {
+// Q fragments are re-read from shared memory by ldmatrix for every key tile, which keeps
+// the kernel near 128 registers so 2 blocks (16 warps) fit per SM. STAGES: K/V tiles in
+// flight (cp.async ring).
+template <int HD>
+__global__ void __launch_bounds__(kThreads2, 2) flash_attention_kernel2(AttnParams p) {
+  constexpr int STAGES = kStages;
   using S = FlashSmem2<HD, STAGES>;
   constexpr int LD = S::kStride;
   constexpr int VEC = HD / 8;           // 16-byte chunks per row
@@ -292,8 +92,8 @@ __global__ void __launch_bounds__(kThreads2, kQRegs ? 1 : 2) flash_attention_ker
   const int nkv = p.layout.num_kv_heads;
   const int G = p.num_q_heads / nkv;
   const int npairs = (p.num_tiles + 1) / 2;
-  const int pair = npairs - 1 - static_cast<int>(p.kv_heads_fast ? blockIdx.x / nkv : blockIdx.x);
-  const int kvh = p.kv_heads_fast ? static_cast<int>(blockIdx.x % nkv) : blockIdx.y;
+  const int pair = npairs - 1 - static_cast<int>(blockIdx.x);
+  const int kvh = blockIdx.y;
   const bool has_b = 2 * pair + 1 < p.num_tiles;
   const AttnTile ta = p.tiles[2 * pair];
   const AttnTile tb = has_b ? p.tiles[2 * pair + 1] : ta;
@@ -376,19 +176,6 @@ __global__ void __launch_bounds__(kThreads2, kQRegs ? 1 : 2) flash_attention_ker
   __syncthreads();  // q_s written
 
   constexpr int KS = HD / 16;
-  std::uint32_t qa[kQRegs ? KS : 1][4];
-  if constexpr (kQRegs) {
-    const int qr = warp * 16;
-#pragma unroll
-    for (int ks = 0; ks < KS; ++ks) {
-      const bf16 *base = q_s + (qr + g) * LD + ks * 16 + t * 2;
-      qa[ks][0] = *reinterpret_cast<const std::uint32_t *>(base);
-      qa[ks][1] = *reinterpret_cast<const std::uint32_t *>(base + 8 * LD);
-      qa[ks][2] = *reinterpret_cast<const std::uint32_t *>(base + 8);
-      qa[ks][3] = *reinterpret_cast<const std::uint32_t *>(base + 8 * LD + 8);
-    }
-  }
-
   float o[HD / 8][4];
 #pragma unroll
   for (int j = 0; j < HD / 8; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
@@ -406,13 +193,7 @@ __global__ void __launch_bounds__(kThreads2, kQRegs ? 1 : 2) flash_attention_ker
 #pragma unroll
     for (int k2 = 0; k2 < KS / 2; ++k2) {
       std::uint32_t a0[4], a1[4];
-      if constexpr (kQRegs) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          a0[i] = qa[2 * k2][i];
-          a1[i] = qa[2 * k2 + 1][i];
-        }
-      } else {
+      {
         // A fragments of rows warp*16.. by ldmatrix.x4: lanes 0-15 rows, 16-31 the +8 dims.
         const bf16 *qaddr = q_s + (warp * 16 + (lane & 15)) * LD + k2 * 32 + (lane >> 4) * 8;
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -540,29 +321,14 @@ __global__ void __launch_bounds__(kThreads2, kQRegs ? 1 : 2) flash_attention_ker
   }
 }
 
-template <int HD, bool kQRegs, int STAGES>
-void launch_for2(cudaStream_t s, const AttnParams &p) {
-  const std::size_t smem = FlashSmem2<HD, STAGES>::bytes();
-  KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel2<HD, kQRegs, STAGES>,
+template <int HD>
+void launch_for(cudaStream_t s, const AttnParams &p) {
+  const std::size_t smem = FlashSmem2<HD, kStages>::bytes();
+  KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel2<HD>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const unsigned pairs = static_cast<unsigned>((p.num_tiles + 1) / 2);
-  const dim3 grid =
-      p.kv_heads_fast ? dim3(pairs * p.layout.num_kv_heads) : dim3(pairs, p.layout.num_kv_heads);
-  flash_attention_kernel2<HD, kQRegs, STAGES><<<grid, kThreads2, smem, s>>>(p);
-  KEEL_CUDA_CHECK_LAUNCH("flash_attention (variant 1/2)");
-}
-
-template <int HD>
-void launch_for(cudaStream_t s, const AttnParams &p) {
-  const std::size_t smem = FlashSmem<HD>::bytes();
-  KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel<HD>,
-                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  const dim3 grid = p.kv_heads_fast
-                        ? dim3(static_cast<unsigned>(p.num_tiles) * p.layout.num_kv_heads)
-                        : dim3(p.num_tiles, p.layout.num_kv_heads);
-  flash_attention_kernel<HD><<<grid, kThreads, smem, s>>>(p);
+  flash_attention_kernel2<HD><<<dim3(pairs, p.layout.num_kv_heads), kThreads2, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("flash_attention");
 }
 }  // namespace
@@ -572,8 +338,8 @@ bool flash_attention_supported(int num_q_heads, int num_kv_heads, int head_dim) 
          num_q_heads / num_kv_heads <= kFlashRows && (head_dim == 64 || head_dim == 128);
 }
 
-void launch_flash_attention(cudaStream_t s, const AttnParams &p) {
-  require_stream(s, "flash_attention");
+void launch_flash_attention(StreamRef s_ref, const AttnParams &p) {
+  const cudaStream_t s = s_ref.get("launch_flash_attention");
   if (p.num_tiles <= 0) return;
   const int hd = p.layout.head_dim, nkv = p.layout.num_kv_heads;
   if (!flash_attention_supported(p.num_q_heads, nkv, hd) ||
@@ -582,24 +348,10 @@ void launch_flash_attention(cudaStream_t s, const AttnParams &p) {
                 "flash_attention: unsupported shape (head_dim " + std::to_string(hd) + ", heads " +
                     std::to_string(p.num_q_heads) + "/" + std::to_string(nkv) + ", tile_q " +
                     std::to_string(p.tile_q) + ")");
-  if (p.flash_variant < 0 || p.flash_variant > 2)
-    throw Error(ErrorCode::kInvalidArgument, "flash_attention: flash_variant " +
-                                                 std::to_string(p.flash_variant) + " (0, 1 or 2)");
-  if (p.flash_variant == 1) {
-    if (hd == 64)
-      launch_for2<64, false, 2>(s, p);
-    else
-      launch_for2<128, false, 2>(s, p);
-  } else if (p.flash_variant == 2) {
-    if (hd == 64)
-      launch_for2<64, true, 4>(s, p);
-    else
-      launch_for2<128, true, 4>(s, p);
-  } else if (hd == 64) {
+  if (hd == 64)
     launch_for<64>(s, p);
-  } else {
+  else
     launch_for<128>(s, p);
-  }
 }
 
 }  // namespace keel::cuda

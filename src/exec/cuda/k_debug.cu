@@ -25,9 +25,9 @@ __global__ void spin_kernel(const volatile std::int32_t *release, std::int32_t *
 }
 }  // namespace
 
-void launch_spin_until_released(cudaStream_t s, const volatile std::int32_t *release,
+void launch_spin_until_released(StreamRef s_ref, const volatile std::int32_t *release,
                                 std::int32_t *status, std::uint32_t timeout_ms) {
-  require_stream(s, "spin_until_released");
+  const cudaStream_t s = s_ref.get("launch_spin_until_released");
   spin_kernel<<<1, 1, 0, s>>>(release, status, std::uint64_t(timeout_ms) * 1000000ull);
   KEEL_CUDA_CHECK_LAUNCH("spin_until_released");
 }

@@ -6,12 +6,14 @@
 
 #include <cstdint>
 
+#include "exec/cuda/stream_ref.h"
+
 namespace keel::cuda {
 
 // Spins on one thread until *release != 0 (a mapped pinned host word), or until
 // timeout_ms passes (so a failed test cannot wedge the GPU for good). On exit writes 1
 // (released) or 2 (timed out) to *status (device or mapped memory).
-void launch_spin_until_released(cudaStream_t s, const volatile std::int32_t *release,
+void launch_spin_until_released(StreamRef s, const volatile std::int32_t *release,
                                 std::int32_t *status, std::uint32_t timeout_ms);
 
 }  // namespace keel::cuda

@@ -4,8 +4,9 @@
 // row per warp, up to kDefaultWaves waves, then warps loop), kUnroll 16-byte loads in
 // flight per lane, each loaded weight reused for all M rows. The first chunk of weight
 // loads is issued before the PDL wait and the staging, so neither delays the stream.
-// FusedGemvParams::split_k 2 / 4 selects fused_gemv_split_kernel instead: 2 or 4 warps per
-// output row, two chunks of loads in flight per warp, partial sums reduced in shared memory.
+// (A split-K version, 2 or 4 warps per row, an L2 prefetch of the first rows before the
+// wait, and SwiGLU in the down GEMV's prologue were measured slower on the H200 and
+// removed: bench/RESULTS.md.)
 #include <algorithm>
 #include <string>
 
@@ -49,17 +50,6 @@ __device__ void stage_input(const FusedGemvParams &p, bf16 *xs, float (*red)[M])
   if constexpr (In == GemvIn::kBf16) {
     const uint4 *x4 = reinterpret_cast<const uint4 *>(p.x);
     for (std::int64_t i = threadIdx.x; i < M * kv; i += kThreads) xs4[i] = x4[i];
-  } else if constexpr (In == GemvIn::kSwiglu) {
-    const uint4 *g4 = reinterpret_cast<const uint4 *>(p.x);
-    for (std::int64_t i = threadIdx.x; i < M * kv; i += kThreads) {
-      const std::int64_t m = i / kv, j = i % kv;
-      float g[8], u[8], a[8];
-      bf16x8_to_float(g4[m * 2 * kv + j], g);
-      bf16x8_to_float(g4[m * 2 * kv + kv + j], u);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) a[e] = g[e] / (1.0f + __expf(-g[e])) * u[e];
-      xs4[i] = float8_to_bf16x8(a);
-    }
   } else {
     // Sum of squares of every row in one pass over the residual (f32, from L2).
     const float *rrow[M];
@@ -149,20 +139,7 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
         raw[r][u] = v0 + 32 * u < kv ? __ldcs(wr + v0 + 32 * u) : make_uint4(0, 0, 0, 0);
     }
   };
-  if (first < rows) {
-    load_chunk(first, lane);
-    // The rest of the first row(s) toward L2 too: under PDL this streams while the
-    // previous kernel drains, and the loads after the wait then hit L2.
-    if (p.l2_prefetch) {
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        const char *row = reinterpret_cast<const char *>(p.w + (first + r * rows) * K);
-        for (std::int64_t off = (std::int64_t(kUnroll) * 32 + lane * 8) * 16; off < K * 2;
-             off += 32 * 128)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(row + off));
-      }
-    }
-  }
+  if (first < rows) load_chunk(first, lane);
   wait_for_previous_kernel();
   allow_next_kernel();
   stage_input<M, In>(p, xs, red);
@@ -218,120 +195,11 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
   }
 }
 
-// Split-K variant (FusedGemvParams::split_k = S, 2 or 4): the S warps of a row group
-// share an output row. Wide lane t = part * 32 + lane of the group reads the 16-byte
-// weight vectors t, t + 32 S, t + 64 S, ... of the row, so a row takes S times fewer
-// serial chunks of loads; and each warp keeps two chunks in flight (raw0 / raw1 ping-pong:
-// the next chunk's loads are issued before the current chunk's multiply-adds; the last
-// chunk of a row issues the first of the next row). U = kUnroll / R loads per lane per
-// chunk, so the two buffers hold as many registers as the one-warp kernel's R = 2 buffer.
-// Partial sums meet in shared memory behind a named barrier of the group's S warps only
-// (row groups of a block may run different numbers of rows), double-buffered by row
-// parity so one barrier per row suffices; the group's first warp runs the epilogue, summing
-// the parts in a fixed order. The same staging and PDL order as fused_gemv_kernel: only
-// weight loads before the wait, in every block.
-template <int M, GemvIn In, GemvOut Out, int S>
-__global__ void __launch_bounds__(kThreads) fused_gemv_split_kernel(const FusedGemvParams p) {
-  static_assert(S == 2 || S == 4, "split-K over 2 or 4 warps");
-  constexpr int R = Out == GemvOut::kSwiglu ? 2 : 1;
-  constexpr int U = kUnroll / R;  // 16-byte loads per lane per chunk, per weight row
-  constexpr int G = kWarps / S;   // row groups per block
-  constexpr int W = 32 * S;       // wide lanes per group
-  constexpr int kStep = W * U;    // 16-byte vectors per chunk of a row
-  extern __shared__ uint4 smem_raw[];
-  bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);  // [M][K]
-  __shared__ float red[kWarps][M];
-  __shared__ float partial[2][kWarps][R][M];  // [row parity][warp][r][m]: a warp's row sums
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int group = warp / S, part = warp % S, t = part * 32 + lane;
-  const std::int64_t K = p.K, kv = K / 8, rows = p.N / R;
-  const std::int64_t stride = std::int64_t(gridDim.x) * G;
-  const std::int64_t first = std::int64_t(blockIdx.x) * G + group;
-  const uint4 *xs4 = reinterpret_cast<const uint4 *>(xs);
-  uint4 raw0[R][U], raw1[R][U];
-  // Chunk `base` (a multiple of kStep, the same in every warp of the group) of row n.
-  auto load_chunk = [&](uint4(&raw)[R][U], std::int64_t n, std::int64_t base) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const uint4 *wr = reinterpret_cast<const uint4 *>(p.w + (n + r * rows) * K);
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const std::int64_t v = base + t + W * u;
-        raw[r][u] = v < kv ? __ldcs(wr + v) : make_uint4(0, 0, 0, 0);
-      }
-    }
-  };
-  auto fma_chunk = [&](const uint4(&raw)[R][U], std::int64_t base, float(&acc)[R][M]) {
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const std::int64_t v = base + t + W * u;
-      if (v < kv) {
-#pragma unroll
-        for (int m = 0; m < M; ++m) {
-          float xf[8];
-          bf16x8_to_float(xs4[m * kv + v], xf);
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            float wf[8];
-            bf16x8_to_float(raw[r][u], wf);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[r][m] += wf[e] * xf[e];
-          }
-        }
-      }
-    }
-  };
-  // Weights only before the wait (they never depend on the previous kernel).
-  if (first < rows) load_chunk(raw0, first, 0);
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  stage_input<M, In>(p, xs, red);
-  __syncthreads();
-
-  int parity = 0;
-  // Invariant at the top of a row: raw0 holds its chunk 0.
-  for (std::int64_t n = first; n < rows; n += stride, parity ^= 1) {
-    float acc[R][M];
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < M; ++m) acc[r][m] = 0.0f;
-    for (std::int64_t base = 0; base < kv; base += 2 * kStep) {
-      const bool second = base + kStep < kv;  // uniform over the group
-      if (second) load_chunk(raw1, n, base + kStep);
-      fma_chunk(raw0, base, acc);
-      if (base + 2 * kStep < kv)
-        load_chunk(raw0, n, base + 2 * kStep);
-      else if (n + stride < rows)
-        load_chunk(raw0, n + stride, 0);  // the next row's first chunk, before the reduction
-      if (second) fma_chunk(raw1, base + kStep, acc);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-      for (int m = 0; m < M; ++m) {
-        for (int o = 16; o > 0; o >>= 1) acc[r][m] += __shfl_xor_sync(0xffffffffu, acc[r][m], o);
-        if (lane == 0) partial[parity][warp][r][m] = acc[r][m];
-      }
-    // Barrier 1 + group over the group's W threads (0 is __syncthreads'). Every warp of a
-    // group runs the same rows, so all of them reach it equally often.
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + group), "r"(W) : "memory");
-    if (part == 0 && lane < M) {
-      float a = 0.0f, b = 0.0f;
-#pragma unroll
-      for (int q = 0; q < S; ++q) {
-        a += partial[parity][group * S + q][0][lane];
-        b += partial[parity][group * S + q][R - 1][lane];
-      }
-      store_output<Out>(p, std::int64_t(lane) * rows + n, a, b);
-    }
-  }
-}
-
-// rows_per_block: output rows (row groups) a block works on at once, kWarps / split.
-template <int M, typename Kernel>
-void launch_kernel(Kernel kernel, int rows_per_block, cudaStream_t s, const FusedGemvParams &p,
-                   int num_sms) {
+// One output row per warp: a block works on kWarps rows at once.
+template <int M, GemvIn In, GemvOut Out>
+void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
+  const auto kernel = fused_gemv_kernel<M, In, Out>;
+  constexpr int rows_per_block = kWarps;
   const std::size_t smem = fused_gemv_smem_bytes(M, p.K);
   KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(kMaxSmem)));
@@ -345,18 +213,6 @@ void launch_kernel(Kernel kernel, int rows_per_block, cudaStream_t s, const Fuse
                    s, p.pdl, p);
 }
 
-template <int M, GemvIn In, GemvOut Out>
-void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
-  switch (p.split_k) {
-    case 2:
-      return launch_kernel<M>(fused_gemv_split_kernel<M, In, Out, 2>, kWarps / 2, s, p, num_sms);
-    case 4:
-      return launch_kernel<M>(fused_gemv_split_kernel<M, In, Out, 4>, kWarps / 4, s, p, num_sms);
-    default:  // 0 or 1 (launch_fused_gemv rejects anything else)
-      return launch_kernel<M>(fused_gemv_kernel<M, In, Out>, kWarps, s, p, num_sms);
-  }
-}
-
 template <int M>
 void launch_m(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   using I = GemvIn;
@@ -365,15 +221,13 @@ void launch_m(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
     case I::kBf16:
       if (p.out == O::kBf16) return launch_variant<M, I::kBf16, O::kBf16>(s, p, num_sms);
       if (p.out == O::kF32) return launch_variant<M, I::kBf16, O::kF32>(s, p, num_sms);
-      return launch_variant<M, I::kBf16, O::kAddResidual>(s, p, num_sms);
+      if (p.out == O::kAddResidual)
+        return launch_variant<M, I::kBf16, O::kAddResidual>(s, p, num_sms);
+      break;
     case I::kRmsNorm:
       if (p.out == O::kBf16) return launch_variant<M, I::kRmsNorm, O::kBf16>(s, p, num_sms);
       if (p.out == O::kF32) return launch_variant<M, I::kRmsNorm, O::kF32>(s, p, num_sms);
       if (p.out == O::kSwiglu) return launch_variant<M, I::kRmsNorm, O::kSwiglu>(s, p, num_sms);
-      break;
-    case I::kSwiglu:
-      if (p.out == O::kAddResidual)
-        return launch_variant<M, I::kSwiglu, O::kAddResidual>(s, p, num_sms);
       break;
   }
   throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported input/output combination");
@@ -459,23 +313,17 @@ bool fused_gemv_supported(int M, std::int64_t K) {
          fused_gemv_smem_bytes(M, K) <= kMaxSmem;
 }
 
-bool fused_gemv_split_supported(int split_k) {
-  return split_k == 0 || split_k == 1 || split_k == 2 || split_k == 4;
-}
-
-void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
-  require_stream(s, "fused_gemv");
+void launch_fused_gemv(StreamRef s_ref, const FusedGemvParams &p, int num_sms) {
+  const cudaStream_t s = s_ref.get("launch_fused_gemv");
   if (p.N <= 0) return;
   auto aligned = [](const void *q) { return reinterpret_cast<std::uintptr_t>(q) % 16 == 0; };
   const bool in_ok = p.in == GemvIn::kRmsNorm ? p.residual && p.norm_weight &&
                                                     aligned(p.residual) && aligned(p.norm_weight)
                                               : p.x && aligned(p.x);
   if (!fused_gemv_supported(p.M, p.K) || !p.w || !aligned(p.w) || !in_ok || !p.y ||
-      (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40) ||
-      !fused_gemv_split_supported(p.split_k))
-    throw Error(ErrorCode::kInvalidArgument,
-                "fused_gemv: unsupported shape M=" + std::to_string(p.M) +
-                    " K=" + std::to_string(p.K) + " split_k=" + std::to_string(p.split_k));
+      (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40))
+    throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported shape M=" +
+                                                 std::to_string(p.M) + " K=" + std::to_string(p.K));
   switch (p.M) {
     case 1:
       launch_m<1>(s, p, num_sms);
@@ -492,8 +340,8 @@ void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   }
 }
 
-void launch_qkv_rope_kv(cudaStream_t s, const QkvRopeKvParams &p) {
-  require_stream(s, "qkv_rope_kv");
+void launch_qkv_rope_kv(StreamRef s_ref, const QkvRopeKvParams &p) {
+  const cudaStream_t s = s_ref.get("launch_qkv_rope_kv");
   if (p.T <= 0) return;
   if (p.head_dim <= 0 || p.head_dim > kAttnMaxHeadDim || p.head_dim % 2 != 0)
     throw Error(ErrorCode::kInvalidArgument, "qkv_rope_kv: head_dim " + std::to_string(p.head_dim));

@@ -25,7 +25,6 @@ constexpr int kFusedGemvMaxM = 4;
 enum class GemvIn : std::uint8_t {
   kBf16,     // x [M, K] bf16
   kRmsNorm,  // x[m] = bf16(residual[rows ? rows[m] : m] * rsqrt(mean sq + eps) * norm_weight)
-  kSwiglu,   // x[m, k] = bf16(silu(gate_up[m, k]) * gate_up[m, K + k]); gate_up [M, 2K] bf16
 };
 enum class GemvOut : std::uint8_t {
   kBf16,         // y [M, N] bf16
@@ -41,7 +40,7 @@ struct FusedGemvParams {
   std::int64_t N = 0, K = 0;
   int M = 0;
   GemvIn in = GemvIn::kBf16;
-  const bf16 *x = nullptr;             // kBf16: [M, K]; kSwiglu: [M, 2K]
+  const bf16 *x = nullptr;             // kBf16: [M, K]
   const float *residual = nullptr;     // kRmsNorm: [*, K] f32
   const std::int32_t *rows = nullptr;  // kRmsNorm: residual row of input m (nullable: m)
   const bf16 *norm_weight = nullptr;   // kRmsNorm: [K]
@@ -52,14 +51,6 @@ struct FusedGemvParams {
   // Grid size: one output row per warp, capped at max_waves times the blocks that fit on
   // the device at once (beyond that warps loop over rows); 0: the default (4).
   int max_waves = 0;
-  // Before the wait, also prefetch the rest of each warp's first row(s) into L2 (beyond
-  // the first chunk of loads, which always goes into registers).
-  bool l2_prefetch = false;
-  // Warps per output row. 0 or 1: one (fused_gemv_kernel, the default). 2 or 4: split-K,
-  // that many warps of a block share a row, each reading every 2nd / 4th 512-byte run of
-  // it with two chunks of loads in flight, then a shared-memory reduction (fewer serial
-  // round trips per row; NOTES.md "split-K GEMV"). Anything else is rejected.
-  int split_k = 0;
 };
 
 // Dynamic shared memory the kernel stages its input in: M x K bf16.
@@ -67,10 +58,8 @@ std::size_t fused_gemv_smem_bytes(int M, std::int64_t K);
 // True when launch_fused_gemv runs the shape: 1 <= M <= kFusedGemvMaxM, K a positive
 // multiple of 8 whose staged input fits in shared memory.
 bool fused_gemv_supported(int M, std::int64_t K);
-// True for the FusedGemvParams::split_k values launch_fused_gemv runs: 0, 1, 2, 4.
-bool fused_gemv_split_supported(int split_k);
 // num_sms sizes the persistent grid (CudaContext::num_sms()).
-void launch_fused_gemv(cudaStream_t s, const FusedGemvParams &p, int num_sms);
+void launch_fused_gemv(StreamRef s, const FusedGemvParams &p, int num_sms);
 
 // qkv [T, (nq + 2 nkv) hd] bf16 in place: bias (nullable), q/k head RMSNorm (nullable),
 // RoPE on q and k (as launch_rope), then K and V of token t written to cache slot
@@ -91,6 +80,6 @@ struct QkvRopeKvParams {
   int layer = 0;
   bool pdl = false;
 };
-void launch_qkv_rope_kv(cudaStream_t s, const QkvRopeKvParams &p);
+void launch_qkv_rope_kv(StreamRef s, const QkvRopeKvParams &p);
 
 }  // namespace keel::cuda

@@ -28,17 +28,17 @@ __global__ void gather_rows_kernel(const bf16 *in, const std::int32_t *rows, int
 }
 }  // namespace
 
-void launch_embedding(cudaStream_t s, const std::int32_t *tokens, int T, const bf16 *table,
+void launch_embedding(StreamRef s_ref, const std::int32_t *tokens, int T, const bf16 *table,
                       std::int64_t vocab, int H, float *out) {
-  require_stream(s, "embedding");
+  const cudaStream_t s = s_ref.get("launch_embedding");
   if (T <= 0) return;
   embedding_kernel<<<T, 256, 0, s>>>(tokens, table, vocab, H, out);
   KEEL_CUDA_CHECK_LAUNCH("embedding");
 }
 
-void launch_gather_rows(cudaStream_t s, const bf16 *in, const std::int32_t *rows, int R, int H,
+void launch_gather_rows(StreamRef s_ref, const bf16 *in, const std::int32_t *rows, int R, int H,
                         bf16 *out) {
-  require_stream(s, "gather_rows");
+  const cudaStream_t s = s_ref.get("launch_gather_rows");
   if (R <= 0) return;
   gather_rows_kernel<<<R, 256, 0, s>>>(in, rows, H, out);
   KEEL_CUDA_CHECK_LAUNCH("gather_rows");

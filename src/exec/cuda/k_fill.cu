@@ -26,9 +26,9 @@ __global__ void fill_uniform_kernel(bf16 *out, std::int64_t n, std::uint64_t see
 }
 }  // namespace
 
-void launch_fill_uniform(cudaStream_t s, bf16 *out, std::int64_t n, std::uint64_t seed, float lo,
+void launch_fill_uniform(StreamRef s_ref, bf16 *out, std::int64_t n, std::uint64_t seed, float lo,
                          float hi) {
-  require_stream(s, "fill_uniform");
+  const cudaStream_t s = s_ref.get("launch_fill_uniform");
   if (n <= 0) return;
   const int blocks = static_cast<int>(std::min<std::int64_t>((n + 255) / 256, 8192));
   fill_uniform_kernel<<<blocks, 256, 0, s>>>(out, n, seed, lo, hi);

@@ -97,9 +97,9 @@ bool gemv_supported(std::int64_t M, std::int64_t K, const void *x, const void *w
          reinterpret_cast<std::uintptr_t>(w) % 16 == 0;
 }
 
-void launch_gemv(cudaStream_t s, const bf16 *x, const bf16 *w, void *y, bool y_f32, std::int64_t M,
+void launch_gemv(StreamRef s_ref, const bf16 *x, const bf16 *w, void *y, bool y_f32, std::int64_t M,
                  std::int64_t N, std::int64_t K) {
-  require_stream(s, "gemv");
+  const cudaStream_t s = s_ref.get("launch_gemv");
   if (N <= 0) return;
   if (!gemv_supported(M, K, x, w) || N > std::int64_t(0x7fffffff) * kWarpsPerBlock)
     throw Error(ErrorCode::kInvalidArgument,

@@ -17,7 +17,7 @@ constexpr int kGemvMaxM = 8;
 bool gemv_supported(std::int64_t M, std::int64_t K, const void *x, const void *w);
 
 // x [M, K] bf16, w [N, K] bf16, y [M, N] (f32 when y_f32, else bf16).
-void launch_gemv(cudaStream_t s, const bf16 *x, const bf16 *w, void *y, bool y_f32, std::int64_t M,
+void launch_gemv(StreamRef s, const bf16 *x, const bf16 *w, void *y, bool y_f32, std::int64_t M,
                  std::int64_t N, std::int64_t K);
 
 }  // namespace keel::cuda

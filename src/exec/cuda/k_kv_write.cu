@@ -25,10 +25,10 @@ __global__ void kv_write_kernel(const bf16 *qkv, int row_stride, int k_offset, i
 }
 }  // namespace
 
-void launch_kv_write(cudaStream_t s, const bf16 *qkv, int T, int row_stride, int k_offset,
+void launch_kv_write(StreamRef s_ref, const bf16 *qkv, int T, int row_stride, int k_offset,
                      int v_offset, const std::int32_t *slots, bf16 *cache, const KvLayout &layout,
                      int layer) {
-  require_stream(s, "kv_write");
+  const cudaStream_t s = s_ref.get("launch_kv_write");
   if (T <= 0) return;
   kv_write_kernel<<<T, 256, 0, s>>>(qkv, row_stride, k_offset, v_offset, slots, cache, layout,
                                     layer);

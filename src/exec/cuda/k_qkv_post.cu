@@ -47,10 +47,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 }  // namespace
 
-void launch_qkv_bias_norm(cudaStream_t s, bf16 *qkv, int T, int num_q_heads, int num_kv_heads,
+void launch_qkv_bias_norm(StreamRef s_ref, bf16 *qkv, int T, int num_q_heads, int num_kv_heads,
                           int head_dim, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
                           float eps) {
-  require_stream(s, "qkv_bias_norm");
+  const cudaStream_t s = s_ref.get("launch_qkv_bias_norm");
   if (T <= 0 || (!bias && !q_norm && !k_norm)) return;
   if (head_dim <= 0 || head_dim > kAttnMaxHeadDim)
     throw Error(ErrorCode::kInvalidArgument, "qkv_bias_norm: head_dim " + std::to_string(head_dim));

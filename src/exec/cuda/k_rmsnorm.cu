@@ -39,9 +39,9 @@ __global__ void __launch_bounds__(kThreads)
 }
 }  // namespace
 
-void launch_add_rmsnorm(cudaStream_t s, const bf16 *x, float *residual, const bf16 *weight,
+void launch_add_rmsnorm(StreamRef s_ref, const bf16 *x, float *residual, const bf16 *weight,
                         bf16 *out, int rows, int H, float eps) {
-  require_stream(s, "add_rmsnorm");
+  const cudaStream_t s = s_ref.get("launch_add_rmsnorm");
   if (rows <= 0) return;
   add_rmsnorm_kernel<<<rows, kThreads, 0, s>>>(x, residual, weight, out, H, eps);
   KEEL_CUDA_CHECK_LAUNCH("add_rmsnorm");

@@ -28,10 +28,10 @@ __global__ void rope_kernel(bf16 *qkv, int row_stride, int num_heads, int head_d
 }
 }  // namespace
 
-void launch_rope(cudaStream_t s, bf16 *qkv, int T, int row_stride, int num_q_heads,
+void launch_rope(StreamRef s_ref, bf16 *qkv, int T, int row_stride, int num_q_heads,
                  int num_kv_heads, int head_dim, const std::int32_t *positions,
                  const float *inv_freq, float mscale, bool interleaved) {
-  require_stream(s, "rope");
+  const cudaStream_t s = s_ref.get("launch_rope");
   if (T <= 0) return;
   // q heads and k heads are adjacent in a row, so one pass covers both.
   rope_kernel<<<T, 256, 0, s>>>(qkv, row_stride, num_q_heads + num_kv_heads, head_dim, positions,

@@ -313,10 +313,10 @@ std::size_t sample_scratch_bytes(int max_rows, int V) {
   return fixed_bytes(max_rows, V) + align256(cub_bytes_for(max_rows, V));
 }
 
-void launch_sample(cudaStream_t s, const float *logits, int R, int V, const SampleRow *rows,
+void launch_sample(StreamRef s_ref, const float *logits, int R, int V, const SampleRow *rows,
                    const PenaltyEntry *penalties, void *scratch, std::size_t scratch_bytes,
                    std::int32_t *out_tokens, float *out_logprobs) {
-  require_stream(s, "sample");
+  const cudaStream_t s = s_ref.get("launch_sample");
   if (R <= 0) return;
   if (V <= 0) throw Error(ErrorCode::kInvalidArgument, "sample: empty vocabulary");
   if (std::int64_t(R) * V >= (std::int64_t(1) << 31))

@@ -79,9 +79,9 @@ std::size_t argmax_scratch_bytes(int max_rows) {
          (sizeof(float) + sizeof(std::int32_t));
 }
 
-void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out,
+void launch_argmax(StreamRef s_ref, const float *logits, int R, int V, std::int32_t *out,
                    void *scratch, int num_sms) {
-  require_stream(s, "argmax");
+  const cudaStream_t s = s_ref.get("launch_argmax");
   if (R <= 0) return;
   if (V <= 0) throw Error(ErrorCode::kInvalidArgument, "argmax: V must be positive");
   const int parts = scratch ? parts_for(R, V, num_sms) : 1;

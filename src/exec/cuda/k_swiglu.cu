@@ -16,8 +16,8 @@ __global__ void swiglu_kernel(const bf16 *gate_up, bf16 *out, int I, std::int64_
 }
 }  // namespace
 
-void launch_swiglu(cudaStream_t s, const bf16 *gate_up, bf16 *out, int T, int I) {
-  require_stream(s, "swiglu");
+void launch_swiglu(StreamRef s_ref, const bf16 *gate_up, bf16 *out, int T, int I) {
+  const cudaStream_t s = s_ref.get("launch_swiglu");
   const std::int64_t n = std::int64_t(T) * I;
   if (n <= 0) return;
   const int blocks = static_cast<int>(std::min<std::int64_t>((n + 255) / 256, 65536));

@@ -1,6 +1,7 @@
 // Launchers of keel's own CUDA kernels, one family per .cu file. Every launcher takes
-// the stream explicitly (never the legacy default stream: it throws on 0) and checks the
-// launch. Pointers are device pointers unless named host_*. Shapes are in comments.
+// a StreamRef issued by the engine's CudaContext (never a raw or default stream), checks
+// that it runs on the context's owner thread (stream_ref.h) and checks the launch. Pointers are
+// device pointers unless named host_*. Shapes are in comments.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -8,6 +9,8 @@
 
 #include <cstddef>
 #include <cstdint>
+
+#include "exec/cuda/stream_ref.h"
 
 namespace keel::cuda {
 
@@ -17,10 +20,10 @@ using bf16 = __nv_bfloat16;
 // out[t, :] = f32(table[tokens[t], :]); tokens outside [0, vocab) give a zero row
 // (the runner rejects them before launch; the kernel must still not read out of bounds).
 // tokens [T] i32, table [vocab, H] bf16, out [T, H] f32.
-void launch_embedding(cudaStream_t s, const std::int32_t *tokens, int T, const bf16 *table,
+void launch_embedding(StreamRef s, const std::int32_t *tokens, int T, const bf16 *table,
                       std::int64_t vocab, int H, float *out);
 // out[i, :] = in[rows[i], :]; in [*, H] bf16, rows [R] i32, out [R, H] bf16.
-void launch_gather_rows(cudaStream_t s, const bf16 *in, const std::int32_t *rows, int R, int H,
+void launch_gather_rows(StreamRef s, const bf16 *in, const std::int32_t *rows, int R, int H,
                         bf16 *out);
 
 // ---- k_rmsnorm.cu ----
@@ -28,8 +31,8 @@ void launch_gather_rows(cudaStream_t s, const bf16 *in, const std::int32_t *rows
 // out = bf16(residual * rsqrt(mean(residual^2) + eps) * weight).
 // x [rows, H] bf16 (nullable), residual [rows, H] f32 (in/out), weight [H] bf16, out [rows, H]
 // bf16.
-void launch_add_rmsnorm(cudaStream_t s, const bf16 *x, float *residual, const bf16 *weight,
-                        bf16 *out, int rows, int H, float eps);
+void launch_add_rmsnorm(StreamRef s, const bf16 *x, float *residual, const bf16 *weight, bf16 *out,
+                        int rows, int H, float eps);
 
 // ---- k_rope.cu ----
 // Rotates q and k in place inside a fused qkv activation. Row t of qkv (stride
@@ -37,22 +40,22 @@ void launch_add_rmsnorm(cudaStream_t s, const bf16 *x, float *residual, const bf
 // a head is (i, i + head_dim/2) for neox, (2i, 2i + 1) for interleaved; its angle is
 // positions[t] * inv_freq[i], and cos/sin are scaled by mscale (yarn's attention factor).
 // qkv [T, row_stride] bf16, positions [T] i32, inv_freq [head_dim/2] f32.
-void launch_rope(cudaStream_t s, bf16 *qkv, int T, int row_stride, int num_q_heads,
-                 int num_kv_heads, int head_dim, const std::int32_t *positions,
-                 const float *inv_freq, float mscale, bool interleaved);
+void launch_rope(StreamRef s, bf16 *qkv, int T, int row_stride, int num_q_heads, int num_kv_heads,
+                 int head_dim, const std::int32_t *positions, const float *inv_freq, float mscale,
+                 bool interleaved);
 
 // ---- k_qkv_post.cu ----
 // Per-head fix-ups of a fused qkv activation before RoPE, in place: adds the projection
 // bias (qwen2; bias [row_width] bf16, nullable), then RMSNorm over head_dim of every q
 // head with q_norm and every k head with k_norm (qwen3; [head_dim] bf16, nullable).
 // qkv [T, row_width] bf16 with row_width = (num_q_heads + 2 num_kv_heads) head_dim.
-void launch_qkv_bias_norm(cudaStream_t s, bf16 *qkv, int T, int num_q_heads, int num_kv_heads,
+void launch_qkv_bias_norm(StreamRef s, bf16 *qkv, int T, int num_q_heads, int num_kv_heads,
                           int head_dim, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
                           float eps);
 
 // ---- k_swiglu.cu ----
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]; gate_up [T, 2I] bf16, out [T, I] bf16.
-void launch_swiglu(cudaStream_t s, const bf16 *gate_up, bf16 *out, int T, int I);
+void launch_swiglu(StreamRef s, const bf16 *gate_up, bf16 *out, int T, int I);
 
 // ---- paged KV cache layout (k_kv_write.cu, k_attention.cu) ----
 // One allocation of [num_blocks][num_layers][K|V][block_size][num_kv_heads][head_dim] bf16,
@@ -76,7 +79,7 @@ struct KvLayout {
 // Writes the k and v heads of each token row into the cache slot slots[t] (= block *
 // block_size + slot); slots < 0 are skipped (padding). K starts at element k_offset of
 // a qkv row, V at v_offset. qkv [T, row_stride] bf16, slots [T] i32.
-void launch_kv_write(cudaStream_t s, const bf16 *qkv, int T, int row_stride, int k_offset,
+void launch_kv_write(StreamRef s, const bf16 *qkv, int T, int row_stride, int k_offset,
                      int v_offset, const std::int32_t *slots, bf16 *cache, const KvLayout &layout,
                      int layer);
 
@@ -110,39 +113,23 @@ struct AttnParams {
   // nullptr: the combine kernel.
   unsigned *split_counters = nullptr;
   bf16 *out = nullptr;  // [T, num_q_heads * head_dim]
-  // Decode and flash kernels: order the blocks kv head fastest (then split, then tile), so
-  // the kv heads of one page -- adjacent 256-byte rows of one 2 KB token row -- are read by
-  // blocks that run at the same time, instead of num_tiles blocks apart.
-  bool kv_heads_fast = false;
-  // Decode kernel: registers for kMaxGroup query heads whatever the group (as before),
-  // instead of exactly the group's count for G = 1, 2, 4, 8 (fewer registers, more blocks
-  // per SM). A switch for measuring the difference.
-  bool decode_generic_group = false;
   // Sliding-window attention (Mistral, Qwen2 with use_sliding_window): a query at
   // position p sees the keys at positions > p - window, as the CPU kernel and HF do.
   // 0: every key up to p.
   int window = 0;
-  // Flash kernel: 0 the first version (64 rows per block, 4 warps); 1 two runner tiles
-  // per block (128 rows, 8 warps) sharing each K/V tile, ldmatrix K fragments, mask math
-  // on edge tiles only (k_attention_flash.cu). Other values are rejected.
-  int flash_variant = 0;
-  // Decode kernel: launched as a programmatic dependent of the kernel before it (sm_90
-  // PDL), so its launch overlaps that kernel's tail; it waits for it before reading
-  // anything, and lets the next kernel launch early in turn.
-  bool pdl = false;
 };
 constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
 constexpr int kAttnMaxHeadDim = 256;
-void launch_paged_attention(cudaStream_t s, const AttnParams &p);
+void launch_paged_attention(StreamRef s, const AttnParams &p);
 
 // ---- k_attention_decode.cu ----
 // The same contract for tiles that each hold exactly one query (decode steps), with
 // split-K merged in the kernel when AttnParams::split_counters is set. Supported when
 // decode_attention_supported(); otherwise use the general kernel.
 bool decode_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
-void launch_decode_attention(cudaStream_t s, const AttnParams &p);
+void launch_decode_attention(StreamRef s, const AttnParams &p);
 // Merges split-K partials into p.out (used by both attention kernels).
-void launch_attention_combine(cudaStream_t s, const AttnParams &p);
+void launch_attention_combine(StreamRef s, const AttnParams &p);
 
 // ---- k_attention_flash.cu ----
 // The same contract on the tensor cores for prefill tiles: up to kFlashRows rows (query
@@ -150,7 +137,7 @@ void launch_attention_combine(cudaStream_t s, const AttnParams &p);
 // split-K (p.num_splits is ignored: prefill has parallelism enough). head_dim 64 or 128.
 constexpr int kFlashRows = 64;
 bool flash_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
-void launch_flash_attention(cudaStream_t s, const AttnParams &p);
+void launch_flash_attention(StreamRef s, const AttnParams &p);
 
 // ---- k_sampling.cu ----
 // Greedy: out[r] = argmax(logits[r, :]) (lowest index on ties, NaN never wins). logits
@@ -158,7 +145,7 @@ void launch_flash_attention(cudaStream_t s, const AttnParams &p);
 // blocks when R is small (sized for num_sms); without it, one block per row.
 constexpr int kArgmaxMaxParts = 64;
 std::size_t argmax_scratch_bytes(int max_rows);
-void launch_argmax(cudaStream_t s, const float *logits, int R, int V, std::int32_t *out,
+void launch_argmax(StreamRef s, const float *logits, int R, int V, std::int32_t *out,
                    void *scratch = nullptr, int num_sms = 0);
 
 // ---- k_sample.cu ----
@@ -186,7 +173,7 @@ struct PenaltyEntry {
 std::size_t sample_scratch_bytes(int max_rows, int V);
 // logits [R, V] f32 (left unchanged), rows [R] and penalties (device), scratch of
 // sample_scratch_bytes(>= R, V); out_tokens [R] i32, out_logprobs [R] f32.
-void launch_sample(cudaStream_t s, const float *logits, int R, int V, const SampleRow *rows,
+void launch_sample(StreamRef s, const float *logits, int R, int V, const SampleRow *rows,
                    const PenaltyEntry *penalties, void *scratch, std::size_t scratch_bytes,
                    std::int32_t *out_tokens, float *out_logprobs);
 

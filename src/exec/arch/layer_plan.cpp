@@ -1,0 +1,74 @@
+#include "exec/arch/layer_plan.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+
+namespace keel::arch {
+
+const char *layer_step_name(LayerStep step) {
+  switch (step) {
+    case LayerStep::kInputNorm:
+      return "input_norm";
+    case LayerStep::kQkvProj:
+      return "qkv_proj";
+    case LayerStep::kQkvBias:
+      return "qkv_bias";
+    case LayerStep::kQkNorm:
+      return "qk_norm";
+    case LayerStep::kRope:
+      return "rope";
+    case LayerStep::kKvWrite:
+      return "kv_write";
+    case LayerStep::kAttention:
+      return "attention";
+    case LayerStep::kOProj:
+      return "o_proj";
+    case LayerStep::kResidualAdd:
+      return "residual_add";
+    case LayerStep::kPostNorm:
+      return "post_norm";
+    case LayerStep::kGateUpProj:
+      return "gate_up_proj";
+    case LayerStep::kSwiglu:
+      return "swiglu";
+    case LayerStep::kDownProj:
+      return "down_proj";
+  }
+  return "?";
+}
+
+bool LayerPlan::has(LayerStep s) const {
+  return std::find(steps.begin(), steps.end(), s) != steps.end();
+}
+
+LayerPlan layer_plan(const ModelConfig &c, std::int64_t layer) {
+  if (layer < 0 || layer >= c.num_layers)
+    throw Error(ErrorCode::kInvalidArgument, "layer plan: layer " + std::to_string(layer) +
+                                                 " outside the model's " +
+                                                 std::to_string(c.num_layers));
+  using S = LayerStep;
+  switch (c.arch) {
+    case Arch::kLlama:
+    case Arch::kMistral:
+    case Arch::kQwen2:
+    case Arch::kQwen3: {
+      // The Llama family: pre-norm attention then a SwiGLU MLP, each adding into the
+      // residual stream. Qwen2 adds q/k/v biases, Qwen3 a per-head q/k norm (the config
+      // flags say so, whatever the architecture's name).
+      LayerPlan p;
+      p.steps = {S::kInputNorm, S::kQkvProj};
+      if (c.attention_bias) p.steps.push_back(S::kQkvBias);
+      if (c.qk_norm) p.steps.push_back(S::kQkNorm);
+      p.steps.insert(p.steps.end(),
+                     {S::kRope, S::kKvWrite, S::kAttention, S::kOProj, S::kResidualAdd,
+                      S::kPostNorm, S::kGateUpProj, S::kSwiglu, S::kDownProj, S::kResidualAdd});
+      return p;
+    }
+  }
+  throw Error(ErrorCode::kUnsupported,
+              std::string("layer plan: no layer sequence for architecture ") + arch_name(c.arch));
+}
+
+}  // namespace keel::arch

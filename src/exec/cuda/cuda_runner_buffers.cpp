@@ -1,0 +1,153 @@
+// CudaModelRunner's buffer plan: every activation, staging and output buffer sized for
+// the runner's limits (max_batch_tokens, max_seqs, max_logits_rows, max_model_len), the
+// attention path the model's shape allows, and the KV pool sized from what the device
+// has left. All of it is allocated here, once: the hot path never allocates.
+#include <algorithm>
+#include <string>
+
+#include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/k_decode_fused.h"
+
+namespace keel::cuda {
+
+using runner_detail::bf16_bytes;
+using runner_detail::device_memory;
+
+namespace {
+// The steps launch_fused_layers (cuda_runner_fused.cpp) implements.
+bool fused_path_runs(arch::LayerStep step) {
+  using S = arch::LayerStep;
+  switch (step) {
+    case S::kInputNorm:
+    case S::kQkvProj:
+    case S::kQkvBias:
+    case S::kQkNorm:
+    case S::kRope:
+    case S::kKvWrite:
+    case S::kAttention:
+    case S::kOProj:
+    case S::kResidualAdd:
+    case S::kPostNorm:
+    case S::kGateUpProj:
+    case S::kSwiglu:
+    case S::kDownProj:
+      return true;
+  }
+  return false;
+}
+}  // namespace
+
+void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
+  if (opts.block_size <= 0 || opts.max_batch_tokens <= 0 || opts.max_seqs <= 0 ||
+      opts.max_logits_rows <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "cuda runner: options must be positive");
+  max_tokens_ = opts.max_batch_tokens;
+  graphs_enabled_ = opts.cuda_graphs;
+  max_seqs_ = opts.max_seqs;
+  max_rows_ = opts.max_logits_rows;
+  max_model_len_ = opts.max_model_len > 0 ? opts.max_model_len
+                                          : static_cast<std::int32_t>(std::min<std::int64_t>(
+                                                config_.max_position_embeddings, 131072));
+  const std::int32_t blocks_per_seq = (max_model_len_ + opts.block_size - 1) / opts.block_size;
+  max_table_ = max_seqs_ * blocks_per_seq;
+  const std::int64_t G = nh_ / nkv_;
+  tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kAttnMaxRows / G));
+  flash_ = opts.flash_attention &&
+           flash_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
+                                     static_cast<int>(hd_));
+  flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
+  gemm_.set_gemv_max_m(opts.gemv_max_m);
+  // The fused path stages M rows of H, nh hd and I bf16 in shared memory.
+  fused_max_m_ = std::clamp(opts.fused_decode_max_m, 0, kFusedGemvMaxM);
+  // Every step of today's plans has a fused kernel; a plan with other steps (a
+  // mixture-of-experts block) runs unfused until the fused path learns them.
+  for (const arch::LayerPlan &p : plans_)
+    for (const arch::LayerStep step : p.steps)
+      if (!fused_path_runs(step)) fused_max_m_ = 0;
+  while (fused_max_m_ > 0 &&
+         !(fused_gemv_supported(fused_max_m_, H_) &&
+           fused_gemv_supported(fused_max_m_, nh_ * hd_) && fused_gemv_supported(fused_max_m_, I_)))
+    --fused_max_m_;
+  pdl_ = opts.programmatic_launch;
+  split_cap_ = std::max(0, opts.attn_split_cap);
+  partial_entries_ = 8 * ctx_.num_sms();
+
+  const std::size_t T = max_tokens_;
+  const std::size_t in_ints = 3 * T + max_rows_ + 4 * T + max_table_;
+  host_in_ = PinnedBuffer(in_ints * sizeof(std::int32_t));
+  dev_in_ = DeviceBuffer(in_ints * sizeof(std::int32_t));
+  residual_ = DeviceBuffer(T * H_ * sizeof(float));
+  normed_ = DeviceBuffer(T * bf16_bytes(H_));
+  qkv_ = DeviceBuffer(T * bf16_bytes(qkv_width_));
+  attn_ = DeviceBuffer(T * bf16_bytes(nh_ * hd_));
+  proj_ = DeviceBuffer(T * bf16_bytes(H_));
+  gate_up_ = DeviceBuffer(T * bf16_bytes(2 * I_));
+  act_ = DeviceBuffer(T * bf16_bytes(I_));
+  partial_o_ =
+      DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
+  partial_ml_ =
+      DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * 2 * sizeof(float));
+  split_counters_ = DeviceBuffer(static_cast<std::size_t>(partial_entries_) * sizeof(unsigned));
+  KEEL_CUDA_CHECK(cudaMemsetAsync(split_counters_.data(), 0, split_counters_.bytes(),
+                                  ctx_.compute().get("cuda runner: split counters")));
+  rows_in_ = DeviceBuffer(max_rows_ * bf16_bytes(H_));
+  logits_ = DeviceBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
+  argmax_ = DeviceBuffer(max_rows_ * sizeof(std::int32_t));
+  argmax_scratch_ = DeviceBuffer(argmax_scratch_bytes(max_rows_));
+  host_logits_ = PinnedBuffer(static_cast<std::size_t>(max_rows_) * V_ * sizeof(float));
+  host_tokens_ = PinnedBuffer(max_rows_ * sizeof(std::int32_t));
+  if (opts.gpu_sampling) {
+    sample_scratch_ = DeviceBuffer(sample_scratch_bytes(max_rows_, static_cast<int>(V_)));
+    penalty_cap_ =
+        std::min<std::int64_t>(std::int64_t(max_rows_) * std::min<std::int64_t>(V_, max_model_len_),
+                               std::int64_t(1) << 22);
+    const std::size_t in_bytes =
+        max_rows_ * sizeof(SampleRow) + penalty_cap_ * sizeof(PenaltyEntry);
+    sample_in_ = DeviceBuffer(in_bytes);
+    host_sample_in_ = PinnedBuffer(in_bytes);
+    sample_out_ = DeviceBuffer(max_rows_ * 8);
+    host_sample_out_ = PinnedBuffer(max_rows_ * 8);
+  }
+
+  KvLayout layout{static_cast<int>(config_.num_layers), opts.block_size, static_cast<int>(nkv_),
+                  static_cast<int>(hd_)};
+  std::int32_t blocks = opts.num_kv_blocks;
+  DeviceMemory mem = device_memory();
+  mem.free_at_open = free_at_open_;
+  device_total_ = mem.total;
+  buffer_bytes_ = std::max<std::int64_t>(mem.free_at_open - mem.free_now, 0);
+  if (blocks <= 0 && opts.kv_blocks_for) {
+    blocks = opts.kv_blocks_for(mem, static_cast<std::int64_t>(layout.block_elems()) *
+                                         static_cast<std::int64_t>(sizeof(bf16)));
+  } else if (blocks <= 0) {
+    std::size_t free_b = 0, total_b = 0;
+    KEEL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double budget = static_cast<double>(free_b) * opts.kv_memory_fraction;
+    blocks = static_cast<std::int32_t>(std::min<double>(
+        budget / (static_cast<double>(layout.block_elems()) * sizeof(bf16)), 1 << 30));
+    if (blocks <= 0)
+      throw Error(ErrorCode::kResourceExhausted,
+                  "cuda runner: no device memory left for the KV cache");
+  }
+  kv_ = std::make_unique<CudaKvStore>(ctx_, layout, blocks);
+  decode_kernel_ = decode_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
+                                              static_cast<int>(hd_));
+  attn_path_.decode_kernel = decode_kernel_;
+  attn_path_.flash = flash_;
+  attn_path_.tile_q = tile_q_;
+  attn_path_.flash_tile_q = flash_tile_q_;
+  attn_path_.num_sms = ctx_.num_sms();
+  attn_path_.partial_entries = partial_entries_;
+  attn_path_.split_cap = split_cap_;
+  attn_path_.num_kv_heads = nkv_;
+  attn_path_.window = config_.sliding_window.value_or(0);
+  // A mark at most per step; plus the start and 3 for the LM head.
+  if (opts.profile) {
+    std::size_t marks = 4;
+    for (const arch::LayerPlan &p : plans_) marks += p.steps.size();
+    profiler_ = StepProfiler(marks);
+  }
+}
+
+}  // namespace keel::cuda

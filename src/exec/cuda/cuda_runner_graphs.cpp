@@ -1,0 +1,44 @@
+// CudaModelRunner's CUDA graphs: a decode-only step (one token per sequence) is padded
+// to a bucket size and replays the graph captured for its shape (bucket and split-K
+// factors), captured on first use; every other step, and every profiled one, runs
+// eagerly.
+#include <algorithm>
+
+#include "exec/cuda/cuda_model_runner.h"
+
+namespace keel::cuda {
+
+bool CudaModelRunner::graph_eligible(const ForwardBatch &b) const {
+  const std::int32_t T = b.total_tokens();
+  const std::int32_t S = static_cast<std::int32_t>(b.seqs.size());
+  bool graph = graphs_enabled_ && !profiler_.enabled() && T > 0 && S == T;
+  for (std::int32_t i = 0; graph && i < S; ++i)
+    graph = b.seqs[i].num_tokens == 1 && b.seqs[i].token_offset == i &&
+            b.seqs[i].logits != SequenceSlice::Logits::kNone;
+  return graph;
+}
+
+std::int32_t CudaModelRunner::graph_bucket(std::int32_t n) const {
+  const std::int32_t cap = std::min({max_tokens_, max_seqs_, max_rows_});
+  std::int32_t b = 1;
+  while (b < n && b < 32) b *= 2;
+  if (b < n) b = (n + 31) / 32 * 32;
+  return std::max(n, std::min(b, cap));
+}
+
+void CudaModelRunner::run_step(const StepShape &shape, bool graph) {
+  if (!graph) {
+    launch_step(shape);
+    return;
+  }
+  const std::uint64_t key = (std::uint64_t(shape.T) << 32) |
+                            (std::uint64_t(shape.splits_single) << 16) |
+                            std::uint64_t(shape.splits_multi);
+  const StreamRef s = ctx_.compute();
+  auto it = graphs_.find(key);
+  if (it == graphs_.end())
+    it = graphs_.emplace(key, GraphExec::capture(s, [&] { launch_step(shape); })).first;
+  it->second.launch(s);
+}
+
+}  // namespace keel::cuda

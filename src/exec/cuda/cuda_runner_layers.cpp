@@ -1,0 +1,153 @@
+// CudaModelRunner's forward pass, eagerly: the embedding, each layer's kernels in the
+// order of the model's layer sequence, and the LM head over the requested rows. Steps of
+// few rows take the fused decode kernels instead (cuda_runner_fused.cpp).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "exec/cuda/cuda_model_runner.h"
+
+namespace keel::cuda {
+
+void CudaModelRunner::attention_params(const StepShape &shape, AttnParams &ap, AttnParams &ap_multi,
+                                       AttnParams &ap_flash) const {
+  const std::int32_t *d = dev_in_.as<std::int32_t>();
+  const auto *d_tiles = reinterpret_cast<const AttnTile *>(d + shape.tiles_at);
+  ap = AttnParams{};
+  ap.qkv = qkv_.as<bf16>();
+  ap.row_stride = static_cast<int>(qkv_width_);
+  ap.tiles = d_tiles;
+  ap.num_tiles = shape.n_single;
+  ap.tile_q = tile_q_;
+  ap.block_table = d + shape.table_at;
+  ap.cache = kv_->data();
+  ap.layout = kv_->layout();
+  ap.num_q_heads = static_cast<int>(nh_);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd_));
+  ap.num_splits = shape.splits_single;
+  ap.partial_o = partial_o_.as<float>();
+  ap.partial_ml = partial_ml_.as<float>();
+  ap.split_counters = split_counters_.as<unsigned>();  // decode split-K merged in the kernel
+  ap.out = attn_.as<bf16>();
+  ap.window = static_cast<int>(
+      std::min<std::int64_t>(config_.sliding_window.value_or(0), std::numeric_limits<int>::max()));
+  ap_multi = ap;
+  ap_multi.tiles = d_tiles + shape.n_single;
+  ap_multi.num_tiles = shape.n_multi;
+  ap_multi.num_splits = shape.splits_multi;
+  ap_flash = ap;
+  ap_flash.tiles = d_tiles + shape.n_single + shape.n_multi;
+  ap_flash.num_tiles = shape.n_flash;
+  ap_flash.tile_q = flash_tile_q_;
+  ap_flash.num_splits = 1;
+}
+
+void CudaModelRunner::launch_step(const StepShape &shape) {
+  const StreamRef s = ctx_.compute();
+  const std::int32_t T = shape.T;
+  const int R = shape.R;
+  const std::int32_t *d = dev_in_.as<std::int32_t>();
+  const std::int32_t *d_tokens = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
+
+  const float eps = static_cast<float>(config_.rms_norm_eps);
+  const GemmType bf = GemmType::kBF16;
+  bf16 *normed = normed_.as<bf16>(), *qkv = qkv_.as<bf16>(), *proj = proj_.as<bf16>();
+  float *residual = residual_.as<float>();
+  launch_embedding(s, d_tokens, T, embed_.as<bf16>(), V_, static_cast<int>(H_), residual);
+  AttnParams ap, ap_multi, ap_flash;
+  attention_params(shape, ap, ap_multi, ap_flash);
+  profiler_.begin(s);
+  if (T <= fused_max_m_) {
+    launch_fused_layers(shape, ap, ap_multi, ap_flash);
+    return;
+  }
+  // The residual stream's pending add (o_proj or down_proj output), folded into the
+  // next norm by launch_add_rmsnorm.
+  const bf16 *pending = nullptr;
+  const bf16 *bias = nullptr;
+  using S = arch::LayerStep;
+  for (std::size_t li = 0; li < layers_.size(); ++li) {
+    const Layer &L = layers_[li];
+    const int layer = static_cast<int>(li);
+    ap.layer = ap_multi.layer = ap_flash.layer = layer;
+    for (const arch::LayerStep step : plans_[li].steps) {
+      switch (step) {
+        case S::kInputNorm:
+        case S::kPostNorm:
+          launch_add_rmsnorm(s, pending, residual,
+                             (step == S::kInputNorm ? L.input_norm : L.post_norm).as<bf16>(),
+                             normed, T, static_cast<int>(H_), eps);
+          pending = nullptr;
+          profiler_.mark(s, StepProfiler::kOther);
+          break;
+        case S::kQkvProj:
+          gemm_.run(s, bf, bf, normed, L.qkv.data(), qkv, T, qkv_width_, H_);
+          profiler_.mark(s, StepProfiler::kGemm);
+          break;
+        case S::kQkvBias:  // one launch with the q/k norm when the plan has both
+          bias = L.qkv_bias.as<bf16>();
+          if (plans_[li].has(S::kQkNorm)) break;
+          launch_qkv_bias_norm(s, qkv, T, static_cast<int>(nh_), static_cast<int>(nkv_),
+                               static_cast<int>(hd_), bias, nullptr, nullptr, eps);
+          bias = nullptr;
+          break;
+        case S::kQkNorm:
+          launch_qkv_bias_norm(s, qkv, T, static_cast<int>(nh_), static_cast<int>(nkv_),
+                               static_cast<int>(hd_), bias, L.q_norm.as<bf16>(),
+                               L.k_norm.as<bf16>(), eps);
+          bias = nullptr;
+          break;
+        case S::kRope:
+          launch_rope(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_),
+                      static_cast<int>(nkv_), static_cast<int>(hd_), d_positions,
+                      inv_freq_.as<float>(), rope_mscale_,
+                      config_.rope_style == RopeStyle::kInterleaved);
+          break;
+        case S::kKvWrite:
+          launch_kv_write(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_ * hd_),
+                          static_cast<int>((nh_ + nkv_) * hd_), d_slots, kv_->data(), kv_->layout(),
+                          layer);
+          profiler_.mark(s, StepProfiler::kOther);
+          break;
+        case S::kAttention:
+          launch_decode_attention(s, ap);
+          launch_paged_attention(s, ap_multi);
+          if (shape.n_flash > 0) launch_flash_attention(s, ap_flash);
+          profiler_.mark(s, StepProfiler::kAttention);
+          break;
+        case S::kOProj:
+          gemm_.run(s, bf, bf, attn_.data(), L.o.data(), proj, T, H_, nh_ * hd_);
+          profiler_.mark(s, StepProfiler::kGemm);
+          break;
+        case S::kResidualAdd:
+          pending = proj;
+          break;
+        case S::kGateUpProj:
+          gemm_.run(s, bf, bf, normed, L.gate_up.data(), gate_up_.data(), T, 2 * I_, H_);
+          profiler_.mark(s, StepProfiler::kGemm);
+          break;
+        case S::kSwiglu:
+          launch_swiglu(s, gate_up_.as<bf16>(), act_.as<bf16>(), T, static_cast<int>(I_));
+          profiler_.mark(s, StepProfiler::kOther);
+          break;
+        case S::kDownProj:
+          gemm_.run(s, bf, bf, act_.data(), L.down.data(), proj, T, H_, I_);
+          profiler_.mark(s, StepProfiler::kGemm);
+          break;
+      }
+    }
+  }
+  if (R > 0) {
+    // The final norm is cheap next to the LM head: norm every row, then only the
+    // requested rows go through the LM head.
+    launch_add_rmsnorm(s, pending, residual, final_norm_.as<bf16>(), normed, T,
+                       static_cast<int>(H_), eps);
+    launch_gather_rows(s, normed, d_rows, R, static_cast<int>(H_), rows_in_.as<bf16>());
+    const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
+    profiler_.mark(s, StepProfiler::kOther);
+    gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
+    profiler_.mark(s, StepProfiler::kGemm);
+  }
+}
+
+}  // namespace keel::cuda

@@ -1,0 +1,190 @@
+// CudaModelRunner's weights: device buffers of the model's shape, uploaded from the host
+// as bf16 (f32, f16 and GGUF block formats converted at load) or filled with
+// pseudo-random values on the device (benchmarks, tests).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/k_fill.h"
+#include "exec/cuda/rope_table.h"
+#include "formats/quant.h"
+
+namespace keel::cuda {
+
+using runner_detail::bf16_bytes;
+
+namespace {
+bool is_block_quantized(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+}
+
+std::string layer_name(std::int64_t i, const char *rest) {
+  return "model.layers." + std::to_string(i) + "." + rest;
+}
+}  // namespace
+
+void CudaModelRunner::allocate_weights() {
+  const auto &c = config_;
+  for (std::int64_t l = 0; l < c.num_layers; ++l) plans_.push_back(arch::layer_plan(c, l));
+  H_ = c.hidden_size;
+  I_ = c.intermediate_size;
+  nh_ = c.num_heads;
+  nkv_ = c.num_kv_heads;
+  hd_ = c.head_dim;
+  V_ = c.vocab_size;
+  qkv_width_ = (nh_ + 2 * nkv_) * hd_;
+  auto alloc = [&](std::int64_t elems) {
+    weight_bytes_ += bf16_bytes(elems);
+    return DeviceBuffer(bf16_bytes(elems));
+  };
+  embed_ = alloc(V_ * H_);
+  if (!c.tie_word_embeddings) lm_head_ = alloc(V_ * H_);
+  final_norm_ = alloc(H_);
+  layers_.resize(c.num_layers);
+  for (auto &l : layers_) {
+    l.input_norm = alloc(H_);
+    l.qkv = alloc(qkv_width_ * H_);
+    if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
+    if (c.qk_norm) {
+      l.q_norm = alloc(hd_);
+      l.k_norm = alloc(hd_);
+    }
+    l.o = alloc(H_ * nh_ * hd_);
+    l.post_norm = alloc(H_);
+    l.gate_up = alloc(2 * I_ * H_);
+    l.down = alloc(H_ * I_);
+  }
+  const RopeTable rope = make_rope_table(c);
+  inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
+  rope_mscale_ = rope.mscale;
+  KEEL_CUDA_CHECK(cudaMemcpyAsync(inv_freq_.data(), rope.inv_freq.data(), inv_freq_.bytes(),
+                                  cudaMemcpyHostToDevice, ctx_.copy_h2d().get("cudaMemcpyAsync")));
+  Event done;
+  done.record(ctx_.copy_h2d());
+  done.wait(ctx_.wait_timeout(), "cuda runner: rope table upload");
+}
+
+void CudaModelRunner::upload_weights(const WeightSource &weights) {
+  std::vector<std::uint16_t> converted;
+  Event done;
+  // Copies tensor `name` (expected shape [rows, cols]) to dst + byte offset, as bf16.
+  auto put = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
+                 const DeviceBuffer &dst, std::size_t offset) {
+    const TensorView t = weights(name);
+    const bool shape_ok = (cols == 0)
+                              ? (t.shape.size() == 1 && t.shape[0] == rows)
+                              : (t.shape.size() == 2 && t.shape[0] == rows && t.shape[1] == cols);
+    const std::int64_t n = rows * std::max<std::int64_t>(cols, 1);
+    if (!shape_ok)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
+    if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
+    const void *src = t.data;
+    if (is_block_quantized(t.dtype)) {
+      // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K: dequantized to bf16 at load (first step; the
+      // device then holds bf16, so decode reads 2 bytes per weight rather than ~1).
+      const std::int64_t row = std::max<std::int64_t>(cols, 1);
+      if (row % dtype_info(t.dtype).block_elems != 0)
+        throw Error(ErrorCode::kFormat, "weights: " + name + ": rows not a multiple of the " +
+                                            std::string(dtype_name(t.dtype)) + " block");
+      converted.resize(n);
+      std::vector<float> chunk;
+      const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, (1 << 20) / row);
+      const std::int64_t row_bytes = dtype_bytes(t.dtype, row);
+      for (std::int64_t r0 = 0; r0 < n / row; r0 += rows_per_chunk) {
+        const std::int64_t nr = std::min(rows_per_chunk, n / row - r0);
+        chunk.resize(nr * row);
+        dequantize_row(t.dtype, t.data + r0 * row_bytes, chunk.data(), nr * row);
+        for (std::int64_t i = 0; i < nr * row; ++i) converted[r0 * row + i] = f32_to_bf16(chunk[i]);
+      }
+      src = converted.data();
+    } else if (t.dtype == DType::kF32 || t.dtype == DType::kF16) {
+      converted.resize(n);
+      for (std::int64_t i = 0; i < n; ++i) {
+        float f;
+        if (t.dtype == DType::kF32) {
+          std::memcpy(&f, t.data + i * 4, 4);
+        } else {
+          std::uint16_t h;
+          std::memcpy(&h, t.data + i * 2, 2);
+          f = f16_to_f32(h);
+        }
+        converted[i] = f32_to_bf16(f);
+      }
+      src = converted.data();
+    } else if (t.dtype != DType::kBF16) {
+      throw Error(ErrorCode::kUnsupported, "weights: " + name + ": dtype " +
+                                               std::string(dtype_name(t.dtype)) +
+                                               " is not supported by the CUDA runner yet");
+    }
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + offset, src, bf16_bytes(n),
+                                    cudaMemcpyHostToDevice,
+                                    ctx_.copy_h2d().get("cudaMemcpyAsync")));
+    // `converted` is reused by the next tensor: wait for this copy to have read it.
+    done.record(ctx_.copy_h2d());
+    done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+  };
+  put("model.embed_tokens.weight", V_, H_, embed_, 0);
+  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0);
+  put("model.norm.weight", H_, 0, final_norm_, 0);
+  for (std::int64_t i = 0; i < config_.num_layers; ++i) {
+    Layer &l = layers_[i];
+    put(layer_name(i, "input_layernorm.weight"), H_, 0, l.input_norm, 0);
+    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0);
+    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv,
+        bf16_bytes(nh_ * hd_ * H_));
+    put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
+        bf16_bytes((nh_ + nkv_) * hd_ * H_));
+    if (config_.attention_bias) {
+      put(layer_name(i, "self_attn.q_proj.bias"), nh_ * hd_, 0, l.qkv_bias, 0);
+      put(layer_name(i, "self_attn.k_proj.bias"), nkv_ * hd_, 0, l.qkv_bias, bf16_bytes(nh_ * hd_));
+      put(layer_name(i, "self_attn.v_proj.bias"), nkv_ * hd_, 0, l.qkv_bias,
+          bf16_bytes((nh_ + nkv_) * hd_));
+    }
+    if (config_.qk_norm) {
+      put(layer_name(i, "self_attn.q_norm.weight"), hd_, 0, l.q_norm, 0);
+      put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
+    }
+    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0);
+    put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
+    put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0);
+    put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_));
+    put(layer_name(i, "mlp.down_proj.weight"), H_, I_, l.down, 0);
+  }
+}
+
+void CudaModelRunner::randomize_weights(std::uint64_t seed) {
+  const StreamRef s = ctx_.compute();
+  std::uint64_t n = 0;
+  // Uniform with variance 1/fan_in keeps activations O(1) through the layers.
+  auto fill = [&](const DeviceBuffer &b, std::int64_t fan_in) {
+    const float a = fan_in > 0 ? std::sqrt(3.0f / static_cast<float>(fan_in)) : 1.0f;
+    const float lo = fan_in > 0 ? -a : 1.0f, hi = fan_in > 0 ? a : 1.0f;  // norms: all ones
+    launch_fill_uniform(s, b.as<bf16>(), static_cast<std::int64_t>(b.bytes() / sizeof(bf16)),
+                        seed + (n++), lo, hi);
+  };
+  fill(embed_, 1);
+  if (lm_head_.bytes()) fill(lm_head_, H_);
+  fill(final_norm_, 0);
+  for (auto &l : layers_) {
+    fill(l.input_norm, 0);
+    fill(l.qkv, H_);
+    if (l.qkv_bias.bytes()) fill(l.qkv_bias, H_);
+    if (l.q_norm.bytes()) fill(l.q_norm, 0);
+    if (l.k_norm.bytes()) fill(l.k_norm, 0);
+    fill(l.o, nh_ * hd_);
+    fill(l.post_norm, 0);
+    fill(l.gate_up, H_);
+    fill(l.down, I_);
+  }
+  Event done;
+  done.record(s);
+  done.wait(ctx_.wait_timeout(), "cuda runner: random weights");
+}
+
+}  // namespace keel::cuda
