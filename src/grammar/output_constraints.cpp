@@ -14,9 +14,10 @@ namespace {
 class GrammarOutputConstraint final : public OutputConstraint {
  public:
   explicit GrammarOutputConstraint(std::shared_ptr<const CompiledGrammar> g) : dec_(std::move(g)) {}
-  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) override {
-    return dec_.mask_logits(logits, end_ids);
+  bool compute_mask(std::span<const TokenId> end_ids) override {
+    return dec_.compute_mask(end_ids);
   }
+  std::span<const std::uint32_t> mask_words() const override { return dec_.mask().words(); }
   bool accept(TokenId token) override {
     return dec_.accept(token) != ConstrainedDecoder::Status::kRejected;
   }
