@@ -26,7 +26,19 @@ class GrammarOutputConstraint final : public OutputConstraint {
   ConstrainedDecoder dec_;
 };
 
+std::unique_ptr<OutputConstraint> make_constraint(GrammarCache &cache, const SamplingParams &p) {
+  auto kind = parse_constraint_kind(p.constraint_kind);
+  if (!kind)
+    throw Error(ErrorCode::kInvalidArgument, "unknown constraint kind '" + p.constraint_kind + "'");
+  return std::make_unique<GrammarOutputConstraint>(cache.get({*kind, p.constraint_text}));
+}
+
 }  // namespace
+
+OutputConstraintFactory output_constraint_factory(std::shared_ptr<const TokenVocab> vocab) {
+  auto cache = std::make_shared<GrammarCache>(std::move(vocab), 16, /*precompute=*/true);
+  return [cache](const SamplingParams &p) { return make_constraint(*cache, p); };
+}
 
 OutputConstraintFactory output_constraint_factory(const std::filesystem::path &model) {
   auto cache = std::make_shared<std::shared_future<std::shared_ptr<GrammarCache>>>(
@@ -37,8 +49,7 @@ OutputConstraintFactory output_constraint_factory(const std::filesystem::path &m
                                               /*precompute=*/true);
       }).share());
   return [cache](const SamplingParams &p) -> std::unique_ptr<OutputConstraint> {
-    auto kind = parse_constraint_kind(p.constraint_kind);
-    if (!kind)
+    if (!parse_constraint_kind(p.constraint_kind))
       throw Error(ErrorCode::kInvalidArgument,
                   "unknown constraint kind '" + p.constraint_kind + "'");
     std::shared_ptr<GrammarCache> c;
@@ -48,7 +59,7 @@ OutputConstraintFactory output_constraint_factory(const std::filesystem::path &m
       throw Error(ErrorCode::kUnavailable,
                   std::string("structured output: the tokenizer did not load: ") + e.what());
     }
-    return std::make_unique<GrammarOutputConstraint>(c->get({*kind, p.constraint_text}));
+    return make_constraint(*c, p);
   };
 }
 

@@ -153,6 +153,8 @@ class CudaModelRunner : public ModelRunner {
   // semantics): only the tokens and their raw-logit logprobs come back, not the logits.
   // Needs CudaRunnerOptions::gpu_sampling.
   bool samples_on_device() const override { return sample_scratch_.bytes() != 0; }
+  // ... applying the rows' structured-output masks there (one upload per step).
+  bool masks_on_device() const override { return sample_scratch_.bytes() != 0; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 
@@ -195,6 +197,7 @@ class CudaModelRunner : public ModelRunner {
   void profile_begin(cudaStream_t s);
   void profile_mark(cudaStream_t s, int phase);
   void profile_collect();
+  void stage_masks(std::span<const DeviceSampleRow> rows, int R);  // cuda_sampling.cpp
   void validate_config() const;
   void allocate_weights();
   void upload_weights(const WeightSource &weights);
@@ -252,6 +255,8 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_sample_in_;          // staging of sample_in_
   DeviceBuffer sample_out_;              // [R] i32 tokens | [R] f32 logprobs
   PinnedBuffer host_sample_out_;
+  DeviceBuffer mask_in_;       // [R] i32 row -> mask index | [R, ceil(V/32)] u32 masks
+  PinnedBuffer host_mask_in_;  // staging of mask_in_
   std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
   bool decode_kernel_ = false;         // the decode attention kernel supports this shape
