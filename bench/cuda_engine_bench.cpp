@@ -53,7 +53,7 @@ struct Options {
 // A JSON schema no request of --output tokens completes (ignore_eos never meets a
 // finished document): keys, strings and integers in turn (issue 17's decode overhead).
 constexpr const char *kJsonSchema =
-    R"({"type":"array","minItems":1000,"items":{"type":"object","properties":{"name":)"
+    R"({"type":"array","minItems":100,"items":{"type":"object","properties":{"name":)"
     R"({"type":"string","maxLength":8},"age":{"type":"integer"}},"required":["name","age"]}})";
 
 // A synthetic vocabulary of the model's width (random weights have no tokenizer): the 256
