@@ -286,13 +286,22 @@ class SchemaCompiler {
     if (max >= 0 && max < min) fail(join(path, "maxLength"), "is below minLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) fail(join(path, "pattern"), "must be a string");
-      if (s.contains("minLength") || s.contains("maxLength"))
-        fail(join(path, "pattern"), "with minLength/maxLength is not supported");
       std::string p = s["pattern"].get<std::string>();
       // An unanchored pattern matches anywhere: allow text around it.
       bool lead = p.empty() || p[0] != '^';
       bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
-      ExprId body = compile_regex(b_, p, join(path, "pattern"), true);
+      RegexLengths len;
+      ExprId body = compile_regex(b_, p, join(path, "pattern"), true, &len);
+      if (lead || trail) len.max = -1;
+      // Lengths beside a pattern: kept when every match already has a length within
+      // them (the grammar cannot intersect the two languages).
+      if ((s.contains("minLength") || s.contains("maxLength")) &&
+          (len.min < min || (max >= 0 && (len.max < 0 || len.max > max))))
+        fail(join(path, "pattern"),
+             "with minLength/maxLength is supported only when every match of the pattern has "
+             "a length within them (the pattern's: " +
+                 std::to_string(len.min) + " to " +
+                 (len.max < 0 ? std::string("unbounded") : std::to_string(len.max)) + ")");
       ExprId any = b_.repeat(string_char(), 0, -1);
       return b_.seq(
           {lit("\""), lead ? any : b_.empty(), body, trail ? any : b_.empty(), lit("\"")});

@@ -7,9 +7,11 @@
 // Numbers: minimum / maximum / exclusive* on integers (|bound| <= 1e15) and on numbers
 // (plain decimals then, no exponent; grammar/number_range.h says which pairs of bounds
 // are refused); multipleOf 1 (an integer) and, on numbers without bounds, 10^-n (n
-// fraction digits at most); other divisors are refused. Refused too: not, if / then /
-// else, uniqueItems: true (a grammar cannot remember the items), pattern together with
-// minLength / maxLength, and the other keywords listed in json_schema.cpp.
+// fraction digits at most); other divisors are refused. A pattern with minLength /
+// maxLength is kept when every match of the pattern has a length within them (e.g.
+// ^[0-9]{5}$ with maxLength 5), else refused. Refused too: not, if / then / else,
+// uniqueItems: true (a grammar cannot remember the items), and the other keywords listed
+// in json_schema.cpp.
 #pragma once
 
 #include <nlohmann/json_fwd.hpp>

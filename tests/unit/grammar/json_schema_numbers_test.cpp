@@ -1,8 +1,8 @@
 // JSON Schema numeric keywords and the keywords keel refuses (issue 17): numbers between
 // any bounds (each inclusive or exclusive) match exactly the plain decimals inside them,
 // checked by brute force over every number with up to two fraction digits in [-13, 13];
-// multipleOf as far as it is supported; not / if-then-else / uniqueItems and pattern with
-// min/maxLength refused with a 400 naming the path.
+// multipleOf as far as it is supported; not / if-then-else / uniqueItems refused with a
+// 400 naming the path; a pattern with min/maxLength kept when the lengths are implied.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -149,6 +149,32 @@ TEST(JsonSchemaNumbers, RefusedKeywordsNameTheirPath) {
                          "maxLength": 4}}})")
                 .find("properties.z.pattern"),
             std::string::npos);
+}
+
+// A pattern with minLength / maxLength: kept when every match of the pattern already
+// has a length within them, else a 400 naming the pattern (and its lengths).
+TEST(JsonSchemaNumbers, PatternWithLengths) {
+  auto zip = schema(R"({"type": "string", "pattern": "^[0-9]{5}$", "minLength": 5,
+                     "maxLength": 5})");
+  EXPECT_TRUE(matches(zip, R"("12345")"));
+  EXPECT_FALSE(matches(zip, R"("1234")"));
+  auto alt = schema(R"({"type": "string", "pattern": "^(ab|c)\"?$", "minLength": 1,
+                     "maxLength": 3})");
+  EXPECT_TRUE(matches(alt, R"("ab\"")"));  // an escaped quote is one character
+  EXPECT_TRUE(matches(alt, R"("c")"));
+  auto open = schema(R"({"type": "string", "pattern": "ab", "minLength": 2})");
+  EXPECT_TRUE(matches(open, R"("xxaby")"));
+  const std::string err =
+      schema_error(R"({"properties": {"w": {"type": "string", "pattern": "^[a-z]{2,4}$",
+                   "maxLength": 3}}})");
+  EXPECT_NE(err.find("properties.w.pattern"), std::string::npos) << err;
+  EXPECT_NE(err.find("2 to 4"), std::string::npos) << err;
+  EXPECT_NE(schema_error(R"({"type": "string", "pattern": "^a{2}$", "minLength": 3})"), "");
+  EXPECT_NE(schema_error(R"({"type": "string", "pattern": "ab", "maxLength": 10})"), "");
+  // Nested counted repeats: refused (the state limit or the lengths), quickly.
+  EXPECT_NE(schema_error(R"({"type": "string", "pattern": "^((((a{1000}){1000}){1000}){1000})$",
+                         "maxLength": 5})"),
+            "");
 }
 
 }  // namespace
