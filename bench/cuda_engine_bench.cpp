@@ -7,6 +7,9 @@
 //
 //   cuda_engine_bench [--model 1b|8b] [--seqs 64,256] [--prompt 512] [--output 128]
 //                     [--temperature 1.0] [--top-k 0] [--sampling device,host]
+//                     [--constraint none|json]
+// --constraint json: every request decodes under a JSON schema (structured output, the
+// masks made while the forward runs and applied by the device sampler).
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -30,6 +33,8 @@ int main() {
 #include "engine/engine.h"
 #include "exec/cuda/cuda_engine_runner.h"
 #include "formats/make_model.h"
+#include "grammar/output_constraints.h"
+#include "grammar/token_vocab.h"
 
 using namespace keel;
 using Clock = std::chrono::steady_clock;
@@ -42,7 +47,34 @@ struct Options {
   int prompt = 512, output = 128, top_k = 0;
   float temperature = 1.0f;
   std::vector<std::string> sampling = {"device", "host"};
+  std::string constraint = "none";  // or json: every request under kJsonSchema below
 };
+
+// A JSON schema no request of --output tokens completes (ignore_eos never meets a
+// finished document): keys, strings and integers in turn (issue 17's decode overhead).
+constexpr const char *kJsonSchema =
+    R"({"type":"array","minItems":100,"items":{"type":"object","properties":{"name":)"
+    R"({"type":"string","maxLength":8},"age":{"type":"integer"}},"required":["name","age"]}})";
+
+// A synthetic vocabulary of the model's width (random weights have no tokenizer): the 256
+// bytes, then pieces of JSON-ish text of 2-8 bytes, the last id EOS.
+std::shared_ptr<const grammar::TokenVocab> synthetic_vocab(std::int64_t size) {
+  const std::string alphabet =
+      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789 \"{}[]:,.-_\n";
+  std::mt19937 rng(5);
+  std::vector<std::string> bytes(size);
+  for (std::int64_t i = 0; i < size - 1; ++i) {
+    if (i < 256) {
+      bytes[i] = std::string(1, static_cast<char>(i));
+      continue;
+    }
+    const int len = 2 + static_cast<int>(rng() % 7);
+    for (int k = 0; k < len; ++k) bytes[i] += alphabet[rng() % alphabet.size()];
+  }
+  const TokenId eos = static_cast<TokenId>(size - 1);
+  return std::make_shared<const grammar::TokenVocab>(std::move(bytes), std::vector<TokenId>{eos},
+                                                     std::vector<TokenId>{});
+}
 
 // Times the runner's part of every step (enqueue, GPU work, the wait for its results),
 // so the rest of the wall time is the engine's host work while the GPU idles.
@@ -57,6 +89,7 @@ class TimingRunner final : public ModelRunner {
     add(t0);
   }
   bool samples_on_device() const override { return r_->samples_on_device(); }
+  bool masks_on_device() const override { return r_->masks_on_device(); }
   void forward_sample(const ForwardBatch &b, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override {
     const auto t0 = Clock::now();
@@ -130,6 +163,8 @@ Result run(const Options &o, int seqs, bool device) {
   ec.enable_prefix_caching = false;
   ec.scheduler.max_num_seqs = seqs;
   ec.scheduler.max_num_batched_tokens = std::max(8192, seqs);
+  if (o.constraint == "json")
+    ec.make_constraint = grammar::output_constraint_factory(synthetic_vocab(cfg.vocab_size));
   TimingRunner *timing = nullptr;
   Engine engine(
       [&] {
@@ -160,6 +195,10 @@ Result run(const Options &o, int seqs, bool device) {
       r.sampling.temperature = o.temperature;
       r.sampling.top_k = o.top_k;
       r.sampling.seed = 100 + i;
+      if (o.constraint == "json") {
+        r.sampling.constraint_kind = "json_schema";
+        r.sampling.constraint_text = kJsonSchema;
+      }
       engine.submit(std::move(r), t.sink(start));
     }
   };
@@ -205,14 +244,18 @@ int main(int argc, char **argv) {
       o.top_k = std::stoi(v);
     else if (k == "--sampling")
       o.sampling = bench::comma_list(v);
+    else if (k == "--constraint")
+      o.constraint = v;
     else {
       std::fprintf(stderr, "cuda_engine_bench: unknown option %s\n", k.c_str());
       return 2;
     }
   }
   try {
-    std::printf("# engine on CUDA, %s shape, prompt %d, output %d, temperature %g, top_k %d\n",
-                o.model.c_str(), o.prompt, o.output, o.temperature, o.top_k);
+    std::printf(
+        "# engine on CUDA, %s shape, prompt %d, output %d, temperature %g, top_k %d, "
+        "constraint %s\n",
+        o.model.c_str(), o.prompt, o.output, o.temperature, o.top_k, o.constraint.c_str());
     std::printf(
         "| seqs | sampling | wall s | steps | ms/step | runner ms/step | output tok/s | decode "
         "tok/s | errors |\n");

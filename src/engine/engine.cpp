@@ -61,8 +61,10 @@ struct Engine::Live {
   SamplingParams params;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   std::unique_ptr<RequestSampler> sampler;
-  std::unique_ptr<OutputConstraint> constraint;  // structured output, when asked for
-  std::vector<TokenId> end_ids;                  // stop tokens the constraint may allow
+  // Structured output, when asked for; shared with a mask job that may outlive the
+  // request (MaskPrefetcher).
+  std::shared_ptr<OutputConstraint> constraint;
+  std::vector<TokenId> end_ids;  // stop tokens the constraint may allow
   std::int32_t num_prompt_tokens = 0;
   bool first_event_sent = false;
   // Prompt logprobs, gathered chunk by chunk and sent with the first event.
@@ -556,12 +558,16 @@ bool Engine::run_step() {
     ModelRunner &runner = *backend_.runner;
     for (const ScheduledSeq &s : plan.seqs)
       if (s.copy) runner.kv().copy_block(s.copy->src.value, s.copy->dst.value);
+    post_masks(plan);  // computed while the forward runs
     sampled_on_device_ = device_sample_rows(plan, sample_rows_);
-    if (sampled_on_device_)
-      runner.forward_sample(batch_, sample_rows_, out_);
-    else
+    if (sampled_on_device_) {
+      runner.forward_sample(batch_, sample_rows_, out_);  // calls finish_masks before sampling
+    } else {
       runner.forward(batch_, out_);
+    }
+    finish_masks();
   } catch (const std::exception &e) {
+    if (mask_prefetcher_) mask_prefetcher_->abandon();
     fail_step(plan, e.what());
     step_start_ns_.store(0);
     return true;
@@ -595,7 +601,7 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
     if (want == SequenceSlice::Logits::kAll) return false;
     if (want == SequenceSlice::Logits::kLast &&
         (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0 ||
-         live_.at(plan.seqs[i].id)->constraint))  // masks apply on the host
+         (step_mask_[i] != kNoMask && !backend_.runner->masks_on_device())))
       return false;
   }
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
@@ -603,11 +609,43 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
     Live &live = *live_.at(plan.seqs[i].id);
     const SchedRequest *r = sched_->find(plan.seqs[i].id);
     const std::span<const TokenId> all(r->tokens);
-    rows.push_back(DeviceSampleRow{&live.sampler->params(), live.sampler->draw_uniform(),
-                                   all.first(r->num_prompt_tokens),
-                                   all.subspan(r->num_prompt_tokens)});
+    DeviceSampleRow row{&live.sampler->params(), live.sampler->draw_uniform(),
+                        all.first(r->num_prompt_tokens), all.subspan(r->num_prompt_tokens)};
+    if (step_mask_[i] != kNoMask) {
+      // Its words are written while the forward runs; the runner reads them only after
+      // calling mask_ready (the first call finishes every mask of the step).
+      row.mask = live.constraint->mask_words();
+      row.mask_ready = &mask_ready_;
+    }
+    rows.push_back(row);
   }
   return true;
+}
+
+void Engine::post_masks(const StepPlan &plan) {
+  step_mask_.assign(plan.seqs.size(), kNoMask);
+  std::vector<MaskPrefetcher::Job> jobs;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const ScheduledSeq &s = plan.seqs[i];
+    const Live &live = *live_.at(s.id);
+    if (!s.samples || !live.constraint || live.params.max_tokens == 0) continue;
+    step_mask_[i] = kMaskPending;
+    jobs.push_back(MaskPrefetcher::Job{live.constraint, live.end_ids});
+  }
+  if (jobs.empty()) return;
+  if (!mask_prefetcher_) mask_prefetcher_ = std::make_unique<MaskPrefetcher>();
+  mask_prefetcher_->start(std::move(jobs));
+}
+
+void Engine::finish_masks() {
+  const auto pending = std::find(step_mask_.begin(), step_mask_.end(), kMaskPending);
+  if (pending == step_mask_.end()) return;  // none this step, or finished already
+  ThreadPool *pool = backend_.context ? &backend_.context->pool() : nullptr;
+  const auto &jobs =
+      mask_prefetcher_->finish(pool, std::chrono::steady_clock::now() + config_.mask_timeout);
+  std::size_t j = 0;
+  for (auto &m : step_mask_)
+    if (m == kMaskPending) m = jobs[j++].allowed ? kMaskAllowed : kMaskDeadEnd;
 }
 
 // The rows of a step are independent (each request samples once, with its own sampler
@@ -621,6 +659,7 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
   struct Job {
     std::size_t row;
     RequestSampler *sampler;
+    const OutputConstraint *constraint;  // its mask applies first, when set
     std::span<const TokenId> prompt, generated;
   };
   std::vector<Job> jobs;
@@ -630,19 +669,19 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     if (it == live_.end() || !s.samples || out_.row_pos[i] != s.start_pos + s.num_tokens - 1 ||
         it->second->params.max_tokens == 0)
       continue;
-    // The constraint masks the row in place (it is not read again) before sampling; masks
-    // are made here, one row at a time, since requests of one grammar share its caches.
+    // The mask (computed during the forward: finish_masks) applies to the row in place,
+    // which is not read again.
     Live &live = *it->second;
-    if (live.constraint &&
-        !live.constraint->mask_logits(std::span<float>(out_.logits.data() + i * vocab, vocab),
-                                      live.end_ids)) {
-      sampled[i].token = -1;  // a dead end: emit_outputs finishes the request with an error
+    if (step_mask_[out_.row_seq[i]] == kMaskDeadEnd) {
+      sampled[i].token = -1;  // emit_outputs finishes the request with an error
       continue;
     }
     const SchedRequest *r = sched_->find(s.id);
     const std::span<const TokenId> all(r->tokens);
-    jobs.push_back(Job{i, live.sampler.get(), all.first(r->num_prompt_tokens),
-                       all.subspan(r->num_prompt_tokens)});
+    jobs.push_back(
+        Job{i, live.sampler.get(),
+            step_mask_[out_.row_seq[i]] == kMaskAllowed ? live.constraint.get() : nullptr,
+            all.first(r->num_prompt_tokens), all.subspan(r->num_prompt_tokens)});
   }
   // One row: its passes split over the pool; more: rows spread over it.
   ThreadPool *pool = backend_.context ? &backend_.context->pool() : nullptr;
@@ -650,7 +689,9 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
   auto run = [&](std::int64_t begin, std::int64_t end) {
     for (std::int64_t j = begin; j < end; ++j) {
       const Job &job = jobs[j];
-      const std::span<const float> logits(out_.logits.data() + job.row * vocab, vocab);
+      const std::span<float> row(out_.logits.data() + job.row * vocab, vocab);
+      if (job.constraint) apply_token_mask(row, job.constraint->mask_words());
+      const std::span<const float> logits(row);
       sampled[job.row] =
           job.sampler->sample(logits, job.prompt, job.generated, n == 1 ? pool : nullptr);
     }
@@ -718,6 +759,10 @@ void Engine::emit_outputs(const StepPlan &plan) {
     const std::span<const TokenId> all(r->tokens);
     SampledToken t;
     if (sampled_on_device_) {
+      if (step_mask_[out_.row_seq[i]] == kMaskDeadEnd) {
+        finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+        continue;
+      }
       t.token = out_.sampled[i];
       t.logprob = out_.sampled_logprobs[i];
     } else {

@@ -37,6 +37,7 @@
 
 #include "core/output_constraint.h"
 #include "engine/engine_api.h"
+#include "engine/mask_prefetcher.h"
 #include "engine/token_sampling.h"
 #include "exec/exec_context.h"
 #include "exec/forward_batch.h"
@@ -84,6 +85,9 @@ struct EngineConfig {
   // Makes structured-output constraints (requests with a constraint_kind); unset, such
   // requests are refused.
   OutputConstraintFactory make_constraint;
+  // How long a step waits, after its forward, for the masks still being computed
+  // (MaskPrefetcher); past it the step fails with a timeout.
+  std::chrono::milliseconds mask_timeout{10000};
 };
 
 class Engine final : public EngineApi {
@@ -164,6 +168,10 @@ class Engine final : public EngineApi {
   // The step's rows for ModelRunner::forward_sample, or false when the step must
   // sample on the host (a row needs its logits, or the runner cannot).
   bool device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRow> &rows);
+  // The step's structured-output masks: started before the forward, finished after it
+  // (or, sampling on the device, when the runner calls mask_ready_).
+  void post_masks(const StepPlan &plan);
+  void finish_masks();
   void publish_status();
   void settle_restores();  // tier restores that finished: their requests run or recompute
   void flush_tiers();      // device-cached blocks into the SSD tier (on stop)
@@ -214,6 +222,11 @@ class Engine final : public EngineApi {
   ForwardOutput out_;
   std::vector<DeviceSampleRow> sample_rows_;  // this step's, when sampled on the device
   bool sampled_on_device_ = false;            // out_ holds tokens, not logits
+  // Per plan sequence: whether its mask is being computed, allows a token, or is a dead end.
+  static constexpr std::int8_t kNoMask = 0, kMaskPending = 1, kMaskAllowed = 2, kMaskDeadEnd = 3;
+  std::vector<std::int8_t> step_mask_;
+  std::unique_ptr<MaskPrefetcher> mask_prefetcher_;  // made at the first constrained step
+  std::function<void()> mask_ready_ = [this] { finish_masks(); };
   std::int64_t prompt_tokens_ = 0, prefill_tokens_ = 0, decode_tokens_ = 0;
   std::uint64_t steps_ = 0;
   double last_step_seconds_ = 0.0;

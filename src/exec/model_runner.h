@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 
@@ -20,10 +21,18 @@ namespace keel {
 // request's parameters; u = uniform_real_distribution<double>(0, 1) drawn from the
 // request's RNG exactly where Sampler::sample would draw it (Sampler::draw_uniform;
 // unused when greedy); the request's tokens so far (for the penalties).
+//
+// Structured output: `mask` ([ceil(V/32)] words, bit t % 32 of word t / 32 set when
+// token t may be sampled; tokens past it may not) is applied before sampling, or empty
+// for none. Its words may still be in the making when forward_sample is called (the
+// engine computes them while the forward runs): the runner calls *mask_ready, when set,
+// after enqueuing the forward and before reading them; it may throw (the step fails).
 struct DeviceSampleRow {
   const SamplingParams *params = nullptr;
   double u = 0;
   std::span<const TokenId> prompt, generated;
+  std::span<const std::uint32_t> mask;
+  const std::function<void()> *mask_ready = nullptr;
 };
 
 class ModelRunner {
@@ -37,6 +46,9 @@ class ModelRunner {
 
   // Runners that sample on their device (no logits cross to the host) say so here.
   virtual bool samples_on_device() const { return false; }
+  // ... and those that apply DeviceSampleRow::mask there too (else a step with a
+  // constrained row samples on the host).
+  virtual bool masks_on_device() const { return false; }
   // forward(), then every requested logits row i sampled with rows[i] (the Sampler's
   // semantics, bit-for-bit its choice given the same u): fills out.row_seq, row_pos,
   // sampled and sampled_logprobs, leaves out.logits empty. Top-N alternatives are not

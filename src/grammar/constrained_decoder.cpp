@@ -4,13 +4,25 @@
 
 namespace keel::grammar {
 
-bool ConstrainedDecoder::mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) {
+ConstrainedDecoder::ConstrainedDecoder(std::shared_ptr<const CompiledGrammar> grammar)
+    : matcher_(grammar) {
+  if (grammar->vocab()) mask_ = TokenBitmask(grammar->vocab()->size());
+}
+
+bool ConstrainedDecoder::compute_mask(std::span<const TokenId> end_ids) {
   matcher_.fill_next_token_bitmask(mask_);
   end_ids_.assign(end_ids.begin(), end_ids.end());
   if (matcher_.is_complete())
     for (TokenId id : end_ids)
       if (id >= 0 && std::size_t(id) < mask_.vocab_size()) mask_.set(id);
-  if (mask_.count() == 0) return false;
+  const bool any = std::any_of(mask_.words().begin(), mask_.words().end(),
+                               [](std::uint32_t w) { return w != 0; });
+  if (!any) mask_.set_all();
+  return any;
+}
+
+bool ConstrainedDecoder::mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) {
+  if (!compute_mask(end_ids)) return false;
   apply_token_bitmask(logits, mask_);
   return true;
 }

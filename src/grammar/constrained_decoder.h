@@ -21,14 +21,17 @@ class ConstrainedDecoder {
     kRejected,  // the token is not allowed here (the sampler ignored the mask)
   };
 
-  explicit ConstrainedDecoder(std::shared_ptr<const CompiledGrammar> grammar)
-      : matcher_(std::move(grammar)) {}
+  // The mask is sized to the vocabulary here, so its words never move afterwards (a
+  // device sampler reads them by a span taken before they are computed).
+  explicit ConstrainedDecoder(std::shared_ptr<const CompiledGrammar> grammar);
 
-  // Fills the next mask and sets disallowed logits to -inf. `end_ids` (the engine's
-  // stop tokens) are allowed, beside the vocabulary's EOS, when the document is
-  // complete. Returns false (logits untouched) when no token at all is allowed.
+  // Fills the next mask. `end_ids` (the engine's stop tokens) are allowed, beside the
+  // vocabulary's EOS, when the document is complete. Returns false when no token at
+  // all is allowed; the mask then allows every token (so no sampler sees only -inf).
+  bool compute_mask(std::span<const TokenId> end_ids = {});
+  // compute_mask, then sets disallowed logits to -inf (untouched when it returns false).
   bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids = {});
-  // The mask of the last mask_logits call ([ceil(vocab/32)] words, for a device upload).
+  // The mask of the last compute_mask call ([ceil(vocab/32)] words, for a device upload).
   const TokenBitmask &mask() const { return mask_; }
   Status accept(TokenId token);
   // The document may end here (an EOS would be accepted).

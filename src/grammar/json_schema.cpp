@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "grammar/integer_range.h"
+#include "grammar/number_range.h"
 #include "grammar/regex_compiler.h"
 
 namespace keel::grammar {
@@ -176,10 +177,9 @@ class SchemaCompiler {
         fail(join(path, "allOf"), "only a one-element allOf is supported");
       return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
     }
-    for (const char *k :
-         {"not", "if", "then", "else", "patternProperties", "dependentRequired", "dependentSchemas",
-          "propertyNames", "minProperties", "maxProperties", "contains", "minContains",
-          "maxContains", "multipleOf", "unevaluatedItems"})
+    for (const char *k : {"not", "if", "then", "else", "patternProperties", "dependentRequired",
+                          "dependentSchemas", "propertyNames", "minProperties", "maxProperties",
+                          "contains", "minContains", "maxContains", "unevaluatedItems"})
       if (s.contains(k)) fail(join(path, k), "is not supported");
     if (s.contains("uniqueItems") && s["uniqueItems"] == true)
       fail(join(path, "uniqueItems"), "is not supported");
@@ -286,13 +286,22 @@ class SchemaCompiler {
     if (max >= 0 && max < min) fail(join(path, "maxLength"), "is below minLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) fail(join(path, "pattern"), "must be a string");
-      if (s.contains("minLength") || s.contains("maxLength"))
-        fail(join(path, "pattern"), "with minLength/maxLength is not supported");
       std::string p = s["pattern"].get<std::string>();
       // An unanchored pattern matches anywhere: allow text around it.
       bool lead = p.empty() || p[0] != '^';
       bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
-      ExprId body = compile_regex(b_, p, join(path, "pattern"), true);
+      RegexLengths len;
+      ExprId body = compile_regex(b_, p, join(path, "pattern"), true, &len);
+      if (lead || trail) len.max = -1;
+      // Lengths beside a pattern: kept when every match already has a length within
+      // them (the grammar cannot intersect the two languages).
+      if ((s.contains("minLength") || s.contains("maxLength")) &&
+          (len.min < min || (max >= 0 && (len.max < 0 || len.max > max))))
+        fail(join(path, "pattern"),
+             "with minLength/maxLength is supported only when every match of the pattern has "
+             "a length within them (the pattern's: " +
+                 std::to_string(len.min) + " to " +
+                 (len.max < 0 ? std::string("unbounded") : std::to_string(len.max)) + ")");
       ExprId any = b_.repeat(string_char(), 0, -1);
       return b_.seq(
           {lit("\""), lead ? any : b_.empty(), body, trail ? any : b_.empty(), lit("\"")});
@@ -306,7 +315,25 @@ class SchemaCompiler {
     return string_expr(int(min), int(max));
   }
 
+  // multipleOf as a power of ten: 0 for 1 (integers), n for 10^-n (n fraction digits at
+  // most), nullopt when absent. Other divisors are not a language this compiler builds
+  // (divisibility by 3 is regular, but not beside bounds): a 400 naming the path.
+  std::optional<int> decimal_step(const json &s, const std::string &path, bool integer) {
+    if (!s.contains("multipleOf")) return std::nullopt;
+    const json &v = s["multipleOf"];
+    if (!v.is_number() || !(v.get<double>() > 0))
+      fail(join(path, "multipleOf"), "must be a positive number");
+    const double d = v.get<double>();
+    if (d == 1) return 0;
+    if (!integer)
+      for (int n = 1; n <= 15; ++n)
+        if (std::abs(d * std::pow(10.0, n) - 1) < 1e-9) return n;
+    fail(join(path, "multipleOf"),
+         std::string("is not supported (only 1") + (integer ? "" : " and 0.1, 0.01, ...") + ")");
+  }
+
   ExprId integer_type(const json &s, const std::string &path) {
+    decimal_step(s, path, true);
     std::optional<std::int64_t> lo, hi;
     auto bound = [&](const char *k, bool exclusive, bool is_min) {
       if (!s.contains(k)) return;
@@ -330,19 +357,42 @@ class SchemaCompiler {
   }
 
   ExprId number_type(const json &s, const std::string &path) {
-    for (const char *k : {"minimum", "exclusiveMinimum"}) {
-      if (!s.contains(k) || s[k].is_boolean()) continue;
+    const std::optional<int> step = decimal_step(s, path, false);
+    if (step == 0) return integer_type(s, path);  // multipleOf 1: an integer
+    std::optional<NumberBound> lo, hi;
+    auto bound = [&](const char *k, bool exclusive, bool is_min) {
+      if (!s.contains(k) || s[k].is_boolean()) return;  // draft-4 exclusive flags: below
       if (!s[k].is_number()) fail(join(path, k), "must be a number");
-      if (s[k].get<double>() != 0)
-        fail(join(path, k), "only 0 is supported as a bound of a number (use integer for others)");
+      const double d = s[k].get<double>();
+      if (!(std::abs(d) <= 1e15))
+        fail(join(path, k), "is out of the supported range (|x| <= 1e15)");
+      auto &slot = is_min ? lo : hi;
+      // The tighter of minimum and exclusiveMinimum (maximum and exclusiveMaximum).
+      if (!slot || (is_min ? d > slot->value : d < slot->value) || (d == slot->value && exclusive))
+        slot = NumberBound{d, exclusive};
+    };
+    bound("minimum", s.value("exclusiveMinimum", json()) == true, true);
+    bound("maximum", s.value("exclusiveMaximum", json()) == true, false);
+    bound("exclusiveMinimum", true, true);
+    bound("exclusiveMaximum", true, false);
+    if (lo && hi &&
+        (lo->value > hi->value || (lo->value == hi->value && (lo->exclusive || hi->exclusive))))
+      fail(join(path, "maximum"), "leaves no number above the minimum");
+    if (step) {
+      // n fraction digits at most; with bounds the digit languages would need intersecting.
+      if (lo || hi)
+        fail(join(path, "multipleOf"), "together with minimum/maximum is not supported");
+      ExprId digit = b_.char_class({{'0', '9'}});
+      return b_.seq({b_.optional(lit("-")), int_digits(),
+                     b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, *step)}))});
     }
-    for (const char *k : {"maximum", "exclusiveMaximum"})
-      if (s.contains(k) && !s[k].is_boolean())
-        fail(join(path, k), "is not supported for numbers (only for integers)");
-    bool nonneg = s.contains("minimum") || s.contains("exclusiveMinimum");
-    if (!nonneg) return number_expr();
-    ExprId digit = b_.char_class({{'0', '9'}});
-    return b_.seq({int_digits(), b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, 16)}))});
+    if (!lo && !hi) return number_expr();
+    auto range = number_range(b_, lo, hi);
+    if (!range)
+      fail(join(path, lo ? "minimum" : "maximum"),
+           "these bounds are not supported (more than 15 fraction digits, beyond 1e15, or both "
+           "within one integer with a fractional or exclusive lower bound)");
+    return *range;
   }
 
   ExprId kv(const std::string &key, ExprId v) {

@@ -14,9 +14,10 @@ namespace {
 class GrammarOutputConstraint final : public OutputConstraint {
  public:
   explicit GrammarOutputConstraint(std::shared_ptr<const CompiledGrammar> g) : dec_(std::move(g)) {}
-  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) override {
-    return dec_.mask_logits(logits, end_ids);
+  bool compute_mask(std::span<const TokenId> end_ids) override {
+    return dec_.compute_mask(end_ids);
   }
+  std::span<const std::uint32_t> mask_words() const override { return dec_.mask().words(); }
   bool accept(TokenId token) override {
     return dec_.accept(token) != ConstrainedDecoder::Status::kRejected;
   }
@@ -25,7 +26,19 @@ class GrammarOutputConstraint final : public OutputConstraint {
   ConstrainedDecoder dec_;
 };
 
+std::unique_ptr<OutputConstraint> make_constraint(GrammarCache &cache, const SamplingParams &p) {
+  auto kind = parse_constraint_kind(p.constraint_kind);
+  if (!kind)
+    throw Error(ErrorCode::kInvalidArgument, "unknown constraint kind '" + p.constraint_kind + "'");
+  return std::make_unique<GrammarOutputConstraint>(cache.get({*kind, p.constraint_text}));
+}
+
 }  // namespace
+
+OutputConstraintFactory output_constraint_factory(std::shared_ptr<const TokenVocab> vocab) {
+  auto cache = std::make_shared<GrammarCache>(std::move(vocab), 16, /*precompute=*/true);
+  return [cache](const SamplingParams &p) { return make_constraint(*cache, p); };
+}
 
 OutputConstraintFactory output_constraint_factory(const std::filesystem::path &model) {
   auto cache = std::make_shared<std::shared_future<std::shared_ptr<GrammarCache>>>(
@@ -36,8 +49,7 @@ OutputConstraintFactory output_constraint_factory(const std::filesystem::path &m
                                               /*precompute=*/true);
       }).share());
   return [cache](const SamplingParams &p) -> std::unique_ptr<OutputConstraint> {
-    auto kind = parse_constraint_kind(p.constraint_kind);
-    if (!kind)
+    if (!parse_constraint_kind(p.constraint_kind))
       throw Error(ErrorCode::kInvalidArgument,
                   "unknown constraint kind '" + p.constraint_kind + "'");
     std::shared_ptr<GrammarCache> c;
@@ -47,7 +59,7 @@ OutputConstraintFactory output_constraint_factory(const std::filesystem::path &m
       throw Error(ErrorCode::kUnavailable,
                   std::string("structured output: the tokenizer did not load: ") + e.what());
     }
-    return std::make_unique<GrammarOutputConstraint>(c->get({*kind, p.constraint_text}));
+    return make_constraint(*c, p);
   };
 }
 

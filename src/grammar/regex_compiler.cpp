@@ -1,6 +1,7 @@
 #include "grammar/regex_compiler.h"
 
 #include <algorithm>
+#include <unordered_map>
 #include <vector>
 
 #include "core/error.h"
@@ -43,6 +44,8 @@ class RegexParser {
     if (i_ < p_.size()) fail("unmatched ')'");
     return e;
   }
+  // The lengths in characters of the texts `e` (made by this parser) matches.
+  RegexLengths lengths(ExprId e) const { return len_.at(e); }
 
  private:
   [[noreturn]] void fail(const std::string &why) const {
@@ -59,11 +62,18 @@ class RegexParser {
       ++i_;
       options.push_back(sequence(depth));
     }
-    return b_.alt(std::move(options));
+    RegexLengths l = len_.at(options[0]);
+    for (ExprId o : options) {
+      const RegexLengths x = len_.at(o);
+      l.min = std::min(l.min, x.min);
+      l.max = (l.max < 0 || x.max < 0) ? -1 : std::max(l.max, x.max);
+    }
+    return with(b_.alt(std::move(options)), l);
   }
 
   ExprId sequence(int depth) {
     std::vector<ExprId> parts;
+    RegexLengths l{0, 0};
     while (!at_end() && peek() != '|' && peek() != ')') {
       if (peek() == '$' && i_ + 1 == p_.size()) {
         ++i_;
@@ -71,8 +81,11 @@ class RegexParser {
       }
       ExprId a = atom(depth);
       parts.push_back(quantified(a));
+      const RegexLengths x = len_.at(parts.back());
+      l.min = capped(l.min + x.min);
+      l.max = (l.max < 0 || x.max < 0) ? -1 : capped(l.max + x.max);
     }
-    return parts.empty() ? b_.empty() : b_.seq(std::move(parts));
+    return with(parts.empty() ? b_.empty() : b_.seq(std::move(parts)), l);
   }
 
   int number() {
@@ -111,7 +124,10 @@ class RegexParser {
         return a;
       }
       if (!at_end() && (peek() == '?' || peek() == '+')) ++i_;  // lazy/possessive: same language
-      a = b_.repeat(a, min, max);
+      const RegexLengths x = len_.at(a);
+      const RegexLengths l{capped(x.min * std::int64_t(min)),
+                           (max < 0 || x.max < 0) ? -1 : capped(x.max * std::int64_t(max))};
+      a = with(b_.repeat(a, min, max), l);
     }
     return a;
   }
@@ -279,16 +295,16 @@ class RegexParser {
       }
       case '[':
         ++i_;
-        return char_class();
+        return with(char_class(), {1, 1});
       case '.':
         ++i_;
-        return make_class({{'\n', '\n'}}, true);
+        return with(make_class({{'\n', '\n'}}, true), {1, 1});
       case '\\': {
         ++i_;
         std::vector<Range> cls;
         char32_t cp;
-        if (escape(cls, cp)) return make_class(std::move(cls), false);
-        return one_char(cp);
+        if (escape(cls, cp)) return with(make_class(std::move(cls), false), {1, 1});
+        return with(one_char(cp), {1, 1});
       }
       case '*':
       case '+':
@@ -299,7 +315,7 @@ class RegexParser {
       case '$':
         fail("'$' inside the pattern is not supported");
       default: {
-        return one_char(code_point());
+        return with(one_char(code_point()), {1, 1});
       }
     }
   }
@@ -352,6 +368,19 @@ class RegexParser {
     return b_.char_class(std::move(out));
   }
 
+  // Records e's lengths. The builder may hand out one id for equal expressions, which
+  // have equal lengths, so one entry per id is enough.
+  ExprId with(ExprId e, RegexLengths l) {
+    len_[e] = l;
+    return e;
+  }
+
+  // Nested counted repeats multiply: lengths past 1e12 stay there (no overflow).
+  static std::int64_t capped(std::int64_t v) {
+    return std::min<std::int64_t>(v, 1'000'000'000'000);
+  }
+
+  std::unordered_map<ExprId, RegexLengths> len_;
   GrammarBuilder &b_;
   std::string_view p_;
   const std::string &where_;
@@ -362,8 +391,12 @@ class RegexParser {
 }  // namespace
 
 GrammarBuilder::ExprId compile_regex(GrammarBuilder &b, std::string_view pattern,
-                                     const std::string &where, bool json_string) {
-  return RegexParser(b, pattern, where, json_string).parse();
+                                     const std::string &where, bool json_string,
+                                     RegexLengths *lengths) {
+  RegexParser parser(b, pattern, where, json_string);
+  const ExprId e = parser.parse();
+  if (lengths) *lengths = parser.lengths(e);
+  return e;
 }
 
 Grammar regex_grammar(std::string_view pattern, const std::string &where) {

@@ -32,6 +32,7 @@ class OwningCudaRunner final : public ModelRunner {
     runner_->forward(batch, out);
   }
   bool samples_on_device() const override { return runner_->samples_on_device(); }
+  bool masks_on_device() const override { return runner_->masks_on_device(); }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override {
     runner_->forward_sample(batch, rows, out);

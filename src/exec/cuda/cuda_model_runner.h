@@ -120,6 +120,8 @@ class CudaModelRunner : public ModelRunner {
   // semantics): only the tokens and their raw-logit logprobs come back, not the logits.
   // Needs CudaRunnerOptions::gpu_sampling.
   bool samples_on_device() const override { return sample_scratch_.bytes() != 0; }
+  // ... applying the rows' structured-output masks there (one upload per step).
+  bool masks_on_device() const override { return sample_scratch_.bytes() != 0; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 
@@ -158,6 +160,7 @@ class CudaModelRunner : public ModelRunner {
     int splits_single = 1, splits_multi = 1;
   };
 
+  void stage_masks(std::span<const DeviceSampleRow> rows, int R);  // cuda_sampling.cpp
   void validate_config() const;
   // cuda_runner_weights.cpp
   void allocate_weights();
@@ -231,6 +234,8 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_sample_in_;          // staging of sample_in_
   DeviceBuffer sample_out_;              // [R] i32 tokens | [R] f32 logprobs
   PinnedBuffer host_sample_out_;
+  DeviceBuffer mask_in_;       // [R] i32 row -> mask index | [R, ceil(V/32)] u32 masks
+  PinnedBuffer host_mask_in_;  // staging of mask_in_
   std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
   bool decode_kernel_ = false;     // the decode attention kernel supports this shape

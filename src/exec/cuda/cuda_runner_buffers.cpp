@@ -108,6 +108,9 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
     host_sample_in_ = PinnedBuffer(in_bytes);
     sample_out_ = DeviceBuffer(max_rows_ * 8);
     host_sample_out_ = PinnedBuffer(max_rows_ * 8);
+    const std::size_t mask_bytes = max_rows_ * (4 + (V_ + 31) / 32 * 4);
+    mask_in_ = DeviceBuffer(mask_bytes);
+    host_mask_in_ = PinnedBuffer(mask_bytes);
   }
 
   KvLayout layout{static_cast<int>(config_.num_layers), opts.block_size, static_cast<int>(nkv_),

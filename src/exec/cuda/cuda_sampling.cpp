@@ -7,6 +7,7 @@
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/k_token_mask.h"
 #include "exec/sampler.h"
 
 namespace keel::cuda {
@@ -41,6 +42,41 @@ SampleRow to_sample_row(const DeviceSampleRow &row, std::int64_t vocab, std::siz
   return r;
 }
 
+// Structured output: the rows' masks in one upload, applied to the logits in place (they
+// are this step's scratch) before sampling.
+void CudaModelRunner::stage_masks(std::span<const DeviceSampleRow> rows, int R) {
+  const std::size_t W = (V_ + 31) / 32;
+  auto *h = host_mask_in_.as<std::byte>();
+  auto *row_mask = reinterpret_cast<std::int32_t *>(h);
+  auto *words = reinterpret_cast<std::uint32_t *>(h + max_rows_ * 4);
+  std::int32_t n = 0;
+  for (int i = 0; i < R; ++i) {
+    const std::span<const std::uint32_t> m = rows[i].mask;
+    if (m.empty()) {
+      row_mask[i] = -1;
+      continue;
+    }
+    // Tokens past the caller's words (a vocabulary padded beyond the tokenizer's) are
+    // not allowed.
+    std::uint32_t *dst = words + n * W;
+    const std::size_t k = std::min(W, m.size());
+    std::memcpy(dst, m.data(), k * 4);
+    std::memset(dst + k, 0, (W - k) * 4);
+    row_mask[i] = n++;
+  }
+  if (n == 0) return;
+  const StreamRef sref = ctx_.compute();
+  const cudaStream_t s = sref.get("stage_masks");
+  auto *d = mask_in_.as<std::byte>();
+  // The row index, then the n masks in one copy (the step's one bitmask upload).
+  KEEL_CUDA_CHECK(cudaMemcpyAsync(d, h, R * 4, cudaMemcpyHostToDevice, s));
+  KEEL_CUDA_CHECK(
+      cudaMemcpyAsync(d + max_rows_ * 4, h + max_rows_ * 4, n * W * 4, cudaMemcpyHostToDevice, s));
+  launch_apply_token_masks(sref, logits_.as<float>(), R, static_cast<int>(V_),
+                           reinterpret_cast<const std::uint32_t *>(d + max_rows_ * 4),
+                           reinterpret_cast<const std::int32_t *>(d));
+}
+
 void CudaModelRunner::forward_sample(const ForwardBatch &batch,
                                      std::span<const DeviceSampleRow> rows, ForwardOutput &out) {
   if (!sample_scratch_.bytes())
@@ -65,6 +101,10 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
                                                  " rows given for " + std::to_string(want) +
                                                  " logits rows");
   const int R = enqueue(batch, out.row_seq, out.row_pos);
+  // The forward is on the device: now the caller's masks, made while it was enqueued and
+  // runs, must be ready (before any staging buffer is written).
+  for (const DeviceSampleRow &r : rows)
+    if (r.mask_ready) (*r.mask_ready)();
   out.vocab_size = static_cast<std::int32_t>(V_);
   out.logits.clear();
   std::vector<TokenId> &tokens = out.sampled;
@@ -88,6 +128,7 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
                                       s.get("cuda runner: sampling inputs")));
     std::int32_t *d_tokens = sample_out_.as<std::int32_t>();
     float *d_logprobs = reinterpret_cast<float *>(d_tokens + max_rows_);
+    stage_masks(rows, R);  // after the forward is enqueued: the masks were made beside it
     launch_sample(s, logits_.as<float>(), R, static_cast<int>(V_),
                   reinterpret_cast<const SampleRow *>(d),
                   reinterpret_cast<const PenaltyEntry *>(d + pen_at), sample_scratch_.data(),

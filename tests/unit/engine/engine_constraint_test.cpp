@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "collector.h"
 #include "engine/engine.h"
@@ -22,16 +23,20 @@ constexpr TokenId kStop = 99;
 class ScriptedConstraint final : public OutputConstraint {
  public:
   ScriptedConstraint(TokenId token, int count, int dead_after)
-      : token_(token), count_(count), dead_after_(dead_after) {}
-  bool mask_logits(std::span<float> logits, std::span<const TokenId> end_ids) override {
+      : token_(token), count_(count), dead_after_(dead_after), words_((kToyVocab + 31) / 32) {}
+  bool compute_mask(std::span<const TokenId> end_ids) override {
     // The engine offers its stop tokens (the request's here) for the end.
-    if (std::find(end_ids.begin(), end_ids.end(), kStop) == end_ids.end()) return false;
-    if (accepted_ >= dead_after_) return false;
+    const bool stop_offered = std::find(end_ids.begin(), end_ids.end(), kStop) != end_ids.end();
+    if (!stop_offered || accepted_ >= dead_after_) {
+      std::fill(words_.begin(), words_.end(), ~0u);  // a dead end allows every token
+      return false;
+    }
     const TokenId allowed = accepted_ < count_ ? token_ : kStop;
-    for (std::size_t i = 0; i < logits.size(); ++i)
-      if (TokenId(i) != allowed) logits[i] = -std::numeric_limits<float>::infinity();
+    std::fill(words_.begin(), words_.end(), 0u);
+    words_[allowed >> 5] |= 1u << (allowed & 31);
     return true;
   }
+  std::span<const std::uint32_t> mask_words() const override { return words_; }
   bool accept(TokenId t) override {
     ++accepted_;
     return t == token_;
@@ -40,6 +45,7 @@ class ScriptedConstraint final : public OutputConstraint {
  private:
   TokenId token_;
   int count_, dead_after_, accepted_ = 0;
+  std::vector<std::uint32_t> words_;
 };
 
 EngineConfig with_factory(int dead_after) {
@@ -93,6 +99,86 @@ TEST(EngineConstraint, DeadEndAndRefusedConstraintsFinishWithErrors) {
   ASSERT_TRUE(c2.wait_finished(1));
   EXPECT_EQ(c2.get(1).finish, FinishReason::kError);
   EXPECT_NE(c2.get(1).error.find("structured output"), std::string::npos);
+}
+
+// A runner that samples on its device and applies the masks there gets the constrained
+// rows (no fallback to the host), with the same tokens; one that cannot gets a host step.
+TEST(EngineConstraint, DeviceMasksSampleOnTheDevice) {
+  for (const bool device_masks : {true, false}) {
+    ToyEngine e(128, 4, with_factory(1000), [device_masks](ToyRunner &r) {
+      r.device_sampling = true;
+      r.device_masks = device_masks;
+    });
+    Collector c;
+    e->submit(constrained(1, "7", 0.0f), c.sink());
+    e->submit(constrained(2, "42", 1.0f), c.sink());
+    ASSERT_TRUE(c.wait_finished(1) && c.wait_finished(2));
+    EXPECT_EQ(c.get(1).tokens, (std::vector<TokenId>{7, 7, 7})) << device_masks;
+    EXPECT_EQ(c.get(2).tokens, (std::vector<TokenId>{42, 42, 42})) << device_masks;
+    EXPECT_EQ(c.get(2).finish, FinishReason::kStop);
+    if (device_masks) {
+      EXPECT_GT(e.runner->sampled_forwards.load(), 0);
+      EXPECT_EQ(e.runner->forwards.load(), 0);
+      EXPECT_EQ(e.runner->masked_rows.load(), 8);  // 4 steps x 2 requests
+    } else {
+      EXPECT_EQ(e.runner->sampled_forwards.load(), 0);
+      EXPECT_EQ(e.runner->masked_rows.load(), 0);
+    }
+  }
+  ToyEngine dead(128, 4, with_factory(2), [](ToyRunner &r) {
+    r.device_sampling = true;
+    r.device_masks = true;
+  });
+  Collector c;
+  dead->submit(constrained(1, "7", 0.0f), c.sink());
+  ASSERT_TRUE(c.wait_finished(1));
+  EXPECT_EQ(c.get(1).finish, FinishReason::kError);
+  EXPECT_NE(c.get(1).error.find("dead end"), std::string::npos) << c.get(1).error;
+  EXPECT_EQ(c.get(1).tokens, (std::vector<TokenId>{7, 7}));
+}
+
+// The mask of a step is computed while its forward pass runs: the forward here waits
+// (bounded) until the request's mask has been computed, which only a mask made beside
+// the forward can satisfy.
+TEST(EngineConstraint, MaskIsComputedDuringTheForward) {
+  auto computed = std::make_shared<std::atomic<int>>(0);
+  EngineConfig cfg = small_config();
+  cfg.make_constraint = [computed](const SamplingParams &p) -> std::unique_ptr<OutputConstraint> {
+    struct Counting final : OutputConstraint {
+      ScriptedConstraint inner;
+      std::shared_ptr<std::atomic<int>> n;
+      Counting(TokenId t, std::shared_ptr<std::atomic<int>> c) : inner(t, 3, 1000), n(c) {}
+      bool compute_mask(std::span<const TokenId> end_ids) override {
+        const bool ok = inner.compute_mask(end_ids);
+        n->fetch_add(1);
+        return ok;
+      }
+      std::span<const std::uint32_t> mask_words() const override { return inner.mask_words(); }
+      bool accept(TokenId t) override { return inner.accept(t); }
+    };
+    return std::make_unique<Counting>(TokenId(std::stoi(p.constraint_text)), computed);
+  };
+  auto overlapped = std::make_shared<std::atomic<int>>(0);
+  auto sampling = std::make_shared<std::atomic<int>>(0);
+  ToyEngine e(128, 4, cfg, [computed, overlapped, sampling](ToyRunner &r) {
+    r.on_forward = [computed, overlapped, sampling](const ForwardBatch &b) {
+      // Only steps that sample have a mask (a prefill chunk before the last has none).
+      if (b.seqs.at(0).logits == SequenceSlice::Logits::kNone) return;
+      // The n-th sampling step's mask is the n-th computed (it may be done already).
+      const int n = sampling->fetch_add(1) + 1;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (computed->load() < n && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      if (computed->load() >= n) overlapped->fetch_add(1);
+    };
+  });
+  Collector c;
+  e->submit(constrained(1, "7", 0.0f), c.sink());
+  ASSERT_TRUE(c.wait_finished(1));
+  EXPECT_EQ(c.get(1).tokens, (std::vector<TokenId>{7, 7, 7}));
+  // Every sampling step: the last prefill chunk, 3 tokens and the stop.
+  EXPECT_EQ(sampling->load(), 4);
+  EXPECT_EQ(overlapped->load(), 4);
 }
 
 TEST(EngineConstraint, FieldsCrossIpc) {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/output_constraint.h"
 #include "engine/engine.h"
 #include "exec/model_runner.h"
 #include "exec/sampler.h"
@@ -162,6 +163,7 @@ class ToyRunner final : public ModelRunner {
   // Device sampling as a GPU runner does it, here on the host: the host Sampler's
   // choice for the engine's draw u, with no logits returned.
   bool samples_on_device() const override { return device_sampling; }
+  bool masks_on_device() const override { return device_masks; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override {
     if (!device_sampling) return ModelRunner::forward_sample(batch, rows, out);
@@ -172,8 +174,17 @@ class ToyRunner final : public ModelRunner {
     if (rows.size() != n) throw Error(ErrorCode::kInternal, "toy: sample rows != logits rows");
     out.sampled.resize(n);
     out.sampled_logprobs.resize(n);
+    for (const DeviceSampleRow &r : rows) {
+      if (!r.mask.empty() && !device_masks)
+        throw Error(ErrorCode::kInternal, "toy: a mask for a runner without device masks");
+      if (r.mask_ready) (*r.mask_ready)();  // as a GPU runner: after the forward is enqueued
+    }
     for (std::size_t i = 0; i < n; ++i) {
-      const std::span<const float> l(out.logits.data() + i * cfg_.vocab_size, cfg_.vocab_size);
+      const std::span<float> l(out.logits.data() + i * cfg_.vocab_size, cfg_.vocab_size);
+      if (!rows[i].mask.empty()) {
+        apply_token_mask(l, rows[i].mask);
+        ++masked_rows;
+      }
       Sampler s(*rows[i].params, 0);  // its own RNG is never used: u is given
       const SampleResult r = s.sample_with(l, rows[i].prompt, rows[i].generated, rows[i].u);
       out.sampled[i] = sample_offset + r.token;
@@ -181,8 +192,10 @@ class ToyRunner final : public ModelRunner {
     }
     out.logits.clear();
   }
-  bool device_sampling = false;  // set before the engine starts (setup)
-  TokenId sample_offset = 0;     // a broken device sampler: tokens shifted by this
+  bool device_sampling = false;              // set before the engine starts (setup)
+  bool device_masks = false;                 // and whether it applies structured-output masks
+  std::atomic<std::int64_t> masked_rows{0};  // rows masked "on the device"
+  TokenId sample_offset = 0;                 // a broken device sampler: tokens shifted by this
 
   std::function<void(const ForwardBatch &)> on_forward;  // runs on the engine thread
   std::atomic<bool> drop_rows{false};                    // a broken backend: no logits
