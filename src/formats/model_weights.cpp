@@ -177,6 +177,23 @@ void ModelWeights::check_shapes() const {
     expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
     expect(p + "input_layernorm.weight", {h}, true);
     expect(p + "post_attention_layernorm.weight", {h}, true);
+    if (c.moe && c.moe->sparse(l)) {
+      const MoeConfig &m = *c.moe;
+      const std::int64_t I = m.expert_intermediate;
+      expect(moe_router_name(m, l), {m.num_experts, h}, true);
+      for (std::int64_t e = 0; e < m.num_experts; ++e) {
+        expect(moe_expert_name(m, l, e, ExpertMatrix::kGate), {I, h}, true);
+        expect(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, true);
+        expect(moe_expert_name(m, l, e, ExpertMatrix::kDown), {h, I}, true);
+      }
+      // More experts stored than the config says means the config is not this
+      // checkpoint's: refuse rather than route over a subset.
+      if (find(moe_expert_name(m, l, m.num_experts, ExpertMatrix::kGate)))
+        throw Error(ErrorCode::kFormat,
+                    origin + ": " + moe_expert_name(m, l, m.num_experts, ExpertMatrix::kGate) +
+                        ": an expert beyond the config's " + std::to_string(m.num_experts));
+      continue;
+    }
     expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, true);
     expect(p + "mlp.up_proj.weight", {c.intermediate_size, h}, true);
     expect(p + "mlp.down_proj.weight", {h, c.intermediate_size}, true);

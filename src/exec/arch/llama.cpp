@@ -73,9 +73,13 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
     L.wk = need(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
     L.wv = need(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
     L.wo = need(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
-    L.w_gate = need(lookup, p + "mlp.gate_proj.weight", {I, hidden});
-    L.w_up = need(lookup, p + "mlp.up_proj.weight", {I, hidden});
-    L.w_down = need(lookup, p + "mlp.down_proj.weight", {hidden, I});
+    if (cfg.moe && cfg.moe->sparse(l)) {
+      L.moe = std::make_unique<MoeFfn>(cfg, l, lookup);
+    } else {
+      L.w_gate = need(lookup, p + "mlp.gate_proj.weight", {I, hidden});
+      L.w_up = need(lookup, p + "mlp.up_proj.weight", {I, hidden});
+      L.w_down = need(lookup, p + "mlp.down_proj.weight", {hidden, I});
+    }
     L.attn_norm = need_vec(lookup, p + "input_layernorm.weight", hidden);
     L.ffn_norm = need_vec(lookup, p + "post_attention_layernorm.weight", hidden);
     if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
@@ -90,6 +94,9 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
   }
   rope_ = cpu::make_rope_table(cfg);
   shard_ = shard ? *shard : parallel::make_shard_plan(cfg, 0, 1);
+  if (shard_.size > 1 && cfg.moe)
+    throw Error(ErrorCode::kUnsupported,
+                "tensor parallelism is not supported for mixture-of-experts models yet");
   if (shard_.size > 1) {
     const parallel::ShardPlan &p = shard_;
     lm_head_ = parallel::slice_rows(lm_head_, p.vocab_begin, p.vocab_count);
@@ -115,7 +122,8 @@ std::int64_t LlamaModel::weight_bytes() const {
   std::int64_t b = static_cast<std::int64_t>(lm_head_.nbytes);
   for (const auto &L : layers_)
     b += static_cast<std::int64_t>(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes + L.wo.nbytes +
-                                   L.w_gate.nbytes + L.w_up.nbytes + L.w_down.nbytes);
+                                   L.w_gate.nbytes + L.w_up.nbytes + L.w_down.nbytes) +
+         (L.moe ? L.moe->active_bytes() : 0);
   return b;
 }
 
@@ -187,14 +195,15 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     }
   }
 
-  float *x = ws.floats(T * hidden);   // [T, hidden] residual stream
-  float *h = ws.floats(T * hidden);   // [T, hidden] normed
-  float *q = ws.floats(T * H * D);    // [T, H, D]
-  float *k = ws.floats(T * G * D);    // [T, G, D]
-  float *v = ws.floats(T * G * D);    // [T, G, D]
-  float *att = ws.floats(T * H * D);  // [T, H, D]
-  float *gate = ws.floats(T * I);     // [T, I]
-  float *up = ws.floats(T * I);       // [T, I]
+  float *x = ws.floats(T * hidden);                             // [T, hidden] residual stream
+  float *h = ws.floats(T * hidden);                             // [T, hidden] normed
+  float *q = ws.floats(T * H * D);                              // [T, H, D]
+  float *k = ws.floats(T * G * D);                              // [T, G, D]
+  float *v = ws.floats(T * G * D);                              // [T, G, D]
+  float *att = ws.floats(T * H * D);                            // [T, H, D]
+  float *gate = ws.floats(T * I);                               // [T, I]
+  float *up = ws.floats(T * I);                                 // [T, I]
+  float *moe_out = cfg_.moe ? ws.floats(T * hidden) : nullptr;  // [T, hidden]
 
   const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
   for (std::int64_t t = 0; t < T; ++t)
@@ -238,6 +247,11 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];
 
     cpu::rmsnorm(x, L.ffn_norm.data(), h, T, hidden, eps);
+    if (L.moe) {
+      L.moe->forward(h, T, moe_out, pool, lin_scratch_, ws);
+      for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += moe_out[i];
+      continue;
+    }
     const cpu::LinearJob gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
     cpu::linear_multi(gate_up, h, T, pool, lin_scratch_);
     cpu::swiglu(gate, up, gate, T * I);
