@@ -195,15 +195,17 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     }
   }
 
-  float *x = ws.floats(T * hidden);                             // [T, hidden] residual stream
-  float *h = ws.floats(T * hidden);                             // [T, hidden] normed
-  float *q = ws.floats(T * H * D);                              // [T, H, D]
-  float *k = ws.floats(T * G * D);                              // [T, G, D]
-  float *v = ws.floats(T * G * D);                              // [T, G, D]
-  float *att = ws.floats(T * H * D);                            // [T, H, D]
-  float *gate = ws.floats(T * I);                               // [T, I]
-  float *up = ws.floats(T * I);                                 // [T, I]
-  float *moe_out = cfg_.moe ? ws.floats(T * hidden) : nullptr;  // [T, hidden]
+  float *x = ws.floats(T * hidden);   // [T, hidden] residual stream
+  float *h = ws.floats(T * hidden);   // [T, hidden] normed
+  float *q = ws.floats(T * H * D);    // [T, H, D]
+  float *k = ws.floats(T * G * D);    // [T, G, D]
+  float *v = ws.floats(T * G * D);    // [T, G, D]
+  float *att = ws.floats(T * H * D);  // [T, H, D]
+  float *gate = ws.floats(T * I);     // [T, I]
+  float *up = ws.floats(T * I);       // [T, I]
+
+  // [T, hidden]: a MoE block's output (exec/arch/moe_ffn.h)
+  float *moe_out = cfg_.moe ? ws.floats(T * hidden) : nullptr;
 
   const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
   for (std::int64_t t = 0; t < T; ++t)
