@@ -84,7 +84,7 @@ std::int64_t MoeFfn::active_bytes() const {
 }
 
 void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
-                     cpu::LinearScratch &scratch, Workspace &ws) const {
+                     cpu::LinearScratch &scratch, Workspace &ws) {
   std::fill(y, y + T * hidden_, 0.0f);
   if (T == 0) return;
   float *logits = ws.floats(static_cast<std::size_t>(T * E_));  // [T, E]
@@ -110,29 +110,50 @@ void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
     }
   for (std::int64_t e = 0; e < E_; ++e) most = std::max(most, start[e + 1] - start[e]);
 
-  float *xin = ws.floats(static_cast<std::size_t>(most * hidden_));  // [n, hidden]
-  float *gate = ws.floats(static_cast<std::size_t>(most * I_));      // [n, I]
-  float *up = ws.floats(static_cast<std::size_t>(most * I_));        // [n, I]
-  float *out = ws.floats(static_cast<std::size_t>(most * hidden_));  // [n, hidden]
-  // Experts in index order, so each token sums its experts in the same order whatever
-  // else is in the batch (linear() is batch invariant too).
-  for (std::int64_t e = 0; e < E_; ++e) {
+  // Every slot's expert output, [T * k, hidden] in slot order; summed per token below.
+  float *slot_out = ws.floats(static_cast<std::size_t>(T * k_ * hidden_));
+  // Expert e on its n slots from b, with `p` (a pool) and buffers xin [n, hidden],
+  // gate and up [n, I].
+  auto run_expert = [&](std::int64_t e, ThreadPool &p, cpu::LinearScratch &sc, float *xin,
+                        float *gate, float *up) {
     const std::int64_t b = start[e], n = start[e + 1] - start[e];
-    if (n == 0) continue;
     for (std::int64_t i = 0; i < n; ++i)
       std::copy(h + slot_token[b + i] * hidden_, h + (slot_token[b + i] + 1) * hidden_,
                 xin + i * hidden_);
     const ExpertWeights &x = experts_[static_cast<std::size_t>(e)];
     const cpu::LinearJob gate_up[] = {{&x.gate, gate}, {&x.up, up}};
-    cpu::linear_multi(gate_up, xin, n, pool, scratch);
+    cpu::linear_multi(gate_up, xin, n, p, sc);
     cpu::swiglu(gate, up, gate, n * I_);
-    cpu::linear(x.down, gate, n, out, pool, scratch);
-    for (std::int64_t i = 0; i < n; ++i) {
-      float *dst = y + slot_token[b + i] * hidden_;
-      const float *src = out + i * hidden_;
-      const float wt = slot_weight[b + i];
-      for (std::int64_t c = 0; c < hidden_; ++c) dst[c] += wt * src[c];
-    }
+    cpu::linear(x.down, gate, n, slot_out + b * hidden_, p, sc);
+  };
+  std::vector<std::int64_t> active;
+  for (std::int64_t e = 0; e < E_; ++e)
+    if (start[e + 1] > start[e]) active.push_back(e);
+  const int nth = pool.size();
+  constexpr std::int64_t kMaxRowsForExpertSplit = 16;
+  if (nth > 1 && static_cast<int>(active.size()) >= nth && most <= kMaxRowsForExpertSplit) {
+    while (static_cast<int>(workers_.size()) < nth) workers_.push_back(std::make_unique<Worker>());
+    const std::int64_t per = most * (hidden_ + 2 * I_);
+    float *bufs = ws.floats(static_cast<std::size_t>(nth * per));
+    const std::int64_t A = static_cast<std::int64_t>(active.size());
+    pool.run([&](int tid, int n) {
+      float *xin = bufs + tid * per, *gate = xin + most * hidden_, *up = gate + most * I_;
+      Worker &wk = *workers_[static_cast<std::size_t>(tid)];
+      for (std::int64_t i = tid; i < A; i += n)
+        run_expert(active[static_cast<std::size_t>(i)], wk.inline_pool, wk.scratch, xin, gate, up);
+    });
+  } else {
+    float *xin = ws.floats(static_cast<std::size_t>(most * hidden_));  // [n, hidden]
+    float *gate = ws.floats(static_cast<std::size_t>(most * I_));      // [n, I]
+    float *up = ws.floats(static_cast<std::size_t>(most * I_));        // [n, I]
+    for (std::int64_t e : active) run_expert(e, pool, scratch, xin, gate, up);
+  }
+  // Slots are in expert order, so each token adds its experts in index order.
+  for (std::int64_t s = 0; s < T * k_; ++s) {
+    float *dst = y + slot_token[s] * hidden_;
+    const float *src = slot_out + s * hidden_;
+    const float wt = slot_weight[s];
+    for (std::int64_t c = 0; c < hidden_; ++c) dst[c] += wt * src[c];
   }
 }
 

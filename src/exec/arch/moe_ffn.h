@@ -2,11 +2,16 @@
 // picks each token's top-k experts by softmax, each expert is a SwiGLU MLP, and the
 // token's output is the weighted sum of its experts' outputs. Tokens are grouped by
 // expert, so a batch reads each chosen expert's weights once, and only the chosen
-// experts' weights are read at all.
+// experts' weights are read at all. Few tokens per expert (decode): the threads split
+// the experts between them, one whole expert each at a time; many (prefill): the
+// experts run one after another, each split over the threads by rows. Both give the
+// same bits (linear() is batch invariant, and each token sums its experts in index
+// order), so a token's output never depends on what else is in its batch.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,7 +46,7 @@ class MoeFfn {
 
   // h: [T, hidden] (the normed residual); y: [T, hidden], overwritten.
   void forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
-               cpu::LinearScratch &scratch, Workspace &ws) const;
+               cpu::LinearScratch &scratch, Workspace &ws);
 
   // Bytes read for one decoded token: the router and top_k experts.
   std::int64_t active_bytes() const;
@@ -53,6 +58,13 @@ class MoeFfn {
   bool norm_topk_prob_;
   TensorView router_;  // [E, hidden]
   std::vector<ExpertWeights> experts_;
+  // Per pool thread, for the expert-parallel path: a one-thread pool (runs inline)
+  // and its linear scratch.
+  struct Worker {
+    ThreadPool inline_pool{1};
+    cpu::LinearScratch scratch;
+  };
+  std::vector<std::unique_ptr<Worker>> workers_;
 };
 
 }  // namespace keel::arch

@@ -124,8 +124,8 @@ std::vector<float> random_input(std::int64_t T, std::int64_t H, std::uint32_t se
   return x;
 }
 
-std::vector<float> run(const MoeFfn &moe, const std::vector<float> &x, std::int64_t T,
-                       std::int64_t H, ThreadPool &pool) {
+std::vector<float> run(MoeFfn &moe, const std::vector<float> &x, std::int64_t T, std::int64_t H,
+                       ThreadPool &pool) {
   cpu::LinearScratch scratch;
   Workspace ws;
   std::vector<float> y(static_cast<std::size_t>(T * H));
@@ -171,14 +171,19 @@ void expect_matches_reference(bool norm, std::int64_t k) {
 TEST(MoeFfn, MatchesFloat64ReferenceNormalizedTopK) { expect_matches_reference(true, 2); }
 TEST(MoeFfn, MatchesFloat64ReferenceUnnormalizedTopK) { expect_matches_reference(false, 3); }
 
-TEST(MoeFfn, BatchInvariant) {
-  const std::int64_t H = 64, T = 9;
+// T = 9: few rows per expert, the threads split the experts; T = 200: many, each
+// expert is split by rows. A row alone (the first path) gives the same bits in both.
+class MoeFfnBatch : public ::testing::TestWithParam<std::int64_t> {};
+INSTANTIATE_TEST_SUITE_P(Sizes, MoeFfnBatch, ::testing::Values(9, 200));
+
+TEST_P(MoeFfnBatch, BatchInvariant) {
+  const std::int64_t H = 64, T = GetParam();
   Layer layer(H, 8, 2, 32, true, 3);
   MoeFfn moe(layer.cfg, 0, layer.lookup());
-  ThreadPool pool(2);
+  ThreadPool pool(3);
   const auto x = random_input(T, H, 9);
   const auto all = run(moe, x, T, H, pool);
-  for (std::int64_t t = 0; t < T; ++t) {
+  for (std::int64_t t = 0; t<T; t += T> 20 ? 13 : 1) {
     const std::vector<float> one(x.begin() + t * H, x.begin() + (t + 1) * H);
     const auto y = run(moe, one, 1, H, pool);
     for (std::int64_t c = 0; c < H; ++c) ASSERT_EQ(y[c], all[t * H + c]) << t << "," << c;
