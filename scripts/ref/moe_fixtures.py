@@ -10,6 +10,9 @@ in float64 so that no TF32 or reduced-precision path touches the reference):
 It writes $OUT/moe_models.tar.gz holding, for every variant, <name>/ (config.json +
 model.safetensors in the layout the released checkpoints use) and reference.json, plus
 summary.json (versions, which classes exist, the tensor names each model saved).
+Unpack the variants keel runs (qwen3_moe_*, qwen3_moe_nonorm_*, mixtral_*) into
+tests/fixtures/models/, where test_cpu_vs_transformers and test_cpu_ragged_batch find
+them; gpt_oss_* and glm4_moe_* belong there once keel loads those architectures.
 
 Differences from model_fixtures.py (the dense models):
   * the reference is the saved model re-loaded and run in float64;
