@@ -303,6 +303,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kQwen2;
   } else if (c.arch_name == "qwen3") {
     c.arch = Arch::kQwen3;
+  } else if (c.arch_name == "qwen3moe") {
+    c.arch = Arch::kQwen3Moe;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
@@ -358,6 +360,19 @@ ModelConfig config_from_gguf(const GgufFile &g) {
   c.attention_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.attention_out_bias = g.find_tensor("blk.0.attn_output.bias") != nullptr;
   c.qk_norm = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (c.arch == Arch::kQwen3Moe) {
+    // llama.cpp's qwen3moe: experts stacked per layer (blk.N.ffn_gate_exps.weight, ...);
+    // a layer with a router is sparse.
+    MoeConfig m;
+    m.num_experts = g.get_i64(a + "expert_count");
+    m.top_k = g.get_i64(a + "expert_used_count");
+    m.expert_intermediate = g.get_i64(a + "expert_feed_forward_length");
+    m.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalizes
+    for (std::int64_t l = 0; l < c.num_layers; ++l)
+      m.sparse_layers.push_back(
+          g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr);
+    c.moe = m;
+  }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {
     c.vocab_size = *v;

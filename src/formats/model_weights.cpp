@@ -116,6 +116,7 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
     w->gguf_ = GgufFile::open(gguf_path);
     w->config_ = config_from_gguf(*w->gguf_);
     for (const auto &t : w->gguf_->tensors()) {
+      if (w->config_.moe && w->split_stacked_experts(t, gguf_path.string())) continue;
       std::string hf = hf_name_from_gguf(t.name);
       if (t.supported())
         w->tensors_.emplace(std::move(hf), GgufFile::view(t, gguf_path.string()));
@@ -141,6 +142,45 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
   }
   w->check_shapes();
   return w;
+}
+
+bool ModelWeights::split_stacked_experts(const GgufTensorInfo &t, const std::string &file) {
+  int layer = 0;
+  std::string_view rest;
+  if (!split_layer(t.name, "blk.", layer, rest)) return false;
+  ExpertMatrix which;
+  if (rest == "ffn_gate_exps.weight") {
+    which = ExpertMatrix::kGate;
+  } else if (rest == "ffn_up_exps.weight") {
+    which = ExpertMatrix::kUp;
+  } else if (rest == "ffn_down_exps.weight") {
+    which = ExpertMatrix::kDown;
+  } else {
+    return false;
+  }
+  const MoeConfig &m = *config_.moe;
+  const std::string origin = file + ": " + t.name;
+  if (!t.supported()) {
+    unsupported_.emplace(
+        moe_expert_name(m, layer, 0, which),
+        origin + ": tensor type " + std::string(ggml_type_name(t.ggml_type)) + " is not supported");
+    return true;
+  }
+  // [E, rows, cols]: expert e is rows x cols contiguous elements.
+  const TensorView all = GgufFile::view(t, file);
+  if (all.shape.size() != 3 || all.shape[0] != m.num_experts)
+    throw Error(ErrorCode::kFormat, origin + ": shape " + shape_str(all.shape) + ", expected [" +
+                                        std::to_string(m.num_experts) + ", rows, cols]");
+  const std::int64_t per = dtype_bytes(all.dtype, all.shape[1] * all.shape[2]);
+  for (std::int64_t e = 0; e < all.shape[0]; ++e) {
+    TensorView v = all;
+    v.name = moe_expert_name(m, layer, e, which);
+    v.shape = {all.shape[1], all.shape[2]};
+    v.data = all.data + e * per;
+    v.nbytes = static_cast<std::size_t>(per);
+    tensors_.emplace(v.name, v);
+  }
+  return true;
 }
 
 void ModelWeights::check_shapes() const {

@@ -16,6 +16,7 @@
 namespace keel {
 
 class GgufFile;
+struct GgufTensorInfo;
 class SafetensorsModel;
 
 class ModelWeights {
@@ -60,6 +61,10 @@ class ModelWeights {
  private:
   ModelWeights() = default;
   void check_shapes() const;
+  // llama.cpp stacks a layer's experts in one tensor (blk.N.ffn_gate_exps.weight:
+  // [E, I, hidden]); registers a view of each expert under its HF name. False when `t`
+  // is not such a tensor.
+  bool split_stacked_experts(const GgufTensorInfo &t, const std::string &file);
 
   ModelConfig config_;
   Format format_ = Format::kSafetensors;

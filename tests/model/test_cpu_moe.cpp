@@ -7,7 +7,9 @@
 
 #include <cstring>
 
+#include "formats/gguf_writer.h"
 #include "formats/make_model.h"
+#include "formats/model_weights.h"
 #include "model_harness.h"
 
 namespace keel::test {
@@ -80,6 +82,92 @@ TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
   // The logits are not degenerate.
   const auto [lo, hi] = std::minmax_element(alone_decode.begin(), alone_decode.end());
   EXPECT_GT(*hi - *lo, 0.01f);
+}
+
+// The same qwen3_moe written as llama.cpp lays it out in GGUF (qwen3moe keys, each
+// layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight) gives the same logits.
+TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
+  const auto base =
+      std::filesystem::temp_directory_path() / ("keel-moe-gguf-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  MakeModelOptions o;
+  o.arch = "qwen3_moe";
+  o.shape = "tiny";
+  o.dtype = DType::kF32;
+  o.seed = 8;
+  o.out = base / "st";
+  o.threads = 2;
+  make_model(o);
+  const auto st = ModelWeights::open(base / "st");
+  const ModelConfig &c = st->config();
+  const MoeConfig &m = *c.moe;
+
+  GgufMetadata meta;
+  meta.add_string("general.architecture", "qwen3moe");
+  const std::string a = "qwen3moe.";
+  meta.add_u32(a + "embedding_length", static_cast<std::uint32_t>(c.hidden_size));
+  meta.add_u32(a + "feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
+  meta.add_u32(a + "block_count", static_cast<std::uint32_t>(c.num_layers));
+  meta.add_u32(a + "attention.head_count", static_cast<std::uint32_t>(c.num_heads));
+  meta.add_u32(a + "attention.head_count_kv", static_cast<std::uint32_t>(c.num_kv_heads));
+  meta.add_u32(a + "attention.key_length", static_cast<std::uint32_t>(c.head_dim));
+  meta.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  meta.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
+  meta.add_u32(a + "expert_count", static_cast<std::uint32_t>(m.num_experts));
+  meta.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(m.top_k));
+  meta.add_u32(a + "expert_feed_forward_length", static_cast<std::uint32_t>(m.expert_intermediate));
+
+  // Plain tensors under their GGUF names; experts stacked, expert-major.
+  std::vector<TensorSpec> specs;
+  std::vector<std::vector<const TensorView *>> sources;
+  for (const std::string &name : st->names()) {
+    if (name.find(".experts.") != std::string::npos) continue;
+    const TensorView &t = st->get(name);
+    specs.push_back({ModelWeights::gguf_name_from_hf(name), t.dtype, t.shape});
+    sources.push_back({&t});
+  }
+  const char *stacked[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  const ExpertMatrix which[] = {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown};
+  for (std::int64_t l = 0; l < c.num_layers; ++l)
+    for (int j = 0; j < 3; ++j) {
+      std::vector<const TensorView *> parts;
+      for (std::int64_t e = 0; e < m.num_experts; ++e)
+        parts.push_back(&st->get(moe_expert_name(m, l, e, which[j])));
+      specs.push_back({"blk." + std::to_string(l) + "." + stacked[j] + ".weight",
+                       DType::kF32,
+                       {m.num_experts, parts[0]->shape[0], parts[0]->shape[1]}});
+      sources.push_back(parts);
+    }
+  const auto gguf = base / "moe.gguf";
+  {
+    GgufWriter w(gguf, meta, specs);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      std::uint64_t off = 0;
+      for (const TensorView *t : sources[i]) {
+        w.write(i, off, std::span<const std::byte>(t->data, t->nbytes));
+        off += t->nbytes;
+      }
+    }
+    w.commit();
+  }
+
+  ExecContext ctx(2);
+  auto from_st = cpu::CpuModelRunner::open(base / "st", ctx, {64, 16});
+  auto from_gguf = cpu::CpuModelRunner::open(gguf, ctx, {64, 16});
+  std::filesystem::remove_all(base);
+  ASSERT_TRUE(from_gguf->config().moe);
+  EXPECT_EQ(from_gguf->config().moe->num_experts, m.num_experts);
+  const int V = static_cast<int>(c.vocab_size);
+  std::vector<ForwardOutput> outs;
+  for (cpu::CpuModelRunner *r : {from_st.get(), from_gguf.get()}) {
+    BlockHandout blocks(64, 3);
+    PagedSeq seq;
+    seq.tokens = prompt(4, 21, V);
+    outs.push_back(run_step(*r, blocks, {{&seq, 21, SequenceSlice::Logits::kAll}}));
+  }
+  ASSERT_EQ(outs[0].logits.size(), outs[1].logits.size());
+  EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
+                           outs[0].logits.size() * sizeof(float)));
 }
 
 }  // namespace
