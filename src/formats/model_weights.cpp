@@ -132,6 +132,9 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
     w->safetensors_ = SafetensorsModel::open(path);
     for (const auto &f : w->safetensors_->files()) {
       for (const auto &t : f->tensors()) {
+        if (t.dtype && w->config_.moe &&
+            w->split_fused_experts(SafetensorsModel::view(t, f->path()), f->path()))
+          continue;
         if (t.dtype)
           w->tensors_.emplace(t.name, SafetensorsModel::view(t, f->path()));
         else
@@ -179,6 +182,36 @@ bool ModelWeights::split_stacked_experts(const GgufTensorInfo &t, const std::str
     v.data = all.data + e * per;
     v.nbytes = static_cast<std::size_t>(per);
     tensors_.emplace(v.name, v);
+  }
+  return true;
+}
+
+bool ModelWeights::split_fused_experts(const TensorView &all, const std::string &file) {
+  int layer = 0;
+  std::string_view rest;
+  if (!split_layer(all.name, "model.layers.", layer, rest)) return false;
+  const bool gate_up = rest == "mlp.experts.gate_up_proj";
+  if (!gate_up && rest != "mlp.experts.down_proj") return false;
+  const MoeConfig &m = *config_.moe;
+  if (all.shape.size() != 3 || all.shape[0] != m.num_experts || (gate_up && all.shape[1] % 2))
+    throw Error(ErrorCode::kFormat, file + ": " + all.name + ": shape " + shape_str(all.shape) +
+                                        ", expected [" + std::to_string(m.num_experts) +
+                                        (gate_up ? ", 2 x I, hidden]" : ", hidden, I]"));
+  // gate_up_proj: [E, 2I, hidden], each expert's gate rows then its up rows;
+  // down_proj: [E, hidden, I].
+  const std::int64_t rows = gate_up ? all.shape[1] / 2 : all.shape[1], cols = all.shape[2];
+  const std::int64_t part = dtype_bytes(all.dtype, rows * cols);
+  for (std::int64_t e = 0; e < all.shape[0]; ++e) {
+    for (int j = 0; j < (gate_up ? 2 : 1); ++j) {
+      TensorView v = all;
+      v.name = moe_expert_name(
+          m, layer, e,
+          !gate_up ? ExpertMatrix::kDown : (j == 0 ? ExpertMatrix::kGate : ExpertMatrix::kUp));
+      v.shape = {rows, cols};
+      v.data = all.data + (e * (gate_up ? 2 : 1) + j) * part;
+      v.nbytes = static_cast<std::size_t>(part);
+      tensors_.emplace(v.name, v);
+    }
   }
   return true;
 }

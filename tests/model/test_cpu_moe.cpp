@@ -10,6 +10,7 @@
 #include "formats/gguf_writer.h"
 #include "formats/make_model.h"
 #include "formats/model_weights.h"
+#include "formats/safetensors_writer.h"
 #include "model_harness.h"
 
 namespace keel::test {
@@ -164,6 +165,77 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
     PagedSeq seq;
     seq.tokens = prompt(4, 21, V);
     outs.push_back(run_step(*r, blocks, {{&seq, 21, SequenceSlice::Logits::kAll}}));
+  }
+  ASSERT_EQ(outs[0].logits.size(), outs[1].logits.size());
+  EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
+                           outs[0].logits.size() * sizeof(float)));
+}
+
+// The same qwen3_moe with its experts fused as transformers 5 keeps them
+// (mlp.experts.gate_up_proj [E, 2I, hidden], mlp.experts.down_proj [E, hidden, I]).
+TEST(CpuMoe, FusedExpertTensorsMatchPerExpertOnes) {
+  const auto base =
+      std::filesystem::temp_directory_path() / ("keel-moe-fused-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  MakeModelOptions o;
+  o.arch = "qwen3_moe";
+  o.shape = "tiny";
+  o.dtype = DType::kBF16;
+  o.seed = 9;
+  o.out = base / "st";
+  o.threads = 2;
+  make_model(o);
+  const auto st = ModelWeights::open(base / "st");
+  const ModelConfig &c = st->config();
+  const MoeConfig &m = *c.moe;
+  std::vector<TensorSpec> specs;
+  std::vector<std::vector<const TensorView *>> sources;
+  for (const std::string &name : st->names()) {
+    if (name.find(".experts.") != std::string::npos) continue;
+    const TensorView &t = st->get(name);
+    specs.push_back({name, t.dtype, t.shape});
+    sources.push_back({&t});
+  }
+  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".mlp.experts.";
+    std::vector<const TensorView *> gu, down;
+    for (std::int64_t e = 0; e < m.num_experts; ++e) {
+      gu.push_back(&st->get(moe_expert_name(m, l, e, ExpertMatrix::kGate)));
+      gu.push_back(&st->get(moe_expert_name(m, l, e, ExpertMatrix::kUp)));
+      down.push_back(&st->get(moe_expert_name(m, l, e, ExpertMatrix::kDown)));
+    }
+    specs.push_back({p + "gate_up_proj",
+                     DType::kBF16,
+                     {m.num_experts, 2 * m.expert_intermediate, c.hidden_size}});
+    sources.push_back(gu);
+    specs.push_back(
+        {p + "down_proj", DType::kBF16, {m.num_experts, c.hidden_size, m.expert_intermediate}});
+    sources.push_back(down);
+  }
+  std::filesystem::create_directories(base / "fused");
+  std::filesystem::copy_file(base / "st" / "config.json", base / "fused" / "config.json");
+  {
+    SafetensorsWriter w(base / "fused" / "model.safetensors", specs);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      std::uint64_t off = 0;
+      for (const TensorView *t : sources[i]) {
+        w.write(i, off, std::span<const std::byte>(t->data, t->nbytes));
+        off += t->nbytes;
+      }
+    }
+    w.commit();
+  }
+  ExecContext ctx(2);
+  auto per_expert = cpu::CpuModelRunner::open(base / "st", ctx, {64, 16});
+  auto fused = cpu::CpuModelRunner::open(base / "fused", ctx, {64, 16});
+  std::filesystem::remove_all(base);
+  const int V = static_cast<int>(c.vocab_size);
+  std::vector<ForwardOutput> outs;
+  for (cpu::CpuModelRunner *r : {per_expert.get(), fused.get()}) {
+    BlockHandout blocks(64, 3);
+    PagedSeq seq;
+    seq.tokens = prompt(6, 19, V);
+    outs.push_back(run_step(*r, blocks, {{&seq, 19, SequenceSlice::Logits::kAll}}));
   }
   ASSERT_EQ(outs[0].logits.size(), outs[1].logits.size());
   EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
