@@ -1,7 +1,7 @@
 // A mixture-of-experts model (qwen3_moe, `keel make-model --arch qwen3_moe --shape
 // tiny`) served by keel on the CPU: a scripted copy answers an OpenAI chat request
 // with its reasoning split out, and a random copy answers a forced tool call that
-// parses against the tool's schema.
+// parses against the tool's schema and serves a repeated prompt from the prefix cache.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -73,4 +73,16 @@ test('a random qwen3_moe model answers a forced tool call that parses', async ()
   assert.ok(args.city.length <= 10);
   const st = await server.model('moe-random');
   assert.ok(st, 'the MoE model is listed in /api/status');
+});
+
+test('a repeated prompt reuses the qwen3_moe model\'s cached KV blocks and gives the same tokens', async () => {
+  const content = 'The keeper of the lighthouse wrote in his log every night. '.repeat(6);
+  const ask = () => server.client.chat.completions.create({
+    model: 'moe-random', messages: [{ role: 'user', content }], max_tokens: 12, temperature: 0,
+  });
+  const first = await ask();
+  const second = await ask();
+  assert.ok(first.usage.prompt_tokens > 32);
+  assert.ok((second.usage.prompt_tokens_details?.cached_tokens ?? 0) >= 16, JSON.stringify(second.usage));
+  assert.equal(second.choices[0].message.content, first.choices[0].message.content);
 });
