@@ -168,7 +168,14 @@ int main(int argc, char **argv) {
   // Matmul parameters (lm_head once per prefill, for the last row only).
   const double hidden = static_cast<double>(cfg.hidden_size),
                inter = static_cast<double>(cfg.intermediate_size);
-  const double layer_params = hidden * (H * D) * 2 + hidden * (G * D) * 2 + 3 * hidden * inter;
+  // A MoE layer computes its router and top_k experts (per token), not all experts.
+  double ffn_params = 0;
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l)
+    ffn_params +=
+        cfg.moe && cfg.moe->sparse(l)
+            ? hidden * (cfg.moe->num_experts + 3.0 * cfg.moe->top_k * cfg.moe->expert_intermediate)
+            : 3 * hidden * inter;
+  const double layer_params = hidden * (H * D) * 2 + hidden * (G * D) * 2 + ffn_params / L;
   const double head = static_cast<double>(cfg.vocab_size) * hidden;
   const double attn_flops = 4.0 * L * H * D * (static_cast<double>(prompt) * (prompt + 1) / 2);
   const double prefill_flops = 2.0 * L * layer_params * prompt + 2.0 * head + attn_flops;

@@ -31,10 +31,17 @@ int cmd_make_model(int argc, char **argv) {
   std::int64_t hidden = 0, intermediate = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0,
                vocab = 0;
   bool tie = false, no_tie = false;
-  app.add_option("--arch", o.arch, "llama | qwen2 | qwen3")
-      ->check(CLI::IsMember({"llama", "qwen2", "qwen3"}));
-  app.add_option("--shape", o.shape, "tiny | 100m | 1b (Llama 3.2 1B) | 8b (Llama 3.1 8B)")
-      ->check(CLI::IsMember({"tiny", "100m", "1b", "8b"}));
+  app.add_option("--arch", o.arch, "llama | qwen2 | qwen3 | qwen3_moe | mixtral")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral"}));
+  app.add_option("--shape", o.shape,
+                 "tiny | 100m | 1b (Llama 3.2 1B) | 8b (Llama 3.1 8B); MoE: tiny | small | "
+                 "qwen3-30b-a3b | mixtral-8x7b")
+      ->check(
+          CLI::IsMember({"tiny", "100m", "1b", "8b", "small", "qwen3-30b-a3b", "mixtral-8x7b"}));
+  std::int64_t experts = 0, experts_per_tok = 0, moe_intermediate = 0;
+  app.add_option("--experts", experts, "MoE: experts per layer (overrides the shape)");
+  app.add_option("--experts-per-tok", experts_per_tok, "MoE: experts chosen per token");
+  app.add_option("--moe-intermediate", moe_intermediate, "MoE: one expert's MLP width");
   app.add_option("--hidden", hidden, "hidden size (overrides the shape)");
   app.add_option("--intermediate", intermediate, "MLP intermediate size");
   app.add_option("--layers", layers, "number of layers");
@@ -71,6 +78,9 @@ int cmd_make_model(int argc, char **argv) {
   opt("--kv-heads", kv_heads, o.kv_heads);
   opt("--head-dim", head_dim, o.head_dim);
   opt("--vocab", vocab, o.vocab);
+  opt("--experts", experts, o.experts);
+  opt("--experts-per-tok", experts_per_tok, o.experts_per_tok);
+  opt("--moe-intermediate", moe_intermediate, o.moe_intermediate);
   if (tie) o.tie = true;
   if (no_tie) o.tie = false;
   o.dtype = parse_dtype(dtype);

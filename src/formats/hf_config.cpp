@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/hf_moe_config.h"
 #include "formats/model_config.h"
 
 namespace keel {
@@ -131,6 +132,10 @@ const char *arch_name(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kQwen3Moe:
+      return "qwen3_moe";
+    case Arch::kMixtral:
+      return "mixtral";
   }
   return "?";
 }
@@ -161,6 +166,7 @@ void validate_config(const ModelConfig &c, const std::string &origin) {
     if (t >= c.vocab_size) fail(origin, "eos_token_id " + std::to_string(t) + " >= vocab_size");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
     fail(origin, "bos_token_id " + std::to_string(*c.bos_token_id) + " >= vocab_size");
+  validate_moe(c, origin);
 }
 
 ModelConfig parse_hf_config(const std::string &text, const std::string &origin) {
@@ -183,6 +189,10 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     c.arch = Arch::kQwen2;
   } else if (c.arch_name == "qwen3") {
     c.arch = Arch::kQwen3;
+  } else if (c.arch_name == "qwen3_moe") {
+    c.arch = Arch::kQwen3Moe;
+  } else if (c.arch_name == "mixtral") {
+    c.arch = Arch::kMixtral;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": model_type \"" + c.arch_name + "\" is not supported");
@@ -225,12 +235,14 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
       c.attention_bias = true;  // Qwen2 always has q/k/v biases (and none on o_proj)
       break;
     case Arch::kQwen3:
+    case Arch::kQwen3Moe:
       c.qk_norm = true;
       c.attention_bias = attn_bias;
       c.attention_out_bias = attn_bias;
       break;
     case Arch::kLlama:
     case Arch::kMistral:
+    case Arch::kMixtral:
       c.attention_bias = attn_bias;
       c.attention_out_bias = attn_bias;
       break;
@@ -238,6 +250,7 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
   if (opt_bool(j, "mlp_bias", origin).value_or(false))
     throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", origin).value_or(false);
+  parse_hf_moe(j, c, origin);
 
   // Qwen configs carry a sliding_window that is off unless use_sliding_window is set.
   const auto sw = opt_int(j, "sliding_window", origin);
@@ -290,6 +303,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kQwen2;
   } else if (c.arch_name == "qwen3") {
     c.arch = Arch::kQwen3;
+  } else if (c.arch_name == "qwen3moe") {
+    c.arch = Arch::kQwen3Moe;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
@@ -345,6 +360,19 @@ ModelConfig config_from_gguf(const GgufFile &g) {
   c.attention_bias = g.find_tensor("blk.0.attn_q.bias") != nullptr;
   c.attention_out_bias = g.find_tensor("blk.0.attn_output.bias") != nullptr;
   c.qk_norm = g.find_tensor("blk.0.attn_q_norm.weight") != nullptr;
+  if (c.arch == Arch::kQwen3Moe) {
+    // llama.cpp's qwen3moe: experts stacked per layer (blk.N.ffn_gate_exps.weight, ...);
+    // a layer with a router is sparse.
+    MoeConfig m;
+    m.num_experts = g.get_i64(a + "expert_count");
+    m.top_k = g.get_i64(a + "expert_used_count");
+    m.expert_intermediate = g.get_i64(a + "expert_feed_forward_length");
+    m.norm_topk_prob = true;  // llama.cpp's qwen3moe graph always renormalizes
+    for (std::int64_t l = 0; l < c.num_layers; ++l)
+      m.sparse_layers.push_back(
+          g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr);
+    c.moe = m;
+  }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {
     c.vocab_size = *v;

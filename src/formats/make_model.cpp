@@ -77,6 +77,44 @@ RopeScaling llama3_scaling(double factor) {
 }
 }  // namespace
 
+// The MoE shapes: "tiny" for tests, "small" for CPU benchmarks, and released models.
+static void apply_moe_shape(ModelConfig &c, const std::string &shape) {
+  MoeConfig m;
+  m.norm_topk_prob = true;
+  if (c.arch == Arch::kMixtral) m.naming = MoeConfig::Naming::kMixtral;
+  c.tie_word_embeddings = false;
+  if (shape == "tiny") {
+    c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
+    c.num_kv_heads = 2, c.head_dim = c.arch == Arch::kQwen3Moe ? 32 : 16;
+    c.vocab_size = 512, c.max_position_embeddings = 4096;
+    m.num_experts = 8, m.top_k = 2, m.expert_intermediate = 32;
+  } else if (shape == "small" && c.arch == Arch::kQwen3Moe) {
+    // Qwen3-30B-A3B's proportions at about a tenth of its width and depth.
+    c.hidden_size = 512, c.intermediate_size = 1536, c.num_layers = 8, c.num_heads = 8,
+    c.num_kv_heads = 2, c.head_dim = 64;
+    c.vocab_size = 32000, c.max_position_embeddings = 40960;
+    m.num_experts = 64, m.top_k = 8, m.expert_intermediate = 192;
+  } else if (shape == "qwen3-30b-a3b" && c.arch == Arch::kQwen3Moe) {
+    c.hidden_size = 2048, c.intermediate_size = 6144, c.num_layers = 48, c.num_heads = 32,
+    c.num_kv_heads = 4, c.head_dim = 128;
+    c.vocab_size = 151936, c.max_position_embeddings = 40960;
+    m.num_experts = 128, m.top_k = 8, m.expert_intermediate = 768;
+  } else if (shape == "mixtral-8x7b" && c.arch == Arch::kMixtral) {
+    c.hidden_size = 4096, c.intermediate_size = 14336, c.num_layers = 32, c.num_heads = 32,
+    c.num_kv_heads = 8, c.head_dim = 128;
+    c.vocab_size = 32000, c.max_position_embeddings = 32768;
+    m.num_experts = 8, m.top_k = 2, m.expert_intermediate = 14336;
+    c.rms_norm_eps = 1e-5;
+  } else {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--shape: expected " +
+                    std::string(c.arch == Arch::kMixtral ? "tiny or mixtral-8x7b"
+                                                         : "tiny, small or qwen3-30b-a3b") +
+                    " for " + arch_name(c.arch) + ", got " + shape);
+  }
+  c.moe = m;
+}
+
 ModelConfig make_model_config(const MakeModelOptions &o) {
   ModelConfig c;
   c.arch_name = o.arch;
@@ -88,14 +126,21 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   } else if (o.arch == "qwen3") {
     c.arch = Arch::kQwen3;
     c.qk_norm = true;
+  } else if (o.arch == "qwen3_moe") {
+    c.arch = Arch::kQwen3Moe;
+    c.qk_norm = true;
+  } else if (o.arch == "mixtral") {
+    c.arch = Arch::kMixtral;
   } else {
     throw Error(ErrorCode::kInvalidArgument,
-                "--arch: expected llama, qwen2 or qwen3, got " + o.arch);
+                "--arch: expected llama, qwen2, qwen3, qwen3_moe or mixtral, got " + o.arch);
   }
   const bool llama = c.arch == Arch::kLlama;
   c.rms_norm_eps = llama ? 1e-5 : 1e-6;
   c.rope_theta = llama ? 500000.0 : 1000000.0;
-  if (o.shape == "tiny") {
+  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral) {
+    apply_moe_shape(c, o.shape);
+  } else if (o.shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
     c.num_kv_heads = 2;
     c.vocab_size = 512, c.max_position_embeddings = 4096, c.tie_word_embeddings = false;
@@ -136,6 +181,20 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   }
   if (o.vocab) c.vocab_size = *o.vocab;
   if (o.tie) c.tie_word_embeddings = *o.tie;
+  if (c.moe) {
+    if (o.experts) c.moe->num_experts = *o.experts;
+    if (o.experts_per_tok) c.moe->top_k = *o.experts_per_tok;
+    if (o.moe_intermediate) c.moe->expert_intermediate = *o.moe_intermediate;
+    if (c.arch == Arch::kMixtral) {
+      if (o.intermediate) c.moe->expert_intermediate = *o.intermediate;
+      c.intermediate_size = c.moe->expert_intermediate;
+    }
+    c.moe->sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)),
+                                true);
+  } else if (o.experts || o.experts_per_tok || o.moe_intermediate) {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--experts, --experts-per-tok and --moe-intermediate need a MoE --arch");
+  }
   if (dtype_is_quantized(o.dtype)) {
     const std::int64_t blk = dtype_info(o.dtype).block_elems;
     if (c.hidden_size % blk || c.intermediate_size % blk || (c.num_heads * c.head_dim) % blk)
@@ -190,6 +249,18 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     }
     add(p + "self_attn.o_proj.weight", {h, q}, Init::kNormal);
     add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
+    if (c.moe && c.moe->sparse(l)) {
+      const MoeConfig &m = *c.moe;
+      const std::int64_t I = m.expert_intermediate;
+      // A router far from uniform, so that random tokens spread over the experts.
+      add(moe_router_name(m, l), {m.num_experts, h}, Init::kNormal, 1.0f);
+      for (std::int64_t e = 0; e < m.num_experts; ++e) {
+        add(moe_expert_name(m, l, e, ExpertMatrix::kGate), {I, h}, Init::kNormal);
+        add(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, Init::kNormal);
+        add(moe_expert_name(m, l, e, ExpertMatrix::kDown), {h, I}, Init::kNormal);
+      }
+      continue;
+    }
     add(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, Init::kNormal);
     add(p + "mlp.up_proj.weight", {c.intermediate_size, h}, Init::kNormal);
     add(p + "mlp.down_proj.weight", {h, c.intermediate_size}, Init::kNormal);
@@ -238,6 +309,10 @@ const char *hf_architecture(Arch a) {
       return "Qwen3ForCausalLM";
     case Arch::kMistral:
       return "MistralForCausalLM";
+    case Arch::kQwen3Moe:
+      return "Qwen3MoeForCausalLM";
+    case Arch::kMixtral:
+      return "MixtralForCausalLM";
     case Arch::kLlama:
       break;
   }
@@ -286,7 +361,22 @@ std::string hf_config_json(const ModelConfig &c, DType dtype) {
   }
   if (c.arch != Arch::kQwen2) j["attention_bias"] = c.attention_bias;
   if (c.arch == Arch::kLlama) j["mlp_bias"] = false;
-  if (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3) {
+  if (c.moe && c.arch == Arch::kQwen3Moe) {
+    j["num_experts"] = c.moe->num_experts;
+    j["num_experts_per_tok"] = c.moe->top_k;
+    j["moe_intermediate_size"] = c.moe->expert_intermediate;
+    j["norm_topk_prob"] = c.moe->norm_topk_prob;
+    j["decoder_sparse_step"] = 1;
+    j["mlp_only_layers"] = ordered_json::array();
+    j["router_aux_loss_coef"] = 0.001;
+    j["output_router_logits"] = false;
+  } else if (c.moe && c.arch == Arch::kMixtral) {
+    j["num_local_experts"] = c.moe->num_experts;
+    j["num_experts_per_tok"] = c.moe->top_k;
+    j["router_aux_loss_coef"] = 0.02;
+    j["sliding_window"] = nullptr;
+  }
+  if (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) {
     j["use_sliding_window"] = false;
     j["sliding_window"] = nullptr;
     j["max_window_layers"] = c.num_layers;
@@ -393,6 +483,9 @@ MakeModelReport make_model(const MakeModelOptions &o) {
     throw Error(ErrorCode::kInvalidArgument, "--dtype: expected f32, f16, bf16, q8_0 or q4_0");
 
   ModelConfig c = make_model_config(o);
+  if (o.gguf && c.moe)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--format gguf: mixture-of-experts models are written as safetensors only");
   ModelTokenizer tok =
       o.tokenizer.empty() ? generate_tokenizer(c.vocab_size) : load_tokenizer(o.tokenizer);
   if (tok.size > c.vocab_size) c.vocab_size = tok.size;  // the embedding must cover every token id

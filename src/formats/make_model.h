@@ -13,10 +13,14 @@
 namespace keel {
 
 struct MakeModelOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3
-  std::string shape = "tiny";  // tiny | 100m | 1b | 8b
+  std::string arch = "llama";  // llama | qwen2 | qwen3 | qwen3_moe | mixtral
+  // tiny | 100m | 1b | 8b (dense); tiny | small | qwen3-30b-a3b (qwen3_moe);
+  // tiny | mixtral-8x7b (mixtral)
+  std::string shape = "tiny";
   // Explicit dimensions override the shape's.
   std::optional<std::int64_t> hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;
+  // Mixture-of-experts overrides: experts, experts per token, one expert's MLP width.
+  std::optional<std::int64_t> experts, experts_per_tok, moe_intermediate;
   std::optional<bool> tie;
   DType dtype = DType::kBF16;       // f32 | f16 | bf16 (both formats), q8_0 | q4_0 (GGUF)
   bool gguf = false;                // false: HF directory with model.safetensors

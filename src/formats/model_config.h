@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "formats/moe_config.h"
 
 namespace keel {
 
 class GgufFile;
 
-enum class Arch { kLlama, kMistral, kQwen2, kQwen3 };
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral };
 
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3, kYarn } type = Type::kNone;
@@ -58,6 +59,8 @@ struct ModelConfig {
   // [head_dim / 2] f32): pair i's frequency is divided by rope_freq_factors[i]. Empty
   // when absent; then rope_scaling says what to do.
   std::vector<float> rope_freq_factors;
+  // Mixture of experts (qwen3_moe, mixtral); absent for dense models.
+  std::optional<MoeConfig> moe;
 };
 
 // Reads config.json (and generation_config.json when present) of an HF model directory.
@@ -68,7 +71,7 @@ ModelConfig parse_hf_config(const std::string &config_json, const std::string &o
 // Reads the {arch}.* keys of a GGUF file.
 ModelConfig config_from_gguf(const GgufFile &gguf);
 
-// "llama", "mistral", "qwen2", "qwen3".
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral".
 const char *arch_name(Arch arch);
 // Checks dimensions (positive, heads divisible by kv heads, ...); throws Error(kFormat)
 // naming `origin` and the field.

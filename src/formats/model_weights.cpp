@@ -116,6 +116,7 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
     w->gguf_ = GgufFile::open(gguf_path);
     w->config_ = config_from_gguf(*w->gguf_);
     for (const auto &t : w->gguf_->tensors()) {
+      if (w->config_.moe && w->split_stacked_experts(t, gguf_path.string())) continue;
       std::string hf = hf_name_from_gguf(t.name);
       if (t.supported())
         w->tensors_.emplace(std::move(hf), GgufFile::view(t, gguf_path.string()));
@@ -131,6 +132,9 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
     w->safetensors_ = SafetensorsModel::open(path);
     for (const auto &f : w->safetensors_->files()) {
       for (const auto &t : f->tensors()) {
+        if (t.dtype && w->config_.moe &&
+            w->split_fused_experts(SafetensorsModel::view(t, f->path()), f->path()))
+          continue;
         if (t.dtype)
           w->tensors_.emplace(t.name, SafetensorsModel::view(t, f->path()));
         else
@@ -141,6 +145,75 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
   }
   w->check_shapes();
   return w;
+}
+
+bool ModelWeights::split_stacked_experts(const GgufTensorInfo &t, const std::string &file) {
+  int layer = 0;
+  std::string_view rest;
+  if (!split_layer(t.name, "blk.", layer, rest)) return false;
+  ExpertMatrix which;
+  if (rest == "ffn_gate_exps.weight") {
+    which = ExpertMatrix::kGate;
+  } else if (rest == "ffn_up_exps.weight") {
+    which = ExpertMatrix::kUp;
+  } else if (rest == "ffn_down_exps.weight") {
+    which = ExpertMatrix::kDown;
+  } else {
+    return false;
+  }
+  const MoeConfig &m = *config_.moe;
+  const std::string origin = file + ": " + t.name;
+  if (!t.supported()) {
+    unsupported_.emplace(
+        moe_expert_name(m, layer, 0, which),
+        origin + ": tensor type " + std::string(ggml_type_name(t.ggml_type)) + " is not supported");
+    return true;
+  }
+  // [E, rows, cols]: expert e is rows x cols contiguous elements.
+  const TensorView all = GgufFile::view(t, file);
+  if (all.shape.size() != 3 || all.shape[0] != m.num_experts)
+    throw Error(ErrorCode::kFormat, origin + ": shape " + shape_str(all.shape) + ", expected [" +
+                                        std::to_string(m.num_experts) + ", rows, cols]");
+  const std::int64_t per = dtype_bytes(all.dtype, all.shape[1] * all.shape[2]);
+  for (std::int64_t e = 0; e < all.shape[0]; ++e) {
+    TensorView v = all;
+    v.name = moe_expert_name(m, layer, e, which);
+    v.shape = {all.shape[1], all.shape[2]};
+    v.data = all.data + e * per;
+    v.nbytes = static_cast<std::size_t>(per);
+    tensors_.emplace(v.name, v);
+  }
+  return true;
+}
+
+bool ModelWeights::split_fused_experts(const TensorView &all, const std::string &file) {
+  int layer = 0;
+  std::string_view rest;
+  if (!split_layer(all.name, "model.layers.", layer, rest)) return false;
+  const bool gate_up = rest == "mlp.experts.gate_up_proj";
+  if (!gate_up && rest != "mlp.experts.down_proj") return false;
+  const MoeConfig &m = *config_.moe;
+  if (all.shape.size() != 3 || all.shape[0] != m.num_experts || (gate_up && all.shape[1] % 2))
+    throw Error(ErrorCode::kFormat, file + ": " + all.name + ": shape " + shape_str(all.shape) +
+                                        ", expected [" + std::to_string(m.num_experts) +
+                                        (gate_up ? ", 2 x I, hidden]" : ", hidden, I]"));
+  // gate_up_proj: [E, 2I, hidden], each expert's gate rows then its up rows;
+  // down_proj: [E, hidden, I].
+  const std::int64_t rows = gate_up ? all.shape[1] / 2 : all.shape[1], cols = all.shape[2];
+  const std::int64_t part = dtype_bytes(all.dtype, rows * cols);
+  for (std::int64_t e = 0; e < all.shape[0]; ++e) {
+    for (int j = 0; j < (gate_up ? 2 : 1); ++j) {
+      TensorView v = all;
+      v.name = moe_expert_name(
+          m, layer, e,
+          !gate_up ? ExpertMatrix::kDown : (j == 0 ? ExpertMatrix::kGate : ExpertMatrix::kUp));
+      v.shape = {rows, cols};
+      v.data = all.data + (e * (gate_up ? 2 : 1) + j) * part;
+      v.nbytes = static_cast<std::size_t>(part);
+      tensors_.emplace(v.name, v);
+    }
+  }
+  return true;
 }
 
 void ModelWeights::check_shapes() const {
@@ -177,6 +250,23 @@ void ModelWeights::check_shapes() const {
     expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
     expect(p + "input_layernorm.weight", {h}, true);
     expect(p + "post_attention_layernorm.weight", {h}, true);
+    if (c.moe && c.moe->sparse(l)) {
+      const MoeConfig &m = *c.moe;
+      const std::int64_t I = m.expert_intermediate;
+      expect(moe_router_name(m, l), {m.num_experts, h}, true);
+      for (std::int64_t e = 0; e < m.num_experts; ++e) {
+        expect(moe_expert_name(m, l, e, ExpertMatrix::kGate), {I, h}, true);
+        expect(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, true);
+        expect(moe_expert_name(m, l, e, ExpertMatrix::kDown), {h, I}, true);
+      }
+      // More experts stored than the config says means the config is not this
+      // checkpoint's: refuse rather than route over a subset.
+      if (find(moe_expert_name(m, l, m.num_experts, ExpertMatrix::kGate)))
+        throw Error(ErrorCode::kFormat,
+                    origin + ": " + moe_expert_name(m, l, m.num_experts, ExpertMatrix::kGate) +
+                        ": an expert beyond the config's " + std::to_string(m.num_experts));
+      continue;
+    }
     expect(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, true);
     expect(p + "mlp.up_proj.weight", {c.intermediate_size, h}, true);
     expect(p + "mlp.down_proj.weight", {h, c.intermediate_size}, true);

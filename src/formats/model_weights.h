@@ -16,6 +16,7 @@
 namespace keel {
 
 class GgufFile;
+struct GgufTensorInfo;
 class SafetensorsModel;
 
 class ModelWeights {
@@ -60,6 +61,13 @@ class ModelWeights {
  private:
   ModelWeights() = default;
   void check_shapes() const;
+  // llama.cpp stacks a layer's experts in one tensor (blk.N.ffn_gate_exps.weight:
+  // [E, I, hidden]); registers a view of each expert under its HF name. False when `t`
+  // is not such a tensor.
+  bool split_stacked_experts(const GgufTensorInfo &t, const std::string &file);
+  // transformers 5 keeps experts fused (model.layers.N.mlp.experts.gate_up_proj
+  // [E, 2I, hidden], ...down_proj [E, hidden, I]); registers per-expert views likewise.
+  bool split_fused_experts(const TensorView &all, const std::string &file);
 
   ModelConfig config_;
   Format format_ = Format::kSafetensors;

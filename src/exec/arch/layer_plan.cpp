@@ -35,6 +35,8 @@ const char *layer_step_name(LayerStep step) {
       return "swiglu";
     case LayerStep::kDownProj:
       return "down_proj";
+    case LayerStep::kMoeFfn:
+      return "moe_ffn";
   }
   return "?";
 }
@@ -53,17 +55,24 @@ LayerPlan layer_plan(const ModelConfig &c, std::int64_t layer) {
     case Arch::kLlama:
     case Arch::kMistral:
     case Arch::kQwen2:
-    case Arch::kQwen3: {
+    case Arch::kQwen3:
+    case Arch::kQwen3Moe:
+    case Arch::kMixtral: {
       // The Llama family: pre-norm attention then a SwiGLU MLP, each adding into the
       // residual stream. Qwen2 adds q/k/v biases, Qwen3 a per-head q/k norm (the config
-      // flags say so, whatever the architecture's name).
+      // flags say so, whatever the architecture's name). Qwen3-MoE and Mixtral put a
+      // mixture of experts in place of the MLP in their sparse layers.
       LayerPlan p;
       p.steps = {S::kInputNorm, S::kQkvProj};
       if (c.attention_bias) p.steps.push_back(S::kQkvBias);
       if (c.qk_norm) p.steps.push_back(S::kQkNorm);
-      p.steps.insert(p.steps.end(),
-                     {S::kRope, S::kKvWrite, S::kAttention, S::kOProj, S::kResidualAdd,
-                      S::kPostNorm, S::kGateUpProj, S::kSwiglu, S::kDownProj, S::kResidualAdd});
+      p.steps.insert(p.steps.end(), {S::kRope, S::kKvWrite, S::kAttention, S::kOProj,
+                                     S::kResidualAdd, S::kPostNorm});
+      if (c.moe && c.moe->sparse(layer))
+        p.steps.push_back(S::kMoeFfn);
+      else
+        p.steps.insert(p.steps.end(), {S::kGateUpProj, S::kSwiglu, S::kDownProj});
+      p.steps.push_back(S::kResidualAdd);
       return p;
     }
   }

@@ -29,6 +29,8 @@ enum class LayerStep : std::uint8_t {
   kGateUpProj,   // gate, up = h W_gate^T, h W_up^T                   [T, I] each
   kSwiglu,       // act = silu(gate) * up
   kDownProj,     // h = act W_down^T (summed over tensor-parallel ranks)
+  kMoeFfn,       // h = sum over the router's top-k experts of weight * SwiGLU expert(h)
+                 // (exec/arch/moe_ffn.h): replaces gate_up / swiglu / down in a sparse layer
 };
 
 const char *layer_step_name(LayerStep step);

@@ -73,9 +73,13 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
     L.wk = need(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
     L.wv = need(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
     L.wo = need(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
-    L.w_gate = need(lookup, p + "mlp.gate_proj.weight", {I, hidden});
-    L.w_up = need(lookup, p + "mlp.up_proj.weight", {I, hidden});
-    L.w_down = need(lookup, p + "mlp.down_proj.weight", {hidden, I});
+    if (cfg.moe && cfg.moe->sparse(l)) {
+      L.moe = std::make_unique<MoeFfn>(cfg, l, lookup);
+    } else {
+      L.w_gate = need(lookup, p + "mlp.gate_proj.weight", {I, hidden});
+      L.w_up = need(lookup, p + "mlp.up_proj.weight", {I, hidden});
+      L.w_down = need(lookup, p + "mlp.down_proj.weight", {hidden, I});
+    }
     L.attn_norm = need_vec(lookup, p + "input_layernorm.weight", hidden);
     L.ffn_norm = need_vec(lookup, p + "post_attention_layernorm.weight", hidden);
     if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
@@ -98,6 +102,9 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
   }
   rope_ = cpu::make_rope_table(cfg);
   shard_ = shard ? *shard : parallel::make_shard_plan(cfg, 0, 1);
+  if (shard_.size > 1 && cfg.moe)
+    throw Error(ErrorCode::kUnsupported,
+                "tensor parallelism is not supported for mixture-of-experts models yet");
   if (shard_.size > 1) {
     const parallel::ShardPlan &p = shard_;
     lm_head_ = parallel::slice_rows(lm_head_, p.vocab_begin, p.vocab_count);
@@ -123,7 +130,8 @@ std::int64_t LlamaModel::weight_bytes() const {
   std::int64_t b = static_cast<std::int64_t>(lm_head_.nbytes);
   for (const auto &L : layers_)
     b += static_cast<std::int64_t>(L.wq.nbytes + L.wk.nbytes + L.wv.nbytes + L.wo.nbytes +
-                                   L.w_gate.nbytes + L.w_up.nbytes + L.w_down.nbytes);
+                                   L.w_gate.nbytes + L.w_up.nbytes + L.w_down.nbytes) +
+         (L.moe ? L.moe->active_bytes() : 0);
   return b;
 }
 
@@ -204,6 +212,9 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
   float *gate = ws.floats(T * I);     // [T, I]
   float *up = ws.floats(T * I);       // [T, I]
 
+  // [T, hidden]: a MoE block's output (exec/arch/moe_ffn.h)
+  float *moe_out = cfg_.moe ? ws.floats(T * hidden) : nullptr;
+
   const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
   for (std::int64_t t = 0; t < T; ++t)
     cpu::dequantize_row(embed_.dtype, embed_.data + batch.tokens[t] * row_bytes, x + t * hidden,
@@ -278,6 +289,10 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
         case S::kDownProj:
           cpu::linear(L.w_down, gate, T, h, pool, lin_scratch_);
           sum_over_ranks(h);
+          break;
+        case S::kMoeFfn:
+          L.moe->forward(h, T, moe_out, pool, lin_scratch_, ws);
+          std::copy(moe_out, moe_out + T * hidden, h);
           break;
       }
     }

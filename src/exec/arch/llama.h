@@ -1,5 +1,6 @@
 // The forward pass of the Llama family on the CPU: Llama 2/3.x, Mistral, Qwen2/2.5
-// (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim); tied or untied
+// (q/k/v biases), Qwen3 (per-head q/k RMSNorm, explicit head_dim), and their
+// mixture-of-experts variants Qwen3-MoE and Mixtral (exec/arch/moe_ffn.h); tied or untied
 // embeddings; MHA, GQA, MQA. Each layer runs the steps of its LayerPlan
 // (exec/arch/layer_plan.h), the sequence the CUDA runner executes too. Weights are views into
 // memory-mapped files (never copied, except the small norm and bias vectors, widened to float32,
@@ -10,12 +11,14 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/tensor_view.h"
 #include "exec/arch/layer_plan.h"
+#include "exec/arch/moe_ffn.h"
 #include "exec/cpu/attention.h"
 #include "exec/cpu/kv_store.h"
 #include "exec/cpu/linear.h"
@@ -39,6 +42,7 @@ struct LlamaLayer {
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
   std::vector<float> bq, bk, bv;           // [H*D], [G*D], [G*D] (qwen2) or empty
   std::vector<float> q_norm, k_norm;       // [D] (qwen3) or empty
+  std::unique_ptr<MoeFfn> moe;             // a MoE block instead of w_gate/w_up/w_down
 };
 
 class LlamaModel {
@@ -50,7 +54,8 @@ class LlamaModel {
              const parallel::ShardPlan *shard = nullptr);
 
   const ModelConfig &config() const { return cfg_; }
-  // Bytes of the weights read per decoded token (all matrices, embeddings row aside).
+  // Bytes of the weights read per decoded token (all matrices, embeddings row aside;
+  // of a MoE block only the router and top_k experts).
   std::int64_t weight_bytes() const;
 
   const parallel::ShardPlan &shard() const { return shard_; }

@@ -63,6 +63,7 @@ void CudaModelRunner::validate_config() const {
     throw Error(ErrorCode::kFormat, "cuda runner: config has a non-positive dimension");
   if (c.num_heads % c.num_kv_heads != 0)
     throw Error(ErrorCode::kFormat, "cuda runner: num_heads % num_kv_heads != 0");
+  if (c.moe) fail("mixture-of-experts models run on the CPU only for now (issue #19)");
   if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
     fail("head_dim " + std::to_string(c.head_dim));
   if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");

@@ -33,6 +33,8 @@ bool fused_path_runs(arch::LayerStep step) {
     case S::kSwiglu:
     case S::kDownProj:
       return true;
+    case S::kMoeFfn:
+      return false;
   }
   return false;
 }

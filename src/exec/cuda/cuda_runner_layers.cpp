@@ -134,6 +134,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           gemm_.run(s, bf, bf, act_.data(), L.down.data(), proj, T, H_, I_);
           profiler_.mark(s, StepProfiler::kGemm);
           break;
+        case S::kMoeFfn:  // validate_config refuses these models before any step
+          throw Error(ErrorCode::kUnsupported, "cuda runner: no kernel for layer step moe_ffn");
       }
     }
   }

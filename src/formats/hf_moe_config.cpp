@@ -1,0 +1,112 @@
+#include "formats/hf_moe_config.h"
+
+#include "core/error.h"
+
+namespace keel {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void fail(const std::string &origin, const std::string &why) {
+  throw Error(ErrorCode::kFormat, origin + ": " + why);
+}
+
+std::int64_t get_int(const json &j, const char *key, const std::string &origin,
+                     std::optional<std::int64_t> fallback = std::nullopt) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    if (!fallback) fail(origin, std::string(key) + ": missing");
+    return *fallback;
+  }
+  if (!it->is_number_integer()) fail(origin, std::string(key) + ": expected an integer");
+  return it->get<std::int64_t>();
+}
+
+bool get_bool(const json &j, const char *key, const std::string &origin, bool fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) fail(origin, std::string(key) + ": expected a bool");
+  return it->get<bool>();
+}
+
+// Options of related architectures that change routing; a config that sets them to
+// anything but the softmax top-k keel computes is refused rather than run wrongly.
+void refuse_other_routing(const json &j, const std::string &origin) {
+  if (auto it = j.find("scoring_func"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>() != "softmax")
+      throw Error(ErrorCode::kUnsupported,
+                  origin + ": scoring_func " + it->dump() + " is not supported (softmax only)");
+  }
+  if (auto it = j.find("topk_method"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>() != "greedy")
+      throw Error(ErrorCode::kUnsupported,
+                  origin + ": topk_method " + it->dump() + " is not supported (greedy only)");
+  }
+  for (const char *key : {"shared_expert_intermediate_size", "n_shared_experts"}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_number_integer()) fail(origin, std::string(key) + ": expected an integer");
+    if (it->get<std::int64_t>() != 0)
+      throw Error(ErrorCode::kUnsupported,
+                  origin + ": " + key + ": shared experts are not supported for this model_type");
+  }
+}
+
+}  // namespace
+
+void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
+  MoeConfig m;
+  refuse_other_routing(j, origin);
+  if (c.arch == Arch::kMixtral) {
+    m.naming = MoeConfig::Naming::kMixtral;
+    m.num_experts = get_int(j, "num_local_experts", origin);
+    m.top_k = get_int(j, "num_experts_per_tok", origin);
+    m.expert_intermediate = c.intermediate_size;
+    m.norm_topk_prob = true;
+    m.sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)), true);
+  } else if (c.arch == Arch::kQwen3Moe) {
+    m.naming = MoeConfig::Naming::kQwen;
+    m.num_experts = get_int(j, "num_experts", origin);
+    m.top_k = get_int(j, "num_experts_per_tok", origin);
+    m.expert_intermediate = get_int(j, "moe_intermediate_size", origin);
+    m.norm_topk_prob = get_bool(j, "norm_topk_prob", origin, false);
+    const std::int64_t step = get_int(j, "decoder_sparse_step", origin, 1);
+    if (step <= 0) fail(origin, "decoder_sparse_step: must be positive");
+    const std::int64_t L = std::max<std::int64_t>(c.num_layers, 0);
+    m.sparse_layers.assign(static_cast<std::size_t>(L), false);
+    for (std::int64_t l = 0; l < L; ++l)
+      m.sparse_layers[static_cast<std::size_t>(l)] = m.num_experts > 0 && (l + 1) % step == 0;
+    if (auto it = j.find("mlp_only_layers"); it != j.end() && !it->is_null()) {
+      if (!it->is_array()) fail(origin, "mlp_only_layers: expected a list of layer indices");
+      for (const auto &v : *it) {
+        if (!v.is_number_integer() || v.get<std::int64_t>() < 0 || v.get<std::int64_t>() >= L)
+          fail(origin, "mlp_only_layers: " + v.dump() + " is not a layer index");
+        m.sparse_layers[static_cast<std::size_t>(v.get<std::int64_t>())] = false;
+      }
+    }
+  } else {
+    return;
+  }
+  c.moe = m;
+}
+
+void validate_moe(const ModelConfig &c, const std::string &origin) {
+  if (!c.moe) return;
+  const MoeConfig &m = *c.moe;
+  const char *experts =
+      m.naming == MoeConfig::Naming::kMixtral ? "num_local_experts" : "num_experts";
+  if (m.num_experts <= 0 || m.num_experts > 4096)
+    fail(origin, std::string(experts) + ": " + std::to_string(m.num_experts) + " is out of range");
+  if (m.top_k <= 0 || m.top_k > m.num_experts)
+    fail(origin,
+         "num_experts_per_tok: " + std::to_string(m.top_k) + " is not in [1, " + experts + "]");
+  if (m.expert_intermediate <= 0 || m.expert_intermediate > (std::int64_t{1} << 24))
+    fail(origin, std::string(m.naming == MoeConfig::Naming::kMixtral ? "intermediate_size"
+                                                                     : "moe_intermediate_size") +
+                     ": " + std::to_string(m.expert_intermediate) + " is out of range");
+  if (static_cast<std::int64_t>(m.sparse_layers.size()) != c.num_layers)
+    fail(origin, "the MoE layer list does not cover num_hidden_layers");
+}
+
+}  // namespace keel

@@ -1,0 +1,36 @@
+#include "formats/moe_config.h"
+
+namespace keel {
+
+namespace {
+
+std::string block_prefix(const MoeConfig &moe, std::int64_t layer) {
+  return "model.layers." + std::to_string(layer) +
+         (moe.naming == MoeConfig::Naming::kMixtral ? ".block_sparse_moe." : ".mlp.");
+}
+
+}  // namespace
+
+std::string moe_router_name(const MoeConfig &moe, std::int64_t layer) {
+  return block_prefix(moe, layer) + "gate.weight";
+}
+
+std::string moe_expert_name(const MoeConfig &moe, std::int64_t layer, std::int64_t expert,
+                            ExpertMatrix which) {
+  const bool mixtral = moe.naming == MoeConfig::Naming::kMixtral;
+  const char *m = nullptr;
+  switch (which) {
+    case ExpertMatrix::kGate:
+      m = mixtral ? "w1" : "gate_proj";
+      break;
+    case ExpertMatrix::kUp:
+      m = mixtral ? "w3" : "up_proj";
+      break;
+    case ExpertMatrix::kDown:
+      m = mixtral ? "w2" : "down_proj";
+      break;
+  }
+  return block_prefix(moe, layer) + "experts." + std::to_string(expert) + "." + m + ".weight";
+}
+
+}  // namespace keel
