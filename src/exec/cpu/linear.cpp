@@ -111,6 +111,18 @@ struct QK {
   };
 };
 
+// One Q4_K / Q6_K row to float32 (the same values on every path).
+template <LinearIsa I>
+void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
+#ifdef KEEL_LINEAR_X86
+  if constexpr (I == LinearIsa::kAvx512)
+    if (dt == DType::kQ6_K) return tiles::dequantize_q6_k_avx512(src, dst, K);
+  if constexpr (I == LinearIsa::kAvx512)
+    if (dt == DType::kQ4_K) return tiles::dequantize_q4_k_avx512(src, dst, K);
+#endif
+  dequantize_row(dt, src, dst, K);
+}
+
 // Runs the rows [n0, n1) of the weight against all T tokens with register tiles.
 // `row(n)` gives a pointer to weight row n; `xrow(t)` to token t's activation.
 template <template <int, int> class K, class WRow, class XRow, class Args, class MakeArgs>
@@ -240,16 +252,23 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         break;
       case DType::kQ4_K:
       case DType::kQ6_K: {
-        // Dequantize this row tile once, then run it as float32 rows.
+        // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
+        // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
+        // through L2), the whole row tile for many tokens (each row is dequantized once).
+        // Either way every row goes through the same kernel chain: the same results.
         auto &tile = scratch.tiles[tid];
         tile.resize(static_cast<std::size_t>(kRowTile * K));
-        for (std::int64_t n = n0; n < n1; ++n)
-          dequantize_row(dt, row(n), tile.data() + (n - n0) * K, K);
-        auto trow = [&](std::int64_t n) {
-          return reinterpret_cast<const std::byte *>(tile.data() + (n - n0) * K);
-        };
-        run_rows<FloatK<tiles::F32Row, I>::template K, decltype(trow), decltype(xf), FloatArgs>(
-            n0, n1, T, trow, xf, y, N, fargs);
+        const std::int64_t group = T <= kMaxMR ? kMaxNR : kRowTile;
+        for (std::int64_t g0 = n0; g0 < n1; g0 += group) {
+          const std::int64_t g1 = std::min(n1, g0 + group);
+          for (std::int64_t n = g0; n < g1; ++n)
+            dequantize_kquant<I>(dt, row(n), tile.data() + (n - g0) * K, K);
+          auto trow = [&](std::int64_t n) {
+            return reinterpret_cast<const std::byte *>(tile.data() + (n - g0) * K);
+          };
+          run_rows<FloatK<tiles::F32Row, I>::template K, decltype(trow), decltype(xf), FloatArgs>(
+              g0, g1, T, trow, xf, y, N, fargs);
+        }
         break;
       }
       default:

@@ -347,6 +347,80 @@ KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *c
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum16(acc[m][r]);
 }
+// A Q6_K row (K a multiple of 256) to float32, the formats' dequantizer's values exactly:
+// y = (d * scale) * (q - 32) per 16-element sub-block, q = 4 low bits | 2 high bits << 4.
+KEEL_TARGET_AVX512 inline void dequantize_q6_k_avx512(const std::byte *src, float *y,
+                                                      std::int64_t K) {
+  const auto *b = reinterpret_cast<const BlockQ6_K *>(src);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+  const __m256i off = _mm256_set1_epi8(32);
+  for (std::int64_t i = 0; i < K / 256; ++i) {
+    const float d = _cvtsh_ss(b[i].d);
+    for (int h = 0; h < 2; ++h) {  // two halves of 128: ql[64], qh[32], 8 scales
+      const std::uint8_t *ql = b[i].ql + 64 * h;
+      const std::uint8_t *qh = b[i].qh + 32 * h;
+      const std::int8_t *sc = b[i].scales + 8 * h;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+      __m256i q[4];  // values of y[32 j + l], l < 32, as q - 32
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+      float *out = y + i * 256 + h * 128;
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_sub_epi8(q[j], off);
+        for (int s = 0; s < 2; ++s) {  // sub-block is = s, scale sc[s + 2 j]
+          const __m128i bytes = s == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+          const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+          const float ds = d * static_cast<float>(sc[s + 2 * j]);
+          _mm512_storeu_ps(out + 32 * j + 16 * s, _mm512_mul_ps(_mm512_set1_ps(ds), f));
+        }
+      }
+    }
+  }
+}
+
+// A Q4_K row (K a multiple of 256) to float32, the formats' dequantizer's values exactly:
+// y = (d * scale) * q - dmin * min per 32-element sub-block. Where the build lets the compiler
+// fuse that into one FMA (the formats' code is built with -march=native), so does this.
+KEEL_TARGET_AVX512 inline void dequantize_q4_k_avx512(const std::byte *src, float *y,
+                                                      std::int64_t K) {
+  const auto *b = reinterpret_cast<const BlockQ4_K *>(src);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (std::int64_t i = 0; i < K / 256; ++i) {
+    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+    const std::uint8_t *s = b[i].scales;
+    for (int j = 0; j < 4; ++j) {  // 64 elements: low nibbles (sub-block 2j), high (2j + 1)
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[i].qs + 32 * j));
+      const __m256i half[2] = {_mm256_and_si256(q, m4),
+                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+      for (int h = 0; h < 2; ++h) {
+        const int is = 2 * j + h;  // the 6-bit scale and min of sub-block `is`
+        const int sc = is < 4 ? s[is] & 63 : (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4);
+        const int mn = is < 4 ? s[is + 4] & 63 : (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
+        const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc));
+        const __m512 m1 = _mm512_set1_ps(dmin * static_cast<float>(mn));
+        for (int c = 0; c < 2; ++c) {
+          const __m128i bytes =
+              c == 0 ? _mm256_castsi256_si128(half[h]) : _mm256_extracti128_si256(half[h], 1);
+          const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+#ifdef __FMA__
+          const __m512 v = _mm512_fmsub_ps(d1, f, m1);
+#else
+          const __m512 v = _mm512_sub_ps(_mm512_mul_ps(d1, f), m1);
+#endif
+          _mm512_storeu_ps(y + i * 256 + 64 * j + 32 * h + 16 * c, v);
+        }
+      }
+    }
+  }
+}
 #endif  // KEEL_LINEAR_X86
 
 }  // namespace keel::cpu::tiles

@@ -111,6 +111,36 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
                                            DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
+// K-quant rows are dequantized (by SIMD code on some families) and run as float32 rows: the
+// results must equal those of the formats' dequantized values given as an f32 weight.
+TEST(Linear, KQuantsEqualTheirDequantizedF32Rows) {
+  for (const DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    std::mt19937 rng(7);
+    const std::int64_t N = 9, K = 768;
+    auto wbytes = random_weight(dt, N, K, rng);
+    std::vector<float> deq(N * K);
+    for (std::int64_t n = 0; n < N; ++n)
+      dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), deq.data() + n * K, K);
+    TensorView wq{"wq", dt, {N, K}, wbytes.data(), wbytes.size()};
+    TensorView wf{"wf",
+                  DType::kF32,
+                  {N, K},
+                  reinterpret_cast<const std::byte *>(deq.data()),
+                  deq.size() * sizeof(float)};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    ThreadPool pool(2);
+    LinearScratch scratch;
+    for (std::int64_t T : {1, 6}) {
+      std::vector<float> x(T * K), yq(T * N), yf(T * N);
+      for (auto &v : x) v = nd(rng);
+      linear(wq, x.data(), T, yq.data(), pool, scratch);
+      linear(wf, x.data(), T, yf.data(), pool, scratch);
+      EXPECT_EQ(0, std::memcmp(yq.data(), yf.data(), yq.size() * sizeof(float)))
+          << dtype_name(dt) << " T=" << T;
+    }
+  }
+}
+
 TEST(Linear, RejectsMismatchedData) {
   std::vector<std::byte> buf(100);
   TensorView w{"w", DType::kF32, {10, 8}, buf.data(), buf.size()};
