@@ -2,7 +2,7 @@
 // prefill (many) alike.
 //
 // Batch invariance: y[t, n] is always computed by the same sequence of operations (one
-// 8-lane accumulator chain over K, then a fixed horizontal sum), whatever T is and
+// 8- or 16-lane accumulator chain over K, then a fixed horizontal sum), whatever T is and
 // however the work is tiled over threads, so a token's logits do not depend on the
 // other tokens in its batch. Register tiles (several tokens x several weight rows)
 // only share loads between such chains.

@@ -150,6 +150,23 @@ TEST(Linear, RejectsMismatchedData) {
   EXPECT_THROW(linear(w, x.data(), 1, y.data(), pool, s), Error);
 }
 
+// The values are std::lround(x / d): ties (x / d = k + 0.5) away from zero.
+TEST(Quant, Q8ActivationRoundsHalfAwayFromZero) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f * (i % 32) + 0.25f * (i % 3));
+  x[0] = 127.0f;  // d = 1 in the first block: every other value is an exact tie
+  x[32] = -127.0f;
+  std::vector<BlockQ8Act> q(2);
+  quantize_row_q8_act(x.data(), q.data(), 64);
+  for (int i = 0; i < 64; ++i) {
+    const BlockQ8Act &b = q[i / 32];
+    EXPECT_EQ(b.qs[i % 32], std::lround(x[i] * (1.0f / b.d))) << i;
+  }
+  EXPECT_EQ(q[0].qs[3], -2);  // -1.5 -> -2
+  EXPECT_EQ(q[0].qs[4], 2);   // 2 + 0.25 = 2.25 -> 2
+  EXPECT_EQ(q[1].qs[1], -1);  // -0.5 -> -1
+}
+
 TEST(Quant, Q8ActivationRoundTrip) {
   std::vector<float> x(64);
   std::mt19937 rng(1);
