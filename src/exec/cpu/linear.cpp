@@ -1,16 +1,20 @@
+// GCC 12 reports its own _mm512_undefined_* helpers as uninitialized when they are inlined
+// into target("avx512f") functions; the pragma must precede <immintrin.h>'s first inclusion.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include "exec/cpu/linear.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/half.h"
-
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
-#define KEEL_LINEAR_AVX2 1
-#include <immintrin.h>
-#endif
+#include "exec/cpu/linear_tiles.h"
 
 namespace keel::cpu {
 
@@ -19,197 +23,6 @@ namespace {
 constexpr int kMaxMR = 4;              // tokens per register tile
 constexpr int kMaxNR = 4;              // weight rows per register tile
 constexpr std::int64_t kRowTile = 32;  // weight rows kept hot in cache while tokens stream
-
-// ---------------------------------------------------------------- float weights
-// A weight loader turns 8 elements of a row into 8 floats.
-struct F32Row {
-  static float at(const std::byte *r, std::int64_t k) {
-    return reinterpret_cast<const float *>(r)[k];
-  }
-#ifdef KEEL_LINEAR_AVX2
-  static __m256 load8(const std::byte *r, std::int64_t k) {
-    return _mm256_loadu_ps(reinterpret_cast<const float *>(r) + k);
-  }
-#endif
-};
-struct F16Row {
-  static float at(const std::byte *r, std::int64_t k) {
-    return f16_to_f32(reinterpret_cast<const std::uint16_t *>(r)[k]);
-  }
-#ifdef KEEL_LINEAR_AVX2
-  static __m256 load8(const std::byte *r, std::int64_t k) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r + 2 * k)));
-  }
-#endif
-};
-struct BF16Row {
-  static float at(const std::byte *r, std::int64_t k) {
-    return bf16_to_f32(reinterpret_cast<const std::uint16_t *>(r)[k]);
-  }
-#ifdef KEEL_LINEAR_AVX2
-  static __m256 load8(const std::byte *r, std::int64_t k) {
-    const __m256i u =
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r + 2 * k)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
-  }
-#endif
-};
-
-#ifdef KEEL_LINEAR_AVX2
-inline float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
-#else
-inline float hsum8(const float *v) {
-  const float a = (v[0] + v[4]) + (v[2] + v[6]);
-  const float b = (v[1] + v[5]) + (v[3] + v[7]);
-  return a + b;
-}
-#endif
-
-// out[m * ldo + r] = dot(w[r], x[m]) for an MR x NR tile.
-template <class Row, int MR, int NR>
-void tile_float(const std::byte *const *w, const float *const *x, std::int64_t K, float *out,
-                std::int64_t ldo) {
-  const std::int64_t K8 = K / 8 * 8;
-#ifdef KEEL_LINEAR_AVX2
-  __m256 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_setzero_ps();
-  for (std::int64_t k = 0; k < K8; k += 8) {
-    __m256 wv[NR];
-    for (int r = 0; r < NR; ++r) wv[r] = Row::load8(w[r], k);
-    for (int m = 0; m < MR; ++m) {
-      const __m256 xv = _mm256_loadu_ps(x[m] + k);
-      for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_fmadd_ps(wv[r], xv, acc[m][r]);
-    }
-  }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum8(acc[m][r]);
-#else
-  float acc[MR][NR][8] = {};
-  for (std::int64_t k = 0; k < K8; k += 8)
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r)
-        for (int l = 0; l < 8; ++l) acc[m][r][l] += Row::at(w[r], k + l) * x[m][k + l];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum8(acc[m][r]);
-#endif
-  for (std::int64_t k = K8; k < K; ++k)
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r) out[m * ldo + r] += Row::at(w[r], k) * x[m][k];
-}
-
-// ---------------------------------------------------------------- integer weights
-struct Q8_0Row {
-  static constexpr bool kUnsignedNibbles = false;
-  static float scale(const std::byte *r, std::int64_t i) {
-    return f16_to_f32(reinterpret_cast<const BlockQ8_0 *>(r)[i].d);
-  }
-  static void values(const std::byte *r, std::int64_t i, std::int8_t *v) {
-    std::memcpy(v, reinterpret_cast<const BlockQ8_0 *>(r)[i].qs, 32);
-  }
-#ifdef KEEL_LINEAR_AVX2
-  static __m256i load32(const std::byte *r, std::int64_t i) {
-    return _mm256_loadu_si256(
-        reinterpret_cast<const __m256i *>(reinterpret_cast<const BlockQ8_0 *>(r)[i].qs));
-  }
-#endif
-};
-struct Q4_0Row {
-  static constexpr bool kUnsignedNibbles = true;  // load32 gives 0..15; the -8 is applied per block
-  static float scale(const std::byte *r, std::int64_t i) {
-    return f16_to_f32(reinterpret_cast<const BlockQ4_0 *>(r)[i].d);
-  }
-  static void values(const std::byte *r, std::int64_t i, std::int8_t *v) {
-    const auto &b = reinterpret_cast<const BlockQ4_0 *>(r)[i];
-    for (int j = 0; j < 16; ++j) {
-      v[j] = static_cast<std::int8_t>((b.qs[j] & 0xF) - 8);
-      v[j + 16] = static_cast<std::int8_t>((b.qs[j] >> 4) - 8);
-    }
-  }
-#ifdef KEEL_LINEAR_AVX2
-  static __m256i load32(const std::byte *r, std::int64_t i) {
-    const __m128i q = _mm_loadu_si128(
-        reinterpret_cast<const __m128i *>(reinterpret_cast<const BlockQ4_0 *>(r)[i].qs));
-    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
-    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
-  }
-#endif
-};
-
-#ifdef KEEL_LINEAR_AVX2
-// Eight int32 sums of four products each of unsigned a and signed b bytes.
-// acc + eight int32 sums of four products each of unsigned a and signed b bytes.
-inline __m256i dot_u8s8(__m256i acc, __m256i a, __m256i b) {
-#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
-  return _mm256_dpbusd_epi32(acc, a, b);
-#elif defined(__AVXVNNI__)
-  return _mm256_dpbusd_avx_epi32(acc, a, b);
-#else
-  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
-#endif
-}
-#endif
-
-template <class Row, int MR, int NR>
-void tile_q8(const std::byte *const *w, const BlockQ8Act *const *x, std::int64_t nb, float *out,
-             std::int64_t ldo) {
-#ifdef KEEL_LINEAR_AVX2
-  __m256 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_setzero_ps();
-  for (std::int64_t i = 0; i < nb; ++i) {
-    __m256i wq[NR], aw[NR];
-    float dw[NR];
-    for (int r = 0; r < NR; ++r) {
-      wq[r] = Row::load32(w[r], i);
-      if constexpr (!Row::kUnsignedNibbles) aw[r] = _mm256_sign_epi8(wq[r], wq[r]);
-      dw[r] = Row::scale(w[r], i);
-    }
-    for (int m = 0; m < MR; ++m) {
-      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[m][i].qs));
-      const float dx = x[m][i].d;
-      if constexpr (Row::kUnsignedNibbles) {
-        // sum((q - 8) x) = sum(q x) - 8 sum(x), exactly, in the integer accumulator.
-        const __m256i init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-8 * x[m][i].sum));
-        for (int r = 0; r < NR; ++r) {
-          const __m256i p = dot_u8s8(init, wq[r], xq);
-          acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
-        }
-      } else {
-        for (int r = 0; r < NR; ++r) {
-          const __m256i p = dot_u8s8(_mm256_setzero_si256(), aw[r], _mm256_sign_epi8(xq, wq[r]));
-          acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
-        }
-      }
-    }
-  }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum8(acc[m][r]);
-#else
-  float acc[MR][NR] = {};
-  std::int8_t wv[NR][32];
-  for (std::int64_t i = 0; i < nb; ++i) {
-    float dw[NR];
-    for (int r = 0; r < NR; ++r) {
-      Row::values(w[r], i, wv[r]);
-      dw[r] = Row::scale(w[r], i);
-    }
-    for (int m = 0; m < MR; ++m)
-      for (int r = 0; r < NR; ++r) {
-        std::int32_t s = 0;
-        for (int j = 0; j < 32; ++j) s += wv[r][j] * x[m][i].qs[j];
-        acc[m][r] += static_cast<float>(s) * (dw[r] * x[m][i].d);
-      }
-  }
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) out[m * ldo + r] = acc[m][r];
-#endif
-}
 
 // ---------------------------------------------------------------- tiling
 // Calls kernel<MR, NR>(w rows, x rows, out) for runtime mr <= kMaxMR, nr <= kMaxNR.
@@ -262,22 +75,53 @@ struct QArgs {
   float *out;
   std::int64_t ldo;
 };
-template <class Row>
+template <LinearIsa I>
+using IsaC = std::integral_constant<LinearIsa, I>;
+
+template <class Row, LinearIsa I>
 struct FloatK {
   template <int MR, int NR>
   struct K {
     using Args = FloatArgs;
-    static void run(const Args &a) { tile_float<Row, MR, NR>(a.w, a.x, a.K, a.out, a.ldo); }
+    static void run(const Args &a) {
+#ifdef KEEL_LINEAR_X86
+      if constexpr (I == LinearIsa::kAvx512)
+        return tiles::float_avx512<Row, MR, NR>(a.w, a.x, a.K, a.out, a.ldo);
+      if constexpr (I == LinearIsa::kAvx2)
+        return tiles::float_avx2<Row, MR, NR>(a.w, a.x, a.K, a.out, a.ldo);
+#endif
+      tiles::float_scalar<Row, MR, NR>(a.w, a.x, a.K, a.out, a.ldo);
+    }
   };
 };
-template <class Row>
+template <class Row, LinearIsa I>
 struct QK {
   template <int MR, int NR>
   struct K {
     using Args = QArgs;
-    static void run(const Args &a) { tile_q8<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo); }
+    static void run(const Args &a) {
+#ifdef KEEL_LINEAR_X86
+      if constexpr (I == LinearIsa::kAvx512)
+        return tiles::q8_avx512<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+      if constexpr (I == LinearIsa::kAvx2)
+        return tiles::q8_avx2<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+#endif
+      tiles::q8_scalar<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+    }
   };
 };
+
+// One Q4_K / Q6_K row to float32 (the same values on every path).
+template <LinearIsa I>
+void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
+#ifdef KEEL_LINEAR_X86
+  if constexpr (I == LinearIsa::kAvx512)
+    if (dt == DType::kQ6_K) return tiles::dequantize_q6_k_avx512(src, dst, K);
+  if constexpr (I == LinearIsa::kAvx512)
+    if (dt == DType::kQ4_K) return tiles::dequantize_q4_k_avx512(src, dst, K);
+#endif
+  dequantize_row(dt, src, dst, K);
+}
 
 // Runs the rows [n0, n1) of the weight against all T tokens with register tiles.
 // `row(n)` gives a pointer to weight row n; `xrow(t)` to token t's activation.
@@ -298,6 +142,30 @@ void run_rows(std::int64_t n0, std::int64_t n1, std::int64_t T, WRow row, XRow x
 }
 
 }  // namespace
+
+LinearIsa best_linear_isa() {
+#ifdef KEEL_LINEAR_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vnni"))
+    return LinearIsa::kAvx512;
+  // Every CPU with AVX2 and FMA has F16C (and clang 14 cannot ask for "f16c" here).
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return LinearIsa::kAvx2;
+#endif
+  return LinearIsa::kPortable;
+}
+
+const char *linear_isa_name(LinearIsa isa) {
+  switch (isa) {
+    case LinearIsa::kAvx512:
+      return "avx512";
+    case LinearIsa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
+}
 
 bool uses_q8_activations(DType w) { return w == DType::kQ8_0 || w == DType::kQ4_0; }
 
@@ -351,7 +219,8 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
   };
 
   // Rows [n0, n1) of job j against all tokens.
-  auto do_tile = [&](const LinearJob &job, std::int64_t n0, std::int64_t n1, int tid) {
+  auto do_tile = [&](auto isa, const LinearJob &job, std::int64_t n0, std::int64_t n1, int tid) {
+    constexpr LinearIsa I = decltype(isa)::value;
     const TensorView &w = *job.w;
     const std::int64_t N = w.shape[0];
     const DType dt = w.dtype;
@@ -361,37 +230,44 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
     float *y = job.y;
     switch (dt) {
       case DType::kF32:
-        run_rows<FloatK<F32Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
-                                                                            N, fargs);
+        run_rows<FloatK<tiles::F32Row, I>::template K, decltype(row), decltype(xf), FloatArgs>(
+            n0, n1, T, row, xf, y, N, fargs);
         break;
       case DType::kF16:
-        run_rows<FloatK<F16Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
-                                                                            N, fargs);
+        run_rows<FloatK<tiles::F16Row, I>::template K, decltype(row), decltype(xf), FloatArgs>(
+            n0, n1, T, row, xf, y, N, fargs);
         break;
       case DType::kBF16:
-        run_rows<FloatK<BF16Row>::K, decltype(row), decltype(xf), FloatArgs>(n0, n1, T, row, xf, y,
-                                                                             N, fargs);
+        run_rows<FloatK<tiles::BF16Row, I>::template K, decltype(row), decltype(xf), FloatArgs>(
+            n0, n1, T, row, xf, y, N, fargs);
         break;
       case DType::kQ8_0:
-        run_rows<QK<Q8_0Row>::K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
-                                                                     qargs);
+        run_rows<QK<tiles::Q8_0Row, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, y, N, qargs);
         break;
       case DType::kQ4_0:
-        run_rows<QK<Q4_0Row>::K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
-                                                                     qargs);
+        run_rows<QK<tiles::Q4_0Row, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, y, N, qargs);
         break;
       case DType::kQ4_K:
       case DType::kQ6_K: {
-        // Dequantize this row tile once, then run it as float32 rows.
+        // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
+        // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
+        // through L2), the whole row tile for many tokens (each row is dequantized once).
+        // Either way every row goes through the same kernel chain: the same results.
         auto &tile = scratch.tiles[tid];
         tile.resize(static_cast<std::size_t>(kRowTile * K));
-        for (std::int64_t n = n0; n < n1; ++n)
-          dequantize_row(dt, row(n), tile.data() + (n - n0) * K, K);
-        auto trow = [&](std::int64_t n) {
-          return reinterpret_cast<const std::byte *>(tile.data() + (n - n0) * K);
-        };
-        run_rows<FloatK<F32Row>::K, decltype(trow), decltype(xf), FloatArgs>(n0, n1, T, trow, xf, y,
-                                                                             N, fargs);
+        const std::int64_t group = T <= kMaxMR ? kMaxNR : kRowTile;
+        for (std::int64_t g0 = n0; g0 < n1; g0 += group) {
+          const std::int64_t g1 = std::min(n1, g0 + group);
+          for (std::int64_t n = g0; n < g1; ++n)
+            dequantize_kquant<I>(dt, row(n), tile.data() + (n - g0) * K, K);
+          auto trow = [&](std::int64_t n) {
+            return reinterpret_cast<const std::byte *>(tile.data() + (n - g0) * K);
+          };
+          run_rows<FloatK<tiles::F32Row, I>::template K, decltype(trow), decltype(xf), FloatArgs>(
+              g0, g1, T, trow, xf, y, N, fargs);
+        }
         break;
       }
       default:
@@ -400,6 +276,8 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
     }
   };
 
+  // A family this CPU lacks (a scratch made for another machine) falls back to portable.
+  const LinearIsa isa = scratch.isa <= best_linear_isa() ? scratch.isa : LinearIsa::kPortable;
   // Static split of all jobs' row tiles over the threads: one parallel region.
   const std::int64_t tiles = first_tile.back();
   pool.run([&](int tid, int nth) {
@@ -409,7 +287,20 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
       while (first_tile[j + 1] <= g) ++j;
       const std::int64_t N = jobs[j].w->shape[0];
       const std::int64_t n0 = (g - first_tile[j]) * kRowTile;
-      do_tile(jobs[j], n0, std::min(N, n0 + kRowTile), tid);
+      const std::int64_t n1 = std::min(N, n0 + kRowTile);
+      switch (isa) {
+#ifdef KEEL_LINEAR_X86
+        case LinearIsa::kAvx512:
+          do_tile(IsaC<LinearIsa::kAvx512>{}, jobs[j], n0, n1, tid);
+          break;
+        case LinearIsa::kAvx2:
+          do_tile(IsaC<LinearIsa::kAvx2>{}, jobs[j], n0, n1, tid);
+          break;
+#endif
+        default:
+          do_tile(IsaC<LinearIsa::kPortable>{}, jobs[j], n0, n1, tid);
+          break;
+      }
     }
   });
 }

@@ -2,7 +2,7 @@
 // prefill (many) alike.
 //
 // Batch invariance: y[t, n] is always computed by the same sequence of operations (one
-// 8-lane accumulator chain over K, then a fixed horizontal sum), whatever T is and
+// 8- or 16-lane accumulator chain over K, then a fixed horizontal sum), whatever T is and
 // however the work is tiled over threads, so a token's logits do not depend on the
 // other tokens in its batch. Register tiles (several tokens x several weight rows)
 // only share loads between such chains.
@@ -22,8 +22,16 @@
 
 namespace keel::cpu {
 
+// The instruction-set family of the tile kernels (exec/cpu/linear_tiles.h), chosen at run
+// time so that a portable build uses the SIMD kernels too. Results are batch-invariant
+// within a family; families round differently.
+enum class LinearIsa { kPortable, kAvx2, kAvx512 };
+LinearIsa best_linear_isa();  // the best family this CPU runs
+const char *linear_isa_name(LinearIsa isa);
+
 // Reusable buffers, so that steady-state decode allocates nothing.
 struct LinearScratch {
+  LinearIsa isa = best_linear_isa();      // tests lower it to check every family
   std::vector<BlockQ8Act> xq;             // [T, K / 32]
   std::vector<std::vector<float>> tiles;  // per thread: [rows of a tile, K]
 };

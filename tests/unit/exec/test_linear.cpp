@@ -58,42 +58,88 @@ std::vector<std::byte> random_weight(DType dt, std::int64_t N, std::int64_t K, s
 
 class LinearTest : public ::testing::TestWithParam<DType> {};
 
+// Every instruction-set family this CPU runs (a portable build included) against the
+// scalar reference, at input sizes that exercise the kernels' tails (K % 16, odd block
+// counts), and batch invariance within each family.
 TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
   const DType dt = GetParam();
-  std::mt19937 rng(42);
-  const std::int64_t N = 37, K = 512;
-  auto wbytes = random_weight(dt, N, K, rng);
-  TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  ThreadPool pool(3);
-  LinearScratch scratch;
-  for (std::int64_t T : {1, 2, 5, 9}) {
-    std::vector<float> x(T * K), y(T * N), ref(T * N);
-    for (auto &v : x) v = nd(rng);
-    linear(w, x.data(), T, y.data(), pool, scratch);
-    linear_reference(w, x.data(), T, ref.data());
-    std::vector<float> wrow(K);
-    for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t n = 0; n < N; ++n) {
-        // Bound: float32 accumulation error relative to the sum of |products|.
-        dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
-        double mag = 0;
-        for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
-        EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
+  const std::int64_t block = dtype_info(dt).block_elems;
+  std::vector<std::int64_t> sizes{512};
+  if (block == 1) sizes.push_back(520);   // 16-lane kernels leave 8 for the tail
+  if (block == 32) sizes.push_back(544);  // 17 blocks: the two-block kernels' odd last block
+  std::vector<LinearIsa> isas{LinearIsa::kPortable};
+  if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
+  if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
+  for (const LinearIsa isa : isas)
+    for (const std::int64_t K : sizes) {
+      SCOPED_TRACE(std::string(linear_isa_name(isa)) + " K=" + std::to_string(K));
+      std::mt19937 rng(42);
+      const std::int64_t N = 37;
+      auto wbytes = random_weight(dt, N, K, rng);
+      TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      ThreadPool pool(3);
+      LinearScratch scratch;
+      scratch.isa = isa;
+      for (std::int64_t T : {1, 2, 5, 9}) {
+        std::vector<float> x(T * K), y(T * N), ref(T * N);
+        for (auto &v : x) v = nd(rng);
+        linear(w, x.data(), T, y.data(), pool, scratch);
+        linear_reference(w, x.data(), T, ref.data());
+        std::vector<float> wrow(K);
+        for (std::int64_t t = 0; t < T; ++t)
+          for (std::int64_t n = 0; n < N; ++n) {
+            // Bound: float32 accumulation error relative to the sum of |products|.
+            dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
+            double mag = 0;
+            for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
+            EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
+          }
+        // Each token alone gives bit-identical results.
+        for (std::int64_t t = 0; t < T; ++t) {
+          std::vector<float> one(N);
+          linear(w, x.data() + t * K, 1, one.data(), pool, scratch);
+          EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * N, N * sizeof(float)))
+              << "token " << t;
+        }
       }
-    // Each token alone gives bit-identical results.
-    for (std::int64_t t = 0; t < T; ++t) {
-      std::vector<float> one(N);
-      linear(w, x.data() + t * K, 1, one.data(), pool, scratch);
-      EXPECT_EQ(0, std::memcmp(one.data(), y.data() + t * N, N * sizeof(float))) << "token " << t;
     }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
                                            DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+// K-quant rows are dequantized (by SIMD code on some families) and run as float32 rows: the
+// results must equal those of the formats' dequantized values given as an f32 weight.
+TEST(Linear, KQuantsEqualTheirDequantizedF32Rows) {
+  for (const DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+    std::mt19937 rng(7);
+    const std::int64_t N = 9, K = 768;
+    auto wbytes = random_weight(dt, N, K, rng);
+    std::vector<float> deq(N * K);
+    for (std::int64_t n = 0; n < N; ++n)
+      dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), deq.data() + n * K, K);
+    TensorView wq{"wq", dt, {N, K}, wbytes.data(), wbytes.size()};
+    TensorView wf{"wf",
+                  DType::kF32,
+                  {N, K},
+                  reinterpret_cast<const std::byte *>(deq.data()),
+                  deq.size() * sizeof(float)};
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    ThreadPool pool(2);
+    LinearScratch scratch;
+    for (std::int64_t T : {1, 6}) {
+      std::vector<float> x(T * K), yq(T * N), yf(T * N);
+      for (auto &v : x) v = nd(rng);
+      linear(wq, x.data(), T, yq.data(), pool, scratch);
+      linear(wf, x.data(), T, yf.data(), pool, scratch);
+      EXPECT_EQ(0, std::memcmp(yq.data(), yf.data(), yq.size() * sizeof(float)))
+          << dtype_name(dt) << " T=" << T;
+    }
+  }
+}
 
 TEST(Linear, RejectsMismatchedData) {
   std::vector<std::byte> buf(100);
@@ -102,6 +148,23 @@ TEST(Linear, RejectsMismatchedData) {
   ThreadPool pool(1);
   LinearScratch s;
   EXPECT_THROW(linear(w, x.data(), 1, y.data(), pool, s), Error);
+}
+
+// The values are std::lround(x / d): ties (x / d = k + 0.5) away from zero.
+TEST(Quant, Q8ActivationRoundsHalfAwayFromZero) {
+  std::vector<float> x(64);
+  for (int i = 0; i < 64; ++i) x[i] = (i % 2 ? -1.0f : 1.0f) * (0.5f * (i % 32) + 0.25f * (i % 3));
+  x[0] = 127.0f;  // d = 1 in the first block: every other value is an exact tie
+  x[32] = -127.0f;
+  std::vector<BlockQ8Act> q(2);
+  quantize_row_q8_act(x.data(), q.data(), 64);
+  for (int i = 0; i < 64; ++i) {
+    const BlockQ8Act &b = q[i / 32];
+    EXPECT_EQ(b.qs[i % 32], std::lround(x[i] * (1.0f / b.d))) << i;
+  }
+  EXPECT_EQ(q[0].qs[3], -2);  // -1.5 -> -2
+  EXPECT_EQ(q[0].qs[4], 2);   // 2 + 0.25 = 2.25 -> 2
+  EXPECT_EQ(q[1].qs[1], -1);  // -0.5 -> -1
 }
 
 TEST(Quant, Q8ActivationRoundTrip) {

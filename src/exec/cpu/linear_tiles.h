@@ -1,0 +1,426 @@
+// Register-tile kernels of the CPU linear layer (internal to linear.cpp), one family per
+// instruction set: portable C++, AVX2 (+FMA, F16C) and AVX-512 (F, BW, VL, DQ, VNNI). The
+// SIMD families carry a `target` attribute instead of depending on -march, so a portable
+// build (KEEL_NATIVE=OFF) still runs them; linear.cpp picks one at run time (cpuid).
+//
+// Every tile computes out[m * ldo + r] = dot(w row r, x row m) for an MR x NR tile with one
+// accumulator chain per (m, r) whose order does not depend on MR or NR: results are
+// batch-invariant within a family. Different families round differently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/half.h"
+#include "exec/cpu/quant_blocks.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define KEEL_LINEAR_X86 1
+#include <immintrin.h>
+#define KEEL_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KEEL_TARGET_AVX512 \
+  __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")))
+#endif
+
+namespace keel::cpu::tiles {
+
+// ---------------------------------------------------------------- weight rows
+// A row loader reads element k (scalar) or 8 / 16 elements from k (SIMD) of a row as floats.
+struct F32Row {
+  static float at(const std::byte *r, std::int64_t k) {
+    return reinterpret_cast<const float *>(r)[k];
+  }
+#ifdef KEEL_LINEAR_X86
+  KEEL_TARGET_AVX2 static __m256 load8(const std::byte *r, std::int64_t k) {
+    return _mm256_loadu_ps(reinterpret_cast<const float *>(r) + k);
+  }
+  KEEL_TARGET_AVX512 static __m512 load16(const std::byte *r, std::int64_t k) {
+    return _mm512_loadu_ps(reinterpret_cast<const float *>(r) + k);
+  }
+#endif
+};
+struct F16Row {
+  static float at(const std::byte *r, std::int64_t k) {
+    return f16_to_f32(reinterpret_cast<const std::uint16_t *>(r)[k]);
+  }
+#ifdef KEEL_LINEAR_X86
+  KEEL_TARGET_AVX2 static __m256 load8(const std::byte *r, std::int64_t k) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r + 2 * k)));
+  }
+  KEEL_TARGET_AVX512 static __m512 load16(const std::byte *r, std::int64_t k) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r + 2 * k)));
+  }
+#endif
+};
+struct BF16Row {
+  static float at(const std::byte *r, std::int64_t k) {
+    return bf16_to_f32(reinterpret_cast<const std::uint16_t *>(r)[k]);
+  }
+#ifdef KEEL_LINEAR_X86
+  KEEL_TARGET_AVX2 static __m256 load8(const std::byte *r, std::int64_t k) {
+    const __m256i u =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i *>(r + 2 * k)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(u, 16));
+  }
+  KEEL_TARGET_AVX512 static __m512 load16(const std::byte *r, std::int64_t k) {
+    const __m512i u =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(r + 2 * k)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(u, 16));
+  }
+#endif
+};
+
+// Integer rows: 32-element blocks with an f16 scale. `kOffset` is what the SIMD loads add to
+// each value so that it is unsigned (the byte dot products multiply unsigned by signed); the
+// kernels subtract kOffset * sum(x) per block, exactly, in the integer accumulator.
+struct Q8_0Row {
+  static constexpr int kOffset = 128;
+  static std::uint16_t scale_bits(const std::byte *r, std::int64_t i) {
+    return reinterpret_cast<const BlockQ8_0 *>(r)[i].d;
+  }
+  static void values(const std::byte *r, std::int64_t i, std::int8_t *v) {
+    std::memcpy(v, reinterpret_cast<const BlockQ8_0 *>(r)[i].qs, 32);
+  }
+#ifdef KEEL_LINEAR_X86
+  // Signed values (AVX2 multiplies |w| by sign(w) x: maddubs would saturate on w + 128).
+  KEEL_TARGET_AVX2 static __m256i load32(const std::byte *r, std::int64_t i) {
+    return _mm256_loadu_si256(
+        reinterpret_cast<const __m256i *>(reinterpret_cast<const BlockQ8_0 *>(r)[i].qs));
+  }
+  // Blocks i and i + 1 (or zeros for the second when !two), plus kOffset.
+  KEEL_TARGET_AVX512 static __m512i load64u(const std::byte *r, std::int64_t i, bool two) {
+    const auto *b = reinterpret_cast<const BlockQ8_0 *>(r) + i;
+    const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[0].qs));
+    const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[1].qs))
+                           : _mm256_set1_epi8(-128);
+    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1),
+                            _mm512_set1_epi8(-128));
+  }
+#endif
+};
+struct Q4_0Row {
+  static constexpr int kOffset = 8;
+  static std::uint16_t scale_bits(const std::byte *r, std::int64_t i) {
+    return reinterpret_cast<const BlockQ4_0 *>(r)[i].d;
+  }
+  static void values(const std::byte *r, std::int64_t i, std::int8_t *v) {
+    const auto &b = reinterpret_cast<const BlockQ4_0 *>(r)[i];
+    for (int j = 0; j < 16; ++j) {
+      v[j] = static_cast<std::int8_t>((b.qs[j] & 0xF) - 8);
+      v[j + 16] = static_cast<std::int8_t>((b.qs[j] >> 4) - 8);
+    }
+  }
+#ifdef KEEL_LINEAR_X86
+  // The 32 nibbles of block i, 0..15 (the value plus kOffset).
+  KEEL_TARGET_AVX2 static __m256i load32(const std::byte *r, std::int64_t i) {
+    const __m128i q = _mm_loadu_si128(
+        reinterpret_cast<const __m128i *>(reinterpret_cast<const BlockQ4_0 *>(r)[i].qs));
+    const __m256i both = _mm256_set_m128i(_mm_srli_epi16(q, 4), q);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0F));
+  }
+  KEEL_TARGET_AVX512 static __m512i load64u(const std::byte *r, std::int64_t i, bool two) {
+    const auto *b = reinterpret_cast<const BlockQ4_0 *>(r) + i;
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[0].qs));
+    const __m128i q1 =
+        two ? _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[1].qs)) : _mm_setzero_si128();
+    const __m256i q = _mm256_set_m128i(q1, q0);
+    const __m256i m = _mm256_set1_epi8(0x0F);
+    const __m256i lo = _mm256_and_si256(q, m), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m);
+    // [q0 lo, q1 lo, q0 hi, q1 hi] -> [q0 lo, q0 hi, q1 lo, q1 hi] (128-bit lanes).
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    return _mm512_shuffle_i64x2(v, v, _MM_SHUFFLE(3, 1, 2, 0));
+  }
+#endif
+};
+
+// ---------------------------------------------------------------- portable C++
+// The compiler may fuse a * b + c into an FMA in some instantiations of a loop and not in
+// others (GCC's default -ffp-contract=fast where the target has FMA), which would make
+// results depend on the tile shape: the portable kernels forbid it.
+#if defined(__clang__)
+#define KEEL_NO_FP_CONTRACT
+#define KEEL_NO_FP_CONTRACT_BODY _Pragma("clang fp contract(off)")
+#elif defined(__GNUC__)
+#define KEEL_NO_FP_CONTRACT __attribute__((optimize("fp-contract=off")))
+#define KEEL_NO_FP_CONTRACT_BODY
+#else
+#define KEEL_NO_FP_CONTRACT
+#define KEEL_NO_FP_CONTRACT_BODY
+#endif
+
+KEEL_NO_FP_CONTRACT inline float hsum8(const float *v) {
+  const float a = (v[0] + v[4]) + (v[2] + v[6]);
+  const float b = (v[1] + v[5]) + (v[3] + v[7]);
+  return a + b;
+}
+
+template <class Row, int MR, int NR>
+KEEL_NO_FP_CONTRACT void float_scalar(const std::byte *const *w, const float *const *x,
+                                      std::int64_t K, float *out, std::int64_t ldo) {
+  KEEL_NO_FP_CONTRACT_BODY
+  const std::int64_t K8 = K / 8 * 8;
+  float acc[MR][NR][8] = {};
+  for (std::int64_t k = 0; k < K8; k += 8)
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NR; ++r)
+        for (int l = 0; l < 8; ++l) acc[m][r][l] += Row::at(w[r], k + l) * x[m][k + l];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) {
+      out[m * ldo + r] = hsum8(acc[m][r]);
+      for (std::int64_t k = K8; k < K; ++k) out[m * ldo + r] += Row::at(w[r], k) * x[m][k];
+    }
+}
+
+template <class Row, int MR, int NR>
+KEEL_NO_FP_CONTRACT void q8_scalar(const std::byte *const *w, const BlockQ8Act *const *x,
+                                   std::int64_t nb, float *out, std::int64_t ldo) {
+  KEEL_NO_FP_CONTRACT_BODY
+  float acc[MR][NR] = {};
+  std::int8_t wv[NR][32];
+  for (std::int64_t i = 0; i < nb; ++i) {
+    float dw[NR];
+    for (int r = 0; r < NR; ++r) {
+      Row::values(w[r], i, wv[r]);
+      dw[r] = f16_to_f32(Row::scale_bits(w[r], i));
+    }
+    for (int m = 0; m < MR; ++m)
+      for (int r = 0; r < NR; ++r) {
+        std::int32_t s = 0;
+        for (int j = 0; j < 32; ++j) s += wv[r][j] * x[m][i].qs[j];
+        acc[m][r] += static_cast<float>(s) * (dw[r] * x[m][i].d);
+      }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) out[m * ldo + r] = acc[m][r];
+}
+
+#ifdef KEEL_LINEAR_X86
+// ---------------------------------------------------------------- AVX2
+KEEL_TARGET_AVX2 inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+template <class Row, int MR, int NR>
+KEEL_TARGET_AVX2 void float_avx2(const std::byte *const *w, const float *const *x, std::int64_t K,
+                                 float *out, std::int64_t ldo) {
+  const std::int64_t K8 = K / 8 * 8;
+  __m256 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_setzero_ps();
+  for (std::int64_t k = 0; k < K8; k += 8) {
+    __m256 wv[NR];
+    for (int r = 0; r < NR; ++r) wv[r] = Row::load8(w[r], k);
+    for (int m = 0; m < MR; ++m) {
+      const __m256 xv = _mm256_loadu_ps(x[m] + k);
+      for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_fmadd_ps(wv[r], xv, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) {
+      out[m * ldo + r] = hsum8(acc[m][r]);
+      for (std::int64_t k = K8; k < K; ++k) out[m * ldo + r] += Row::at(w[r], k) * x[m][k];
+    }
+}
+
+// acc + eight int32 sums of four products each of unsigned a and signed b bytes. The callers
+// keep a <= 128 (|w| of Q8_0) or a <= 15 (Q4_0) and |b| <= 127, so that maddubs's int16 pair
+// sums never saturate.
+KEEL_TARGET_AVX2 inline __m256i dot_u8s8_avx2(__m256i acc, __m256i a, __m256i b) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+}
+
+template <class Row, int MR, int NR>
+KEEL_TARGET_AVX2 void q8_avx2(const std::byte *const *w, const BlockQ8Act *const *x,
+                              std::int64_t nb, float *out, std::int64_t ldo) {
+  constexpr bool kSigned = Row::kOffset == 128;  // Q8_0: |w| times sign(w) x
+  __m256 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_setzero_ps();
+  for (std::int64_t i = 0; i < nb; ++i) {
+    __m256i wq[NR], aw[NR];
+    float dw[NR];
+    for (int r = 0; r < NR; ++r) {
+      wq[r] = Row::load32(w[r], i);
+      if constexpr (kSigned) aw[r] = _mm256_sign_epi8(wq[r], wq[r]);
+      dw[r] = _cvtsh_ss(Row::scale_bits(w[r], i));
+    }
+    for (int m = 0; m < MR; ++m) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(x[m][i].qs));
+      const float dx = x[m][i].d;
+      if constexpr (kSigned) {
+        for (int r = 0; r < NR; ++r) {
+          const __m256i p =
+              dot_u8s8_avx2(_mm256_setzero_si256(), aw[r], _mm256_sign_epi8(xq, wq[r]));
+          acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
+        }
+      } else {
+        // sum((q - 8) x) = sum(q x) - 8 sum(x), exactly, in the integer accumulator.
+        const __m256i init = _mm256_zextsi128_si256(_mm_cvtsi32_si128(-Row::kOffset * x[m][i].sum));
+        for (int r = 0; r < NR; ++r) {
+          const __m256i p = dot_u8s8_avx2(init, wq[r], xq);
+          acc[m][r] = _mm256_fmadd_ps(_mm256_set1_ps(dw[r] * dx), _mm256_cvtepi32_ps(p), acc[m][r]);
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum8(acc[m][r]);
+}
+
+// ---------------------------------------------------------------- AVX-512
+// A fixed-order horizontal sum (GCC 12's _mm512_reduce_add_ps warns of an undefined value).
+KEEL_TARGET_AVX512 inline float hsum16(__m512 v) {
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+  __m128 s = _mm512_castps512_ps128(v);
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// 16 floats a pass; the K % 16 tail is added after the horizontal sum, as for every MR.
+template <class Row, int MR, int NR>
+KEEL_TARGET_AVX512 void float_avx512(const std::byte *const *w, const float *const *x,
+                                     std::int64_t K, float *out, std::int64_t ldo) {
+  const std::int64_t K16 = K / 16 * 16;
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (std::int64_t k = 0; k < K16; k += 16) {
+    __m512 wv[NR];
+    for (int r = 0; r < NR; ++r) wv[r] = Row::load16(w[r], k);
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xv = _mm512_loadu_ps(x[m] + k);
+      for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_fmadd_ps(wv[r], xv, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) {
+      out[m * ldo + r] = hsum16(acc[m][r]);
+      for (std::int64_t k = K16; k < K; ++k) out[m * ldo + r] += Row::at(w[r], k) * x[m][k];
+    }
+}
+
+// [a x 8, b x 8]
+KEEL_TARGET_AVX512 inline __m512 halves(float a, float b) {
+  return _mm512_insertf32x8(_mm512_set1_ps(a), _mm256_set1_ps(b), 1);
+}
+
+// Two blocks a pass: 64 unsigned weight bytes (value + kOffset) against 64 activation bytes
+// in one VNNI dot product, the offset's share (kOffset * sum(x) per block) preloaded into
+// the integer accumulator, then one FMA by the two blocks' scales.
+template <class Row, int MR, int NR>
+KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
+                                  std::int64_t nb, float *out, std::int64_t ldo) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < nb; i += 2) {
+    const bool two = i + 1 < nb;
+    __m512i wq[NR];
+    __m512 dw[NR];
+    for (int r = 0; r < NR; ++r) {
+      wq[r] = Row::load64u(w[r], i, two);
+      dw[r] = halves(_cvtsh_ss(Row::scale_bits(w[r], i)),
+                     two ? _cvtsh_ss(Row::scale_bits(w[r], i + 1)) : 0.0f);
+    }
+    for (int m = 0; m < MR; ++m) {
+      const BlockQ8Act *xb = x[m] + i;
+      const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[0].qs));
+      const __m256i x1 = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[1].qs))
+                             : _mm256_setzero_si256();
+      const __m512i xq = _mm512_inserti64x4(_mm512_castsi256_si512(x0), x1, 1);
+      const __m512 dx = halves(xb[0].d, two ? xb[1].d : 0.0f);
+      const __m512i init =
+          _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -Row::kOffset * xb[0].sum), 0x0100,
+                                 two ? -Row::kOffset * xb[1].sum : 0);
+      for (int r = 0; r < NR; ++r) {
+        const __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
+        acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(dw[r], dx), _mm512_cvtepi32_ps(p), acc[m][r]);
+      }
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum16(acc[m][r]);
+}
+// A Q6_K row (K a multiple of 256) to float32, the formats' dequantizer's values exactly:
+// y = (d * scale) * (q - 32) per 16-element sub-block, q = 4 low bits | 2 high bits << 4.
+KEEL_TARGET_AVX512 inline void dequantize_q6_k_avx512(const std::byte *src, float *y,
+                                                      std::int64_t K) {
+  const auto *b = reinterpret_cast<const BlockQ6_K *>(src);
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
+  const __m256i off = _mm256_set1_epi8(32);
+  for (std::int64_t i = 0; i < K / 256; ++i) {
+    const float d = _cvtsh_ss(b[i].d);
+    for (int h = 0; h < 2; ++h) {  // two halves of 128: ql[64], qh[32], 8 scales
+      const std::uint8_t *ql = b[i].ql + 64 * h;
+      const std::uint8_t *qh = b[i].qh + 32 * h;
+      const std::int8_t *sc = b[i].scales + 8 * h;
+      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
+      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
+      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
+      __m256i q[4];  // values of y[32 j + l], l < 32, as q - 32
+      q[0] =
+          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
+      float *out = y + i * 256 + h * 128;
+      for (int j = 0; j < 4; ++j) {
+        const __m256i v = _mm256_sub_epi8(q[j], off);
+        for (int s = 0; s < 2; ++s) {  // sub-block is = s, scale sc[s + 2 j]
+          const __m128i bytes = s == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
+          const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
+          const float ds = d * static_cast<float>(sc[s + 2 * j]);
+          _mm512_storeu_ps(out + 32 * j + 16 * s, _mm512_mul_ps(_mm512_set1_ps(ds), f));
+        }
+      }
+    }
+  }
+}
+
+// A Q4_K row (K a multiple of 256) to float32, the formats' dequantizer's values exactly:
+// y = (d * scale) * q - dmin * min per 32-element sub-block. Where the build lets the compiler
+// fuse that into one FMA (the formats' code is built with -march=native), so does this.
+KEEL_TARGET_AVX512 inline void dequantize_q4_k_avx512(const std::byte *src, float *y,
+                                                      std::int64_t K) {
+  const auto *b = reinterpret_cast<const BlockQ4_K *>(src);
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (std::int64_t i = 0; i < K / 256; ++i) {
+    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
+    const std::uint8_t *s = b[i].scales;
+    for (int j = 0; j < 4; ++j) {  // 64 elements: low nibbles (sub-block 2j), high (2j + 1)
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[i].qs + 32 * j));
+      const __m256i half[2] = {_mm256_and_si256(q, m4),
+                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+      for (int h = 0; h < 2; ++h) {
+        const int is = 2 * j + h;  // the 6-bit scale and min of sub-block `is`
+        const int sc = is < 4 ? s[is] & 63 : (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4);
+        const int mn = is < 4 ? s[is + 4] & 63 : (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
+        const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc));
+        const __m512 m1 = _mm512_set1_ps(dmin * static_cast<float>(mn));
+        for (int c = 0; c < 2; ++c) {
+          const __m128i bytes =
+              c == 0 ? _mm256_castsi256_si128(half[h]) : _mm256_extracti128_si256(half[h], 1);
+          const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
+#ifdef __FMA__
+          const __m512 v = _mm512_fmsub_ps(d1, f, m1);
+#else
+          const __m512 v = _mm512_sub_ps(_mm512_mul_ps(d1, f), m1);
+#endif
+          _mm512_storeu_ps(y + i * 256 + 64 * j + 32 * h + 16 * c, v);
+        }
+      }
+    }
+  }
+}
+#endif  // KEEL_LINEAR_X86
+
+}  // namespace keel::cpu::tiles
