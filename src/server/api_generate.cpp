@@ -80,6 +80,9 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
   if (cr->forces_tool_call())
     force_tool_call(cr->sampling, tool_call_format_of(*lease->text), cr->tools,
                     cr->tool_choice_name);
+  else if (options_.forced_tool)
+    apply_forced_tool_option(*options_.forced_tool, cr->model, cr->sampling,
+                             tool_call_format_of(*lease->text), cr->tools, cr->messages);
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.n = cr->n;
   spec.sampling = cr->sampling;
@@ -246,6 +249,9 @@ void ApiServer::handle_messages(const HttpRequest &req,
   if (mr->forces_tool_call())
     force_tool_call(mr->sampling, tool_call_format_of(*lease->text), mr->tools,
                     mr->tool_choice_name);
+  else if (options_.forced_tool)
+    apply_forced_tool_option(*options_.forced_tool, mr->model, mr->sampling,
+                             tool_call_format_of(*lease->text), mr->tools, mr->messages);
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = mr->sampling;
   spec.stop = mr->stop_sequences;

@@ -115,6 +115,9 @@ void ApiServer::handle_responses(const HttpRequest &req,
   if (rr->chat.forces_tool_call())
     force_tool_call(rr->chat.sampling, tool_call_format_of(*lease->text), rr->chat.tools,
                     rr->chat.tool_choice_name);
+  else if (options_.forced_tool)
+    apply_forced_tool_option(*options_.forced_tool, rr->chat.model, rr->chat.sampling,
+                             tool_call_format_of(*lease->text), rr->chat.tools, rr->chat.messages);
   const bool opens_reasoning = prompt.opens_reasoning;
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = rr->chat.sampling;
