@@ -6,6 +6,9 @@
 // a 32k context. The random model rarely writes an end-of-sequence token, so this copy
 // of it lists a sixteenth of its vocabulary as end tokens: each turn is ~16 tokens long.
 // A logging proxy between Codex and keel records what Codex sent and what it got.
+// tiny-codex-tools, a third copy, has keel force its first reply of a turn to call
+// Codex's exec_command tool (--force-tool-call): Codex runs it in its read-only sandbox
+// and sends the output back.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
