@@ -52,6 +52,10 @@ int cmd_serve(int argc, char **argv) {
   int tensor_parallel = 1;
   bool enable_faults = false;
   std::string body_limit = "32M";
+  std::size_t response_store_count = 1024;
+  std::string response_store_bytes = "64M";
+  double response_store_ttl_s = 3600;
+  std::string force_tool_call;
   app.add_option("models", model_paths,
                  "model directories or .gguf files, or ORG/NAME[:REVISION][/FILE] of a Hugging "
                  "Face repository (fetched into the hub cache: see keel pull) (default: the "
@@ -122,6 +126,24 @@ int cmd_serve(int argc, char **argv) {
   app.add_flag("--enable-fault-injection", enable_faults,
                "allow POST /debug/faults (tests only: it can stall or crash engines)")
       ->envname("KEEL_ENABLE_FAULT_INJECTION");
+  app.add_option("--force-tool-call", force_tool_call,
+                 "MODEL:TOOL or MODEL:TOOL=JSON (tests only, needs "
+                 "--enable-fault-injection): a request to MODEL that offers TOOL, and whose "
+                 "last turn holds no tool result, must call it (with arguments JSON, checked "
+                 "against its schema)")
+      ->envname("KEEL_FORCE_TOOL_CALL");
+  app.add_option("--response-store-count", response_store_count,
+                 "stored /v1/responses (store: true) kept at most; the oldest go first")
+      ->envname("KEEL_RESPONSE_STORE_COUNT")
+      ->capture_default_str();
+  app.add_option("--response-store-bytes", response_store_bytes,
+                 "bytes of stored /v1/responses (responses and their conversations) at most")
+      ->envname("KEEL_RESPONSE_STORE_BYTES")
+      ->capture_default_str();
+  app.add_option("--response-store-ttl", response_store_ttl_s,
+                 "seconds a stored /v1/responses response is kept")
+      ->envname("KEEL_RESPONSE_STORE_TTL")
+      ->capture_default_str();
   app.add_option("--heartbeat-timeout", heartbeat_timeout_s,
                  "seconds without any report from an engine before it is killed")
       ->envname("KEEL_HEARTBEAT_TIMEOUT");
@@ -308,6 +330,19 @@ int cmd_serve(int argc, char **argv) {
   ao.heartbeat_timeout = ro.heartbeat_timeout;
   ao.default_model = first_model;
   ao.enable_fault_injection = enable_faults;
+  if (!force_tool_call.empty()) {
+    if (!enable_faults)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--force-tool-call: tests only, needs --enable-fault-injection");
+    ao.forced_tool = server::parse_forced_tool_option(force_tool_call);
+  }
+  if (!(response_store_ttl_s > 0 && response_store_ttl_s < 1e9))
+    throw Error(ErrorCode::kInvalidArgument, "--response-store-ttl: must be more than 0 seconds");
+  ao.response_store.max_entries = response_store_count;
+  ao.response_store.max_bytes =
+      static_cast<std::size_t>(parse_size(response_store_bytes, "--response-store-bytes"));
+  ao.response_store.ttl = std::chrono::seconds(
+      std::max<std::int64_t>(1, static_cast<std::int64_t>(response_store_ttl_s)));
   ao.log = log;
   std::atomic<unsigned> bound_port{0};  // known once the listener is up
   const std::string bench_host =

@@ -29,6 +29,12 @@ struct SamplingParams {
   // "choice" or "grammar", with its text; empty: unconstrained.
   std::string constraint_kind;
   std::string constraint_text;
+  // Thinking budget (core/thinking_budget.h): after this many tokens inside the think
+  // block the engine writes thinking_end and the model goes on with its answer. < 0: none.
+  int32_t thinking_budget = -1;
+  std::vector<TokenId> thinking_start;  // the block's opening tokens ("<think>")
+  std::vector<TokenId> thinking_end;    // its closing tokens ("\n</think>\n\n")
+  bool thinking_open = false;           // the prompt ends inside the block
 
   bool greedy() const { return temperature <= 0.0f; }
 };

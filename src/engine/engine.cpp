@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/thinking_budget.h"
 #include "engine/token_sampling.h"
 
 namespace keel {
@@ -64,7 +65,8 @@ struct Engine::Live {
   // Structured output, when asked for; shared with a mask job that may outlive the
   // request (MaskPrefetcher).
   std::shared_ptr<OutputConstraint> constraint;
-  std::vector<TokenId> end_ids;  // stop tokens the constraint may allow
+  std::vector<TokenId> end_ids;            // stop tokens the constraint may allow
+  std::optional<ThinkingBudget> thinking;  // a thinking budget, when asked for
   std::int32_t num_prompt_tokens = 0;
   bool first_event_sent = false;
   // Prompt logprobs, gathered chunk by chunk and sent with the first event.
@@ -349,6 +351,7 @@ void Engine::admit(Submit &cmd) {
   auto live = std::make_unique<Live>();
   try {
     live->sampler = std::make_unique<RequestSampler>(req.sampling, seed_rng_());
+    if (ThinkingBudget::wanted(req.sampling)) live->thinking.emplace(req.sampling);
   } catch (const std::exception &e) {
     return reject("engine: " + rid + ": " + e.what());
   }
@@ -392,11 +395,12 @@ void Engine::finish(RequestId id, FinishReason reason, std::string error) {
   if (it == live_.end()) return;  // already finished: abort after finish is a no-op
   Live &live = *it->second;
   RequestState target = finished_state(reason);
-  std::int32_t cached = 0;
+  std::int32_t cached = 0, stored = 0;
   if (const SchedRequest *r = sched_->find(id); r != nullptr) {
     if (!is_legal_transition(r->state, target))
       target = RequestState::kFinishedAbort;  // an early stop before any output
     cached = std::max(r->num_cached_prompt_tokens, 0);
+    stored = r->num_stored_prompt_tokens;
   }
   sched_->finish(id, target);
   if (tiers_) tiers_->cancel_restore(id);
@@ -408,6 +412,7 @@ void Engine::finish(RequestId id, FinishReason reason, std::string error) {
     ev.prompt_logprobs = std::move(live.prompt_logprobs);
     ev.prompt_top_logprobs = std::move(live.prompt_top);
     ev.cached_prompt_tokens = cached;
+    ev.stored_prompt_tokens = stored;
   }
   if (live.deadline) --num_with_deadline_;
   EventSink sink = std::move(live.sink);
@@ -772,6 +777,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
         continue;
       }
     }
+    if (live.thinking) t.token = live.thinking->choose(t.token);  // may close the block
     if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
       finish(s.id, FinishReason::kStop);
       continue;
@@ -802,6 +808,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
       ev.prompt_top_logprobs = std::move(live.prompt_top);
       const SchedRequest *r = sched_->find(s.id);
       ev.cached_prompt_tokens = std::max(r->num_cached_prompt_tokens, 0);
+      ev.stored_prompt_tokens = r->num_stored_prompt_tokens;
       live.first_event_sent = true;
     }
     deliver(live.sink, ev);

@@ -42,6 +42,7 @@ struct RequestEvent {
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top_logprobs;
   std::int32_t cached_prompt_tokens = 0;  // prefix-cache hit, reported with the first event
+  std::int32_t stored_prompt_tokens = 0;  // prompt tokens written to the cache, ditto
   std::optional<FinishReason> finish;
   std::string error;  // with FinishReason::kError
 };

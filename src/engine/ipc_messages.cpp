@@ -118,6 +118,11 @@ std::string encode_submit(const GenerationRequest &r) {
     sp["constraint_kind"] = s.constraint_kind;
     sp["constraint_text"] = s.constraint_text;
   }
+  if (s.thinking_budget >= 0)
+    sp["thinking"] = {{"budget", s.thinking_budget},
+                      {"start", s.thinking_start},
+                      {"end", s.thinking_end},
+                      {"open", s.thinking_open}};
   json j{{"id", r.id.value}, {"prompt", r.prompt}, {"sampling", sp}};
   if (r.deadline) {
     // Deadlines cross the process boundary as a remaining duration: the clocks differ.
@@ -154,6 +159,13 @@ GenerationRequest decode_submit(const std::string &payload) {
       s.constraint_kind = sp.at("constraint_kind").get<std::string>();
       s.constraint_text = sp.at("constraint_text").get<std::string>();
     }
+    if (sp.contains("thinking")) {
+      const json &t = sp.at("thinking");
+      s.thinking_budget = t.at("budget").get<std::int32_t>();
+      s.thinking_start = t.at("start").get<std::vector<TokenId>>();
+      s.thinking_end = t.at("end").get<std::vector<TokenId>>();
+      s.thinking_open = t.at("open").get<bool>();
+    }
     if (j.contains("deadline_ms"))
       r.deadline = std::chrono::steady_clock::now() +
                    std::chrono::milliseconds(j.at("deadline_ms").get<std::int64_t>());
@@ -187,6 +199,7 @@ std::string encode_event(const RequestEvent &e) {
     j["ptop"] = std::move(a);
   }
   if (e.cached_prompt_tokens) j["cached"] = e.cached_prompt_tokens;
+  if (e.stored_prompt_tokens) j["stored"] = e.stored_prompt_tokens;
   if (e.finish) j["finish"] = static_cast<int>(*e.finish);
   if (!e.error.empty()) j["error"] = e.error;
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -211,6 +224,7 @@ RequestEvent decode_event(const std::string &payload) {
     if (j.contains("ptop"))
       for (const auto &v : j["ptop"]) e.prompt_top_logprobs.push_back(lp_list_from(v));
     e.cached_prompt_tokens = j.value("cached", 0);
+    e.stored_prompt_tokens = j.value("stored", 0);
     if (j.contains("finish")) {
       int f = j["finish"].get<int>();
       if (f < 0 || f > static_cast<int>(FinishReason::kError))

@@ -102,11 +102,14 @@ bool KvCacheManager::allocate_slots(RequestId id, std::int32_t num_tokens, const
   return true;
 }
 
-void KvCacheManager::cache_full_blocks(RequestId id, std::span<const TokenId> tokens,
-                                       std::int32_t num_computed, std::string_view extra_keys) {
-  if (!config_.enable_prefix_caching) return;
+std::int32_t KvCacheManager::cache_full_blocks(RequestId id, std::span<const TokenId> tokens,
+                                               std::int32_t num_computed,
+                                               std::string_view extra_keys,
+                                               std::int32_t count_within) {
+  if (!config_.enable_prefix_caching) return 0;
   auto it = requests_.find(id);
-  if (it == requests_.end()) return;
+  if (it == requests_.end()) return 0;
+  std::int32_t stored = 0;
   RequestBlocks &rb = it->second;
   const std::int32_t bs = config_.block_size;
   const auto full =
@@ -118,8 +121,11 @@ void KvCacheManager::cache_full_blocks(RequestId id, std::span<const TokenId> to
         hash_block(config_.model, i == 0 ? nullptr : &rb.hashes.back(),
                    tokens.subspan(static_cast<std::size_t>(i) * bs, bs), extra_keys);
     rb.hashes.push_back(h);
-    if (pool_.hash_of(rb.blocks[i]) == nullptr) pool_.register_hash(rb.blocks[i], h);
+    if (pool_.hash_of(rb.blocks[i]) == nullptr && pool_.register_hash(rb.blocks[i], h) &&
+        (i + 1) * bs <= count_within)
+      stored += bs;
   }
+  return stored;
 }
 
 void KvCacheManager::free(RequestId id) {

@@ -89,8 +89,12 @@ class KvCacheManager {
 
   // Makes the request's blocks that are full within its first `num_computed` tokens
   // findable by their chained hash. `tokens` is the request's whole token sequence.
-  void cache_full_blocks(RequestId id, std::span<const TokenId> tokens, std::int32_t num_computed,
-                         std::string_view extra_keys = {});
+  // Returns the tokens of the blocks this call stored in the cache (new hashes, not
+  // ones another block already holds) that lie wholly within the first `count_within`
+  // tokens: a request's prompt tokens written to the cache (Anthropic's cache creation).
+  std::int32_t cache_full_blocks(RequestId id, std::span<const TokenId> tokens,
+                                 std::int32_t num_computed, std::string_view extra_keys = {},
+                                 std::int32_t count_within = 0);
 
   // Releases all of the request's blocks (tail first, so a prefix's tail is evicted
   // before its head). A request that holds nothing is ignored.

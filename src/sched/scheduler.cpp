@@ -238,7 +238,8 @@ void Scheduler::on_step_done(const StepPlan &plan) {
     KEEL_CHECK(r != nullptr && r->state == RequestState::kRunning);
     KEEL_CHECK(r->num_computed_tokens == s.start_pos);
     r->num_computed_tokens += s.num_tokens;
-    kv_.cache_full_blocks(r->id, r->tokens, r->num_computed_tokens, r->extra_keys);
+    r->num_stored_prompt_tokens += kv_.cache_full_blocks(r->id, r->tokens, r->num_computed_tokens,
+                                                         r->extra_keys, r->num_prompt_tokens);
   }
   kv_.end_step();
 }

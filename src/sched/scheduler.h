@@ -50,6 +50,7 @@ struct SchedRequest {
   std::int32_t num_prompt_tokens = 0;
   std::int32_t num_computed_tokens = 0;        // tokens whose KV is in the cache
   std::int32_t num_cached_prompt_tokens = -1;  // prefix hit at first admission; -1 before
+  std::int32_t num_stored_prompt_tokens = 0;   // prompt tokens this request wrote to the cache
   std::int32_t num_preemptions = 0;
   bool use_prefix_cache = true;       // off for prompt logprobs, which need every prompt row
   std::string extra_keys;             // hashed into every block key (cache salt)

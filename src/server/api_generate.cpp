@@ -11,6 +11,7 @@
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
 #include "server/request_log.h"
+#include "server/thinking_budget_fields.h"
 
 namespace keel::server {
 
@@ -80,6 +81,11 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
   if (cr->forces_tool_call())
     force_tool_call(cr->sampling, tool_call_format_of(*lease->text), cr->tools,
                     cr->tool_choice_name);
+  else if (options_.forced_tool)
+    apply_forced_tool_option(*options_.forced_tool, cr->model, cr->sampling,
+                             tool_call_format_of(*lease->text), cr->tools, cr->messages);
+  set_thinking_budget(cr->sampling, *lease->text, thinking_budget_of_kwargs(cr->template_kwargs),
+                      prompt.opens_reasoning);
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.n = cr->n;
   spec.sampling = cr->sampling;
@@ -246,6 +252,14 @@ void ApiServer::handle_messages(const HttpRequest &req,
   if (mr->forces_tool_call())
     force_tool_call(mr->sampling, tool_call_format_of(*lease->text), mr->tools,
                     mr->tool_choice_name);
+  else if (options_.forced_tool)
+    apply_forced_tool_option(*options_.forced_tool, mr->model, mr->sampling,
+                             tool_call_format_of(*lease->text), mr->tools, mr->messages);
+  set_thinking_budget(mr->sampling, *lease->text,
+                      mr->thinking == "enabled"    ? std::optional(mr->thinking_budget)
+                      : mr->thinking == "adaptive" ? thinking_budget_for_effort(mr->effort)
+                                                   : std::nullopt,
+                      prompt.opens_reasoning);
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = mr->sampling;
   spec.stop = mr->stop_sequences;
@@ -277,7 +291,9 @@ void ApiServer::handle_messages(const HttpRequest &req,
           [ch, ctx, input_tokens, output_tokens](const ChoiceDelta &d) {
             note_first_token(ch, d);
             std::string out;
-            if (d.first) out += anthropic::stream_start(*ctx, input_tokens, d.cached_prompt_tokens);
+            if (d.first)
+              out += anthropic::stream_start(*ctx, input_tokens, d.cached_prompt_tokens,
+                                             d.stored_prompt_tokens);
             *output_tokens += static_cast<int>(d.tokens.size());
             if (d.finish == "error") {
               ch->write(out + anthropic::stream_error(503, d.error));

@@ -13,6 +13,7 @@
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai/responses_types.h"
+#include "server/thinking_budget_fields.h"
 #include "text/reasoning_parser.h"
 
 namespace keel::server {
@@ -115,6 +116,13 @@ void ApiServer::handle_responses(const HttpRequest &req,
   if (rr->chat.forces_tool_call())
     force_tool_call(rr->chat.sampling, tool_call_format_of(*lease->text), rr->chat.tools,
                     rr->chat.tool_choice_name);
+  else if (options_.forced_tool)
+    apply_forced_tool_option(*options_.forced_tool, rr->chat.model, rr->chat.sampling,
+                             tool_call_format_of(*lease->text), rr->chat.tools, rr->chat.messages);
+  set_thinking_budget(rr->chat.sampling, *lease->text,
+                      rr->reasoning_effort ? thinking_budget_for_effort(*rr->reasoning_effort)
+                                           : thinking_budget_of_kwargs(rr->chat.template_kwargs),
+                      prompt.opens_reasoning);
   const bool opens_reasoning = prompt.opens_reasoning;
   spec.prompts.push_back(std::move(prompt.tokens));
   spec.sampling = rr->chat.sampling;

@@ -274,7 +274,8 @@ std::string model_field(const json &body, const std::string &fallback) {
 // content parts flattened, tool calls and tool turns shaped for templates).
 openai::ChatRequest chat_messages(const json &body, const std::string &model) {
   json chat{{"model", model}, {"messages", body.contains("messages") ? body["messages"] : json()}};
-  if (body.contains("tools")) chat["tools"] = body["tools"];
+  for (const char *k : {"tools", "chat_template_kwargs"})
+    if (body.contains(k)) chat[k] = body[k];
   return openai::parse_chat(chat);
 }
 
@@ -289,8 +290,8 @@ void ApiServer::handle_tokenize(const HttpRequest &req,
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
     const auto chat = chat_messages(body, model);
-    ids =
-        text.encode(render_chat_prompt(text, chat.messages, chat.tools), !text.has_chat_template());
+    ids = text.encode(render_chat_prompt(text, chat.messages, chat.tools, chat.template_kwargs),
+                      !text.has_chat_template());
   } else {
     auto prompt = opt_string(body, "prompt");
     if (!prompt) prompt = opt_string(body, "text");
@@ -333,9 +334,8 @@ void ApiServer::handle_apply_template(const HttpRequest &req,
   const ModelText &text = registry_.text(model);
   const auto chat = chat_messages(body, model);
   const bool add_gen = opt_bool(body, "add_generation_prompt").value_or(true);
-  std::string prompt = text.has_chat_template()
-                           ? text.render_chat(chat.messages, chat.tools, add_gen)
-                           : render_chat_prompt(text, chat.messages, chat.tools);
+  const std::string prompt =
+      render_chat_prompt(text, chat.messages, chat.tools, chat.template_kwargs, add_gen);
   send_json(ch, 200, json{{"prompt", prompt}}.dump());
 }
 

@@ -10,11 +10,13 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "registry/model_registry.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
+#include "server/forced_tool_option.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
 #include "server/latency_window.h"
@@ -31,7 +33,8 @@ struct ApiOptions {
   std::chrono::milliseconds heartbeat_timeout{10'000};  // /health fails at half of it
   std::string default_model;            // used when a request names no model (/tokenize etc.)
   bool enable_fault_injection = false;  // /debug/faults answers 403 without it
-  openai::ResponseStoreLimits response_store;  // stored /v1/responses (store: true)
+  std::optional<ForcedToolOption> forced_tool;  // tests only (--force-tool-call)
+  openai::ResponseStoreLimits response_store;   // stored /v1/responses (store: true)
   Logger log;  // its ring (Logger::keep_in), when set, backs GET /api/logs
   // The dashboard's short benchmark of a model against this server (keel serve sets it;
   // unset: POST /api/bench answers 501). Returns results json with a "report_html".

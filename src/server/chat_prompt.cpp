@@ -15,21 +15,23 @@ ToolCallFormat tool_call_format_of(const ModelText &text) {
 }
 
 std::string render_chat_prompt(const ModelText &text, const json &messages, const json &tools,
-                               const json &kwargs) {
+                               const json &kwargs, bool add_generation_prompt) {
   const bool has_tools = tools.is_array() && !tools.empty();
   if (text.has_chat_template()) {
-    std::string with_tools = text.render_chat(messages, tools, true, kwargs);
+    std::string with_tools = text.render_chat(messages, tools, add_generation_prompt, kwargs);
     // A template with no tools section renders the same text with and without them.
-    if (!has_tools || with_tools != text.render_chat(messages, json(nullptr), true, kwargs))
+    if (!has_tools ||
+        with_tools != text.render_chat(messages, json(nullptr), add_generation_prompt, kwargs))
       return with_tools;
   }
   const json msgs =
       has_tools ? inject_tool_prompt(messages, tools, tool_call_format_of(text)) : messages;
-  if (text.has_chat_template()) return text.render_chat(msgs, json(nullptr), true, kwargs);
+  if (text.has_chat_template())
+    return text.render_chat(msgs, json(nullptr), add_generation_prompt, kwargs);
   std::string out;
   for (const auto &m : msgs)
     out += m.value("role", std::string("user")) + ": " + m.value("content", std::string()) + "\n";
-  out += "assistant:";
+  if (add_generation_prompt) out += "assistant:";
   return out;
 }
 

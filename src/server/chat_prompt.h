@@ -21,11 +21,13 @@ ToolCallFormat tool_call_format_of(const ModelText &text);
 // The prompt text for chat messages: the model's chat template, or a plain fallback for
 // models that ship none ("role: content" lines ending in "assistant:"). kwargs: extra
 // template variables (an object, e.g. {"enable_thinking": true}). Tools the template
-// cannot render are written into the messages in the model family's format.
+// cannot render are written into the messages in the model family's format (the same
+// text for /apply-template, /tokenize and count_tokens as for generation).
 std::string render_chat_prompt(
     const ModelText &text, const nlohmann::ordered_json &messages,
     const nlohmann::ordered_json &tools,
-    const nlohmann::ordered_json &kwargs = nlohmann::ordered_json::object());
+    const nlohmann::ordered_json &kwargs = nlohmann::ordered_json::object(),
+    bool add_generation_prompt = true);
 
 struct ChatPrompt {
   std::vector<TokenId> tokens;

@@ -72,6 +72,7 @@ void Generation::on_event(int index, const RequestEvent &e) {
       r.prompt_top = e.prompt_top_logprobs;
     }
     if (e.cached_prompt_tokens) r.cached_prompt_tokens = e.cached_prompt_tokens;
+    if (e.stored_prompt_tokens) r.stored_prompt_tokens = e.stored_prompt_tokens;
     ChoiceDelta d;
     d.index = index;
     d.first = !started_[index];
@@ -79,6 +80,7 @@ void Generation::on_event(int index, const RequestEvent &e) {
     d.prompt_logprobs = e.prompt_logprobs;
     d.prompt_top = e.prompt_top_logprobs;
     d.cached_prompt_tokens = r.cached_prompt_tokens;
+    d.stored_prompt_tokens = r.stored_prompt_tokens;
     StopMatcher &stop = stops_[index];
     if (!stop.hit()) {
       const auto &eos = lease_->info.eos_token_ids;
@@ -168,6 +170,13 @@ int Generation::cached_tokens() const {
   int n = 0;
   for (std::size_t i = 0; i < results_.size(); i += static_cast<std::size_t>(spec_.n))
     n += results_[i].cached_prompt_tokens;
+  return n;
+}
+
+int Generation::stored_tokens() const {
+  int n = 0;
+  for (std::size_t i = 0; i < results_.size(); i += static_cast<std::size_t>(spec_.n))
+    n += results_[i].stored_prompt_tokens;
   return n;
 }
 

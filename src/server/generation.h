@@ -39,6 +39,7 @@ struct ChoiceDelta {
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top;
   int cached_prompt_tokens = 0;
+  int stored_prompt_tokens = 0;  // prompt tokens this choice wrote to the prefix cache
 };
 
 struct ChoiceResult {
@@ -53,6 +54,7 @@ struct ChoiceResult {
   std::string stop_sequence;
   std::string error;
   int cached_prompt_tokens = 0;
+  int stored_prompt_tokens = 0;
   bool done = false;
 };
 
@@ -74,6 +76,8 @@ class Generation : public std::enable_shared_from_this<Generation> {
   int prompt_tokens() const;
   int completion_tokens() const;
   int cached_tokens() const;
+  // Prompt tokens written to the prefix cache (one figure per prompt, as cached_tokens).
+  int stored_tokens() const;
   bool any_error(std::string *message) const;
 
  private:

@@ -2,6 +2,9 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { anthropic, MODEL } from './helpers.mjs';
 
+// The whole prompt: Anthropic splits it into uncached, cache-read and cache-written tokens.
+const promptTokens = (u) => u.input_tokens + u.cache_read_input_tokens + u.cache_creation_input_tokens;
+
 const client = anthropic();
 const conversation = {
   model: MODEL,
@@ -22,11 +25,13 @@ test('Anthropic messages, plain', async () => {
   assert.equal(m.model, MODEL);
   assert.equal(m.content[0].type, 'text');
   assert.ok(['end_turn', 'max_tokens'].includes(m.stop_reason));
-  assert.ok(m.usage.input_tokens > 0);
+  assert.ok(promptTokens(m.usage) > 0);
+  assert.ok(m.usage.input_tokens >= 0);
   assert.ok(m.usage.output_tokens > 0 && m.usage.output_tokens <= 16);
   assert.equal(typeof m.usage.cache_read_input_tokens, 'number');
+  assert.equal(typeof m.usage.cache_creation_input_tokens, 'number');
   const counted = await client.messages.countTokens({ model: MODEL, system: conversation.system, messages: conversation.messages });
-  assert.equal(counted.input_tokens, m.usage.input_tokens + m.usage.cache_read_input_tokens);
+  assert.equal(counted.input_tokens, promptTokens(m.usage));
 });
 
 test('Anthropic messages, streamed, events in order and equal to plain', async () => {
@@ -83,7 +88,7 @@ test('Anthropic system as blocks equals system as a string; metadata is accepted
     metadata: { user_id: 'user-1' },
   });
   assert.deepEqual(b.content, s.content);
-  assert.equal(b.usage.input_tokens + b.usage.cache_read_input_tokens, s.usage.input_tokens + s.usage.cache_read_input_tokens);
+  assert.equal(promptTokens(b.usage), promptTokens(s.usage));
   const none = await client.messages.create({ ...conversation, max_tokens: 8, system: undefined });
-  assert.ok(none.usage.input_tokens + none.usage.cache_read_input_tokens < s.usage.input_tokens + s.usage.cache_read_input_tokens);
+  assert.ok(promptTokens(none.usage) < promptTokens(s.usage));
 });

@@ -94,7 +94,7 @@ test('max_tokens past the context is clamped to what is left: stop_reason max_to
   while (count >= ctx - 3) count = (await c.messages.countTokens({ model: MODEL, messages: msg(--n) })).input_tokens;
   const m = await c.messages.create({ model: MODEL, max_tokens: 1_000_000, messages: msg(n) });
   assert.equal(m.stop_reason, 'max_tokens');
-  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens, count);
+  assert.equal(m.usage.input_tokens + m.usage.cache_read_input_tokens + m.usage.cache_creation_input_tokens, count);
   assert.equal(m.usage.output_tokens, ctx - count);
   // A prompt that alone fills the context is still a 400 naming messages.
   const r = await http('POST', '/v1/messages', { body: { model: MODEL, max_tokens: 1, messages: msg(n * 2) } });

@@ -8,15 +8,13 @@
 // telemetry, updater and other traffic are off, and HOME is a fresh directory.
 import test, { before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { KEY } from './helpers.mjs';
+import { CLAUDE, runClaude } from './agent_clients.mjs';
 
 const URL_AGENT = process.env.KEEL_AGENT_URL;
 const MODEL = process.env.KEEL_AGENT_MODEL;
-const CLAUDE = path.join(process.env.NODE_PATH ?? '', '.bin', 'claude');
 const REPLY = 'Hello from keel.';
 let home;
 let cwd;
@@ -30,40 +28,8 @@ after(() => {
   for (const d of [home, cwd]) if (d) fs.rmSync(d, { recursive: true, force: true });
 });
 
-function claude(args, { timeoutMs = 240_000 } = {}) {
-  const env = {
-    PATH: process.env.PATH,
-    HOME: home,
-    ANTHROPIC_BASE_URL: URL_AGENT,
-    ANTHROPIC_API_KEY: KEY,
-    ANTHROPIC_AUTH_TOKEN: KEY,
-    ANTHROPIC_MODEL: MODEL,
-    ANTHROPIC_DEFAULT_HAIKU_MODEL: MODEL,
-    ANTHROPIC_DEFAULT_SONNET_MODEL: MODEL,
-    ANTHROPIC_DEFAULT_OPUS_MODEL: MODEL,
-    ANTHROPIC_SMALL_FAST_MODEL: MODEL,
-    CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC: '1',
-    DISABLE_TELEMETRY: '1',
-    DISABLE_AUTOUPDATER: '1',
-    DISABLE_ERROR_REPORTING: '1',
-    DISABLE_BUG_COMMAND: '1',
-    CI: '1',
-  };
-  return new Promise((resolve, reject) => {
-    const p = spawn(CLAUDE, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    p.stdout.on('data', (d) => (stdout += d));
-    p.stderr.on('data', (d) => (stderr += d));
-    const timer = setTimeout(() => {
-      p.kill('SIGKILL');
-      reject(new Error(`claude ${args.join(' ')} timed out after ${timeoutMs} ms\n${stderr}`));
-    }, timeoutMs);
-    p.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
+function claude(args, opts = {}) {
+  return runClaude(args, { home, cwd, baseUrl: URL_AGENT, model: MODEL, ...opts });
 }
 
 test('claude -p answers through keel', async (t) => {

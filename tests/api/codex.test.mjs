@@ -6,6 +6,9 @@
 // a 32k context. The random model rarely writes an end-of-sequence token, so this copy
 // of it lists a sixteenth of its vocabulary as end tokens: each turn is ~16 tokens long.
 // A logging proxy between Codex and keel records what Codex sent and what it got.
+// tiny-codex-tools, a third copy, has keel force its first reply of a turn to call
+// Codex's exec_command tool (--force-tool-call): Codex runs it in its read-only sandbox
+// and sends the output back.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -17,6 +20,7 @@ import { editJson, makeThinking, startModelServer } from './responses_lib.mjs';
 
 const CODEX = path.join(process.env.NODE_PATH, '.bin', 'codex');
 const KEY = 'codex-test-key';
+const TOOL_ARGS = { cmd: 'echo keel-tool-ran' };
 let dir, server, proxy, proxyUrl;
 const seen = [];  // {method, url, status, body, response}
 
@@ -68,8 +72,12 @@ function events(sse) {
 before(async () => {
   dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-codex-'));
   const thinker = path.join(dir, 'tiny-codex-think');
+  const tools = path.join(dir, 'tiny-codex-tools');
   server = await startModelServer('tiny-codex', {
-    args: [thinker, '--kv-blocks', '2560', '--api-key', KEY],
+    // tiny-codex-tools: keel forces its first reply of a turn to call Codex's shell tool
+    // (--force-tool-call, tests only) with a harmless command.
+    args: [thinker, tools, '--kv-blocks', '2560', '--api-key', KEY, '--enable-fault-injection',
+      '--force-tool-call', `tiny-codex-tools:exec_command=${JSON.stringify(TOOL_ARGS)}`],
     edit: (model) => {
       let vocab;
       editJson(path.join(model, 'config.json'), (c) => {
@@ -79,6 +87,15 @@ before(async () => {
       editJson(path.join(model, 'generation_config.json'), (g) => {
         g.eos_token_id = Array.from({ length: Math.floor(vocab / 16) }, (_, i) => i + 1);
       });
+      // Its end tokens are none the forced call's markup can be written with (else the
+      // constrained reply could end mid-call): tokens with a character the call lacks.
+      fs.cpSync(model, tools, { recursive: true });
+      const markup = new Set(`<tool_call>\n{"name": "exec_command", "arguments": ${JSON.stringify(TOOL_ARGS)}}\n</tool_call>`);
+      const vocabMap = JSON.parse(fs.readFileSync(path.join(tools, 'tokenizer.json'), 'utf8')).model.vocab;
+      const ends = Object.entries(vocabMap)
+        .filter(([tok]) => [...tok.replaceAll('Ġ', ' ').replaceAll('Ċ', '\n')].some((ch) => !markup.has(ch)))
+        .map(([, id]) => id).filter((id) => id > 0).slice(0, Math.floor(vocab / 16));
+      editJson(path.join(tools, 'generation_config.json'), (g) => { g.eos_token_id = ends; });
       // The same model with a thinking template, served beside it.
       fs.cpSync(model, thinker, { recursive: true });
       makeThinking(thinker);
@@ -184,4 +201,26 @@ test('codex reads reasoning from a thinking model and sends it back on resume', 
   const sentBack = JSON.parse(turn2.body).input.filter((i) => i.type === 'reasoning');
   assert.ok(sentBack.length >= 1, JSON.stringify(JSON.parse(turn2.body).input.map((i) => i.type)));
   assert.equal(events(turn2.response).at(-1).type, 'response.completed');
+});
+
+test('codex exec runs the shell call keel\'s model made and sends its output back', async () => {
+  const before = seen.length;
+  const r = await codex(['-m', 'tiny-codex-tools', '--skip-git-repo-check', 'run the marker command']);
+  assert.equal(r.code, 0, `codex exited ${r.code} ${r.signal}\n${r.err}\n${r.out}`);
+  const turns = seen.slice(before).filter((e) => e.method === 'POST' && e.url === '/v1/responses');
+  for (const t of turns) assert.equal(t.status, 200, t.response);
+  assert.ok(turns.length >= 2, `a second request carries the tool output\n${r.out}\n${r.err}\n${turns[0]?.response.slice(-3000)}`);
+  // The first reply is the forced call, with the fixed arguments.
+  const first = events(turns[0].response).at(-1).response;
+  const call = first.output.find((o) => o.type === 'function_call');
+  assert.ok(call, JSON.stringify(first.output));
+  assert.equal(call.name, 'exec_command');
+  assert.deepEqual(JSON.parse(call.arguments), TOOL_ARGS);
+  // The next request sends the command's output back for that call id.
+  const input = JSON.parse(turns[1].body).input;
+  const output = input.find((i) => i.type === 'function_call_output' && i.call_id === call.call_id);
+  assert.ok(output, JSON.stringify(input.map((i) => [i.type, i.call_id])));
+  const text = typeof output.output === 'string' ? output.output : JSON.stringify(output.output);
+  assert.match(text, /keel-tool-ran/, 'Codex ran the command');
+  assert.equal(events(turns[1].response).at(-1).type, 'response.completed');
 });

@@ -81,8 +81,13 @@ script_reply() {  # model dir, reply text
 }
 script_reply "$work/agent/agent" "Hello from keel."
 script_reply "$work/agent/thinker" "Plan first</think>Hello from keel."
-start_server agent "$work/agent/agent" "$work/agent/thinker" --api-key "$KEEL_API_KEY_FOR_TESTS" \
-  --kv-blocks 4096 --log-level debug
+# "agent-tools": the same as "agent", but keel forces its first reply of a turn to call
+# Claude Code's Bash tool with a harmless command (--force-tool-call, tests only), so
+# the client runs it and sends the result back (claude_code_tools tests).
+cp -r "$work/agent/agent" "$work/agent/agent-tools"
+start_server agent "$work/agent/agent" "$work/agent/thinker" "$work/agent/agent-tools" \
+  --api-key "$KEEL_API_KEY_FOR_TESTS" --kv-blocks 4096 --log-level debug --enable-fault-injection \
+  --force-tool-call 'agent-tools:Bash={"command":"echo keel-tool-ran","description":"Print a marker"}'
 export KEEL_AGENT_URL="$(cat "$work/agent.url")"
 export KEEL_AGENT_LOG="$work/agent.log"
 export KEEL_AGENT_MODEL="agent"

@@ -26,10 +26,12 @@ json input_of(const ParsedToolCall &c) {
   return j.is_object() ? j : json::object();
 }
 
-json usage(int input_tokens, int output_tokens, int cached) {
-  return {{"input_tokens", input_tokens - cached},
+// Anthropic splits the prompt three ways: read from the cache, written to it, and the
+// rest (input_tokens); the three add up to the prompt.
+json usage(int input_tokens, int output_tokens, int cached, int stored) {
+  return {{"input_tokens", input_tokens - cached - stored},
           {"output_tokens", output_tokens},
-          {"cache_creation_input_tokens", 0},
+          {"cache_creation_input_tokens", stored},
           {"cache_read_input_tokens", cached}};
 }
 
@@ -200,6 +202,7 @@ std::string render_message(const RenderContext &ctx, const Generation &g) {
   } else if (!split.content.empty() || content.empty()) {
     content.push_back({{"type", "text"}, {"text", split.content}});
   }
+  const int stored = g.stored_tokens();
   return dump({{"id", ctx.id},
                {"type", "message"},
                {"role", "assistant"},
@@ -207,14 +210,15 @@ std::string render_message(const RenderContext &ctx, const Generation &g) {
                {"content", content},
                {"stop_reason", stop_reason(r.finish, r.stop_sequence, calls)},
                {"stop_sequence", r.stop_sequence.empty() ? json(nullptr) : json(r.stop_sequence)},
-               {"usage", usage(g.prompt_tokens(), g.completion_tokens(), cached)}});
+               {"usage", usage(g.prompt_tokens(), g.completion_tokens(), cached, stored)}});
 }
 
 std::string sse_event(const std::string &name, const json &data) {
   return "event: " + name + "\ndata: " + dump(data) + "\n\n";
 }
 
-std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_tokens) {
+std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_tokens,
+                         int stored_tokens) {
   json msg{{"id", ctx.id},
            {"type", "message"},
            {"role", "assistant"},
@@ -222,7 +226,7 @@ std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_
            {"content", json::array()},
            {"stop_reason", nullptr},
            {"stop_sequence", nullptr},
-           {"usage", usage(input_tokens, 0, cached_tokens)}};
+           {"usage", usage(input_tokens, 0, cached_tokens, stored_tokens)}};
   return sse_event("message_start", {{"type", "message_start"}, {"message", msg}}) +
          sse_event("ping", {{"type", "ping"}});
 }

@@ -86,7 +86,8 @@ std::string render_message(const RenderContext &ctx, const Generation &g);
 // One SSE event: "event: NAME\ndata: JSON\n\n".
 std::string sse_event(const std::string &name, const nlohmann::ordered_json &data);
 // message_start and a ping; content blocks open as content arrives.
-std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_tokens);
+std::string stream_start(const RenderContext &ctx, int input_tokens, int cached_tokens,
+                         int stored_tokens);
 std::string stream_delta(const RenderContext &ctx, const std::string &text);
 // Settles what is held back, closes the open block, then message_delta and message_stop.
 std::string stream_finish(const RenderContext &ctx, const ChoiceDelta &d, int output_tokens);

@@ -284,3 +284,37 @@ TEST(KvCacheManagerProperty, RandomWorkloadNeverLeaksOrDoubleFrees) {
 
 }  // namespace
 }  // namespace keel
+
+namespace keel {
+namespace {
+
+// What cache_full_blocks reports as stored (Anthropic's cache_creation_input_tokens):
+// the tokens of the blocks it newly hashed within the prompt, nothing for blocks a
+// prefix hit shared, nothing past the prompt, nothing when another block holds the hash.
+TEST(KvCacheManager, ReportsThePromptTokensItStored) {
+  KvCacheManager kv(config(16));
+  const auto prompt = seq(10);  // 2 full blocks of 4 and a partial one
+  ASSERT_TRUE(kv.allocate_slots(RequestId{1}, 10));
+  EXPECT_EQ(kv.cache_full_blocks(RequestId{1}, prompt, 6, {}, 10), 4);   // block 0
+  EXPECT_EQ(kv.cache_full_blocks(RequestId{1}, prompt, 10, {}, 10), 4);  // block 1
+  auto longer = prompt;
+  longer.insert(longer.end(), {1, 2});  // output fills block 2: not a prompt token
+  ASSERT_TRUE(kv.allocate_slots(RequestId{1}, 12));
+  EXPECT_EQ(kv.cache_full_blocks(RequestId{1}, longer, 12, {}, 10), 0);
+  kv.end_step();
+
+  // The same prompt again: the hit shares both blocks, nothing new is stored.
+  PrefixHit hit = kv.get_computed_blocks(prompt);
+  EXPECT_EQ(hit.num_tokens, 8);
+  ASSERT_TRUE(kv.allocate_slots(RequestId{2}, 10, &hit));
+  EXPECT_EQ(kv.cache_full_blocks(RequestId{2}, prompt, 10, {}, 10), 0);
+  // Without the hit (a request computing the same prefix itself), its blocks' hashes are
+  // held by request 1's blocks: computed, but not stored.
+  ASSERT_TRUE(kv.allocate_slots(RequestId{3}, 10));
+  EXPECT_EQ(kv.cache_full_blocks(RequestId{3}, prompt, 10, {}, 10), 0);
+  kv.end_step();
+  kv.check_invariants();
+}
+
+}  // namespace
+}  // namespace keel

@@ -66,7 +66,7 @@ std::vector<SseEvent> parse_sse(const std::string &sse) {
 
 std::string anthropic_stream(const anthropic::RenderContext &ctx,
                              const std::vector<ChoiceDelta> &deltas) {
-  std::string sse = anthropic::stream_start(ctx, 1, 0);
+  std::string sse = anthropic::stream_start(ctx, 1, 0, 0);
   for (const auto &d : deltas) {
     if (!d.text.empty()) sse += anthropic::stream_delta(ctx, d.text);
     if (d.finish) sse += anthropic::stream_finish(ctx, d, 5);

@@ -330,7 +330,7 @@ TEST(ToolCalls, AnthropicToolUseStreamedAndWholeAgree) {
     const std::string body = run_script(
         text, kHermesScript, seed, 1000,
         [&](const ChoiceDelta &d) {
-          if (d.first) sse += anthropic::stream_start(ctx, 1, 0);
+          if (d.first) sse += anthropic::stream_start(ctx, 1, 0, 0);
           out_tokens += static_cast<int>(d.tokens.size());
           sse += anthropic::stream_delta(ctx, d.text);
           if (d.finish) sse += anthropic::stream_finish(ctx, d, out_tokens);
@@ -396,7 +396,7 @@ TEST(ToolCalls, AnthropicPlainTextWithToolsAndEmptyOutput) {
     const std::string body = run_script(
         text, script, 4, 1000,
         [&](const ChoiceDelta &d) {
-          if (d.first) sse += anthropic::stream_start(ctx, 1, 0);
+          if (d.first) sse += anthropic::stream_start(ctx, 1, 0, 0);
           sse += anthropic::stream_delta(ctx, d.text);
           if (d.finish) sse += anthropic::stream_finish(ctx, d, 1);
         },

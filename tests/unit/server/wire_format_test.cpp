@@ -191,8 +191,16 @@ TEST(Generation, AnthropicMessageAndStreamEvents) {
   EXPECT_EQ(j["stop_reason"], "stop_sequence");
   EXPECT_EQ(j["stop_sequence"], "world");
   EXPECT_EQ(j["usage"]["input_tokens"], 1);
-  const std::string start = anthropic::stream_start(ctx, 1, 0);
+  const std::string start = anthropic::stream_start(ctx, 1, 0, 0);
   EXPECT_EQ(start.rfind("event: message_start\n", 0), 0u);
+  // The prompt splits into uncached, cache-written and cache-read tokens.
+  const std::string split = anthropic::stream_start(ctx, 40, 16, 8);
+  const auto data = split.find("data: ") + 6;
+  const json usage =
+      json::parse(split.substr(data, split.find('\n', data) - data))["message"]["usage"];
+  EXPECT_EQ(usage["input_tokens"], 16);
+  EXPECT_EQ(usage["cache_read_input_tokens"], 16);
+  EXPECT_EQ(usage["cache_creation_input_tokens"], 8);
   // Blocks open as content arrives (the first may be thinking or a tool call).
   EXPECT_EQ(start.find("event: content_block_start"), std::string::npos);
   anthropic::RenderContext sctx{"msg_1", "m"};
