@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "engine/ipc_messages.h"
+#include "engine/ipc/messages.h"
 
 namespace keel::server {
 

@@ -9,7 +9,6 @@
 
 #include "collector.h"
 #include "engine/engine.h"
-#include "engine/ipc_messages.h"
 #include "engine_test_util.h"
 #include "toy_runner.h"
 
@@ -93,16 +92,6 @@ TEST(EngineConstraint, DeadEndAndRefusedConstraintsFinishWithErrors) {
   ASSERT_TRUE(c2.wait_finished(1));
   EXPECT_EQ(c2.get(1).finish, FinishReason::kError);
   EXPECT_NE(c2.get(1).error.find("structured output"), std::string::npos);
-}
-
-TEST(EngineConstraint, FieldsCrossIpc) {
-  GenerationRequest r = constrained(5, "{\"type\": \"object\"}", 0.5f);
-  r.sampling.constraint_kind = "json_schema";
-  GenerationRequest back = ipc::decode_submit(ipc::encode_submit(r));
-  EXPECT_EQ(back.sampling.constraint_kind, "json_schema");
-  EXPECT_EQ(back.sampling.constraint_text, "{\"type\": \"object\"}");
-  GenerationRequest none = ipc::decode_submit(ipc::encode_submit(greedy_request(6, {1, 2}, 3)));
-  EXPECT_TRUE(none.sampling.constraint_kind.empty());
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "engine/ipc_messages.h"
+#include "engine/ipc/messages.h"
 
 #include <nlohmann/json.hpp>
 
