@@ -138,7 +138,6 @@ void ApiServer::handle_responses(const HttpRequest &req,
     if (!rr->chat.stream) builder->feed(r.text);  // a stream fed it delta by delta
     std::string events = builder->finish(r.finish, r.error, gen.prompt_tokens(),
                                          gen.completion_tokens(), gen.cached_tokens());
-    if (r.finish == "error") generations_failed_++;
     if (rr->store) {
       json conversation = rr->conversation;
       for (const auto &item : builder->output()) conversation.push_back(item);
@@ -150,14 +149,17 @@ void ApiServer::handle_responses(const HttpRequest &req,
     return events;
   };
 
-  std::shared_ptr<Generation> g;
   if (rr->background) {
     auto handle = std::make_shared<CancelHandle>();
     json queued = builder->initial();
     responses_.put(ctx->id, {queued, rr->conversation, inputs, [handle] { handle->cancel(); }});
+    std::shared_ptr<Generation> g;
     try {
       g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
-                            [settle](const Generation &gen) { settle(gen); });
+                            [this, settle](const Generation &gen) {
+                              settle(gen);
+                              if (gen.any_error(nullptr)) generations_failed_++;
+                            });
     } catch (...) {
       responses_.erase(ctx->id);  // never started: nothing to poll
       throw;
@@ -170,51 +172,28 @@ void ApiServer::handle_responses(const HttpRequest &req,
     send_json(ch, 200, queued.dump(-1, ' ', false, json::error_handler_t::replace));
     return;
   }
-  if (!rr->chat.stream) {
-    g = Generation::start(
-        std::move(lease), std::move(spec), next_request_id_, nullptr,
-        [this, ch, settle, builder](const Generation &gen) {
-          settle(gen);
-          const ChoiceResult &r = gen.results()[0];
-          if (r.finish == "error") {
-            send_error(ch, WireFormat::kOpenAI, {503, r.error, ""});
-            return;
-          }
-          ch->send(200, "application/json",
-                   builder->response().dump(-1, ' ', false, json::error_handler_t::replace));
-        });
-  } else {
-    ch->begin_sse();
-    ch->write(builder->start_events());
-    try {
-      g = Generation::start(
-          std::move(lease), std::move(spec), next_request_id_,
-          [ch, builder, rr, ctx](const ChoiceDelta &d) {  // the builder refers to rr and ctx
-            if (d.text.empty()) return;
-            std::string out = builder->feed(d.text);
-            if (!out.empty()) ch->write(std::move(out));
-          },
-          [ch, settle](const Generation &gen) {
-            std::string out = settle(gen);
-            if (!out.empty()) ch->write(std::move(out));
-            ch->end();
-          });
-    } catch (const Error &e) {
-      const ApiError ae = api_error_from(e);
-      ch->write(openai::response_sse({{"type", "error"},
-                                      {"code", "server_error"},
-                                      {"message", ae.message},
-                                      {"param", nullptr},
-                                      {"sequence_number", 2}}));
-      ch->end();
-      return;
-    }
-  }
-  generations_started_++;
-  ch->on_close([this, g] {
-    client_aborts_++;
-    g->abort();
-  });
+  GenerationWire wire;
+  wire.stream = rr->chat.stream;
+  auto events = std::make_shared<std::string>();  // the closing events settle leaves
+  wire.ended = [settle, events](const Generation &gen) { *events = settle(gen); };
+  wire.body = [builder](const Generation &) {
+    return builder->response().dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  wire.opening = builder->start_events();
+  wire.delta = [builder, rr, ctx](const ChoiceDelta &d) {  // the builder refers to rr and ctx
+    return d.text.empty() ? std::string() : builder->feed(d.text);
+  };
+  wire.error = [](const ApiError &e) {
+    return openai::response_sse({{"type", "error"},
+                                 {"code", "server_error"},
+                                 {"message", e.message},
+                                 {"param", nullptr},
+                                 {"sequence_number", 2}});
+  };
+  // A failed choice is the closing response.failed event.
+  wire.choice_error = [](const ChoiceDelta &) { return std::string(); };
+  wire.closing = [events](const Generation &) { return *events; };
+  serve_generation(ch, std::move(lease), std::move(spec), std::move(wire));
 }
 
 void ApiServer::handle_stored_response(const HttpRequest &req, const std::string &id,

@@ -1,7 +1,7 @@
 // Messages across the engine's process boundary: what the front sends arrives whole.
-#include <gtest/gtest.h>
-
 #include "engine/ipc/messages.h"
+
+#include <gtest/gtest.h>
 
 namespace keel {
 namespace {

@@ -284,7 +284,7 @@ TEST(IpcIsolation, AStopStringMatchedByTheFrontEndsTheRequestInTheEngine) {
     auto g = server::Generation::start(ModelLease(m, nullptr), spec, ids, nullptr,
                                        [&](const server::Generation &) { done.set_value(); });
     ASSERT_EQ(done.get_future().wait_for(5s), std::future_status::ready);
-    EXPECT_EQ(g->results()[0].finish, "stop");
+    EXPECT_EQ(g->results()[0].finish, FinishReason::kStop);
     EXPECT_EQ(g->results()[0].text, want);
     EXPECT_EQ(g->results()[0].stop_sequence, stop);
     EXPECT_EQ(rec.stops_.load(), 1);

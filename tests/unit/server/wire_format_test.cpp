@@ -153,7 +153,7 @@ TEST(Generation, ChatRenderingAndStopStrings) {
   std::string streamed;
   for (const auto &d : deltas) streamed += d.text;
   EXPECT_EQ(streamed, "hello world ");
-  EXPECT_EQ(deltas.back().finish, "stop");
+  EXPECT_EQ(deltas.back().finish, FinishReason::kStop);
 }
 
 TEST(Generation, CompletionsWithNChoicesAndLengthFinish) {
