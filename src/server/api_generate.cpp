@@ -46,10 +46,8 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
   GenerationSpec spec;
   ChatPrompt prompt =
       encode_chat_prompt(*lease->text, cr->messages, cr->tools, cr->template_kwargs);
-  cr->sampling.max_tokens = fit_max_tokens(
-      lease->info.context_length, prompt.tokens.size(),
-      cr->max_tokens_given ? std::optional<std::int64_t>(cr->sampling.max_tokens) : std::nullopt,
-      "messages");
+  cr->sampling.max_tokens =
+      fit_max_tokens(lease->info.context_length, prompt.tokens.size(), cr->max_tokens, "messages");
   if (cr->forces_tool_call())
     force_tool_call(cr->sampling, tool_call_format_of(*lease->text), cr->tools,
                     cr->tool_choice_name);
@@ -110,12 +108,8 @@ void ApiServer::handle_completions(const HttpRequest &req,
       prompt_texts->push_back(s);
     }
   }
-  // One max_tokens for every prompt: what the longest leaves.
-  const std::int32_t asked = cr->sampling.max_tokens;
-  for (const auto &p : spec.prompts)
-    cr->sampling.max_tokens =
-        std::min(cr->sampling.max_tokens,
-                 fit_max_tokens(lease->info.context_length, p.size(), asked, "prompt"));
+  cr->sampling.max_tokens =
+      fit_max_tokens(lease->info.context_length, spec.prompts, cr->max_tokens, "prompt");
   spec.n = cr->n;
   spec.sampling = cr->sampling;
   spec.stop = cr->stop;

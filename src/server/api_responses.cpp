@@ -107,11 +107,8 @@ void ApiServer::handle_responses(const HttpRequest &req,
   ChatPrompt prompt = encode_chat_prompt(*lease->text, rr->chat.messages, rr->chat.tools,
                                          rr->chat.template_kwargs, "input");
   GenerationSpec spec;
-  rr->chat.sampling.max_tokens = fit_max_tokens(
-      lease->info.context_length, prompt.tokens.size(),
-      rr->chat.max_tokens_given ? std::optional<std::int64_t>(rr->chat.sampling.max_tokens)
-                                : std::nullopt,
-      "input");
+  rr->chat.sampling.max_tokens = fit_max_tokens(lease->info.context_length, prompt.tokens.size(),
+                                                rr->chat.max_tokens, "input");
   if (rr->chat.forces_tool_call())
     force_tool_call(rr->chat.sampling, tool_call_format_of(*lease->text), rr->chat.tools,
                     rr->chat.tool_choice_name);
