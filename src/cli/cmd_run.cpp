@@ -92,9 +92,9 @@ class TextStream {
   int held_ = 0;
 };
 
-nlohmann::json top_json(const std::vector<SampledLogprob> &top) {
+nlohmann::json top_json(const std::vector<TokenLogprob> &top) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto &t : top) a.push_back({t.id, t.logprob});
+  for (const auto &t : top) a.push_back({t.token, t.logprob});
   return a;
 }
 
@@ -263,7 +263,7 @@ int cmd_run(int argc, char **argv) {
   std::vector<TokenId> generated;
   const auto t0 = std::chrono::steady_clock::now();
   for (int step = 0; step < max_tokens; ++step) {
-    SampleResult r = sampler.sample(logits, ids, generated);
+    SampledToken r = sampler.sample(logits, ids, generated);
     generated.push_back(r.token);
     const bool stop = sampler.is_stop_token(r.token, eos);
     std::string text = stop ? "" : stream.push(r.token);
