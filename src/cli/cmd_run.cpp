@@ -41,19 +41,6 @@ std::vector<TokenId> parse_ids(const std::string &s) {
   return ids;
 }
 
-ChatTemplate load_template(const std::filesystem::path &model, const Tokenizer *tok) {
-  if (model.extension() == ".gguf") {
-    auto g = GgufFile::open(model);
-    if (!g->has("tokenizer.chat_template"))
-      throw Error(ErrorCode::kNotFound, model.string() + ": no tokenizer.chat_template");
-    std::optional<std::string> bos, eos;
-    if (tok && tok->bos()) bos = tok->token_text(*tok->bos());
-    if (tok && !tok->eos_ids().empty()) eos = tok->token_text(tok->eos_ids().front());
-    return ChatTemplate(g->get_string("tokenizer.chat_template"), bos, eos);
-  }
-  return ChatTemplate::load(model);
-}
-
 // Emits text as it becomes valid UTF-8: decodes everything generated so far and holds
 // back a trailing replacement character that may still be an incomplete sequence.
 class TextStream {
@@ -175,7 +162,7 @@ int cmd_run(int argc, char **argv) {
   if (!prompt_ids.empty()) {
     ids = parse_ids(prompt_ids);
   } else if (!chat.empty()) {
-    ChatTemplate tpl = load_template(model_path, tok.get());
+    ChatTemplate tpl = ChatTemplate::load(model_path);
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     msgs.push_back({{"role", "user"}, {"content", chat}});
     const std::string text = tpl.render(msgs, nullptr, true);
