@@ -50,8 +50,7 @@ TEST(ResponsesParse, StringInputIsOneUserMessage) {
   auto r = parse(body_with({{"instructions", "Be brief."}, {"max_output_tokens", 7}}));
   EXPECT_EQ(r.chat.messages, json::parse(R"([{"role": "system", "content": "Be brief."},
                             {"role": "user", "content": "hi"}])"));
-  EXPECT_EQ(r.chat.sampling.max_tokens, 7);
-  EXPECT_TRUE(r.chat.max_tokens_given);
+  EXPECT_EQ(r.chat.max_tokens, 7);
   EXPECT_TRUE(r.store);
   EXPECT_EQ(r.conversation.size(), 1u);
 }
