@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "bench_args.h"
-#include "engine/tp_runner.h"
+#include "engine/tp/runner.h"
 #include "exec/cpu/cpu_model_runner.h"
 
 namespace {

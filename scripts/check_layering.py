@@ -23,7 +23,7 @@ if cuda_cmake.exists():
     deps["cuda"] = re.findall(r"keel_(\w+)", link.group(1)) if link else []
 
 # Modules that live inside another's folder (longest prefix first).
-nested = {"text/jinja": "jinja", "exec/cuda": "cuda"}
+nested = {"text/jinja": "jinja", "exec/cuda": "cuda", "engine/ipc": "ipc", "engine/tp": "tp"}
 
 
 def module_of(rel: str):

@@ -2,7 +2,7 @@
 // started by its rank 0 (`keel engine --tensor-parallel N`) with its socket on --fd.
 #include <CLI/CLI.hpp>
 
-#include "engine/tp_worker.h"
+#include "engine/tp/worker.h"
 
 namespace keel::cli {
 

@@ -9,8 +9,8 @@
 #include "cli/commands.h"
 #include "core/default_model.h"
 #include "core/error.h"
-#include "engine/tp_group.h"
-#include "engine/tp_runner.h"
+#include "engine/tp/group.h"
+#include "engine/tp/runner.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/sampler.h"
 #include "exec/single_sequence.h"
@@ -39,19 +39,6 @@ std::vector<TokenId> parse_ids(const std::string &s) {
   }
   if (ids.empty()) throw Error(ErrorCode::kInvalidArgument, "--prompt-ids: no ids");
   return ids;
-}
-
-ChatTemplate load_template(const std::filesystem::path &model, const Tokenizer *tok) {
-  if (model.extension() == ".gguf") {
-    auto g = GgufFile::open(model);
-    if (!g->has("tokenizer.chat_template"))
-      throw Error(ErrorCode::kNotFound, model.string() + ": no tokenizer.chat_template");
-    std::optional<std::string> bos, eos;
-    if (tok && tok->bos()) bos = tok->token_text(*tok->bos());
-    if (tok && !tok->eos_ids().empty()) eos = tok->token_text(tok->eos_ids().front());
-    return ChatTemplate(g->get_string("tokenizer.chat_template"), bos, eos);
-  }
-  return ChatTemplate::load(model);
 }
 
 // Emits text as it becomes valid UTF-8: decodes everything generated so far and holds
@@ -92,9 +79,9 @@ class TextStream {
   int held_ = 0;
 };
 
-nlohmann::json top_json(const std::vector<SampledLogprob> &top) {
+nlohmann::json top_json(const std::vector<TokenLogprob> &top) {
   nlohmann::json a = nlohmann::json::array();
-  for (const auto &t : top) a.push_back({t.id, t.logprob});
+  for (const auto &t : top) a.push_back({t.token, t.logprob});
   return a;
 }
 
@@ -175,7 +162,7 @@ int cmd_run(int argc, char **argv) {
   if (!prompt_ids.empty()) {
     ids = parse_ids(prompt_ids);
   } else if (!chat.empty()) {
-    ChatTemplate tpl = load_template(model_path, tok.get());
+    ChatTemplate tpl = ChatTemplate::load(model_path);
     nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
     msgs.push_back({{"role", "user"}, {"content", chat}});
     const std::string text = tpl.render(msgs, nullptr, true);
@@ -263,7 +250,7 @@ int cmd_run(int argc, char **argv) {
   std::vector<TokenId> generated;
   const auto t0 = std::chrono::steady_clock::now();
   for (int step = 0; step < max_tokens; ++step) {
-    SampleResult r = sampler.sample(logits, ids, generated);
+    SampledToken r = sampler.sample(logits, ids, generated);
     generated.push_back(r.token);
     const bool stop = sampler.is_stop_token(r.token, eos);
     std::string text = stop ? "" : stream.push(r.token);

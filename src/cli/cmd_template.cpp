@@ -29,22 +29,6 @@ ojson read_json_file(const std::string &path) {
   }
 }
 
-// A GGUF file's tokenizer.chat_template, with bos/eos looked up in its vocabulary.
-ChatTemplate load_gguf(const std::filesystem::path &path) {
-  auto gguf = GgufFile::open(path);
-  auto src = gguf->get_opt_string("tokenizer.chat_template");
-  if (!src) throw Error(ErrorCode::kNotFound, path.string() + ": no tokenizer.chat_template");
-  const GgufValue *tokens = gguf->get_opt_array("tokenizer.ggml.tokens");
-  auto token = [&](const char *key) -> std::optional<std::string> {
-    auto id = gguf->get_opt_i64(key);
-    if (!id || !tokens || *id < 0 || static_cast<size_t>(*id) >= tokens->strings().size())
-      return std::nullopt;
-    return std::string(tokens->string_at(static_cast<size_t>(*id)));
-  };
-  return ChatTemplate(*src, token("tokenizer.ggml.bos_token_id"),
-                      token("tokenizer.ggml.eos_token_id"));
-}
-
 }  // namespace
 
 int cmd_template(int argc, char **argv) {
@@ -69,8 +53,7 @@ int cmd_template(int argc, char **argv) {
   }
 
   std::filesystem::path model_path(model);
-  ChatTemplate tpl =
-      model_path.extension() == ".gguf" ? load_gguf(model_path) : ChatTemplate::load(model_path);
+  ChatTemplate tpl = ChatTemplate::load(model_path);
 
   ojson doc = read_json_file(messages_path);
   ojson messages = doc, tools;

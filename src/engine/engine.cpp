@@ -30,13 +30,6 @@ RequestState finished_state(FinishReason reason) {
   return RequestState::kFinishedError;
 }
 
-std::vector<TokenLogprob> to_api(const std::vector<std::pair<TokenId, float>> &top) {
-  std::vector<TokenLogprob> v;
-  v.reserve(top.size());
-  for (const auto &[t, lp] : top) v.push_back(TokenLogprob{t, lp});
-  return v;
-}
-
 // Sinks belong to other modules; one that throws must not take the engine down.
 void deliver(const EventSink &sink, const RequestEvent &ev) {
   if (!sink) return;
@@ -754,7 +747,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
       const TokenId next = r->tokens[pos + 1];
       SampledToken lp = logprob_of(logits, next, std::max(live.params.logprobs, 0));
       live.prompt_logprobs[pos + 1] = TokenLogprob{next, lp.logprob};
-      live.prompt_top[pos + 1] = to_api(lp.top);
+      live.prompt_top[pos + 1] = lp.top;
     }
     if (!s.samples || pos != s.start_pos + s.num_tokens - 1) continue;
     if (live.params.max_tokens == 0) {  // prompt logprobs only
@@ -790,7 +783,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
     live.pending.tokens.push_back(t.token);
     if (live.params.logprobs >= 0) {
       live.pending.sampled_logprobs.push_back(TokenLogprob{t.token, t.logprob});
-      live.pending.top_logprobs.push_back(to_api(t.top));
+      live.pending.top_logprobs.push_back(t.top);
     }
     if (r->num_output_tokens() >= live.params.max_tokens || r->num_tokens() >= max_model_len_)
       finish(s.id, FinishReason::kLength);

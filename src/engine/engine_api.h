@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/fault_injector.h"
 #include "core/ids.h"
+#include "core/sampled_token.h"
 #include "core/sampling_params.h"
 
 namespace keel {
@@ -25,11 +26,6 @@ struct GenerationRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
   std::optional<std::chrono::steady_clock::time_point> deadline;
-};
-
-struct TokenLogprob {
-  TokenId token = 0;
-  float logprob = 0.0f;
 };
 
 // One event per request per step (or fewer): tokens appended, and possibly the finish.

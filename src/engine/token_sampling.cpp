@@ -3,18 +3,6 @@
 #include "exec/sampler.h"
 
 namespace keel {
-namespace {
-
-SampledToken convert(const SampleResult &r) {
-  SampledToken t;
-  t.token = r.token;
-  t.logprob = r.logprob;
-  t.top.reserve(r.top.size());
-  for (const auto &e : r.top) t.top.emplace_back(e.id, e.logprob);
-  return t;
-}
-
-}  // namespace
 
 RequestSampler::RequestSampler(const SamplingParams &params, std::uint64_t fallback_seed)
     : impl_(std::make_unique<Sampler>(params, fallback_seed)) {}
@@ -23,7 +11,7 @@ RequestSampler::~RequestSampler() = default;
 
 SampledToken RequestSampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
                                     std::span<const TokenId> generated, ThreadPool *pool) {
-  return convert(impl_->sample(logits, prompt, generated, pool));
+  return impl_->sample(logits, prompt, generated, pool);
 }
 
 bool RequestSampler::is_stop_token(TokenId token, std::span<const TokenId> eos_ids) const {
@@ -35,7 +23,7 @@ double RequestSampler::draw_uniform() { return impl_->draw_uniform(); }
 const SamplingParams &RequestSampler::params() const { return impl_->params(); }
 
 SampledToken logprob_of(std::span<const float> logits, TokenId token, int top_n) {
-  return convert(logprobs_of(logits, token, top_n));
+  return logprobs_of(logits, token, top_n);
 }
 
 }  // namespace keel

@@ -9,18 +9,13 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "core/sampled_token.h"
 #include "core/sampling_params.h"
 
 namespace keel {
 
 class Sampler;
 class ThreadPool;
-
-struct SampledToken {
-  TokenId token = 0;
-  float logprob = 0.0f;                        // under the raw logits
-  std::vector<std::pair<TokenId, float>> top;  // best first
-};
 
 class RequestSampler {
  public:

@@ -82,8 +82,8 @@ TokenId walk_buckets(MassBuckets &mb, std::int64_t V, const SamplingParams &para
 
 }  // namespace
 
-SampleResult logprobs_of(std::span<const float> logits, TokenId token, int n) {
-  SampleResult r;
+SampledToken logprobs_of(std::span<const float> logits, TokenId token, int n) {
+  SampledToken r;
   r.token = token;
   const double lse = cpu::log_sum_exp(logits);
   r.logprob = static_cast<float>(logits[token] - lse);
@@ -123,7 +123,7 @@ double Sampler::draw_uniform() {
   return std::uniform_real_distribution<double>(0.0, 1.0)(rng_);
 }
 
-SampleResult Sampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
+SampledToken Sampler::sample(std::span<const float> logits, std::span<const TokenId> prompt,
                              std::span<const TokenId> generated, ThreadPool *pool) {
   if (logits.empty()) throw Error(ErrorCode::kInternal, "sampler: empty logits");
   return sample_with(logits, prompt, generated, draw_uniform(), pool);
@@ -149,7 +149,7 @@ TokenId Sampler::choose(std::span<const float> w, double u, double &lse_t1, Thre
   return walk_buckets(*buckets_, static_cast<std::int64_t>(V), params_, u);
 }
 
-SampleResult Sampler::sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
+SampledToken Sampler::sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
                                   std::span<const TokenId> generated, double draw,
                                   ThreadPool *pool) {
   const std::int64_t V = static_cast<std::int64_t>(logits.size());
@@ -185,7 +185,7 @@ SampleResult Sampler::sample_with(std::span<const float> logits, std::span<const
   }
 
   double lse = std::numeric_limits<double>::quiet_NaN();
-  SampleResult r;
+  SampledToken r;
   r.token =
       params_.greedy() ? static_cast<TokenId>(cpu::first_argmax(w)) : choose(w, draw, lse, pool);
   if (params_.logprobs < 0) return r;

@@ -18,20 +18,10 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "core/sampled_token.h"
 #include "core/sampling_params.h"
 
 namespace keel {
-
-struct SampledLogprob {
-  TokenId id = 0;
-  float logprob = 0;
-};
-
-struct SampleResult {
-  TokenId token = 0;
-  float logprob = 0;                // of `token` under the raw logits (when params.logprobs >= 0)
-  std::vector<SampledLogprob> top;  // the top N by raw logit (N = params.logprobs), best first
-};
 
 class MassBuckets;
 class ThreadPool;
@@ -49,7 +39,7 @@ class Sampler {
   // vLLM and OpenAI do).
   // pool (optional): the row's passes split over it (a step with fewer rows than
   // threads); the result does not depend on it.
-  SampleResult sample(std::span<const float> logits, std::span<const TokenId> prompt,
+  SampledToken sample(std::span<const float> logits, std::span<const TokenId> prompt,
                       std::span<const TokenId> generated, ThreadPool *pool = nullptr);
 
   // The one uniform draw in [0, 1) that sample() makes (none when greedy: returns 0 and
@@ -57,7 +47,7 @@ class Sampler {
   // a seeded request's output the same wherever it is sampled.
   double draw_uniform();
   // sample() with its draw given: sample(...) == sample_with(..., draw_uniform()).
-  SampleResult sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
+  SampledToken sample_with(std::span<const float> logits, std::span<const TokenId> prompt,
                            std::span<const TokenId> generated, double u,
                            ThreadPool *pool = nullptr);
 
@@ -85,6 +75,6 @@ bool sampling_params_in_range(const SamplingParams &params);
 
 // Log-softmax of `logits` at `token`, and the top `n` entries (n may be 0): one
 // vectorized log-sum-exp and a partial selection.
-SampleResult logprobs_of(std::span<const float> logits, TokenId token, int n);
+SampledToken logprobs_of(std::span<const float> logits, TokenId token, int n);
 
 }  // namespace keel

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/ipc_client.h"
+#include "engine/ipc/client.h"
 
 namespace keel {
 

@@ -48,7 +48,7 @@
 #include <vector>
 
 #include "engine/engine_api.h"
-#include "engine/ipc_messages.h"
+#include "engine/ipc/messages.h"
 #include "registry/engine_process.h"
 #include "registry/log.h"
 #include "registry/memory_plan.h"

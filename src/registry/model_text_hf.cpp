@@ -5,10 +5,10 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/tokenizer_config.h"
 #include "registry/model_text.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer.h"
-#include "text/tokenizer_config.h"
 
 namespace keel {
 
@@ -138,8 +138,7 @@ std::unique_ptr<ModelText> load_model_text(const std::filesystem::path &model_pa
     }
   } else if (model_path.extension() == ".gguf") {
     auto gguf = GgufFile::open(model_path);
-    auto cfg = TokenizerConfig::from_gguf(*gguf);
-    if (cfg.chat_template) tmpl.emplace(*cfg.chat_template, cfg.bos_token, cfg.eos_token);
+    tmpl = ChatTemplate::from_config(TokenizerConfig::from_gguf(*gguf));
   }
   return std::make_unique<HfModelText>(std::move(tok), std::move(tmpl));
 }

@@ -27,23 +27,6 @@ std::int64_t unix_now() {
 
 std::string sse_data(const std::string &payload) { return "data: " + payload + "\n\n"; }
 
-// For the request's log line: when the first choice's first token came.
-void note_first_token(const std::shared_ptr<ResponseChannel> &ch, const ChoiceDelta &d) {
-  if (!d.first || d.index != 0) return;
-  RequestNotes n;
-  n.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                        request_arrival(ch))
-                  .count();
-  note_request(ch, n);
-}
-
-void note_tokens(const std::shared_ptr<ResponseChannel> &ch, const Generation &g) {
-  RequestNotes n;
-  n.tokens_in = g.prompt_tokens();
-  n.tokens_out = g.completion_tokens();
-  note_request(ch, n);
-}
-
 // The body's model, before validation: a 400 line names the model it was for.
 void note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
   auto m = body.find("model");
@@ -55,16 +38,6 @@ void note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
 
 }  // namespace
 
-bool ApiServer::answered_failure(const std::shared_ptr<ResponseChannel> &ch, WireFormat f,
-                                 const Generation &gen) {
-  note_tokens(ch, gen);
-  std::string err;
-  if (!gen.any_error(&err)) return false;
-  generations_failed_++;
-  send_error(ch, f, {503, err, ""});
-  return true;
-}
-
 void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
   note_model(ch, body);
@@ -74,10 +47,8 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
   GenerationSpec spec;
   ChatPrompt prompt =
       encode_chat_prompt(*lease->text, cr->messages, cr->tools, cr->template_kwargs);
-  cr->sampling.max_tokens = fit_max_tokens(
-      lease->info.context_length, prompt.tokens.size(),
-      cr->max_tokens_given ? std::optional<std::int64_t>(cr->sampling.max_tokens) : std::nullopt,
-      "messages");
+  cr->sampling.max_tokens =
+      fit_max_tokens(lease->info.context_length, prompt.tokens.size(), cr->max_tokens, "messages");
   if (cr->forces_tool_call())
     force_tool_call(cr->sampling, tool_call_format_of(*lease->text), cr->tools,
                     cr->tool_choice_name);
@@ -97,49 +68,22 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
   ctx->text = lease->text;
   ctx->opens_reasoning = prompt.opens_reasoning;
 
-  std::shared_ptr<Generation> g;
-  if (!cr->stream) {
-    g = Generation::start(
-        std::move(lease), std::move(spec), next_request_id_,
-        [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
-        [this, ch, cr, ctx](const Generation &gen) {
-          if (answered_failure(ch, WireFormat::kOpenAI, gen)) return;
-          ch->send(200, "application/json", openai::render_chat(*ctx, *cr, gen));
-        });
-  } else {
-    ch->begin_sse();
-    for (int i = 0; i < cr->n; ++i) ch->write(sse_data(openai::chat_chunk_role(*ctx, i)));
-    try {
-      g = Generation::start(
-          std::move(lease), std::move(spec), next_request_id_,
-          [ch, cr, ctx](const ChoiceDelta &d) {
-            note_first_token(ch, d);
-            if (d.finish == "error") {
-              ch->write(sse_data(render_openai_error({503, d.error, ""})));
-              return;
-            }
-            if (d.finish == "abort") return;
-            std::string out;
-            for (const auto &p : openai::chat_chunks(*ctx, *cr, d)) out += sse_data(p);
-            if (!out.empty()) ch->write(std::move(out));
-          },
-          [ch, cr, ctx](const Generation &gen) {
-            note_tokens(ch, gen);
-            if (cr->include_usage) ch->write(sse_data(openai::chat_chunk_usage(*ctx, gen)));
-            ch->write("data: [DONE]\n\n");
-            ch->end();
-          });
-    } catch (const Error &e) {
-      ch->write(sse_data(render_openai_error(api_error_from(e))));
-      ch->end();
-      return;
-    }
-  }
-  generations_started_++;
-  ch->on_close([this, g] {
-    client_aborts_++;
-    g->abort();
-  });
+  GenerationWire wire;
+  wire.stream = cr->stream;
+  wire.body = [cr, ctx](const Generation &gen) { return openai::render_chat(*ctx, *cr, gen); };
+  for (int i = 0; i < cr->n; ++i) wire.opening += sse_data(openai::chat_chunk_role(*ctx, i));
+  wire.delta = [cr, ctx](const ChoiceDelta &d) {
+    std::string out;
+    for (const auto &p : openai::chat_chunks(*ctx, *cr, d)) out += sse_data(p);
+    return out;
+  };
+  wire.error = [](const ApiError &e) { return sse_data(render_openai_error(e)); };
+  wire.closing = [cr, ctx](const Generation &gen) {
+    std::string out;
+    if (cr->include_usage) out += sse_data(openai::chat_chunk_usage(*ctx, gen));
+    return out + "data: [DONE]\n\n";
+  };
+  serve_generation(ch, std::move(lease), std::move(spec), std::move(wire));
 }
 
 void ApiServer::handle_completions(const HttpRequest &req,
@@ -170,12 +114,8 @@ void ApiServer::handle_completions(const HttpRequest &req,
       prompt_texts->push_back(s);
     }
   }
-  // One max_tokens for every prompt: what the longest leaves.
-  const std::int32_t asked = cr->sampling.max_tokens;
-  for (const auto &p : spec.prompts)
-    cr->sampling.max_tokens =
-        std::min(cr->sampling.max_tokens,
-                 fit_max_tokens(lease->info.context_length, p.size(), asked, "prompt"));
+  cr->sampling.max_tokens =
+      fit_max_tokens(lease->info.context_length, spec.prompts, cr->max_tokens, "prompt");
   spec.n = cr->n;
   spec.sampling = cr->sampling;
   spec.stop = cr->stop;
@@ -185,56 +125,30 @@ void ApiServer::handle_completions(const HttpRequest &req,
   ctx->model = cr->model;
   ctx->text = lease->text;
 
-  std::shared_ptr<Generation> g;
-  if (!cr->stream) {
-    g = Generation::start(
-        std::move(lease), std::move(spec), next_request_id_,
-        [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
-        [this, ch, cr, ctx, prompt_texts](const Generation &gen) {
-          if (answered_failure(ch, WireFormat::kOpenAI, gen)) return;
-          ch->send(200, "application/json",
-                   openai::render_completion(*ctx, *cr, gen, *prompt_texts));
-        });
-  } else {
-    ch->begin_sse();
-    auto prompts = std::make_shared<std::vector<std::vector<TokenId>>>(spec.prompts);
-    const int n = spec.n;
-    try {
-      g = Generation::start(
-          std::move(lease), std::move(spec), next_request_id_,
-          [ch, cr, ctx, prompt_texts, prompts, n](const ChoiceDelta &d) {
-            note_first_token(ch, d);
-            if (d.finish == "error") {
-              ch->write(sse_data(render_openai_error({503, d.error, ""})));
-              return;
-            }
-            if (d.finish == "abort") return;
-            static const std::vector<TokenId> no_tokens;
-            const bool echo = cr->echo && d.first;
-            if (!echo && d.text.empty() && !d.finish && (cr->logprobs < 0 || d.tokens.empty()))
-              return;
-            const int p = d.index / n;
-            ch->write(sse_data(openai::completion_chunk(
-                *ctx, *cr, d, echo ? (*prompt_texts)[p] : std::string(),
-                echo ? (*prompts)[p] : no_tokens, d.prompt_logprobs, d.prompt_top)));
-          },
-          [ch, cr, ctx](const Generation &gen) {
-            note_tokens(ch, gen);
-            if (cr->include_usage) ch->write(sse_data(openai::completion_chunk_usage(*ctx, gen)));
-            ch->write("data: [DONE]\n\n");
-            ch->end();
-          });
-    } catch (const Error &e) {
-      ch->write(sse_data(render_openai_error(api_error_from(e))));
-      ch->end();
-      return;
-    }
-  }
-  generations_started_++;
-  ch->on_close([this, g] {
-    client_aborts_++;
-    g->abort();
-  });
+  auto prompts = std::make_shared<std::vector<std::vector<TokenId>>>(spec.prompts);
+  const int n = spec.n;
+  GenerationWire wire;
+  wire.stream = cr->stream;
+  wire.body = [cr, ctx, prompt_texts](const Generation &gen) {
+    return openai::render_completion(*ctx, *cr, gen, *prompt_texts);
+  };
+  wire.delta = [cr, ctx, prompt_texts, prompts, n](const ChoiceDelta &d) {
+    static const std::vector<TokenId> no_tokens;
+    const bool echo = cr->echo && d.first;
+    if (!echo && d.text.empty() && !d.finish && (cr->logprobs < 0 || d.tokens.empty()))
+      return std::string();
+    const int p = d.index / n;
+    return sse_data(openai::completion_chunk(
+        *ctx, *cr, d, echo ? (*prompt_texts)[p] : std::string(), echo ? (*prompts)[p] : no_tokens,
+        d.prompt_logprobs, d.prompt_top));
+  };
+  wire.error = [](const ApiError &e) { return sse_data(render_openai_error(e)); };
+  wire.closing = [cr, ctx](const Generation &gen) {
+    std::string out;
+    if (cr->include_usage) out += sse_data(openai::completion_chunk_usage(*ctx, gen));
+    return out + "data: [DONE]\n\n";
+  };
+  serve_generation(ch, std::move(lease), std::move(spec), std::move(wire));
 }
 
 void ApiServer::handle_messages(const HttpRequest &req,
@@ -271,55 +185,27 @@ void ApiServer::handle_messages(const HttpRequest &req,
   anthropic::prepare_tools(*ctx, *mr, *lease->text);
   const int input_tokens = static_cast<int>(spec.prompts[0].size());
 
-  std::shared_ptr<Generation> g;
-  if (!mr->stream) {
-    g = Generation::start(
-        std::move(lease), std::move(spec), next_request_id_,
-        [ch](const ChoiceDelta &d) { note_first_token(ch, d); },
-        [this, ch, ctx](const Generation &gen) {
-          if (answered_failure(ch, WireFormat::kAnthropic, gen)) return;
-          ch->send(200, "application/json", anthropic::render_message(*ctx, gen));
-        });
-  } else {
-    ch->begin_sse();
-    // message_start waits for the first event, which carries the prefix-cache hit;
-    // the HTTP layer's keepalive comments cover a long prefill.
-    auto output_tokens = std::make_shared<int>(0);
-    try {
-      g = Generation::start(
-          std::move(lease), std::move(spec), next_request_id_,
-          [ch, ctx, input_tokens, output_tokens](const ChoiceDelta &d) {
-            note_first_token(ch, d);
-            std::string out;
-            if (d.first)
-              out += anthropic::stream_start(*ctx, input_tokens, d.cached_prompt_tokens,
-                                             d.stored_prompt_tokens);
-            *output_tokens += static_cast<int>(d.tokens.size());
-            if (d.finish == "error") {
-              ch->write(out + anthropic::stream_error(503, d.error));
-              return;
-            }
-            if (d.finish == "abort") return;
-            if (!d.text.empty()) out += anthropic::stream_delta(*ctx, d.text);
-            if (d.finish) out += anthropic::stream_finish(*ctx, d, *output_tokens);
-            if (!out.empty()) ch->write(std::move(out));
-          },
-          [ch](const Generation &gen) {
-            note_tokens(ch, gen);
-            ch->end();
-          });
-    } catch (const Error &e) {
-      const ApiError ae = api_error_from(e);
-      ch->write(anthropic::stream_error(ae.status, ae.message));
-      ch->end();
-      return;
-    }
-  }
-  generations_started_++;
-  ch->on_close([this, g] {
-    client_aborts_++;
-    g->abort();
-  });
+  GenerationWire wire;
+  wire.format = WireFormat::kAnthropic;
+  wire.stream = mr->stream;
+  wire.body = [ctx](const Generation &gen) { return anthropic::render_message(*ctx, gen); };
+  // message_start waits for the first event, which carries the prefix-cache hit; the
+  // HTTP layer's keepalive comments cover a long prefill.
+  wire.first = [ctx, input_tokens](const ChoiceDelta &d) {
+    return anthropic::stream_start(*ctx, input_tokens, d.cached_prompt_tokens,
+                                   d.stored_prompt_tokens);
+  };
+  auto output_tokens = std::make_shared<int>(0);
+  wire.delta = [ctx, output_tokens](const ChoiceDelta &d) {
+    *output_tokens += static_cast<int>(d.tokens.size());
+    std::string out;
+    if (!d.text.empty()) out += anthropic::stream_delta(*ctx, d.text);
+    if (d.finish) out += anthropic::stream_finish(*ctx, d, *output_tokens);
+    return out;
+  };
+  wire.error = [](const ApiError &e) { return anthropic::stream_error(e.status, e.message); };
+  wire.closing = [](const Generation &) { return std::string(); };
+  serve_generation(ch, std::move(lease), std::move(spec), std::move(wire));
 }
 
 void ApiServer::handle_count_tokens(const HttpRequest &req,

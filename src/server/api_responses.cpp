@@ -108,11 +108,8 @@ void ApiServer::handle_responses(const HttpRequest &req,
   ChatPrompt prompt = encode_chat_prompt(*lease->text, rr->chat.messages, rr->chat.tools,
                                          rr->chat.template_kwargs, "input");
   GenerationSpec spec;
-  rr->chat.sampling.max_tokens = fit_max_tokens(
-      lease->info.context_length, prompt.tokens.size(),
-      rr->chat.max_tokens_given ? std::optional<std::int64_t>(rr->chat.sampling.max_tokens)
-                                : std::nullopt,
-      "input");
+  rr->chat.sampling.max_tokens = fit_max_tokens(lease->info.context_length, prompt.tokens.size(),
+                                                rr->chat.max_tokens, "input");
   if (rr->chat.forces_tool_call())
     force_tool_call(rr->chat.sampling, tool_call_format_of(*lease->text), rr->chat.tools,
                     rr->chat.tool_choice_name);
@@ -146,7 +143,6 @@ void ApiServer::handle_responses(const HttpRequest &req,
     if (!rr->chat.stream) builder->feed(r.text);  // a stream fed it delta by delta
     std::string events = builder->finish(r.finish, r.error, gen.prompt_tokens(),
                                          gen.completion_tokens(), gen.cached_tokens());
-    if (r.finish == "error") generations_failed_++;
     if (rr->store) {
       json conversation = rr->conversation;
       for (const auto &item : builder->output()) conversation.push_back(item);
@@ -158,14 +154,17 @@ void ApiServer::handle_responses(const HttpRequest &req,
     return events;
   };
 
-  std::shared_ptr<Generation> g;
   if (rr->background) {
     auto handle = std::make_shared<CancelHandle>();
     json queued = builder->initial();
     responses_.put(ctx->id, {queued, rr->conversation, inputs, [handle] { handle->cancel(); }});
+    std::shared_ptr<Generation> g;
     try {
       g = Generation::start(std::move(lease), std::move(spec), next_request_id_, nullptr,
-                            [settle](const Generation &gen) { settle(gen); });
+                            [this, settle](const Generation &gen) {
+                              settle(gen);
+                              if (gen.any_error(nullptr)) generations_failed_++;
+                            });
     } catch (...) {
       responses_.erase(ctx->id);  // never started: nothing to poll
       throw;
@@ -178,51 +177,28 @@ void ApiServer::handle_responses(const HttpRequest &req,
     send_json(ch, 200, queued.dump(-1, ' ', false, json::error_handler_t::replace));
     return;
   }
-  if (!rr->chat.stream) {
-    g = Generation::start(
-        std::move(lease), std::move(spec), next_request_id_, nullptr,
-        [this, ch, settle, builder](const Generation &gen) {
-          settle(gen);
-          const ChoiceResult &r = gen.results()[0];
-          if (r.finish == "error") {
-            send_error(ch, WireFormat::kOpenAI, {503, r.error, ""});
-            return;
-          }
-          ch->send(200, "application/json",
-                   builder->response().dump(-1, ' ', false, json::error_handler_t::replace));
-        });
-  } else {
-    ch->begin_sse();
-    ch->write(builder->start_events());
-    try {
-      g = Generation::start(
-          std::move(lease), std::move(spec), next_request_id_,
-          [ch, builder, rr, ctx](const ChoiceDelta &d) {  // the builder refers to rr and ctx
-            if (d.text.empty()) return;
-            std::string out = builder->feed(d.text);
-            if (!out.empty()) ch->write(std::move(out));
-          },
-          [ch, settle](const Generation &gen) {
-            std::string out = settle(gen);
-            if (!out.empty()) ch->write(std::move(out));
-            ch->end();
-          });
-    } catch (const Error &e) {
-      const ApiError ae = api_error_from(e);
-      ch->write(openai::response_sse({{"type", "error"},
-                                      {"code", "server_error"},
-                                      {"message", ae.message},
-                                      {"param", nullptr},
-                                      {"sequence_number", 2}}));
-      ch->end();
-      return;
-    }
-  }
-  generations_started_++;
-  ch->on_close([this, g] {
-    client_aborts_++;
-    g->abort();
-  });
+  GenerationWire wire;
+  wire.stream = rr->chat.stream;
+  auto events = std::make_shared<std::string>();  // the closing events settle leaves
+  wire.ended = [settle, events](const Generation &gen) { *events = settle(gen); };
+  wire.body = [builder](const Generation &) {
+    return builder->response().dump(-1, ' ', false, json::error_handler_t::replace);
+  };
+  wire.opening = builder->start_events();
+  wire.delta = [builder, rr, ctx](const ChoiceDelta &d) {  // the builder refers to rr and ctx
+    return d.text.empty() ? std::string() : builder->feed(d.text);
+  };
+  wire.error = [](const ApiError &e) {
+    return openai::response_sse({{"type", "error"},
+                                 {"code", "server_error"},
+                                 {"message", e.message},
+                                 {"param", nullptr},
+                                 {"sequence_number", 2}});
+  };
+  // A failed choice is the closing response.failed event.
+  wire.choice_error = [](const ChoiceDelta &) { return std::string(); };
+  wire.closing = [events](const Generation &) { return *events; };
+  serve_generation(ch, std::move(lease), std::move(spec), std::move(wire));
 }
 
 void ApiServer::handle_stored_response(const HttpRequest &req, const std::string &id,

@@ -17,14 +17,13 @@
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
 #include "server/forced_tool_option.h"
+#include "server/generation_wire.h"
 #include "server/http_server.h"
 #include "server/http_types.h"
 #include "server/latency_window.h"
 #include "server/openai/response_store.h"
 
 namespace keel::server {
-
-class Generation;
 
 struct ApiOptions {
   std::string api_key;  // empty: no key needed
@@ -40,8 +39,6 @@ struct ApiOptions {
   // unset: POST /api/bench answers 501). Returns results json with a "report_html".
   std::function<nlohmann::ordered_json(const std::string &model)> run_bench;
 };
-
-enum class WireFormat { kOpenAI, kAnthropic };
 
 class ApiServer {
  public:
@@ -63,10 +60,12 @@ class ApiServer {
   void route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch);
   void send_error(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, const ApiError &e);
   void send_json(const std::shared_ptr<ResponseChannel> &ch, int status, const std::string &body);
-  // The end of a whole (non-streamed) generation: notes its token counts for the request's
-  // log line and, when a choice failed, answers 503 in format `f`. True when it answered.
-  bool answered_failure(const std::shared_ptr<ResponseChannel> &ch, WireFormat f,
-                        const Generation &gen);
+  // Starts the generation and serves it in `wire`'s format, streamed or not: notes the
+  // request's first token and token counts for its log line, answers a failed choice
+  // with 503, and aborts the generation when the client leaves. Throws, before anything
+  // is sent, when a non-streamed generation cannot start.
+  void serve_generation(const std::shared_ptr<ResponseChannel> &ch, ModelLease lease,
+                        GenerationSpec spec, GenerationWire wire);
   // Runs `fn` on the worker pool, turning exceptions into errors in format `f`.
   template <typename Fn>
   void run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, Fn fn);

@@ -22,4 +22,13 @@ std::int32_t fit_max_tokens(std::int64_t context_length, std::size_t prompt_len,
   return static_cast<std::int32_t>(std::min(asked, context_length - len));
 }
 
+std::int32_t fit_max_tokens(std::int64_t context_length,
+                            const std::vector<std::vector<TokenId>> &prompts,
+                            std::optional<std::int64_t> requested,
+                            const std::string &prompt_field) {
+  std::size_t longest = 0;
+  for (const auto &p : prompts) longest = std::max(longest, p.size());
+  return fit_max_tokens(context_length, longest, requested, prompt_field);
+}
+
 }  // namespace keel::server

@@ -11,6 +11,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "core/ids.h"
 
 namespace keel::server {
 
@@ -18,6 +21,12 @@ namespace keel::server {
 // INT32_MAX, which the engine bounds by its own context). Throws the 400
 // ApiErrorException naming `prompt_field` when the prompt leaves no room.
 std::int32_t fit_max_tokens(std::int64_t context_length, std::size_t prompt_len,
+                            std::optional<std::int64_t> requested, const std::string &prompt_field);
+
+// The same for requests of several prompts (completions): one max_tokens for all, what
+// the longest leaves.
+std::int32_t fit_max_tokens(std::int64_t context_length,
+                            const std::vector<std::vector<TokenId>> &prompts,
                             std::optional<std::int64_t> requested, const std::string &prompt_field);
 
 }  // namespace keel::server

@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "engine/ipc_messages.h"
 
 namespace keel::server {
 
@@ -105,7 +104,7 @@ void Generation::on_event(int index, const RequestEvent &e) {
       auto s = stop.push(text);
       d.text = std::move(s.emit);
       if (s.hit) {
-        d.finish = "stop";
+        d.finish = FinishReason::kStop;
         d.stop_sequence = s.matched;
         r.stop_sequence = s.matched;
         stop_engine = !e.finish;
@@ -114,24 +113,7 @@ void Generation::on_event(int index, const RequestEvent &e) {
       }
     }
     if (e.finish && !d.finish) {
-      if (stop.hit())
-        d.finish = "stop";
-      else {
-        switch (*e.finish) {
-          case FinishReason::kStop:
-            d.finish = "stop";
-            break;
-          case FinishReason::kLength:
-            d.finish = "length";
-            break;
-          case FinishReason::kAbort:
-            d.finish = "abort";
-            break;
-          case FinishReason::kError:
-            d.finish = "error";
-            break;
-        }
-      }
+      d.finish = stop.hit() ? FinishReason::kStop : *e.finish;
       d.error = e.error;
     }
     r.text += d.text;
@@ -182,7 +164,7 @@ int Generation::stored_tokens() const {
 
 bool Generation::any_error(std::string *message) const {
   for (const auto &r : results_)
-    if (r.finish == "error") {
+    if (r.done && r.finish == FinishReason::kError) {
       if (message) *message = r.error;
       return true;
     }

@@ -32,7 +32,7 @@ struct ChoiceDelta {
   std::vector<TokenId> tokens;
   std::vector<TokenLogprob> logprobs;          // [tokens.size()] when asked
   std::vector<std::vector<TokenLogprob>> top;  // [tokens.size()][k]
-  std::optional<std::string> finish;           // "stop" | "length" | "abort" | "error"
+  std::optional<FinishReason> finish;          // the engine's, or kStop on a stop string
   std::string stop_sequence;
   std::string error;
   bool first = false;  // the choice's first delta (carries prompt logprobs when asked)
@@ -50,7 +50,7 @@ struct ChoiceResult {
   std::vector<std::vector<TokenLogprob>> top;
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top;
-  std::string finish;
+  FinishReason finish = FinishReason::kStop;  // once done
   std::string stop_sequence;
   std::string error;
   int cached_prompt_tokens = 0;

@@ -6,11 +6,11 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/tokenizer_config.h"
 #include "text/bpe_model.h"
 #include "text/byte_level.h"
 #include "text/loaders.h"
 #include "text/spm_pipeline.h"
-#include "text/tokenizer_config.h"
 #include "text/wordpiece_model.h"
 
 namespace keel::text {

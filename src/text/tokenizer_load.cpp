@@ -4,9 +4,9 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/tokenizer_config.h"
 #include "text/loaders.h"
 #include "text/tokenizer.h"
-#include "text/tokenizer_config.h"
 
 namespace keel {
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/utf8.h"
+
 namespace keel::text {
 
 inline constexpr std::string_view kReplacementChar = "\xEF\xBF\xBD";  // U+FFFD
@@ -26,7 +28,7 @@ inline std::size_t utf8_seq_len(unsigned char lead) {
 // to the length of the maximal invalid subpart (at least 1).
 bool utf8_decode(std::string_view s, std::size_t i, char32_t &cp, std::size_t &len);
 
-void utf8_append(std::string &out, char32_t cp);
+using keel::utf8_append;  // core/utf8.h: the one encoder
 
 bool utf8_valid(std::string_view s);
 

@@ -112,7 +112,7 @@ void compare_with_cpu(int R, int V, std::uint32_t seed, bool ties = false, bool 
     for (int i = 0; i < 12; ++i) row.generated.push_back(static_cast<TokenId>(rng() % 50));
     const std::span<const float> lr(logits.data() + std::size_t(r) * V, V);
     Sampler sampler(row.params, row.seed);
-    const SampleResult res = sampler.sample(lr, row.prompt, row.generated);
+    const SampledToken res = sampler.sample(lr, row.prompt, row.generated);
     cpu_tokens[r] = res.token;
     cpu_logprobs[r] = logprobs_of(lr, res.token, 0).logprob;  // sample() fills it only when asked
     // The same draw the CPU sampler made.
@@ -185,7 +185,7 @@ TEST(CudaSample, FilteredAndFullSortRowsMatchCpuSamplerForGivenDraws) {
     const std::span<float> lr(logits.data() + std::size_t(r) * V, V);
     for (auto &x : lr) x = nd(rng);
     Sampler cpu(p, 0);
-    const SampleResult res = cpu.sample_with(lr, prompt, generated, u);
+    const SampledToken res = cpu.sample_with(lr, prompt, generated, u);
     cpu_tokens[r] = res.token;
     cpu_lp[r] = logprobs_of(lr, res.token, 0).logprob;
     dev_rows[r] = to_sample_row(DeviceSampleRow{&p, u, prompt, generated}, V, r, entries);
@@ -241,7 +241,7 @@ std::vector<TokenId> expect_batch_matches_cpu(CudaContext &ctx, int V,
     const DrawCase &c = cases[r];
     logits.insert(logits.end(), c.logits.begin(), c.logits.end());
     Sampler cpu(c.params, 0);
-    const SampleResult res = cpu.sample_with(c.logits, c.prompt, c.generated, c.u);
+    const SampledToken res = cpu.sample_with(c.logits, c.prompt, c.generated, c.u);
     cpu_tokens[r] = res.token;
     cpu_lp[r] = logprobs_of(c.logits, res.token, 0).logprob;
     dev_rows[r] =

@@ -12,11 +12,11 @@
 #include <mutex>
 
 #include "engine/engine.h"
-#include "engine/tp_runner.h"
+#include "engine/tp/runner.h"
 #include "support/paths.h"
 #include "unit/engine/collector.h"
 #include "unit/engine/engine_test_util.h"
-#include "unit/exec/tp_test_launch.h"
+#include "unit/tp/tp_test_launch.h"
 
 namespace keel::test {
 namespace {

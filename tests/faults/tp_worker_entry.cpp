@@ -7,10 +7,10 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "engine/tp_runner.h"
-#include "engine/tp_worker.h"
+#include "engine/tp/runner.h"
+#include "engine/tp/worker.h"
 #include "support/paths.h"
-#include "unit/exec/tp_test_launch.h"
+#include "unit/tp/tp_test_launch.h"
 
 namespace keel {
 namespace {

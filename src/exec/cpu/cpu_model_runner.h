@@ -1,7 +1,7 @@
 // ModelRunner for the CPU backend: a Llama-family model over memory-mapped weights and
 // a paged float32 KV cache, computed with the ExecContext's thread pool. Under tensor
 // parallelism, one rank's runner: its shard of the weights, a KV cache of its KV heads,
-// and the group's communicator (engine/tp_runner.h drives the group).
+// and the group's communicator (engine/tp/runner.h drives the group).
 #pragma once
 
 #include <cstdint>

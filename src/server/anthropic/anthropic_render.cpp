@@ -14,9 +14,9 @@ namespace {
 
 std::string dump(const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-const char *stop_reason(const std::string &finish, const std::string &stop_sequence, int calls) {
+const char *stop_reason(FinishReason finish, const std::string &stop_sequence, int calls) {
   if (!stop_sequence.empty()) return "stop_sequence";
-  if (finish == "length") return "max_tokens";
+  if (finish == FinishReason::kLength) return "max_tokens";
   if (calls > 0) return "tool_use";
   return "end_turn";
 }
@@ -141,7 +141,7 @@ std::string content_events(const RenderContext &ctx, RenderContext::Stream &s,
 }
 
 std::string message_end(const ChoiceDelta &d, int output_tokens, int calls) {
-  const std::string finish = d.finish.value_or("stop");
+  const FinishReason finish = d.finish.value_or(FinishReason::kStop);
   return sse_event("message_delta",
                    {{"type", "message_delta"},
                     {"delta",

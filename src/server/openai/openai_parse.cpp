@@ -33,17 +33,14 @@ std::string flatten_content(const json &content, const std::string &field) {
   return out;
 }
 
-void parse_common(const json &body, SamplingParams &s, bool &max_given, int &n,
-                  std::vector<std::string> &stop, bool &stream, bool &include_usage,
+void parse_common(const json &body, SamplingParams &s, std::optional<std::int64_t> &max_tokens,
+                  int &n, std::vector<std::string> &stop, bool &stream, bool &include_usage,
                   const char *max_field) {
   parse_sampling_fields(body, s);
   std::optional<std::int64_t> mt = opt_int(body, max_field, 1, 1 << 30);
   if (!mt && std::string(max_field) == "max_completion_tokens")
     mt = opt_int(body, "max_tokens", 1, 1 << 30);
-  if (mt) {
-    s.max_tokens = static_cast<int32_t>(*mt);
-    max_given = true;
-  }
+  max_tokens = mt;
   if (auto v = opt_int(body, "n", 1, 16)) n = static_cast<int>(*v);
   stop = parse_stop_field(body, "stop", 16);
   stream = opt_bool(body, "stream").value_or(false);
@@ -151,7 +148,7 @@ ChatRequest parse_chat(const json &body) {
     }
     r.messages.push_back(std::move(out));
   }
-  parse_common(body, r.sampling, r.max_tokens_given, r.n, r.stop, r.stream, r.include_usage,
+  parse_common(body, r.sampling, r.max_tokens, r.n, r.stop, r.stream, r.include_usage,
                "max_completion_tokens");
   r.logprobs = opt_bool(body, "logprobs").value_or(false);
   if (auto v = opt_int(body, "top_logprobs", 0, 20)) {
@@ -235,9 +232,9 @@ CompletionRequest parse_completion(const json &body) {
   }
   const std::size_t count = r.prompt_is_tokens ? r.token_prompts.size() : r.text_prompts.size();
   if (count > 64) fail_field("prompt", "at most 64 prompts in one request");
-  parse_common(body, r.sampling, r.max_tokens_given, r.n, r.stop, r.stream, r.include_usage,
+  parse_common(body, r.sampling, r.max_tokens, r.n, r.stop, r.stream, r.include_usage,
                "max_tokens");
-  if (!r.max_tokens_given) r.sampling.max_tokens = 16;  // the OpenAI default for completions
+  if (!r.max_tokens) r.max_tokens = 16;  // the OpenAI default for completions
   r.echo = opt_bool(body, "echo").value_or(false);
   if (auto v = opt_int(body, "logprobs", 0, 20)) r.logprobs = static_cast<int>(*v);
   r.sampling.logprobs = r.logprobs;

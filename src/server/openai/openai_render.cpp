@@ -38,11 +38,12 @@ json chat_logprob_entries(const RenderContext &ctx, const std::vector<TokenId> &
   return content;
 }
 
-const char *openai_finish(const std::string &f) { return f == "length" ? "length" : "stop"; }
+// The wire's finish_reason: an engine stop and a stop string are both "stop".
+const char *openai_finish(FinishReason f) { return f == FinishReason::kLength ? "length" : "stop"; }
 
 // A stop after tool calls is "tool_calls"; a cut-off stays "length".
-const char *finish_with_calls(const std::string &f, int calls) {
-  return calls > 0 && f != "length" ? "tool_calls" : openai_finish(f);
+const char *finish_with_calls(FinishReason f, int calls) {
+  return calls > 0 && f != FinishReason::kLength ? "tool_calls" : openai_finish(f);
 }
 
 json tool_call_json(const RenderContext &ctx, int choice, int k, const ParsedToolCall &c,

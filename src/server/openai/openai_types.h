@@ -29,8 +29,8 @@ struct ChatRequest {
   // Extra chat-template variables: chat_template_kwargs, and enable_thinking /
   // reasoning_effort from reasoning_effort.
   nlohmann::ordered_json template_kwargs = nlohmann::ordered_json::object();
-  SamplingParams sampling;
-  bool max_tokens_given = false;
+  SamplingParams sampling;  // its max_tokens is settled by fit_max_tokens, not parsed
+  std::optional<std::int64_t> max_tokens;  // as asked; none: as many as fit
   int n = 1;
   std::vector<std::string> stop;
   bool stream = false;
@@ -48,8 +48,8 @@ struct CompletionRequest {
   std::vector<std::string> text_prompts;            // when the prompt was text
   std::vector<std::vector<TokenId>> token_prompts;  // when it was token ids
   bool prompt_is_tokens = false;
-  SamplingParams sampling;
-  bool max_tokens_given = false;
+  SamplingParams sampling;  // its max_tokens is settled by fit_max_tokens, not parsed
+  std::optional<std::int64_t> max_tokens;  // as asked (16 when not given)
   int n = 1;
   std::vector<std::string> stop;
   bool stream = false;

@@ -369,10 +369,7 @@ ResponsesRequest parse_responses(const json &body, const PreviousLookup &previou
   if (r.chat.messages.empty()) fail_field("input", "must hold at least one message");
   parse_sampling_fields(body, r.chat.sampling);
   r.max_output_tokens = opt_int(body, "max_output_tokens", 1, 1 << 30);
-  if (r.max_output_tokens) {
-    r.chat.sampling.max_tokens = static_cast<std::int32_t>(*r.max_output_tokens);
-    r.chat.max_tokens_given = true;
-  }
+  r.chat.max_tokens = r.max_output_tokens;
   r.chat.stream = opt_bool(body, "stream").value_or(false);
   r.store = opt_bool(body, "store").value_or(true);
   r.background = opt_bool(body, "background").value_or(false);

@@ -241,8 +241,8 @@ std::string ResponseBuilder::feed(const std::string &text) {
   return out;
 }
 
-std::string ResponseBuilder::finish(const std::string &finish, const std::string &error,
-                                    int input_tokens, int output_tokens, int cached_tokens) {
+std::string ResponseBuilder::finish(FinishReason finish, const std::string &error, int input_tokens,
+                                    int output_tokens, int cached_tokens) {
   std::string out;
   auto split = reasoning_.finish();
   if (!split.reasoning.empty()) on_reasoning(split.reasoning, out);
@@ -262,20 +262,22 @@ std::string ResponseBuilder::finish(const std::string &finish, const std::string
   }
   // A turn with no output at all still has its (empty) message, so clients that read
   // the message find one.
-  if (output_.empty() && finish != "error" && finish != "abort") open_message(out);
-  const bool length = finish == "length";
+  const bool failed = finish == FinishReason::kError;
+  const bool cancelled = finish == FinishReason::kAbort;
+  if (output_.empty() && !failed && !cancelled) open_message(out);
+  const bool length = finish == FinishReason::kLength;
   cut_off_ = length;
   close_reasoning(out);
   close_message(out);
 
-  const char *status = finish == "error"   ? "failed"
-                       : finish == "abort" ? "cancelled"
-                       : length            ? "incomplete"
-                                           : "completed";
+  const char *status = failed      ? "failed"
+                       : cancelled ? "cancelled"
+                       : length    ? "incomplete"
+                                   : "completed";
   final_ = base(status);
   final_["output"] = output_;
   if (length) final_["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  if (finish == "error") final_["error"] = {{"code", "server_error"}, {"message", error}};
+  if (failed) final_["error"] = {{"code", "server_error"}, {"message", error}};
   int reasoning_tokens = 0;
   if (!reasoning_text_.empty())
     reasoning_tokens =
@@ -286,10 +288,10 @@ std::string ResponseBuilder::finish(const std::string &finish, const std::string
       {"output_tokens", output_tokens},
       {"output_tokens_details", {{"reasoning_tokens", std::min(reasoning_tokens, output_tokens)}}},
       {"total_tokens", input_tokens + output_tokens}};
-  const char *type = finish == "error" ? "response.failed"
-                     : length          ? "response.incomplete"
-                                       : "response.completed";
-  if (finish != "abort") out += event(type, {{"response", final_}});
+  const char *type = failed   ? "response.failed"
+                     : length ? "response.incomplete"
+                              : "response.completed";
+  if (!cancelled) out += event(type, {{"response", final_}});
   return out;
 }
 

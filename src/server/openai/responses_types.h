@@ -75,8 +75,8 @@ class ResponseBuilder {
   // streaming or nothing settled).
   std::string feed(const std::string &text);
   // The end of the generation: settles everything held back and closes open items.
-  // `finish` is the Generation's ("stop" | "length" | "abort" | "error").
-  std::string finish(const std::string &finish, const std::string &error, int input_tokens,
+  // `finish` is the Generation's; the response's status and events follow from it.
+  std::string finish(FinishReason finish, const std::string &error, int input_tokens,
                      int output_tokens, int cached_tokens);
   // The final response object (after finish).
   const nlohmann::ordered_json &response() const { return final_; }

@@ -4,6 +4,8 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/tokenizer_config.h"
 #include "text/jinja/json_value.h"
 
 namespace keel {
@@ -17,49 +19,6 @@ std::string read_file(const std::filesystem::path &p) {
   std::ostringstream ss;
   ss << f.rdbuf();
   return ss.str();
-}
-
-ojson read_json(const std::filesystem::path &p) {
-  try {
-    return ojson::parse(read_file(p));
-  } catch (const nlohmann::json::exception &e) {
-    throw Error(ErrorCode::kFormat, p.string() + ": not valid JSON: " + e.what());
-  }
-}
-
-// bos_token / eos_token: a string, null, or an AddedToken object {"content": ...}.
-std::optional<std::string> special_token(const ojson &config, const char *key,
-                                         const std::filesystem::path &p) {
-  auto it = config.find(key);
-  if (it == config.end() || it->is_null()) return std::nullopt;
-  if (it->is_string()) return it->get<std::string>();
-  if (it->is_object()) {
-    auto c = it->find("content");
-    if (c != it->end() && c->is_string()) return c->get<std::string>();
-  }
-  throw Error(ErrorCode::kFormat,
-              p.string() + ": " + key + " is neither a string nor a token object");
-}
-
-// chat_template: a string, or a list of {"name", "template"} objects.
-std::vector<std::pair<std::string, std::string>> templates_of(const ojson &v,
-                                                              const std::filesystem::path &p) {
-  std::vector<std::pair<std::string, std::string>> out;
-  if (v.is_string()) {
-    out.emplace_back("default", v.get<std::string>());
-  } else if (v.is_array()) {
-    for (const auto &e : v) {
-      if (!e.is_object() || !e.contains("name") || !e.contains("template") ||
-          !e["name"].is_string() || !e["template"].is_string())
-        throw Error(ErrorCode::kFormat,
-                    p.string() + ": chat_template list entries need string name and template");
-      out.emplace_back(e["name"].get<std::string>(), e["template"].get<std::string>());
-    }
-  }
-  if (out.empty())
-    throw Error(ErrorCode::kFormat,
-                p.string() + ": chat_template is neither a string nor a list of templates");
-  return out;
 }
 
 }  // namespace
@@ -89,37 +48,27 @@ ChatTemplate ChatTemplate::load(const std::filesystem::path &path) {
   namespace fs = std::filesystem;
   if (!fs::exists(path))
     throw Error(ErrorCode::kNotFound, path.string() + ": no such file or directory");
-  if (fs::is_directory(path)) {
-    fs::path config_path = path / "tokenizer_config.json";
-    ojson config = fs::exists(config_path) ? read_json(config_path) : ojson::object();
-    if (!config.is_object())
-      throw Error(ErrorCode::kFormat, config_path.string() + ": not a JSON object");
-    auto bos = special_token(config, "bos_token", config_path);
-    auto eos = special_token(config, "eos_token", config_path);
-    if (fs::exists(path / "chat_template.jinja"))
-      return ChatTemplate(read_file(path / "chat_template.jinja"), bos, eos);
-    if (fs::exists(path / "chat_template.json")) {
-      ojson ct = read_json(path / "chat_template.json");
-      if (!ct.is_object() || !ct.contains("chat_template"))
-        throw Error(ErrorCode::kFormat,
-                    (path / "chat_template.json").string() + ": no chat_template field");
-      return ChatTemplate(templates_of(ct["chat_template"], path / "chat_template.json"), bos, eos);
-    }
-    if (!config.contains("chat_template"))
-      throw Error(
-          ErrorCode::kNotFound,
-          path.string() + ": no chat template (chat_template.jinja or tokenizer_config.json)");
-    return ChatTemplate(templates_of(config["chat_template"], config_path), bos, eos);
-  }
-  if (path.extension() == ".json") {
-    ojson config = read_json(path);
-    if (!config.is_object() || !config.contains("chat_template"))
-      throw Error(ErrorCode::kFormat, path.string() + ": no chat_template field");
-    return ChatTemplate(templates_of(config["chat_template"], path),
-                        special_token(config, "bos_token", path),
-                        special_token(config, "eos_token", path));
-  }
-  return ChatTemplate(read_file(path), std::nullopt, std::nullopt);
+  const bool gguf = path.extension() == ".gguf";
+  if (!gguf && !fs::is_directory(path) && path.extension() != ".json")
+    return ChatTemplate(read_file(path), std::nullopt, std::nullopt);
+  auto t = from_config(gguf ? TokenizerConfig::from_gguf(*GgufFile::open(path))
+                            : TokenizerConfig::load(path));
+  if (t) return std::move(*t);
+  if (gguf) throw Error(ErrorCode::kNotFound, path.string() + ": no tokenizer.chat_template");
+  if (fs::is_directory(path))
+    throw Error(
+        ErrorCode::kNotFound,
+        path.string() + ": no chat template (chat_template.jinja or tokenizer_config.json)");
+  throw Error(ErrorCode::kFormat, path.string() + ": no chat_template field");
+}
+
+std::optional<ChatTemplate> ChatTemplate::from_config(const TokenizerConfig &config) {
+  std::vector<std::pair<std::string, std::string>> named;
+  if (config.chat_template) named.emplace_back("default", *config.chat_template);
+  for (const auto &[name, source] : config.named_templates)
+    if (name != "default") named.emplace_back(name, source);
+  if (named.empty()) return std::nullopt;
+  return ChatTemplate(std::move(named), config.bos_token, config.eos_token);
 }
 
 std::vector<std::string> ChatTemplate::names() const {

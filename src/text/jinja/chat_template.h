@@ -20,6 +20,8 @@
 
 namespace keel {
 
+struct TokenizerConfig;
+
 class ChatTemplate {
  public:
   // One template source; bos/eos are left undefined in the template when absent.
@@ -28,8 +30,12 @@ class ChatTemplate {
 
   // PATH: an HF model directory (chat_template.jinja, chat_template.json or the
   // chat_template of tokenizer_config.json; bos/eos from tokenizer_config.json), a
-  // tokenizer_config.json, or a .jinja file. Throws Error(kNotFound/kFormat) naming it.
+  // tokenizer_config.json, a GGUF file, or a .jinja file. Throws Error(kNotFound/kFormat)
+  // naming it.
   static ChatTemplate load(const std::filesystem::path &path);
+  // The templates and bos/eos of a tokenizer config (formats/tokenizer_config.h, the one
+  // reader of them); none when it holds no template.
+  static std::optional<ChatTemplate> from_config(const TokenizerConfig &config);
 
   // Named templates as tokenizer_config.json may list them ("default", "tool_use"):
   // render() uses "tool_use" when tools are given and it exists, else "default".

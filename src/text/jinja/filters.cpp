@@ -472,12 +472,12 @@ Value f_title(Interpreter &, Value &v, CallArgs &) {
   };
   for (char32_t c : cps) {
     if (is_sep(c)) {
-      py::append_utf8(out, c);
+      utf8_append(out, c);
       at_start = true;
       continue;
     }
     std::string one;
-    py::append_utf8(one, c);
+    utf8_append(one, c);
     out += at_start ? py::upper(one) : py::lower(one);
     at_start = false;
   }

@@ -526,7 +526,7 @@ Value Interpreter::get_item(const Value &obj, const Value &key) {
       auto cps = py::decode(obj.str());
       if (normalize_index(i, cps.size())) {
         std::string s;
-        py::append_utf8(s, cps[static_cast<size_t>(i)]);
+        utf8_append(s, cps[static_cast<size_t>(i)]);
         return Value(std::move(s));
       }
     }
@@ -551,7 +551,7 @@ std::vector<Value> Interpreter::iterate(const Value &v) const {
       std::vector<Value> chars;
       for (char32_t c : py::decode(v.str())) {
         std::string s;
-        py::append_utf8(s, c);
+        utf8_append(s, c);
         chars.emplace_back(std::move(s));
       }
       return chars;

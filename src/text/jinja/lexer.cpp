@@ -374,15 +374,15 @@ class Lexer {
           out.push_back('\v');
           break;
         case 'x':
-          py::append_utf8(out, hex(2));
+          utf8_append(out, hex(2));
           break;
         case 'u':
-          py::append_utf8(out, hex(4));
+          utf8_append(out, hex(4));
           break;
         case 'U': {
           char32_t v = hex(8);
           if (v > 0x10FFFF) error(pos, "illegal Unicode character in string literal");
-          py::append_utf8(out, v);
+          utf8_append(out, v);
           break;
         }
         case 'N':
@@ -392,7 +392,7 @@ class Lexer {
             char32_t v = static_cast<char32_t>(e - '0');
             for (int k = 0; k < 2 && p < n && src_[p] >= '0' && src_[p] <= '7'; ++k, ++p)
               v = v * 8 + static_cast<char32_t>(src_[p] - '0');
-            py::append_utf8(out, v);
+            utf8_append(out, v);
           } else {
             out.push_back('\\');
             out.push_back(e);

@@ -245,7 +245,7 @@ Value str_method(Interpreter &in, const std::string &s, const std::string &m, Ca
           out += neu;
           ++done;
         }
-        if (i < cps.size()) py::append_utf8(out, cps[i]);
+        if (i < cps.size()) utf8_append(out, cps[i]);
         in.check_size(out.size());
       }
       return Value(std::move(out));

@@ -44,28 +44,10 @@ std::vector<char32_t> decode(std::string_view s) {
   return out;
 }
 
-void append_utf8(std::string &out, char32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
 std::string encode(const std::vector<char32_t> &cps) {
   std::string out;
   out.reserve(cps.size());
-  for (char32_t cp : cps) append_utf8(out, cp);
+  for (char32_t cp : cps) utf8_append(out, cp);
   return out;
 }
 
@@ -126,7 +108,7 @@ std::string map_cps(std::string_view s, F f) {
   }
   std::string out;
   out.reserve(s.size());
-  for (char32_t cp : decode(s)) append_utf8(out, f(cp));
+  for (char32_t cp : decode(s)) utf8_append(out, f(cp));
   return out;
 }
 char32_t to_upper(char32_t c) { return static_cast<char32_t>(utf8proc_toupper(c)); }
@@ -145,7 +127,7 @@ std::string capitalize(std::string_view s) {
   auto cps = decode(s);
   std::string out;
   for (size_t i = 0; i < cps.size(); ++i)
-    append_utf8(out, i == 0 ? to_title(cps[i]) : to_lower(cps[i]));
+    utf8_append(out, i == 0 ? to_title(cps[i]) : to_lower(cps[i]));
   return out;
 }
 
@@ -153,7 +135,7 @@ std::string title(std::string_view s) {
   std::string out;
   bool prev_cased = false;
   for (char32_t c : decode(s)) {
-    append_utf8(out, prev_cased ? to_lower(c) : to_title(c));
+    utf8_append(out, prev_cased ? to_lower(c) : to_title(c));
     prev_cased = is_cased(c);
   }
   return out;
@@ -205,7 +187,7 @@ std::string repr_string(std::string_view s) {
     } else if (c == '\r') {
       out += "\\r";
     } else if (printable(c)) {
-      append_utf8(out, c);
+      utf8_append(out, c);
     } else {
       if (c < 0x100)
         std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(c));

@@ -9,13 +9,14 @@
 #include <string_view>
 #include <vector>
 
+#include "core/utf8.h"
+
 namespace keel::jinja::py {
 
 // Decodes UTF-8 into code points. Invalid bytes decode as themselves (0x80..0xFF) so
 // that bad input never crashes and round-trips through encode().
 std::vector<char32_t> decode(std::string_view s);
 std::string encode(const std::vector<char32_t> &cps);
-void append_utf8(std::string &out, char32_t cp);
 bool is_ascii(std::string_view s);
 bool valid_utf8(std::string_view s);
 size_t length(std::string_view s);  // number of code points

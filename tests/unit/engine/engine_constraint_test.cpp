@@ -10,7 +10,6 @@
 
 #include "collector.h"
 #include "engine/engine.h"
-#include "engine/ipc_messages.h"
 #include "engine_test_util.h"
 #include "toy_runner.h"
 
@@ -179,16 +178,6 @@ TEST(EngineConstraint, MaskIsComputedDuringTheForward) {
   // Every sampling step: the last prefill chunk, 3 tokens and the stop.
   EXPECT_EQ(sampling->load(), 4);
   EXPECT_EQ(overlapped->load(), 4);
-}
-
-TEST(EngineConstraint, FieldsCrossIpc) {
-  GenerationRequest r = constrained(5, "{\"type\": \"object\"}", 0.5f);
-  r.sampling.constraint_kind = "json_schema";
-  GenerationRequest back = ipc::decode_submit(ipc::encode_submit(r));
-  EXPECT_EQ(back.sampling.constraint_kind, "json_schema");
-  EXPECT_EQ(back.sampling.constraint_text, "{\"type\": \"object\"}");
-  GenerationRequest none = ipc::decode_submit(ipc::encode_submit(greedy_request(6, {1, 2}, 3)));
-  EXPECT_TRUE(none.sampling.constraint_kind.empty());
 }
 
 }  // namespace

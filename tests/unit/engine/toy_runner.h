@@ -186,7 +186,7 @@ class ToyRunner final : public ModelRunner {
         ++masked_rows;
       }
       Sampler s(*rows[i].params, 0);  // its own RNG is never used: u is given
-      const SampleResult r = s.sample_with(l, rows[i].prompt, rows[i].generated, rows[i].u);
+      const SampledToken r = s.sample_with(l, rows[i].prompt, rows[i].generated, rows[i].u);
       out.sampled[i] = sample_offset + r.token;
       out.sampled_logprobs[i] = r.logprob;
     }

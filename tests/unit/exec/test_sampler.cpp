@@ -24,9 +24,9 @@ TEST(Sampler, GreedyPicksArgmaxWithLogprobs) {
   lse = std::log(lse);
   EXPECT_NEAR(r.logprob, 3.0 - lse, 1e-6);
   ASSERT_EQ(r.top.size(), 3u);
-  EXPECT_EQ(r.top[0].id, 1);
-  EXPECT_EQ(r.top[1].id, 4);
-  EXPECT_EQ(r.top[2].id, 2);
+  EXPECT_EQ(r.top[0].token, 1);
+  EXPECT_EQ(r.top[1].token, 4);
+  EXPECT_EQ(r.top[2].token, 2);
   EXPECT_NEAR(r.top[1].logprob, 2.5 - lse, 1e-6);
 }
 

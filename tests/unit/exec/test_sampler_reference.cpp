@@ -179,7 +179,7 @@ TEST(SamplerVsReference, LogprobsOnlyWhenAskedAndOfTheRawLogits) {
     std::partial_sort(idx.begin(), idx.begin() + 5, idx.end(),
                       [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
     for (int i = 0; i < 5; ++i) {
-      EXPECT_EQ(r.top[i].id, idx[i]);
+      EXPECT_EQ(r.top[i].token, idx[i]);
       EXPECT_NEAR(r.top[i].logprob, row[idx[i]] - lse, 1e-5);
     }
     p.logprobs = -1;

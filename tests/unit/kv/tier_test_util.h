@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "exec/model_runner.h"
+#include "kv/block_store.h"
 #include "kv/block_hash.h"
 
 namespace keel::test {

@@ -46,3 +46,12 @@ TEST(ContextBudget, UnknownContextLeavesTheRequestAsAsked) {
   EXPECT_EQ(fit_max_tokens(0, 5000, 7, "messages"), 7);
   EXPECT_EQ(fit_max_tokens(0, 5000, std::nullopt, "messages"), INT32_MAX);
 }
+
+TEST(ContextBudget, SeveralPromptsGetWhatTheLongestLeaves) {
+  const std::vector<std::vector<keel::TokenId>> prompts{std::vector<keel::TokenId>(10, 1),
+                                                        std::vector<keel::TokenId>(100, 2),
+                                                        std::vector<keel::TokenId>(40, 3)};
+  EXPECT_EQ(fit_max_tokens(128, prompts, 64, "prompt"), 28);
+  EXPECT_EQ(fit_max_tokens(128, prompts, 5, "prompt"), 5);
+  EXPECT_THROW(fit_max_tokens(100, prompts, 5, "prompt"), ApiErrorException);
+}

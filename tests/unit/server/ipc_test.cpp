@@ -7,10 +7,10 @@
 #include <future>
 
 #include "core/error.h"
-#include "engine/ipc_client.h"
-#include "engine/ipc_frame.h"
-#include "engine/ipc_messages.h"
-#include "engine/ipc_server.h"
+#include "engine/ipc/client.h"
+#include "engine/ipc/frame.h"
+#include "engine/ipc/messages.h"
+#include "engine/ipc/server.h"
 #include "unit/server/fakes.h"
 
 using namespace keel;

@@ -50,8 +50,7 @@ TEST(ResponsesParse, StringInputIsOneUserMessage) {
   auto r = parse(body_with({{"instructions", "Be brief."}, {"max_output_tokens", 7}}));
   EXPECT_EQ(r.chat.messages, json::parse(R"([{"role": "system", "content": "Be brief."},
                             {"role": "user", "content": "hi"}])"));
-  EXPECT_EQ(r.chat.sampling.max_tokens, 7);
-  EXPECT_TRUE(r.chat.max_tokens_given);
+  EXPECT_EQ(r.chat.max_tokens, 7);
   EXPECT_TRUE(r.store);
   EXPECT_EQ(r.conversation.size(), 1u);
 }
@@ -216,7 +215,7 @@ struct Built {
 
 // Feeds `text` in random chunks (one chunk when seed is 0) and collects the events.
 Built build(const std::string &text, unsigned seed, const ResponsesRequest &req,
-            bool prompt_opens = false, const std::string &finish = "stop") {
+            bool prompt_opens = false, FinishReason finish = FinishReason::kStop) {
   static keel::test::ByteText bytes;
   ResponseContext ctx;
   ctx.id = "resp_abc";
@@ -373,12 +372,12 @@ TEST(ResponseBuilder, ThinkingBecomesAReasoningItem) {
 
 TEST(ResponseBuilder, FinishStates) {
   const auto req = parse(body_with({{"max_output_tokens", 3}}));
-  const Built cut = build("abc", 1, req, false, "length");
+  const Built cut = build("abc", 1, req, false, FinishReason::kLength);
   EXPECT_EQ(cut.response["status"], "incomplete");
   EXPECT_EQ(cut.response["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(cut.output[0]["status"], "incomplete");
   EXPECT_EQ(cut.events.back()["type"], "response.incomplete");
-  const Built failed = build("ab", 1, req, false, "error");
+  const Built failed = build("ab", 1, req, false, FinishReason::kError);
   EXPECT_EQ(failed.response["status"], "failed");
   EXPECT_EQ(failed.events.back()["type"], "response.failed");
   // No text at all still gives one (empty) message.

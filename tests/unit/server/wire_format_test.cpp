@@ -86,7 +86,7 @@ TEST(OpenAIParse, ChatValidationNamesTheField) {
              json::array({{{"role", "user"},
                            {"content", json::array({{{"type", "text"}, {"text", "a"}},
                                                     {{"type", "text"}, {"text", "b"}}})}}})}});
-  EXPECT_EQ(ok.sampling.max_tokens, 7);
+  EXPECT_EQ(ok.max_tokens, 7);
   EXPECT_EQ(ok.stop, std::vector<std::string>{"x"});
   EXPECT_EQ(ok.sampling.logprobs, 2);
   EXPECT_EQ(ok.sampling.seed, 9u);
@@ -103,7 +103,7 @@ TEST(OpenAIParse, CompletionPromptShapes) {
   ASSERT_TRUE(ids.prompt_is_tokens);
   EXPECT_EQ(ids.token_prompts[0], (std::vector<TokenId>{1, 2, 3}));
   EXPECT_EQ(c(json::array({json::array({1}), json::array({2, 3})})).token_prompts.size(), 2u);
-  EXPECT_EQ(c(json::array({1, 2, 3})).sampling.max_tokens, 16);  // OpenAI's default
+  EXPECT_EQ(c(json::array({1, 2, 3})).max_tokens, 16);  // OpenAI's default
   EXPECT_EQ(param_of([&] { c(json::array({1, "a"})); }), "prompt");
   EXPECT_EQ(param_of([&] { c(json::array({-1})); }), "prompt");
   EXPECT_EQ(param_of([&] { c(json::array()); }), "prompt");
@@ -153,7 +153,7 @@ TEST(Generation, ChatRenderingAndStopStrings) {
   std::string streamed;
   for (const auto &d : deltas) streamed += d.text;
   EXPECT_EQ(streamed, "hello world ");
-  EXPECT_EQ(deltas.back().finish, "stop");
+  EXPECT_EQ(deltas.back().finish, FinishReason::kStop);
 }
 
 TEST(Generation, CompletionsWithNChoicesAndLengthFinish) {
@@ -221,9 +221,9 @@ TEST(Generation, AbortEndsEveryChoice) {
   spec.prompts = {{'x'}};
   spec.n = 3;
   spec.sampling.max_tokens = 1000000;
-  std::promise<std::vector<std::string>> done;
+  std::promise<std::vector<FinishReason>> done;
   auto g = Generation::start(f.lease(), spec, f.ids, nullptr, [&](const Generation &gen) {
-    std::vector<std::string> fin;
+    std::vector<FinishReason> fin;
     for (const auto &r : gen.results()) fin.push_back(r.finish);
     done.set_value(fin);
   });
@@ -231,7 +231,7 @@ TEST(Generation, AbortEndsEveryChoice) {
   g->abort();
   auto fut = done.get_future();
   ASSERT_EQ(fut.wait_for(std::chrono::seconds(5)), std::future_status::ready);
-  EXPECT_EQ(fut.get(), (std::vector<std::string>{"abort", "abort", "abort"}));
+  EXPECT_EQ(fut.get(), (std::vector<FinishReason>(3, FinishReason::kAbort)));
 }
 
 TEST(ApiErrors, RenderInEachFormat) {

@@ -1,4 +1,4 @@
-#include "engine/ipc_client.h"
+#include "engine/ipc/client.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "engine/tp_runner.h"
+#include "engine/tp/runner.h"
 
 #include <algorithm>
 #include <cstring>

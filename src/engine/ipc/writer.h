@@ -29,7 +29,7 @@
 #include <string>
 #include <thread>
 
-#include "engine/ipc_frame.h"
+#include "engine/ipc/frame.h"
 
 namespace keel::ipc {
 

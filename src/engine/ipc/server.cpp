@@ -1,4 +1,4 @@
-#include "engine/ipc_server.h"
+#include "engine/ipc/server.h"
 
 #include <sys/socket.h>
 #include <unistd.h>

@@ -7,8 +7,8 @@
 
 #include "engine/cpu_backend.h"
 #include "engine/engine.h"
-#include "engine/tp_backend.h"
-#include "engine/tp_runner.h"
+#include "engine/tp/backend.h"
+#include "engine/tp/runner.h"
 #include "support/paths.h"
 #include "tp_test_launch.h"
 #include "unit/engine/collector.h"

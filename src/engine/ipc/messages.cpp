@@ -1,4 +1,4 @@
-#include "engine/ipc_messages.h"
+#include "engine/ipc/messages.h"
 
 #include <nlohmann/json.hpp>
 
@@ -42,20 +42,6 @@ std::vector<TokenLogprob> lp_list_from(const json &j) {
 }
 
 }  // namespace
-
-const char *finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAbort:
-      return "abort";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "error";
-}
 
 std::string encode_ready(const ReadyInfo &info) {
   return json{{"context_length", info.context_length},

@@ -22,9 +22,9 @@
 #include <vector>
 
 #include "engine/engine_api.h"
-#include "engine/ipc_frame.h"
-#include "engine/ipc_messages.h"
-#include "engine/ipc_writer.h"
+#include "engine/ipc/frame.h"
+#include "engine/ipc/messages.h"
+#include "engine/ipc/writer.h"
 
 namespace keel::ipc {
 

@@ -1,4 +1,4 @@
-#include "text/tokenizer_config.h"
+#include "formats/tokenizer_config.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -96,21 +96,24 @@ TokenizerConfig TokenizerConfig::load(const std::filesystem::path &path) {
   if (fs::exists(path / "tokenizer_config.json"))
     cfg = from_json(read_file(path / "tokenizer_config.json"),
                     (path / "tokenizer_config.json").string());
-  // Newer HF repositories keep the template in its own file.
-  if (!cfg.chat_template) {
-    if (fs::exists(path / "chat_template.jinja")) {
-      cfg.chat_template = read_file(path / "chat_template.jinja");
-    } else if (fs::exists(path / "chat_template.json")) {
-      const auto p = path / "chat_template.json";
-      json j;
-      try {
-        j = json::parse(read_file(p));
-      } catch (const json::exception &e) {
-        throw Error(ErrorCode::kFormat, p.string() + ": not valid JSON: " + e.what());
-      }
-      if (j.is_object() && j.contains("chat_template"))
-        read_templates(j["chat_template"], cfg, p.string(), "chat_template");
+  // Newer HF repositories keep the template in its own file, which wins over
+  // tokenizer_config.json's (as transformers loads them).
+  if (fs::exists(path / "chat_template.jinja")) {
+    cfg.chat_template = read_file(path / "chat_template.jinja");
+    cfg.named_templates.clear();
+  } else if (fs::exists(path / "chat_template.json")) {
+    const auto p = path / "chat_template.json";
+    json j;
+    try {
+      j = json::parse(read_file(p));
+    } catch (const json::exception &e) {
+      throw Error(ErrorCode::kFormat, p.string() + ": not valid JSON: " + e.what());
     }
+    if (!j.is_object() || !j.contains("chat_template"))
+      throw Error(ErrorCode::kFormat, p.string() + ": no chat_template field");
+    cfg.chat_template.reset();
+    cfg.named_templates.clear();
+    read_templates(j["chat_template"], cfg, p.string(), "chat_template");
   }
   return cfg;
 }

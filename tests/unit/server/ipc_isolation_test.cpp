@@ -13,10 +13,10 @@
 
 #include "core/error.h"
 #include "engine/engine.h"
-#include "engine/ipc_client.h"
-#include "engine/ipc_frame.h"
-#include "engine/ipc_messages.h"
-#include "engine/ipc_server.h"
+#include "engine/ipc/client.h"
+#include "engine/ipc/frame.h"
+#include "engine/ipc/messages.h"
+#include "engine/ipc/server.h"
 #include "server/generation.h"
 #include "unit/engine/collector.h"
 #include "unit/engine/engine_test_util.h"
@@ -284,7 +284,7 @@ TEST(IpcIsolation, AStopStringMatchedByTheFrontEndsTheRequestInTheEngine) {
     auto g = server::Generation::start(ModelLease(m, nullptr), spec, ids, nullptr,
                                        [&](const server::Generation &) { done.set_value(); });
     ASSERT_EQ(done.get_future().wait_for(5s), std::future_status::ready);
-    EXPECT_EQ(g->results()[0].finish, "stop");
+    EXPECT_EQ(g->results()[0].finish, FinishReason::kStop);
     EXPECT_EQ(g->results()[0].text, want);
     EXPECT_EQ(g->results()[0].stop_sequence, stop);
     EXPECT_EQ(rec.stops_.load(), 1);

@@ -14,7 +14,7 @@
 #include <memory>
 #include <string>
 
-#include "engine/tp_group.h"
+#include "engine/tp/group.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/model_runner.h"
 

@@ -1,4 +1,4 @@
-#include "engine/tp_worker.h"
+#include "engine/tp/worker.h"
 
 #include <poll.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "core/error.h"
-#include "engine/tp_messages.h"
+#include "engine/tp/messages.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/parallel/socket_communicator.h"
 

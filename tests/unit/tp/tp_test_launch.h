@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "engine/tp_group.h"
+#include "engine/tp/group.h"
 
 namespace keel::test {
 

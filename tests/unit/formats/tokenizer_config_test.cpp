@@ -1,4 +1,4 @@
-#include "text/tokenizer_config.h"
+#include "formats/tokenizer_config.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // CPU tensor parallelism with real worker processes: TP=2 and TP=4 give the greedy
 // tokens and logprobs of TP=1, KV block images are in the single-rank layout, a model
 // that does not split is a clear error.
-#include "engine/tp_runner.h"
+#include "engine/tp/runner.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
-#include "engine/tp_backend.h"
+#include "engine/tp/backend.h"
 
-#include "engine/tp_runner.h"
+#include "engine/tp/runner.h"
 
 namespace keel::tp {
 

@@ -46,6 +46,4 @@ FaultSpec decode_fault(const std::string &payload);
 std::string encode_faults(const std::vector<FaultSpec> &specs);
 std::vector<FaultSpec> decode_faults(const std::string &payload);
 
-const char *finish_reason_name(FinishReason reason);
-
 }  // namespace keel::ipc

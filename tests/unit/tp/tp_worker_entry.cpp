@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "engine/tp_worker.h"
+#include "engine/tp/worker.h"
 #include "tp_test_launch.h"
 
 namespace keel {

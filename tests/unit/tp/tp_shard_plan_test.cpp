@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "engine/tp_messages.h"
+#include "engine/tp/messages.h"
 #include "exec/parallel/shard_plan.h"
 
 namespace keel {

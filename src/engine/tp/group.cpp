@@ -1,4 +1,4 @@
-#include "engine/tp_group.h"
+#include "engine/tp/group.h"
 
 #include <signal.h>
 #include <sys/prctl.h>

@@ -1,7 +1,7 @@
 // IpcWriter (issue 24): the bounded, deadline-carrying queue in front of each IPC
 // socket. Peers here are real socket pairs; "a peer that never reads" is one whose end
 // nobody reads, so the kernel buffer fills and the writer's frames wait for real.
-#include "engine/ipc_writer.h"
+#include "engine/ipc/writer.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>

@@ -1,4 +1,4 @@
-#include "engine/ipc_writer.h"
+#include "engine/ipc/writer.h"
 
 #include <fcntl.h>
 #include <poll.h>

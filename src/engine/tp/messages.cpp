@@ -1,4 +1,4 @@
-#include "engine/tp_messages.h"
+#include "engine/tp/messages.h"
 
 #include <cstring>
 #include <nlohmann/json.hpp>

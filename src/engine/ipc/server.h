@@ -23,9 +23,9 @@
 #include <unordered_set>
 
 #include "engine/engine_api.h"
-#include "engine/ipc_frame.h"
-#include "engine/ipc_messages.h"
-#include "engine/ipc_writer.h"
+#include "engine/ipc/frame.h"
+#include "engine/ipc/messages.h"
+#include "engine/ipc/writer.h"
 
 namespace keel::ipc {
 

@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "engine/engine.h"
-#include "engine/tp_group.h"
+#include "engine/tp/group.h"
 
 namespace keel::tp {
 

@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "engine/tp_messages.h"
+#include "engine/tp/messages.h"
 #include "exec/parallel/socket_communicator.h"
 
 namespace keel::tp {

@@ -1,4 +1,4 @@
-#include "engine/ipc_frame.h"
+#include "engine/ipc/frame.h"
 
 #include <poll.h>
 #include <sys/socket.h>
