@@ -1,11 +1,11 @@
 // A thinking budget in the engine: after `budget` tokens inside the think block the
 // engine emits the end-of-thinking tokens in place of the sampled ones, and the model
-// goes on from them (its next tokens follow the closed block), and the fields cross IPC.
+// goes on from them (its next tokens follow the closed block). (That the fields cross IPC
+// is tests/unit/ipc/messages_test.cpp.)
 #include <gtest/gtest.h>
 
 #include "collector.h"
 #include "engine/engine.h"
-#include "engine/ipc_messages.h"
 #include "engine_test_util.h"
 #include "toy_runner.h"
 
@@ -41,17 +41,6 @@ TEST(EngineThinkingBudget, ClosesTheBlockAndTheModelContinuesFromIt) {
   history.insert(history.end(), out.begin(), out.begin() + 5);
   EXPECT_EQ(std::vector<TokenId>(out.begin() + 5, out.end()), toy_greedy(history, 4, kToyVocab));
   EXPECT_EQ(c.get(2).tokens, toy_greedy(random_prompt(2, 9), 6, kToyVocab));
-}
-
-TEST(EngineThinkingBudget, FieldsCrossIpc) {
-  const GenerationRequest r = thinking(3, 5, 9);
-  const GenerationRequest back = ipc::decode_submit(ipc::encode_submit(r));
-  EXPECT_EQ(back.sampling.thinking_budget, 5);
-  EXPECT_EQ(back.sampling.thinking_start, std::vector<TokenId>{76});
-  EXPECT_EQ(back.sampling.thinking_end, kEnd);
-  EXPECT_TRUE(back.sampling.thinking_open);
-  const GenerationRequest none = ipc::decode_submit(ipc::encode_submit(greedy_request(4, {1}, 2)));
-  EXPECT_LT(none.sampling.thinking_budget, 0);
 }
 
 }  // namespace

@@ -28,5 +28,20 @@ TEST(IpcMessages, ConstraintFieldsCrossIpc) {
   EXPECT_TRUE(none.sampling.constraint_kind.empty());
 }
 
+TEST(IpcMessages, ThinkingBudgetFieldsCrossIpc) {
+  GenerationRequest r = request(3);
+  r.sampling.thinking_budget = 5;
+  r.sampling.thinking_start = {76};
+  r.sampling.thinking_end = {77, 78};
+  r.sampling.thinking_open = true;
+  const GenerationRequest back = ipc::decode_submit(ipc::encode_submit(r));
+  EXPECT_EQ(back.sampling.thinking_budget, 5);
+  EXPECT_EQ(back.sampling.thinking_start, std::vector<TokenId>{76});
+  EXPECT_EQ(back.sampling.thinking_end, (std::vector<TokenId>{77, 78}));
+  EXPECT_TRUE(back.sampling.thinking_open);
+  const GenerationRequest none = ipc::decode_submit(ipc::encode_submit(request(4)));
+  EXPECT_LT(none.sampling.thinking_budget, 0);
+}
+
 }  // namespace
 }  // namespace keel
