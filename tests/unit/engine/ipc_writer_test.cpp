@@ -138,7 +138,8 @@ TEST(IpcWriter, AQueueForAPeerThatNeverReadsIsBoundedAndPostNeverWaits) {
   EXPECT_LE(w.stats().frames, 200u);
   EXPECT_GT(control, 0u);
   // A refusal while the peer takes nothing is a stall within min(1 s, deadline).
-  ASSERT_TRUE(eventually([&] { return !w.stall().empty(); }, 2s));
+  // (5 s of slack: the writer thread may be descheduled on a loaded machine.)
+  ASSERT_TRUE(eventually([&] { return !w.stall().empty(); }, 5s));
   EXPECT_NE(w.stall().find("queue is full"), std::string::npos) << w.stall();
   // Closing never waits for the peer either.
   const auto t0 = Clock::now();
