@@ -8,6 +8,8 @@
 //     [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off] [--fused-swiglu gate_up|down]
 //     [--max-splits N] [--split-round up|down] [--l2-prefetch on|off] [--flash-variant 0|1|2]
 //     [--fused-split-k 0|1|2|4] [--attn-merge kernel|combine] [--attn-pdl on|off]
+//   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
+//     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back, and
 //     the fused GEMV split-K over 2 and 4 warps per row, 8 back to back)
@@ -41,6 +43,7 @@ int main() {
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/k_gemv.h"
 #include "formats/make_model.h"
+#include "formats/model_weights.h"
 
 namespace {
 using namespace keel;
@@ -451,6 +454,8 @@ int run(int argc, char **argv) {
   bool gemv = false;            // --gemv-bench: cuBLASLt vs GEMV kernel alone
   int block_size = 16;          // tokens per KV block
   std::string model_dir;        // --make-model DIR: weights written by keel make-model (bf16)
+  std::string weights_path;     // --weights FILE|DIR: an existing model of --model's shape
+  bool keep_quantized = true;   // --keep-quantized on|off: GGUF blocks stay quantized on device
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -481,6 +486,10 @@ int run(int argc, char **argv) {
       profile = true;
     else if (a == "--no-graphs")
       graphs = false;
+    else if (a == "--weights")
+      weights_path = val();
+    else if (a == "--keep-quantized")
+      keep_quantized = choice("on", "off") == "on";
     else if (a == "--make-model")
       model_dir = val();
     else if (a == "--block-size")
@@ -548,6 +557,7 @@ int run(int argc, char **argv) {
   o.fused_gemv_split_k = split_k;
   o.attn_merge_in_kernel = attn_merge;
   o.attn_programmatic_launch = attn_pdl;
+  o.keep_quantized = keep_quantized;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -569,6 +579,11 @@ int run(int argc, char **argv) {
     cfg = make_model_config(mo);
     weights = model_dir;
   }
+  if (!weights_path.empty()) {
+    // e.g. `keel make-model --shape 8b --dtype q4_k_m --format gguf`: its config is the file's.
+    weights = weights_path;
+    cfg = ModelWeights::open(weights_path)->config();
+  }
   Bench bench(ctx, cfg, o, weights);
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
@@ -576,7 +591,7 @@ int run(int argc, char **argv) {
       "decode %s, attention order %s, decode group registers %s, GEMV for M <= %d, fused "
       "decode for M <= %d, PDL %s, SwiGLU in %s, attention splits cap %d (rounded %s), L2 prefetch "
       "%s, flash variant %d, fused GEMV split-K %d, attention splits merged by %s, attention PDL "
-      "%s\n",
+      "%s, linear weights %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", flash_decode ? "on" : "off",
@@ -584,7 +599,8 @@ int run(int argc, char **argv) {
       bench.runner().fused_decode_max_m(), pdl ? "on" : "off",
       swiglu_epilogue ? "gate_up epilogue" : "down prologue", split_cap,
       splits_down ? "down" : "up", l2_prefetch ? "on" : "off", flash_variant, split_k,
-      attn_merge ? "the kernel" : "a combine kernel", attn_pdl ? "on" : "off");
+      attn_merge ? "the kernel" : "a combine kernel", attn_pdl ? "on" : "off",
+      bench.runner().weight_format().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -52,6 +52,7 @@ CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, const Wei
   ctx_.activate();
   free_at_open_ = device_memory().free_now;
   validate_config();
+  plan_weight_formats(weights, opts.keep_quantized);
   allocate_weights();
   upload_weights(weights);
   allocate_buffers(opts);
@@ -118,22 +119,33 @@ void CudaModelRunner::allocate_weights() {
     weight_bytes_ += bf16_bytes(elems);
     return DeviceBuffer(bf16_bytes(elems));
   };
+  // Linear weights: their planned device format (plan_weight_formats; bf16 if unplanned).
+  auto alloc_linear = [&](LinearLayout &f, std::int64_t N, std::int64_t K) {
+    if (!f.quantized()) {
+      f.N = N;
+      f.K = K;
+      return alloc(N * K);
+    }
+    weight_bytes_ += f.bytes();
+    return DeviceBuffer(f.bytes());
+  };
   embed_ = alloc(V_ * H_);
-  if (!c.tie_word_embeddings) lm_head_ = alloc(V_ * H_);
+  if (!c.tie_word_embeddings) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
+  if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}};
   final_norm_ = alloc(H_);
   layers_.resize(c.num_layers);
   for (auto &l : layers_) {
     l.input_norm = alloc(H_);
-    l.qkv = alloc(qkv_width_ * H_);
+    l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
     if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
     if (c.qk_norm) {
       l.q_norm = alloc(hd_);
       l.k_norm = alloc(hd_);
     }
-    l.o = alloc(H_ * nh_ * hd_);
+    l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
     l.post_norm = alloc(H_);
-    l.gate_up = alloc(2 * I_ * H_);
-    l.down = alloc(H_ * I_);
+    l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
+    l.down = alloc_linear(l.down_fmt, H_, I_);
   }
   const RopeTable rope = make_rope_table(c);
   inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
@@ -150,7 +162,8 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
   Event done;
   // Copies tensor `name` (expected shape [rows, cols]) to dst + byte offset, as bf16.
   auto put = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
-                 const DeviceBuffer &dst, std::size_t offset) {
+                 const DeviceBuffer &dst, std::size_t offset, const LinearLayout *fmt = nullptr,
+                 int part = 0) {
     const TensorView t = weights(name);
     const bool shape_ok = (cols == 0)
                               ? (t.shape.size() == 1 && t.shape[0] == rows)
@@ -161,6 +174,15 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
     const void *src = t.data;
+    if (fmt && fmt->quantized()) {
+      // Kept in the file's block format (plan_weight_formats): the bytes as stored.
+      KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + fmt->part_offsets[part], t.data,
+                                      dtype_bytes(t.dtype, n), cudaMemcpyHostToDevice,
+                                      ctx_.copy_h2d()));
+      done.record(ctx_.copy_h2d());
+      done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+      return;
+    }
     if (is_block_quantized(t.dtype)) {
       // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K: dequantized to bf16 at load (first step; the
       // device then holds bf16, so decode reads 2 bytes per weight rather than ~1).
@@ -205,16 +227,16 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
   put("model.embed_tokens.weight", V_, H_, embed_, 0);
-  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0);
+  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0, &lm_head_fmt_);
   put("model.norm.weight", H_, 0, final_norm_, 0);
   for (std::int64_t i = 0; i < config_.num_layers; ++i) {
     Layer &l = layers_[i];
     put(layer_name(i, "input_layernorm.weight"), H_, 0, l.input_norm, 0);
-    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0);
-    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv,
-        bf16_bytes(nh_ * hd_ * H_));
+    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0, &l.qkv_fmt, 0);
+    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv, bf16_bytes(nh_ * hd_ * H_),
+        &l.qkv_fmt, 1);
     put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
-        bf16_bytes((nh_ + nkv_) * hd_ * H_));
+        bf16_bytes((nh_ + nkv_) * hd_ * H_), &l.qkv_fmt, 2);
     if (config_.attention_bias) {
       put(layer_name(i, "self_attn.q_proj.bias"), nh_ * hd_, 0, l.qkv_bias, 0);
       put(layer_name(i, "self_attn.k_proj.bias"), nkv_ * hd_, 0, l.qkv_bias, bf16_bytes(nh_ * hd_));
@@ -225,11 +247,12 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
       put(layer_name(i, "self_attn.q_norm.weight"), hd_, 0, l.q_norm, 0);
       put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
     }
-    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0);
+    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
-    put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0);
-    put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_));
-    put(layer_name(i, "mlp.down_proj.weight"), H_, I_, l.down, 0);
+    put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0, &l.gate_up_fmt, 0);
+    put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_), &l.gate_up_fmt,
+        1);
+    put(layer_name(i, "mlp.down_proj.weight"), H_, I_, l.down, 0, &l.down_fmt);
   }
 }
 
@@ -292,6 +315,17 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
          !(fused_gemv_supported(fused_max_m_, H_) &&
            fused_gemv_supported(fused_max_m_, nh_ * hd_) && fused_gemv_supported(fused_max_m_, I_)))
     --fused_max_m_;
+  // Quantized linear weights: the fused kernels read bf16 only, so those steps take the
+  // unfused path; larger steps dequantize each weight into one scratch buffer.
+  std::size_t scratch = 0;
+  for (const auto &l : layers_)
+    for (const LinearLayout *f : {&l.qkv_fmt, &l.o_fmt, &l.gate_up_fmt, &l.down_fmt})
+      if (f->quantized()) scratch = std::max(scratch, f->bf16_bytes());
+  if (lm_head_fmt_.quantized()) scratch = std::max(scratch, lm_head_fmt_.bf16_bytes());
+  if (scratch > 0) {
+    fused_max_m_ = 0;
+    dequant_scratch_ = DeviceBuffer(scratch);
+  }
   pdl_ = opts.programmatic_launch;
   swiglu_epilogue_ = opts.fused_swiglu_epilogue;
   split_cap_ = std::max(0, opts.attn_split_cap);
@@ -585,7 +619,6 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   const int n_single = shape.n_single;
 
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const GemmType bf = GemmType::kBF16;
   bf16 *normed = normed_.as<bf16>(), *qkv = qkv_.as<bf16>(), *proj = proj_.as<bf16>();
   float *residual = residual_.as<float>();
   launch_embedding(s, d_tokens, T, embed_.as<bf16>(), V_, static_cast<int>(H_), residual);
@@ -630,7 +663,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
     launch_add_rmsnorm(s, li == 0 ? nullptr : proj, residual, L.input_norm.as<bf16>(), normed, T,
                        static_cast<int>(H_), eps);
     profile_mark(s, kPhaseOther);
-    gemm_.run(s, bf, bf, normed, L.qkv.data(), qkv, T, qkv_width_, H_);
+    run_linear(gemm_, s, L.qkv_fmt, L.qkv.data(), normed, qkv, false, T, dequant_scratch_.data());
     profile_mark(s, kPhaseGemm);
     launch_qkv_bias_norm(s, qkv, T, static_cast<int>(nh_), static_cast<int>(nkv_),
                          static_cast<int>(hd_), L.qkv_bias.as<bf16>(), L.q_norm.as<bf16>(),
@@ -647,16 +680,19 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
     launch_paged_attention(s, ap_multi);
     if (shape.n_flash > 0) launch_flash_attention(s, ap_flash);
     profile_mark(s, kPhaseAttention);
-    gemm_.run(s, bf, bf, attn_.data(), L.o.data(), proj, T, H_, nh_ * hd_);
+    run_linear(gemm_, s, L.o_fmt, L.o.data(), attn_.as<bf16>(), proj, false, T,
+               dequant_scratch_.data());
     profile_mark(s, kPhaseGemm);
     launch_add_rmsnorm(s, proj, residual, L.post_norm.as<bf16>(), normed, T, static_cast<int>(H_),
                        eps);
     profile_mark(s, kPhaseOther);
-    gemm_.run(s, bf, bf, normed, L.gate_up.data(), gate_up_.data(), T, 2 * I_, H_);
+    run_linear(gemm_, s, L.gate_up_fmt, L.gate_up.data(), normed, gate_up_.data(), false, T,
+               dequant_scratch_.data());
     profile_mark(s, kPhaseGemm);
     launch_swiglu(s, gate_up_.as<bf16>(), act_.as<bf16>(), T, static_cast<int>(I_));
     profile_mark(s, kPhaseOther);
-    gemm_.run(s, bf, bf, act_.data(), L.down.data(), proj, T, H_, I_);
+    run_linear(gemm_, s, L.down_fmt, L.down.data(), act_.as<bf16>(), proj, false, T,
+               dequant_scratch_.data());
     profile_mark(s, kPhaseGemm);
   }
   if (R > 0) {
@@ -667,7 +703,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
     launch_gather_rows(s, normed, d_rows, R, static_cast<int>(H_), rows_in_.as<bf16>());
     const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
     profile_mark(s, kPhaseOther);
-    gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
+    run_linear(gemm_, s, lm_head_fmt_, head.data(), rows_in_.as<bf16>(), logits_.data(), true, R,
+               dequant_scratch_.data());
     profile_mark(s, kPhaseGemm);
   }
 }

@@ -23,6 +23,7 @@
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
 
 namespace keel::cuda {
@@ -115,6 +116,9 @@ struct CudaRunnerOptions {
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
+  // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K linear weights stay in their block format on the
+  // device (quant_linear.h); off: dequantized to bf16 at load, as before (issue #18).
+  bool keep_quantized = true;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -168,6 +172,8 @@ class CudaModelRunner : public ModelRunner {
   std::size_t graphs_captured() const { return graphs_.size(); }
   // Largest step (token rows) that runs on the fused decode kernels; 0: none.
   int fused_decode_max_m() const { return fused_max_m_; }
+  // What the linear weights are on the device: "bf16", "q4_k+q6_k", ...
+  std::string weight_format() const;
 
  private:
   struct Layer {
@@ -180,6 +186,8 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer post_norm;   // [H]
     DeviceBuffer gate_up;     // [2 I, H]: gate rows then up rows
     DeviceBuffer down;        // [H, I]
+    // Device formats of qkv, o, gate_up, down (bf16 unless kept quantized).
+    LinearLayout qkv_fmt, o_fmt, gate_up_fmt, down_fmt;
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -196,6 +204,8 @@ class CudaModelRunner : public ModelRunner {
   void profile_mark(cudaStream_t s, int phase);
   void profile_collect();
   void validate_config() const;
+  // Chooses each linear weight's device format from the file's dtypes (before allocation).
+  void plan_weight_formats(const WeightSource &weights, bool keep_quantized);
   void allocate_weights();
   void upload_weights(const WeightSource &weights);
   void randomize_weights(std::uint64_t seed);
@@ -220,6 +230,8 @@ class CudaModelRunner : public ModelRunner {
 
   DeviceBuffer embed_;    // [V, H]
   DeviceBuffer lm_head_;  // [V, H] (absent when tied to embed_)
+  LinearLayout lm_head_fmt_;
+  DeviceBuffer dequant_scratch_;  // bf16 form of the largest quantized weight (prefill)
   DeviceBuffer final_norm_;
   std::vector<Layer> layers_;
   DeviceBuffer inv_freq_;  // [hd / 2] f32
