@@ -557,7 +557,7 @@ int run(int argc, char **argv) {
   o.fused_gemv_split_k = split_k;
   o.attn_merge_in_kernel = attn_merge;
   o.attn_programmatic_launch = attn_pdl;
-  o.keep_quantized = keep_quantized;
+  o.quantized_weights = keep_quantized ? cuda::QuantizedWeights::kOn : cuda::QuantizedWeights::kOff;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);

@@ -1,5 +1,5 @@
 // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K weights on the CUDA runner, kept quantized on the device
-// (CudaRunnerOptions::keep_quantized) or dequantized to bf16 at load: a model that
+// (CudaRunnerOptions::quantized_weights) or dequantized to bf16 at load: a model that
 // `keel make-model` writes as quantized GGUF gives, dequantized at load, the same logits
 // as the runner fed the same tensors dequantized to f32 on the host; kept quantized,
 // logits within bf16 rounding of those and the same greedy tokens.
@@ -52,9 +52,9 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
   o.max_seqs = 2;
   o.max_logits_rows = 64;
   o.max_model_len = 128;
-  o.keep_quantized = false;
+  o.quantized_weights = QuantizedWeights::kOff;
   auto quant = CudaModelRunner::open(mo.out, ctx, o);
-  o.keep_quantized = true;
+  o.quantized_weights = QuantizedWeights::kOn;
   auto kept = CudaModelRunner::open(mo.out, ctx, o);
   EXPECT_EQ(kept->weight_format(),
             std::string(dtype_name(GetParam())) + (mo.k_quant_mix ? "+q6_k" : ""));

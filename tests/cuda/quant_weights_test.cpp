@@ -154,5 +154,12 @@ TEST(QuantLinear, PlanRejectsRowsThatAreNotWholeBlocksNamingTheTensor) {
   EXPECT_FALSE(plan_linear({{"q", DType::kQ8_0}}, {8}, 64, false).quantized());
 }
 
+TEST(QuantLinear, AutoKeepsBlocksQuantizedOnlyWhenBf16WouldNotFit) {
+  const std::int64_t gb = 1ll << 30;
+  EXPECT_FALSE(keep_quantized_auto(16 * gb, 130 * gb));  // 8B on an H200: bf16, faster today
+  EXPECT_TRUE(keep_quantized_auto(140 * gb, 130 * gb));  // 70B: only fits quantized
+  EXPECT_TRUE(keep_quantized_auto(16 * gb, 24 * gb));    // 8B on a 24 GB card
+}
+
 }  // namespace
 }  // namespace keel::cuda

@@ -117,8 +117,11 @@ struct CudaRunnerOptions {
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
   // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K linear weights stay in their block format on the
-  // device (quant_linear.h); off: dequantized to bf16 at load, as before (issue #18).
-  bool keep_quantized = true;
+  // device (quant_linear.h: less memory) or are dequantized to bf16 at load (faster today:
+  // H200, 8B Q4_K_M batch-1 decode 173 vs 208 tok/s, prefill 512 22,767 vs 37,625; see
+  // bench/RESULTS.md). kAuto keeps them quantized only when the bf16 form would not fit
+  // (keep_quantized_auto).
+  QuantizedWeights quantized_weights = QuantizedWeights::kAuto;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -205,7 +208,7 @@ class CudaModelRunner : public ModelRunner {
   void profile_collect();
   void validate_config() const;
   // Chooses each linear weight's device format from the file's dtypes (before allocation).
-  void plan_weight_formats(const WeightSource &weights, bool keep_quantized);
+  void plan_weight_formats(const WeightSource &weights, QuantizedWeights mode);
   void allocate_weights();
   void upload_weights(const WeightSource &weights);
   void randomize_weights(std::uint64_t seed);

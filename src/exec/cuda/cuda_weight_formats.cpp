@@ -12,10 +12,15 @@ std::string layer_tensor(std::int64_t i, const char *rest) {
 }
 }  // namespace
 
-void CudaModelRunner::plan_weight_formats(const WeightSource &weights, bool keep_quantized) {
+void CudaModelRunner::plan_weight_formats(const WeightSource &weights, QuantizedWeights mode) {
   const auto &c = config_;
   const std::int64_t H = c.hidden_size, I = c.intermediate_size, q = c.num_heads * c.head_dim,
                      kv = c.num_kv_heads * c.head_dim;
+  const std::int64_t bf16_linear = 2 * c.num_layers * ((q + 2 * kv) * H + H * q + 3 * I * H) +
+                                   (c.tie_word_embeddings ? 0 : 2 * c.vocab_size * H);
+  const bool keep_quantized =
+      mode == QuantizedWeights::kOn ||
+      (mode == QuantizedWeights::kAuto && keep_quantized_auto(bf16_linear, free_at_open_));
   auto plan = [&](std::vector<std::string> names, std::vector<std::int64_t> rows, std::int64_t K) {
     std::vector<std::pair<std::string, DType>> parts;
     for (auto &n : names) parts.emplace_back(n, weights(n).dtype);

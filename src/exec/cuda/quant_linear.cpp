@@ -4,6 +4,10 @@
 
 namespace keel::cuda {
 
+bool keep_quantized_auto(std::int64_t bf16_weight_bytes, std::int64_t free_bytes) {
+  return bf16_weight_bytes > free_bytes / 2;
+}
+
 std::optional<QuantFormat> device_quant_format(DType t) {
   switch (t) {
     case DType::kQ8_0:

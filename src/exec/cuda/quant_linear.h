@@ -17,6 +17,12 @@
 
 namespace keel::cuda {
 
+enum class QuantizedWeights : std::uint8_t { kAuto, kOn, kOff };
+
+// kAuto's rule: keep GGUF blocks quantized when the linear weights as bf16 would take more
+// than half of the device memory free before loading (the rest is for the KV cache).
+bool keep_quantized_auto(std::int64_t bf16_weight_bytes, std::int64_t free_bytes);
+
 // The device format of a GGUF weight type, if it stays quantized on the device.
 std::optional<QuantFormat> device_quant_format(DType t);
 
