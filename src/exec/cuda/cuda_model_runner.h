@@ -1,8 +1,9 @@
 // ModelRunner for the Llama family (Llama 2/3.x, Mistral, Qwen2/3) on one CUDA device,
 // executing each layer's arch::LayerPlan (exec/arch/layer_plan.h, the sequence the CPU
-// forward runs too) with CUDA kernels: bf16 weights resident on the device, a paged KV cache
-// (CudaKvStore), every forward pass enqueued on the context's compute stream, results returned
-// through pinned memory and the d2h copy stream with bounded waits. All buffers are allocated at
+// forward runs too) with CUDA kernels: bf16 weights resident on the device (GGUF linear
+// weights optionally kept in their blocks, quant_linear.h), a paged KV cache (CudaKvStore),
+// every forward pass enqueued on the context's compute stream, results returned through
+// pinned memory and the d2h copy stream with bounded waits. All buffers are allocated at
 // construction, so the hot path never calls cudaMalloc/cudaFree (which synchronise the whole
 // device).
 //
