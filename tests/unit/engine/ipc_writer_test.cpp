@@ -121,7 +121,8 @@ TEST(IpcWriter, AQueueForAPeerThatNeverReadsIsBoundedAndPostNeverWaits) {
     worst_ms = std::max(worst_ms, ms_since(t0));
     (r == PostResult::kQueued ? queued : refused)++;
   }
-  EXPECT_LT(worst_ms, 50.0) << "a post waited for the peer";
+  // A post that waited for the peer would take the 60 s deadline; 250 ms is descheduling.
+  EXPECT_LT(worst_ms, 250.0) << "a post waited for the peer";
   EXPECT_GT(refused, 0u);
   const auto st = w.stats();
   EXPECT_LE(st.bytes, std::size_t{4} << 20);
