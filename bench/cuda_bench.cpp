@@ -6,6 +6,8 @@
 //   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
 //     [--gemv-max-m N] [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off]
 //     [--max-splits N] [--block-size N] [--make-model DIR]
+//   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
+//     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
@@ -38,6 +40,7 @@ int main() {
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/k_gemv.h"
 #include "formats/make_model.h"
+#include "formats/model_weights.h"
 
 namespace {
 using namespace keel;
@@ -418,11 +421,13 @@ int run(int argc, char **argv) {
   bool graphs = true;  // CUDA graphs for decode steps
   int gemv_max_m = 1;  // linear layers with <= this many rows on the GEMV kernel
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
-  int split_cap = 0;      // attention split-K cap (0: auto)
-  bool pdl = true;        // programmatic dependent launch of the fused kernels
-  bool gemv = false;      // --gemv-bench: cuBLASLt vs GEMV kernel alone
-  int block_size = 16;    // tokens per KV block
-  std::string model_dir;  // --make-model DIR: weights written by keel make-model (bf16)
+  int split_cap = 0;           // attention split-K cap (0: auto)
+  bool pdl = true;             // programmatic dependent launch of the fused kernels
+  bool gemv = false;           // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int block_size = 16;         // tokens per KV block
+  std::string model_dir;       // --make-model DIR: weights written by keel make-model (bf16)
+  std::string weights_path;    // --weights FILE|DIR: an existing model of --model's shape
+  bool keep_quantized = true;  // --keep-quantized on|off: GGUF blocks stay quantized on device
   int transfer_tokens = 8192;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -453,6 +458,10 @@ int run(int argc, char **argv) {
       profile = true;
     else if (a == "--no-graphs")
       graphs = false;
+    else if (a == "--weights")
+      weights_path = val();
+    else if (a == "--keep-quantized")
+      keep_quantized = choice("on", "off") == "on";
     else if (a == "--make-model")
       model_dir = val();
     else if (a == "--block-size")
@@ -490,6 +499,7 @@ int run(int argc, char **argv) {
   o.fused_decode_max_m = fused_max_m;
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
+  o.quantized_weights = keep_quantized ? cuda::QuantizedWeights::kOn : cuda::QuantizedWeights::kOff;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
   const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
@@ -511,15 +521,21 @@ int run(int argc, char **argv) {
     cfg = make_model_config(mo);
     weights = model_dir;
   }
+  if (!weights_path.empty()) {
+    // e.g. `keel make-model --shape 8b --dtype q4_k_m --format gguf`: its config is the file's.
+    weights = weights_path;
+    cfg = ModelWeights::open(weights_path)->config();
+  }
   Bench bench(ctx, cfg, o, weights);
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
-      "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d\n",
+      "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", gemv_max_m,
-      bench.runner().fused_decode_max_m(), pdl ? "on" : "off", split_cap);
+      bench.runner().fused_decode_max_m(), pdl ? "on" : "off", split_cap,
+      bench.runner().weight_format().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

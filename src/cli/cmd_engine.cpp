@@ -211,6 +211,18 @@ int cmd_engine(int argc, char **argv) {
               opts.max_batch_tokens =
                   std::max(opts.max_batch_tokens, cfg.scheduler.max_num_batched_tokens);
               opts.gpu_sampling = !host_sampling;
+              // GGUF blocks on the device (issue #18): KEEL_QUANTIZED_WEIGHTS=on|off|auto,
+              // read here so `keel serve` passes it to its engines through the environment.
+              if (const char *q = std::getenv("KEEL_QUANTIZED_WEIGHTS")) {
+                const std::string v = q;
+                if (v == "on")
+                  opts.quantized_weights = cuda::QuantizedWeights::kOn;
+                else if (v == "off")
+                  opts.quantized_weights = cuda::QuantizedWeights::kOff;
+                else if (v != "auto")
+                  throw Error(ErrorCode::kInvalidArgument,
+                              "KEEL_QUANTIZED_WEIGHTS: expected on, off or auto, got " + v);
+              }
               // The share must be free before the weights load: otherwise the upload
               // runs out of memory and the load fails as a crash, not a 507.
               long long free_b = 0, total_b = 0;

@@ -214,17 +214,18 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
 
 namespace {
 
-std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool gguf) {
+std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool gguf,
+                                        bool k_quant_mix) {
   std::vector<PlannedTensor> out;
   const std::int64_t h = c.hidden_size, q = c.num_heads * c.head_dim,
                      kv = c.num_kv_heads * c.head_dim;
   auto add = [&](const std::string &name, std::vector<std::int64_t> shape, Init init,
-                 float std = 0.02f, std::int64_t permute = 0) {
+                 float std = 0.02f, std::int64_t permute = 0, DType as = DType::kI32) {
     PlannedTensor t;
     t.hf_name = name;
     t.spec.name = gguf ? ModelWeights::gguf_name_from_hf(name) : name;
     // GGUF keeps 1-D tensors (norms, biases) in f32, as llama.cpp's converter does.
-    t.spec.dtype = gguf && shape.size() == 1 ? DType::kF32 : dtype;
+    t.spec.dtype = gguf && shape.size() == 1 ? DType::kF32 : as != DType::kI32 ? as : dtype;
     t.spec.shape = std::move(shape);
     t.init = init;
     t.std = std;
@@ -237,7 +238,10 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     add(p + "input_layernorm.weight", {h}, Init::kOnes);
     add(p + "self_attn.q_proj.weight", {q, h}, Init::kNormal, 0.02f, c.num_heads);
     add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal, 0.02f, c.num_kv_heads);
-    add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal);
+    const std::int64_t n = c.num_layers;
+    const bool more_bits = k_quant_mix && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2);
+    const DType mixed = more_bits ? DType::kQ6_K : DType::kI32;
+    add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal, 0.02f, 0, mixed);
     if (c.attention_bias) {
       add(p + "self_attn.q_proj.bias", {q}, Init::kNormal, 0.02f, c.num_heads);
       add(p + "self_attn.k_proj.bias", {kv}, Init::kNormal, 0.02f, c.num_kv_heads);
@@ -263,10 +267,12 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     }
     add(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, Init::kNormal);
     add(p + "mlp.up_proj.weight", {c.intermediate_size, h}, Init::kNormal);
-    add(p + "mlp.down_proj.weight", {h, c.intermediate_size}, Init::kNormal);
+    add(p + "mlp.down_proj.weight", {h, c.intermediate_size}, Init::kNormal, 0.02f, 0, mixed);
   }
   add("model.norm.weight", {h}, Init::kOnes);
-  if (!c.tie_word_embeddings) add("lm_head.weight", {c.vocab_size, h}, Init::kNormal);
+  if (!c.tie_word_embeddings)
+    add("lm_head.weight", {c.vocab_size, h}, Init::kNormal, 0.02f, 0,
+        k_quant_mix ? DType::kQ6_K : DType::kI32);
   return out;
 }
 
@@ -411,6 +417,10 @@ std::uint32_t gguf_file_type(DType t) {
       return 2;
     case DType::kQ8_0:
       return 7;
+    case DType::kQ4_K:
+      return 14;  // llama.cpp's MOSTLY_Q4_K_S (all Q4_K); 15 for the Q4_K_M mix
+    case DType::kQ6_K:
+      return 18;
     case DType::kBF16:
       return 32;
     default:
@@ -424,7 +434,7 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   const std::string a = c.arch_name + ".";
   m.add_string("general.architecture", c.arch_name);
   m.add_string("general.name", "keel random " + c.arch_name + " " + o.shape);
-  m.add_u32("general.file_type", gguf_file_type(o.dtype));
+  m.add_u32("general.file_type", o.k_quant_mix ? 15 : gguf_file_type(o.dtype));
   m.add_u32("general.quantization_version", 2);
   m.add_u32("general.alignment", static_cast<std::uint32_t>(GgufWriter::kAlignment));
   m.add_u32(a + "vocab_size", static_cast<std::uint32_t>(c.vocab_size));
@@ -479,8 +489,12 @@ MakeModelReport make_model(const MakeModelOptions &o) {
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(dtype_name(o.dtype)) + " needs --format gguf");
   if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16 &&
-      o.dtype != DType::kQ8_0 && o.dtype != DType::kQ4_0)
-    throw Error(ErrorCode::kInvalidArgument, "--dtype: expected f32, f16, bf16, q8_0 or q4_0");
+      o.dtype != DType::kQ8_0 && o.dtype != DType::kQ4_0 && o.dtype != DType::kQ4_K &&
+      o.dtype != DType::kQ6_K)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+  if (o.k_quant_mix && o.dtype != DType::kQ4_K)
+    throw Error(ErrorCode::kInvalidArgument, "the Q4_K_M mix needs --dtype q4_k");
 
   ModelConfig c = make_model_config(o);
   if (o.gguf && c.moe)
@@ -494,7 +508,7 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   c.torch_dtype = torch_dtype_name(o.dtype);
   if (o.gguf && c.arch == Arch::kLlama) c.rope_style = RopeStyle::kInterleaved;
 
-  std::vector<PlannedTensor> plan = plan_tensors(c, o.dtype, o.gguf);
+  std::vector<PlannedTensor> plan = plan_tensors(c, o.dtype, o.gguf, o.k_quant_mix);
   std::vector<TensorSpec> specs;
   for (const auto &t : plan) specs.push_back(t.spec);
   std::vector<float> rope_factors;

@@ -7,8 +7,8 @@
 // of it lists a sixteenth of its vocabulary as end tokens: each turn is ~16 tokens long.
 // A logging proxy between Codex and keel records what Codex sent and what it got.
 // tiny-codex-tools, a third copy, has keel force its first reply of a turn to call
-// Codex's exec_command tool (--force-tool-call): Codex runs it in its read-only sandbox
-// and sends the output back.
+// Codex's exec_command tool (--force-tool-call): Codex runs it (a fixed echo, outside
+// its sandbox) and sends the output back.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -205,7 +205,10 @@ test('codex reads reasoning from a thinking model and sends it back on resume', 
 
 test('codex exec runs the shell call keel\'s model made and sends its output back', async () => {
   const before = seen.length;
-  const r = await codex(['-m', 'tiny-codex-tools', '--skip-git-repo-check', 'run the marker command']);
+  // The command is fixed by the server (echo into stdout), so Codex runs it outside its
+  // sandbox: bubblewrap needs user namespaces, which a CI container may not grant.
+  const r = await codex(['-m', 'tiny-codex-tools', '--skip-git-repo-check',
+    '--dangerously-bypass-approvals-and-sandbox', 'run the marker command']);
   assert.equal(r.code, 0, `codex exited ${r.code} ${r.signal}\n${r.err}\n${r.out}`);
   const turns = seen.slice(before).filter((e) => e.method === 'POST' && e.url === '/v1/responses');
   for (const t of turns) assert.equal(t.status, 200, t.response);

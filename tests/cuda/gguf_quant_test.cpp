@@ -1,9 +1,12 @@
-// GGUF Q8_0 / Q4_0 weights on the CUDA runner (dequantized to bf16 at load): a model
-// that `keel make-model` writes as quantized GGUF gives the same logits as the runner
-// fed the same tensors dequantized to f32 on the host, and sane greedy tokens.
+// GGUF Q8_0 / Q4_0 / Q4_K / Q6_K weights on the CUDA runner, kept quantized on the device
+// (CudaRunnerOptions::quantized_weights) or dequantized to bf16 at load: a model that
+// `keel make-model` writes as quantized GGUF gives, dequantized at load, the same logits
+// as the runner fed the same tensors dequantized to f32 on the host; kept quantized,
+// logits within bf16 rounding of those and the same greedy tokens.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
@@ -49,7 +52,13 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
   o.max_seqs = 2;
   o.max_logits_rows = 64;
   o.max_model_len = 128;
+  o.quantized_weights = QuantizedWeights::kOff;
   auto quant = CudaModelRunner::open(mo.out, ctx, o);
+  o.quantized_weights = QuantizedWeights::kOn;
+  auto kept = CudaModelRunner::open(mo.out, ctx, o);
+  EXPECT_EQ(kept->weight_format(),
+            std::string(dtype_name(GetParam())) + (mo.k_quant_mix ? "+q6_k" : ""));
+  EXPECT_LT(kept->weight_bytes(), quant->weight_bytes());
 
   const auto w = ModelWeights::open(mo.out);
   std::map<std::string, std::vector<float>> f32;
@@ -70,16 +79,45 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
   for (int i = 0; i < 20; ++i) b.tokens.push_back((i * 37 + 3) % 512);
   b.seqs.push_back({0, 20, 0, 0, 2, SequenceSlice::Logits::kAll});
   b.block_table = {1, 0};
-  ForwardOutput oq, orf;
+  ForwardOutput oq, orf, ok;
   quant->forward(b, oq);
   ref.forward(b, orf);
+  kept->forward(b, ok);
   ASSERT_EQ(oq.logits.size(), 20u * 512);
   EXPECT_EQ(oq.logits, orf.logits);
   for (float x : oq.logits) ASSERT_TRUE(std::isfinite(x));
+  // Kept quantized: the prefill (20 rows) dequantizes to bf16 like the load did, so the
+  // logits agree to the GEMM's rounding; decode steps (1 row) take the quantized GEMV.
+  EXPECT_LT(test::rel_err(ok.logits, orf.logits), 1e-2);
+  // Greedy decode, both fed the dequantized-at-load runner's tokens: the same argmax
+  // wherever that runner's top two logits are not within the bf16 weight rounding.
+  ForwardBatch d;
+  d.tokens = {7};
+  d.seqs.push_back({0, 1, 20, 0, 2, SequenceSlice::Logits::kLast});
+  d.block_table = {1, 0};
+  int compared = 0;
+  for (int step = 0; step < 8; ++step) {
+    ForwardOutput la, lb;
+    quant->forward(d, la);
+    kept->forward(d, lb);
+    const auto ia = std::max_element(la.logits.begin(), la.logits.end()) - la.logits.begin();
+    const auto ib = std::max_element(lb.logits.begin(), lb.logits.end()) - lb.logits.begin();
+    float second = -1e30f;
+    for (std::size_t i = 0; i < la.logits.size(); ++i)
+      if (static_cast<std::ptrdiff_t>(i) != ia) second = std::max(second, la.logits[i]);
+    if (la.logits[ia] - second > 1e-2f * std::abs(la.logits[ia]) + 1e-3f) {
+      EXPECT_EQ(ia, ib) << "step " << step;
+      ++compared;
+    }
+    d.tokens = {static_cast<TokenId>(ia)};
+    d.seqs[0].start_pos += 1;
+  }
+  EXPECT_GT(compared, 0);
   fs::remove_all(dir);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, CudaGgufQuant, ::testing::Values(DType::kQ8_0, DType::kQ4_0),
+INSTANTIATE_TEST_SUITE_P(Types, CudaGgufQuant,
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

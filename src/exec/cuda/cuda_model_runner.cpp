@@ -22,6 +22,7 @@ CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, const Wei
   ctx_.activate();
   free_at_open_ = device_memory().free_now;
   validate_config();
+  plan_weight_formats(weights, opts.quantized_weights);
   allocate_weights();
   upload_weights(weights);
   allocate_buffers(opts);

@@ -1,12 +1,14 @@
 // ModelRunner for the Llama family (Llama 2/3.x, Mistral, Qwen2/3) on one CUDA device,
 // executing each layer's arch::LayerPlan (exec/arch/layer_plan.h, the sequence the CPU
-// forward runs too) with CUDA kernels: bf16 weights resident on the device, a paged KV cache
-// (CudaKvStore), every forward pass enqueued on the context's compute stream, results returned
-// through pinned memory and the d2h copy stream with bounded waits. All buffers are allocated at
+// forward runs too) with CUDA kernels: bf16 weights resident on the device (GGUF linear
+// weights optionally kept in their blocks, quant_linear.h), a paged KV cache (CudaKvStore),
+// every forward pass enqueued on the context's compute stream, results returned through
+// pinned memory and the d2h copy stream with bounded waits. All buffers are allocated at
 // construction, so the hot path never calls cudaMalloc/cudaFree (which synchronise the whole
 // device).
 //
 // One file per concern: cuda_model_runner.cpp (construction, the forward entry points),
+// cuda_weight_formats.cpp (which linear weights stay GGUF blocks, quant_linear.h),
 // cuda_runner_weights.cpp (weight upload), cuda_runner_buffers.cpp (buffer planning),
 // cuda_runner_inputs.cpp (input staging), cuda_attention_plan.h (attention-path choice),
 // cuda_runner_graphs.cpp (CUDA graphs), cuda_runner_layers.cpp (the eager layers),
@@ -35,6 +37,7 @@
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/kernels.h"
+#include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
 
 namespace keel::cuda {
@@ -82,6 +85,12 @@ struct CudaRunnerOptions {
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
+  // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K linear weights stay in their block format on the
+  // device (quant_linear.h: less memory) or are dequantized to bf16 at load (faster today:
+  // H200, 8B Q4_K_M batch-1 decode 173 vs 208 tok/s, prefill 512 22,767 vs 37,625; see
+  // bench/RESULTS.md). kAuto keeps them quantized only when the bf16 form would not fit
+  // (keep_quantized_auto).
+  QuantizedWeights quantized_weights = QuantizedWeights::kAuto;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -137,6 +146,8 @@ class CudaModelRunner : public ModelRunner {
   std::size_t graphs_captured() const { return graphs_.size(); }
   // Largest step (token rows) that runs on the fused decode kernels; 0: none.
   int fused_decode_max_m() const { return fused_max_m_; }
+  // What the linear weights are on the device: "bf16", "q4_k+q6_k", ...
+  std::string weight_format() const;
 
  private:
   struct Layer {
@@ -149,6 +160,8 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer post_norm;   // [H]
     DeviceBuffer gate_up;     // [2 I, H]: gate rows then up rows
     DeviceBuffer down;        // [H, I]
+    // Device formats of qkv, o, gate_up, down (bf16 unless kept quantized).
+    LinearLayout qkv_fmt, o_fmt, gate_up_fmt, down_fmt;
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -163,6 +176,8 @@ class CudaModelRunner : public ModelRunner {
   void stage_masks(std::span<const DeviceSampleRow> rows, int R);  // cuda_sampling.cpp
   void validate_config() const;
   // cuda_runner_weights.cpp
+  // Chooses each linear weight's device format from the file's dtypes (before allocation).
+  void plan_weight_formats(const WeightSource &weights, QuantizedWeights mode);
   void allocate_weights();
   void upload_weights(const WeightSource &weights);
   void randomize_weights(std::uint64_t seed);
@@ -201,6 +216,8 @@ class CudaModelRunner : public ModelRunner {
 
   DeviceBuffer embed_;    // [V, H]
   DeviceBuffer lm_head_;  // [V, H] (absent when tied to embed_)
+  LinearLayout lm_head_fmt_;
+  DeviceBuffer dequant_scratch_;  // bf16 form of the largest quantized weight (prefill)
   DeviceBuffer final_norm_;
   std::vector<Layer> layers_;
   std::vector<arch::LayerPlan> plans_;  // [num_layers]: the steps launch_step walks

@@ -71,6 +71,17 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
          !(fused_gemv_supported(fused_max_m_, H_) &&
            fused_gemv_supported(fused_max_m_, nh_ * hd_) && fused_gemv_supported(fused_max_m_, I_)))
     --fused_max_m_;
+  // Quantized linear weights: the fused kernels read bf16 only, so those steps take the
+  // unfused path; larger steps dequantize each weight into one scratch buffer.
+  std::size_t scratch = 0;
+  for (const auto &l : layers_)
+    for (const LinearLayout *f : {&l.qkv_fmt, &l.o_fmt, &l.gate_up_fmt, &l.down_fmt})
+      if (f->quantized()) scratch = std::max(scratch, f->bf16_bytes());
+  if (lm_head_fmt_.quantized()) scratch = std::max(scratch, lm_head_fmt_.bf16_bytes());
+  if (scratch > 0) {
+    fused_max_m_ = 0;
+    dequant_scratch_ = DeviceBuffer(scratch);
+  }
   pdl_ = opts.programmatic_launch;
   split_cap_ = std::max(0, opts.attn_split_cap);
   partial_entries_ = 8 * ctx_.num_sms();

@@ -50,7 +50,6 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   const std::int32_t *d_tokens = d, *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
 
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  const GemmType bf = GemmType::kBF16;
   bf16 *normed = normed_.as<bf16>(), *qkv = qkv_.as<bf16>(), *proj = proj_.as<bf16>();
   float *residual = residual_.as<float>();
   launch_embedding(s, d_tokens, T, embed_.as<bf16>(), V_, static_cast<int>(H_), residual);
@@ -81,7 +80,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           profiler_.mark(s, StepProfiler::kOther);
           break;
         case S::kQkvProj:
-          gemm_.run(s, bf, bf, normed, L.qkv.data(), qkv, T, qkv_width_, H_);
+          run_linear(gemm_, s, L.qkv_fmt, L.qkv.data(), normed, qkv, false, T,
+                     dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
         case S::kQkvBias:  // one launch with the q/k norm when the plan has both
@@ -116,14 +116,16 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           profiler_.mark(s, StepProfiler::kAttention);
           break;
         case S::kOProj:
-          gemm_.run(s, bf, bf, attn_.data(), L.o.data(), proj, T, H_, nh_ * hd_);
+          run_linear(gemm_, s, L.o_fmt, L.o.data(), attn_.as<bf16>(), proj, false, T,
+                     dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
         case S::kResidualAdd:
           pending = proj;
           break;
         case S::kGateUpProj:
-          gemm_.run(s, bf, bf, normed, L.gate_up.data(), gate_up_.data(), T, 2 * I_, H_);
+          run_linear(gemm_, s, L.gate_up_fmt, L.gate_up.data(), normed, gate_up_.data(), false, T,
+                     dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
         case S::kSwiglu:
@@ -131,7 +133,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           profiler_.mark(s, StepProfiler::kOther);
           break;
         case S::kDownProj:
-          gemm_.run(s, bf, bf, act_.data(), L.down.data(), proj, T, H_, I_);
+          run_linear(gemm_, s, L.down_fmt, L.down.data(), act_.as<bf16>(), proj, false, T,
+                     dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
         case S::kMoeFfn:  // validate_config refuses these models before any step
@@ -147,7 +150,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
     launch_gather_rows(s, normed, d_rows, R, static_cast<int>(H_), rows_in_.as<bf16>());
     const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
     profiler_.mark(s, StepProfiler::kOther);
-    gemm_.run(s, bf, GemmType::kF32, rows_in_.data(), head.data(), logits_.data(), R, V_, H_);
+    run_linear(gemm_, s, lm_head_fmt_, head.data(), rows_in_.as<bf16>(), logits_.data(), true, R,
+               dequant_scratch_.data());
     profiler_.mark(s, StepProfiler::kGemm);
   }
 }

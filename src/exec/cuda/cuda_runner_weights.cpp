@@ -1,5 +1,6 @@
 // CudaModelRunner's weights: device buffers of the model's shape, uploaded from the host
-// as bf16 (f32, f16 and GGUF block formats converted at load) or filled with
+// as bf16 (f32, f16 and GGUF block formats converted at load; GGUF linear weights kept in
+// their blocks where plan_weight_formats chose so, cuda_weight_formats.cpp) or filled with
 // pseudo-random values on the device (benchmarks, tests).
 #include <algorithm>
 #include <cmath>
@@ -42,22 +43,33 @@ void CudaModelRunner::allocate_weights() {
     weight_bytes_ += bf16_bytes(elems);
     return DeviceBuffer(bf16_bytes(elems));
   };
+  // Linear weights: their planned device format (plan_weight_formats; bf16 if unplanned).
+  auto alloc_linear = [&](LinearLayout &f, std::int64_t N, std::int64_t K) {
+    if (!f.quantized()) {
+      f.N = N;
+      f.K = K;
+      return alloc(N * K);
+    }
+    weight_bytes_ += f.bytes();
+    return DeviceBuffer(f.bytes());
+  };
   embed_ = alloc(V_ * H_);
-  if (!c.tie_word_embeddings) lm_head_ = alloc(V_ * H_);
+  if (!c.tie_word_embeddings) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
+  if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}};
   final_norm_ = alloc(H_);
   layers_.resize(c.num_layers);
   for (auto &l : layers_) {
     l.input_norm = alloc(H_);
-    l.qkv = alloc(qkv_width_ * H_);
+    l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
     if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
     if (c.qk_norm) {
       l.q_norm = alloc(hd_);
       l.k_norm = alloc(hd_);
     }
-    l.o = alloc(H_ * nh_ * hd_);
+    l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
     l.post_norm = alloc(H_);
-    l.gate_up = alloc(2 * I_ * H_);
-    l.down = alloc(H_ * I_);
+    l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
+    l.down = alloc_linear(l.down_fmt, H_, I_);
   }
   const RopeTable rope = make_rope_table(c);
   inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
@@ -74,7 +86,8 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
   Event done;
   // Copies tensor `name` (expected shape [rows, cols]) to dst + byte offset, as bf16.
   auto put = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
-                 const DeviceBuffer &dst, std::size_t offset) {
+                 const DeviceBuffer &dst, std::size_t offset, const LinearLayout *fmt = nullptr,
+                 int part = 0) {
     const TensorView t = weights(name);
     const bool shape_ok = (cols == 0)
                               ? (t.shape.size() == 1 && t.shape[0] == rows)
@@ -85,6 +98,15 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
     const void *src = t.data;
+    if (fmt && fmt->quantized()) {
+      // Kept in the file's block format (plan_weight_formats): the bytes as stored.
+      KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + fmt->part_offsets[part], t.data,
+                                      dtype_bytes(t.dtype, n), cudaMemcpyHostToDevice,
+                                      ctx_.copy_h2d().get("cudaMemcpyAsync")));
+      done.record(ctx_.copy_h2d());
+      done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+      return;
+    }
     if (is_block_quantized(t.dtype)) {
       // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K: dequantized to bf16 at load (first step; the
       // device then holds bf16, so decode reads 2 bytes per weight rather than ~1).
@@ -130,16 +152,16 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
   put("model.embed_tokens.weight", V_, H_, embed_, 0);
-  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0);
+  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0, &lm_head_fmt_);
   put("model.norm.weight", H_, 0, final_norm_, 0);
   for (std::int64_t i = 0; i < config_.num_layers; ++i) {
     Layer &l = layers_[i];
     put(layer_name(i, "input_layernorm.weight"), H_, 0, l.input_norm, 0);
-    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0);
-    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv,
-        bf16_bytes(nh_ * hd_ * H_));
+    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0, &l.qkv_fmt, 0);
+    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv, bf16_bytes(nh_ * hd_ * H_),
+        &l.qkv_fmt, 1);
     put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
-        bf16_bytes((nh_ + nkv_) * hd_ * H_));
+        bf16_bytes((nh_ + nkv_) * hd_ * H_), &l.qkv_fmt, 2);
     if (config_.attention_bias) {
       put(layer_name(i, "self_attn.q_proj.bias"), nh_ * hd_, 0, l.qkv_bias, 0);
       put(layer_name(i, "self_attn.k_proj.bias"), nkv_ * hd_, 0, l.qkv_bias, bf16_bytes(nh_ * hd_));
@@ -150,11 +172,12 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
       put(layer_name(i, "self_attn.q_norm.weight"), hd_, 0, l.q_norm, 0);
       put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
     }
-    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0);
+    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
-    put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0);
-    put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_));
-    put(layer_name(i, "mlp.down_proj.weight"), H_, I_, l.down, 0);
+    put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0, &l.gate_up_fmt, 0);
+    put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_), &l.gate_up_fmt,
+        1);
+    put(layer_name(i, "mlp.down_proj.weight"), H_, I_, l.down, 0, &l.down_fmt);
   }
 }
 

@@ -156,6 +156,38 @@ TEST(MakeModel, QuantizedGgufIsCloseToF32) {
   }
 }
 
+// llama.cpp's Q4_K_M mix: Q4_K, with v_proj and down_proj in Q6_K for the first and last
+// eighth of the layers and every third layer between, and lm_head in Q6_K.
+TEST(MakeModel, Q4KMMixesQ6KWhereLlamaCppDoes) {
+  test::TempDir dir;
+  MakeModelOptions o = tiny("llama", DType::kQ4_K, true, dir / "m.gguf");
+  o.hidden = 256;
+  o.intermediate = 512;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.layers = 16;
+  o.tie = false;
+  o.k_quant_mix = true;
+  make_model(o);
+  auto w = ModelWeights::open(dir / "m.gguf");
+  EXPECT_EQ(w->gguf()->get_u32("general.file_type"), 15u);
+  EXPECT_EQ(w->get("lm_head.weight").dtype, DType::kQ6_K);
+  EXPECT_EQ(w->get("model.embed_tokens.weight").dtype, DType::kQ4_K);
+  for (int l = 0; l < 16; ++l) {
+    SCOPED_TRACE(l);
+    const bool more = l < 2 || l >= 14 || (l - 2) % 3 == 2;
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    const DType want = more ? DType::kQ6_K : DType::kQ4_K;
+    EXPECT_EQ(w->get(p + "self_attn.v_proj.weight").dtype, want);
+    EXPECT_EQ(w->get(p + "mlp.down_proj.weight").dtype, want);
+    EXPECT_EQ(w->get(p + "self_attn.q_proj.weight").dtype, DType::kQ4_K);
+    EXPECT_EQ(w->get(p + "mlp.gate_proj.weight").dtype, DType::kQ4_K);
+  }
+  o.dtype = DType::kQ8_0;  // the mix is a Q4_K recipe
+  o.out = dir / "bad.gguf";
+  EXPECT_THROW(make_model(o), Error);
+}
+
 TEST(MakeModel, GgufCarriesTokenizerAndLlama3RopeFactors) {
   test::TempDir dir;
   MakeModelOptions o = tiny("llama", DType::kF16, true, dir / "m.gguf");

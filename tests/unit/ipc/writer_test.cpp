@@ -121,7 +121,8 @@ TEST(IpcWriter, AQueueForAPeerThatNeverReadsIsBoundedAndPostNeverWaits) {
     worst_ms = std::max(worst_ms, ms_since(t0));
     (r == PostResult::kQueued ? queued : refused)++;
   }
-  EXPECT_LT(worst_ms, 50.0) << "a post waited for the peer";
+  // A post that waited for the peer would take the 60 s deadline; 250 ms is descheduling.
+  EXPECT_LT(worst_ms, 250.0) << "a post waited for the peer";
   EXPECT_GT(refused, 0u);
   const auto st = w.stats();
   EXPECT_LE(st.bytes, std::size_t{4} << 20);
@@ -138,7 +139,8 @@ TEST(IpcWriter, AQueueForAPeerThatNeverReadsIsBoundedAndPostNeverWaits) {
   EXPECT_LE(w.stats().frames, 200u);
   EXPECT_GT(control, 0u);
   // A refusal while the peer takes nothing is a stall within min(1 s, deadline).
-  ASSERT_TRUE(eventually([&] { return !w.stall().empty(); }, 2s));
+  // (5 s of slack: the writer thread may be descheduled on a loaded machine.)
+  ASSERT_TRUE(eventually([&] { return !w.stall().empty(); }, 5s));
   EXPECT_NE(w.stall().find("queue is full"), std::string::npos) << w.stall();
   // Closing never waits for the peer either.
   const auto t0 = Clock::now();

@@ -155,15 +155,23 @@ TEST(IpcIsolation, TheEngineSideQueueIsBoundedAndServeEndsWhenTheFrontNeverReads
   }
   const auto t0 = Clock::now();
   const auto steps0 = engine.status().steps;
-  std::this_thread::sleep_for(200ms);
-  EXPECT_GT(engine.status().steps, steps0 + 50) << "the engine thread blocked on the socket";
+  // Steps keep coming while nobody reads (a blocked engine thread would make none); the
+  // slack covers a loaded machine.
+  EXPECT_TRUE(eventually([&] { return engine.status().steps > steps0 + 50; }, 3s))
+      << "the engine thread blocked on the socket";
   // Full queue: the engine's requests are ended rather than queued without bound.
-  ASSERT_TRUE(eventually([&] { return engine.status().running == 0; }, 3s));
+  EXPECT_TRUE(eventually([&] { return engine.status().running == 0; }, 10s));
   auto f = rc.get_future();
-  ASSERT_EQ(f.wait_for(500ms + 2 * ipc::IpcEngineServer::kEndGrace + 1s),
-            std::future_status::ready);
-  EXPECT_EQ(f.get(), 1);  // the front stopped reading: not an orderly end
-  EXPECT_LT(ms_since(t0), 500.0 + 2 * 2000.0 + 1000.0);
+  const bool ended =
+      f.wait_for(500ms + 2 * ipc::IpcEngineServer::kEndGrace + 5s) == std::future_status::ready;
+  EXPECT_TRUE(ended) << "serve did not end";
+  if (ended) {
+    EXPECT_EQ(f.get(), 1);  // the front stopped reading: not an orderly end
+    EXPECT_LT(ms_since(t0), 500.0 + 2 * 2000.0 + 5000.0);
+  }
+  // serve ends once its peer is gone: closing the front end makes sure, so the thread
+  // (which uses this test's locals) is joined whatever failed above.
+  ::shutdown(p.front, SHUT_RDWR);
   child.join();
   ::close(p.front);
   ::close(p.child);

@@ -1,0 +1,69 @@
+// CudaModelRunner: which device format each linear weight takes (issue #18). Kept apart
+// from cuda_model_runner.cpp so the format rules read in one place.
+#include <set>
+
+#include "exec/cuda/cuda_model_runner.h"
+
+namespace keel::cuda {
+
+namespace {
+std::string layer_tensor(std::int64_t i, const char *rest) {
+  return "model.layers." + std::to_string(i) + "." + rest;
+}
+}  // namespace
+
+void CudaModelRunner::plan_weight_formats(const WeightSource &weights, QuantizedWeights mode) {
+  const auto &c = config_;
+  const std::int64_t H = c.hidden_size, I = c.intermediate_size, q = c.num_heads * c.head_dim,
+                     kv = c.num_kv_heads * c.head_dim;
+  const std::int64_t bf16_linear = 2 * c.num_layers * ((q + 2 * kv) * H + H * q + 3 * I * H) +
+                                   (c.tie_word_embeddings ? 0 : 2 * c.vocab_size * H);
+  const bool keep_quantized =
+      mode == QuantizedWeights::kOn ||
+      (mode == QuantizedWeights::kAuto && keep_quantized_auto(bf16_linear, free_at_open_));
+  auto plan = [&](std::vector<std::string> names, std::vector<std::int64_t> rows, std::int64_t K) {
+    std::vector<std::pair<std::string, DType>> parts;
+    for (auto &n : names) parts.emplace_back(n, weights(n).dtype);
+    return plan_linear(parts, rows, K, keep_quantized);
+  };
+  layers_.resize(c.num_layers);
+  for (std::int64_t i = 0; i < c.num_layers; ++i) {
+    Layer &l = layers_[i];
+    l.qkv_fmt = plan(
+        {layer_tensor(i, "self_attn.q_proj.weight"), layer_tensor(i, "self_attn.k_proj.weight"),
+         layer_tensor(i, "self_attn.v_proj.weight")},
+        {q, kv, kv}, H);
+    l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
+    l.gate_up_fmt =
+        plan({layer_tensor(i, "mlp.gate_proj.weight"), layer_tensor(i, "mlp.up_proj.weight")},
+             {I, I}, H);
+    l.down_fmt = plan({layer_tensor(i, "mlp.down_proj.weight")}, {H}, I);
+  }
+  if (!c.tie_word_embeddings) lm_head_fmt_ = plan({"lm_head.weight"}, {c.vocab_size}, H);
+}
+
+std::string CudaModelRunner::weight_format() const {
+  std::set<std::string> seen;
+  auto add = [&](const LinearLayout &l) {
+    const std::string d = l.describe();
+    std::size_t at = 0;
+    while (at <= d.size()) {
+      const std::size_t plus = d.find('+', at);
+      seen.insert(d.substr(at, plus == std::string::npos ? std::string::npos : plus - at));
+      if (plus == std::string::npos) break;
+      at = plus + 1;
+    }
+  };
+  for (const auto &l : layers_) {
+    add(l.qkv_fmt);
+    add(l.o_fmt);
+    add(l.gate_up_fmt);
+    add(l.down_fmt);
+  }
+  add(lm_head_fmt_);
+  std::string out;
+  for (const auto &s : seen) out += (out.empty() ? "" : "+") + s;
+  return out;
+}
+
+}  // namespace keel::cuda

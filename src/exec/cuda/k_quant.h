@@ -1,0 +1,33 @@
+// GGUF block-quantized weights kept in their file's block format on the device
+// (issue #18): dequantization to bf16 / f32 (prefill scratch, tests) and a small-M GEMV
+// that dequantizes in registers (decode). Block layouts are GGML's, as in
+// formats/quant.h; values equal formats/quant.cpp's dequantize_row bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "exec/cuda/kernels.h"
+
+namespace keel::cuda {
+
+enum class QuantFormat : std::uint8_t { kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+
+// Elements and bytes of one block of `f`.
+int quant_block_elems(QuantFormat f);
+int quant_block_bytes(QuantFormat f);
+
+// n elements (a multiple of the block size) from blocks at src to dst (bf16 or f32).
+// Launchers take a StreamRef (kernels.h) like every other launcher.
+void launch_dequantize(StreamRef s, QuantFormat f, const void *src, bf16 *dst, std::int64_t n);
+void launch_dequantize_f32(StreamRef s, QuantFormat f, const void *src, float *dst,
+                           std::int64_t n);
+
+constexpr int kQuantGemvMaxM = 8;
+
+// y[m, n] (row stride ldy) = sum_k x[m, k] w[n, k] for m < M, n < N; w holds N rows of K
+// elements in blocks of `f` (K a multiple of the block size), x [M, K] bf16 (16-byte
+// aligned, K a multiple of 8), y f32 when y_f32, else bf16. 1 <= M <= kQuantGemvMaxM.
+void launch_gemv_quant(StreamRef s, QuantFormat f, const bf16 *x, const void *w, void *y,
+                       bool y_f32, std::int64_t ldy, int M, std::int64_t N, std::int64_t K);
+
+}  // namespace keel::cuda

@@ -1,0 +1,62 @@
+// Weight-format dispatch for linear layers (issue #18): a weight is bf16 (cuBLASLt or the
+// bf16 GEMV, gemm.h) or GGUF blocks kept as stored (k_quant.h). A stacked weight (q|k|v,
+// gate|up) is a list of row ranges, each in its file's format: Q4_K_M files mix Q4_K and
+// Q6_K even inside one layer's q, k and v. Steps of few rows run the quantized GEMV per
+// range; larger steps dequantize the whole weight to a bf16 scratch buffer and call
+// cuBLASLt (the first prefill path; a GEMM that dequantizes tiles in shared memory is next).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "exec/cuda/gemm.h"
+#include "exec/cuda/k_quant.h"
+
+namespace keel::cuda {
+
+enum class QuantizedWeights : std::uint8_t { kAuto, kOn, kOff };
+
+// kAuto's rule: keep GGUF blocks quantized when the linear weights as bf16 would take more
+// than half of the device memory free before loading (the rest is for the KV cache).
+bool keep_quantized_auto(std::int64_t bf16_weight_bytes, std::int64_t free_bytes);
+
+// The device format of a GGUF weight type, if it stays quantized on the device.
+std::optional<QuantFormat> device_quant_format(DType t);
+
+struct WeightRange {
+  QuantFormat format{};
+  std::int64_t rows = 0;
+  std::size_t offset = 0;  // bytes from the start of the weight's buffer
+};
+
+// How one [N, K] linear weight lies in device memory.
+struct LinearLayout {
+  std::int64_t N = 0, K = 0;
+  std::vector<WeightRange> ranges;        // empty: bf16 [N, K]
+  std::vector<std::size_t> part_offsets;  // quantized: byte offset of each planned part
+
+  bool quantized() const { return !ranges.empty(); }
+  std::size_t bytes() const;       // device bytes of the weight
+  std::size_t bf16_bytes() const;  // bytes of its bf16 form (the prefill scratch)
+  std::string describe() const;    // "q4_k", "q4_k+q6_k", "bf16"
+};
+
+// The layout of a stacked weight whose parts (name, file dtype, rows) are given, K columns.
+// Quantized when every part's type stays quantized on the device and `keep_quantized`;
+// bf16 otherwise. Throws Error(kFormat) naming the tensor when K is not a whole number of
+// its type's blocks.
+LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts,
+                         const std::vector<std::int64_t> &rows, std::int64_t K,
+                         bool keep_quantized);
+
+// y[M, N] = x[M, K] @ W^T, y bf16 (or f32 when y_f32). Quantized weights with
+// M <= kQuantGemvMaxM take the quantized GEMV; larger M dequantize into `scratch`
+// (at least layout.bf16_bytes()) and run gemm. Like every launcher it takes a StreamRef
+// and checks the owner thread (get("run_linear")) before launching.
+void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w,
+                const bf16 *x, void *y, bool y_f32, std::int64_t M, void *scratch);
+
+}  // namespace keel::cuda

@@ -1,0 +1,165 @@
+// GGUF blocks kept quantized on the device (k_quant.h, quant_linear.h): dequantization
+// equals the CPU reference (formats/quant.cpp) bit for bit per format; the quantized GEMV
+// (M <= 8) and the dequantize + cuBLASLt path (larger M) match a double-precision
+// reference over the same dequantized weights; layouts that mix formats and bad shapes.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "exec/cuda/quant_linear.h"
+#include "formats/quant.h"
+
+namespace keel::cuda {
+namespace {
+
+using test::download;
+using test::from_bf16;
+using test::random_bf16_values;
+using test::rel_err;
+using test::to_bf16;
+using test::upload;
+
+// Rows of K random values quantized as `t`: the bytes, and their f32 dequantization.
+struct QuantMatrix {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> values;
+};
+QuantMatrix make_quant(DType t, std::int64_t rows, std::int64_t K, std::mt19937 &rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> src(rows * K);
+  for (auto &x : src) x = d(rng);
+  QuantMatrix q;
+  q.bytes.resize(dtype_bytes(t, rows * K));
+  quantize_row(t, src.data(), q.bytes.data(), rows * K);
+  q.values.resize(rows * K);
+  dequantize_row(t, q.bytes.data(), q.values.data(), rows * K);
+  return q;
+}
+
+class QuantWeights : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QuantWeights, DequantizeEqualsCpuReferenceBitForBit) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(11);
+  const std::int64_t n = 256 * 37;
+  const QuantMatrix q = make_quant(GetParam(), 1, n, rng);
+  const DeviceBuffer src = upload(ctx, q.bytes);
+  DeviceBuffer f32(n * 4), b16(n * 2);
+  test::poison(ctx, f32);
+  test::poison(ctx, b16);
+  const QuantFormat f = *device_quant_format(GetParam());
+  launch_dequantize_f32(ctx.compute(), f, src.data(), f32.as<float>(), n);
+  launch_dequantize(ctx.compute(), f, src.data(), b16.as<bf16>(), n);
+  const auto got = download<float>(ctx, f32, n);
+  const auto got16 = download<std::uint16_t>(ctx, b16, n);
+  ASSERT_EQ(std::memcmp(got.data(), q.values.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(got16, to_bf16(q.values));
+}
+
+TEST_P(QuantWeights, LinearMatchesFloatReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  Gemm gemm(ctx);
+  std::mt19937 rng(3);
+  const std::int64_t N = 72, K = 512;
+  const QuantMatrix q = make_quant(GetParam(), N, K, rng);
+  const LinearLayout layout = plan_linear({{"w", GetParam()}}, {N}, K, true);
+  ASSERT_TRUE(layout.quantized());
+  const DeviceBuffer w = upload(ctx, q.bytes);
+  DeviceBuffer scratch(layout.bf16_bytes());
+  for (std::int64_t M : {1, 3, 8, 9, 33}) {
+    const auto x = random_bf16_values(M * K, rng);
+    const DeviceBuffer dx = upload(ctx, to_bf16(x));
+    std::vector<float> ref(M * N);
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t r = 0; r < N; ++r) {
+        double s = 0;
+        for (std::int64_t k = 0; k < K; ++k) s += double(x[m * K + k]) * q.values[r * K + k];
+        ref[m * N + r] = static_cast<float>(s);
+      }
+    DeviceBuffer y32(M * N * 4), y16(M * N * 2);
+    test::poison(ctx, y32);
+    test::poison(ctx, y16);
+    run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), y32.data(), true, M,
+               scratch.data());
+    run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), y16.data(), false, M,
+               scratch.data());
+    // The GEMV multiplies the exact dequantized weights (f32 accumulation): 1e-5 as the
+    // bf16 GEMV; larger M rounds the weights to bf16 first (cuBLASLt): bf16 rounding.
+    EXPECT_LT(rel_err(download<float>(ctx, y32, M * N), ref), M <= kQuantGemvMaxM ? 1e-5 : 6e-3)
+        << "M=" << M;
+    EXPECT_LT(rel_err(from_bf16(download<std::uint16_t>(ctx, y16, M * N)), ref), 8e-3) << "M=" << M;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantWeights,
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
+                         [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+TEST(QuantLinear, MixedFormatsInOneStackedWeight) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  Gemm gemm(ctx);
+  std::mt19937 rng(5);
+  const std::int64_t K = 256;
+  // q | k | v as Q4_K, Q4_K, Q6_K: two ranges, the first merged.
+  const QuantMatrix a = make_quant(DType::kQ4_K, 40, K, rng),
+                    b = make_quant(DType::kQ4_K, 8, K, rng),
+                    c = make_quant(DType::kQ6_K, 8, K, rng);
+  const LinearLayout layout = plan_linear(
+      {{"q", DType::kQ4_K}, {"k", DType::kQ4_K}, {"v", DType::kQ6_K}}, {40, 8, 8}, K, true);
+  ASSERT_EQ(layout.ranges.size(), 2u);
+  EXPECT_EQ(layout.describe(), "q4_k+q6_k");
+  std::vector<std::uint8_t> bytes = a.bytes;
+  bytes.insert(bytes.end(), b.bytes.begin(), b.bytes.end());
+  ASSERT_EQ(bytes.size(), layout.part_offsets[2]);
+  bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
+  ASSERT_EQ(bytes.size(), layout.bytes());
+  std::vector<float> values = a.values;
+  values.insert(values.end(), b.values.begin(), b.values.end());
+  values.insert(values.end(), c.values.begin(), c.values.end());
+  const DeviceBuffer w = upload(ctx, bytes);
+  DeviceBuffer scratch(layout.bf16_bytes());
+  for (std::int64_t M : {2, 16}) {
+    const auto x = random_bf16_values(M * K, rng);
+    const DeviceBuffer dx = upload(ctx, to_bf16(x));
+    std::vector<float> ref(M * 56);
+    for (std::int64_t m = 0; m < M; ++m)
+      for (std::int64_t r = 0; r < 56; ++r) {
+        double s = 0;
+        for (std::int64_t k = 0; k < K; ++k) s += double(x[m * K + k]) * values[r * K + k];
+        ref[m * 56 + r] = static_cast<float>(s);
+      }
+    DeviceBuffer y(M * 56 * 4);
+    test::poison(ctx, y);
+    run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), y.data(), true, M,
+               scratch.data());
+    EXPECT_LT(rel_err(download<float>(ctx, y, M * 56), ref), 6e-3) << "M=" << M;
+  }
+}
+
+TEST(QuantLinear, PlanRejectsRowsThatAreNotWholeBlocksNamingTheTensor) {
+  try {
+    plan_linear({{"model.layers.0.mlp.down_proj.weight", DType::kQ4_K}}, {8}, 320, true);
+    FAIL() << "expected an error";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.0.mlp.down_proj.weight"), std::string::npos);
+  }
+  // A part that does not stay quantized (f16) makes the whole stacked weight bf16.
+  EXPECT_FALSE(
+      plan_linear({{"q", DType::kQ8_0}, {"k", DType::kF16}}, {8, 8}, 64, true).quantized());
+  EXPECT_FALSE(plan_linear({{"q", DType::kQ8_0}}, {8}, 64, false).quantized());
+}
+
+TEST(QuantLinear, AutoKeepsBlocksQuantizedOnlyWhenBf16WouldNotFit) {
+  const std::int64_t gb = 1ll << 30;
+  EXPECT_FALSE(keep_quantized_auto(16 * gb, 130 * gb));  // 8B on an H200: bf16, faster today
+  EXPECT_TRUE(keep_quantized_auto(140 * gb, 130 * gb));  // 70B: only fits quantized
+  EXPECT_TRUE(keep_quantized_auto(16 * gb, 24 * gb));    // 8B on a 24 GB card
+}
+
+}  // namespace
+}  // namespace keel::cuda
