@@ -13,39 +13,16 @@ import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
+import { startRecordingProxy } from './agent_clients.mjs';
 import { editJson, makeThinking, startModelServer } from './responses_lib.mjs';
 
 const CODEX = path.join(process.env.NODE_PATH, '.bin', 'codex');
 const KEY = 'codex-test-key';
 const TOOL_ARGS = { cmd: 'echo keel-tool-ran' };
 let dir, server, proxy, proxyUrl;
-const seen = [];  // {method, url, status, body, response}
-
-// Forwards to keel, recording each exchange (the response body in full: SSE streams).
-function startProxy(target) {
-  return new Promise((resolve) => {
-    const srv = http.createServer((req, res) => {
-      const chunks = [];
-      req.on('data', (c) => chunks.push(c)).on('end', () => {
-        const body = Buffer.concat(chunks);
-        const entry = { method: req.method, url: req.url, body: body.toString(), response: '' };
-        seen.push(entry);
-        const up = http.request(new URL(req.url, target), { method: req.method, headers: req.headers }, (r) => {
-          entry.status = r.statusCode;
-          res.writeHead(r.statusCode, r.headers);
-          r.on('data', (c) => { entry.response += c; res.write(c); });
-          r.on('end', () => res.end());
-        });
-        up.on('error', (e) => { entry.status = 599; res.destroy(e); });
-        up.end(body);
-      });
-    });
-    srv.listen(0, '127.0.0.1', () => resolve(srv));
-  });
-}
+let seen = [];  // {method, url, status, body, response}: the proxy's record
 
 function codex(args, { timeoutMs = 120_000 } = {}) {
   return new Promise((resolve) => {
@@ -101,8 +78,9 @@ before(async () => {
       makeThinking(thinker);
     },
   });
-  proxy = await startProxy(server.url);
-  proxyUrl = `http://127.0.0.1:${proxy.address().port}`;
+  proxy = await startRecordingProxy(server.url);
+  proxyUrl = proxy.url;
+  seen = proxy.seen;
   fs.mkdirSync(path.join(dir, 'codex-home'));
   fs.mkdirSync(path.join(dir, 'work'));
   fs.writeFileSync(path.join(dir, 'codex-home', 'config.toml'), [
