@@ -124,6 +124,15 @@ RepoInfo parse_info(const RepoSpec &spec, const std::string &body) {
   return info;
 }
 
+// The repository's first GGUF files, for an error that tells which one to name.
+std::string gguf_names(const RepoInfo &info) {
+  std::string names;
+  int shown = 0;
+  for (const auto &f : info.files)
+    if (is_gguf(f.name) && shown++ < 8) names += (names.empty() ? "" : ", ") + f.name;
+  return names;
+}
+
 std::vector<RemoteFile> select_files(const RepoSpec &spec, const RepoInfo &info,
                                      const std::vector<std::string> &include) {
   std::vector<RemoteFile> out;
@@ -131,10 +140,7 @@ std::vector<RemoteFile> select_files(const RepoSpec &spec, const RepoInfo &info,
     for (const auto &f : info.files)
       if (f.name == spec.file) out.push_back(f);
     if (out.empty()) {
-      std::string ggufs;
-      int shown = 0;
-      for (const auto &f : info.files)
-        if (is_gguf(f.name) && shown++ < 8) ggufs += (ggufs.empty() ? "" : ", ") + f.name;
+      const std::string ggufs = gguf_names(info);
       throw Error(ErrorCode::kNotFound, "'" + spec.repo + "' has no file '" + spec.file + "'" +
                                             (ggufs.empty() ? "" : " (GGUF files: " + ggufs + ")"));
     }
@@ -151,10 +157,7 @@ std::vector<RemoteFile> select_files(const RepoSpec &spec, const RepoInfo &info,
       has_weights = true;
   }
   if (!has_weights) {
-    std::string ggufs;
-    int shown = 0;
-    for (const auto &f : info.files)
-      if (is_gguf(f.name) && shown++ < 8) ggufs += (ggufs.empty() ? "" : ", ") + f.name;
+    const std::string ggufs = gguf_names(info);
     if (!ggufs.empty())
       throw Error(ErrorCode::kInvalidArgument,
                   "'" + spec.repo + "' holds GGUF files, no safetensors: name one as " + spec.repo +
