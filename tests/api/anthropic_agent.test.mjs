@@ -113,7 +113,8 @@ test('forced tool_choice comes back as a tool_use of the named tool, with valid 
     if (tool_choice.type === 'tool') assert.equal(use.name, 'get_weather');
     if (use.name === 'get_weather') {
       assert.equal(typeof use.input.city, 'string');
-      assert.ok(use.input.city.length <= 8, use.input.city);
+      // maxLength counts code points (JSON Schema), not UTF-16 units as .length does.
+      assert.ok([...use.input.city].length <= 8, use.input.city);
     } else {
       assert.equal(use.name, 'noop');
     }
