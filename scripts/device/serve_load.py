@@ -76,6 +76,9 @@ def main():
     ap.add_argument("--long", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=600)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--warmup", action="store_true",
+                    help="before timing, one wave of --streams short requests: loads the model "
+                         "and captures its graphs, which a timed run would otherwise include")
     a = ap.parse_args()
     rng = random.Random(a.seed)
     ok = True
@@ -90,6 +93,20 @@ def main():
               + (f"FAILED: {err}" if err else
                  f"accepted, {n} tokens out, first after {ttft:.2f} s, {time.time() - t0:.2f} s in all"))
         ok &= err is None and n == 8
+    if a.warmup:
+        t0 = time.time()
+        body = {"model": a.model, "prompt": [rng.randrange(100, a.vocab) for _ in range(a.input)],
+                "max_tokens": 8, "temperature": 0, "ignore_eos": True, "stream": True,
+                "stream_options": {"include_usage": True}}
+        first = post_stream(a.url, body, a.timeout)  # the model loads here, once
+        wave = [threading.Thread(target=post_stream, args=(a.url, body, a.timeout))
+                for _ in range(a.streams)]
+        for t in wave:
+            t.start()
+        for t in wave:
+            t.join()
+        print(f"warm-up: model ready and {a.streams} short requests in {time.time() - t0:.1f} s"
+              + (f" (first request failed: {first[2]})" if first[2] else ""))
     total = a.requests or a.streams
     lock = threading.Lock()
     next_i = [0]

@@ -3,7 +3,7 @@
 #   1. cuda_engine_bench (the engine in-process, GPU sampling) on an 8B-shaped model:
 #      1 and 256 sequences, 512 prompt tokens, 128 generated;
 #   2. `keel serve --device cuda` with default flags on a keel make-model 8B (bf16): one
-#      stream (4 requests) and 256 streams (768 requests), 512 in / 128 out, streamed
+#      stream (16 requests) and 256 streams (768 requests), 512 in / 128 out, streamed
 #      /v1/completions (serve_load.py).
 # Builds nothing: runs the carried keel and cuda_engine_bench.
 #   here:  KEEL_DEVCARRY=.devcarry scripts/device/package.sh build keel bench/cuda_engine_bench
@@ -38,9 +38,9 @@ for _ in $(seq 1 600); do
 done
 [ -n "$url" ] || { tail -20 "$out/serve.log"; exit 1; }
 for streams in 1 256; do
-  reqs=$((streams == 1 ? 4 : 768))
+  reqs=$((streams == 1 ? 16 : 768))
   stamp "served: $streams streams, $reqs requests, 512 in / 128 out"
   timeout "$(cap 200)" python3 "$here/serve_load.py" "$url" llama8b --streams "$streams" \
-    --input 512 --output 128 --requests "$reqs" --vocab 128000 | tee "$out/served_$streams.log"
+    --input 512 --output 128 --requests "$reqs" --vocab 128000 --warmup | tee "$out/served_$streams.log"
 done
 stamp "done"
