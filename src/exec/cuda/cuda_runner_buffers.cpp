@@ -97,6 +97,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   proj_ = DeviceBuffer(T * bf16_bytes(H_));
   gate_up_ = DeviceBuffer(T * bf16_bytes(2 * I_));
   act_ = DeviceBuffer(T * bf16_bytes(I_));
+  allocate_moe_buffers(opts);
   partial_o_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
   partial_ml_ =
@@ -161,7 +162,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   // A mark at most per step; plus the start and 3 for the LM head.
   if (opts.profile) {
     std::size_t marks = 4;
-    for (const arch::LayerPlan &p : plans_) marks += p.steps.size();
+    for (const arch::LayerPlan &p : plans_) marks += p.steps.size() + 3;  // moe_ffn: 4
     profiler_ = StepProfiler(marks);
   }
 }

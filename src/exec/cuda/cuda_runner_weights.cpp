@@ -68,6 +68,14 @@ void CudaModelRunner::allocate_weights() {
     }
     l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
     l.post_norm = alloc(H_);
+    const std::int64_t li = &l - layers_.data();
+    if (c.moe && c.moe->sparse(li)) {
+      const std::int64_t E = c.moe->num_experts, Ie = c.moe->expert_intermediate;
+      l.router = alloc(E * H_);
+      l.experts_gate_up = alloc(E * 2 * Ie * H_);
+      l.experts_down = alloc(E * H_ * Ie);
+      continue;
+    }
     l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
     l.down = alloc_linear(l.down_fmt, H_, I_);
   }
@@ -174,6 +182,20 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     }
     put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
+    if (config_.moe && config_.moe->sparse(i)) {
+      const MoeConfig &m = *config_.moe;
+      const std::int64_t E = m.num_experts, Ie = m.expert_intermediate;
+      put(moe_router_name(m, i), E, H_, l.router, 0);
+      for (std::int64_t e = 0; e < E; ++e) {
+        const std::size_t at = bf16_bytes(e * 2 * Ie * H_);
+        put(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at);
+        put(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up,
+            at + bf16_bytes(Ie * H_));
+        put(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
+            bf16_bytes(e * H_ * Ie));
+      }
+      continue;
+    }
     put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0, &l.gate_up_fmt, 0);
     put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_), &l.gate_up_fmt,
         1);
@@ -202,6 +224,13 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
     if (l.k_norm.bytes()) fill(l.k_norm, 0);
     fill(l.o, nh_ * hd_);
     fill(l.post_norm, 0);
+    if (l.router.bytes()) {  // a mixture-of-experts layer
+      const std::int64_t Ie = config_.moe->expert_intermediate;
+      fill(l.router, H_);
+      fill(l.experts_gate_up, H_);
+      fill(l.experts_down, Ie);
+      continue;
+    }
     fill(l.gate_up, H_);
     fill(l.down, I_);
   }
