@@ -95,8 +95,12 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   qkv_ = DeviceBuffer(T * bf16_bytes(qkv_width_));
   attn_ = DeviceBuffer(T * bf16_bytes(nh_ * hd_));
   proj_ = DeviceBuffer(T * bf16_bytes(H_));
-  gate_up_ = DeviceBuffer(T * bf16_bytes(2 * I_));
-  act_ = DeviceBuffer(T * bf16_bytes(I_));
+  // The dense MLP's activations; a model whose every layer is a mixture of experts has
+  // none (its experts' scratch is allocate_moe_buffers').
+  bool dense_mlp = false;
+  for (const arch::LayerPlan &p : plans_) dense_mlp = dense_mlp || p.has(arch::LayerStep::kSwiglu);
+  gate_up_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(2 * I_) : 0);
+  act_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(I_) : 0);
   allocate_moe_buffers(opts);
   partial_o_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));

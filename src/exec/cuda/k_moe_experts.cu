@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     float a0[kTokens], a1[kTokens];
 #pragma unroll
     for (int m = 0; m < kTokens; ++m) a0[m] = a1[m] = 0.0f;
+#pragma unroll 4
     for (int v = lane; v < kv; v += 32) {
       float f0[8], f1[8];
       unpack8(__ldg(w0 + v), f0);
