@@ -183,6 +183,27 @@ TEST(MoeExperts, GemvAndCombineMatchFloat64) {
 // As model_vs_reference_test: bf16 activations between kernels against the CPU's f32.
 constexpr double kLogprobTol = 0.2;
 constexpr double kMargin = 0.1;
+// The tiny random models' logits are flat (the top logprob is about -5.8 of a 512 vocabulary,
+// the top 20 within 0.2), so kLogprobTol alone would pass nearly anything: each row is also
+// compared as a whole, ||(g - mean g) - (c - mean c)|| / ||c - mean c||. bf16 rounding gives
+// a few percent; a wrong expert, weight or token order gives tens of percent. A router
+// near-tie that bf16 flips changes a token's experts, so a few rows may be worse: the bound
+// is on the median and the 90th percentile, not the worst row.
+constexpr double kRowErrMedian = 0.05;
+constexpr double kRowErrP90 = 0.15;
+
+double centered_rel_err(const float *g, const float *c, int V) {
+  double mg = 0, mc = 0;
+  for (int i = 0; i < V; ++i) mg += g[i], mc += c[i];
+  mg /= V, mc /= V;
+  double num = 0, den = 0;
+  for (int i = 0; i < V; ++i) {
+    const double d = (g[i] - mg) - (c[i] - mc);
+    num += d * d;
+    den += (c[i] - mc) * (c[i] - mc);
+  }
+  return std::isfinite(num) ? std::sqrt(num / std::max(den, 1e-30)) : INFINITY;
+}
 
 std::vector<TokenId> prompt(std::uint32_t seed, int n, int vocab) {
   std::vector<TokenId> p;
@@ -239,6 +260,7 @@ TEST_P(CudaMoeVsCpu, PromptLogprobsAndGreedyAloneAndBatchedWith31) {
 
   double worst = 0;
   int decisive = 0;
+  std::vector<double> row_errs;
   auto argmax = [](const std::vector<float> &v) {
     return static_cast<TokenId>(std::max_element(v.begin(), v.end()) - v.begin());
   };
@@ -246,6 +268,7 @@ TEST_P(CudaMoeVsCpu, PromptLogprobsAndGreedyAloneAndBatchedWith31) {
   auto compare = [&](const ForwardOutput &go, const ForwardOutput &co, const char *what) {
     ASSERT_EQ(go.row_seq, co.row_seq) << what;
     for (std::size_t r = 0; r < go.row_seq.size(); ++r) {
+      row_errs.push_back(centered_rel_err(go.logits.data() + r * V, co.logits.data() + r * V, V));
       const auto lg = keel::test::log_softmax_row(go, r), lc = keel::test::log_softmax_row(co, r);
       std::vector<int> idx(V);
       std::iota(idx.begin(), idx.end(), 0);
@@ -315,12 +338,18 @@ TEST_P(CudaMoeVsCpu, PromptLogprobsAndGreedyAloneAndBatchedWith31) {
       compare(go, co, "batched decode");
     }
   }
-  EXPECT_GT(decisive, 20);
+  ASSERT_GT(row_errs.size(), 150u);
+  std::sort(row_errs.begin(), row_errs.end());
+  const double median = row_errs[row_errs.size() / 2], p90 = row_errs[row_errs.size() * 9 / 10];
+  EXPECT_LT(median, kRowErrMedian);
+  EXPECT_LT(p90, kRowErrP90);
   // Decode of 1 and of 32 sequences replayed graphs when the GEMV path covers them.
   if (mc.gemv_max >= 32) EXPECT_GE(gpu->graphs_captured(), 2u);
   if (mc.gemv_max == 0) EXPECT_EQ(gpu->graphs_captured(), 0u);
-  std::printf("cuda moe %s: worst top-20 |logprob error| vs cpu %.3g, %d decisive rows\n", mc.name,
-              worst, decisive);
+  std::printf(
+      "cuda moe %s: %zu rows vs cpu: row error median %.3g, p90 %.3g, worst %.3g; worst top-20 "
+      "|logprob error| %.3g; %d decisive rows\n",
+      mc.name, row_errs.size(), median, p90, row_errs.back(), worst, decisive);
 }
 
 }  // namespace
