@@ -95,8 +95,10 @@ struct CudaRunnerOptions {
   // as gather-GEMVs that read the expert ids from device memory (a fixed launch shape, so
   // decode graphs capture them); larger steps as one cuBLASLt GEMM per nonempty expert
   // over its grouped rows, sized from a host copy of the group starts (eager only, so
-  // decode batches above this run without graphs). 0: always the GEMMs.
-  int moe_gemv_max_tokens = 64;
+  // decode batches above this run without graphs). 0: always the GEMMs. 256 (not measured
+  // yet): a decode step on the GEMMs pays a host sync and up to 2 E launches per layer,
+  // while the GEMVs read an expert's weights once per 8 of its tokens.
+  int moe_gemv_max_tokens = 256;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
