@@ -124,10 +124,19 @@ TEST(MoeGroup, StableCountingSortByExpert) {
 }
 
 // The experts' gather-GEMVs and the combine on one layer against float64, on the rows
-// launch_moe_route and launch_moe_group give.
-TEST(MoeExperts, GemvAndCombineMatchFloat64) {
+// launch_moe_route and launch_moe_group give: few tokens per expert (T 11, E 16, k 4), and
+// more than the 8 a warp keeps at once (T 40, E 4, k 2: about 20 per expert).
+struct ExpertCase {
+  int T, E, k;
+};
+class MoeExperts : public ::testing::TestWithParam<ExpertCase> {};
+INSTANTIATE_TEST_SUITE_P(Shapes, MoeExperts,
+                         ::testing::Values(ExpertCase{11, 16, 4}, ExpertCase{40, 4, 2}));
+
+TEST_P(MoeExperts, GemvAndCombineMatchFloat64) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const int T = 11, E = 16, k = 4, H = 128, Ie = 64, S = T * k;
+  const auto [T, E, k] = GetParam();
+  const int H = 128, Ie = 64, S = T * k;
   CudaContext ctx;
   std::mt19937 rng(3);
   const auto x = test::random_bf16_values(T * H, rng);
