@@ -18,7 +18,7 @@ source "$(dirname "$0")/budget_lib.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 stamp "MoE tests"
-timeout "$(cap 40)" "$B/keel_test_cuda" --gtest_filter='*Moe*' >"$out/tests_moe.log" 2>&1
+timeout "$(cap 45)" "$B/keel_test_cuda" --gtest_filter='*Moe*' >"$out/tests_moe.log" 2>&1
 echo "exit $?"
 summary "$out/tests_moe.log" 16
 grep -E 'cuda moe' "$out/tests_moe.log"
