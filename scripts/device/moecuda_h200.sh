@@ -2,7 +2,8 @@
 # Issue #19 on the GPU machine: mixture-of-experts layers on CUDA (k_moe*.cu,
 # cuda_runner_moe.cpp). The MoE tests (routing vs the CPU top-k on ties, the grouping
 # sort, the expert GEMVs vs float64, tiny qwen3_moe / mixtral vs the CPU runner alone and
-# batched with 31 others, graphs on, GEMV and GEMM paths), then Qwen3-30B-A3B-shaped bf16
+# batched with 31 others, graphs on, GEMV and GEMM paths; the engine with the prefix cache
+# and the GPU sampler), then Qwen3-30B-A3B-shaped bf16
 # (random weights made on the device: the 61 GB safetensors file `keel make-model --arch
 # qwen3_moe --shape qwen3-30b-a3b` writes does not fit this machine's 64 GiB disk beside
 # the rest) batch-1 and 32-sequence decode and prefill 512 / 8192 against the roofline of
