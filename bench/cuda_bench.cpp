@@ -11,6 +11,10 @@
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
+//   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b [--layers N]
+//     [--moe-gemv-max N]   (mixture of experts, make_model's shapes; the roofline counts
+//     only the expert weights a step reads: k of E per token, the expected distinct
+//     experts of n tokens)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -78,6 +82,32 @@ ModelConfig llama_config(const std::string &name) {
   return c;
 }
 
+// The mixture-of-experts shapes of make_model (random bf16 weights on the device).
+bool moe_model(const std::string &name) {
+  return name == "qwen3-30b-a3b" || name == "qwen3-moe-small" || name == "mixtral-8x7b";
+}
+MakeModelOptions moe_make_options(const std::string &name, int layers) {
+  MakeModelOptions mo;
+  mo.arch = name == "mixtral-8x7b" ? "mixtral" : "qwen3_moe";
+  mo.shape = name == "qwen3-moe-small" ? "small" : name;
+  if (layers > 0) mo.layers = layers;
+  return mo;
+}
+
+// Bytes of all the experts' weights (bf16) of a MoE model; 0 for a dense one.
+double expert_bytes(const ModelConfig &c) {
+  if (!c.moe) return 0;
+  double sparse = 0;
+  for (std::int64_t l = 0; l < c.num_layers; ++l) sparse += c.moe->sparse(l) ? 1 : 0;
+  return sparse * c.moe->num_experts * 3.0 * c.hidden_size * c.moe->expert_intermediate * 2;
+}
+// The expected fraction of a layer's experts that n tokens routed uniformly at random read.
+double experts_read(const ModelConfig &c, int n) {
+  if (!c.moe) return 1;
+  const double miss = 1.0 - double(c.moe->top_k) / double(c.moe->num_experts);
+  return 1.0 - std::pow(miss, n);
+}
+
 double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
@@ -90,10 +120,17 @@ struct Rates {
 // over `ctx` keys.
 double flops_per_token(const ModelConfig &c, double ctx, bool lm_head) {
   const double H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
-  const double per_layer =
-      2.0 * (H * (c.num_heads + 2 * c.num_kv_heads) * hd + c.num_heads * hd * H + 3 * H * I) +
-      4.0 * c.num_heads * hd * ctx;
-  return per_layer * c.num_layers + (lm_head ? 2.0 * H * c.vocab_size : 0.0);
+  const double attn = 2.0 * (H * (c.num_heads + 2 * c.num_kv_heads) * hd + c.num_heads * hd * H) +
+                      4.0 * c.num_heads * hd * ctx;
+  double total = 0;
+  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+    const bool sparse = c.moe && c.moe->sparse(l);
+    // A sparse layer: the router and top_k experts of expert_intermediate.
+    total += attn + (sparse ? 2.0 * (c.moe->top_k * 3.0 * H * c.moe->expert_intermediate +
+                                     H * c.moe->num_experts)
+                            : 2.0 * 3 * H * I);
+  }
+  return total + (lm_head ? 2.0 * H * c.vocab_size : 0.0);
 }
 double kv_bytes_per_token(const ModelConfig &c) {
   return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
@@ -429,6 +466,8 @@ int run(int argc, char **argv) {
   std::string weights_path;    // --weights FILE|DIR: an existing model of --model's shape
   bool keep_quantized = true;  // --keep-quantized on|off: GGUF blocks stay quantized on device
   int transfer_tokens = 8192;
+  int layers = 0;  // --layers N: a MoE shape with fewer layers
+  int moe_gemv_max = cuda::CudaRunnerOptions{}.moe_gemv_max_tokens;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -480,10 +519,15 @@ int run(int argc, char **argv) {
       kv_transfer = true;
     else if (a == "--tokens")
       transfer_tokens = std::stoi(val());
+    else if (a == "--layers")
+      layers = std::stoi(val());
+    else if (a == "--moe-gemv-max")
+      moe_gemv_max = std::stoi(val());
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
-  ModelConfig cfg = llama_config(model);
+  ModelConfig cfg =
+      moe_model(model) ? make_model_config(moe_make_options(model, layers)) : llama_config(model);
   if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
   if (gemv) return gemv_bench(rates, cfg, pdl);
   cuda::CudaContext ctx;
@@ -499,6 +543,7 @@ int run(int argc, char **argv) {
   o.fused_decode_max_m = fused_max_m;
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
+  o.moe_gemv_max_tokens = moe_gemv_max;
   o.quantized_weights = keep_quantized ? cuda::QuantizedWeights::kOn : cuda::QuantizedWeights::kOff;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
@@ -508,8 +553,8 @@ int run(int argc, char **argv) {
   std::string weights;
   if (!model_dir.empty()) {
     // The same writer as `keel make-model --shape 1b|8b --dtype bf16` (HF safetensors).
-    MakeModelOptions mo;
-    mo.shape = model;
+    MakeModelOptions mo = moe_model(model) ? moe_make_options(model, layers) : MakeModelOptions{};
+    mo.shape = moe_model(model) ? mo.shape : model;
     mo.dtype = DType::kBF16;
     mo.seed = 1234;
     mo.out = model_dir;
@@ -539,7 +584,17 @@ int run(int argc, char **argv) {
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;
-  const double step_weight_bytes = weight_bytes - (cfg.tie_word_embeddings ? 0.0 : embed);
+  // A MoE step of n tokens reads the experts they route to (experts_read).
+  const double experts = expert_bytes(cfg);
+  auto step_weight_bytes = [&](int n) {
+    return weight_bytes - (cfg.tie_word_embeddings ? 0.0 : embed) - experts +
+           experts * experts_read(cfg, n);
+  };
+  if (cfg.moe)
+    std::printf(
+        "# mixture of experts: %lld of %lld experts a token; batch-1 decode reads %.2f GB\n",
+        static_cast<long long>(cfg.moe->top_k), static_cast<long long>(cfg.moe->num_experts),
+        step_weight_bytes(1) / 1e9);
   bench.init_tokens(std::max(max_seqs, 1));
   bench.assign_blocks(std::max(max_seqs, 1), len0, prompt + steps);
 
@@ -590,7 +645,7 @@ int run(int argc, char **argv) {
     bench.decode(n, prompt, 2);
     const double t = bench.decode(n, prompt, steps);
     const double ctx_avg = prompt + steps / 2.0;
-    const double bytes = step_weight_bytes + n * ctx_avg * kv_bytes_per_token(cfg);
+    const double bytes = step_weight_bytes(n) + n * ctx_avg * kv_bytes_per_token(cfg);
     const double flops = n * flops_per_token(cfg, ctx_avg, true);
     const double roof_step = std::max(bytes / rates.bw, flops / rates.flops);
     row("decode " + std::to_string(n) + " seq x " + std::to_string(steps) + " tok", n * steps / t,

@@ -199,6 +199,9 @@ int cmd_engine(int argc, char **argv) {
                 in.free_now = m.free_now;
                 in.fraction = gpu_memory_fraction;
                 in.override_ = kv_override;
+                // A model larger than its share (a mixture of experts) may take what a
+                // minimal pool needs beyond it, when the device has that free.
+                in.context_tokens = max_model_len > 0 ? max_model_len : kMinPoolTokens;
                 const KvPlan kp = plan_device_kv(in);
                 if (!kp.refusal.empty())
                   throw Error(ErrorCode::kResourceExhausted, kMemoryRefusalTag + kp.refusal);

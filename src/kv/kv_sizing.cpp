@@ -154,6 +154,25 @@ KvPlan plan_device_kv(const DeviceKvInputs &in) {
                 ", is used up by its weights and buffers (" + describe_bytes(own) +
                 ") and the reserve for CUDA graphs (" + describe_bytes(in.reserve_bytes) +
                 "): no room for a KV pool";
+  if (in.context_tokens > 0) {
+    const std::int64_t floor_blocks =
+        ceil_div(std::min(in.context_tokens, kMinPoolTokens), in.block_size);
+    if (p.blocks < floor_blocks) {
+      const std::int64_t pool = floor_blocks * in.block_bytes;
+      if (in.free_now - in.reserve_bytes >= pool) {
+        p.blocks = floor_blocks;
+        p.rule = "beyond the device share";
+        p.refusal.clear();
+      } else {
+        p.refusal = "needs " + describe_bytes(own + pool + in.reserve_bytes) +
+                    " of the device (weights and buffers " + describe_bytes(own) +
+                    ", a KV pool of at least " + std::to_string(floor_blocks * in.block_size) +
+                    " tokens " + describe_bytes(pool) + ", the reserve for CUDA graphs " +
+                    describe_bytes(in.reserve_bytes) + ") but only " +
+                    describe_bytes(own + in.free_now) + " was free for it";
+      }
+    }
+  }
   return p;
 }
 

@@ -80,6 +80,12 @@ struct DeviceKvInputs {
   double fraction = kDefaultGpuMemoryFraction;
   std::int64_t reserve_bytes = kDeviceReserveBytes;
   KvOverride override_;
+  // When set (the model's context), an engine whose weights and buffers leave its share
+  // too small for a pool of min(context_tokens, kMinPoolTokens) tokens goes beyond the
+  // share by what that pool needs, if the device has it free now (a mixture of experts
+  // larger than an even split of the device); otherwise the refusal names the bytes it
+  // needs. 0: the share is a hard limit.
+  std::int64_t context_tokens = 0;
 };
 KvPlan plan_device_kv(const DeviceKvInputs &in);
 

@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/k_moe.h"
 #include "formats/model_weights.h"
 
 namespace keel::cuda {
@@ -64,7 +65,16 @@ void CudaModelRunner::validate_config() const {
     throw Error(ErrorCode::kFormat, "cuda runner: config has a non-positive dimension");
   if (c.num_heads % c.num_kv_heads != 0)
     throw Error(ErrorCode::kFormat, "cuda runner: num_heads % num_kv_heads != 0");
-  if (c.moe) fail("mixture-of-experts models run on the CPU only for now (issue #19)");
+  if (c.moe) {
+    const MoeConfig &m = *c.moe;
+    if (m.num_experts <= 0 || m.top_k <= 0 || m.top_k > m.num_experts || m.expert_intermediate <= 0)
+      throw Error(ErrorCode::kFormat, "cuda runner: bad mixture-of-experts sizes");
+    if (m.num_experts > kMoeMaxExperts)
+      fail("more than " + std::to_string(kMoeMaxExperts) + " experts");
+    if (m.top_k > kMoeMaxTopK)
+      fail("more than " + std::to_string(kMoeMaxTopK) + " experts a token");
+    if (m.expert_intermediate % 8 != 0) fail("moe_intermediate_size must be a multiple of 8");
+  }
   if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
     fail("head_dim " + std::to_string(c.head_dim));
   if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");

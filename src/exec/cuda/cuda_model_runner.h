@@ -12,8 +12,8 @@
 // cuda_runner_weights.cpp (weight upload), cuda_runner_buffers.cpp (buffer planning),
 // cuda_runner_inputs.cpp (input staging), cuda_attention_plan.h (attention-path choice),
 // cuda_runner_graphs.cpp (CUDA graphs), cuda_runner_layers.cpp (the eager layers),
-// cuda_runner_fused.cpp (the fused decode path), cuda_step_profiler.h (profiling),
-// cuda_sampling.cpp (device sampling).
+// cuda_runner_fused.cpp (the fused decode path), cuda_runner_moe.cpp (mixture-of-experts
+// layers, k_moe.h), cuda_step_profiler.h (profiling), cuda_sampling.cpp (device sampling).
 #pragma once
 
 #include <array>
@@ -91,6 +91,14 @@ struct CudaRunnerOptions {
   // bench/RESULTS.md). kAuto keeps them quantized only when the bf16 form would not fit
   // (keep_quantized_auto).
   QuantizedWeights quantized_weights = QuantizedWeights::kAuto;
+  // Mixture-of-experts layers of steps with at most this many token rows run their experts
+  // as gather-GEMVs that read the expert ids from device memory (a fixed launch shape, so
+  // decode graphs capture them); larger steps as one cuBLASLt GEMM per nonempty expert
+  // over its grouped rows, sized from a host copy of the group starts (eager only, so
+  // decode batches above this run without graphs). 0: always the GEMMs. 256 (not measured
+  // yet): a decode step on the GEMMs pays a host sync and up to 2 E launches per layer,
+  // while the GEMVs read an expert's weights once per 8 of its tokens.
+  int moe_gemv_max_tokens = 256;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -162,6 +170,11 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer down;        // [H, I]
     // Device formats of qkv, o, gate_up, down (bf16 unless kept quantized).
     LinearLayout qkv_fmt, o_fmt, gate_up_fmt, down_fmt;
+    // A mixture-of-experts layer (exec/arch/moe_ffn.h) has these instead of gate_up, down
+    // (Ie: the experts' intermediate size), bf16, stacked per layer:
+    DeviceBuffer router;           // [E, H]
+    DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
+    DeviceBuffer experts_down;     // [E, H, Ie]
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -201,6 +214,10 @@ class CudaModelRunner : public ModelRunner {
   void launch_step(const StepShape &shape);
   void launch_fused_layers(const StepShape &shape, AttnParams ap, AttnParams ap_multi,
                            AttnParams ap_flash);
+  // cuda_runner_moe.cpp: proj_ = the MoE block of layer L over normed_'s T rows.
+  void allocate_moe_buffers(const CudaRunnerOptions &opts);
+  bool moe_gemv_path(std::int32_t T) const { return T <= moe_gemv_max_; }
+  void launch_moe(const Layer &L, std::int32_t T);
   // The decode, general and flash launches' parameters for a staged step (layer 0).
   void attention_params(const StepShape &shape, AttnParams &single, AttnParams &multi,
                         AttnParams &flash) const;
@@ -265,6 +282,22 @@ class CudaModelRunner : public ModelRunner {
   StepProfiler profiler_;
   bool graphs_enabled_ = true;
   std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, splits x 2
+
+  // Mixture-of-experts scratch (cuda_runner_moe.cpp), sized for max_batch_tokens rows;
+  // empty for a dense model. S = T k slots, rows = moe_rows_cap(S, E, align).
+  bool has_moe_ = false;
+  std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
+  int moe_gemv_max_ = 0;
+  DeviceBuffer moe_logits_;       // [T, E] f32
+  DeviceBuffer moe_ids_;          // [S] i32
+  DeviceBuffer moe_weights_;      // [S] f32
+  DeviceBuffer moe_group_;        // launch_moe_group's output (MoeGroupLayout)
+  DeviceBuffer moe_xg_;           // [rows, H] bf16: each grouped row's input (GEMM path)
+  DeviceBuffer moe_gu_;           // [rows, 2 Ie] bf16 (GEMM path)
+  DeviceBuffer moe_act_;          // [rows, Ie] bf16
+  DeviceBuffer moe_out_;          // [rows, H] bf16: each grouped row's expert output
+  PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
+  Event moe_starts_ready_;
 };
 
 }  // namespace keel::cuda

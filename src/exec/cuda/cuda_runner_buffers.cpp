@@ -95,8 +95,13 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   qkv_ = DeviceBuffer(T * bf16_bytes(qkv_width_));
   attn_ = DeviceBuffer(T * bf16_bytes(nh_ * hd_));
   proj_ = DeviceBuffer(T * bf16_bytes(H_));
-  gate_up_ = DeviceBuffer(T * bf16_bytes(2 * I_));
-  act_ = DeviceBuffer(T * bf16_bytes(I_));
+  // The dense MLP's activations; a model whose every layer is a mixture of experts has
+  // none (its experts' scratch is allocate_moe_buffers').
+  bool dense_mlp = false;
+  for (const arch::LayerPlan &p : plans_) dense_mlp = dense_mlp || p.has(arch::LayerStep::kSwiglu);
+  gate_up_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(2 * I_) : 0);
+  act_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(I_) : 0);
+  allocate_moe_buffers(opts);
   partial_o_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
   partial_ml_ =
@@ -161,7 +166,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   // A mark at most per step; plus the start and 3 for the LM head.
   if (opts.profile) {
     std::size_t marks = 4;
-    for (const arch::LayerPlan &p : plans_) marks += p.steps.size();
+    for (const arch::LayerPlan &p : plans_) marks += p.steps.size() + 3;  // moe_ffn: 4
     profiler_ = StepProfiler(marks);
   }
 }

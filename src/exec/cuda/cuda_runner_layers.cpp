@@ -137,8 +137,9 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
                      dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
-        case S::kMoeFfn:  // validate_config refuses these models before any step
-          throw Error(ErrorCode::kUnsupported, "cuda runner: no kernel for layer step moe_ffn");
+        case S::kMoeFfn:  // cuda_runner_moe.cpp
+          launch_moe(L, T);
+          break;
       }
     }
   }

@@ -14,10 +14,12 @@
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/rope_table.h"
 #include "formats/quant.h"
+#include "kv/kv_sizing.h"
 
 namespace keel::cuda {
 
 using runner_detail::bf16_bytes;
+using runner_detail::device_memory;
 
 namespace {
 bool is_block_quantized(DType t) {
@@ -39,10 +41,15 @@ void CudaModelRunner::allocate_weights() {
   hd_ = c.head_dim;
   V_ = c.vocab_size;
   qkv_width_ = (nh_ + 2 * nkv_) * hd_;
-  auto alloc = [&](std::int64_t elems) {
-    weight_bytes_ += bf16_bytes(elems);
-    return DeviceBuffer(bf16_bytes(elems));
+  // Two passes over the same shapes: the first only counts the bytes, so that weights the
+  // device cannot hold are refused naming the bytes they need (a 507 from the registry)
+  // rather than failing half-way through the upload.
+  bool real = false;
+  auto buffer = [&](std::size_t bytes) {
+    weight_bytes_ += bytes;
+    return real ? DeviceBuffer(bytes) : DeviceBuffer();
   };
+  auto alloc = [&](std::int64_t elems) { return buffer(bf16_bytes(elems)); };
   // Linear weights: their planned device format (plan_weight_formats; bf16 if unplanned).
   auto alloc_linear = [&](LinearLayout &f, std::int64_t N, std::int64_t K) {
     if (!f.quantized()) {
@@ -50,26 +57,46 @@ void CudaModelRunner::allocate_weights() {
       f.K = K;
       return alloc(N * K);
     }
-    weight_bytes_ += f.bytes();
-    return DeviceBuffer(f.bytes());
+    return buffer(f.bytes());
   };
-  embed_ = alloc(V_ * H_);
-  if (!c.tie_word_embeddings) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
-  if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}};
-  final_norm_ = alloc(H_);
   layers_.resize(c.num_layers);
-  for (auto &l : layers_) {
-    l.input_norm = alloc(H_);
-    l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
-    if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
-    if (c.qk_norm) {
-      l.q_norm = alloc(hd_);
-      l.k_norm = alloc(hd_);
+  for (int pass = 0; pass < 2; ++pass) {
+    real = pass == 1;
+    weight_bytes_ = 0;
+    embed_ = alloc(V_ * H_);
+    if (!c.tie_word_embeddings) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
+    if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}};
+    final_norm_ = alloc(H_);
+    for (auto &l : layers_) {
+      l.input_norm = alloc(H_);
+      l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
+      if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
+      if (c.qk_norm) {
+        l.q_norm = alloc(hd_);
+        l.k_norm = alloc(hd_);
+      }
+      l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
+      l.post_norm = alloc(H_);
+      const std::int64_t li = &l - layers_.data();
+      if (c.moe && c.moe->sparse(li)) {  // every expert, stacked (cuda_runner_moe.cpp)
+        const std::int64_t E = c.moe->num_experts, Ie = c.moe->expert_intermediate;
+        l.router = alloc(E * H_);
+        l.experts_gate_up = alloc(E * 2 * Ie * H_);
+        l.experts_down = alloc(E * H_ * Ie);
+        continue;
+      }
+      l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
+      l.down = alloc_linear(l.down_fmt, H_, I_);
     }
-    l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
-    l.post_norm = alloc(H_);
-    l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
-    l.down = alloc_linear(l.down_fmt, H_, I_);
+    if (!real) {
+      const std::int64_t free_now = device_memory().free_now;
+      if (static_cast<std::int64_t>(weight_bytes_) > free_now)
+        throw Error(ErrorCode::kResourceExhausted,
+                    std::string(kMemoryRefusalTag) + "its weights need " +
+                        describe_bytes(static_cast<std::int64_t>(weight_bytes_)) +
+                        " on the device (" + weight_format() + ") but only " +
+                        describe_bytes(free_now) + " is free");
+    }
   }
   const RopeTable rope = make_rope_table(c);
   inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
@@ -174,6 +201,20 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     }
     put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
+    if (config_.moe && config_.moe->sparse(i)) {
+      const MoeConfig &m = *config_.moe;
+      const std::int64_t E = m.num_experts, Ie = m.expert_intermediate;
+      put(moe_router_name(m, i), E, H_, l.router, 0);
+      for (std::int64_t e = 0; e < E; ++e) {
+        const std::size_t at = bf16_bytes(e * 2 * Ie * H_);
+        put(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at);
+        put(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up,
+            at + bf16_bytes(Ie * H_));
+        put(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
+            bf16_bytes(e * H_ * Ie));
+      }
+      continue;
+    }
     put(layer_name(i, "mlp.gate_proj.weight"), I_, H_, l.gate_up, 0, &l.gate_up_fmt, 0);
     put(layer_name(i, "mlp.up_proj.weight"), I_, H_, l.gate_up, bf16_bytes(I_ * H_), &l.gate_up_fmt,
         1);
@@ -202,6 +243,13 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
     if (l.k_norm.bytes()) fill(l.k_norm, 0);
     fill(l.o, nh_ * hd_);
     fill(l.post_norm, 0);
+    if (l.router.bytes()) {  // a mixture-of-experts layer
+      const std::int64_t Ie = config_.moe->expert_intermediate;
+      fill(l.router, H_);
+      fill(l.experts_gate_up, H_);
+      fill(l.experts_down, Ie);
+      continue;
+    }
     fill(l.gate_up, H_);
     fill(l.down, I_);
   }

@@ -34,6 +34,7 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
          layer_tensor(i, "self_attn.v_proj.weight")},
         {q, kv, kv}, H);
     l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
+    if (c.moe && c.moe->sparse(i)) continue;  // experts stay bf16 (cuda_runner_moe.cpp)
     l.gate_up_fmt =
         plan({layer_tensor(i, "mlp.gate_proj.weight"), layer_tensor(i, "mlp.up_proj.weight")},
              {I, I}, H);

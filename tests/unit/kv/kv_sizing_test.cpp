@@ -187,6 +187,32 @@ TEST(KvSizing, DeviceShareSmallerThanTheWeightsIsRefused) {
   EXPECT_THROW(plan_device_kv(in), Error);
 }
 
+// A Qwen3-30B-A3B-sized mixture of experts (61 GB of bf16 weights, 48 layers x 4 kv heads)
+// whose share (0.3 of the device) is smaller than its weights: with its context given, it
+// takes a minimal pool beyond the share when the device has it free, and otherwise the
+// refusal names the bytes it needs.
+TEST(KvSizing, DeviceModelLargerThanItsShareTakesAMinimalPoolBeyondIt) {
+  DeviceKvInputs in = h200_8b();
+  in.block_bytes = 16 * 48 * 2 * 4 * 128 * 2;  // 1.5 MiB a block
+  in.fraction = 0.3;                           // 42 GiB
+  in.free_now = in.free_at_open - 62 * GiB;    // weights and buffers
+  EXPECT_NE(plan_device_kv(in).refusal.find("no room for a KV pool"), std::string::npos);
+  in.context_tokens = 40960;
+  KvPlan p = plan_device_kv(in);
+  EXPECT_TRUE(p.refusal.empty()) << p.refusal;
+  EXPECT_EQ(p.tokens(), kMinPoolTokens);
+  EXPECT_EQ(p.rule, "beyond the device share");
+  in.context_tokens = 100;  // a short context needs only its own blocks
+  EXPECT_EQ(plan_device_kv(in).blocks, 7);
+  in.context_tokens = 40960;
+  in.free_now = kDeviceReserveBytes + 100 * MiB;  // less than 128 blocks of 1.5 MiB
+  p = plan_device_kv(in);
+  EXPECT_EQ(p.blocks, 0);
+  const std::int64_t need =
+      (in.free_at_open - in.free_now) + 128 * in.block_bytes + kDeviceReserveBytes;
+  EXPECT_NE(p.refusal.find("needs " + describe_bytes(need)), std::string::npos) << p.refusal;
+}
+
 TEST(KvSizing, DeviceExplicitBlocksThatDoNotFitAreRefused) {
   DeviceKvInputs in = h200_8b();
   in.override_.blocks = 40000;  // 78 GiB: fits in 121 GiB free

@@ -1,0 +1,115 @@
+// CudaModelRunner's mixture-of-experts layers (Qwen3-MoE, Mixtral; the CPU definition is
+// exec/arch/moe_ffn.h): the router GEMM, top-k routing and the grouping of token slots by
+// expert on the device (k_moe.h), then the experts either as gather-GEMVs (few tokens: a
+// fixed launch shape that decode graphs capture) or as one cuBLASLt GEMM per nonempty
+// expert over its grouped rows (many tokens: the host reads the group starts first), and
+// the weighted sum back in token order into proj_.
+#include <algorithm>
+#include <cstring>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/k_moe.h"
+
+namespace keel::cuda {
+
+using runner_detail::bf16_bytes;
+
+namespace {
+// Each expert's group of rows starts at a multiple of this on the GEMM path, so the GEMMs'
+// M (the padded count) takes few distinct values and cuBLASLt plans stay few.
+constexpr int kGemmAlign = 32;
+}  // namespace
+
+void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
+  if (!config_.moe) return;
+  const MoeConfig &m = *config_.moe;
+  bool any = false;
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) any = any || m.sparse(l);
+  if (!any) return;
+  has_moe_ = true;
+  moe_E_ = m.num_experts;
+  moe_k_ = m.top_k;
+  moe_I_ = m.expert_intermediate;
+  moe_gemv_max_ = std::max(0, opts.moe_gemv_max_tokens);
+  const std::int64_t T = max_tokens_, S = T * moe_k_;
+  const std::int64_t rows = moe_rows_cap(S, moe_E_, kGemmAlign);  // >= the GEMV path's
+  moe_logits_ = DeviceBuffer(T * moe_E_ * sizeof(float));
+  moe_ids_ = DeviceBuffer(S * sizeof(std::int32_t));
+  moe_weights_ = DeviceBuffer(S * sizeof(float));
+  moe_group_ = DeviceBuffer(MoeGroupLayout{moe_E_, S, rows}.ints() * sizeof(std::int32_t));
+  // The GEMV path runs for at most moe_gemv_max_ tokens and needs no gathered input.
+  const bool gemm_path = T > moe_gemv_max_;
+  if (gemm_path) {
+    moe_xg_ = DeviceBuffer(rows * bf16_bytes(H_));
+    moe_gu_ = DeviceBuffer(rows * bf16_bytes(2 * moe_I_));
+  }
+  moe_act_ = DeviceBuffer(rows * bf16_bytes(moe_I_));
+  moe_out_ = DeviceBuffer(rows * bf16_bytes(H_));
+  moe_host_starts_ = PinnedBuffer((moe_E_ + 1) * sizeof(std::int32_t));
+}
+
+void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
+  const StreamRef s = ctx_.compute();
+  const int E = static_cast<int>(moe_E_), k = static_cast<int>(moe_k_),
+            Ie = static_cast<int>(moe_I_), H = static_cast<int>(H_);
+  const bool gemv = moe_gemv_path(T);
+  const int S = T * k, align = gemv ? 1 : kGemmAlign;
+  const MoeGroupLayout layout{E, S, moe_rows_cap(S, E, align)};
+  const bf16 *normed = normed_.as<bf16>();
+  auto *group = moe_group_.as<std::int32_t>();
+  auto *ids = moe_ids_.as<std::int32_t>();
+  auto *weights = moe_weights_.as<float>();
+
+  // Router logits in f32: the top-k choice is as sensitive as the CPU's to rounding.
+  const LinearLayout router_fmt{moe_E_, H_, {}, {}};
+  run_linear(gemm_, s, router_fmt, L.router.data(), normed, moe_logits_.data(), true, T, nullptr);
+  launch_moe_route(s, moe_logits_.as<float>(), T, E, k, config_.moe->norm_topk_prob, ids, weights);
+  launch_moe_group(s, ids, S, E, k, align, layout.rows_cap, group);
+  profiler_.mark(s, StepProfiler::kOther);
+
+  bf16 *act = moe_act_.as<bf16>(), *out = moe_out_.as<bf16>();
+  if (gemv) {
+    const int max_active = std::min(E, S);
+    launch_moe_gate_up_gemv(s, normed, L.experts_gate_up.as<bf16>(), H, Ie, group, layout,
+                            max_active, act);
+    launch_moe_down_gemv(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, max_active, out);
+  } else {
+    launch_moe_gather(s, normed, H, group, layout, moe_xg_.as<bf16>());
+    // The GEMMs' sizes come from the group starts: read them on the host (the d2h stream
+    // after an event on compute, a bounded wait), then launch one GEMM per nonempty expert.
+    moe_starts_ready_.record(s);
+    moe_starts_ready_.make_wait(ctx_.copy_d2h());
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(moe_host_starts_.data(), group + layout.starts(),
+                                    (E + 1) * sizeof(std::int32_t), cudaMemcpyDeviceToHost,
+                                    ctx_.copy_d2h().get("cudaMemcpyAsync")));
+    moe_starts_ready_.record(ctx_.copy_d2h());
+    moe_starts_ready_.wait(ctx_.wait_timeout(), "cuda runner: moe group starts");
+    const auto *starts = static_cast<const std::int32_t *>(moe_host_starts_.data());
+    if (starts[E] > layout.rows_cap || starts[0] != 0)
+      throw Error(ErrorCode::kInternal, "cuda runner: moe groups out of range");
+    const bf16 *xg = moe_xg_.as<bf16>();
+    bf16 *gu = moe_gu_.as<bf16>();
+    const bf16 *wgu = L.experts_gate_up.as<bf16>(), *wd = L.experts_down.as<bf16>();
+    for (int e = 0; e < E; ++e) {
+      const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
+      if (M == 0) continue;
+      gemm_.run(s, GemmType::kBF16, GemmType::kBF16, xg + r0 * H,
+                wgu + std::int64_t(e) * 2 * Ie * H, gu + r0 * 2 * Ie, M, 2 * Ie, H);
+    }
+    profiler_.mark(s, StepProfiler::kGemm);
+    launch_swiglu(s, gu, act, starts[E], Ie);
+    for (int e = 0; e < E; ++e) {
+      const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
+      if (M == 0) continue;
+      gemm_.run(s, GemmType::kBF16, GemmType::kBF16, act + r0 * Ie, wd + std::int64_t(e) * H * Ie,
+                out + r0 * H, M, H, Ie);
+    }
+  }
+  profiler_.mark(s, StepProfiler::kGemm);
+  launch_moe_combine(s, out, ids, weights, T, k, H, group, layout, proj_.as<bf16>());
+  profiler_.mark(s, StepProfiler::kOther);
+}
+
+}  // namespace keel::cuda

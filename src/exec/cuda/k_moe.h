@@ -1,0 +1,91 @@
+// Mixture-of-experts kernels (Qwen3-MoE, Mixtral): routing, grouping tokens by expert,
+// the experts' SwiGLU MLPs for few tokens, and the weighted sum back in token order.
+// exec/arch/moe_ffn.h is the CPU definition every kernel here is tested against.
+//
+// One layer's MoE block on the device (cuda_runner_moe.cpp):
+//   logits = router(h)                       (run_linear, f32 out)           [T, E]
+//   launch_moe_route:  ids, weights           top-k by softmax               [T, k]
+//   launch_moe_group:  a counting sort of the T*k slots by expert: each expert's group
+//                      of rows (start padded to `align`), the token of every grouped row,
+//                      the grouped row of every slot, the nonempty experts
+//   experts:  few tokens -- launch_moe_gate_up_gemv + launch_moe_down_gemv read only the
+//             chosen experts' weights, the expert ids read from device memory (a fixed
+//             launch shape, so CUDA graphs capture it);
+//             many -- launch_moe_gather, then per-expert cuBLASLt GEMMs over each group
+//             (the host reads the group starts), launch_swiglu
+//   launch_moe_combine: y[t] = sum_j weight[t, j] * out[row of (t, j)]  (expert order)
+#pragma once
+
+#include <cstdint>
+
+#include "exec/cuda/kernels.h"
+
+namespace keel::cuda {
+
+constexpr int kMoeMaxExperts = 256;
+constexpr int kMoeMaxTopK = 16;
+
+// Where launch_moe_group writes its results inside one i32 buffer of
+// moe_group_ints(E, S, rows_cap) entries. S = T * k slots; rows_cap = moe_rows_cap(S, E, align).
+struct MoeGroupLayout {
+  std::int64_t E = 0, S = 0, rows_cap = 0;
+  // [E + 1] start row of each expert's group (padded to align); [E] = total rows
+  __host__ __device__ std::int64_t starts() const { return 0; }
+  __host__ __device__ std::int64_t counts() const {
+    return E + 1;
+  }  // [E] slots routed to each expert
+  __host__ __device__ std::int64_t active() const {
+    return 2 * E + 1;
+  }  // [E] nonempty experts, ascending
+  __host__ __device__ std::int64_t n_active() const { return 3 * E + 1; }  // [1]
+  __host__ __device__ std::int64_t row_token() const {
+    return 3 * E + 2;
+  }  // [rows_cap] token or -1 (padding)
+  __host__ __device__ std::int64_t slot_row() const {
+    return 3 * E + 2 + rows_cap;
+  }  // [S] grouped row of slot
+  __host__ __device__ std::int64_t ints() const { return 3 * E + 2 + rows_cap + S; }
+};
+inline std::int64_t moe_rows_cap(std::int64_t S, std::int64_t E, int align) {
+  return S + E * (align - 1);
+}
+
+// Per token t: softmax over logits[t, :E], the k largest (ties to the lower index, as
+// exec/arch/moe_ffn.h's route_token), their probabilities renormalized to sum to one when
+// norm_topk_prob. logits [T, E] f32; ids [T, k] i32 best first; weights [T, k] f32.
+// E <= kMoeMaxExperts, k <= min(E, kMoeMaxTopK).
+void launch_moe_route(StreamRef s, const float *logits, int T, int E, int k, bool norm_topk_prob,
+                      std::int32_t *ids, float *weights);
+
+// A stable counting sort of the S slots (ids [S], slot = t * k + j) by expert, in one
+// block: groups in expert order, each group's rows in slot order, each group's start
+// padded to a multiple of `align` (its padding rows get token -1). out: the layout above
+// (k tells slot -> token).
+void launch_moe_group(StreamRef s, const std::int32_t *ids, int S, int E, int k, int align,
+                      std::int64_t rows_cap, std::int32_t *out);
+
+// Few tokens: act[r, i] = silu(gate_e[i] . x[token(r)]) * (up_e[i] . x[token(r)]) for every
+// grouped row r of every nonempty expert e. x [T, H] bf16; gate_up [E, 2I, H] bf16 (gate
+// rows then up rows per expert); act [rows_cap, I] bf16. max_active: an upper bound of the
+// nonempty experts (min(E, S)): the grid's size, fixed for a graph.
+void launch_moe_gate_up_gemv(StreamRef s, const bf16 *x, const bf16 *gate_up, int H, int I,
+                             const std::int32_t *group, const MoeGroupLayout &layout,
+                             int max_active, bf16 *act);
+// out[r, c] = down_e[c] . act[r] for the same rows. down [E, H, I] bf16; out [rows_cap, H] bf16.
+void launch_moe_down_gemv(StreamRef s, const bf16 *act, const bf16 *down, int H, int I,
+                          const std::int32_t *group, const MoeGroupLayout &layout, int max_active,
+                          bf16 *out);
+
+// Many tokens: xg[r] = x[token(r)] for every grouped row (zeros for padding rows and rows
+// past the total). x [T, H] bf16; xg [rows_cap, H] bf16.
+void launch_moe_gather(StreamRef s, const bf16 *x, int H, const std::int32_t *group,
+                       const MoeGroupLayout &layout, bf16 *xg);
+
+// y[t, c] = bf16(sum over j of weights[t, j] * out[row(t, j), c]), the k terms added in
+// ascending expert order (as the CPU block adds them). ids, weights [T, k]; out
+// [rows_cap, H] bf16; y [T, H] bf16.
+void launch_moe_combine(StreamRef s, const bf16 *out, const std::int32_t *ids, const float *weights,
+                        int T, int k, int H, const std::int32_t *group,
+                        const MoeGroupLayout &layout, bf16 *y);
+
+}  // namespace keel::cuda

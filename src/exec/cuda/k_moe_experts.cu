@@ -1,0 +1,190 @@
+// Mixture-of-experts expert kernels (k_moe.h): the gather-GEMVs for few tokens, which read
+// only the nonempty experts' weights (each once per group of up to kTokens tokens), the
+// row gather for the grouped GEMMs, and the weighted combine back to token order.
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_moe.h"
+
+namespace keel::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;   // output rows per block, one per warp
+constexpr int kTokens = 8;  // grouped rows a warp keeps partial sums for
+
+__device__ inline void unpack8(const uint4 &raw, float f[8]) {
+  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h2[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+
+__device__ inline float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Block (row chunk, g): the g-th nonempty expert e. Gate variant: rows i of gate_e and
+// up_e (two weight rows, K = H), act = silu(g) * u. Down variant: row c of down_e (K = I).
+template <bool GateUp>
+__global__ void __launch_bounds__(kWarps * 32)
+    moe_gemv_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w, int N, int K,
+                    const std::int32_t *__restrict__ group, MoeGroupLayout L,
+                    bf16 *__restrict__ y) {
+  const int g = blockIdx.y;
+  if (g >= group[L.n_active()]) return;
+  const int e = group[L.active() + g];
+  const int start = group[L.starts() + e], n = group[L.counts() + e];
+  const int lane = threadIdx.x % 32;
+  const int row = blockIdx.x * kWarps + threadIdx.x / 32;
+  if (row >= N) return;
+  const int kv = K / 8;  // 16-byte vectors per row
+  // GateUp: w is [E, 2N, K] (gate rows, then up rows); down: [E, N, K].
+  const uint4 *w0 =
+      reinterpret_cast<const uint4 *>(w + (std::int64_t(e) * (GateUp ? 2 : 1) * N + row) * K);
+  const uint4 *w1 = GateUp ? w0 + std::int64_t(N) * kv : w0;
+  for (int t0 = 0; t0 < n; t0 += kTokens) {
+    const int nt = min(kTokens, n - t0);
+    const uint4 *xr[kTokens];
+#pragma unroll
+    for (int m = 0; m < kTokens; ++m) {
+      const int r = start + t0 + min(m, nt - 1);
+      // Gate/up read the token's input row; down reads the grouped row's activation.
+      const std::int64_t src = GateUp ? group[L.row_token() + r] : r;
+      xr[m] = reinterpret_cast<const uint4 *>(x + src * K);
+    }
+    float a0[kTokens], a1[kTokens];
+#pragma unroll
+    for (int m = 0; m < kTokens; ++m) a0[m] = a1[m] = 0.0f;
+#pragma unroll 4
+    for (int v = lane; v < kv; v += 32) {
+      float f0[8], f1[8];
+      unpack8(__ldg(w0 + v), f0);
+      if (GateUp) unpack8(__ldg(w1 + v), f1);
+#pragma unroll
+      for (int m = 0; m < kTokens; ++m) {
+        if (m >= nt) break;
+        float xf[8];
+        unpack8(__ldg(xr[m] + v), xf);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+          a0[m] += f0[q] * xf[q];
+          if (GateUp) a1[m] += f1[q] * xf[q];
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kTokens; ++m) {
+      if (m >= nt) break;
+      const float gsum = warp_sum(a0[m]);
+      const float usum = GateUp ? warp_sum(a1[m]) : 0.0f;
+      if (lane == 0) {
+        const float out = GateUp ? gsum / (1.0f + __expf(-gsum)) * usum : gsum;
+        y[std::int64_t(start + t0 + m) * N + row] = __float2bfloat16(out);
+      }
+    }
+  }
+}
+
+__global__ void moe_gather_kernel(const bf16 *__restrict__ x, int H,
+                                  const std::int32_t *__restrict__ group, MoeGroupLayout L,
+                                  bf16 *__restrict__ xg) {
+  const std::int64_t r = blockIdx.x;
+  const int total = group[L.starts() + L.E];
+  const int token = r < total ? group[L.row_token() + r] : -1;
+  uint4 *dst = reinterpret_cast<uint4 *>(xg + r * H);
+  const uint4 *src = reinterpret_cast<const uint4 *>(x + std::int64_t(token) * H);
+  for (int v = threadIdx.x; v < H / 8; v += blockDim.x)
+    dst[v] = token >= 0 ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
+}
+
+__global__ void moe_combine_kernel(const bf16 *__restrict__ out,
+                                   const std::int32_t *__restrict__ ids,
+                                   const float *__restrict__ weights, int k, int H,
+                                   const std::int32_t *__restrict__ group, MoeGroupLayout L,
+                                   bf16 *__restrict__ y) {
+  __shared__ int rows[kMoeMaxTopK];
+  __shared__ float wts[kMoeMaxTopK];
+  const int t = blockIdx.x;
+  if (threadIdx.x == 0) {
+    // The token's k slots in ascending expert order (insertion sort; k is small).
+    int ex[kMoeMaxTopK];
+    for (int j = 0; j < k; ++j) {
+      const std::int64_t slot = std::int64_t(t) * k + j;
+      int at = j;
+      const int e = ids[slot];
+      while (at > 0 && ex[at - 1] > e) {
+        ex[at] = ex[at - 1];
+        rows[at] = rows[at - 1];
+        wts[at] = wts[at - 1];
+        --at;
+      }
+      ex[at] = e;
+      rows[at] = group[L.slot_row() + slot];
+      wts[at] = weights[slot];
+    }
+  }
+  __syncthreads();
+  for (int c = threadIdx.x; c < H; c += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j)
+      acc += wts[j] * __bfloat162float(out[std::int64_t(rows[j]) * H + c]);
+    y[std::int64_t(t) * H + c] = __float2bfloat16(acc);
+  }
+}
+
+void check_layout(const MoeGroupLayout &L, const char *what) {
+  if (L.E <= 0 || L.E > kMoeMaxExperts || L.S < 0 || L.rows_cap < L.S)
+    throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": bad group layout");
+}
+
+}  // namespace
+
+void launch_moe_gate_up_gemv(StreamRef s_ref, const bf16 *x, const bf16 *gate_up, int H, int I,
+                             const std::int32_t *group, const MoeGroupLayout &layout,
+                             int max_active, bf16 *act) {
+  const cudaStream_t s = s_ref.get("launch_moe_gate_up_gemv");
+  check_layout(layout, "launch_moe_gate_up_gemv");
+  if (H % 8 != 0 || I <= 0) throw Error(ErrorCode::kInvalidArgument, "moe gate_up: H % 8 != 0");
+  if (max_active <= 0) return;
+  const dim3 grid((I + kWarps - 1) / kWarps, max_active);
+  moe_gemv_kernel<true><<<grid, kWarps * 32, 0, s>>>(x, gate_up, I, H, group, layout, act);
+  KEEL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv");
+}
+
+void launch_moe_down_gemv(StreamRef s_ref, const bf16 *act, const bf16 *down, int H, int I,
+                          const std::int32_t *group, const MoeGroupLayout &layout, int max_active,
+                          bf16 *out) {
+  const cudaStream_t s = s_ref.get("launch_moe_down_gemv");
+  check_layout(layout, "launch_moe_down_gemv");
+  if (I % 8 != 0 || H <= 0) throw Error(ErrorCode::kInvalidArgument, "moe down: I % 8 != 0");
+  if (max_active <= 0) return;
+  const dim3 grid((H + kWarps - 1) / kWarps, max_active);
+  moe_gemv_kernel<false><<<grid, kWarps * 32, 0, s>>>(act, down, H, I, group, layout, out);
+  KEEL_CUDA_CHECK_LAUNCH("moe_down_gemv");
+}
+
+void launch_moe_gather(StreamRef s_ref, const bf16 *x, int H, const std::int32_t *group,
+                       const MoeGroupLayout &layout, bf16 *xg) {
+  const cudaStream_t s = s_ref.get("launch_moe_gather");
+  check_layout(layout, "launch_moe_gather");
+  if (H % 8 != 0) throw Error(ErrorCode::kInvalidArgument, "moe gather: H % 8 != 0");
+  if (layout.rows_cap <= 0) return;
+  moe_gather_kernel<<<static_cast<unsigned>(layout.rows_cap), 128, 0, s>>>(x, H, group, layout, xg);
+  KEEL_CUDA_CHECK_LAUNCH("moe_gather");
+}
+
+void launch_moe_combine(StreamRef s_ref, const bf16 *out, const std::int32_t *ids,
+                        const float *weights, int T, int k, int H, const std::int32_t *group,
+                        const MoeGroupLayout &layout, bf16 *y) {
+  const cudaStream_t s = s_ref.get("launch_moe_combine");
+  check_layout(layout, "launch_moe_combine");
+  if (k <= 0 || k > kMoeMaxTopK) throw Error(ErrorCode::kInvalidArgument, "moe combine: bad k");
+  if (T <= 0) return;
+  moe_combine_kernel<<<T, 256, 0, s>>>(out, ids, weights, k, H, group, layout, y);
+  KEEL_CUDA_CHECK_LAUNCH("moe_combine");
+}
+
+}  // namespace keel::cuda

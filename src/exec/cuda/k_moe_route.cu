@@ -1,0 +1,158 @@
+// Mixture-of-experts routing (k_moe.h): top-k by softmax, one warp per token, and the
+// counting sort that groups the token slots by expert, in one block.
+#include <climits>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_moe.h"
+
+namespace keel::cuda {
+
+namespace {
+
+constexpr int kPerLane = kMoeMaxExperts / 32;  // logits each lane holds
+constexpr int kRouteWarps = 8;
+
+__global__ void __launch_bounds__(kRouteWarps * 32)
+    moe_route_kernel(const float *__restrict__ logits, int T, int E, int k, bool norm,
+                     std::int32_t *__restrict__ ids, float *__restrict__ weights) {
+  const int lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kRouteWarps + threadIdx.x / 32;
+  if (t >= T) return;
+  const float *row = logits + std::int64_t(t) * E;
+  float v[kPerLane];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int e = lane + 32 * i;
+    float x = e < E ? row[e] : -INFINITY;
+    if (isnan(x)) x = -INFINITY;  // a NaN logit never wins, nor poisons the sum
+    v[i] = x;
+    mx = fmaxf(mx, x);
+  }
+  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+  if (mx == -INFINITY) mx = 0.0f;
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) sum += __expf(v[i] - mx);
+  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  unsigned taken = 0;  // bit i: expert lane + 32 i already chosen
+  float p[kMoeMaxTopK];
+  int chosen[kMoeMaxTopK];
+  float chosen_sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    // The largest remaining logit, ties to the lower expert index.
+    float bv = -INFINITY;
+    int bi = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e >= E || (taken >> i & 1u)) continue;
+      if (bi == INT_MAX || v[i] > bv) bv = v[i], bi = e;  // e ascends within a lane
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
+    }
+    if (bi % 32 == lane) taken |= 1u << (bi / 32);
+    chosen[j] = bi;
+    p[j] = __expf(bv - mx) / sum;
+    chosen_sum += p[j];
+  }
+  if (lane == 0)
+    for (int j = 0; j < k; ++j) {
+      ids[std::int64_t(t) * k + j] = chosen[j];
+      weights[std::int64_t(t) * k + j] = norm ? p[j] / chosen_sum : p[j];
+    }
+}
+
+constexpr int kGroupThreads = 1024;
+constexpr int kGroupWarps = kGroupThreads / 32;
+
+__global__ void __launch_bounds__(kGroupThreads)
+    moe_group_kernel(const std::int32_t *__restrict__ ids, int S, int E, int k, int align,
+                     MoeGroupLayout L, std::int32_t *__restrict__ out) {
+  __shared__ int cnt[kMoeMaxExperts];
+  __shared__ int base[kMoeMaxExperts];
+  __shared__ int warp_at[kGroupWarps * kMoeMaxExperts];  // [warp][expert]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  for (int e = tid; e < E; e += kGroupThreads) cnt[e] = 0;
+  __syncthreads();
+  for (int s = tid; s < S; s += kGroupThreads) {
+    const int e = ids[s];
+    if (e >= 0 && e < E) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  if (tid == 0) {
+    int at = 0, na = 0;
+    for (int e = 0; e < E; ++e) {
+      out[L.starts() + e] = at;
+      out[L.counts() + e] = cnt[e];
+      base[e] = at;
+      if (cnt[e] > 0) out[L.active() + na++] = e;
+      at += (cnt[e] + align - 1) / align * align;
+    }
+    out[L.starts() + E] = at;
+    out[L.n_active()] = na;
+  }
+  for (std::int64_t r = tid; r < L.rows_cap; r += kGroupThreads) out[L.row_token() + r] = -1;
+  __syncthreads();
+  // Stable placement, a tile of kGroupThreads slots at a time: a slot's row is its
+  // expert's next free row plus the slots of that expert before it in the tile (earlier
+  // warps, then earlier lanes of its own warp).
+  const unsigned lower = (1u << lane) - 1u;
+  for (int tile = 0; tile < S; tile += kGroupThreads) {
+    const int s = tile + tid;
+    int e = s < S ? ids[s] : -1;
+    if (e >= E) e = -1;
+    for (int i = tid; i < kGroupWarps * E; i += kGroupThreads)
+      warp_at[(i / E) * kMoeMaxExperts + i % E] = 0;
+    __syncthreads();
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int rank = __popc(peers & lower);
+    if (e >= 0 && rank == 0) warp_at[warp * kMoeMaxExperts + e] = __popc(peers);
+    __syncthreads();
+    for (int x = tid; x < E; x += kGroupThreads) {
+      int run = base[x];
+      for (int w = 0; w < kGroupWarps; ++w) {
+        const int c = warp_at[w * kMoeMaxExperts + x];
+        warp_at[w * kMoeMaxExperts + x] = run;
+        run += c;
+      }
+      base[x] = run;
+    }
+    __syncthreads();
+    if (e >= 0) {
+      const int row = warp_at[warp * kMoeMaxExperts + e] + rank;
+      out[L.slot_row() + s] = row;
+      out[L.row_token() + row] = s / k;
+    }
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+void launch_moe_route(StreamRef s_ref, const float *logits, int T, int E, int k,
+                      bool norm_topk_prob, std::int32_t *ids, float *weights) {
+  const cudaStream_t s = s_ref.get("launch_moe_route");
+  if (T <= 0) return;
+  if (E <= 0 || E > kMoeMaxExperts || k <= 0 || k > E || k > kMoeMaxTopK)
+    throw Error(ErrorCode::kInvalidArgument, "launch_moe_route: experts or top-k out of range");
+  moe_route_kernel<<<(T + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, s>>>(
+      logits, T, E, k, norm_topk_prob, ids, weights);
+  KEEL_CUDA_CHECK_LAUNCH("moe_route");
+}
+
+void launch_moe_group(StreamRef s_ref, const std::int32_t *ids, int S, int E, int k, int align,
+                      std::int64_t rows_cap, std::int32_t *out) {
+  const cudaStream_t s = s_ref.get("launch_moe_group");
+  if (E <= 0 || E > kMoeMaxExperts || k <= 0 || align <= 0 || S < 0 ||
+      rows_cap < moe_rows_cap(S, E, align))
+    throw Error(ErrorCode::kInvalidArgument, "launch_moe_group: bad sizes");
+  MoeGroupLayout L{E, S, rows_cap};
+  moe_group_kernel<<<1, kGroupThreads, 0, s>>>(ids, S, E, k, align, L, out);
+  KEEL_CUDA_CHECK_LAUNCH("moe_group");
+}
+
+}  // namespace keel::cuda
