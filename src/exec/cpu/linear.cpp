@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cpu/linear_tiles.h"
+#include "exec/cpu/mxfp4_rows.h"
 
 namespace keel::cpu {
 
@@ -111,7 +112,7 @@ struct QK {
   };
 };
 
-// One Q4_K / Q6_K row to float32 (the same values on every path).
+// One Q4_K / Q6_K / MXFP4 row to float32 (the same values on every path).
 template <LinearIsa I>
 void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
 #ifdef KEEL_LINEAR_X86
@@ -119,6 +120,8 @@ void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t 
     if (dt == DType::kQ6_K) return tiles::dequantize_q6_k_avx512(src, dst, K);
   if constexpr (I == LinearIsa::kAvx512)
     if (dt == DType::kQ4_K) return tiles::dequantize_q4_k_avx512(src, dst, K);
+  if constexpr (I != LinearIsa::kPortable)
+    if (dt == DType::kMXFP4) return tiles::dequantize_mxfp4_avx2(src, dst, K);
 #endif
   dequantize_row(dt, src, dst, K);
 }
@@ -193,7 +196,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K;
+    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K || w.dtype == DType::kMXFP4;
     first_tile[j + 1] = first_tile[j] + (N + kRowTile - 1) / kRowTile;
   }
   const std::int64_t nb = K / 32;
@@ -250,7 +253,8 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
             n0, n1, T, row, xq, y, N, qargs);
         break;
       case DType::kQ4_K:
-      case DType::kQ6_K: {
+      case DType::kQ6_K:
+      case DType::kMXFP4: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
         // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
         // through L2), the whole row tile for many tokens (each row is dequantized once).

@@ -9,7 +9,7 @@
 //
 // Q8_0 and Q4_0 weights multiply 8-bit quantized activations with integer dot
 // products (as llama.cpp does); F32/F16/BF16 weights multiply float32 activations;
-// Q4_K/Q6_K rows are dequantized to float32 tiles first.
+// Q4_K/Q6_K/MXFP4 rows are dequantized to float32 tiles first.
 #pragma once
 
 #include <cstdint>
