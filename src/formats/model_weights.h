@@ -73,6 +73,9 @@ class ModelWeights {
   // gpt-oss's MXFP4 pairs (<name>_blocks, <name>_scales, formats/mxfp4.h): repacked into
   // one MXFP4 tensor named <name>, owned here. Null when `t` is not a _blocks tensor;
   // throws Error(kFormat) naming it when its scales are missing or the shapes disagree.
+  // (gpt-oss's own gate_up_proj interleaves gate and up rows, 2i and 2i + 1; the split into
+  // per-expert views above assumes transformers 5's gate-then-up order: the gpt_oss
+  // architecture must take its experts' rows accordingly.)
   std::optional<TensorView> load_mxfp4_pair(const SafetensorsTensor &t, const std::string &file);
 
   ModelConfig config_;

@@ -28,7 +28,8 @@ before(async () => {
   const header = st.subarray(8, 8 + Number(st.readBigUInt64LE(0))).toString();
   assert.match(header, /mlp\.experts\.gate_up_proj_blocks/);
   assert.match(header, /mlp\.experts\.down_proj_scales/);
-  server = await startServer({ name: 'mxfp4', models: { 'mx-dense': dense, 'mx-moe': moe } });
+  // A .gguf file in the model directory is served under its stem.
+  server = await startServer({ name: 'mxfp4', models: { 'mx-dense.gguf': dense, 'mx-moe': moe } });
 });
 
 after(async () => {
