@@ -112,7 +112,24 @@ struct QK {
   };
 };
 
-// One Q4_K / Q6_K / MXFP4 row to float32 (the same values on every path).
+template <LinearIsa I>
+struct MxK {  // MXFP4 rows (mxfp4_rows.h) against 8-bit activations
+  template <int MR, int NR>
+  struct K {
+    using Args = QArgs;
+    static void run(const Args &a) {
+#ifdef KEEL_LINEAR_X86
+      if constexpr (I == LinearIsa::kAvx512)
+        return tiles::mxfp4_avx512<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+      if constexpr (I == LinearIsa::kAvx2)
+        return tiles::mxfp4_avx2<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+#endif
+      tiles::mxfp4_scalar<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+    }
+  };
+};
+
+// One Q4_K / Q6_K row to float32 (the same values on every path).
 template <LinearIsa I>
 void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
 #ifdef KEEL_LINEAR_X86
@@ -120,8 +137,6 @@ void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t 
     if (dt == DType::kQ6_K) return tiles::dequantize_q6_k_avx512(src, dst, K);
   if constexpr (I == LinearIsa::kAvx512)
     if (dt == DType::kQ4_K) return tiles::dequantize_q4_k_avx512(src, dst, K);
-  if constexpr (I != LinearIsa::kPortable)
-    if (dt == DType::kMXFP4) return tiles::dequantize_mxfp4_avx2(src, dst, K);
 #endif
   dequantize_row(dt, src, dst, K);
 }
@@ -170,7 +185,9 @@ const char *linear_isa_name(LinearIsa isa) {
   }
 }
 
-bool uses_q8_activations(DType w) { return w == DType::kQ8_0 || w == DType::kQ4_0; }
+bool uses_q8_activations(DType w) {
+  return w == DType::kQ8_0 || w == DType::kQ4_0 || w == DType::kMXFP4;
+}
 
 void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
             LinearScratch &scratch) {
@@ -196,7 +213,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K || w.dtype == DType::kMXFP4;
+    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K;
     first_tile[j + 1] = first_tile[j] + (N + kRowTile - 1) / kRowTile;
   }
   const std::int64_t nb = K / 32;
@@ -252,9 +269,12 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         run_rows<QK<tiles::Q4_0Row, I>::template K, decltype(row), decltype(xq), QArgs>(
             n0, n1, T, row, xq, y, N, qargs);
         break;
+      case DType::kMXFP4:
+        run_rows<MxK<I>::template K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
+                                                                         qargs);
+        break;
       case DType::kQ4_K:
-      case DType::kQ6_K:
-      case DType::kMXFP4: {
+      case DType::kQ6_K: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
         // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
         // through L2), the whole row tile for many tokens (each row is dequantized once).

@@ -168,7 +168,8 @@ void expect_matches_reference(bool norm, std::int64_t k, bool mxfp4 = false) {
     scale = std::max(scale, std::abs(ref[i]));
   }
   EXPECT_GT(scale, 0.1);  // the outputs are not trivially small
-  EXPECT_LT(worst, 1e-5 * scale) << "worst abs error " << worst;
+  // MXFP4 experts multiply 8-bit activations (as Q4_0 does): their rounding, not f32's.
+  EXPECT_LT(worst, (mxfp4 ? 3e-2 : 1e-5) * scale) << "worst abs error " << worst << " of " << scale;
 
   // The routing really spreads these tokens: every expert gets some.
   std::set<std::int32_t> used;

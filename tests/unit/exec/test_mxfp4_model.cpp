@@ -1,12 +1,14 @@
-// Tiny MXFP4 models on the CPU runner: a dense llama GGUF (every linear weight MXFP4) and a
-// qwen3_moe with gpt-oss-style expert pairs give the same logits as the runner fed the same
-// weights dequantized to f32 (MXFP4 rows are computed as their exact f32 values), and a
-// greedy continuation that does not depend on which of the two computed it.
+// Tiny MXFP4 models on the CPU runner: a dense llama GGUF (every linear weight MXFP4), a
+// qwen3_moe with gpt-oss-style expert pairs and a qwen3_moe GGUF with stacked MXFP4 experts
+// give the logits of the runner fed the same weights dequantized to f32, within the 8-bit
+// activation rounding of the integer MXFP4 kernels, and the same greedy tokens wherever
+// the f32 runner's top two logits are further apart than that rounding.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 
@@ -45,6 +47,19 @@ void open_both(const fs::path &model, ExecContext &x, Runners &r, bool &saw_mxfp
       std::make_unique<CpuModelRunner>(r.weights->config(), lookup, nullptr, x, KvOptions{8, 16});
 }
 
+// Relative error of logits from 8-bit activations against f32 ones (measured 0.06-0.9% on these
+// models).
+constexpr double kActivationRounding = 2e-2;
+
+double rel_err(const std::vector<float> &a, const std::vector<float> &b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    den += double(b[i]) * b[i];
+  }
+  return std::sqrt(num / den);
+}
+
 TokenId argmax(const std::vector<float> &v, std::size_t from = 0) {
   return static_cast<TokenId>(std::max_element(v.begin() + from, v.end()) - v.begin() - from);
 }
@@ -66,23 +81,31 @@ void check(const MakeModelOptions &mo) {
   r.ref->forward(b, c);
   ASSERT_EQ(a.logits.size(), static_cast<std::size_t>(20 * V));
   for (float v : a.logits) ASSERT_TRUE(std::isfinite(v));
-  EXPECT_EQ(a.logits, c.logits);
-  // Greedy decode: the same tokens from both.
+  std::printf("logits rel err vs f32 weights: %.4f\n", rel_err(a.logits, c.logits));
+  EXPECT_LT(rel_err(a.logits, c.logits), kActivationRounding);
+  EXPECT_GT(rel_err(a.logits, std::vector<float>(a.logits.size(), 0.0f)), 0.5);  // not all zero
+  // Greedy decode, both fed the f32 runner's tokens.
   ForwardBatch d;
-  d.tokens = {argmax(a.logits, static_cast<std::size_t>(19 * V))};
+  d.tokens = {argmax(c.logits, static_cast<std::size_t>(19 * V))};
   d.seqs.push_back({0, 1, 20, 0, 2, SequenceSlice::Logits::kLast});
   d.block_table = {1, 0};
-  std::vector<TokenId> ta, tc;
-  for (int step = 0; step < 6; ++step) {
+  int compared = 0;
+  for (int step = 0; step < 8; ++step) {
     ForwardOutput la, lc;
     r.mx->forward(d, la);
     r.ref->forward(d, lc);
-    ta.push_back(argmax(la.logits));
-    tc.push_back(argmax(lc.logits));
-    d.tokens = {ta.back()};
+    const TokenId ia = argmax(la.logits), ic = argmax(lc.logits);
+    float second = -1e30f;
+    for (std::size_t i = 0; i < lc.logits.size(); ++i)
+      if (static_cast<TokenId>(i) != ic) second = std::max(second, lc.logits[i]);
+    if (lc.logits[ic] - second > 4 * kActivationRounding * std::abs(lc.logits[ic])) {
+      EXPECT_EQ(ia, ic) << "step " << step;
+      ++compared;
+    }
+    d.tokens = {ic};
     d.seqs[0].start_pos += 1;
   }
-  EXPECT_EQ(ta, tc);
+  EXPECT_GT(compared, 0);
   fs::remove_all(mo.out);
 }
 
