@@ -35,19 +35,13 @@ void dequantize_mxfp4(const std::byte *src, float *dst, std::int64_t n) {
 }
 
 namespace {
-// The code of the e2m1 value nearest v (ties to the even code, whose mantissa bit is 0).
+// The code of the e2m1 value nearest v, ties to the even code (mantissa bit 0): a count of
+// the midpoints 0.25, 0.75, ..., 5 that |v| passes (>= where the upper code is even).
 std::uint8_t nearest_e2m1(float v) {
   const float a = std::fabs(v);
-  int best = 0;
-  float best_err = a;
-  for (int c = 1; c < 8; ++c) {
-    const float err = std::fabs(a - kE2m1[c]);
-    if (err < best_err || (err == best_err && (c & 1) == 0 && (best & 1) == 1)) {
-      best = c;
-      best_err = err;
-    }
-  }
-  return static_cast<std::uint8_t>(best | (std::signbit(v) && best != 0 ? 8 : 0));
+  const int c = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) +
+                (a > 5.0f);
+  return static_cast<std::uint8_t>(c | (std::signbit(v) && c != 0 ? 8 : 0));
 }
 }  // namespace
 

@@ -111,6 +111,21 @@ TEST(Mxfp4, QuantizeRoundsToTheNearestCode) {
   for (int j = 0; j < 32; ++j) EXPECT_EQ(gy[j], g[j]) << j;
 }
 
+TEST(Mxfp4, QuantizeBreaksTiesToTheEvenCode) {
+  // Scale 1 (max |x| = 6); midpoints between codes go to the code whose mantissa bit is 0.
+  const std::vector<std::pair<float, float>> cases = {
+      {6.0f, 6.0f}, {0.25f, 0.0f}, {0.75f, 1.0f}, {1.25f, 1.0f},   {1.75f, 2.0f}, {2.5f, 2.0f},
+      {3.5f, 4.0f}, {5.0f, 4.0f},  {5.01f, 6.0f}, {-0.75f, -1.0f}, {0.26f, 0.5f}, {-3.0f, -3.0f}};
+  std::vector<float> x(32, 0.0f);
+  for (std::size_t i = 0; i < cases.size(); ++i) x[i] = cases[i].first;
+  std::vector<std::byte> q(17);
+  quantize_row(DType::kMXFP4, x.data(), q.data(), 32);
+  EXPECT_EQ(static_cast<int>(q[0]), 127);
+  std::vector<float> y(32);
+  dequantize_row(DType::kMXFP4, q.data(), y.data(), 32);
+  for (std::size_t i = 0; i < cases.size(); ++i) EXPECT_EQ(y[i], cases[i].second) << cases[i].first;
+}
+
 TEST(Mxfp4, GptOssPairsRepackIntoGgmlBlocks) {
   std::mt19937 rng(11);
   const std::int64_t blocks = 5;
