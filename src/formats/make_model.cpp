@@ -238,7 +238,7 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     // GGUF keeps 1-D tensors (norms, biases) in f32, as llama.cpp's converter does.
     t.spec.dtype = gguf && shape.size() == 1 ? DType::kF32 : as != DType::kI32 ? as : dtype;
     // MXFP4 (as llama.cpp and gpt-oss): linear weights only; the embedding stays bf16, and
-    // in safetensors only the experts are MXFP4 (mxfp4_experts below).
+    // in safetensors only the experts are MXFP4 (gpt-oss's pairs, below).
     if (dtype == DType::kMXFP4 && t.spec.dtype == DType::kMXFP4 &&
         (!gguf || name == "model.embed_tokens.weight"))
       t.spec.dtype = DType::kBF16;
