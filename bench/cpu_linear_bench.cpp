@@ -30,7 +30,7 @@ int main(int argc, char **argv) {
   for (auto &v : w) v = nd(rng) * 0.02f;
   for (keel::DType dt :
        {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0,
-        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K}) {
+        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K, keel::DType::kMXFP4}) {
     std::vector<std::byte> q(static_cast<std::size_t>(keel::dtype_bytes(dt, N * K)));
     for (std::int64_t r = 0; r < N; ++r)
       keel::quantize_row(dt, w.data() + r * K, q.data() + r * keel::dtype_bytes(dt, K), K);

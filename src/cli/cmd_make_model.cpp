@@ -19,8 +19,10 @@ DType parse_dtype(const std::string &s) {
   if (s == "q4_0") return DType::kQ4_0;
   if (s == "q4_k" || s == "q4_k_m") return DType::kQ4_K;
   if (s == "q6_k") return DType::kQ6_K;
-  throw Error(ErrorCode::kInvalidArgument,
-              "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m or q6_k, got " + s);
+  if (s == "mxfp4") return DType::kMXFP4;
+  throw Error(
+      ErrorCode::kInvalidArgument,
+      "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k or mxfp4, got " + s);
 }
 
 }  // namespace
@@ -54,7 +56,8 @@ int cmd_make_model(int argc, char **argv) {
   app.add_flag("--tie", tie, "tie the output projection to the embedding");
   app.add_flag("--no-tie", no_tie, "separate lm_head");
   app.add_option("--dtype", dtype,
-                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q6_k (quantized: GGUF only)");
+                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q6_k | mxfp4 (quantized: GGUF "
+                 "only; mxfp4 also as MoE experts in safetensors, gpt-oss's form)");
   app.add_option("--format", format, "safetensors | gguf")
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   app.add_option("--tokenizer", tokenizer,

@@ -133,6 +133,8 @@ std::optional<DType> dtype_from_ggml(std::uint32_t t) {
       return DType::kI32;
     case GgmlType::kI8:
       return DType::kI8;
+    case GgmlType::kMXFP4:
+      return DType::kMXFP4;
     default:
       return std::nullopt;
   }
@@ -158,6 +160,8 @@ std::uint32_t ggml_from_dtype(DType t) {
       return 26;
     case DType::kI8:
       return 24;
+    case DType::kMXFP4:
+      return 39;
   }
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "formats/gguf_writer.h"
 #include "formats/model_tokenizer.h"
 #include "formats/model_weights.h"
+#include "formats/mxfp4.h"
 #include "formats/quant.h"
 #include "formats/safetensors_writer.h"
 
@@ -47,6 +48,16 @@ struct PlannedTensor {
   Init init = Init::kNormal;
   float std = 0.02f;
   std::int64_t permute_heads = 0;  // > 0: llama.cpp's q/k row permutation with this many heads
+  // Generated as [rows, cols] (spec.shape unless set) in `quant` (spec.dtype unless set).
+  std::vector<std::int64_t> gen_shape;
+  std::optional<DType> quant;
+  // An MXFP4 pair in gpt-oss's form: spec is <name>_blocks, this the index of <name>_scales.
+  std::optional<std::size_t> scales_spec;
+
+  const std::vector<std::int64_t> &shape() const {
+    return gen_shape.empty() ? spec.shape : gen_shape;
+  }
+  DType gen_dtype() const { return quant.value_or(spec.dtype); }
 };
 
 struct WorkUnit {
@@ -226,6 +237,11 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     t.spec.name = gguf ? ModelWeights::gguf_name_from_hf(name) : name;
     // GGUF keeps 1-D tensors (norms, biases) in f32, as llama.cpp's converter does.
     t.spec.dtype = gguf && shape.size() == 1 ? DType::kF32 : as != DType::kI32 ? as : dtype;
+    // MXFP4 (as llama.cpp and gpt-oss): linear weights only; the embedding stays bf16, and
+    // in safetensors only the experts are MXFP4 (gpt-oss's pairs, below).
+    if (dtype == DType::kMXFP4 && t.spec.dtype == DType::kMXFP4 &&
+        (!gguf || name == "model.embed_tokens.weight"))
+      t.spec.dtype = DType::kBF16;
     t.spec.shape = std::move(shape);
     t.init = init;
     t.std = std;
@@ -258,6 +274,43 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
       const std::int64_t I = m.expert_intermediate;
       // A router far from uniform, so that random tokens spread over the experts.
       add(moe_router_name(m, l), {m.num_experts, h}, Init::kNormal, 1.0f);
+      if (dtype == DType::kMXFP4 && !gguf) {
+        // gpt-oss's form: experts fused, [E, 2I, h] (gate rows then up rows) and
+        // [E, h, I], each as a _blocks / _scales pair.
+        auto pair = [&](const std::string &name, std::int64_t rows, std::int64_t cols) {
+          add(name + "_blocks", {m.num_experts, rows, cols / kMxfp4BlockElems, 16}, Init::kNormal,
+              0.02f, 0, DType::kI8);
+          PlannedTensor &b = out.back();
+          b.hf_name = name;
+          b.spec.st_dtype = "U8";
+          b.gen_shape = {m.num_experts * rows, cols};
+          b.quant = DType::kMXFP4;
+          b.scales_spec = out.size();  // the next spec
+          TensorSpec sc{
+              name + "_scales", DType::kI8, {m.num_experts, rows, cols / kMxfp4BlockElems}};
+          sc.st_dtype = "U8";
+          PlannedTensor st;
+          st.spec = std::move(sc);
+          st.hf_name = name + "_scales";
+          out.push_back(std::move(st));
+        };
+        pair(p + "mlp.experts.gate_up_proj", 2 * I, h);
+        pair(p + "mlp.experts.down_proj", h, I);
+        continue;
+      }
+      if (gguf) {
+        // llama.cpp's qwen3moe: a layer's experts stacked, [E, I, h] and [E, h, I].
+        auto stacked = [&](const char *which, std::int64_t rows, std::int64_t cols) {
+          const std::string name = "blk." + std::to_string(l) + ".ffn_" + which + "_exps.weight";
+          add(name, {m.num_experts, rows, cols}, Init::kNormal);
+          out.back().spec.name = name;
+          out.back().gen_shape = {m.num_experts * rows, cols};
+        };
+        stacked("gate", I, h);
+        stacked("up", I, h);
+        stacked("down", h, I);
+        continue;
+      }
       for (std::int64_t e = 0; e < m.num_experts; ++e) {
         add(moe_expert_name(m, l, e, ExpertMatrix::kGate), {I, h}, Init::kNormal);
         add(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, Init::kNormal);
@@ -393,6 +446,7 @@ std::string hf_config_json(const ModelConfig &c, DType dtype) {
   if (c.bos_token_id) j["bos_token_id"] = *c.bos_token_id;
   if (!c.eos_token_ids.empty()) j["eos_token_id"] = eos_json(c.eos_token_ids);
   j["torch_dtype"] = torch_dtype_name(dtype);
+  if (dtype == DType::kMXFP4) j["quantization_config"] = {{"quant_method", "mxfp4"}};
   j["use_cache"] = true;
   j["transformers_version"] = "4.46.0";
   return j.dump(2) + "\n";
@@ -423,6 +477,8 @@ std::uint32_t gguf_file_type(DType t) {
       return 18;
     case DType::kBF16:
       return 32;
+    case DType::kMXFP4:
+      return 38;  // llama.cpp's MOSTLY_MXFP4_MOE
     default:
       return 0;
   }
@@ -431,8 +487,9 @@ std::uint32_t gguf_file_type(DType t) {
 GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
                            const ModelTokenizer &tok) {
   GgufMetadata m;
-  const std::string a = c.arch_name + ".";
-  m.add_string("general.architecture", c.arch_name);
+  const std::string arch = c.arch == Arch::kQwen3Moe ? "qwen3moe" : c.arch_name;  // llama.cpp's
+  const std::string a = arch + ".";
+  m.add_string("general.architecture", arch);
   m.add_string("general.name", "keel random " + c.arch_name + " " + o.shape);
   m.add_u32("general.file_type", o.k_quant_mix ? 15 : gguf_file_type(o.dtype));
   m.add_u32("general.quantization_version", 2);
@@ -449,6 +506,12 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   m.add_u32(a + "rope.dimension_count", static_cast<std::uint32_t>(c.head_dim));
   m.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
   m.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
+  if (c.moe) {
+    m.add_u32(a + "expert_count", static_cast<std::uint32_t>(c.moe->num_experts));
+    m.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(c.moe->top_k));
+    m.add_u32(a + "expert_feed_forward_length",
+              static_cast<std::uint32_t>(c.moe->expert_intermediate));
+  }
   tok.add_to_gguf(m, c.vocab_size);
   return m;
 }
@@ -485,21 +548,26 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   namespace fs = std::filesystem;
   const auto start = std::chrono::steady_clock::now();
   if (o.out.empty()) throw Error(ErrorCode::kInvalidArgument, "--out is required");
-  if (!o.gguf && dtype_is_quantized(o.dtype))
+  if (!o.gguf && dtype_is_quantized(o.dtype) && o.dtype != DType::kMXFP4)
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(dtype_name(o.dtype)) + " needs --format gguf");
   if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16 &&
       o.dtype != DType::kQ8_0 && o.dtype != DType::kQ4_0 && o.dtype != DType::kQ4_K &&
-      o.dtype != DType::kQ6_K)
+      o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4)
     throw Error(ErrorCode::kInvalidArgument,
-                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k or q6_k");
+                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or mxfp4");
   if (o.k_quant_mix && o.dtype != DType::kQ4_K)
     throw Error(ErrorCode::kInvalidArgument, "the Q4_K_M mix needs --dtype q4_k");
 
   ModelConfig c = make_model_config(o);
-  if (o.gguf && c.moe)
+  if (!o.gguf && o.dtype == DType::kMXFP4 && !c.moe)
     throw Error(ErrorCode::kInvalidArgument,
-                "--format gguf: mixture-of-experts models are written as safetensors only");
+                "mxfp4 in safetensors is gpt-oss's form for MoE experts: use --format gguf for a "
+                "dense model");
+  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe)
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "--format gguf: of the mixture-of-experts models only qwen3_moe is written as GGUF");
   ModelTokenizer tok =
       o.tokenizer.empty() ? generate_tokenizer(c.vocab_size) : load_tokenizer(o.tokenizer);
   if (tok.size > c.vocab_size) c.vocab_size = tok.size;  // the embedding must cover every token id
@@ -540,12 +608,16 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   // Work units of about a million elements, whole rows; fixed by the shapes alone.
   std::vector<WorkUnit> units;
   for (std::size_t i = 0; i < plan.size(); ++i) {
-    const auto &s = plan[i].spec.shape;
+    const auto &s = plan[i].shape();
     const std::int64_t rows = s.size() == 1 ? 1 : s[0];
     const std::int64_t cols = s.back();
     const std::int64_t per = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / cols);
-    for (std::int64_t r = 0; r < rows; r += per) units.push_back({i, r, std::min(per, rows - r)});
-    report.parameters += static_cast<std::uint64_t>(plan[i].spec.numel());
+    // An MXFP4 pair's scales are written with its blocks.
+    if (!(i > 0 && plan[i - 1].scales_spec == i))
+      for (std::int64_t r = 0; r < rows; r += per) units.push_back({i, r, std::min(per, rows - r)});
+    if (!(i > 0 && plan[i - 1].scales_spec == i))
+      report.parameters +=
+          static_cast<std::uint64_t>(plan[i].scales_spec ? rows * cols : plan[i].spec.numel());
     report.bytes += plan[i].spec.nbytes();
   }
 
@@ -560,15 +632,27 @@ MakeModelReport make_model(const MakeModelOptions &o) {
       for (std::size_t u = next++; u < units.size() && !failed; u = next++) {
         const WorkUnit &w = units[u];
         const PlannedTensor &t = plan[w.tensor];
-        const auto &s = t.spec.shape;
+        const auto &s = t.shape();
         const std::int64_t cols = s.back(), total_rows = s.size() == 1 ? 1 : s[0];
         f32.resize(static_cast<std::size_t>(w.rows * cols));
         generate_rows(t, hash_name(o.seed, t.hf_name), w.row0, w.rows, cols, total_rows,
                       f32.data());
-        const std::int64_t row_bytes = dtype_bytes(t.spec.dtype, cols);
+        const std::int64_t row_bytes = dtype_bytes(t.gen_dtype(), cols);
         bytes.resize(static_cast<std::size_t>(w.rows * row_bytes));
         for (std::int64_t r = 0; r < w.rows; ++r)
-          quantize_row(t.spec.dtype, f32.data() + r * cols, bytes.data() + r * row_bytes, cols);
+          quantize_row(t.gen_dtype(), f32.data() + r * cols, bytes.data() + r * row_bytes, cols);
+        if (t.scales_spec) {  // gpt-oss's MXFP4 pair: nibbles and scales apart
+          const std::int64_t nb = w.rows * cols / kMxfp4BlockElems,
+                             row_nb = cols / kMxfp4BlockElems;
+          std::vector<std::uint8_t> nib(static_cast<std::size_t>(nb * 16)),
+              sc(static_cast<std::size_t>(nb));
+          unpack_gpt_oss_mxfp4(bytes.data(), nib.data(), sc.data(), nb);
+          st->write(w.tensor, static_cast<std::uint64_t>(w.row0 * row_nb * 16),
+                    std::as_bytes(std::span(nib)));
+          st->write(*t.scales_spec, static_cast<std::uint64_t>(w.row0 * row_nb),
+                    std::as_bytes(std::span(sc)));
+          continue;
+        }
         const std::uint64_t off = static_cast<std::uint64_t>(w.row0 * row_bytes);
         if (gg)
           gg->write(w.tensor, off, bytes);

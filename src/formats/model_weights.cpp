@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/mxfp4.h"
 #include "formats/safetensors.h"
 
 namespace keel {
@@ -132,6 +133,15 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
     w->safetensors_ = SafetensorsModel::open(path);
     for (const auto &f : w->safetensors_->files()) {
       for (const auto &t : f->tensors()) {
+        if (auto mx = w->load_mxfp4_pair(t, f->path())) {
+          if (!(w->config_.moe && w->split_fused_experts(*mx, f->path())))
+            w->tensors_.emplace(mx->name, *mx);
+          continue;
+        }
+        // A pair's scales are read with its blocks.
+        if (t.name.ends_with("_scales") &&
+            w->safetensors_->find(t.name.substr(0, t.name.size() - 7) + "_blocks"))
+          continue;
         if (t.dtype && w->config_.moe &&
             w->split_fused_experts(SafetensorsModel::view(t, f->path()), f->path()))
           continue;
@@ -214,6 +224,40 @@ bool ModelWeights::split_fused_experts(const TensorView &all, const std::string 
     }
   }
   return true;
+}
+
+std::optional<TensorView> ModelWeights::load_mxfp4_pair(const SafetensorsTensor &t,
+                                                        const std::string &file) {
+  if (!t.name.ends_with("_blocks")) return std::nullopt;
+  const std::string base = t.name.substr(0, t.name.size() - 7);
+  const std::string origin = file + ": " + t.name;
+  const SafetensorsTensor *s = safetensors_->find(base + "_scales");
+  if (!s)
+    throw Error(ErrorCode::kFormat,
+                origin + ": MXFP4 blocks without their scales tensor " + base + "_scales");
+  if (t.dtype_name != "U8" || s->dtype_name != "U8")
+    throw Error(ErrorCode::kFormat, origin + ": MXFP4 blocks and scales must be U8, got " +
+                                        t.dtype_name + " and " + s->dtype_name);
+  // blocks [..., rows, cols / 32, 16], scales [..., rows, cols / 32].
+  if (t.shape.size() < 2 || t.shape.back() != 16 ||
+      std::vector<std::int64_t>(t.shape.begin(), t.shape.end() - 1) != s->shape)
+    throw Error(ErrorCode::kFormat, origin + ": shape " + shape_str(t.shape) +
+                                        " does not hold blocks of 32 (16 bytes)" +
+                                        " for the scales " + shape_str(s->shape) + " of " + base +
+                                        "_scales");
+  TensorView v;
+  v.name = base;
+  v.dtype = DType::kMXFP4;
+  v.shape = s->shape;
+  v.shape.back() *= kMxfp4BlockElems;
+  const std::int64_t blocks = static_cast<std::int64_t>(s->nbytes);
+  v.nbytes = static_cast<std::size_t>(blocks * kMxfp4BlockBytes);
+  owned_.emplace_back(new std::byte[v.nbytes]);  // every byte is written below
+  repack_gpt_oss_mxfp4(reinterpret_cast<const std::uint8_t *>(t.data),
+                       reinterpret_cast<const std::uint8_t *>(s->data), owned_.back().get(),
+                       blocks);
+  v.data = owned_.back().get();
+  return v;
 }
 
 void ModelWeights::check_shapes() const {

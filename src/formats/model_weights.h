@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -18,6 +19,7 @@ namespace keel {
 class GgufFile;
 struct GgufTensorInfo;
 class SafetensorsModel;
+struct SafetensorsTensor;
 
 class ModelWeights {
  public:
@@ -68,6 +70,13 @@ class ModelWeights {
   // transformers 5 keeps experts fused (model.layers.N.mlp.experts.gate_up_proj
   // [E, 2I, hidden], ...down_proj [E, hidden, I]); registers per-expert views likewise.
   bool split_fused_experts(const TensorView &all, const std::string &file);
+  // gpt-oss's MXFP4 pairs (<name>_blocks, <name>_scales, formats/mxfp4.h): repacked into
+  // one MXFP4 tensor named <name>, owned here. Null when `t` is not a _blocks tensor;
+  // throws Error(kFormat) naming it when its scales are missing or the shapes disagree.
+  // (gpt-oss's own gate_up_proj interleaves gate and up rows, 2i and 2i + 1; the split into
+  // per-expert views above assumes transformers 5's gate-then-up order: the gpt_oss
+  // architecture must take its experts' rows accordingly.)
+  std::optional<TensorView> load_mxfp4_pair(const SafetensorsTensor &t, const std::string &file);
 
   ModelConfig config_;
   Format format_ = Format::kSafetensors;
@@ -77,6 +86,7 @@ class ModelWeights {
   std::unique_ptr<SafetensorsModel> safetensors_;
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> unsupported_;  // name -> reason
+  std::vector<std::unique_ptr<std::byte[]>> owned_;              // repacked tensors (MXFP4 pairs)
 };
 
 }  // namespace keel

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "formats/mxfp4.h"
 
 namespace keel {
 
@@ -288,6 +289,9 @@ void dequantize_row(DType type, const void *src, float *dst, std::int64_t n) {
     case DType::kQ6_K:
       dequant_q6_k(static_cast<const BlockQ6_K *>(src), dst, nb);
       return;
+    case DType::kMXFP4:
+      dequantize_mxfp4(static_cast<const std::byte *>(src), dst, n);
+      return;
     case DType::kI32:
     case DType::kI8:
       break;
@@ -324,6 +328,9 @@ void quantize_row(DType type, const float *src, void *dst, std::int64_t n) {
       return;
     case DType::kQ6_K:
       quant_q6_k(src, static_cast<BlockQ6_K *>(dst), nb);
+      return;
+    case DType::kMXFP4:
+      quantize_mxfp4(src, static_cast<std::byte *>(dst), n);
       return;
     case DType::kI32:
     case DType::kI8:

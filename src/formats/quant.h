@@ -7,6 +7,8 @@
 //                           u8 qs[128]                              x = d*sc*q - dmin*m
 //   Q6_K 256 elems / 210 B: u8 ql[128], u8 qh[64], i8 scales[16], f16 d
 //                                                                   x = d * sc * (q - 32)
+//   MXFP4 32 elems / 17 B:  u8 e8m0, u8 qs[16] (as Q4_0)          x = e2m1(q) * 2^(e-127)
+//                           (formats/mxfp4.h)
 // Fast kernels live in exec/; these are the references they are tested against.
 #pragma once
 
@@ -23,7 +25,7 @@ namespace keel {
 void dequantize_row(DType type, const void *src, float *dst, std::int64_t n);
 
 // Encodes n f32 values (a multiple of the block size) as `type`: F32, F16, BF16,
-// Q8_0, Q4_0, Q4_K or Q6_K. dst holds dtype_bytes(type, n) bytes.
+// Q8_0, Q4_0, Q4_K, Q6_K or MXFP4. dst holds dtype_bytes(type, n) bytes.
 void quantize_row(DType type, const float *src, void *dst, std::int64_t n);
 
 // The whole tensor as f32 (tests, small tensors).

@@ -17,7 +17,8 @@ SafetensorsWriter::SafetensorsWriter(const std::filesystem::path &path,
   std::uint64_t pos = 0;
   std::vector<std::uint64_t> rel;
   for (const auto &t : tensors_) {
-    const auto name = safetensors_dtype_name(t.dtype);
+    const std::string_view name =
+        t.st_dtype.empty() ? safetensors_dtype_name(t.dtype) : std::string_view(t.st_dtype);
     if (name.empty())
       throw Error(ErrorCode::kInvalidArgument, t.name + ": safetensors cannot hold " +
                                                    std::string(dtype_name(t.dtype)) +

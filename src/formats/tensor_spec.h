@@ -13,6 +13,9 @@ struct TensorSpec {
   std::string name;
   DType dtype = DType::kF32;
   std::vector<std::int64_t> shape;  // row-major, outermost first
+  // The safetensors dtype name when it is not dtype's own: "U8" for the bytes of gpt-oss's
+  // MXFP4 pairs (written as kI8, one byte an element).
+  std::string st_dtype = {};
 
   std::int64_t numel() const {
     std::int64_t n = 1;

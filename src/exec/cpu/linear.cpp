@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cpu/linear_tiles.h"
+#include "exec/cpu/mxfp4_rows.h"
 
 namespace keel::cpu {
 
@@ -111,6 +112,23 @@ struct QK {
   };
 };
 
+template <LinearIsa I>
+struct MxK {  // MXFP4 rows (mxfp4_rows.h) against 8-bit activations
+  template <int MR, int NR>
+  struct K {
+    using Args = QArgs;
+    static void run(const Args &a) {
+#ifdef KEEL_LINEAR_X86
+      if constexpr (I == LinearIsa::kAvx512)
+        return tiles::mxfp4_avx512<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+      if constexpr (I == LinearIsa::kAvx2)
+        return tiles::mxfp4_avx2<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+#endif
+      tiles::mxfp4_scalar<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+    }
+  };
+};
+
 // One Q4_K / Q6_K row to float32 (the same values on every path).
 template <LinearIsa I>
 void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
@@ -167,7 +185,9 @@ const char *linear_isa_name(LinearIsa isa) {
   }
 }
 
-bool uses_q8_activations(DType w) { return w == DType::kQ8_0 || w == DType::kQ4_0; }
+bool uses_q8_activations(DType w) {
+  return w == DType::kQ8_0 || w == DType::kQ4_0 || w == DType::kMXFP4;
+}
 
 void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
             LinearScratch &scratch) {
@@ -248,6 +268,10 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
       case DType::kQ4_0:
         run_rows<QK<tiles::Q4_0Row, I>::template K, decltype(row), decltype(xq), QArgs>(
             n0, n1, T, row, xq, y, N, qargs);
+        break;
+      case DType::kMXFP4:
+        run_rows<MxK<I>::template K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
+                                                                         qargs);
         break;
       case DType::kQ4_K:
       case DType::kQ6_K: {

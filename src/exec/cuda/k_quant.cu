@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_mxfp4.h"
 #include "exec/cuda/k_quant.h"
 
 namespace keel::cuda {
@@ -302,6 +303,8 @@ void dequant_any(cudaStream_t s, QuantFormat f, const void *src, Out *dst, std::
     case QuantFormat::kQ6_K:
       dequant_f<QuantFormat::kQ6_K>(s, src, dst, n);
       break;
+    case QuantFormat::kMXFP4:  // forwarded before this point (k_mxfp4.cu)
+      break;
   }
   KEEL_CUDA_CHECK_LAUNCH("dequantize");
 }
@@ -318,6 +321,8 @@ int quant_block_elems(QuantFormat f) {
       return Fmt<QuantFormat::kQ4_K>::kElems;
     case QuantFormat::kQ6_K:
       return Fmt<QuantFormat::kQ6_K>::kElems;
+    case QuantFormat::kMXFP4:
+      return 32;
   }
   return 1;
 }
@@ -332,22 +337,27 @@ int quant_block_bytes(QuantFormat f) {
       return Fmt<QuantFormat::kQ4_K>::kBytes;
     case QuantFormat::kQ6_K:
       return Fmt<QuantFormat::kQ6_K>::kBytes;
+    case QuantFormat::kMXFP4:
+      return 17;
   }
   return 1;
 }
 
 void launch_dequantize(StreamRef s_ref, QuantFormat f, const void *src, bf16 *dst,
                        std::int64_t n) {
+  if (f == QuantFormat::kMXFP4) return launch_dequantize_mxfp4(s_ref, src, dst, n);
   dequant_any(s_ref.get("launch_dequantize"), f, src, dst, n);
 }
 
 void launch_dequantize_f32(StreamRef s_ref, QuantFormat f, const void *src, float *dst,
                            std::int64_t n) {
+  if (f == QuantFormat::kMXFP4) return launch_dequantize_mxfp4_f32(s_ref, src, dst, n);
   dequant_any(s_ref.get("launch_dequantize_f32"), f, src, dst, n);
 }
 
 void launch_gemv_quant(StreamRef s_ref, QuantFormat f, const bf16 *x, const void *w, void *y,
                        bool y_f32, std::int64_t ldy, int M, std::int64_t N, std::int64_t K) {
+  if (f == QuantFormat::kMXFP4) return launch_gemv_mxfp4(s_ref, x, w, y, y_f32, ldy, M, N, K);
   const cudaStream_t s = s_ref.get("launch_gemv_quant");
   if (N <= 0) return;
   if (M < 1 || M > kQuantGemvMaxM || K <= 0 || K % quant_block_elems(f) != 0 || ldy < N ||
@@ -368,6 +378,8 @@ void launch_gemv_quant(StreamRef s_ref, QuantFormat f, const bf16 *x, const void
       break;
     case QuantFormat::kQ6_K:
       gemv_f<QuantFormat::kQ6_K>(s, x, w, y, y_f32, ldy, M, N, K);
+      break;
+    case QuantFormat::kMXFP4:  // forwarded above
       break;
   }
   KEEL_CUDA_CHECK_LAUNCH("gemv_quant");

@@ -18,6 +18,8 @@ std::optional<QuantFormat> device_quant_format(DType t) {
       return QuantFormat::kQ4_K;
     case DType::kQ6_K:
       return QuantFormat::kQ6_K;
+    case DType::kMXFP4:
+      return QuantFormat::kMXFP4;
     default:
       return std::nullopt;
   }
@@ -38,7 +40,7 @@ std::string LinearLayout::describe() const {
   if (!quantized()) return "bf16";
   std::string out;
   for (const auto &r : ranges) {
-    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q6_k"};
+    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"};
     const std::string name = kNames[static_cast<int>(r.format)];
     if (out.find(name) == std::string::npos) out += (out.empty() ? "" : "+") + name;
   }

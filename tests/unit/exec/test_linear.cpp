@@ -50,6 +50,10 @@ std::vector<std::byte> random_weight(DType dt, std::int64_t N, std::int64_t K, s
     case DType::kQ6_K:
       for (std::int64_t b = 0; b < n / 256; ++b) put16(210 * b + 208, f32_to_f16(scale(rng)));
       break;
+    case DType::kMXFP4:  // e8m0 scales 2^-10 .. 2^-4
+      for (std::int64_t b = 0; b < n / 32; ++b)
+        buf[17 * b] = static_cast<std::byte>(117 + static_cast<int>(rng() % 7));
+      break;
     default:
       break;
   }
@@ -108,7 +112,7 @@ TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K),
+                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 // K-quant rows are dequantized (by SIMD code on some families) and run as float32 rows: the

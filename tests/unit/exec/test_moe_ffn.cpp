@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "exec/arch/moe_ffn.h"
+#include "formats/quant.h"
 
 namespace keel::arch {
 namespace {
@@ -49,10 +50,29 @@ struct Layer {
     }
   }
 
+  // Stores the experts as MXFP4 (formats/mxfp4.h) and replaces their float values by the
+  // dequantized ones, so that reference() computes with the weights the layer reads.
+  void to_mxfp4() {
+    const MoeConfig &m = *cfg.moe;
+    for (std::int64_t e = 0; e < m.num_experts; ++e)
+      for (ExpertMatrix which : {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown}) {
+        const std::string name = moe_expert_name(m, 0, e, which);
+        auto &v = data.at(name);
+        const auto n = static_cast<std::int64_t>(v.size());
+        auto &q = mxfp4[name];
+        q.resize(static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, n)));
+        quantize_row(DType::kMXFP4, v.data(), q.data(), n);
+        dequantize_row(DType::kMXFP4, q.data(), v.data(), n);
+      }
+  }
+  std::map<std::string, std::vector<std::byte>> mxfp4;  // name -> blocks, when quantized
+
   WeightLookup lookup() const {
     return [this](const std::string &name) -> std::optional<TensorView> {
       auto it = data.find(name);
       if (it == data.end()) return std::nullopt;
+      if (auto q = mxfp4.find(name); q != mxfp4.end())
+        return TensorView{name, DType::kMXFP4, shape.at(name), q->second.data(), q->second.size()};
       TensorView t;
       t.name = name;
       t.dtype = DType::kF32;
@@ -133,9 +153,10 @@ std::vector<float> run(MoeFfn &moe, const std::vector<float> &x, std::int64_t T,
   return y;
 }
 
-void expect_matches_reference(bool norm, std::int64_t k) {
+void expect_matches_reference(bool norm, std::int64_t k, bool mxfp4 = false) {
   const std::int64_t H = 64, E = 8, I = 32, T = 40;
   Layer layer(H, E, k, I, norm, 11 + static_cast<std::uint32_t>(k));
+  if (mxfp4) layer.to_mxfp4();
   MoeFfn moe(layer.cfg, 0, layer.lookup());
   ThreadPool pool(3);
   const auto x = random_input(T, H, 5);
@@ -147,7 +168,8 @@ void expect_matches_reference(bool norm, std::int64_t k) {
     scale = std::max(scale, std::abs(ref[i]));
   }
   EXPECT_GT(scale, 0.1);  // the outputs are not trivially small
-  EXPECT_LT(worst, 1e-5 * scale) << "worst abs error " << worst;
+  // MXFP4 experts multiply 8-bit activations (as Q4_0 does): their rounding, not f32's.
+  EXPECT_LT(worst, (mxfp4 ? 3e-2 : 1e-5) * scale) << "worst abs error " << worst << " of " << scale;
 
   // The routing really spreads these tokens: every expert gets some.
   std::set<std::int32_t> used;
@@ -170,6 +192,8 @@ void expect_matches_reference(bool norm, std::int64_t k) {
 
 TEST(MoeFfn, MatchesFloat64ReferenceNormalizedTopK) { expect_matches_reference(true, 2); }
 TEST(MoeFfn, MatchesFloat64ReferenceUnnormalizedTopK) { expect_matches_reference(false, 3); }
+// gpt-oss's expert format: each chosen expert's slice of MXFP4 blocks.
+TEST(MoeFfn, Mxfp4ExpertsMatchFloat64Reference) { expect_matches_reference(true, 2, true); }
 
 // T = 9: few rows per expert, the threads split the experts; T = 200: many, each
 // expert is split by rows. A row alone (the first path) gives the same bits in both.
