@@ -23,7 +23,7 @@ ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   num_threads_ = std::min(threads, 256);
   workers_.reserve(num_threads_ - 1);
-  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  for (int i = 1; i < num_threads_; ++i) workers_.emplace_back([this] { worker_main(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -42,7 +42,19 @@ void ThreadPool::run_task(int index) {
   }
 }
 
-void ThreadPool::worker_main(int index) {
+void ThreadPool::work() {
+  for (;;) {
+    // A claim below num_threads_ belongs to the current region, which cannot end (nor
+    // task_ change) before this index is done: the acquire makes the region's task_
+    // visible. A claim past the end (the region is used up, or over) runs nothing.
+    const std::uint32_t index = ticket_.fetch_add(1, std::memory_order_acq_rel);
+    if (index >= static_cast<std::uint32_t>(num_threads_)) return;
+    run_task(static_cast<int>(index));
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == num_threads_) done_.notify_one();
+  }
+}
+
+void ThreadPool::worker_main() {
   std::uint64_t seen = 0;
   for (;;) {
     std::uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -56,8 +68,7 @@ void ThreadPool::worker_main(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    run_task(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    work();
   }
 }
 
@@ -69,18 +80,21 @@ void ThreadPool::run(const std::function<void(int, int)> &fn) {
   task_ = &fn;
   has_error_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
-  pending_.store(num_threads_ - 1, std::memory_order_release);
+  done_.store(0, std::memory_order_relaxed);
+  // Index 0 of a fresh region; the release publishes task_ to whoever claims from it.
+  ticket_.store(0, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  run_task(0);
-  int left = pending_.load(std::memory_order_acquire);
-  for (int spin = 0; left != 0 && spin < kSpinIterations; ++spin) {
+  work();
+  // Wait only for the indices other threads claimed and are still running.
+  int done = done_.load(std::memory_order_acquire);
+  for (int spin = 0; done != num_threads_ && spin < kSpinIterations; ++spin) {
     KEEL_CPU_RELAX();
-    left = pending_.load(std::memory_order_acquire);
+    done = done_.load(std::memory_order_acquire);
   }
-  while (left != 0) {
-    pending_.wait(left, std::memory_order_acquire);
-    left = pending_.load(std::memory_order_acquire);
+  while (done != num_threads_) {
+    done_.wait(done, std::memory_order_acquire);
+    done = done_.load(std::memory_order_acquire);
   }
   task_ = nullptr;
   if (has_error_.load(std::memory_order_acquire)) std::rethrow_exception(error_);

@@ -5,6 +5,12 @@
 // Wake-up is a generation counter: workers spin briefly on it (a decode step issues
 // hundreds of parallel regions, each a few microseconds long) and then sleep on a
 // futex (std::atomic::wait), so an idle engine costs no CPU.
+//
+// A region's thread indices are claimed, not assigned: whichever thread is running
+// takes the next index, the caller included. On a machine with more runnable threads
+// than cores a worker may not be scheduled for milliseconds; the caller then runs its
+// share itself instead of waiting for it at the barrier. Each index still runs once,
+// never two at a time, so results do not depend on which thread ran it.
 #pragma once
 
 #include <atomic>
@@ -25,8 +31,9 @@ class ThreadPool {
 
   int size() const { return num_threads_; }
 
-  // Calls fn(thread_index, num_threads) once on every thread of the pool (the caller
-  // is thread 0) and returns when all have returned. Not re-entrant: fn must not call
+  // Calls fn(thread_index, num_threads) once for every index in [0, num_threads), each
+  // on one of the pool's threads (the caller's included), and returns when all have
+  // returned. Not re-entrant: fn must not call
   // back into the same pool. Exceptions thrown by fn are rethrown here (the first).
   void run(const std::function<void(int, int)> &fn);
 
@@ -38,14 +45,20 @@ class ThreadPool {
                     std::int64_t grain = 1);
 
  private:
-  void worker_main(int index);
+  void worker_main();
+  // Claims and runs the current region's indices until none is left.
+  void work();
   void run_task(int index);
 
   int num_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)> *task_ = nullptr;
-  std::atomic<std::uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  std::atomic<std::uint64_t> generation_{0};  // bumped per region: wakes the workers
+  // The next index to claim; a claim is one fetch_add. The caller resets it only once its
+  // own claim has come back past the end, so a late claim reads as past the end of the
+  // old region or as part of the new one, never as both.
+  std::atomic<std::uint32_t> ticket_{0};
+  std::atomic<int> done_{0};  // indices of the current region that have returned
   std::atomic<bool> stop_{false};
   std::exception_ptr error_;
   std::atomic<bool> has_error_{false};
