@@ -37,6 +37,12 @@ class ThreadPool {
   // back into the same pool. Exceptions thrown by fn are rethrown here (the first).
   void run(const std::function<void(int, int)> &fn);
 
+  // Calls fn(chunk, slot) once for every chunk in [0, chunks), claimed one at a time by
+  // whichever thread is free; `slot` (in [0, size())) names the calling thread for the
+  // region, so fn may keep per-slot scratch (two calls never share a slot at once). The
+  // finer the chunks, the less a thread the OS has not scheduled holds up the region.
+  void run_chunks(int chunks, const std::function<void(int, int)> &fn);
+
   // Splits [0, n) into num_threads contiguous chunks (static, so that a given n
   // always gives each thread the same range) and calls fn(begin, end) for each
   // non-empty chunk. `grain`: chunks are multiples of it (except the last), so
@@ -45,20 +51,21 @@ class ThreadPool {
                     std::int64_t grain = 1);
 
  private:
-  void worker_main();
-  // Claims and runs the current region's indices until none is left.
-  void work();
-  void run_task(int index);
+  void worker_main(int slot);
+  // Claims and runs the current region's chunks until none is left.
+  void work(int slot);
+  void run_task(int chunk, int slot);
 
   int num_threads_;
   std::vector<std::thread> workers_;
   const std::function<void(int, int)> *task_ = nullptr;
   std::atomic<std::uint64_t> generation_{0};  // bumped per region: wakes the workers
-  // The next index to claim; a claim is one fetch_add. The caller resets it only once its
-  // own claim has come back past the end, so a late claim reads as past the end of the
-  // old region or as part of the new one, never as both.
-  std::atomic<std::uint32_t> ticket_{0};
-  std::atomic<int> done_{0};  // indices of the current region that have returned
+  // [chunks: 32 bits][next chunk: 32 bits]; a claim is one fetch_add. The caller starts a
+  // region only once its own claim came back past the end, and a claim compares its index
+  // with the count in the same word: a late claim is past the end of the old region or
+  // part of the new one, never a mix.
+  std::atomic<std::uint64_t> ticket_{0};
+  std::atomic<int> done_{0};  // chunks of the current region that have returned
   std::atomic<bool> stop_{false};
   std::exception_ptr error_;
   std::atomic<bool> has_error_{false};

@@ -85,6 +85,28 @@ TEST(ThreadPool, EachIndexOnceAcrossManyRegions) {
   EXPECT_EQ(overlaps.load(), 0);
 }
 
+// Chunks finer than the threads: each once, and no slot used by two calls at a time.
+TEST(ThreadPool, RunChunksGivesEachChunkOnceAndSlotsToOneCallAtATime) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(1000);
+  std::atomic<int> in_slot[3] = {};
+  std::atomic<int> bad{0};
+  for (int r = 0; r < 50; ++r)
+    pool.run_chunks(1000, [&](int c, int slot) {
+      bad += slot < 0 || slot >= 3;
+      bad += in_slot[slot].fetch_add(1) != 0;
+      ++hits[c];
+      in_slot[slot].fetch_sub(1);
+    });
+  for (auto &h : hits) EXPECT_EQ(h.load(), 50);
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_THROW(pool.run_chunks(10,
+                               [](int c, int) {
+                                 if (c == 7) throw std::runtime_error("boom");
+                               }),
+               std::runtime_error);
+}
+
 TEST(ThreadPool, TwoPoolsLiveSideBySide) {
   ThreadPool a(2), b(3);
   std::atomic<long> sa{0}, sb{0};
