@@ -43,10 +43,10 @@ class ThreadPool {
   // finer the chunks, the less a thread the OS has not scheduled holds up the region.
   void run_chunks(int chunks, const std::function<void(int, int)> &fn);
 
-  // Splits [0, n) into num_threads contiguous chunks (static, so that a given n
-  // always gives each thread the same range) and calls fn(begin, end) for each
-  // non-empty chunk. `grain`: chunks are multiples of it (except the last), so
-  // kernels can keep whole blocks per thread.
+  // Splits [0, n) into num_threads contiguous chunks (fixed: a given n always gives the
+  // same ranges, whichever thread runs each) and calls fn(begin, end) for each non-empty
+  // chunk. `grain`: chunks are multiples of it (except the last), so kernels can keep
+  // whole blocks per chunk.
   void parallel_for(std::int64_t n, const std::function<void(std::int64_t, std::int64_t)> &fn,
                     std::int64_t grain = 1);
 
