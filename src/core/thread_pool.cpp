@@ -33,16 +33,29 @@ ThreadPool::~ThreadPool() {
   for (auto &t : workers_) t.join();
 }
 
-void ThreadPool::run_task(int index) {
+void ThreadPool::run_task(int chunk, int slot) {
   try {
-    (*task_)(index, num_threads_);
+    (*task_)(chunk, slot);
   } catch (...) {
     bool expected = false;
     if (has_error_.compare_exchange_strong(expected, true)) error_ = std::current_exception();
   }
 }
 
-void ThreadPool::worker_main(int index) {
+void ThreadPool::work(int slot) {
+  for (;;) {
+    // A claim below the count belongs to the current region, which cannot end (nor task_
+    // change) before this chunk is done: the acquire makes the region's task_ visible.
+    const std::uint64_t t = ticket_.fetch_add(1, std::memory_order_acq_rel);
+    const auto chunk = static_cast<std::uint32_t>(t), chunks = static_cast<std::uint32_t>(t >> 32);
+    if (chunk >= chunks) return;
+    run_task(static_cast<int>(chunk), slot);
+    if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<int>(chunks))
+      done_.notify_one();
+  }
+}
+
+void ThreadPool::worker_main(int slot) {
   std::uint64_t seen = 0;
   for (;;) {
     std::uint64_t gen = generation_.load(std::memory_order_acquire);
@@ -56,31 +69,39 @@ void ThreadPool::worker_main(int index) {
     }
     seen = gen;
     if (stop_.load(std::memory_order_acquire)) return;
-    run_task(index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    work(slot);
   }
 }
 
 void ThreadPool::run(const std::function<void(int, int)> &fn) {
-  if (num_threads_ == 1) {
-    fn(0, 1);
+  const int n = num_threads_;
+  run_chunks(n, [&](int chunk, int) { fn(chunk, n); });
+}
+
+void ThreadPool::run_chunks(int chunks, const std::function<void(int, int)> &fn) {
+  if (chunks <= 0) return;
+  if (num_threads_ == 1 || chunks == 1) {
+    for (int c = 0; c < chunks; ++c) fn(c, 0);
     return;
   }
   task_ = &fn;
   has_error_.store(false, std::memory_order_relaxed);
   error_ = nullptr;
-  pending_.store(num_threads_ - 1, std::memory_order_release);
+  done_.store(0, std::memory_order_relaxed);
+  // Chunk 0 of a fresh region; the release publishes task_ to whoever claims from it.
+  ticket_.store(static_cast<std::uint64_t>(chunks) << 32, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  run_task(0);
-  int left = pending_.load(std::memory_order_acquire);
-  for (int spin = 0; left != 0 && spin < kSpinIterations; ++spin) {
+  work(0);
+  // Wait only for the chunks other threads claimed and are still running.
+  int done = done_.load(std::memory_order_acquire);
+  for (int spin = 0; done != chunks && spin < kSpinIterations; ++spin) {
     KEEL_CPU_RELAX();
-    left = pending_.load(std::memory_order_acquire);
+    done = done_.load(std::memory_order_acquire);
   }
-  while (left != 0) {
-    pending_.wait(left, std::memory_order_acquire);
-    left = pending_.load(std::memory_order_acquire);
+  while (done != chunks) {
+    done_.wait(done, std::memory_order_acquire);
+    done = done_.load(std::memory_order_acquire);
   }
   task_ = nullptr;
   if (has_error_.load(std::memory_order_acquire)) std::rethrow_exception(error_);

@@ -145,6 +145,7 @@ TokenId Sampler::choose(std::span<const float> w, double u, double &lse_t1, Thre
     return static_cast<TokenId>(cpu::first_argmax(w));
   if (!buckets_) buckets_ = std::make_unique<MassBuckets>();
   buckets_->build(w, inv_t, wmax, wmin, pool);
+  built_ = w.data();
   if (inv_t == 1.0f) lse_t1 = static_cast<double>(wmax) + std::log(buckets_->mass());
   return walk_buckets(*buckets_, static_cast<std::int64_t>(V), params_, u);
 }
@@ -185,6 +186,7 @@ SampledToken Sampler::sample_with(std::span<const float> logits, std::span<const
   }
 
   double lse = std::numeric_limits<double>::quiet_NaN();
+  built_ = nullptr;
   SampledToken r;
   r.token =
       params_.greedy() ? static_cast<TokenId>(cpu::first_argmax(w)) : choose(w, draw, lse, pool);
@@ -193,7 +195,9 @@ SampledToken Sampler::sample_with(std::span<const float> logits, std::span<const
   if (w.data() != logits.data() || std::isnan(lse)) lse = cpu::log_sum_exp(logits, pool);
   r.logprob = static_cast<float>(logits[r.token] - lse);
   if (params_.logprobs > 0) {
-    select_top(logits, params_.logprobs, keys_);
+    // The walk's histogram of this very row finds the top entries with one scan.
+    if (built_ != logits.data() || !buckets_->top(params_.logprobs, keys_))
+      select_top(logits, params_.logprobs, keys_);
     for (std::uint64_t k : keys_)
       r.top.push_back({key_id(k), static_cast<float>(logits[key_id(k)] - lse)});
   }

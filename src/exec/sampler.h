@@ -66,6 +66,7 @@ class Sampler {
   std::vector<float> work_;               // [vocab] penalized logits (penalties only)
   std::vector<std::uint64_t> keys_;       // [k] candidate keys (sampler_top.h)
   std::unique_ptr<MassBuckets> buckets_;  // made on the first stochastic full-row walk
+  const float *built_ = nullptr;          // the row buckets_ holds this call, if any
 };
 
 // Whether the parameters are in range (temperature >= 0, top_p in (0, 1], min_p in

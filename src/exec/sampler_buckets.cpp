@@ -25,18 +25,22 @@ inline int bucket_for(double x, double scale) {
   return static_cast<int>(b < kLast ? b : kLast);
 }
 
-// Calls f(i) for every i with bucket[i] == b, a block at a time: the test of a block
-// vectorizes (32 entries a register), and most blocks hold no entry of one bucket.
+// Calls f(i) for every i with bucket[i] <= last (ascending i) whose bucket is at least
+// first: a block at a time, the test of a block vectorizes (32 entries a register), and
+// most blocks hold no entry of the few buckets asked for.
 template <typename F>
-void scan_bucket(std::span<const std::uint16_t> bucket, std::uint16_t b, F f) {
+void scan_buckets(std::span<const std::uint16_t> bucket, std::uint16_t first, std::uint16_t last,
+                  F f) {
   constexpr std::size_t kBlock = 128;
+  const std::uint16_t span = static_cast<std::uint16_t>(last - first);
   for (std::size_t b0 = 0; b0 < bucket.size(); b0 += kBlock) {
     const std::size_t e = std::min(bucket.size(), b0 + kBlock);
     int any = 0;
-    for (std::size_t i = b0; i < e; ++i) any |= bucket[i] == b;
+    for (std::size_t i = b0; i < e; ++i)
+      any |= static_cast<std::uint16_t>(bucket[i] - first) <= span;
     if (!any) continue;
     for (std::size_t i = b0; i < e; ++i)
-      if (bucket[i] == b) f(i);
+      if (static_cast<std::uint16_t>(bucket[i] - first) <= span) f(i);
   }
 }
 
@@ -59,17 +63,23 @@ void MassBuckets::build(std::span<const float> w, float inv_t, float wmax, float
   // fraction of a full exp per entry. Each bucket sums exp(c - g); exp(-c) scales it
   // after. Entries past the last bucket's far edge (> 48 nats: p < 2e-21, all of them
   // together below one rounding of the sum), -inf and NaN add nothing.
-  // The row is cut into kParts fixed parts (the device sampler's parts), each with its own
-  // histograms, merged in part order: the same sums whatever the pool's size.
+  // The row is cut into kParts fixed parts (the device sampler's parts); on a pool each
+  // part fills its own histogram. The sums are integers, so the merge gives the same
+  // values whatever the pool's size.
   constexpr std::size_t kChunk = 512;
+  // Fixed point of exp(c - g) (<= 1.006): 2^40 per unit rounds each term by < 5e-13 of
+  // it, far below the walks' slack, and a bucket holds 8 million entries before overflow.
+  constexpr double kFix = 0x1.0p40, kShifter = 0x1.0p52;
   const std::size_t chunks = (w.size() + kChunk - 1) / kChunk;
   const double inv_t_d = inv_t_, mx = mx_, scale = scale_, width = 1.0 / scale_;
   const double cut = gmax_ + width;
+  const bool split = pool && pool->size() > 1;
+  acc_.resize(split ? kParts : 1);
+  for (Histogram &h : acc_)
+    for (auto &copy : h) copy.fill(MassCount{0, 0});
   auto part = [&](std::size_t p) {
-    auto &acc = acc_[p];
-    for (auto &h : acc) h.fill({0.0, 0.0});
-    double e[kChunk];
-    int bk[kChunk];
+    Histogram &acc = acc_[split ? p : 0];
+    std::int64_t e[kChunk];
     for (std::size_t ci = chunks * p / kParts; ci < chunks * (p + 1) / kParts; ++ci) {
       const std::size_t c0 = ci * kChunk, n = std::min(kChunk, w.size() - c0);
       const float *x = w.data() + c0;
@@ -86,35 +96,30 @@ void MassBuckets::build(std::span<const float> w, float inv_t, float wmax, float
         q = cpu::fmadd(q, d, 1.0);
         q = cpu::fmadd(q, d, 1.0);
         const std::uint64_t keep = std::uint64_t{0} - static_cast<std::uint64_t>(-s < cut);
-        e[j] = std::bit_cast<double>(std::bit_cast<std::uint64_t>(q) & keep);
-        bk[j] = b;
+        q = std::bit_cast<double>(std::bit_cast<std::uint64_t>(q) & keep);
+        // round(q * 2^40): the shifter leaves it in the low bits.
+        e[j] = std::bit_cast<std::int64_t>(cpu::fmadd(q, kFix, kShifter)) -
+               std::bit_cast<std::int64_t>(kShifter);
         bkt[j] = static_cast<std::uint16_t>(b);
       }
-      // The scatter: one 16-byte add per entry, alternating between two histograms so
-      // that neighbours in one bucket do not wait on each other's store.
+      // The scatter, alternating between the copies.
       std::size_t j = 0;
-      for (; j + 2 <= n; j += 2) {
-        acc[0][bk[j]][0] += e[j];
-        acc[0][bk[j]][1] += 1.0;
-        acc[1][bk[j + 1]][0] += e[j + 1];
-        acc[1][bk[j + 1]][1] += 1.0;
-      }
-      for (; j < n; ++j) {
-        acc[0][bk[j]][0] += e[j];
-        acc[0][bk[j]][1] += 1.0;
-      }
+      for (; j + kCopies <= n; j += kCopies)
+        for (std::size_t k = 0; k < kCopies; ++k) acc[k][bkt[j + k]] += MassCount{e[j + k], 1};
+      for (; j < n; ++j) acc[0][bkt[j]] += MassCount{e[j], 1};
     }
   };
-  if (pool && pool->size() > 1)
+  if (split)
     pool->parallel_for(kParts, [&](std::int64_t a, std::int64_t b) {
       for (std::int64_t p = a; p < b; ++p) part(static_cast<std::size_t>(p));
     });
   else
     for (std::size_t p = 0; p < kParts; ++p) part(p);
   for (int b = 0; b < kBuckets; ++b) {
-    double m = 0, c = 0;
-    for (const auto &acc : acc_) m += acc[0][b][0] + acc[1][b][0], c += acc[0][b][1] + acc[1][b][1];
-    mass_[b] = m == 0 ? 0.0 : m * std::exp(-b * width);
+    std::int64_t m = 0, c = 0;
+    for (const Histogram &h : acc_)
+      for (const auto &copy : h) m += copy[b][0], c += copy[b][1];
+    mass_[b] = m == 0 ? 0.0 : static_cast<double>(m) / kFix * std::exp(-b * width);
     count_[b] = static_cast<std::int32_t>(c);
   }
   mass_total_ = 0;
@@ -137,7 +142,8 @@ const std::vector<std::uint64_t> &MassBuckets::entries(int b, bool sorted) {
   c.bucket = b;
   c.sorted = sorted;
   c.keys.clear();
-  scan_bucket(bucket_, static_cast<std::uint16_t>(b), [&](std::size_t i) {
+  const auto bb = static_cast<std::uint16_t>(b);
+  scan_buckets(bucket_, bb, bb, [&](std::size_t i) {
     c.keys.push_back(sample_key(w_[i], static_cast<std::int32_t>(i)));
   });
   if (sorted) std::sort(c.keys.begin(), c.keys.end());
@@ -173,6 +179,23 @@ std::int32_t MassBuckets::id_at(std::int64_t pos) {
     start += count_[b];
   }
   return 0;  // pos beyond the row: not reached by the Sampler
+}
+
+bool MassBuckets::top(std::int64_t n, std::vector<std::uint64_t> &keys) const {
+  keys.clear();
+  if (n <= 0) return true;
+  // The first buckets holding n entries, short of the last (where -inf and NaN go).
+  std::int64_t have = 0;
+  int last = 0;
+  while (last < kBuckets - 1 && have + count_[last] < n) have += count_[last++];
+  if (last == kBuckets - 1) return false;
+  scan_buckets(bucket_, 0, static_cast<std::uint16_t>(last), [&](std::size_t i) {
+    keys.push_back(sample_key(w_[i], static_cast<std::int32_t>(i)));
+  });
+  const auto mid = keys.begin() + std::min<std::int64_t>(n, keys.size());
+  std::partial_sort(keys.begin(), mid, keys.end());
+  keys.erase(mid, keys.end());
+  return true;
 }
 
 }  // namespace keel

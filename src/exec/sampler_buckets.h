@@ -50,6 +50,12 @@ class MassBuckets {
   };
   Count count_at_least(double floor);
 
+  // The n first entries of the row in the sampler's order (logit descending, id
+  // ascending) as sample keys: the buckets are monotone in the logit, so they lie in the
+  // first buckets holding n entries, found by one scan. False (keys empty) when those
+  // reach the last bucket (-inf, NaN, far entries): select_top then.
+  bool top(std::int64_t n, std::vector<std::uint64_t> &keys) const;
+
   // The id at sorted position pos (< V).
   std::int32_t id_at(std::int64_t pos);
 
@@ -62,10 +68,15 @@ class MassBuckets {
   std::array<double, kBuckets> mass_{};
   std::array<std::int32_t, kBuckets> count_{};
   std::vector<std::uint16_t> bucket_;  // [V] each entry's bucket
-  // build()'s histograms of (sum of exp(c - g), count), two per part: [kParts][2] x 32 KiB.
-  static constexpr std::size_t kParts = 4;
-  using Histogram = std::array<std::array<double, 2>, kBuckets>;
-  std::vector<std::array<Histogram, 2>> acc_;
+  // build()'s histograms: per bucket the sum of exp(c - g) in fixed point (integer sums
+  // are exact in any order, so one histogram serves a whole row on one thread, and parts
+  // on a pool merge to the same sums) beside the count, the pair added as one 16-byte
+  // vector. kCopies interleaved copies, so that neighbours in one bucket (a row masked
+  // to -inf) do not wait on each other's store.
+  static constexpr std::size_t kParts = 4, kCopies = 2;
+  using MassCount = std::int64_t __attribute__((vector_size(16)));  // {mass, count}
+  using Histogram = std::array<std::array<MassCount, kBuckets>, kCopies>;
+  std::vector<Histogram> acc_;  // [kParts] on a pool, [1] on one thread
   struct Cached {
     int bucket = -1;
     bool sorted = false;

@@ -28,9 +28,13 @@ void paged_attention(const float *q, float *out, const ForwardBatch &batch,
   const std::int32_t bs = kv.block_size();
   if (static_cast<int>(thread_scores.size()) < pool.size()) thread_scores.resize(pool.size());
   const std::int64_t tasks = T * H;
-  pool.run([&](int tid, int nth) {
-    auto &scores = thread_scores[tid];
-    const std::int64_t a = tasks * tid / nth, b = tasks * (tid + 1) / nth;
+  // Chunks of (token, head) tasks claimed by whichever thread is free (a few per thread, so
+  // that one the OS has not scheduled holds up little); a task's result does not depend
+  // on the thread.
+  const int chunks = static_cast<int>(std::min<std::int64_t>(tasks, 8 * pool.size()));
+  pool.run_chunks(chunks, [&](int c, int slot) {
+    auto &scores = thread_scores[slot];
+    const std::int64_t a = tasks * c / chunks, b = tasks * (c + 1) / chunks;
     for (std::int64_t task = a; task < b; ++task) {
       const std::int64_t t = task / H, h = task % H, g = h / group;
       const SequenceSlice &s = batch.seqs[token_seq[t]];

@@ -302,29 +302,28 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
 
   // A family this CPU lacks (a scratch made for another machine) falls back to portable.
   const LinearIsa isa = scratch.isa <= best_linear_isa() ? scratch.isa : LinearIsa::kPortable;
-  // Static split of all jobs' row tiles over the threads: one parallel region.
+  // All jobs' row tiles in one parallel region, each tile claimed by whichever thread is
+  // free (a thread the OS has not scheduled holds up one tile, not a fixed share); a
+  // tile's result does not depend on the thread.
   const std::int64_t tiles = first_tile.back();
-  pool.run([&](int tid, int nth) {
-    const std::int64_t a = tiles * tid / nth, b = tiles * (tid + 1) / nth;
-    std::size_t j = 0;
-    for (std::int64_t g = a; g < b; ++g) {
-      while (first_tile[j + 1] <= g) ++j;
-      const std::int64_t N = jobs[j].w->shape[0];
-      const std::int64_t n0 = (g - first_tile[j]) * kRowTile;
-      const std::int64_t n1 = std::min(N, n0 + kRowTile);
-      switch (isa) {
+  pool.run_chunks(static_cast<int>(tiles), [&](int g, int tid) {
+    const std::size_t j = static_cast<std::size_t>(
+        std::upper_bound(first_tile.begin(), first_tile.end(), g) - first_tile.begin() - 1);
+    const std::int64_t N = jobs[j].w->shape[0];
+    const std::int64_t n0 = (g - first_tile[j]) * kRowTile;
+    const std::int64_t n1 = std::min(N, n0 + kRowTile);
+    switch (isa) {
 #ifdef KEEL_LINEAR_X86
-        case LinearIsa::kAvx512:
-          do_tile(IsaC<LinearIsa::kAvx512>{}, jobs[j], n0, n1, tid);
-          break;
-        case LinearIsa::kAvx2:
-          do_tile(IsaC<LinearIsa::kAvx2>{}, jobs[j], n0, n1, tid);
-          break;
+      case LinearIsa::kAvx512:
+        do_tile(IsaC<LinearIsa::kAvx512>{}, jobs[j], n0, n1, tid);
+        break;
+      case LinearIsa::kAvx2:
+        do_tile(IsaC<LinearIsa::kAvx2>{}, jobs[j], n0, n1, tid);
+        break;
 #endif
-        default:
-          do_tile(IsaC<LinearIsa::kPortable>{}, jobs[j], n0, n1, tid);
-          break;
-      }
+      default:
+        do_tile(IsaC<LinearIsa::kPortable>{}, jobs[j], n0, n1, tid);
+        break;
     }
   });
 }

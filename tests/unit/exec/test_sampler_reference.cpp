@@ -10,6 +10,7 @@
 
 #include "core/thread_pool.h"
 #include "exec/sampler.h"
+#include "exec/sampler_top.h"
 #include "sampler_reference.h"
 
 namespace keel {
@@ -126,6 +127,33 @@ TEST(SamplerVsReference, PoolSplitGivesTheSameTokensAndLogprobs) {
         ASSERT_EQ(ra.token, rc.token) << r << " " << set;
         EXPECT_EQ(ra.logprob, rb.logprob);
         EXPECT_EQ(ra.logprob, rc.logprob);
+      }
+    }
+  }
+}
+
+// The top-N logprobs of a row sampled through the mass histogram come from its first
+// buckets: the same entries, in the same order (logit descending, id ascending), as a sort
+// or selection over the whole row, on every shape (ties across bucket edges, rows masked to -inf,
+// narrow rows in one bucket) and for N past the finite entries.
+TEST(SamplerVsReference, TopLogprobsFromTheHistogramMatchASort) {
+  std::mt19937 rng(33);
+  for (int r = 0; r < 12; ++r) {
+    auto row = make_row(rng, 20000, static_cast<Shape>(r % 6));
+    if (r == 11) row[7] = std::numeric_limits<float>::quiet_NaN();
+    for (const int n : {1, 5, 20, 1500}) {
+      for (const float top_p : {1.0f, 0.9f}) {
+        SamplingParams p;
+        p.temperature = r % 2 ? 1.0f : 0.7f;
+        p.top_p = top_p;
+        p.logprobs = n;
+        Sampler s(p, 7 + r);
+        const SampledToken got = s.sample(row, {}, {});
+        std::vector<std::uint64_t> want;  // the selection over the whole row (NaN as -inf)
+        select_top(row, n, want);
+        ASSERT_EQ(got.top.size(), want.size()) << r << " " << n;
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_EQ(got.top[i].token, key_id(want[i])) << r << " " << n << " " << i;
       }
     }
   }
