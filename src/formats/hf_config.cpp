@@ -1,4 +1,5 @@
 // ModelConfig from HF config.json (+ generation_config.json) or from GGUF metadata.
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -136,6 +137,8 @@ const char *arch_name(Arch arch) {
       return "qwen3_moe";
     case Arch::kMixtral:
       return "mixtral";
+    case Arch::kGlm4Moe:
+      return "glm4_moe";
   }
   return "?";
 }
@@ -162,6 +165,13 @@ void validate_config(const ModelConfig &c, const std::string &origin) {
   if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1)) fail(origin, "rms_norm_eps out of range");
   if (!(c.rope_theta > 0)) fail(origin, "rope_theta must be positive");
   if (c.sliding_window && *c.sliding_window <= 0) fail(origin, "sliding_window must be positive");
+  {
+    const double rot = c.head_dim * c.partial_rotary_factor;
+    if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1) || rot != std::floor(rot) ||
+        static_cast<std::int64_t>(rot) % 2 != 0)
+      fail(origin, "partial_rotary_factor: " + std::to_string(c.partial_rotary_factor) +
+                       " does not give an even part of head_dim");
+  }
   for (TokenId t : c.eos_token_ids)
     if (t >= c.vocab_size) fail(origin, "eos_token_id " + std::to_string(t) + " >= vocab_size");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
@@ -193,6 +203,8 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     c.arch = Arch::kQwen3Moe;
   } else if (c.arch_name == "mixtral") {
     c.arch = Arch::kMixtral;
+  } else if (c.arch_name == "glm4_moe") {
+    c.arch = Arch::kGlm4Moe;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": model_type \"" + c.arch_name + "\" is not supported");
@@ -246,6 +258,19 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
       c.attention_bias = attn_bias;
       c.attention_out_bias = attn_bias;
       break;
+    case Arch::kGlm4Moe:
+      // q/k/v biases with attention_bias, never one on o_proj; q/k norm when asked.
+      c.attention_bias = attn_bias;
+      c.qk_norm = opt_bool(j, "use_qk_norm", origin).value_or(false);
+      break;
+  }
+  // GLM-4.5 rotates only part of each head (top level, or in transformers 5's
+  // rope_parameters).
+  if (auto v = opt_num(j, "partial_rotary_factor", origin)) {
+    c.partial_rotary_factor = *v;
+  } else if (rope_params) {
+    if (auto w = opt_num(*rope_params, "partial_rotary_factor", origin + ": rope_parameters"))
+      c.partial_rotary_factor = *w;
   }
   if (opt_bool(j, "mlp_bias", origin).value_or(false))
     throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");

@@ -259,6 +259,13 @@ void ModelWeights::check_shapes() const {
         expect(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, true);
         expect(moe_expert_name(m, l, e, ExpertMatrix::kDown), {h, I}, true);
       }
+      if (m.scoring == MoeConfig::Scoring::kSigmoid)
+        expect(moe_router_bias_name(m, l), {m.num_experts}, true);
+      if (const std::int64_t S = m.shared_intermediate; S > 0) {
+        expect(moe_shared_name(m, l, ExpertMatrix::kGate), {S, h}, true);
+        expect(moe_shared_name(m, l, ExpertMatrix::kUp), {S, h}, true);
+        expect(moe_shared_name(m, l, ExpertMatrix::kDown), {h, S}, true);
+      }
       // More experts stored than the config says means the config is not this
       // checkpoint's: refuse rather than route over a subset.
       if (find(moe_expert_name(m, l, m.num_experts, ExpertMatrix::kGate)))

@@ -25,12 +25,12 @@ std::vector<TokenId> prompt(std::uint32_t seed, int n, int vocab) {
   return p;
 }
 
-TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
+void alone_vs_batched_with_31_others(const std::string &arch) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("keel-moe-model-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   MakeModelOptions o;
-  o.arch = "qwen3_moe";
+  o.arch = arch;
   o.shape = "tiny";
   o.dtype = DType::kBF16;
   o.seed = 5;
@@ -83,6 +83,14 @@ TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
   // The logits are not degenerate.
   const auto [lo, hi] = std::minmax_element(alone_decode.begin(), alone_decode.end());
   EXPECT_GT(*hi - *lo, 0.01f);
+}
+
+TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
+  alone_vs_batched_with_31_others("qwen3_moe");
+}
+// GLM-4.5: grouped sigmoid routing, a shared expert, a dense first layer, partial rotary.
+TEST(CpuMoe, Glm4MoeSameLogitsAloneAndBatchedWith31Others) {
+  alone_vs_batched_with_31_others("glm4_moe");
 }
 
 // The same qwen3_moe written as llama.cpp lays it out in GGUF (qwen3moe keys, each
