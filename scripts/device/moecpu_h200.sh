@@ -12,7 +12,7 @@ mkdir -p "$out"
 start=$SECONDS
 python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)'
 # No GPU: the reference must not touch a TF32 or reduced-precision path.
-CUDA_VISIBLE_DEVICES="" OUT="$out" timeout 80 python3 scripts/ref/moe_fixtures.py \
+CUDA_VISIBLE_DEVICES="" OUT="$out" timeout 75 python3 scripts/ref/moe_fixtures.py \
   >"$out/moe_fixtures.log" 2>&1
 echo "moe_fixtures exit $? after $((SECONDS - start)) s"
 grep -E '^ok |^errors:|Error|error:' "$out/moe_fixtures.log" | tail -30

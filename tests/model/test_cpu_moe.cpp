@@ -1,11 +1,14 @@
-// A Qwen3-MoE model (random weights from make_model) on the CPU runner: a sequence's
-// logits are bit-identical alone and batched with 31 other sequences, in prefill and
-// in decode, through paged KV blocks. (Agreement with transformers comes from the
-// fixtures scripts/ref/moe_fixtures.py makes, which test_cpu_vs_transformers reads.)
+// Qwen3-MoE and GLM-4.5 models (random weights from make_model) on the CPU runner: a
+// sequence's logits are bit-identical alone and batched with 31 other sequences, in
+// prefill and in decode, through paged KV blocks; GGUF and fused expert layouts; GLM's
+// unused MTP layer. (Agreement with transformers comes from the fixtures
+// scripts/ref/moe_fixtures.py makes, which test_cpu_moe_fixtures reads.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "formats/gguf_writer.h"
 #include "formats/make_model.h"
@@ -248,6 +251,66 @@ TEST(CpuMoe, FusedExpertTensorsMatchPerExpertOnes) {
   ASSERT_EQ(outs[0].logits.size(), outs[1].logits.size());
   EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
                            outs[0].logits.size() * sizeof(float)));
+}
+
+// GLM-4.5's multi-token-prediction layer (model.layers.{num_hidden_layers}, counted by
+// num_nextn_predict_layers) is mapped with the checkpoint but never read: a checkpoint
+// that carries one gives the same logits as the same checkpoint without it.
+TEST(CpuMoe, Glm4MoeMtpLayerIsLoadedButUnused) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("keel-glm-mtp-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  MakeModelOptions o;
+  o.arch = "glm4_moe";
+  o.shape = "tiny";
+  o.dtype = DType::kF32;
+  o.seed = 12;
+  o.out = dir;
+  o.threads = 2;
+  make_model(o);
+  ExecContext ctx(2);
+  const std::vector<TokenId> tokens = prompt(3, 21, 512);
+  auto logits_of = [&](const std::filesystem::path &d) {
+    auto runner = cpu::CpuModelRunner::open(d, ctx, {64, 16});
+    BlockHandout blocks(64, 5);
+    PagedSeq seq;
+    seq.tokens = tokens;
+    return run_step(*runner, blocks, {{&seq, 21, SequenceSlice::Logits::kAll}}).logits;
+  };
+  const auto without = logits_of(dir);
+
+  // The MTP layer's tensors in a second file, both files in an index, the config saying 1.
+  const std::int64_t L = make_model_config(o).num_layers;
+  const std::string mtp = "model.layers." + std::to_string(L) + ".";
+  const std::vector<TensorSpec> specs = {
+      {mtp + "eh_proj.weight", DType::kF32, {64, 128}},
+      {mtp + "mlp.experts.0.gate_proj.weight", DType::kF32, {32, 64}}};
+  {
+    SafetensorsWriter w(dir / "mtp.safetensors", specs);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const std::vector<float> v(static_cast<std::size_t>(specs[i].shape[0] * specs[i].shape[1]),
+                                 0.5f);
+      w.write(i, 0, std::as_bytes(std::span<const float>(v)));
+    }
+    w.commit();
+  }
+  nlohmann::json index;
+  for (const std::string &name : ModelWeights::open(dir)->names())
+    index["weight_map"][name] = "model.safetensors";
+  for (const TensorSpec &t : specs) index["weight_map"][t.name] = "mtp.safetensors";
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  nlohmann::json cfg;
+  std::ifstream(dir / "config.json") >> cfg;
+  cfg["num_nextn_predict_layers"] = 1;
+  std::ofstream(dir / "config.json") << cfg.dump();
+
+  const auto w = ModelWeights::open(dir);
+  EXPECT_EQ(w->config().moe->nextn_predict_layers, 1);
+  EXPECT_TRUE(w->find(mtp + "eh_proj.weight"));  // mapped with the rest
+  const auto with = logits_of(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(with.size(), without.size());
+  EXPECT_EQ(0, std::memcmp(with.data(), without.data(), with.size() * sizeof(float)));
 }
 
 }  // namespace
