@@ -316,6 +316,46 @@ ModelConfig load_hf_config(const std::filesystem::path &model_dir) {
   return c;
 }
 
+namespace {
+
+// llama.cpp's glm4moe: block_count counts the MTP layers (nextn_predict_layers) after
+// the decoder layers; rope.dimension_count is the rotated part of a head; experts are
+// stacked per layer, the shared one is ffn_*_shexp, the correction bias exp_probs_b; a
+// layer with a router is sparse.
+MoeConfig glm4moe_from_gguf(const GgufFile &g, ModelConfig &c) {
+  const std::string &origin = g.path();
+  const std::string a = c.arch_name + ".";
+  MoeConfig m;
+  m.scoring = MoeConfig::Scoring::kSigmoid;
+  if (auto f = g.get_opt_i64(a + "expert_gating_func"); f && *f != 2)
+    throw Error(ErrorCode::kUnsupported, origin + ": " + a + "expert_gating_func " +
+                                             std::to_string(*f) + " is not supported (2, sigmoid)");
+  m.num_experts = g.get_i64(a + "expert_count");
+  m.top_k = g.get_i64(a + "expert_used_count");
+  m.expert_intermediate = g.get_i64(a + "expert_feed_forward_length");
+  m.shared_intermediate =
+      g.get_opt_i64(a + "expert_shared_count").value_or(1) * m.expert_intermediate;
+  m.routed_scaling_factor = g.get_opt_f64(a + "expert_weights_scale").value_or(1.0);
+  m.norm_topk_prob = g.get_opt_bool(a + "expert_weights_norm").value_or(false);
+  // Not written by llama.cpp's GLM converter (the released models have one group); read
+  // when present, as other architectures' GGUF files name them.
+  m.n_group = g.get_opt_i64(a + "expert_group_count").value_or(1);
+  m.topk_group = g.get_opt_i64(a + "expert_group_used_count").value_or(m.n_group);
+  m.nextn_predict_layers = g.get_opt_i64(a + "nextn_predict_layers").value_or(0);
+  if (m.nextn_predict_layers < 0 || m.nextn_predict_layers >= c.num_layers)
+    fail(origin, a + "nextn_predict_layers: " + std::to_string(m.nextn_predict_layers) +
+                     " is not less than block_count");
+  c.num_layers -= m.nextn_predict_layers;
+  if (auto rot = g.get_opt_i64(a + "rope.dimension_count"); rot && c.head_dim > 0)
+    c.partial_rotary_factor = static_cast<double>(*rot) / static_cast<double>(c.head_dim);
+  for (std::int64_t l = 0; l < c.num_layers; ++l)
+    m.sparse_layers.push_back(g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") !=
+                              nullptr);
+  return m;
+}
+
+}  // namespace
+
 ModelConfig config_from_gguf(const GgufFile &g) {
   const std::string &origin = g.path();
   ModelConfig c;
@@ -330,6 +370,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kQwen3;
   } else if (c.arch_name == "qwen3moe") {
     c.arch = Arch::kQwen3Moe;
+  } else if (c.arch_name == "glm4moe") {
+    c.arch = Arch::kGlm4Moe;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
@@ -397,6 +439,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
       m.sparse_layers.push_back(
           g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr);
     c.moe = m;
+  } else if (c.arch == Arch::kGlm4Moe) {
+    c.moe = glm4moe_from_gguf(g, c);
   }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {

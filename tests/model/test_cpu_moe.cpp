@@ -96,14 +96,15 @@ TEST(CpuMoe, Glm4MoeSameLogitsAloneAndBatchedWith31Others) {
   alone_vs_batched_with_31_others("glm4_moe");
 }
 
-// The same qwen3_moe written as llama.cpp lays it out in GGUF (qwen3moe keys, each
-// layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight) gives the same logits.
-TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
+// The same model written as llama.cpp lays it out in GGUF (qwen3moe or glm4moe keys,
+// each layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight; GLM's shared
+// expert in ffn_*_shexp and its correction bias in exp_probs_b) gives the same logits.
+void gguf_matches_safetensors(const std::string &arch) {
   const auto base =
       std::filesystem::temp_directory_path() / ("keel-moe-gguf-" + std::to_string(::getpid()));
   std::filesystem::remove_all(base);
   MakeModelOptions o;
-  o.arch = "qwen3_moe";
+  o.arch = arch;
   o.shape = "tiny";
   o.dtype = DType::kF32;
   o.seed = 8;
@@ -114,9 +115,11 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   const ModelConfig &c = st->config();
   const MoeConfig &m = *c.moe;
 
+  const bool glm = arch == "glm4_moe";
   GgufMetadata meta;
-  meta.add_string("general.architecture", "qwen3moe");
-  const std::string a = "qwen3moe.";
+  const std::string gguf_arch = glm ? "glm4moe" : "qwen3moe";
+  meta.add_string("general.architecture", gguf_arch);
+  const std::string a = gguf_arch + ".";
   meta.add_u32(a + "embedding_length", static_cast<std::uint32_t>(c.hidden_size));
   meta.add_u32(a + "feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
   meta.add_u32(a + "block_count", static_cast<std::uint32_t>(c.num_layers));
@@ -128,6 +131,17 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   meta.add_u32(a + "expert_count", static_cast<std::uint32_t>(m.num_experts));
   meta.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(m.top_k));
   meta.add_u32(a + "expert_feed_forward_length", static_cast<std::uint32_t>(m.expert_intermediate));
+  if (glm) {
+    meta.add_u32(a + "expert_shared_count", 1);
+    meta.add_u32(a + "leading_dense_block_count", 1);
+    meta.add_f32(a + "expert_weights_scale", static_cast<float>(m.routed_scaling_factor));
+    meta.add_bool(a + "expert_weights_norm", m.norm_topk_prob);
+    meta.add_u32(a + "expert_gating_func", 2);
+    meta.add_u32(a + "rope.dimension_count", static_cast<std::uint32_t>(c.head_dim / 2));
+    meta.add_u32(a + "nextn_predict_layers", 0);
+    meta.add_u32(a + "expert_group_count", static_cast<std::uint32_t>(m.n_group));
+    meta.add_u32(a + "expert_group_used_count", static_cast<std::uint32_t>(m.topk_group));
+  }
 
   // Plain tensors under their GGUF names; experts stacked, expert-major.
   std::vector<TensorSpec> specs;
@@ -141,7 +155,7 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   const char *stacked[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
   const ExpertMatrix which[] = {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown};
   for (std::int64_t l = 0; l < c.num_layers; ++l)
-    for (int j = 0; j < 3; ++j) {
+    for (int j = 0; j < 3 && m.sparse(l); ++j) {
       std::vector<const TensorView *> parts;
       for (std::int64_t e = 0; e < m.num_experts; ++e)
         parts.push_back(&st->get(moe_expert_name(m, l, e, which[j])));
@@ -169,6 +183,8 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   std::filesystem::remove_all(base);
   ASSERT_TRUE(from_gguf->config().moe);
   EXPECT_EQ(from_gguf->config().moe->num_experts, m.num_experts);
+  EXPECT_EQ(from_gguf->config().moe->scoring, m.scoring);
+  EXPECT_EQ(from_gguf->config().partial_rotary_factor, c.partial_rotary_factor);
   const int V = static_cast<int>(c.vocab_size);
   std::vector<ForwardOutput> outs;
   for (cpu::CpuModelRunner *r : {from_st.get(), from_gguf.get()}) {
@@ -181,6 +197,9 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
                            outs[0].logits.size() * sizeof(float)));
 }
+
+TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) { gguf_matches_safetensors("qwen3_moe"); }
+TEST(CpuMoe, Glm4MoeGgufMatchesSafetensors) { gguf_matches_safetensors("glm4_moe"); }
 
 // The same qwen3_moe with its experts fused as transformers 5 keeps them
 // (mlp.experts.gate_up_proj [E, 2I, hidden], mlp.experts.down_proj [E, hidden, I]).

@@ -36,6 +36,10 @@ TokenId argmax(const std::vector<float> &row) {
   return static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// Architectures the script makes fixtures for that keel does not load yet; a fixture of
+// one is skipped saying so (remove the name when the architecture lands).
+const std::vector<std::string> kNotLoadedYet = {"gpt_oss"};
+
 class MoeVsTransformers : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -44,6 +48,9 @@ class MoeVsTransformers : public ::testing::TestWithParam<std::string> {
       GTEST_SKIP() << "fixture absent: " << dir_
                    << " (made by scripts/ref/moe_fixtures.py; scripts/device/moecpu_h200.sh)";
     std::ifstream(dir_ / "reference.json") >> ref_;
+    const auto arch = ref_["arch"].get<std::string>();
+    if (std::find(kNotLoadedYet.begin(), kNotLoadedYet.end(), arch) != kNotLoadedYet.end())
+      GTEST_SKIP() << arch << ": keel does not load this architecture yet (issue #19)";
   }
   std::filesystem::path dir_;
   nlohmann::json ref_;

@@ -204,14 +204,15 @@ void rename_tensor(const std::filesystem::path &file, const std::string &from,
 
 TEST(Glm4MoeCheckpoint, MissingCorrectionBiasOrSharedExpertIsNamed) {
   for (const char *name : {"model.layers.2.mlp.gate.e_score_correction_bias",
-                                 "model.layers.1.mlp.shared_experts.gate_proj.weight",
-                                 "model.layers.2.mlp.experts.3.down_proj.weight"}) {
+                           "model.layers.1.mlp.shared_experts.gate_proj.weight",
+                           "model.layers.2.mlp.experts.3.down_proj.weight"}) {
     test::TempDir dir;
     make_model(tiny_glm(dir.path()));
     std::string renamed = name;
     renamed.back() = 'X';
     rename_tensor(dir / "model.safetensors", name, renamed);
-    EXPECT_NE(open_error(dir.path()).find("missing tensor " + name), std::string::npos) << name;
+    EXPECT_NE(open_error(dir.path()).find("missing tensor " + std::string(name)), std::string::npos)
+        << name;
   }
 }
 
