@@ -107,6 +107,7 @@ RopeScaling parse_rope_scaling(const json &rs, const std::string &origin) {
   if (auto v = opt_num(rs, "beta_fast", where)) r.beta_fast = *v;
   if (auto v = opt_num(rs, "beta_slow", where)) r.beta_slow = *v;
   if (auto v = opt_num(rs, "attention_factor", where)) r.attention_factor = *v;
+  if (auto v = opt_bool(rs, "truncate", where)) r.truncate = *v;
   if (r.type == RopeScaling::Type::kLlama3 &&
       (r.high_freq_factor <= r.low_freq_factor || r.original_max_position <= 0))
     fail(where, "llama3 needs high_freq_factor > low_freq_factor and a positive original length");

@@ -26,6 +26,7 @@ struct RopeScaling {
   double beta_fast = 32.0;                    // yarn
   double beta_slow = 1.0;                     // yarn
   std::optional<double> attention_factor;     // yarn mscale override
+  bool truncate = true;  // yarn: round the correction range to whole dims (gpt-oss: false)
 };
 
 // HF's rotate_half pairs (i, i + d/2); GGUF llama-type files permute q/k rows so that

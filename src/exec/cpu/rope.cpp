@@ -58,8 +58,8 @@ RopeTable make_rope_table(const ModelConfig &cfg) {
         return (static_cast<double>(dim) * std::log(orig / (rot * 2 * std::numbers::pi))) /
                (2 * std::log(cfg.rope_theta));
       };
-      double low = std::floor(correction_dim(s.beta_fast));
-      double high = std::ceil(correction_dim(s.beta_slow));
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) low = std::floor(low), high = std::ceil(high);
       low = std::max(low, 0.0);
       high = std::min(high, static_cast<double>(dim - 1));
       if (low == high) high += 0.001;
