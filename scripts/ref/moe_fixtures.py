@@ -7,12 +7,17 @@ in float64 so that no TF32 or reduced-precision path touches the reference):
 
     OUT=/some/dir python3 scripts/ref/moe_fixtures.py
 
-It writes $OUT/moe_models.tar.gz holding, for every variant, <name>/ (config.json +
-model.safetensors in the layout the released checkpoints use) and reference.json, plus
-summary.json (versions, which classes exist, the tensor names each model saved).
-Unpack the variants keel runs (qwen3_moe_*, qwen3_moe_nonorm_*, mixtral_*) into
-tests/fixtures/models/, where test_cpu_vs_transformers and test_cpu_ragged_batch find
-them; gpt_oss_* and glm4_moe_* belong there once keel loads those architectures.
+It writes $OUT/moe_models/<name>/ for every variant (config.json + model.safetensors in
+the layout the released checkpoints use, and reference.json) and
+$OUT/moe_models/summary.json (versions, which classes exist, the tensor names each model
+saved, errors). Copy $OUT/moe_models to tests/fixtures/moe_models, where
+tests/model/test_cpu_moe_fixtures.cpp finds them (and skips the ones that are absent).
+It exits non-zero when any variant failed.
+
+transformers 5 runs experts through an "experts implementation" (grouped_mm by default,
+which takes only bf16/f16 matrices); every model here is switched to the "eager"
+per-expert loop (from_pretrained(experts_implementation="eager") and
+set_experts_implementation), which runs in float64.
 
 Differences from model_fixtures.py (the dense models):
   * the reference is the saved model re-loaded and run in float64;
@@ -20,9 +25,11 @@ Differences from model_fixtures.py (the dense models):
     whatever save_pretrained writes, per-expert checkpoints (Qwen3-MoE, Mixtral,
     GLM-4.5) are rewritten to the released per-expert names and re-loaded from them;
   * routers get larger weights so that top-k choices are far from ties, and
-    reference.json["routing"] records, per MoE layer, how many tokens each expert took
-    and the smallest gap between the last chosen and the first unchosen score over all
-    tokens run (a seed whose gap is below MIN_GAP is replaced by the next).
+    reference.json["routing"] records, per MoE layer, how many tokens each expert took,
+    how many experts were used, and the smallest gap between the last chosen and the
+    first unchosen score over all tokens run (a seed whose gap is below MIN_GAP, or
+    whose routing uses fewer than MIN_EXPERTS_USED of a layer's experts, is replaced by
+    the next; a variant that never gets there fails).
 """
 import copy
 import json
@@ -30,7 +37,6 @@ import math
 import os
 import re
 import sys
-import tarfile
 import tempfile
 import traceback
 
@@ -42,6 +48,7 @@ GREEDY_STEPS = 12
 TOP_N = 5
 MIN_GAP = 1e-4
 PROMPT_LENS = (5, 16, 37)
+MIN_EXPERTS_USED = 0.75  # of a layer's experts, over all tokens run
 
 COMMON = dict(vocab_size=320, hidden_size=64, max_position_embeddings=256, rms_norm_eps=1e-5,
               bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
@@ -78,7 +85,7 @@ def variants():
                 dict(rope_type="yarn", rope_theta=150000.0, factor=4.0,
                      original_max_position_embeddings=64, beta_fast=32.0, beta_slow=1.0,
                      truncate=False),
-                ["f32"], "fused"))
+                ["f32", "bf16"], "fused"))
     out.append(("glm4_moe", "Glm4MoeConfig", "Glm4MoeForCausalLM",
                 dict(intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=3,
                      num_attention_heads=4, num_key_value_heads=2, head_dim=32,
@@ -86,7 +93,17 @@ def variants():
                      num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1,
                      norm_topk_prob=True, routed_scaling_factor=2.5, use_qk_norm=True,
                      attention_bias=True, num_nextn_predict_layers=0),
-                dict(rope_type="default", rope_theta=1000000.0), ["f32"], "per_expert"))
+                dict(rope_type="default", rope_theta=1000000.0), ["f32", "bf16"], "per_expert"))
+    # No q/k norm or attention bias, two shared experts, no dense layer, four groups of
+    # which two are kept, weights not renormalized.
+    out.append(("glm4_moe_nonorm", "Glm4MoeConfig", "Glm4MoeForCausalLM",
+                dict(intermediate_size=128, moe_intermediate_size=32, num_hidden_layers=2,
+                     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                     partial_rotary_factor=0.5, n_routed_experts=8, n_shared_experts=2,
+                     num_experts_per_tok=3, n_group=4, topk_group=2, first_k_dense_replace=0,
+                     norm_topk_prob=False, routed_scaling_factor=1.5, use_qk_norm=False,
+                     attention_bias=False, num_nextn_predict_layers=0),
+                dict(rope_type="default", rope_theta=10000.0), ["f32"], "per_expert"))
     return out
 
 
@@ -95,6 +112,8 @@ def make_config(cfg_cls, kwargs, rope):
     kw.update(kwargs)
     if V5:
         kw["rope_parameters"] = dict(rope)
+        if "partial_rotary_factor" in kwargs:  # v5 reads it from rope_parameters
+            kw["rope_parameters"]["partial_rotary_factor"] = kwargs["partial_rotary_factor"]
     else:
         kw["rope_theta"] = rope["rope_theta"]
         scaling = {k: v for k, v in rope.items() if k != "rope_theta"}
@@ -106,6 +125,26 @@ def make_config(cfg_cls, kwargs, rope):
         except Exception:
             pass
     return cfg
+
+
+def eager(model):
+    """Switches a model to the eager attention and per-expert loop (float64-safe)."""
+    if hasattr(model, "set_experts_implementation"):
+        try:
+            model.set_experts_implementation("eager")
+        except Exception as e:  # the config attribute below still selects the loop
+            print("set_experts_implementation:", type(model).__name__, e, flush=True)
+    if hasattr(model, "set_attn_implementation"):
+        try:
+            model.set_attn_implementation("eager")
+        except Exception:
+            pass
+    for attr in ("_attn_implementation", "_experts_implementation"):
+        try:
+            setattr(model.config, attr, "eager")
+        except Exception:
+            pass
+    return model
 
 
 def init_weights(model, cfg, seed):
@@ -181,10 +220,11 @@ def rewrite_experts(d, layout, cfg):
 def load_f64(model_cls, path):
     kw = {"dtype": torch.float32} if V5 else {"torch_dtype": torch.float32}
     try:
+        m = model_cls.from_pretrained(path, attn_implementation="eager",
+                                      experts_implementation="eager", **kw)
+    except (TypeError, ValueError):
         m = model_cls.from_pretrained(path, attn_implementation="eager", **kw)
-    except TypeError:
-        m = model_cls.from_pretrained(path, **kw)
-    return m.double().eval()
+    return eager(m.double().eval())
 
 
 def logits_of(model, ids):
@@ -239,9 +279,9 @@ def selection(arch, cfg, logits, corr):
         gtop = gs.topk(cfg.topk_group, dim=-1)
         mask = torch.zeros_like(gs).scatter_(1, gtop.indices, 1.0)
         emask = mask.unsqueeze(-1).expand(T, G, E // G).reshape(T, E)
-        masked = s.masked_fill(emask == 0, float("-inf"))
+        masked = s.masked_fill(emask == 0, 0.0)  # as transformers masks unchosen groups
         srt = masked.sort(dim=-1, descending=True).values
-        gap_e = (srt[:, k - 1] - srt[:, k]).nan_to_num(posinf=1e9)
+        gap_e = srt[:, k - 1] - srt[:, k]
         if cfg.topk_group < G:
             gsrt = gs.sort(dim=-1, descending=True).values
             gap_g = gsrt[:, cfg.topk_group - 1] - gsrt[:, cfg.topk_group]
@@ -272,14 +312,68 @@ def routing_stats(arch, model, cfg, token_lists):
         logits = x @ w.T + (b if b is not None else 0)
         chosen, gap = selection(arch, cfg, logits, corr)
         counts = torch.bincount(chosen.reshape(-1), minlength=w.shape[0]).tolist()
-        stats.append({"layer": i, "expert_tokens": counts, "min_gap": gap})
+        stats.append({"layer": i, "expert_tokens": counts,
+                      "experts_used": sum(1 for c in counts if c > 0), "min_gap": gap})
     return stats
+
+
+def spread_ok(stats, cfg):
+    """Every MoE layer's routing used at least MIN_EXPERTS_USED of its experts."""
+    return all(st["experts_used"] >= math.ceil(MIN_EXPERTS_USED * len(st["expert_tokens"]))
+               for st in stats)
+
+
+def write_variant(out_root, vname, name, dt, model, model_cls, cfg, kwargs, rope, layout,
+                  prompts, summary):
+    d = os.path.join(out_root, vname)
+    tdt = {"f32": torch.float32, "bf16": torch.bfloat16}[dt]
+    copy.deepcopy(model).to(tdt).save_pretrained(d)
+    summary["saved_names"][vname] = [n for n in rewrite_experts(d, layout, cfg)
+                                     if ".layers.0." in n or ".layers.1." in n or
+                                     "layers" not in n]
+    with open(os.path.join(d, "config.json")) as f:
+        c = json.load(f)
+    # The released configs keep these at the top level; transformers 5 may move them
+    # into rope_parameters.
+    c.setdefault("rope_theta", rope["rope_theta"])
+    if "partial_rotary_factor" in kwargs:
+        c.setdefault("partial_rotary_factor", kwargs["partial_rotary_factor"])
+    if c.get("rope_scaling") is None:
+        sc = {k: v for k, v in rope.items() if k != "rope_theta"}
+        c["rope_scaling"] = None if sc["rope_type"] == "default" else sc
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+    p = os.path.join(d, "generation_config.json")
+    if os.path.exists(p):
+        os.remove(p)
+    ref_model = load_f64(model_cls, d)
+    recs = [reference(ref_model, q) for q in prompts]
+    full = [r["ids"] + [s["id"] for s in r["greedy"]] for r in recs]
+    routing = routing_stats(name, ref_model, cfg, full)
+    if not routing:
+        raise RuntimeError(f"{vname}: no MoE layer was found to record routing")
+    if not spread_ok(routing, cfg):
+        raise RuntimeError(f"{vname}: routing uses too few experts: "
+                           f"{[st['expert_tokens'] for st in routing]}")
+    rot = ref_model.model.rotary_emb
+    inv = getattr(rot, "inv_freq", None)
+    rec = {"name": vname, "arch": name, "dtype": dt, "rope": rope,
+           "rotary": {"inv_freq": [float(x) for x in inv] if inv is not None else None,
+                      "attention_scaling": float(getattr(rot, "attention_scaling", 1.0))},
+           "routing": routing, "prompts": recs}
+    with open(os.path.join(d, "reference.json"), "w") as f:
+        json.dump(rec, f)
+    summary["variants"].append(vname)
+    print("ok", vname, "min_gap", min(st["min_gap"] for st in routing),
+          "experts", [st["expert_tokens"] for st in routing],
+          "greedy", [st["id"] for st in recs[0]["greedy"]], flush=True)
 
 
 def main():
     out_dir = os.environ.get("OUT") or sys.argv[1]
     torch.set_num_threads(min(8, os.cpu_count() or 1))
-    work = tempfile.mkdtemp(prefix="keel_moe_fixtures_")
+    out_root = os.path.join(out_dir, "moe_models")
+    os.makedirs(out_root, exist_ok=True)
     summary = {"transformers": transformers.__version__, "torch": torch.__version__,
                "classes": {}, "variants": [], "saved_names": {}, "errors": []}
     for n in ("Qwen3MoeForCausalLM", "MixtralForCausalLM", "GptOssForCausalLM",
@@ -295,59 +389,28 @@ def main():
             cfg = make_config(cfg_cls, kwargs, rope)
             V = cfg.vocab_size
             prompts = [torch.randint(3, V, (n,), generator=g).tolist() for n in PROMPT_LENS]
-            for attempt in range(6):
-                model = model_cls(cfg).float().eval()
+            for attempt in range(8):
+                model = eager(model_cls(cfg).float().eval())
                 init_weights(model, cfg, seed=200 + 17 * vi + attempt)
-                probe = routing_stats(name, copy.deepcopy(model).double(), cfg, prompts)
-                if min(s["min_gap"] for s in probe) > 10 * MIN_GAP:
+                probe = routing_stats(name, eager(copy.deepcopy(model).double()), cfg, prompts)
+                if min(st["min_gap"] for st in probe) > 10 * MIN_GAP and spread_ok(probe, cfg):
                     break
             for dt in dtypes:
-                vname = f"{name}_{dt}"
-                d = os.path.join(work, vname)
-                tdt = {"f32": torch.float32, "bf16": torch.bfloat16}[dt]
-                copy.deepcopy(model).to(tdt).save_pretrained(d)
-                summary["saved_names"][vname] = [n for n in rewrite_experts(d, layout, cfg)
-                                                  if ".layers.0." in n or "layers" not in n]
-                with open(os.path.join(d, "config.json")) as f:
-                    c = json.load(f)
-                c.setdefault("rope_theta", rope["rope_theta"])
-                if c.get("rope_scaling") is None:
-                    sc = {k: v for k, v in rope.items() if k != "rope_theta"}
-                    c["rope_scaling"] = None if sc["rope_type"] == "default" else sc
-                with open(os.path.join(d, "config.json"), "w") as f:
-                    json.dump(c, f, indent=2, sort_keys=True)
-                p = os.path.join(d, "generation_config.json")
-                if os.path.exists(p):
-                    os.remove(p)
-                ref_model = load_f64(model_cls, d)
-                recs = [reference(ref_model, p) for p in prompts]
-                full = [r["ids"] + [s["id"] for s in r["greedy"]] for r in recs]
-                routing = routing_stats(name, ref_model, cfg, full)
-                rot = ref_model.model.rotary_emb
-                inv = getattr(rot, "inv_freq", None)
-                rec = {"name": vname, "arch": name, "dtype": dt, "rope": rope,
-                       "rotary": {"inv_freq": [float(x) for x in inv] if inv is not None
-                                  else None,
-                                  "attention_scaling": float(getattr(rot, "attention_scaling",
-                                                                     1.0))},
-                       "routing": routing, "prompts": recs}
-                with open(os.path.join(d, "reference.json"), "w") as f:
-                    json.dump(rec, f)
-                summary["variants"].append(vname)
-                print("ok", vname, "min_gap", min(s["min_gap"] for s in routing),
-                      "experts", [s["expert_tokens"] for s in routing],
-                      "greedy", [s["id"] for s in recs[0]["greedy"]], flush=True)
+                try:
+                    write_variant(out_root, f"{name}_{dt}", name, dt, model, model_cls, cfg,
+                                  kwargs, rope, layout, prompts, summary)
+                except Exception:
+                    traceback.print_exc()
+                    summary["errors"].append({"variant": f"{name}_{dt}",
+                                              "trace": traceback.format_exc()})
         except Exception:
             traceback.print_exc()
             summary["errors"].append({"variant": name, "trace": traceback.format_exc()})
-    with open(os.path.join(work, "summary.json"), "w") as f:
+    with open(os.path.join(out_root, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    os.makedirs(out_dir, exist_ok=True)
-    with tarfile.open(os.path.join(out_dir, "moe_models.tar.gz"), "w:gz") as tar:
-        for entry in sorted(os.listdir(work)):
-            tar.add(os.path.join(work, entry), arcname=entry)
     print(json.dumps({k: summary[k] for k in ("transformers", "variants", "saved_names")}))
-    print("errors:", len(summary["errors"]))
+    print("errors:", len(summary["errors"]), [e["variant"] for e in summary["errors"]])
+    sys.exit(1 if summary["errors"] else 0)
 
 
 if __name__ == "__main__":

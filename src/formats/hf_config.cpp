@@ -1,4 +1,5 @@
 // ModelConfig from HF config.json (+ generation_config.json) or from GGUF metadata.
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -106,6 +107,7 @@ RopeScaling parse_rope_scaling(const json &rs, const std::string &origin) {
   if (auto v = opt_num(rs, "beta_fast", where)) r.beta_fast = *v;
   if (auto v = opt_num(rs, "beta_slow", where)) r.beta_slow = *v;
   if (auto v = opt_num(rs, "attention_factor", where)) r.attention_factor = *v;
+  if (auto v = opt_bool(rs, "truncate", where)) r.truncate = *v;
   if (r.type == RopeScaling::Type::kLlama3 &&
       (r.high_freq_factor <= r.low_freq_factor || r.original_max_position <= 0))
     fail(where, "llama3 needs high_freq_factor > low_freq_factor and a positive original length");
@@ -136,6 +138,8 @@ const char *arch_name(Arch arch) {
       return "qwen3_moe";
     case Arch::kMixtral:
       return "mixtral";
+    case Arch::kGlm4Moe:
+      return "glm4_moe";
   }
   return "?";
 }
@@ -162,6 +166,13 @@ void validate_config(const ModelConfig &c, const std::string &origin) {
   if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1)) fail(origin, "rms_norm_eps out of range");
   if (!(c.rope_theta > 0)) fail(origin, "rope_theta must be positive");
   if (c.sliding_window && *c.sliding_window <= 0) fail(origin, "sliding_window must be positive");
+  {
+    const double rot = c.head_dim * c.partial_rotary_factor;
+    if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1) || rot != std::floor(rot) ||
+        static_cast<std::int64_t>(rot) % 2 != 0)
+      fail(origin, "partial_rotary_factor: " + std::to_string(c.partial_rotary_factor) +
+                       " does not give an even part of head_dim");
+  }
   for (TokenId t : c.eos_token_ids)
     if (t >= c.vocab_size) fail(origin, "eos_token_id " + std::to_string(t) + " >= vocab_size");
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
@@ -193,6 +204,8 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     c.arch = Arch::kQwen3Moe;
   } else if (c.arch_name == "mixtral") {
     c.arch = Arch::kMixtral;
+  } else if (c.arch_name == "glm4_moe") {
+    c.arch = Arch::kGlm4Moe;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": model_type \"" + c.arch_name + "\" is not supported");
@@ -246,6 +259,19 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
       c.attention_bias = attn_bias;
       c.attention_out_bias = attn_bias;
       break;
+    case Arch::kGlm4Moe:
+      // q/k/v biases with attention_bias, never one on o_proj; q/k norm when asked.
+      c.attention_bias = attn_bias;
+      c.qk_norm = opt_bool(j, "use_qk_norm", origin).value_or(false);
+      break;
+  }
+  // GLM-4.5 rotates only part of each head (top level, or in transformers 5's
+  // rope_parameters).
+  if (auto v = opt_num(j, "partial_rotary_factor", origin)) {
+    c.partial_rotary_factor = *v;
+  } else if (rope_params) {
+    if (auto w = opt_num(*rope_params, "partial_rotary_factor", origin + ": rope_parameters"))
+      c.partial_rotary_factor = *w;
   }
   if (opt_bool(j, "mlp_bias", origin).value_or(false))
     throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");
@@ -291,6 +317,46 @@ ModelConfig load_hf_config(const std::filesystem::path &model_dir) {
   return c;
 }
 
+namespace {
+
+// llama.cpp's glm4moe: block_count counts the MTP layers (nextn_predict_layers) after
+// the decoder layers; rope.dimension_count is the rotated part of a head; experts are
+// stacked per layer, the shared one is ffn_*_shexp, the correction bias exp_probs_b; a
+// layer with a router is sparse.
+MoeConfig glm4moe_from_gguf(const GgufFile &g, ModelConfig &c) {
+  const std::string &origin = g.path();
+  const std::string a = c.arch_name + ".";
+  MoeConfig m;
+  m.scoring = MoeConfig::Scoring::kSigmoid;
+  if (auto f = g.get_opt_i64(a + "expert_gating_func"); f && *f != 2)
+    throw Error(ErrorCode::kUnsupported, origin + ": " + a + "expert_gating_func " +
+                                             std::to_string(*f) + " is not supported (2, sigmoid)");
+  m.num_experts = g.get_i64(a + "expert_count");
+  m.top_k = g.get_i64(a + "expert_used_count");
+  m.expert_intermediate = g.get_i64(a + "expert_feed_forward_length");
+  m.shared_intermediate =
+      g.get_opt_i64(a + "expert_shared_count").value_or(1) * m.expert_intermediate;
+  m.routed_scaling_factor = g.get_opt_f64(a + "expert_weights_scale").value_or(1.0);
+  m.norm_topk_prob = g.get_opt_bool(a + "expert_weights_norm").value_or(false);
+  // Not written by llama.cpp's GLM converter (the released models have one group); read
+  // when present, as other architectures' GGUF files name them.
+  m.n_group = g.get_opt_i64(a + "expert_group_count").value_or(1);
+  m.topk_group = g.get_opt_i64(a + "expert_group_used_count").value_or(m.n_group);
+  m.nextn_predict_layers = g.get_opt_i64(a + "nextn_predict_layers").value_or(0);
+  if (m.nextn_predict_layers < 0 || m.nextn_predict_layers >= c.num_layers)
+    fail(origin, a + "nextn_predict_layers: " + std::to_string(m.nextn_predict_layers) +
+                     " is not less than block_count");
+  c.num_layers -= m.nextn_predict_layers;
+  if (auto rot = g.get_opt_i64(a + "rope.dimension_count"); rot && c.head_dim > 0)
+    c.partial_rotary_factor = static_cast<double>(*rot) / static_cast<double>(c.head_dim);
+  for (std::int64_t l = 0; l < c.num_layers; ++l)
+    m.sparse_layers.push_back(g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") !=
+                              nullptr);
+  return m;
+}
+
+}  // namespace
+
 ModelConfig config_from_gguf(const GgufFile &g) {
   const std::string &origin = g.path();
   ModelConfig c;
@@ -305,6 +371,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kQwen3;
   } else if (c.arch_name == "qwen3moe") {
     c.arch = Arch::kQwen3Moe;
+  } else if (c.arch_name == "glm4moe") {
+    c.arch = Arch::kGlm4Moe;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
@@ -372,6 +440,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
       m.sparse_layers.push_back(
           g.find_tensor("blk." + std::to_string(l) + ".ffn_gate_inp.weight") != nullptr);
     c.moe = m;
+  } else if (c.arch == Arch::kGlm4Moe) {
+    c.moe = glm4moe_from_gguf(g, c);
   }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {

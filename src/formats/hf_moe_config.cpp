@@ -23,6 +23,13 @@ std::int64_t get_int(const json &j, const char *key, const std::string &origin,
   return it->get<std::int64_t>();
 }
 
+double get_num(const json &j, const char *key, const std::string &origin, double fallback) {
+  auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return fallback;
+  if (!it->is_number()) fail(origin, std::string(key) + ": expected a number");
+  return it->get<double>();
+}
+
 bool get_bool(const json &j, const char *key, const std::string &origin, bool fallback) {
   auto it = j.find(key);
   if (it == j.end() || it->is_null()) return fallback;
@@ -53,9 +60,65 @@ void refuse_other_routing(const json &j, const std::string &origin) {
   }
 }
 
+// GLM-4.5 routes by sigmoid with a score-correction bias over groups ("noaux_tc"); a
+// config naming another scoring or top-k method is refused, naming the field.
+void refuse_other_glm_routing(const json &j, const std::string &origin) {
+  if (auto it = j.find("scoring_func"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>() != "sigmoid")
+      throw Error(ErrorCode::kUnsupported,
+                  origin + ": scoring_func " + it->dump() + " is not supported (sigmoid only)");
+  }
+  if (auto it = j.find("topk_method"); it != j.end() && !it->is_null()) {
+    if (!it->is_string() || it->get<std::string>() != "noaux_tc")
+      throw Error(ErrorCode::kUnsupported,
+                  origin + ": topk_method " + it->dump() + " is not supported (noaux_tc only)");
+  }
+}
+
+MoeConfig parse_glm4_moe(const json &j, const ModelConfig &c, const std::string &origin) {
+  refuse_other_glm_routing(j, origin);
+  MoeConfig m;
+  m.naming = MoeConfig::Naming::kQwen;
+  m.scoring = MoeConfig::Scoring::kSigmoid;
+  m.num_experts = get_int(j, "n_routed_experts", origin);
+  m.top_k = get_int(j, "num_experts_per_tok", origin);
+  m.expert_intermediate = get_int(j, "moe_intermediate_size", origin);
+  m.norm_topk_prob = get_bool(j, "norm_topk_prob", origin, true);
+  m.n_group = get_int(j, "n_group", origin, 1);
+  m.topk_group = get_int(j, "topk_group", origin, 1);
+  m.routed_scaling_factor = get_num(j, "routed_scaling_factor", origin, 1.0);
+  const std::int64_t shared = get_int(j, "n_shared_experts", origin, 1);
+  if (shared < 0 || shared > 64)
+    fail(origin, "n_shared_experts: " + std::to_string(shared) + " is out of range");
+  m.shared_intermediate = shared * m.expert_intermediate;
+  m.nextn_predict_layers = get_int(j, "num_nextn_predict_layers", origin, 0);
+  if (m.nextn_predict_layers < 0) fail(origin, "num_nextn_predict_layers: must not be negative");
+  const std::int64_t dense = get_int(j, "first_k_dense_replace", origin, 1);
+  if (dense < 0) fail(origin, "first_k_dense_replace: must not be negative");
+  const std::int64_t L = std::max<std::int64_t>(c.num_layers, 0);
+  m.sparse_layers.assign(static_cast<std::size_t>(L), false);
+  for (std::int64_t l = dense; l < L; ++l) m.sparse_layers[static_cast<std::size_t>(l)] = true;
+  return m;
+}
+
+const char *experts_field(const ModelConfig &c) {
+  switch (c.arch) {
+    case Arch::kMixtral:
+      return "num_local_experts";
+    case Arch::kGlm4Moe:
+      return "n_routed_experts";
+    default:
+      return "num_experts";
+  }
+}
+
 }  // namespace
 
 void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
+  if (c.arch == Arch::kGlm4Moe) {
+    c.moe = parse_glm4_moe(j, c, origin);
+    return;
+  }
   MoeConfig m;
   refuse_other_routing(j, origin);
   if (c.arch == Arch::kMixtral) {
@@ -94,8 +157,7 @@ void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
 void validate_moe(const ModelConfig &c, const std::string &origin) {
   if (!c.moe) return;
   const MoeConfig &m = *c.moe;
-  const char *experts =
-      m.naming == MoeConfig::Naming::kMixtral ? "num_local_experts" : "num_experts";
+  const char *experts = experts_field(c);
   if (m.num_experts <= 0 || m.num_experts > 4096)
     fail(origin, std::string(experts) + ": " + std::to_string(m.num_experts) + " is out of range");
   if (m.top_k <= 0 || m.top_k > m.num_experts)
@@ -107,6 +169,17 @@ void validate_moe(const ModelConfig &c, const std::string &origin) {
                      ": " + std::to_string(m.expert_intermediate) + " is out of range");
   if (static_cast<std::int64_t>(m.sparse_layers.size()) != c.num_layers)
     fail(origin, "the MoE layer list does not cover num_hidden_layers");
+  if (m.n_group <= 0 || m.num_experts % m.n_group != 0)
+    fail(origin, "n_group: " + std::to_string(m.n_group) + " does not divide " + experts);
+  if (m.n_group > 1 && m.num_experts / m.n_group < 2)
+    fail(origin, "n_group: groups of fewer than two experts cannot be scored");
+  if (m.topk_group <= 0 || m.topk_group > m.n_group)
+    fail(origin, "topk_group: " + std::to_string(m.topk_group) + " is not in [1, n_group]");
+  if (m.top_k > m.topk_group * (m.num_experts / m.n_group))
+    fail(origin, "num_experts_per_tok: " + std::to_string(m.top_k) +
+                     " is more than the experts of topk_group groups");
+  if (!(m.routed_scaling_factor > 0 && m.routed_scaling_factor < 1e6))
+    fail(origin, "routed_scaling_factor: must be positive");
 }
 
 }  // namespace keel

@@ -88,13 +88,50 @@ RopeScaling llama3_scaling(double factor) {
 }
 }  // namespace
 
+// GLM-4.5: sigmoid routing over groups with a correction bias, one shared expert, the
+// first layer dense, half of each head rotated, q/k/v biases.
+static void apply_glm4_moe_shape(ModelConfig &c, MoeConfig &m, const std::string &shape) {
+  m.scoring = MoeConfig::Scoring::kSigmoid;
+  c.attention_bias = true;
+  c.partial_rotary_factor = 0.5;
+  c.rope_theta = 1000000.0;
+  c.rms_norm_eps = 1e-5;
+  if (shape == "tiny") {
+    c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 3, c.num_heads = 4,
+    c.num_kv_heads = 2, c.head_dim = 32;
+    c.vocab_size = 512, c.max_position_embeddings = 4096;
+    m.num_experts = 8, m.top_k = 2, m.expert_intermediate = 32;
+    m.n_group = 2, m.topk_group = 1, m.routed_scaling_factor = 2.5;
+    c.qk_norm = true;
+  } else if (shape == "small") {
+    // GLM-4.5-Air's proportions at about a tenth of its width and depth.
+    c.hidden_size = 512, c.intermediate_size = 1408, c.num_layers = 8, c.num_heads = 8,
+    c.num_kv_heads = 2, c.head_dim = 64;
+    c.vocab_size = 32000, c.max_position_embeddings = 131072;
+    m.num_experts = 64, m.top_k = 8, m.expert_intermediate = 176;
+    m.routed_scaling_factor = 1.0;
+  } else if (shape == "glm-4.5-air") {
+    c.hidden_size = 4096, c.intermediate_size = 10944, c.num_layers = 46, c.num_heads = 96,
+    c.num_kv_heads = 8, c.head_dim = 128;
+    c.vocab_size = 151552, c.max_position_embeddings = 131072;
+    m.num_experts = 128, m.top_k = 8, m.expert_intermediate = 1408;
+    m.routed_scaling_factor = 1.0;
+  } else {
+    throw Error(ErrorCode::kInvalidArgument,
+                "--shape: expected tiny, small or glm-4.5-air for glm4_moe, got " + shape);
+  }
+  m.shared_intermediate = m.expert_intermediate;  // n_shared_experts = 1
+}
+
 // The MoE shapes: "tiny" for tests, "small" for CPU benchmarks, and released models.
 static void apply_moe_shape(ModelConfig &c, const std::string &shape) {
   MoeConfig m;
   m.norm_topk_prob = true;
   if (c.arch == Arch::kMixtral) m.naming = MoeConfig::Naming::kMixtral;
   c.tie_word_embeddings = false;
-  if (shape == "tiny") {
+  if (c.arch == Arch::kGlm4Moe) {
+    apply_glm4_moe_shape(c, m, shape);
+  } else if (shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
     c.num_kv_heads = 2, c.head_dim = c.arch == Arch::kQwen3Moe ? 32 : 16;
     c.vocab_size = 512, c.max_position_embeddings = 4096;
@@ -142,14 +179,17 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     c.qk_norm = true;
   } else if (o.arch == "mixtral") {
     c.arch = Arch::kMixtral;
+  } else if (o.arch == "glm4_moe") {
+    c.arch = Arch::kGlm4Moe;
   } else {
-    throw Error(ErrorCode::kInvalidArgument,
-                "--arch: expected llama, qwen2, qwen3, qwen3_moe or mixtral, got " + o.arch);
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral or glm4_moe, got " + o.arch);
   }
   const bool llama = c.arch == Arch::kLlama;
   c.rms_norm_eps = llama ? 1e-5 : 1e-6;
   c.rope_theta = llama ? 500000.0 : 1000000.0;
-  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral) {
+  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe) {
     apply_moe_shape(c, o.shape);
   } else if (o.shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
@@ -202,6 +242,10 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     }
     c.moe->sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)),
                                 true);
+    if (c.arch == Arch::kGlm4Moe) {  // first_k_dense_replace = 1, one shared expert
+      if (!c.moe->sparse_layers.empty()) c.moe->sparse_layers[0] = false;
+      c.moe->shared_intermediate = c.moe->expert_intermediate;
+    }
   } else if (o.experts || o.experts_per_tok || o.moe_intermediate) {
     throw Error(ErrorCode::kInvalidArgument,
                 "--experts, --experts-per-tok and --moe-intermediate need a MoE --arch");
@@ -316,6 +360,13 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
         add(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, Init::kNormal);
         add(moe_expert_name(m, l, e, ExpertMatrix::kDown), {h, I}, Init::kNormal);
       }
+      if (m.scoring == MoeConfig::Scoring::kSigmoid)  // kept in float32, as released
+        add(moe_router_bias_name(m, l), {m.num_experts}, Init::kNormal, 0.1f, 0, DType::kF32);
+      if (const std::int64_t S = m.shared_intermediate; S > 0) {
+        add(moe_shared_name(m, l, ExpertMatrix::kGate), {S, h}, Init::kNormal);
+        add(moe_shared_name(m, l, ExpertMatrix::kUp), {S, h}, Init::kNormal);
+        add(moe_shared_name(m, l, ExpertMatrix::kDown), {h, S}, Init::kNormal);
+      }
       continue;
     }
     add(p + "mlp.gate_proj.weight", {c.intermediate_size, h}, Init::kNormal);
@@ -372,6 +423,8 @@ const char *hf_architecture(Arch a) {
       return "Qwen3MoeForCausalLM";
     case Arch::kMixtral:
       return "MixtralForCausalLM";
+    case Arch::kGlm4Moe:
+      return "Glm4MoeForCausalLM";
     case Arch::kLlama:
       break;
   }
@@ -434,6 +487,22 @@ std::string hf_config_json(const ModelConfig &c, DType dtype) {
     j["num_experts_per_tok"] = c.moe->top_k;
     j["router_aux_loss_coef"] = 0.02;
     j["sliding_window"] = nullptr;
+  } else if (c.moe && c.arch == Arch::kGlm4Moe) {
+    const MoeConfig &m = *c.moe;
+    std::int64_t dense = 0;
+    while (dense < c.num_layers && !m.sparse(dense)) ++dense;
+    j["n_routed_experts"] = m.num_experts;
+    j["num_experts_per_tok"] = m.top_k;
+    j["moe_intermediate_size"] = m.expert_intermediate;
+    j["n_shared_experts"] = m.shared_intermediate / m.expert_intermediate;
+    j["first_k_dense_replace"] = dense;
+    j["n_group"] = m.n_group;
+    j["topk_group"] = m.topk_group;
+    j["routed_scaling_factor"] = m.routed_scaling_factor;
+    j["norm_topk_prob"] = m.norm_topk_prob;
+    j["partial_rotary_factor"] = c.partial_rotary_factor;
+    j["use_qk_norm"] = c.qk_norm;
+    j["num_nextn_predict_layers"] = 0;  // no MTP layer written
   }
   if (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) {
     j["use_sliding_window"] = false;

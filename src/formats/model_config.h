@@ -15,7 +15,7 @@ namespace keel {
 
 class GgufFile;
 
-enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral };
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral, kGlm4Moe };
 
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3, kYarn } type = Type::kNone;
@@ -26,6 +26,7 @@ struct RopeScaling {
   double beta_fast = 32.0;                    // yarn
   double beta_slow = 1.0;                     // yarn
   std::optional<double> attention_factor;     // yarn mscale override
+  bool truncate = true;  // yarn: round the correction range to whole dims (gpt-oss: false)
 };
 
 // HF's rotate_half pairs (i, i + d/2); GGUF llama-type files permute q/k rows so that
@@ -47,6 +48,8 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   RopeScaling rope_scaling;
   RopeStyle rope_style = RopeStyle::kNeox;
+  // The share of head_dim that rotates (GLM-4.5: 0.5); the rest passes through.
+  double partial_rotary_factor = 1.0;
   bool attention_bias = false;      // q/k/v projections have biases (qwen2)
   bool qk_norm = false;             // per-head RMSNorm on q and k (qwen3)
   bool attention_out_bias = false;  // o_proj has a bias too (llama with attention_bias)
@@ -59,7 +62,7 @@ struct ModelConfig {
   // [head_dim / 2] f32): pair i's frequency is divided by rope_freq_factors[i]. Empty
   // when absent; then rope_scaling says what to do.
   std::vector<float> rope_freq_factors;
-  // Mixture of experts (qwen3_moe, mixtral); absent for dense models.
+  // Mixture of experts (qwen3_moe, mixtral, glm4_moe); absent for dense models.
   std::optional<MoeConfig> moe;
 };
 
@@ -71,7 +74,7 @@ ModelConfig parse_hf_config(const std::string &config_json, const std::string &o
 // Reads the {arch}.* keys of a GGUF file.
 ModelConfig config_from_gguf(const GgufFile &gguf);
 
-// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral".
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe".
 const char *arch_name(Arch arch);
 // Checks dimensions (positive, heads divisible by kv heads, ...); throws Error(kFormat)
 // naming `origin` and the field.

@@ -13,7 +13,7 @@ namespace keel {
 namespace {
 
 // Per-layer suffixes: GGUF's and HF's.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 18> kLayerNames = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 22> kLayerNames = {{
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -31,6 +31,10 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 18> kLayerNa
     {"ffn_down.weight", "mlp.down_proj.weight"},
     {"attn_rot_embd", "self_attn.rotary_emb.inv_freq"},
     {"ffn_gate_inp.weight", "mlp.gate.weight"},
+    {"exp_probs_b.bias", "mlp.gate.e_score_correction_bias"},
+    {"ffn_gate_shexp.weight", "mlp.shared_experts.gate_proj.weight"},
+    {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
+    {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
     {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
 }};
 
@@ -302,6 +306,13 @@ void ModelWeights::check_shapes() const {
         expect(moe_expert_name(m, l, e, ExpertMatrix::kGate), {I, h}, true);
         expect(moe_expert_name(m, l, e, ExpertMatrix::kUp), {I, h}, true);
         expect(moe_expert_name(m, l, e, ExpertMatrix::kDown), {h, I}, true);
+      }
+      if (m.scoring == MoeConfig::Scoring::kSigmoid)
+        expect(moe_router_bias_name(m, l), {m.num_experts}, true);
+      if (const std::int64_t S = m.shared_intermediate; S > 0) {
+        expect(moe_shared_name(m, l, ExpertMatrix::kGate), {S, h}, true);
+        expect(moe_shared_name(m, l, ExpertMatrix::kUp), {S, h}, true);
+        expect(moe_shared_name(m, l, ExpertMatrix::kDown), {h, S}, true);
       }
       // More experts stored than the config says means the config is not this
       // checkpoint's: refuse rather than route over a subset.

@@ -15,6 +15,17 @@ std::string moe_router_name(const MoeConfig &moe, std::int64_t layer) {
   return block_prefix(moe, layer) + "gate.weight";
 }
 
+std::string moe_router_bias_name(const MoeConfig &moe, std::int64_t layer) {
+  return block_prefix(moe, layer) + "gate.e_score_correction_bias";
+}
+
+std::string moe_shared_name(const MoeConfig &moe, std::int64_t layer, ExpertMatrix which) {
+  const char *m = which == ExpertMatrix::kGate ? "gate_proj"
+                  : which == ExpertMatrix::kUp ? "up_proj"
+                                               : "down_proj";
+  return block_prefix(moe, layer) + "shared_experts." + m + ".weight";
+}
+
 std::string moe_expert_name(const MoeConfig &moe, std::int64_t layer, std::int64_t expert,
                             ExpertMatrix which) {
   const bool mixtral = moe.naming == MoeConfig::Naming::kMixtral;

@@ -1,11 +1,14 @@
-// A Qwen3-MoE model (random weights from make_model) on the CPU runner: a sequence's
-// logits are bit-identical alone and batched with 31 other sequences, in prefill and
-// in decode, through paged KV blocks. (Agreement with transformers comes from the
-// fixtures scripts/ref/moe_fixtures.py makes, which test_cpu_vs_transformers reads.)
+// Qwen3-MoE and GLM-4.5 models (random weights from make_model) on the CPU runner: a
+// sequence's logits are bit-identical alone and batched with 31 other sequences, in
+// prefill and in decode, through paged KV blocks; GGUF and fused expert layouts; GLM's
+// unused MTP layer. (Agreement with transformers comes from the fixtures
+// scripts/ref/moe_fixtures.py makes, which test_cpu_moe_fixtures reads.)
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "formats/gguf_writer.h"
 #include "formats/make_model.h"
@@ -25,12 +28,12 @@ std::vector<TokenId> prompt(std::uint32_t seed, int n, int vocab) {
   return p;
 }
 
-TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
+void alone_vs_batched_with_31_others(const std::string &arch) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("keel-moe-model-" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   MakeModelOptions o;
-  o.arch = "qwen3_moe";
+  o.arch = arch;
   o.shape = "tiny";
   o.dtype = DType::kBF16;
   o.seed = 5;
@@ -85,14 +88,23 @@ TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
   EXPECT_GT(*hi - *lo, 0.01f);
 }
 
-// The same qwen3_moe written as llama.cpp lays it out in GGUF (qwen3moe keys, each
-// layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight) gives the same logits.
-TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
+TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
+  alone_vs_batched_with_31_others("qwen3_moe");
+}
+// GLM-4.5: grouped sigmoid routing, a shared expert, a dense first layer, partial rotary.
+TEST(CpuMoe, Glm4MoeSameLogitsAloneAndBatchedWith31Others) {
+  alone_vs_batched_with_31_others("glm4_moe");
+}
+
+// The same model written as llama.cpp lays it out in GGUF (qwen3moe or glm4moe keys,
+// each layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight; GLM's shared
+// expert in ffn_*_shexp and its correction bias in exp_probs_b) gives the same logits.
+void gguf_matches_safetensors(const std::string &arch) {
   const auto base =
       std::filesystem::temp_directory_path() / ("keel-moe-gguf-" + std::to_string(::getpid()));
   std::filesystem::remove_all(base);
   MakeModelOptions o;
-  o.arch = "qwen3_moe";
+  o.arch = arch;
   o.shape = "tiny";
   o.dtype = DType::kF32;
   o.seed = 8;
@@ -103,9 +115,11 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   const ModelConfig &c = st->config();
   const MoeConfig &m = *c.moe;
 
+  const bool glm = arch == "glm4_moe";
   GgufMetadata meta;
-  meta.add_string("general.architecture", "qwen3moe");
-  const std::string a = "qwen3moe.";
+  const std::string gguf_arch = glm ? "glm4moe" : "qwen3moe";
+  meta.add_string("general.architecture", gguf_arch);
+  const std::string a = gguf_arch + ".";
   meta.add_u32(a + "embedding_length", static_cast<std::uint32_t>(c.hidden_size));
   meta.add_u32(a + "feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
   meta.add_u32(a + "block_count", static_cast<std::uint32_t>(c.num_layers));
@@ -117,6 +131,17 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   meta.add_u32(a + "expert_count", static_cast<std::uint32_t>(m.num_experts));
   meta.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(m.top_k));
   meta.add_u32(a + "expert_feed_forward_length", static_cast<std::uint32_t>(m.expert_intermediate));
+  if (glm) {
+    meta.add_u32(a + "expert_shared_count", 1);
+    meta.add_u32(a + "leading_dense_block_count", 1);
+    meta.add_f32(a + "expert_weights_scale", static_cast<float>(m.routed_scaling_factor));
+    meta.add_bool(a + "expert_weights_norm", m.norm_topk_prob);
+    meta.add_u32(a + "expert_gating_func", 2);
+    meta.add_u32(a + "rope.dimension_count", static_cast<std::uint32_t>(c.head_dim / 2));
+    meta.add_u32(a + "nextn_predict_layers", 0);
+    meta.add_u32(a + "expert_group_count", static_cast<std::uint32_t>(m.n_group));
+    meta.add_u32(a + "expert_group_used_count", static_cast<std::uint32_t>(m.topk_group));
+  }
 
   // Plain tensors under their GGUF names; experts stacked, expert-major.
   std::vector<TensorSpec> specs;
@@ -130,7 +155,7 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   const char *stacked[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
   const ExpertMatrix which[] = {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown};
   for (std::int64_t l = 0; l < c.num_layers; ++l)
-    for (int j = 0; j < 3; ++j) {
+    for (int j = 0; j < 3 && m.sparse(l); ++j) {
       std::vector<const TensorView *> parts;
       for (std::int64_t e = 0; e < m.num_experts; ++e)
         parts.push_back(&st->get(moe_expert_name(m, l, e, which[j])));
@@ -158,6 +183,8 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   std::filesystem::remove_all(base);
   ASSERT_TRUE(from_gguf->config().moe);
   EXPECT_EQ(from_gguf->config().moe->num_experts, m.num_experts);
+  EXPECT_EQ(from_gguf->config().moe->scoring, m.scoring);
+  EXPECT_EQ(from_gguf->config().partial_rotary_factor, c.partial_rotary_factor);
   const int V = static_cast<int>(c.vocab_size);
   std::vector<ForwardOutput> outs;
   for (cpu::CpuModelRunner *r : {from_st.get(), from_gguf.get()}) {
@@ -170,6 +197,9 @@ TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) {
   EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
                            outs[0].logits.size() * sizeof(float)));
 }
+
+TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) { gguf_matches_safetensors("qwen3_moe"); }
+TEST(CpuMoe, Glm4MoeGgufMatchesSafetensors) { gguf_matches_safetensors("glm4_moe"); }
 
 // The same qwen3_moe with its experts fused as transformers 5 keeps them
 // (mlp.experts.gate_up_proj [E, 2I, hidden], mlp.experts.down_proj [E, hidden, I]).
@@ -240,6 +270,66 @@ TEST(CpuMoe, FusedExpertTensorsMatchPerExpertOnes) {
   ASSERT_EQ(outs[0].logits.size(), outs[1].logits.size());
   EXPECT_EQ(0, std::memcmp(outs[0].logits.data(), outs[1].logits.data(),
                            outs[0].logits.size() * sizeof(float)));
+}
+
+// GLM-4.5's multi-token-prediction layer (model.layers.{num_hidden_layers}, counted by
+// num_nextn_predict_layers) is mapped with the checkpoint but never read: a checkpoint
+// that carries one gives the same logits as the same checkpoint without it.
+TEST(CpuMoe, Glm4MoeMtpLayerIsLoadedButUnused) {
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("keel-glm-mtp-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  MakeModelOptions o;
+  o.arch = "glm4_moe";
+  o.shape = "tiny";
+  o.dtype = DType::kF32;
+  o.seed = 12;
+  o.out = dir;
+  o.threads = 2;
+  make_model(o);
+  ExecContext ctx(2);
+  const std::vector<TokenId> tokens = prompt(3, 21, 512);
+  auto logits_of = [&](const std::filesystem::path &d) {
+    auto runner = cpu::CpuModelRunner::open(d, ctx, {64, 16});
+    BlockHandout blocks(64, 5);
+    PagedSeq seq;
+    seq.tokens = tokens;
+    return run_step(*runner, blocks, {{&seq, 21, SequenceSlice::Logits::kAll}}).logits;
+  };
+  const auto without = logits_of(dir);
+
+  // The MTP layer's tensors in a second file, both files in an index, the config saying 1.
+  const std::int64_t L = make_model_config(o).num_layers;
+  const std::string mtp = "model.layers." + std::to_string(L) + ".";
+  const std::vector<TensorSpec> specs = {
+      {mtp + "eh_proj.weight", DType::kF32, {64, 128}},
+      {mtp + "mlp.experts.0.gate_proj.weight", DType::kF32, {32, 64}}};
+  {
+    SafetensorsWriter w(dir / "mtp.safetensors", specs);
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const std::vector<float> v(static_cast<std::size_t>(specs[i].shape[0] * specs[i].shape[1]),
+                                 0.5f);
+      w.write(i, 0, std::as_bytes(std::span<const float>(v)));
+    }
+    w.commit();
+  }
+  nlohmann::json index;
+  for (const std::string &name : ModelWeights::open(dir)->names())
+    index["weight_map"][name] = "model.safetensors";
+  for (const TensorSpec &t : specs) index["weight_map"][t.name] = "mtp.safetensors";
+  std::ofstream(dir / "model.safetensors.index.json") << index.dump();
+  nlohmann::json cfg;
+  std::ifstream(dir / "config.json") >> cfg;
+  cfg["num_nextn_predict_layers"] = 1;
+  std::ofstream(dir / "config.json") << cfg.dump();
+
+  const auto w = ModelWeights::open(dir);
+  EXPECT_EQ(w->config().moe->nextn_predict_layers, 1);
+  EXPECT_TRUE(w->find(mtp + "eh_proj.weight"));  // mapped with the rest
+  const auto with = logits_of(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(with.size(), without.size());
+  EXPECT_EQ(0, std::memcmp(with.data(), without.data(), with.size() * sizeof(float)));
 }
 
 }  // namespace

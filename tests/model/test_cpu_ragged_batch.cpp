@@ -25,8 +25,9 @@ TokenId argmax(const ForwardOutput &o, std::size_t row) {
   return static_cast<TokenId>(std::max_element(r, r + o.vocab_size) - r);
 }
 
+// fixture: a folder under tests/fixtures.
 void ragged_vs_alone(const std::string &fixture) {
-  const auto dir = fixtures_dir() / "models" / fixture;
+  const auto dir = fixtures_dir() / fixture;
   if (!std::filesystem::exists(dir)) GTEST_SKIP() << "missing fixture " << dir;
   ExecContext ctx(2);
   auto runner = cpu::CpuModelRunner::open(dir, ctx, {128, 16});
@@ -91,10 +92,17 @@ void ragged_vs_alone(const std::string &fixture) {
   }
 }
 
-TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedF32) { ragged_vs_alone("qwen3_f32"); }
-TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedBf16Mqa) { ragged_vs_alone("llama3_mqa_bf16"); }
-// Skips until scripts/ref/moe_fixtures.py's fixtures are in tests/fixtures/models.
-TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedQwen3Moe) { ragged_vs_alone("qwen3_moe_bf16"); }
+TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedF32) { ragged_vs_alone("models/qwen3_f32"); }
+TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedBf16Mqa) {
+  ragged_vs_alone("models/llama3_mqa_bf16");
+}
+// Skips until scripts/ref/moe_fixtures.py's fixtures are in tests/fixtures/moe_models.
+TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedQwen3Moe) {
+  ragged_vs_alone("moe_models/qwen3_moe_bf16");
+}
+TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedGlm4Moe) {
+  ragged_vs_alone("moe_models/glm4_moe_bf16");
+}
 
 TEST(CpuRunner, RejectsBadBatches) {
   const auto dir = fixtures_dir() / "models" / "llama_gqa_f32";

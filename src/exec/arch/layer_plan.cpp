@@ -57,11 +57,12 @@ LayerPlan layer_plan(const ModelConfig &c, std::int64_t layer) {
     case Arch::kQwen2:
     case Arch::kQwen3:
     case Arch::kQwen3Moe:
-    case Arch::kMixtral: {
+    case Arch::kMixtral:
+    case Arch::kGlm4Moe: {
       // The Llama family: pre-norm attention then a SwiGLU MLP, each adding into the
       // residual stream. Qwen2 adds q/k/v biases, Qwen3 a per-head q/k norm (the config
-      // flags say so, whatever the architecture's name). Qwen3-MoE and Mixtral put a
-      // mixture of experts in place of the MLP in their sparse layers.
+      // flags say so, whatever the architecture's name). Qwen3-MoE, Mixtral and GLM-4.5
+      // put a mixture of experts in place of the MLP in their sparse layers.
       LayerPlan p;
       p.steps = {S::kInputNorm, S::kQkvProj};
       if (c.attention_bias) p.steps.push_back(S::kQkvBias);

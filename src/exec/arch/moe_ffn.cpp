@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "exec/cpu/activation.h"
+#include "exec/cpu/quant_blocks.h"
 
 namespace keel::arch {
 
@@ -56,6 +57,57 @@ void route_token(const float *logits, std::int64_t E, std::int64_t k, bool norm_
     weights[j] = static_cast<float>(norm_topk_prob ? p[j] / chosen_sum : p[j]);
 }
 
+void route_token_grouped_sigmoid(const float *logits, const float *bias, std::int64_t E,
+                                 std::int64_t k, std::int64_t n_group, std::int64_t topk_group,
+                                 bool norm_topk_prob, double scale, std::int32_t *ids,
+                                 float *weights) {
+  std::vector<double> s(static_cast<std::size_t>(E)), choice(static_cast<std::size_t>(E));
+  for (std::int64_t e = 0; e < E; ++e) {
+    s[e] = 1.0 / (1.0 + std::exp(-static_cast<double>(logits[e])));
+    choice[e] = s[e] + (bias ? bias[e] : 0.0f);
+  }
+  const std::int64_t per = E / n_group;
+  if (topk_group < n_group) {
+    std::vector<double> group(static_cast<std::size_t>(n_group));
+    for (std::int64_t g = 0; g < n_group; ++g) {
+      double a = -INFINITY, b = -INFINITY;  // the two best of the group
+      for (std::int64_t e = g * per; e < (g + 1) * per; ++e) {
+        if (choice[e] > a) {
+          b = a;
+          a = choice[e];
+        } else if (choice[e] > b) {
+          b = choice[e];
+        }
+      }
+      group[g] = a + b;
+    }
+    std::vector<char> keep(static_cast<std::size_t>(n_group), 0);
+    for (std::int64_t j = 0; j < topk_group; ++j) {
+      std::int64_t best = -1;
+      for (std::int64_t g = 0; g < n_group; ++g)
+        if (!keep[g] && (best < 0 || group[g] > group[best])) best = g;
+      if (best >= 0) keep[static_cast<std::size_t>(best)] = 1;
+    }
+    for (std::int64_t e = 0; e < E; ++e)
+      if (!keep[e / per]) choice[e] = 0.0;
+  }
+  double sum = 0;
+  for (std::int64_t j = 0; j < k; ++j) {
+    std::int32_t best = -1;
+    for (std::int64_t e = 0; e < E; ++e) {
+      bool taken = false;
+      for (std::int64_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
+      if (!taken && (best < 0 || choice[e] > choice[best])) best = static_cast<std::int32_t>(e);
+    }
+    ids[j] = best;
+    sum += s[best];
+  }
+  for (std::int64_t j = 0; j < k; ++j) {
+    const double w = norm_topk_prob ? s[ids[j]] / (sum + 1e-20) : s[ids[j]];
+    weights[j] = static_cast<float>(w * scale);
+  }
+}
+
 MoeFfn::MoeFfn(const ModelConfig &cfg, std::int64_t layer, const WeightLookup &lookup)
     : hidden_(cfg.hidden_size) {
   if (!cfg.moe) throw Error(ErrorCode::kInternal, "MoeFfn: the config has no experts");
@@ -63,8 +115,20 @@ MoeFfn::MoeFfn(const ModelConfig &cfg, std::int64_t layer, const WeightLookup &l
   I_ = m.expert_intermediate;
   E_ = m.num_experts;
   k_ = m.top_k;
-  norm_topk_prob_ = m.norm_topk_prob;
+  moe_ = m;
   router_ = need(lookup, moe_router_name(m, layer), {E_, hidden_});
+  if (m.scoring == MoeConfig::Scoring::kSigmoid) {
+    const TensorView b = need(lookup, moe_router_bias_name(m, layer), {E_});
+    correction_bias_.resize(static_cast<std::size_t>(E_));
+    cpu::dequantize_row(b.dtype, b.data, correction_bias_.data(), E_);
+  }
+  if (m.shared_intermediate > 0) {
+    const std::int64_t S = m.shared_intermediate;
+    shared_ =
+        ExpertWeights{need(lookup, moe_shared_name(m, layer, ExpertMatrix::kGate), {S, hidden_}),
+                      need(lookup, moe_shared_name(m, layer, ExpertMatrix::kUp), {S, hidden_}),
+                      need(lookup, moe_shared_name(m, layer, ExpertMatrix::kDown), {hidden_, S})};
+  }
   experts_.resize(static_cast<std::size_t>(E_));
   for (std::int64_t e = 0; e < E_; ++e) {
     ExpertWeights &x = experts_[static_cast<std::size_t>(e)];
@@ -80,7 +144,22 @@ std::int64_t MoeFfn::active_bytes() const {
     const ExpertWeights &x = experts_.front();
     per_expert = static_cast<std::int64_t>(x.gate.nbytes + x.up.nbytes + x.down.nbytes);
   }
-  return static_cast<std::int64_t>(router_.nbytes) + k_ * per_expert;
+  std::int64_t shared = 0;
+  if (shared_)
+    shared =
+        static_cast<std::int64_t>(shared_->gate.nbytes + shared_->up.nbytes + shared_->down.nbytes);
+  return static_cast<std::int64_t>(router_.nbytes) + k_ * per_expert + shared;
+}
+
+void MoeFfn::route(const float *logits, std::int64_t T, std::int32_t *ids, float *w) const {
+  for (std::int64_t t = 0; t < T; ++t) {
+    if (moe_.scoring == MoeConfig::Scoring::kSigmoid)
+      route_token_grouped_sigmoid(logits + t * E_, correction_bias_.data(), E_, k_, moe_.n_group,
+                                  moe_.topk_group, moe_.norm_topk_prob, moe_.routed_scaling_factor,
+                                  ids + t * k_, w + t * k_);
+    else
+      route_token(logits + t * E_, E_, k_, moe_.norm_topk_prob, ids + t * k_, w + t * k_);
+  }
 }
 
 void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
@@ -91,8 +170,7 @@ void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
   cpu::linear(router_, h, T, logits, pool, scratch);
   std::vector<std::int32_t> ids(static_cast<std::size_t>(T * k_));
   std::vector<float> w(static_cast<std::size_t>(T * k_));
-  for (std::int64_t t = 0; t < T; ++t)
-    route_token(logits + t * E_, E_, k_, norm_topk_prob_, ids.data() + t * k_, w.data() + t * k_);
+  route(logits, T, ids.data(), w.data());
 
   // Group the (token, weight) slots by expert: counting sort, tokens ascending.
   std::vector<std::int64_t> start(static_cast<std::size_t>(E_ + 1), 0);
@@ -154,6 +232,17 @@ void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
     const float *src = slot_out + s * hidden_;
     const float wt = slot_weight[s];
     for (std::int64_t c = 0; c < hidden_; ++c) dst[c] += wt * src[c];
+  }
+  if (shared_) {  // every token, after its routed experts
+    const std::int64_t S = moe_.shared_intermediate;
+    float *gate = ws.floats(static_cast<std::size_t>(T * S));       // [T, S]
+    float *up = ws.floats(static_cast<std::size_t>(T * S));         // [T, S]
+    float *out = ws.floats(static_cast<std::size_t>(T * hidden_));  // [T, hidden]
+    const cpu::LinearJob gate_up[] = {{&shared_->gate, gate}, {&shared_->up, up}};
+    cpu::linear_multi(gate_up, h, T, pool, scratch);
+    cpu::swiglu(gate, up, gate, T * S);
+    cpu::linear(shared_->down, gate, T, out, pool, scratch);
+    for (std::int64_t i = 0; i < T * hidden_; ++i) y[i] += out[i];
   }
 }
 

@@ -1,6 +1,7 @@
-// A mixture-of-experts feed-forward block on the CPU (Qwen3-MoE, Mixtral): a router
-// picks each token's top-k experts by softmax, each expert is a SwiGLU MLP, and the
-// token's output is the weighted sum of its experts' outputs. Tokens are grouped by
+// A mixture-of-experts feed-forward block on the CPU (Qwen3-MoE, Mixtral, GLM-4.5): a
+// router picks each token's top-k experts (softmax, or GLM's grouped sigmoid with a
+// score-correction bias), each expert is a SwiGLU MLP, and the token's output is the
+// weighted sum of its experts' outputs (plus a shared expert's, GLM). Tokens are grouped by
 // expert, so a batch reads each chosen expert's weights once, and only the chosen
 // experts' weights are read at all. Few tokens per expert (decode): the threads split
 // the experts between them, one whole expert each at a time; many (prefill): the
@@ -37,6 +38,16 @@ struct ExpertWeights {
 void route_token(const float *logits, std::int64_t E, std::int64_t k, bool norm_topk_prob,
                  std::int32_t *ids, float *weights);
 
+// GLM-4.5's routing ("noaux_tc") for one token, as transformers computes it: s =
+// sigmoid(logits); choice = s + bias ([E]); each of the n_group groups is worth the sum
+// of its two best choice scores; outside the topk_group best groups choice is 0; the k
+// best choices win (ties to the lower index); their weights are s (not choice),
+// divided by their sum (+1e-20) with norm_topk_prob, times `scale`.
+void route_token_grouped_sigmoid(const float *logits, const float *bias, std::int64_t E,
+                                 std::int64_t k, std::int64_t n_group, std::int64_t topk_group,
+                                 bool norm_topk_prob, double scale, std::int32_t *ids,
+                                 float *weights);
+
 class MoeFfn {
  public:
   // Binds layer `layer`'s router and experts; throws Error(kFormat) naming the tensor
@@ -44,20 +55,25 @@ class MoeFfn {
   // rows are not the config's expert count, an expert fewer than the config says).
   MoeFfn(const ModelConfig &cfg, std::int64_t layer, const WeightLookup &lookup);
 
-  // h: [T, hidden] (the normed residual); y: [T, hidden], overwritten.
+  // h: [T, hidden] (the normed residual); y: [T, hidden], overwritten (routed experts,
+  // then the shared expert added, as transformers sums them).
   void forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
                cpu::LinearScratch &scratch, Workspace &ws);
 
-  // Bytes read for one decoded token: the router and top_k experts.
+  // Bytes read for one decoded token: the router, top_k experts and the shared one.
   std::int64_t active_bytes() const;
   const std::vector<ExpertWeights> &experts() const { return experts_; }
   const TensorView &router() const { return router_; }
 
  private:
+  void route(const float *logits, std::int64_t T, std::int32_t *ids, float *w) const;
+
   std::int64_t hidden_, I_, E_, k_;
-  bool norm_topk_prob_;
-  TensorView router_;  // [E, hidden]
+  MoeConfig moe_;
+  TensorView router_;                   // [E, hidden]
+  std::vector<float> correction_bias_;  // [E] (sigmoid routing) or empty
   std::vector<ExpertWeights> experts_;
+  std::optional<ExpertWeights> shared_;  // [S, hidden], [S, hidden], [hidden, S]
   // Per pool thread, for the expert-parallel path: a one-thread pool (runs inline)
   // and its linear scratch.
   struct Worker {

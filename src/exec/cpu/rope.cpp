@@ -10,11 +10,14 @@ namespace keel::cpu {
 
 RopeTable make_rope_table(const ModelConfig &cfg) {
   RopeTable t;
-  t.rot_dim = cfg.head_dim;
+  // A partial rotary factor (GLM-4.5) rotates the first rot_dim of each head only.
+  t.rot_dim =
+      static_cast<std::int64_t>(static_cast<double>(cfg.head_dim) * cfg.partial_rotary_factor);
   t.style = cfg.rope_style;
   const std::int64_t dim = t.rot_dim, half = dim / 2;
-  if (dim <= 0 || dim % 2 != 0)
-    throw Error(ErrorCode::kFormat, "config: head_dim must be even and positive");
+  if (dim <= 0 || dim % 2 != 0 || dim > cfg.head_dim)
+    throw Error(ErrorCode::kFormat,
+                "config: the rotary part of head_dim must be even, positive and within head_dim");
   const float base = static_cast<float>(cfg.rope_theta);
   // HF: 1 / base ** (arange(0, dim, 2).float() / dim), in float32.
   std::vector<float> pos_freq(half);
@@ -55,8 +58,8 @@ RopeTable make_rope_table(const ModelConfig &cfg) {
         return (static_cast<double>(dim) * std::log(orig / (rot * 2 * std::numbers::pi))) /
                (2 * std::log(cfg.rope_theta));
       };
-      double low = std::floor(correction_dim(s.beta_fast));
-      double high = std::ceil(correction_dim(s.beta_slow));
+      double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+      if (s.truncate) low = std::floor(low), high = std::ceil(high);
       low = std::max(low, 0.0);
       high = std::min(high, static_cast<double>(dim - 1));
       if (low == high) high += 0.001;
