@@ -74,7 +74,16 @@ void CudaModelRunner::validate_config() const {
     if (m.top_k > kMoeMaxTopK)
       fail("more than " + std::to_string(kMoeMaxTopK) + " experts a token");
     if (m.expert_intermediate % 8 != 0) fail("moe_intermediate_size must be a multiple of 8");
+    // GLM-4.5's router (sigmoid, grouped, corrected, scaled) and shared expert run on the
+    // CPU only so far: refuse them here rather than route them as softmax.
+    if (m.scoring != MoeConfig::Scoring::kSoftmax || m.n_group != 1 ||
+        m.routed_scaling_factor != 1.0 || m.shared_intermediate != 0)
+      fail(
+          "this mixture-of-experts router (sigmoid / grouped / shared expert) runs on the "
+          "CPU only");
   }
+  if (c.partial_rotary_factor != 1.0) fail("partial rotary embeddings run on the CPU only");
+  if (c.attention_out_bias) fail("an o_proj bias runs on the CPU only");
   if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
     fail("head_dim " + std::to_string(c.head_dim));
   if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");
