@@ -25,6 +25,8 @@ const char *layer_step_name(LayerStep step) {
       return "attention";
     case LayerStep::kOProj:
       return "o_proj";
+    case LayerStep::kOBias:
+      return "o_bias";
     case LayerStep::kResidualAdd:
       return "residual_add";
     case LayerStep::kPostNorm:
@@ -67,8 +69,9 @@ LayerPlan layer_plan(const ModelConfig &c, std::int64_t layer) {
       p.steps = {S::kInputNorm, S::kQkvProj};
       if (c.attention_bias) p.steps.push_back(S::kQkvBias);
       if (c.qk_norm) p.steps.push_back(S::kQkNorm);
-      p.steps.insert(p.steps.end(), {S::kRope, S::kKvWrite, S::kAttention, S::kOProj,
-                                     S::kResidualAdd, S::kPostNorm});
+      p.steps.insert(p.steps.end(), {S::kRope, S::kKvWrite, S::kAttention, S::kOProj});
+      if (c.attention_out_bias) p.steps.push_back(S::kOBias);
+      p.steps.insert(p.steps.end(), {S::kResidualAdd, S::kPostNorm});
       if (c.moe && c.moe->sparse(layer))
         p.steps.push_back(S::kMoeFfn);
       else

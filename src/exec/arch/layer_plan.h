@@ -24,6 +24,7 @@ enum class LayerStep : std::uint8_t {
   kKvWrite,      // this step's k and v into the paged KV cache
   kAttention,    // causal paged attention over the cache (config's sliding window)
   kOProj,        // h = att W_o^T (summed over tensor-parallel ranks)   [T, hidden]
+  kOBias,        // h += the o_proj bias (Llama with attention_bias), after the rank sum
   kResidualAdd,  // x += h
   kPostNorm,     // h = rmsnorm(x) * post_attention_layernorm
   kGateUpProj,   // gate, up = h W_gate^T, h W_up^T                   [T, I] each

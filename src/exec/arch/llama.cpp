@@ -87,6 +87,8 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
       L.bk = need_vec(lookup, p + "self_attn.k_proj.bias", G * D);
       L.bv = need_vec(lookup, p + "self_attn.v_proj.bias", G * D);
     }
+    if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
+      L.bo = need_vec(lookup, p + "self_attn.o_proj.bias", hidden);
     if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
       L.q_norm = need_vec(lookup, p + "self_attn.q_norm.weight", D);
       L.k_norm = need_vec(lookup, p + "self_attn.k_norm.weight", D);
@@ -98,6 +100,7 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
     ModelConfig plan_cfg = cfg;
     plan_cfg.attention_bias = !layers_[l].bq.empty();
     plan_cfg.qk_norm = !layers_[l].q_norm.empty();
+    plan_cfg.attention_out_bias = !layers_[l].bo.empty();
     plans_.push_back(layer_plan(plan_cfg, l));
   }
   rope_ = cpu::make_rope_table(cfg);
@@ -271,6 +274,9 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
         case S::kOProj:
           cpu::linear(L.wo, att, T, h, pool, lin_scratch_);
           sum_over_ranks(h);
+          break;
+        case S::kOBias:  // after the rank sum: every rank holds the whole h, add it once
+          add_bias(h, L.bo, T);
           break;
         case S::kResidualAdd:
           for (std::int64_t i = 0; i < T * hidden; ++i) x[i] += h[i];

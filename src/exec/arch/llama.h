@@ -41,6 +41,7 @@ struct LlamaLayer {
   TensorView w_gate, w_up, w_down;  // [I, hidden], [I, hidden], [hidden, I]
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
   std::vector<float> bq, bk, bv;           // [H*D], [G*D], [G*D] (qwen2) or empty
+  std::vector<float> bo;                   // [hidden] (llama with attention_bias) or empty
   std::vector<float> q_norm, k_norm;       // [D] (qwen3) or empty
   std::unique_ptr<MoeFfn> moe;             // a MoE block instead of w_gate/w_up/w_down
 };

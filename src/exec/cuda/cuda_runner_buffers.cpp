@@ -33,6 +33,7 @@ bool fused_path_runs(arch::LayerStep step) {
     case S::kSwiglu:
     case S::kDownProj:
       return true;
+    case S::kOBias:
     case S::kMoeFfn:
       return false;
   }

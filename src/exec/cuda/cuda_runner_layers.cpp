@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
 #include "exec/cuda/cuda_model_runner.h"
 
 namespace keel::cuda {
@@ -84,6 +85,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
                      dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
+        case S::kOBias:  // validate_config refuses an o_proj bias before any step runs
+          throw Error(ErrorCode::kUnsupported, "cuda runner: no o_proj bias kernel");
         case S::kQkvBias:  // one launch with the q/k norm when the plan has both
           bias = L.qkv_bias.as<bf16>();
           if (plans_[li].has(S::kQkNorm)) break;

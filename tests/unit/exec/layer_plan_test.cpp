@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,17 @@ TEST(LayerPlan, QwenStepsFollowTheConfigFlags) {
   EXPECT_EQ(names(both)[2], "qkv_bias");
   EXPECT_EQ(names(both)[3], "qk_norm");
   EXPECT_EQ(names(both)[4], "rope");
+}
+
+TEST(LayerPlan, AnOProjBiasIsAddedRightAfterTheProjection) {
+  ModelConfig c = config(Arch::kLlama, true, false);
+  EXPECT_FALSE(layer_plan(c, 0).has(LayerStep::kOBias));
+  c.attention_out_bias = true;
+  const std::vector<std::string> n = names(layer_plan(c, 0));
+  const auto at = std::find(n.begin(), n.end(), "o_proj");
+  ASSERT_NE(at, n.end());
+  EXPECT_EQ(*(at + 1), "o_bias");
+  EXPECT_EQ(*(at + 2), "residual_add");
 }
 
 TEST(LayerPlan, RejectsALayerOutsideTheModel) {
