@@ -17,6 +17,7 @@ enum class DType : std::uint8_t {
   kQ6_K,  // super-blocks of 256                             (210 bytes)
   kI32,
   kI8,
+  kF8_E4M3,  // FP8 e4m3fn, one byte; its scales travel in TensorView::scale
 };
 
 struct DTypeInfo {
@@ -36,6 +37,7 @@ constexpr DTypeInfo dtype_info(DType t) {
     case DType::kQ6_K: return {"q6_k", 256, 210};
     case DType::kI32: return {"i32", 1, 4};
     case DType::kI8: return {"i8", 1, 1};
+    case DType::kF8_E4M3: return {"fp8", 1, 1};
   }
   return {"?", 1, 1};
 }

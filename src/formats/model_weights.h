@@ -68,6 +68,10 @@ class ModelWeights {
   // transformers 5 keeps experts fused (model.layers.N.mlp.experts.gate_up_proj
   // [E, 2I, hidden], ...down_proj [E, hidden, I]); registers per-expert views likewise.
   bool split_fused_experts(const TensorView &all, const std::string &file);
+  // Gives every FP8 tensor its scales (<name>_scale_inv or <name>_scale: per tensor, per
+  // channel or in blocks, fp8_config.h), converted to f32 and owned here; throws
+  // Error(kFormat) naming the tensor when they are missing, mis-shaped or not finite.
+  void attach_fp8_scales();
 
   ModelConfig config_;
   Format format_ = Format::kSafetensors;
@@ -77,6 +81,7 @@ class ModelWeights {
   std::unique_ptr<SafetensorsModel> safetensors_;
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> unsupported_;  // name -> reason
+  std::map<std::string, std::vector<float>> fp8_scales_;  // weight name -> f32 scale grid
 };
 
 }  // namespace keel
