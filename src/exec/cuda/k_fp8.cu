@@ -20,24 +20,23 @@ constexpr int kWarps = 8;
 template <bool Portable>
 __device__ inline void e4m3x4(unsigned w, float f[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  if constexpr (!Portable) {
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>((w >> (16 * p)) & 0xFFFF), __NV_E4M3);
-      const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-      f[2 * p] = v.x;
-      f[2 * p + 1] = v.y;
-    }
-    return;
-  }
+  constexpr bool kHardware = !Portable;
+#else
+  constexpr bool kHardware = false;
 #endif
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    // Bytes 2p and 2p + 1 to the high byte of each 16-bit half, then into f16 position.
-    const unsigned t = __byte_perm(w, 0u, p == 0 ? 0x1404u : 0x3424u);
-    const unsigned h = (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
-    const float2 v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    float2 v;
+    if constexpr (kHardware) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((w >> (16 * p)) & 0xFFFF), __NV_E4M3);
+      v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    } else {
+      // Bytes 2p and 2p + 1 to the high byte of each 16-bit half, then into f16 position.
+      const unsigned t = __byte_perm(w, 0u, p == 0 ? 0x1404u : 0x3424u);
+      const unsigned h = (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
+      v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    }
     f[2 * p] = v.x;
     f[2 * p + 1] = v.y;
   }
