@@ -8,8 +8,8 @@
 #include <exception>
 #include <fstream>
 #include <mutex>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -432,8 +432,11 @@ ordered_json fp8_quantization_config(const std::string &scale) {
             {"fmt", "e4m3"},
             {"activation_scheme", "dynamic"},
             {"weight_block_size", {kFp8Block, kFp8Block}}};
-  ordered_json weights = {{"num_bits", 8},     {"type", "float"}, {"strategy", scale},
-                          {"symmetric", true}, {"dynamic", false}};
+  ordered_json weights = {{"num_bits", 8},
+                          {"type", "float"},
+                          {"strategy", scale},
+                          {"symmetric", true},
+                          {"dynamic", false}};
   return {{"quant_method", "compressed-tensors"},
           {"format", "float-quantized"},
           {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
@@ -595,7 +598,8 @@ MakeModelReport make_model(const MakeModelOptions &o) {
                 "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or fp8");
   const bool fp8 = o.dtype == DType::kF8_E4M3;
   if (fp8 && o.gguf)
-    throw Error(ErrorCode::kInvalidArgument, "fp8 is written as safetensors only (GGUF has no FP8)");
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8 is written as safetensors only (GGUF has no FP8)");
   if (fp8 && o.fp8_scale != "block" && o.fp8_scale != "channel" && o.fp8_scale != "tensor")
     throw Error(ErrorCode::kInvalidArgument,
                 "--fp8-scale: expected block, channel or tensor, got " + o.fp8_scale);
@@ -681,13 +685,14 @@ MakeModelReport make_model(const MakeModelOptions &o) {
           quantize_fp8_rows(f32.data(), w.rows, cols, t.std, o.fp8_scale,
                             reinterpret_cast<std::uint8_t *>(bytes.data()), scales);
           // Block scales: grid rows row0 / 128 ...; channel: rows row0 ...; tensor: one.
-          const std::uint64_t first = o.fp8_scale == "block" ? w.row0 / kFp8Block * ((cols + kFp8Block - 1) / kFp8Block)
-                                      : o.fp8_scale == "channel" ? w.row0
-                                                                 : 0;
+          const std::uint64_t first =
+              o.fp8_scale == "block"     ? w.row0 / kFp8Block * ((cols + kFp8Block - 1) / kFp8Block)
+              : o.fp8_scale == "channel" ? w.row0
+                                         : 0;
           if (o.fp8_scale != "tensor" || w.row0 == 0)
             st->write(*t.fp8_scale, first * 4,
-                      std::as_bytes(std::span(scales.data(),
-                                              o.fp8_scale == "tensor" ? 1 : scales.size())));
+                      std::as_bytes(
+                          std::span(scales.data(), o.fp8_scale == "tensor" ? 1 : scales.size())));
         } else {
           for (std::int64_t r = 0; r < w.rows; ++r)
             quantize_row(t.spec.dtype, f32.data() + r * cols, bytes.data() + r * row_bytes, cols);

@@ -158,8 +158,8 @@ void ModelWeights::attach_fp8_scales() {
     if (t.dtype != DType::kF8_E4M3) continue;
     const std::string where = origin + ": " + name;
     if (t.shape.size() != 2)
-      throw Error(ErrorCode::kFormat, where + ": an fp8 tensor must be a 2-D linear weight, not " +
-                                          shape_str(t.shape));
+      throw Error(ErrorCode::kFormat,
+                  where + ": an fp8 tensor must be a 2-D linear weight, not " + shape_str(t.shape));
     const std::int64_t N = t.shape[0], K = t.shape[1];
     const TensorView *s = nullptr;
     std::string sname;
@@ -176,7 +176,8 @@ void ModelWeights::attach_fp8_scales() {
       throw Error(ErrorCode::kFormat, where + ": fp8 weight without its scale (" + name +
                                           "_scale_inv or " + name + "_scale)");
     if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16)
-      throw Error(ErrorCode::kFormat, origin + ": " + sname + ": scales must be f32, bf16 or f16, not " +
+      throw Error(ErrorCode::kFormat, origin + ": " + sname +
+                                          ": scales must be f32, bf16 or f16, not " +
                                           std::string(dtype_name(s->dtype)));
     const std::int64_t gr = (N + br - 1) / br, gc = (K + bc - 1) / bc;
     TensorScale sc;
@@ -189,11 +190,12 @@ void ModelWeights::attach_fp8_scales() {
       sc = {nullptr, gr, gc, br, bc};  // blocks, the last ones possibly partial
     } else {
       throw Error(ErrorCode::kFormat,
-                  origin + ": " + sname + ": shape " + shape_str(ss) + " fits no fp8 scale layout of " +
-                      name + " " + shape_str(t.shape) + ": per tensor [] or [1], per channel [" +
-                      std::to_string(N) + "] or [" + std::to_string(N) + ", 1], or " +
-                      std::to_string(br) + " x " + std::to_string(bc) + " blocks [" +
-                      std::to_string(gr) + ", " + std::to_string(gc) + "]");
+                  origin + ": " + sname + ": shape " + shape_str(ss) +
+                      " fits no fp8 scale layout of " + name + " " + shape_str(t.shape) +
+                      ": per tensor [] or [1], per channel [" + std::to_string(N) + "] or [" +
+                      std::to_string(N) + ", 1], or " + std::to_string(br) + " x " +
+                      std::to_string(bc) + " blocks [" + std::to_string(gr) + ", " +
+                      std::to_string(gc) + "]");
     }
     std::vector<float> &f = fp8_scales_[name];
     f.resize(static_cast<std::size_t>(s->numel()));

@@ -81,7 +81,7 @@ class ModelWeights {
   std::unique_ptr<SafetensorsModel> safetensors_;
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> unsupported_;  // name -> reason
-  std::map<std::string, std::vector<float>> fp8_scales_;  // weight name -> f32 scale grid
+  std::map<std::string, std::vector<float>> fp8_scales_;         // weight name -> f32 scale grid
 };
 
 }  // namespace keel

@@ -125,7 +125,8 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
         const std::int64_t nr = std::min(rows_per_chunk, rows - r0);
         chunk.resize(nr * cols);
         dequantize_rows(t, r0, nr, chunk.data());
-        for (std::int64_t i = 0; i < nr * cols; ++i) converted[r0 * cols + i] = f32_to_bf16(chunk[i]);
+        for (std::int64_t i = 0; i < nr * cols; ++i)
+          converted[r0 * cols + i] = f32_to_bf16(chunk[i]);
       }
       src = converted.data();
     } else if (is_block_quantized(t.dtype)) {

@@ -67,13 +67,13 @@ std::string LinearLayout::describe() const {
 }
 
 LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts,
-                         const std::vector<std::int64_t> &rows, std::int64_t K,
-                         bool keep_quantized, const std::vector<TensorScale> *scales) {
+                         const std::vector<std::int64_t> &rows, std::int64_t K, bool keep_quantized,
+                         const std::vector<TensorScale> *scales) {
   LinearLayout l;
   l.K = K;
   // FP8: every part FP8 with scales the device grid holds, or bf16.
-  bool any_fp8 = false, all_fp8 = keep_quantized && scales && scales->size() == parts.size() &&
-                                   K % 16 == 0;
+  bool any_fp8 = false,
+       all_fp8 = keep_quantized && scales && scales->size() == parts.size() && K % 16 == 0;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     const bool fp8 = parts[i].second == DType::kF8_E4M3;
     any_fp8 |= fp8;

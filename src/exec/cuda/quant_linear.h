@@ -60,8 +60,8 @@ struct LinearLayout {
 // stay FP8 when every part is FP8 with scales the device grid can hold (column blocks a
 // multiple of 128, or whole rows) and K % 16 == 0; bf16 otherwise.
 LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts,
-                         const std::vector<std::int64_t> &rows, std::int64_t K,
-                         bool keep_quantized, const std::vector<TensorScale> *scales = nullptr);
+                         const std::vector<std::int64_t> &rows, std::int64_t K, bool keep_quantized,
+                         const std::vector<TensorScale> *scales = nullptr);
 
 // An FP8 part's scales as the device grid holds them: f32 [grid_rows, ceil(K / 128)],
 // column blocks of the file repeated over the 128-column blocks they cover.
