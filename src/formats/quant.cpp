@@ -360,17 +360,15 @@ std::uint8_t float_to_fp8_e4m3(float x) {
   const float a = std::fabs(x);
   if (a >= 448.0f) return sign | 0x7E;  // saturate (also infinities)
   if (a < 0.015625f) {                  // below 2^-6: subnormal steps of 2^-9
-    const int m = static_cast<int>(std::nearbyint(std::ldexp(a, 9)));
+    const int m = static_cast<int>(std::nearbyint(a * 512.0f));
     return sign | static_cast<std::uint8_t>(m);  // m == 8 is the smallest normal, 0x08
   }
-  int exp = 0;
-  const float f = std::frexp(a, &exp);  // a = f * 2^exp, f in [0.5, 1)
-  int e = exp - 1 + 7;                  // biased exponent of a = (2f) * 2^(exp - 1)
-  int m = static_cast<int>(std::nearbyint((2.0f * f - 1.0f) * 8.0f));
-  if (m == 8) {
-    m = 0;
-    ++e;
-  }
+  // Round the f32 mantissa to 3 bits, ties to even, on the bits: a carry out of the
+  // mantissa moves the exponent up by itself.
+  std::uint32_t bits;
+  std::memcpy(&bits, &a, 4);
+  bits += 0x7FFFFu + ((bits >> 20) & 1u);
+  const int e = static_cast<int>(bits >> 23) - 127 + 7, m = static_cast<int>((bits >> 20) & 7u);
   if (e > 15 || (e == 15 && m == 7)) return sign | 0x7E;
   return sign | static_cast<std::uint8_t>(e << 3 | m);
 }
