@@ -16,7 +16,8 @@ namespace {
 
 constexpr int kWarps = 8;
 
-// Four e4m3 bytes of `w` to floats; the values are exact, times kScale (1 or 1/256).
+// Four e4m3 bytes of `w` to floats, exactly; the portable path gives value / 256
+// (convert_factor says what to multiply by).
 template <bool Portable>
 __device__ inline void e4m3x4(unsigned w, float f[4]) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
