@@ -7,6 +7,7 @@
 // batch of 256 streams)
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -40,14 +41,26 @@ int main(int argc, char **argv) {
   for (auto &v : w) v = nd(rng) * 0.02f;
   for (keel::DType dt :
        {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0,
-        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K, keel::DType::kMXFP4}) {
+        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K, keel::DType::kMXFP4,
+        keel::DType::kF8_E4M3}) {
     const std::string name(keel::dtype_name(dt));
     if (dtypes != "all" && ("," + dtypes + ",").find("," + name + ",") == std::string::npos)
       continue;
     std::vector<std::byte> q(static_cast<std::size_t>(keel::dtype_bytes(dt, N * K)));
-    for (std::int64_t r = 0; r < N; ++r)
-      keel::quantize_row(dt, w.data() + r * K, q.data() + r * keel::dtype_bytes(dt, K), K);
+    std::vector<float> scales, row(K);  // FP8: one scale a row (amax / 448)
+    for (std::int64_t r = 0; r < N; ++r) {
+      const float *src = w.data() + r * K;
+      if (dt == keel::DType::kF8_E4M3) {
+        float amax = 0;
+        for (std::int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(src[k]));
+        scales.push_back(amax / 448);
+        for (std::int64_t k = 0; k < K; ++k) row[k] = src[k] / scales.back();
+        src = row.data();
+      }
+      keel::quantize_row(dt, src, q.data() + r * keel::dtype_bytes(dt, K), K);
+    }
     keel::TensorView tv{"w", dt, {N, K}, q.data(), q.size()};
+    if (dt == keel::DType::kF8_E4M3) tv.scale = {scales.data(), N, 1, 1, K};
     keel::cpu::LinearScratch s;
     for (std::int64_t T : token_counts) {
       std::vector<float> x(T * K), y(T * N);

@@ -20,9 +20,10 @@ DType parse_dtype(const std::string &s) {
   if (s == "q4_k" || s == "q4_k_m") return DType::kQ4_K;
   if (s == "q6_k") return DType::kQ6_K;
   if (s == "mxfp4") return DType::kMXFP4;
-  throw Error(
-      ErrorCode::kInvalidArgument,
-      "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k or mxfp4, got " + s);
+  if (s == "fp8" || s == "f8_e4m3") return DType::kF8_E4M3;
+  throw Error(ErrorCode::kInvalidArgument,
+              "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k, mxfp4 or fp8, got " +
+                  s);
 }
 
 }  // namespace
@@ -57,7 +58,12 @@ int cmd_make_model(int argc, char **argv) {
   app.add_flag("--no-tie", no_tie, "separate lm_head");
   app.add_option("--dtype", dtype,
                  "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q6_k | mxfp4 (quantized: GGUF "
-                 "only; mxfp4 also as MoE experts in safetensors, gpt-oss's form)");
+                 "only; mxfp4 also as MoE experts in safetensors, gpt-oss's form) | fp8 "
+                 "(safetensors only: e4m3 linear weights with scales)");
+  app.add_option("--fp8-scale", o.fp8_scale,
+                 "fp8 scales: block (128 x 128 weight_scale_inv, default) | channel | tensor "
+                 "(weight_scale, as llm-compressor writes)")
+      ->check(CLI::IsMember({"block", "channel", "tensor"}));
   app.add_option("--format", format, "safetensors | gguf")
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   app.add_option("--tokenizer", tokenizer,

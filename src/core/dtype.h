@@ -18,6 +18,7 @@ enum class DType : std::uint8_t {
   kI32,
   kI8,
   kMXFP4,  // blocks of 32: e8m0 scale byte + 16 bytes of e2m1 nibbles (17 bytes)
+  kF8_E4M3,  // FP8 e4m3fn, one byte; its scales travel in TensorView::scale
 };
 
 struct DTypeInfo {
@@ -38,6 +39,7 @@ constexpr DTypeInfo dtype_info(DType t) {
     case DType::kI32: return {"i32", 1, 4};
     case DType::kI8: return {"i8", 1, 1};
     case DType::kMXFP4: return {"mxfp4", 32, 17};
+    case DType::kF8_E4M3: return {"fp8", 1, 1};
   }
   return {"?", 1, 1};
 }

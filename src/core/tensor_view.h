@@ -10,6 +10,19 @@
 
 namespace keel {
 
+// The dequantization scales of an FP8 weight (dtype kF8_E4M3, [rows, cols]): element (r, c)
+// is e4m3(r, c) * data[(r / block_rows) * grid_cols + c / block_cols]. Per-tensor scales are
+// one block of the whole matrix, per-channel scales blocks of one row; the block format of
+// the FP8 releases (weight_scale_inv) is 128 x 128, its last blocks possibly partial.
+struct TensorScale {
+  const float *data = nullptr;  // f32 [grid_rows, grid_cols], owned by the view's maker
+  std::int64_t grid_rows = 0, grid_cols = 0;
+  std::int64_t block_rows = 0, block_cols = 0;
+
+  bool present() const { return data != nullptr; }
+  const float *row(std::int64_t r) const { return data + (r / block_rows) * grid_cols; }
+};
+
 struct TensorView {
   std::string name;
   DType dtype = DType::kF32;
@@ -18,6 +31,7 @@ struct TensorView {
   std::vector<std::int64_t> shape;
   const std::byte *data = nullptr;
   std::size_t nbytes = 0;
+  TensorScale scale;  // FP8 weights only
 
   std::int64_t numel() const {
     std::int64_t n = 1;

@@ -162,6 +162,8 @@ std::uint32_t ggml_from_dtype(DType t) {
       return 24;
     case DType::kMXFP4:
       return 39;
+    case DType::kF8_E4M3:
+      throw Error(ErrorCode::kUnsupported, "GGUF has no FP8 e4m3 tensor type");
   }
   return 0;
 }

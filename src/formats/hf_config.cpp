@@ -277,6 +277,7 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", origin).value_or(false);
   parse_hf_moe(j, c, origin);
+  c.fp8 = parse_fp8_config(j, origin);
 
   // Qwen configs carry a sliding_window that is off unless use_sliding_window is set.
   const auto sw = opt_int(j, "sliding_window", origin);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -58,7 +59,15 @@ struct PlannedTensor {
     return gen_shape.empty() ? spec.shape : gen_shape;
   }
   DType gen_dtype() const { return quant.value_or(spec.dtype); }
+  // FP8 weights: the index of their scale tensor in the plan (written with the weight's
+  // rows); scale tensors themselves have no work of their own.
+  std::optional<std::size_t> fp8_scale;
+  bool is_scale = false;
 };
+
+constexpr std::int64_t kFp8Block = 128;
+// Irwin-Hall normals are bounded by 2 * sqrt(3): a per-tensor scale needs no pass over the data.
+constexpr float kNormalBound = 3.4641017f;
 
 struct WorkUnit {
   std::size_t tensor;
@@ -380,6 +389,82 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
   return out;
 }
 
+// FP8: linear weights stay e4m3 and get a scale tensor; the rest becomes bf16 (the
+// releases keep embeddings, norms, lm_head and MoE routers unquantized).
+std::vector<PlannedTensor> plan_fp8(std::vector<PlannedTensor> in, const ModelConfig &c,
+                                    const std::string &scale) {
+  std::vector<PlannedTensor> out;
+  for (auto &t : in) {
+    if (t.spec.dtype != DType::kF8_E4M3) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    const bool linear = t.spec.shape.size() == 2 && t.hf_name != "model.embed_tokens.weight" &&
+                        t.hf_name != "lm_head.weight" &&
+                        !(c.moe && t.hf_name.ends_with(".mlp.gate.weight"));
+    if (!linear) {
+      t.spec.dtype = DType::kBF16;
+      out.push_back(std::move(t));
+      continue;
+    }
+    const std::int64_t N = t.spec.shape[0], K = t.spec.shape[1];
+    PlannedTensor s;
+    s.hf_name = t.hf_name + (scale == "block" ? "_scale_inv" : "_scale");
+    s.spec.name = s.hf_name;
+    s.spec.dtype = DType::kF32;
+    if (scale == "block")
+      s.spec.shape = {(N + kFp8Block - 1) / kFp8Block, (K + kFp8Block - 1) / kFp8Block};
+    else if (scale == "channel")
+      s.spec.shape = {N, 1};
+    else
+      s.spec.shape = {1};
+    s.is_scale = true;
+    t.fp8_scale = out.size() + 1;
+    out.push_back(std::move(t));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Quantizes rows [row0, row0 + rows) of an FP8 weight (f32 in `x`, [rows, K]): the e4m3
+// bytes into q and the rows' scales into `scales` (block: the block rows' grid; channel: one
+// a row; tensor: one). Scales are amax / 448 (1 for an all-zero block).
+void quantize_fp8_rows(const float *x, std::int64_t rows, std::int64_t K, float std_dev,
+                       const std::string &mode, std::uint8_t *q, std::vector<float> &scales) {
+  auto put = [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1, float s) {
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t k = c0; k < c1; ++k) q[r * K + k] = float_to_fp8_e4m3(x[r * K + k] / s);
+  };
+  auto amax_scale = [&](std::int64_t r0, std::int64_t r1, std::int64_t c0, std::int64_t c1) {
+    float a = 0;
+    for (std::int64_t r = r0; r < r1; ++r)
+      for (std::int64_t k = c0; k < c1; ++k) a = std::max(a, std::fabs(x[r * K + k]));
+    return a > 0 ? a / 448.0f : 1.0f;
+  };
+  scales.clear();
+  if (mode == "tensor") {
+    const float s = std_dev > 0 ? std_dev * kNormalBound / 448.0f : 1.0f;
+    put(0, rows, 0, K, s);
+    scales.push_back(s);
+  } else if (mode == "channel") {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      const float s = amax_scale(r, r + 1, 0, K);
+      put(r, r + 1, 0, K, s);
+      scales.push_back(s);
+    }
+  } else {
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kFp8Block) {
+      const std::int64_t r1 = std::min(rows, r0 + kFp8Block);
+      for (std::int64_t c0 = 0; c0 < K; c0 += kFp8Block) {
+        const std::int64_t c1 = std::min(K, c0 + kFp8Block);
+        const float s = amax_scale(r0, r1, c0, c1);
+        put(r0, r1, c0, c1, s);
+        scales.push_back(s);
+      }
+    }
+  }
+}
+
 // llama.cpp's converter: rows of each head reordered from (half, i) to (i, half), so
 // that rotary pairs (i, i + d/2) become adjacent. Returns the HF row of output row g.
 std::int64_t permuted_source_row(std::int64_t g, std::int64_t rows, std::int64_t heads) {
@@ -447,7 +532,24 @@ ordered_json eos_json(const std::vector<TokenId> &eos) {
   return eos;
 }
 
-std::string hf_config_json(const ModelConfig &c, DType dtype) {
+ordered_json fp8_quantization_config(const std::string &scale) {
+  if (scale == "block")
+    return {{"quant_method", "fp8"},
+            {"fmt", "e4m3"},
+            {"activation_scheme", "dynamic"},
+            {"weight_block_size", {kFp8Block, kFp8Block}}};
+  ordered_json weights = {{"num_bits", 8},
+                          {"type", "float"},
+                          {"strategy", scale},
+                          {"symmetric", true},
+                          {"dynamic", false}};
+  return {{"quant_method", "compressed-tensors"},
+          {"format", "float-quantized"},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", weights}}}}},
+          {"ignore", {"lm_head"}}};
+}
+
+std::string hf_config_json(const ModelConfig &c, DType dtype, const std::string &fp8_scale) {
   ordered_json j;
   j["architectures"] = {hf_architecture(c.arch)};
   j["model_type"] = c.arch_name;
@@ -516,6 +618,7 @@ std::string hf_config_json(const ModelConfig &c, DType dtype) {
   if (!c.eos_token_ids.empty()) j["eos_token_id"] = eos_json(c.eos_token_ids);
   j["torch_dtype"] = torch_dtype_name(dtype);
   if (dtype == DType::kMXFP4) j["quantization_config"] = {{"quant_method", "mxfp4"}};
+  if (dtype == DType::kF8_E4M3) j["quantization_config"] = fp8_quantization_config(fp8_scale);
   j["use_cache"] = true;
   j["transformers_version"] = "4.46.0";
   return j.dump(2) + "\n";
@@ -622,9 +725,16 @@ MakeModelReport make_model(const MakeModelOptions &o) {
                 std::string(dtype_name(o.dtype)) + " needs --format gguf");
   if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16 &&
       o.dtype != DType::kQ8_0 && o.dtype != DType::kQ4_0 && o.dtype != DType::kQ4_K &&
-      o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4)
+      o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4 && o.dtype != DType::kF8_E4M3)
     throw Error(ErrorCode::kInvalidArgument,
-                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q6_k or mxfp4");
+                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4 or fp8");
+  const bool fp8 = o.dtype == DType::kF8_E4M3;
+  if (fp8 && o.gguf)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8 is written as safetensors only (GGUF has no FP8)");
+  if (fp8 && o.fp8_scale != "block" && o.fp8_scale != "channel" && o.fp8_scale != "tensor")
+    throw Error(ErrorCode::kInvalidArgument,
+                "--fp8-scale: expected block, channel or tensor, got " + o.fp8_scale);
   if (o.k_quant_mix && o.dtype != DType::kQ4_K)
     throw Error(ErrorCode::kInvalidArgument, "the Q4_K_M mix needs --dtype q4_k");
 
@@ -646,6 +756,7 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   if (o.gguf && c.arch == Arch::kLlama) c.rope_style = RopeStyle::kInterleaved;
 
   std::vector<PlannedTensor> plan = plan_tensors(c, o.dtype, o.gguf, o.k_quant_mix);
+  if (fp8) plan = plan_fp8(std::move(plan), c, o.fp8_scale);
   std::vector<TensorSpec> specs;
   for (const auto &t : plan) specs.push_back(t.spec);
   std::vector<float> rope_factors;
@@ -678,16 +789,18 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   std::vector<WorkUnit> units;
   for (std::size_t i = 0; i < plan.size(); ++i) {
     const auto &s = plan[i].shape();
+    report.bytes += plan[i].spec.nbytes();
+    if (plan[i].is_scale) continue;  // written with its weight's rows
+    // An MXFP4 pair's scales are written with its blocks.
+    if (i > 0 && plan[i - 1].scales_spec == i) continue;
     const std::int64_t rows = s.size() == 1 ? 1 : s[0];
     const std::int64_t cols = s.back();
-    const std::int64_t per = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / cols);
-    // An MXFP4 pair's scales are written with its blocks.
-    if (!(i > 0 && plan[i - 1].scales_spec == i))
-      for (std::int64_t r = 0; r < rows; r += per) units.push_back({i, r, std::min(per, rows - r)});
-    if (!(i > 0 && plan[i - 1].scales_spec == i))
-      report.parameters +=
-          static_cast<std::uint64_t>(plan[i].scales_spec ? rows * cols : plan[i].spec.numel());
-    report.bytes += plan[i].spec.nbytes();
+    std::int64_t per = std::max<std::int64_t>(1, (std::int64_t{1} << 20) / cols);
+    if (plan[i].fp8_scale)  // whole scale blocks per unit
+      per = std::max<std::int64_t>(kFp8Block, per / kFp8Block * kFp8Block);
+    for (std::int64_t r = 0; r < rows; r += per) units.push_back({i, r, std::min(per, rows - r)});
+    report.parameters +=
+        static_cast<std::uint64_t>(plan[i].scales_spec ? rows * cols : plan[i].spec.numel());
   }
 
   std::atomic<std::size_t> next{0};
@@ -695,7 +808,7 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   std::exception_ptr error;
   std::mutex error_mu;
   auto worker = [&] {
-    std::vector<float> f32;
+    std::vector<float> f32, scales;
     std::vector<std::byte> bytes;
     try {
       for (std::size_t u = next++; u < units.size() && !failed; u = next++) {
@@ -708,19 +821,33 @@ MakeModelReport make_model(const MakeModelOptions &o) {
                       f32.data());
         const std::int64_t row_bytes = dtype_bytes(t.gen_dtype(), cols);
         bytes.resize(static_cast<std::size_t>(w.rows * row_bytes));
-        for (std::int64_t r = 0; r < w.rows; ++r)
-          quantize_row(t.gen_dtype(), f32.data() + r * cols, bytes.data() + r * row_bytes, cols);
-        if (t.scales_spec) {  // gpt-oss's MXFP4 pair: nibbles and scales apart
-          const std::int64_t nb = w.rows * cols / kMxfp4BlockElems,
-                             row_nb = cols / kMxfp4BlockElems;
-          std::vector<std::uint8_t> nib(static_cast<std::size_t>(nb * 16)),
-              sc(static_cast<std::size_t>(nb));
-          unpack_gpt_oss_mxfp4(bytes.data(), nib.data(), sc.data(), nb);
-          st->write(w.tensor, static_cast<std::uint64_t>(w.row0 * row_nb * 16),
-                    std::as_bytes(std::span(nib)));
-          st->write(*t.scales_spec, static_cast<std::uint64_t>(w.row0 * row_nb),
-                    std::as_bytes(std::span(sc)));
-          continue;
+        if (t.fp8_scale) {
+          quantize_fp8_rows(f32.data(), w.rows, cols, t.std, o.fp8_scale,
+                            reinterpret_cast<std::uint8_t *>(bytes.data()), scales);
+          // Block scales: grid rows row0 / 128 ...; channel: rows row0 ...; tensor: one.
+          const std::uint64_t first =
+              o.fp8_scale == "block"     ? w.row0 / kFp8Block * ((cols + kFp8Block - 1) / kFp8Block)
+              : o.fp8_scale == "channel" ? w.row0
+                                         : 0;
+          if (o.fp8_scale != "tensor" || w.row0 == 0)
+            st->write(*t.fp8_scale, first * 4,
+                      std::as_bytes(
+                          std::span(scales.data(), o.fp8_scale == "tensor" ? 1 : scales.size())));
+        } else {
+          for (std::int64_t r = 0; r < w.rows; ++r)
+            quantize_row(t.gen_dtype(), f32.data() + r * cols, bytes.data() + r * row_bytes, cols);
+          if (t.scales_spec) {  // gpt-oss's MXFP4 pair: nibbles and scales apart
+            const std::int64_t nb = w.rows * cols / kMxfp4BlockElems,
+                               row_nb = cols / kMxfp4BlockElems;
+            std::vector<std::uint8_t> nib(static_cast<std::size_t>(nb * 16)),
+                sc(static_cast<std::size_t>(nb));
+            unpack_gpt_oss_mxfp4(bytes.data(), nib.data(), sc.data(), nb);
+            st->write(w.tensor, static_cast<std::uint64_t>(w.row0 * row_nb * 16),
+                      std::as_bytes(std::span(nib)));
+            st->write(*t.scales_spec, static_cast<std::uint64_t>(w.row0 * row_nb),
+                      std::as_bytes(std::span(sc)));
+            continue;
+          }
         }
         const std::uint64_t off = static_cast<std::uint64_t>(w.row0 * row_bytes);
         if (gg)
@@ -752,7 +879,7 @@ MakeModelReport make_model(const MakeModelOptions &o) {
       out << text;
       if (!out) throw Error(ErrorCode::kInternal, (o.out / name).string() + ": write failed");
     };
-    write("config.json", hf_config_json(c, o.dtype));
+    write("config.json", hf_config_json(c, o.dtype, o.fp8_scale));
     write("generation_config.json", generation_config_json(c));
     tok.write_hf(o.out);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/ids.h"
+#include "formats/fp8_config.h"
 #include "formats/moe_config.h"
 
 namespace keel {
@@ -64,6 +65,8 @@ struct ModelConfig {
   std::vector<float> rope_freq_factors;
   // Mixture of experts (qwen3_moe, mixtral, glm4_moe); absent for dense models.
   std::optional<MoeConfig> moe;
+  // FP8 e4m3 linear weights with their scales (quantization_config); absent otherwise.
+  std::optional<Fp8Config> fp8;
 };
 
 // Reads config.json (and generation_config.json when present) of an HF model directory.

@@ -2,10 +2,12 @@
 
 #include <array>
 #include <charconv>
+#include <cmath>
 
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/mxfp4.h"
+#include "formats/quant.h"
 #include "formats/safetensors.h"
 
 namespace keel {
@@ -157,8 +159,67 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
       }
     }
   }
+  w->attach_fp8_scales();
   w->check_shapes();
   return w;
+}
+
+void ModelWeights::attach_fp8_scales() {
+  const std::string origin = path_.string();
+  const std::int64_t br = config_.fp8 ? config_.fp8->block_rows : 128,
+                     bc = config_.fp8 ? config_.fp8->block_cols : 128;
+  for (auto &[name, t] : tensors_) {
+    if (t.dtype != DType::kF8_E4M3) continue;
+    const std::string where = origin + ": " + name;
+    if (t.shape.size() != 2)
+      throw Error(ErrorCode::kFormat,
+                  where + ": an fp8 tensor must be a 2-D linear weight, not " + shape_str(t.shape));
+    const std::int64_t N = t.shape[0], K = t.shape[1];
+    const TensorView *s = nullptr;
+    std::string sname;
+    for (const char *suffix : {"_scale_inv", "_scale"}) {
+      sname = name + suffix;
+      if (auto it = tensors_.find(sname); it != tensors_.end()) {
+        s = &it->second;
+        break;
+      }
+      if (auto u = unsupported_.find(sname); u != unsupported_.end())
+        throw Error(ErrorCode::kUnsupported, u->second);
+    }
+    if (!s)
+      throw Error(ErrorCode::kFormat, where + ": fp8 weight without its scale (" + name +
+                                          "_scale_inv or " + name + "_scale)");
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16)
+      throw Error(ErrorCode::kFormat, origin + ": " + sname +
+                                          ": scales must be f32, bf16 or f16, not " +
+                                          std::string(dtype_name(s->dtype)));
+    const std::int64_t gr = (N + br - 1) / br, gc = (K + bc - 1) / bc;
+    TensorScale sc;
+    const auto &ss = s->shape;
+    if (s->numel() == 1 && ss.size() <= 2) {  // per tensor: [], [1] or [1, 1]
+      sc = {nullptr, 1, 1, N, K};
+    } else if ((ss.size() == 1 && ss[0] == N) || (ss.size() == 2 && ss[0] == N && ss[1] == 1)) {
+      sc = {nullptr, N, 1, 1, K};  // per output channel
+    } else if (ss.size() == 2 && ss[0] == gr && ss[1] == gc) {
+      sc = {nullptr, gr, gc, br, bc};  // blocks, the last ones possibly partial
+    } else {
+      throw Error(ErrorCode::kFormat,
+                  origin + ": " + sname + ": shape " + shape_str(ss) +
+                      " fits no fp8 scale layout of " + name + " " + shape_str(t.shape) +
+                      ": per tensor [] or [1], per channel [" + std::to_string(N) + "] or [" +
+                      std::to_string(N) + ", 1], or " + std::to_string(br) + " x " +
+                      std::to_string(bc) + " blocks [" + std::to_string(gr) + ", " +
+                      std::to_string(gc) + "]");
+    }
+    std::vector<float> &f = fp8_scales_[name];
+    f.resize(static_cast<std::size_t>(s->numel()));
+    dequantize_row(s->dtype, s->data, f.data(), s->numel());  // copies: files need not align f32
+    for (float v : f)
+      if (!std::isfinite(v))
+        throw Error(ErrorCode::kFormat, origin + ": " + sname + ": a scale is not finite");
+    sc.data = f.data();
+    t.scale = sc;
+  }
 }
 
 bool ModelWeights::split_stacked_experts(const GgufTensorInfo &t, const std::string &file) {

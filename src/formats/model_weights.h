@@ -77,6 +77,10 @@ class ModelWeights {
   // per-expert views above assumes transformers 5's gate-then-up order: the gpt_oss
   // architecture must take its experts' rows accordingly.)
   std::optional<TensorView> load_mxfp4_pair(const SafetensorsTensor &t, const std::string &file);
+  // Gives every FP8 tensor its scales (<name>_scale_inv or <name>_scale: per tensor, per
+  // channel or in blocks, fp8_config.h), converted to f32 and owned here; throws
+  // Error(kFormat) naming the tensor when they are missing, mis-shaped or not finite.
+  void attach_fp8_scales();
 
   ModelConfig config_;
   Format format_ = Format::kSafetensors;
@@ -87,6 +91,7 @@ class ModelWeights {
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string, std::less<>> unsupported_;  // name -> reason
   std::vector<std::unique_ptr<std::byte[]>> owned_;              // repacked tensors (MXFP4 pairs)
+  std::map<std::string, std::vector<float>> fp8_scales_;         // weight name -> f32 scale grid
 };
 
 }  // namespace keel

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -292,6 +293,8 @@ void dequantize_row(DType type, const void *src, float *dst, std::int64_t n) {
     case DType::kMXFP4:
       dequantize_mxfp4(static_cast<const std::byte *>(src), dst, n);
       return;
+    case DType::kF8_E4M3:
+      throw Error(ErrorCode::kUnsupported, "dequantize: fp8 values need their scales");
     case DType::kI32:
     case DType::kI8:
       break;
@@ -332,6 +335,11 @@ void quantize_row(DType type, const float *src, void *dst, std::int64_t n) {
     case DType::kMXFP4:
       quantize_mxfp4(src, static_cast<std::byte *>(dst), n);
       return;
+    case DType::kF8_E4M3: {  // unscaled: the caller divides by the scale first
+      auto *q = static_cast<std::uint8_t *>(dst);
+      for (std::int64_t i = 0; i < n; ++i) q[i] = float_to_fp8_e4m3(src[i]);
+      return;
+    }
     case DType::kI32:
     case DType::kI8:
       break;
@@ -340,12 +348,74 @@ void quantize_row(DType type, const float *src, void *dst, std::int64_t n) {
               "quantize: " + std::string(dtype_name(type)) + " is not a weight type");
 }
 
+float fp8_e4m3_to_float(std::uint8_t code) {
+  const int e = (code >> 3) & 0xF, m = code & 7;
+  float v;
+  if (e == 0xF && m == 7) {
+    v = std::numeric_limits<float>::quiet_NaN();
+  } else if (e == 0) {
+    v = std::ldexp(static_cast<float>(m), -9);  // subnormal: m / 8 * 2^-6
+  } else {
+    v = std::ldexp(static_cast<float>(8 + m), e - 10);  // (1 + m / 8) * 2^(e - 7)
+  }
+  return (code & 0x80) ? -v : v;
+}
+
+std::uint8_t float_to_fp8_e4m3(float x) {
+  if (std::isnan(x)) return 0x7F;
+  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const float a = std::fabs(x);
+  if (a >= 448.0f) return sign | 0x7E;  // saturate (also infinities)
+  if (a < 0.015625f) {                  // below 2^-6: subnormal steps of 2^-9
+    const int m = static_cast<int>(std::nearbyint(a * 512.0f));
+    return sign | static_cast<std::uint8_t>(m);  // m == 8 is the smallest normal, 0x08
+  }
+  // Round the f32 mantissa to 3 bits, ties to even, on the bits: a carry out of the
+  // mantissa moves the exponent up by itself.
+  std::uint32_t bits;
+  std::memcpy(&bits, &a, 4);
+  bits += 0x7FFFFu + ((bits >> 20) & 1u);
+  const int e = static_cast<int>(bits >> 23) - 127 + 7, m = static_cast<int>((bits >> 20) & 7u);
+  if (e > 15 || (e == 15 && m == 7)) return sign | 0x7E;
+  return sign | static_cast<std::uint8_t>(e << 3 | m);
+}
+
+void dequantize_fp8_row(const std::uint8_t *src, float *dst, std::int64_t n, const float *scales,
+                        std::int64_t block_cols) {
+  for (std::int64_t k0 = 0, b = 0; k0 < n; k0 += block_cols, ++b) {
+    const std::int64_t k1 = std::min(n, k0 + block_cols);
+    const float s = scales[b];
+    for (std::int64_t k = k0; k < k1; ++k) dst[k] = fp8_e4m3_to_float(src[k]) * s;
+  }
+}
+
+void dequantize_rows(const TensorView &t, std::int64_t row0, std::int64_t rows, float *dst) {
+  const std::int64_t cols = t.cols();
+  if (row0 < 0 || rows < 0 || row0 + rows > t.rows())
+    throw Error(ErrorCode::kInvalidArgument, t.name + ": rows out of range");
+  if (t.dtype != DType::kF8_E4M3) {
+    const std::int64_t row_bytes = dtype_bytes(t.dtype, cols);
+    dequantize_row(t.dtype, t.data + row0 * row_bytes, dst, rows * cols);
+    return;
+  }
+  const TensorScale &s = t.scale;
+  if (!s.present() || s.block_rows <= 0 || s.block_cols <= 0 ||
+      s.grid_rows * s.block_rows < t.rows() || s.grid_cols * s.block_cols < cols)
+    throw Error(ErrorCode::kFormat, t.name + ": fp8 weight without valid scales");
+  const auto *q = reinterpret_cast<const std::uint8_t *>(t.data);
+  for (std::int64_t r = row0; r < row0 + rows; ++r)
+    dequantize_fp8_row(q + r * cols, dst + (r - row0) * cols, cols, s.row(r), s.block_cols);
+}
+
 std::vector<float> dequantize(const TensorView &t) {
   const std::int64_t n = t.numel();
   if (static_cast<std::size_t>(dtype_bytes(t.dtype, n)) != t.nbytes)
     throw Error(ErrorCode::kInvalidArgument, t.name + ": byte size does not match its shape");
   std::vector<float> out(static_cast<std::size_t>(n));
-  dequantize_row(t.dtype, t.data, out.data(), n);
+  if (t.dtype == DType::kF8_E4M3)
+    dequantize_rows(t, 0, t.rows(), out.data());
+  else
+    dequantize_row(t.dtype, t.data, out.data(), n);
   return out;
 }
 

@@ -25,11 +25,11 @@ struct StDType {
 };
 
 constexpr StDType kStDTypes[] = {
-    {"F32", 4, DType::kF32},   {"F16", 2, DType::kF16},      {"BF16", 2, DType::kBF16},
-    {"I32", 4, DType::kI32},   {"I8", 1, DType::kI8},        {"F64", 8, std::nullopt},
-    {"I64", 8, std::nullopt},  {"I16", 2, std::nullopt},     {"U8", 1, std::nullopt},
-    {"U16", 2, std::nullopt},  {"U32", 4, std::nullopt},     {"U64", 8, std::nullopt},
-    {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, std::nullopt}, {"F8_E5M2", 1, std::nullopt},
+    {"F32", 4, DType::kF32},   {"F16", 2, DType::kF16},         {"BF16", 2, DType::kBF16},
+    {"I32", 4, DType::kI32},   {"I8", 1, DType::kI8},           {"F64", 8, std::nullopt},
+    {"I64", 8, std::nullopt},  {"I16", 2, std::nullopt},        {"U8", 1, std::nullopt},
+    {"U16", 2, std::nullopt},  {"U32", 4, std::nullopt},        {"U64", 8, std::nullopt},
+    {"BOOL", 1, std::nullopt}, {"F8_E4M3", 1, DType::kF8_E4M3}, {"F8_E5M2", 1, std::nullopt},
 };
 
 const StDType *st_dtype(std::string_view name) {

@@ -56,6 +56,10 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
   if (cfg.num_layers > 4096 || hidden > (1 << 20) || V > (1 << 24))
     throw Error(ErrorCode::kFormat, "config: model dimensions out of range");
   embed_ = need(lookup, "model.embed_tokens.weight", {V, hidden});
+  if (embed_.dtype == DType::kF8_E4M3)
+    throw Error(ErrorCode::kUnsupported,
+                "model.embed_tokens.weight: fp8 embeddings are not "
+                "supported (the FP8 releases keep them bf16)");
   if (auto head = lookup("lm_head.weight"); head && !cfg.tie_word_embeddings) {
     lm_head_ = need(lookup, "lm_head.weight", {V, hidden});
   } else if (head) {

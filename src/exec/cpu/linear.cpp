@@ -14,8 +14,10 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "exec/cpu/fp8_row.h"
 #include "exec/cpu/linear_tiles.h"
 #include "exec/cpu/mxfp4_rows.h"
+#include "formats/quant.h"
 
 namespace keel::cpu {
 
@@ -213,7 +215,11 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K;
+    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K || w.dtype == DType::kF8_E4M3;
+    if (w.dtype == DType::kF8_E4M3 &&
+        (!w.scale.present() || w.scale.grid_rows * w.scale.block_rows < N ||
+         w.scale.grid_cols * w.scale.block_cols < K))
+      throw Error(ErrorCode::kFormat, w.name + ": fp8 weight without valid scales");
     first_tile[j + 1] = first_tile[j] + (N + kRowTile - 1) / kRowTile;
   }
   const std::int64_t nb = K / 32;
@@ -274,7 +280,8 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
                                                                          qargs);
         break;
       case DType::kQ4_K:
-      case DType::kQ6_K: {
+      case DType::kQ6_K:
+      case DType::kF8_E4M3: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
         // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
         // through L2), the whole row tile for many tokens (each row is dequantized once).
@@ -284,8 +291,14 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         const std::int64_t group = T <= kMaxMR ? kMaxNR : kRowTile;
         for (std::int64_t g0 = n0; g0 < n1; g0 += group) {
           const std::int64_t g1 = std::min(n1, g0 + group);
-          for (std::int64_t n = g0; n < g1; ++n)
-            dequantize_kquant<I>(dt, row(n), tile.data() + (n - g0) * K, K);
+          for (std::int64_t n = g0; n < g1; ++n) {
+            if (dt == DType::kF8_E4M3)
+              fp8_row_to_f32(reinterpret_cast<const std::uint8_t *>(row(n)),
+                             tile.data() + (n - g0) * K, K, w.scale.row(n), w.scale.block_cols,
+                             I != LinearIsa::kPortable);
+            else
+              dequantize_kquant<I>(dt, row(n), tile.data() + (n - g0) * K, K);
+          }
           auto trow = [&](std::int64_t n) {
             return reinterpret_cast<const std::byte *>(tile.data() + (n - g0) * K);
           };
@@ -342,7 +355,10 @@ void linear_reference(const TensorView &w, const float *x, std::int64_t T, float
       std::copy(xt, xt + K, xr.begin());
     }
     for (std::int64_t n = 0; n < N; ++n) {
-      dequantize_row(w.dtype, w.data + n * row_bytes, wr.data(), K);
+      if (w.dtype == DType::kF8_E4M3)
+        keel::dequantize_rows(w, n, 1, wr.data());
+      else
+        dequantize_row(w.dtype, w.data + n * row_bytes, wr.data(), K);
       double s = 0;
       for (std::int64_t k = 0; k < K; ++k) s += static_cast<double>(wr[k]) * xr[k];
       y[t * N + n] = static_cast<float>(s);

@@ -66,7 +66,7 @@ void CudaModelRunner::allocate_weights() {
     weight_bytes_ = 0;
     embed_ = alloc(V_ * H_);
     if (!c.tie_word_embeddings) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
-    if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}};
+    if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}, {}};
     final_norm_ = alloc(H_);
     for (auto &l : layers_) {
       l.input_norm = alloc(H_);
@@ -131,11 +131,33 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
       KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + fmt->part_offsets[part], t.data,
                                       dtype_bytes(t.dtype, n), cudaMemcpyHostToDevice,
                                       ctx_.copy_h2d().get("cudaMemcpyAsync")));
+      std::vector<float> scales;
+      if (t.dtype == DType::kF8_E4M3) {  // FP8: and its scales, as the device grid holds them
+        scales = fp8_device_scales(t.scale, cols);
+        KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + fmt->part_scale_offsets[part],
+                                        scales.data(), scales.size() * sizeof(float),
+                                        cudaMemcpyHostToDevice,
+                                        ctx_.copy_h2d().get("cudaMemcpyAsync")));
+      }
       done.record(ctx_.copy_h2d());
       done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
       return;
     }
-    if (is_block_quantized(t.dtype)) {
+    if (t.dtype == DType::kF8_E4M3) {
+      // FP8 planned as bf16 (KEEL_QUANTIZED_WEIGHTS=off, or scales the device grid cannot
+      // hold): scaled and rounded to bf16 here.
+      converted.resize(n);
+      std::vector<float> chunk;
+      const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, (1 << 20) / cols);
+      for (std::int64_t r0 = 0; r0 < rows; r0 += rows_per_chunk) {
+        const std::int64_t nr = std::min(rows_per_chunk, rows - r0);
+        chunk.resize(nr * cols);
+        dequantize_rows(t, r0, nr, chunk.data());
+        for (std::int64_t i = 0; i < nr * cols; ++i)
+          converted[r0 * cols + i] = f32_to_bf16(chunk[i]);
+      }
+      src = converted.data();
+    } else if (is_block_quantized(t.dtype)) {
       // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K: dequantized to bf16 at load (first step; the
       // device then holds bf16, so decode reads 2 bytes per weight rather than ~1).
       const std::int64_t row = std::max<std::int64_t>(cols, 1);

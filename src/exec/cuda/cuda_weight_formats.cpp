@@ -23,8 +23,15 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
       (mode == QuantizedWeights::kAuto && keep_quantized_auto(bf16_linear, free_at_open_));
   auto plan = [&](std::vector<std::string> names, std::vector<std::int64_t> rows, std::int64_t K) {
     std::vector<std::pair<std::string, DType>> parts;
-    for (auto &n : names) parts.emplace_back(n, weights(n).dtype);
-    return plan_linear(parts, rows, K, keep_quantized);
+    std::vector<TensorScale> scales;  // FP8 weights: kept as stored unless mode is kOff
+    for (auto &n : names) {
+      const TensorView t = weights(n);
+      parts.emplace_back(n, t.dtype);
+      scales.push_back(t.scale);
+    }
+    const bool fp8 = parts.front().second == DType::kF8_E4M3;
+    return plan_linear(parts, rows, K, fp8 ? mode != QuantizedWeights::kOff : keep_quantized,
+                       &scales);
   };
   layers_.resize(c.num_layers);
   for (std::int64_t i = 0; i < c.num_layers; ++i) {

@@ -25,12 +25,33 @@ std::optional<QuantFormat> device_quant_format(DType t) {
   }
 }
 
+namespace {
+std::int64_t fp8_grid_cols(std::int64_t K) { return (K + kFp8ScaleCols - 1) / kFp8ScaleCols; }
+std::int64_t fp8_scale_bytes(std::int64_t rows, std::int64_t block_rows, std::int64_t K) {
+  return (rows + block_rows - 1) / block_rows * fp8_grid_cols(K) * 4;
+}
+}  // namespace
+
+std::vector<float> fp8_device_scales(const TensorScale &s, std::int64_t K) {
+  const std::int64_t gc = fp8_grid_cols(K);
+  std::vector<float> out(static_cast<std::size_t>(s.grid_rows * gc));
+  for (std::int64_t r = 0; r < s.grid_rows; ++r)
+    for (std::int64_t c = 0; c < gc; ++c)
+      out[r * gc + c] = s.data[r * s.grid_cols + (c * kFp8ScaleCols) / s.block_cols];
+  return out;
+}
+
 std::size_t LinearLayout::bytes() const {
   if (!quantized()) return bf16_bytes();
   std::size_t b = 0;
-  for (const auto &r : ranges)
+  for (const auto &r : ranges) {
+    if (r.fp8) {
+      b += static_cast<std::size_t>(r.rows * K + fp8_scale_bytes(r.rows, r.scale_block_rows, K));
+      continue;
+    }
     b += static_cast<std::size_t>(r.rows * (K / quant_block_elems(r.format)) *
                                   quant_block_bytes(r.format));
+  }
   return b;
 }
 
@@ -41,17 +62,63 @@ std::string LinearLayout::describe() const {
   std::string out;
   for (const auto &r : ranges) {
     static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"};
-    const std::string name = kNames[static_cast<int>(r.format)];
+    const std::string name = r.fp8 ? "fp8" : kNames[static_cast<int>(r.format)];
     if (out.find(name) == std::string::npos) out += (out.empty() ? "" : "+") + name;
   }
   return out;
 }
 
 LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts,
-                         const std::vector<std::int64_t> &rows, std::int64_t K,
-                         bool keep_quantized) {
+                         const std::vector<std::int64_t> &rows, std::int64_t K, bool keep_quantized,
+                         const std::vector<TensorScale> *scales) {
   LinearLayout l;
   l.K = K;
+  // FP8: every part FP8 with scales the device grid holds, or bf16.
+  bool any_fp8 = false,
+       all_fp8 = keep_quantized && scales && scales->size() == parts.size() && K % 16 == 0;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const bool fp8 = parts[i].second == DType::kF8_E4M3;
+    any_fp8 |= fp8;
+    if (!fp8 || !all_fp8) {
+      all_fp8 = false;
+      continue;
+    }
+    const TensorScale &s = (*scales)[i];
+    if (!s.present() || s.block_rows <= 0 ||
+        !(s.block_cols >= K || s.block_cols % kFp8ScaleCols == 0) ||
+        s.grid_rows * s.block_rows < rows[i] || s.grid_cols * s.block_cols < K)
+      all_fp8 = false;
+  }
+  if (any_fp8) {
+    for (auto r : rows) l.N += r;
+    if (!all_fp8) return l;
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      l.part_offsets.push_back(offset);
+      offset += static_cast<std::size_t>(rows[i] * K);
+    }
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      const TensorScale &s = (*scales)[i];
+      l.part_scale_offsets.push_back(offset);
+      // Merge with the previous part when their grids continue each other: one launch.
+      WeightRange *prev = l.ranges.empty() ? nullptr : &l.ranges.back();
+      if (prev && prev->scale_block_rows == s.block_rows && prev->rows % s.block_rows == 0) {
+        prev->rows += rows[i];
+      } else {
+        WeightRange r;
+        r.fp8 = true;
+        r.rows = rows[i];
+        r.offset = l.part_offsets[i];
+        r.scale_offset = offset;
+        r.scale_block_rows = s.block_rows;
+        l.ranges.push_back(r);
+      }
+      offset += static_cast<std::size_t>(fp8_scale_bytes(rows[i], s.block_rows, K));
+    }
+    for (const auto &r : l.ranges)
+      if (r.offset % 16 != 0) return LinearLayout{l.N, K, {}, {}, {}};
+    return l;
+  }
   bool all_quant = keep_quantized;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     l.N += rows[i];
@@ -77,7 +144,7 @@ LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts
   }
   // Every range starts 16-byte aligned only if its offset is; the GEMV needs that.
   for (const auto &r : l.ranges)
-    if (r.offset % 16 != 0) return LinearLayout{l.N, K, {}, {}};
+    if (r.offset % 16 != 0) return LinearLayout{l.N, K, {}, {}, {}};
   return l;
 }
 
@@ -90,11 +157,20 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
     return;
   }
   const auto *base = static_cast<const std::byte *>(w);
+  auto fp8 = [&](const WeightRange &r) {
+    return Fp8Weight{base + r.offset, reinterpret_cast<const float *>(base + r.scale_offset),
+                     r.scale_block_rows, r.rows, layout.K};
+  };
   if (M <= kQuantGemvMaxM) {
     std::int64_t n0 = 0;
     for (const auto &r : layout.ranges) {
       void *yr = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
                        : static_cast<void *>(static_cast<bf16 *>(y) + n0);
+      if (r.fp8) {
+        launch_gemv_fp8(s, fp8(r), x, yr, y_f32, layout.N, static_cast<int>(M));
+        n0 += r.rows;
+        continue;
+      }
       launch_gemv_quant(s, r.format, x, base + r.offset, yr, y_f32, layout.N, static_cast<int>(M),
                         r.rows, layout.K);
       n0 += r.rows;
@@ -104,7 +180,10 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
   bf16 *dq = static_cast<bf16 *>(scratch);
   std::int64_t n0 = 0;
   for (const auto &r : layout.ranges) {
-    launch_dequantize(s, r.format, base + r.offset, dq + n0 * layout.K, r.rows * layout.K);
+    if (r.fp8)
+      launch_dequantize_fp8(s, fp8(r), dq + n0 * layout.K);
+    else
+      launch_dequantize(s, r.format, base + r.offset, dq + n0 * layout.K, r.rows * layout.K);
     n0 += r.rows;
   }
   gemm.run(s, GemmType::kBF16, out, x, dq, y, M, layout.N, layout.K);

@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/tensor_view.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/k_fp8.h"
 #include "exec/cuda/k_quant.h"
 
 namespace keel::cuda {
@@ -30,6 +32,11 @@ struct WeightRange {
   QuantFormat format{};
   std::int64_t rows = 0;
   std::size_t offset = 0;  // bytes from the start of the weight's buffer
+  // FP8 e4m3 (`format` unused): rows x K bytes at offset, scales (k_fp8.h's grid, 128
+  // columns a block) at scale_offset, in row blocks of scale_block_rows.
+  bool fp8 = false;
+  std::size_t scale_offset = 0;
+  std::int64_t scale_block_rows = 0;
 };
 
 // How one [N, K] linear weight lies in device memory.
@@ -37,6 +44,7 @@ struct LinearLayout {
   std::int64_t N = 0, K = 0;
   std::vector<WeightRange> ranges;        // empty: bf16 [N, K]
   std::vector<std::size_t> part_offsets;  // quantized: byte offset of each planned part
+  std::vector<std::size_t> part_scale_offsets;  // fp8: byte offset of each part's scale grid
 
   bool quantized() const { return !ranges.empty(); }
   std::size_t bytes() const;       // device bytes of the weight
@@ -48,9 +56,16 @@ struct LinearLayout {
 // Quantized when every part's type stays quantized on the device and `keep_quantized`;
 // bf16 otherwise. Throws Error(kFormat) naming the tensor when K is not a whole number of
 // its type's blocks.
+// FP8 parts pass their scales (`scales`, one per part; nullptr when no part is FP8): they
+// stay FP8 when every part is FP8 with scales the device grid can hold (column blocks a
+// multiple of 128, or whole rows) and K % 16 == 0; bf16 otherwise.
 LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts,
-                         const std::vector<std::int64_t> &rows, std::int64_t K,
-                         bool keep_quantized);
+                         const std::vector<std::int64_t> &rows, std::int64_t K, bool keep_quantized,
+                         const std::vector<TensorScale> *scales = nullptr);
+
+// An FP8 part's scales as the device grid holds them: f32 [grid_rows, ceil(K / 128)],
+// column blocks of the file repeated over the 128-column blocks they cover.
+std::vector<float> fp8_device_scales(const TensorScale &s, std::int64_t K);
 
 // y[M, N] = x[M, K] @ W^T, y bf16 (or f32 when y_f32). Quantized weights with
 // M <= kQuantGemvMaxM take the quantized GEMV; larger M dequantize into `scratch`

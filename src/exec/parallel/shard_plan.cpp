@@ -33,8 +33,17 @@ ShardPlan make_shard_plan(const ModelConfig &cfg, int rank, int size) {
   return p;
 }
 
+namespace {
+void refuse_fp8(const TensorView &w) {
+  if (w.dtype == DType::kF8_E4M3)
+    throw Error(ErrorCode::kUnsupported,
+                w.name + ": fp8 weights are not sharded for tensor parallelism yet");
+}
+}  // namespace
+
 TensorView slice_rows(const TensorView &w, std::int64_t begin, std::int64_t count) {
   KEEL_CHECK(w.shape.size() == 2 && begin >= 0 && count >= 0 && begin + count <= w.shape[0]);
+  refuse_fp8(w);
   const std::int64_t row_bytes = dtype_bytes(w.dtype, w.shape[1]);
   TensorView v = w;
   v.shape = {count, w.shape[1]};
@@ -46,6 +55,7 @@ TensorView slice_rows(const TensorView &w, std::int64_t begin, std::int64_t coun
 TensorView slice_cols(const TensorView &w, std::int64_t begin, std::int64_t count,
                       std::string &storage) {
   KEEL_CHECK(w.shape.size() == 2 && begin >= 0 && count >= 0 && begin + count <= w.shape[1]);
+  refuse_fp8(w);
   const std::int64_t block = dtype_info(w.dtype).block_elems;
   if (begin % block != 0 || count % block != 0)
     throw Error(ErrorCode::kUnsupported, w.name + ": columns [" + std::to_string(begin) + ", " +

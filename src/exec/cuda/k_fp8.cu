@@ -1,0 +1,241 @@
+// FP8 e4m3 weights (k_fp8.h). A thread or lane takes 16 weights (one 16-byte load) that lie
+// in one 128-column scale block. e4m3 -> f16: on sm_89+ the cvt.rn.f16x2.e4m3x2 instruction
+// (cuda_fp8.h); elsewhere the e4m3 bits placed in an f16 (sign to bit 15, exponent and
+// mantissa shifted by 7) are the value / 256 exactly, subnormals included, so the scale is
+// multiplied by 256 (exact) instead. Both convert exactly; the scale is one __fmul_rn, as
+// in formats/quant.cpp.
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_fp8.h"
+
+namespace keel::cuda {
+
+namespace {
+
+constexpr int kWarps = 8;
+
+// Four e4m3 bytes of `w` to floats, exactly; the portable path gives value / 256
+// (convert_factor says what to multiply by).
+template <bool Portable>
+__device__ inline void e4m3x4(unsigned w, float f[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  constexpr bool kHardware = !Portable;
+#else
+  constexpr bool kHardware = false;
+#endif
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    float2 v;
+    if constexpr (kHardware) {
+      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((w >> (16 * p)) & 0xFFFF), __NV_E4M3);
+      v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    } else {
+      // Bytes 2p and 2p + 1 to the high byte of each 16-bit half, then into f16 position.
+      const unsigned t = __byte_perm(w, 0u, p == 0 ? 0x1404u : 0x3424u);
+      const unsigned h = (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
+      v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
+    }
+    f[2 * p] = v.x;
+    f[2 * p + 1] = v.y;
+  }
+}
+
+// What the converted floats must be multiplied by to be the e4m3 values.
+template <bool Portable>
+__device__ constexpr float convert_factor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  return Portable ? 256.0f : 1.0f;
+#else
+  return 256.0f;
+#endif
+}
+
+template <bool Portable, typename Out>
+__global__ void dequantize_fp8_kernel(const uint4 *__restrict__ w, const float *__restrict__ scales,
+                                      std::int64_t block_rows, std::int64_t K, std::int64_t vecs,
+                                      Out *__restrict__ dst) {
+  const std::int64_t v = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= vecs) return;
+  const std::int64_t e0 = v * 16, n = e0 / K, k0 = e0 % K;
+  const std::int64_t gc = (K + kFp8ScaleCols - 1) / kFp8ScaleCols;
+  const float s = __ldg(scales + (n / block_rows) * gc + k0 / kFp8ScaleCols);
+  const uint4 raw = __ldg(w + v);
+  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
+  float f[16];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    e4m3x4<Portable>(words[i], f + 4 * i);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const unsigned b = (words[i] >> (8 * j)) & 0x7F;
+      float x = __fmul_rn(f[4 * i + j], convert_factor<Portable>());  // exact
+      if (b == 0x7F) x = __int_as_float(0x7FC00000);                  // the NaN codes
+      f[4 * i + j] = __fmul_rn(x, s);
+    }
+  }
+  Out *y = dst + e0;
+  if constexpr (sizeof(Out) == 4) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+      reinterpret_cast<float4 *>(y)[q] =
+          make_float4(f[4 * q], f[4 * q + 1], f[4 * q + 2], f[4 * q + 3]);
+  } else {
+    uint4 packed[2];
+    __nv_bfloat162 *p2 = reinterpret_cast<__nv_bfloat162 *>(packed);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) p2[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
+    reinterpret_cast<uint4 *>(y)[0] = packed[0];
+    reinterpret_cast<uint4 *>(y)[1] = packed[1];
+  }
+}
+
+__device__ inline void bf16x8(const uint4 &raw, float f[8]) {
+  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h2[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+
+// One warp per output row; lane i takes 16-byte vectors i, i + 32, ... (a warp step reads
+// 512 contiguous bytes of the row); each vector's 16 products are summed, then scaled once.
+template <int M, bool OutF32, bool Portable>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_fp8_kernel(const bf16 *__restrict__ x, const uint4 *__restrict__ w,
+                    const float *__restrict__ scales, std::int64_t block_rows, void *__restrict__ y,
+                    std::int64_t ldy, std::int64_t N, std::int64_t K) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t n = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const std::int64_t vecs = K / 16, gc = (K + kFp8ScaleCols - 1) / kFp8ScaleCols;
+  const uint4 *wr = w + n * vecs;
+  const float *srow = scales + (n / block_rows) * gc;
+  float acc[M];
+#pragma unroll
+  for (int m = 0; m < M; ++m) acc[m] = 0.0f;
+#pragma unroll 4
+  for (std::int64_t v = lane; v < vecs; v += 32) {
+    const uint4 raw = __ldg(wr + v);
+    const float s = __ldg(srow + v / (kFp8ScaleCols / 16)) * convert_factor<Portable>();
+    float wf[16];
+    e4m3x4<Portable>(raw.x, wf);
+    e4m3x4<Portable>(raw.y, wf + 4);
+    e4m3x4<Portable>(raw.z, wf + 8);
+    e4m3x4<Portable>(raw.w, wf + 12);
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      const uint4 *xv = reinterpret_cast<const uint4 *>(x + m * K + v * 16);
+      float xf[16];
+      bf16x8(__ldg(xv), xf);
+      bf16x8(__ldg(xv + 1), xf + 8);
+      float p = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 16; ++e) p = fmaf(wf[e], xf[e], p);
+      acc[m] = fmaf(p, s, acc[m]);
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+    for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+  if (lane == 0) {
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      if constexpr (OutF32)
+        static_cast<float *>(y)[m * ldy + n] = acc[m];
+      else
+        static_cast<bf16 *>(y)[m * ldy + n] = __float2bfloat16(acc[m]);
+    }
+  }
+}
+
+void check_weight(const Fp8Weight &w, const char *what) {
+  if (w.N < 0 || w.K <= 0 || w.K % 16 != 0 || w.block_rows <= 0 || w.scales == nullptr ||
+      reinterpret_cast<std::uintptr_t>(w.w) % 16 != 0)
+    throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": unsupported fp8 weight N=" +
+                                                 std::to_string(w.N) + " K=" + std::to_string(w.K));
+}
+
+template <typename Out>
+void dequant(cudaStream_t s, const Fp8Weight &w, Out *dst, Fp8Convert cvt) {
+  check_weight(w, "dequantize_fp8");
+  const std::int64_t vecs = w.N * w.K / 16;
+  if (vecs == 0) return;
+  const unsigned grid = static_cast<unsigned>((vecs + 255) / 256);
+  const auto *wv = static_cast<const uint4 *>(w.w);
+  if (cvt == Fp8Convert::kPortable)
+    dequantize_fp8_kernel<true, Out>
+        <<<grid, 256, 0, s>>>(wv, w.scales, w.block_rows, w.K, vecs, dst);
+  else
+    dequantize_fp8_kernel<false, Out>
+        <<<grid, 256, 0, s>>>(wv, w.scales, w.block_rows, w.K, vecs, dst);
+  KEEL_CUDA_CHECK_LAUNCH("dequantize_fp8");
+}
+
+template <int M, bool Portable>
+void gemv_m(cudaStream_t s, const Fp8Weight &w, const bf16 *x, void *y, bool y_f32,
+            std::int64_t ldy) {
+  const unsigned grid = static_cast<unsigned>((w.N + kWarps - 1) / kWarps);
+  const auto *wv = static_cast<const uint4 *>(w.w);
+  if (y_f32)
+    gemv_fp8_kernel<M, true, Portable>
+        <<<grid, kWarps * 32, 0, s>>>(x, wv, w.scales, w.block_rows, y, ldy, w.N, w.K);
+  else
+    gemv_fp8_kernel<M, false, Portable>
+        <<<grid, kWarps * 32, 0, s>>>(x, wv, w.scales, w.block_rows, y, ldy, w.N, w.K);
+}
+
+template <bool Portable>
+void gemv(cudaStream_t s, const Fp8Weight &w, const bf16 *x, void *y, bool y_f32, std::int64_t ldy,
+          int M) {
+  switch (M) {
+    case 1:
+      return gemv_m<1, Portable>(s, w, x, y, y_f32, ldy);
+    case 2:
+      return gemv_m<2, Portable>(s, w, x, y, y_f32, ldy);
+    case 3:
+      return gemv_m<3, Portable>(s, w, x, y, y_f32, ldy);
+    case 4:
+      return gemv_m<4, Portable>(s, w, x, y, y_f32, ldy);
+    case 5:
+      return gemv_m<5, Portable>(s, w, x, y, y_f32, ldy);
+    case 6:
+      return gemv_m<6, Portable>(s, w, x, y, y_f32, ldy);
+    case 7:
+      return gemv_m<7, Portable>(s, w, x, y, y_f32, ldy);
+    default:
+      return gemv_m<8, Portable>(s, w, x, y, y_f32, ldy);
+  }
+}
+
+}  // namespace
+
+void launch_dequantize_fp8(StreamRef s, const Fp8Weight &w, bf16 *dst, Fp8Convert cvt) {
+  dequant(s.get("launch_dequantize_fp8"), w, dst, cvt);
+}
+
+void launch_dequantize_fp8_f32(StreamRef s, const Fp8Weight &w, float *dst, Fp8Convert cvt) {
+  dequant(s.get("launch_dequantize_fp8_f32"), w, dst, cvt);
+}
+
+void launch_gemv_fp8(StreamRef s_ref, const Fp8Weight &w, const bf16 *x, void *y, bool y_f32,
+                     std::int64_t ldy, int M, Fp8Convert cvt) {
+  const cudaStream_t s = s_ref.get("launch_gemv_fp8");
+  check_weight(w, "gemv_fp8");
+  if (w.N == 0) return;
+  if (M < 1 || M > kFp8GemvMaxM || ldy < w.N || reinterpret_cast<std::uintptr_t>(x) % 16 != 0 ||
+      w.N > std::int64_t(0x7fffffff) * kWarps)
+    throw Error(ErrorCode::kInvalidArgument,
+                "gemv_fp8: unsupported shape M=" + std::to_string(M) + " N=" + std::to_string(w.N));
+  if (cvt == Fp8Convert::kPortable)
+    gemv<true>(s, w, x, y, y_f32, ldy, M);
+  else
+    gemv<false>(s, w, x, y, y_f32, ldy, M);
+  KEEL_CUDA_CHECK_LAUNCH("gemv_fp8");
+}
+
+}  // namespace keel::cuda
