@@ -178,6 +178,8 @@ int cmd_serve(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+  // keel serve ORG/NAME downloads: a file-size limit is an error (EFBIG), not a kill.
+  ::signal(SIGXFSZ, SIG_IGN);
   if (port < 0 || port > 65535)
     throw Error(ErrorCode::kInvalidArgument, "--port: must be 0..65535");
   if (max_concurrent < 1)
