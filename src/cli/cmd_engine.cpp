@@ -17,8 +17,10 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "engine/engine.h"
+#include "engine/ipc/progress_sender.h"
 #include "engine/ipc/server.h"
 #include "engine/tp/backend.h"
+#include "engine/weight_prefetch.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "grammar/output_constraints.h"
 #include "kv/kv_sizing.h"
@@ -102,6 +104,11 @@ int cmd_engine(int argc, char **argv) {
   app.add_option("--tensor-parallel", tensor_parallel,
                  "processes that split the model (worker ranks are children of this one)")
       ->check(CLI::Range(1, 64));
+  int slow_load_ms = 0;
+  app.add_option("--fault-slow-load-ms", slow_load_ms,
+                 "tests only (keel serve --fault-slow-load): reading the weights takes at "
+                 "least this long")
+      ->check(CLI::Range(0, 600000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
@@ -114,6 +121,8 @@ int cmd_engine(int argc, char **argv) {
   ::signal(SIGXFSZ, SIG_IGN);
 
   ipc::IpcEngineServer server(fd, std::chrono::milliseconds(heartbeat_ms));
+  // Load progress goes to the front until the hello (or the load error) is sent.
+  ipc::ProgressSender progress(fd);
   // keel serve passes its --log-level down through the environment.
   if (const char *lv = std::getenv("KEEL_LOG_LEVEL"))
     if (auto level = parse_log_level(lv)) server.set_log_info(*level >= LogLevel::kInfo);
@@ -152,6 +161,7 @@ int cmd_engine(int argc, char **argv) {
     cfg.tiers.io_threads = std::max(cache_io_threads, 1);
     const std::filesystem::path path = model;
     const KvOverride kv_override{kv_blocks, max_kv_tokens};
+    cfg.on_load_progress = progress.sink();
     // CPU pool: explicit, or the host rule (kv/kv_sizing.h) from the config and
     // MemAvailable. `keel serve` passes the size it budgeted as --kv-blocks.
     int cpu_blocks = kv_blocks;
@@ -169,11 +179,21 @@ int cmd_engine(int argc, char **argv) {
       cpu_blocks = static_cast<int>(plan.kv_blocks);
       kv_rule = plan.rule;
     }
+    {
+      PrefetchOptions po;
+      // Files that would not stay cached are read by the runner itself, once.
+      po.max_bytes = host_mem_available().value_or(0) / 4 * 3;
+      po.slow_down = std::chrono::milliseconds(slow_load_ms);
+      prefetch_weights(weight_files_of(path), po, [&](std::int64_t done, std::int64_t total) {
+        progress.report({"reading weights", done, total, "bytes"});
+      });
+    }
     engine = std::make_unique<Engine>(
         [&, path] {
           EngineBackend b;
           if (tensor_parallel > 1) {
             // Worker ranks are tied to the thread that starts them: the engine thread.
+            progress.report({"starting tensor-parallel ranks", 0, 0, ""});
             tp::CpuTpBackendOptions o;
             o.model = path;
             o.tensor_parallel = tensor_parallel;
@@ -236,6 +256,8 @@ int cmd_engine(int argc, char **argv) {
                 if (!refusal.empty())
                   throw Error(ErrorCode::kResourceExhausted, kMemoryRefusalTag + refusal);
               }
+              // Conversion, upload, buffers and CUDA graphs: not counted inside (exec/cuda).
+              progress.report({"uploading to device", 0, 0, ""});
               auto runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
               device_total = runner->runner().device_total_bytes();
               device_weights = static_cast<std::int64_t>(runner->runner().weight_bytes());
@@ -246,8 +268,11 @@ int cmd_engine(int argc, char **argv) {
               b.runner = std::move(runner);
             } else
 #endif
+            {
+              progress.report({"preparing weights", 0, 0, ""});
               b.runner = cpu::CpuModelRunner::open(path, *b.context,
                                                    cpu::KvOptions{cpu_blocks, block_size});
+            }
           }
           kv_bytes =
               static_cast<std::int64_t>(b.runner->kv().block_bytes()) * b.runner->kv().num_blocks();
@@ -255,6 +280,7 @@ int cmd_engine(int argc, char **argv) {
         },
         cfg);
   } catch (const std::exception &e) {
+    progress.finish();
     std::fprintf(stderr, "keel engine: %s: %s\n", model.c_str(), e.what());
     server.send_load_error(std::string(model) + ": " + e.what());
     return 1;
@@ -276,6 +302,7 @@ int cmd_engine(int argc, char **argv) {
   info.memory_bytes = info.weights_bytes + info.kv_bytes + info.workspace_bytes + host_tier;
   info.pid = ::getpid();
   info.backend = device;
+  progress.finish();  // its last frame goes before the hello
   const int rc = server.serve(*engine, info);
   engine->stop(std::chrono::steady_clock::now() + std::chrono::seconds(5));
   return rc;

@@ -2,6 +2,8 @@
 // files (safetensors, config, tokenizer) or one named file (a GGUF) into the hub cache,
 // resumable and verified, and prints the folder `keel serve` loads. HF_TOKEN,
 // HF_ENDPOINT and HF_HUB_OFFLINE are honoured.
+#include <signal.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdio>
 
@@ -43,6 +45,9 @@ int cmd_pull(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+  // A file-size limit (a quota, ulimit -f) makes the write fail with EFBIG, which the
+  // pull reports with the partial file kept, instead of killing the process.
+  ::signal(SIGXFSZ, SIG_IGN);
   auto spec = hub::parse_repo_spec(spec_text);
   if (!spec)
     throw Error(ErrorCode::kInvalidArgument,

@@ -9,12 +9,15 @@
 #include "cli/commands.h"
 #include "core/default_model.h"
 #include "core/error.h"
+#include "core/progress_bar.h"
 #include "engine/tp/group.h"
 #include "engine/tp/runner.h"
+#include "engine/weight_prefetch.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/sampler.h"
 #include "exec/single_sequence.h"
 #include "formats/gguf.h"
+#include "kv/kv_sizing.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer.h"
 
@@ -177,6 +180,21 @@ int cmd_run(int argc, char **argv) {
   cpu::KvOptions kvo;
   kvo.block_size = 16;
   kvo.num_blocks = static_cast<std::int32_t>((need + 15) / 16);
+  {
+    // The weights' disk time, shown as it passes (a bar on a terminal, lines otherwise)
+    // for models big enough to take a while; the runner then finds them cached.
+    constexpr std::int64_t kShowFrom = std::int64_t{256} << 20;
+    std::unique_ptr<ProgressBar> bar;
+    PrefetchOptions po;
+    po.max_bytes = host_mem_available().value_or(0) / 4 * 3;
+    prefetch_weights(weight_files_of(model_path), po, [&](std::int64_t done, std::int64_t total) {
+      if (!bar && total >= kShowFrom)
+        bar = std::make_unique<ProgressBar>(stderr, "reading weights", total,
+                                            ProgressBar::Unit::kBytes);
+      if (bar) bar->update(done);
+    });
+    if (bar) bar->finish();
+  }
   std::unique_ptr<ModelRunner> runner;
   if (tensor_parallel > 1) {
     tp::TpRunnerOptions o;

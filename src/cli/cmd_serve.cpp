@@ -56,6 +56,7 @@ int cmd_serve(int argc, char **argv) {
   std::string response_store_bytes = "64M";
   double response_store_ttl_s = 3600;
   std::string force_tool_call;
+  double fault_slow_load_s = 0;
   app.add_option("models", model_paths,
                  "model directories or .gguf files, or ORG/NAME[:REVISION][/FILE] of a Hugging "
                  "Face repository (fetched into the hub cache: see keel pull) (default: the "
@@ -132,6 +133,10 @@ int cmd_serve(int argc, char **argv) {
                  "last turn holds no tool result, must call it (with arguments JSON, checked "
                  "against its schema)")
       ->envname("KEEL_FORCE_TOOL_CALL");
+  app.add_option("--fault-slow-load", fault_slow_load_s,
+                 "SECONDS (tests only, needs --enable-fault-injection): every engine takes at "
+                 "least this long to read its weights, so that load progress can be watched")
+      ->envname("KEEL_FAULT_SLOW_LOAD");
   app.add_option("--response-store-count", response_store_count,
                  "stored /v1/responses (store: true) kept at most; the oldest go first")
       ->envname("KEEL_RESPONSE_STORE_COUNT")
@@ -173,6 +178,8 @@ int cmd_serve(int argc, char **argv) {
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
   }
+  // keel serve ORG/NAME downloads: a file-size limit is an error (EFBIG), not a kill.
+  ::signal(SIGXFSZ, SIG_IGN);
   if (port < 0 || port > 65535)
     throw Error(ErrorCode::kInvalidArgument, "--port: must be 0..65535");
   if (max_concurrent < 1)
@@ -237,6 +244,16 @@ int cmd_serve(int argc, char **argv) {
   if (tensor_parallel > 1)
     ro.engine_args.insert(ro.engine_args.end(),
                           {"--tensor-parallel", std::to_string(tensor_parallel)});
+  if (fault_slow_load_s != 0) {
+    if (!enable_faults)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--fault-slow-load: tests only, needs --enable-fault-injection");
+    if (!(fault_slow_load_s > 0 && fault_slow_load_s <= 600))
+      throw Error(ErrorCode::kInvalidArgument, "--fault-slow-load: seconds in (0, 600]");
+    ro.engine_args.insert(
+        ro.engine_args.end(),
+        {"--fault-slow-load-ms", std::to_string(static_cast<int>(fault_slow_load_s * 1000))});
+  }
   ro.memory_budget_bytes = parse_size(memory_budget, "--memory-budget");
   ro.step_deadline = ms(step_deadline_s);
   ro.step_deadline_floor = ms(step_deadline_floor_s);

@@ -96,8 +96,18 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
       max_model_len_ = static_cast<std::int32_t>(std::min(len, capacity));
       if (config_.tiers.enabled() && config_.enable_prefix_caching) {
         const std::int32_t longest = (max_model_len_ + block_size_ - 1) / block_size_;
+        const bool ssd = !config_.tiers.ssd_dir.empty() && config_.tiers.ssd_bytes > 0;
+        // The SSD tier lists its directory to find the blocks a previous run left; the
+        // host tier allocates (on CUDA: pins) its memory. Neither can be counted inside.
+        LoadProgress phase{ssd ? "rebuilding cache index" : "allocating host cache", 0, 0,
+                           ssd ? "blocks" : ""};
+        if (config_.on_load_progress) config_.on_load_progress(phase);
         tiers_ = std::make_unique<KvTiers>(
             config_.tiers, store, kc.model, &faults_, [this] { wake_for_tiers(); }, longest);
+        if (ssd && config_.on_load_progress) {
+          phase.done = phase.total = tiers_->ssd_stats().blocks;
+          config_.on_load_progress(phase);
+        }
         kv_->set_record_evictions(true);
         sched_->set_tiers(tiers_.get());
       }

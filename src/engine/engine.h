@@ -37,6 +37,7 @@
 
 #include "core/output_constraint.h"
 #include "engine/engine_api.h"
+#include "engine/load_progress.h"
 #include "engine/mask_prefetcher.h"
 #include "engine/token_sampling.h"
 #include "exec/exec_context.h"
@@ -88,6 +89,10 @@ struct EngineConfig {
   // How long a step waits, after its forward, for the masks still being computed
   // (MaskPrefetcher); past it the step fails with a timeout.
   std::chrono::milliseconds mask_timeout{10000};
+  // Told the start-up phases the engine itself runs after the backend is built (the cache
+  // tiers: "rebuilding cache index" for an SSD tier, whose files are listed again); called
+  // on the engine thread before the constructor returns. May be empty.
+  LoadProgressSink on_load_progress;
 };
 
 class Engine final : public EngineApi {

@@ -1,27 +1,27 @@
-// Progress of a benchmark level: a bar redrawn in place on a terminal, plain lines
-// (at most one per tenth of the work) when the output is a file or a pipe.
+// Progress of a benchmark level: the shared bar (core/progress_bar.h) counting requests,
+// with the failures after the count.
 #pragma once
 
-#include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <string>
+
+#include "core/progress_bar.h"
 
 namespace keel::loadgen {
 
 class Progress {
  public:
-  Progress(std::FILE *out, std::string label, int total);
-  void update(int done, int failed);
-  void finish();  // ends the bar's line
+  Progress(std::FILE *out, std::string label, int total)
+      : bar_(out, std::move(label), std::max(total, 1), ProgressBar::Unit::kCount,
+             "requests done") {
+    update(0, 0);
+  }
+  void update(int done, int failed) { bar_.update(done, std::to_string(failed) + " failed"); }
+  void finish() { bar_.finish(); }  // ends the bar's line
 
  private:
-  std::FILE *out_;
-  std::string label_;
-  int total_;
-  bool tty_;
-  int last_decile_ = -1;
-  bool finished_ = false;
-  std::chrono::steady_clock::time_point start_;
+  ProgressBar bar_;
 };
 
 }  // namespace keel::loadgen

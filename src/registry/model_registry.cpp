@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "core/error.h"
+#include "registry/progress_log.h"
 
 namespace keel {
 
@@ -116,6 +117,15 @@ double ModelRegistry::step_deadline_seconds(const Entry &e) const {
 EngineLaunch ModelRegistry::launch_of(const Entry &e) const {
   EngineLaunch launch{options_.keel_executable, e.path, e.args, {}};
   launch.ipc.model = e.id;
+  // The engine's load progress in the log: a few lines per phase (registry/progress_log.h),
+  // paced on the client's reader thread, which sees every frame.
+  launch.ipc.on_progress = [log = options_.log, id = e.id, since = Clock::now(),
+                            pacer = std::make_shared<ProgressLogPacer>()](const LoadProgress &p) {
+    const auto now = Clock::now();
+    if (pacer->should_log(p, now))
+      log.log(LogLevel::kInfo, "loading '%s': %s, %.1f s", id.c_str(), describe_progress(p).c_str(),
+              std::chrono::duration<double>(now - since).count());
+  };
   launch.ipc.limits.max_bytes = options_.ipc_queue_bytes;
   launch.ipc.limits.max_frames = options_.ipc_queue_frames;
   launch.ipc.limits.frame_deadline = options_.ipc_frame_deadline.count() > 0
@@ -171,13 +181,14 @@ void ModelRegistry::shutdown(std::optional<std::chrono::milliseconds> grace,
   }
 }
 
-std::string ModelRegistry::add_model(const fs::path &path, bool pinned, const std::string &given_id) {
+std::string ModelRegistry::add_model(const fs::path &path, bool pinned,
+                                     const std::string &given_id) {
   std::error_code ec;
   if (!fs::exists(path, ec))
     throw Error(ErrorCode::kNotFound, path.string() + ": no such model file or directory");
   fs::path p = fs::absolute(path, ec);
   while (!p.empty() && p.filename().empty()) p = p.parent_path();  // "dir/" -> "dir"
-  std::string id = !given_id.empty()          ? given_id
+  std::string id = !given_id.empty()         ? given_id
                    : fs::is_directory(p, ec) ? p.filename().string()
                                              : p.stem().string();
   std::lock_guard lock(mu_);
@@ -683,6 +694,21 @@ std::vector<ModelReport> ModelRegistry::report() const {
     r.step_deadline_seconds = step_deadline_seconds(*e);
     r.idle_ttl = e->idle_ttl.value_or(options_.idle_ttl);
     const auto now = Clock::now();
+    if (e->proc && (e->state == ModelState::kLoading || e->state == ModelState::kRestarting)) {
+      ModelReport::Progress p;
+      p.latest.phase = "starting engine";
+      p.elapsed_seconds = std::chrono::duration<double>(now - e->spawned_at).count();
+      p.phase_elapsed_seconds = p.elapsed_seconds;
+      if (auto got = e->proc->client().load_progress()) {
+        p.latest = got->latest;
+        p.phase_elapsed_seconds = std::chrono::duration<double>(now - got->phase_since).count();
+      }
+      p.started_at =
+          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
+              .count() -
+          p.elapsed_seconds;
+      r.progress = std::move(p);
+    }
     for (const auto &[st, at] : e->history)
       r.history.emplace_back(st, std::chrono::duration<double>(now - at).count());
     out.push_back(std::move(r));

@@ -148,6 +148,15 @@ struct ModelReport {
   std::chrono::milliseconds idle_ttl{0};
   // The last state changes, oldest first: (state, seconds ago).
   std::vector<std::pair<ModelState, double>> history;
+  // While loading or restarting: the engine's latest load progress (issue 22), or
+  // "starting engine" before its first report; cleared once it is ready.
+  struct Progress {
+    LoadProgress latest;
+    double elapsed_seconds = 0.0;        // since the engine was spawned
+    double phase_elapsed_seconds = 0.0;  // since this phase began
+    double started_at = 0.0;             // the spawn, in seconds since the Unix epoch
+  };
+  std::optional<Progress> progress;
 };
 
 class ModelRegistry {

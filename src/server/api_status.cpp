@@ -120,6 +120,21 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
     for (const auto &[st, ago] : r.history)
       history.push_back({{"state", model_state_name(st)}, {"seconds_ago", ago}});
     m["history"] = std::move(history);
+    // Load progress (issue 22): while the engine loads, null otherwise.
+    if (r.progress) {
+      const LoadProgress &p = r.progress->latest;
+      const auto f = p.fraction();
+      m["progress"] = {{"phase", p.phase},
+                       {"done", p.done},
+                       {"total", p.total},
+                       {"unit", p.unit},
+                       {"fraction", f ? json(*f) : json(nullptr)},
+                       {"elapsed_seconds", r.progress->elapsed_seconds},
+                       {"phase_elapsed_seconds", r.progress->phase_elapsed_seconds},
+                       {"started_at", r.progress->started_at}};
+    } else {
+      m["progress"] = nullptr;
+    }
     // Memory by part (issue 21): planned before load, as allocated once loaded; the
     // parts add up to memory_bytes' total.
     const ModelMemoryPlan &mem = r.memory;

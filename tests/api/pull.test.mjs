@@ -187,6 +187,34 @@ test('a disk too small is refused before any byte is written', async (t) => {
   assert.deepEqual(walk(cache).filter((p) => !p.endsWith('.lock')), []);
 });
 
+// A disk that fills during the download (here a file-size limit: the write fails with
+// EFBIG as it would with ENOSPC) is a clear error, not a killed process; the partial file
+// stays, nothing is installed, and a later run resumes it.
+test('a disk that fills mid-file: a clear error, the partial file kept, the next run resumes', async (t) => {
+  if (!hub) return t.skip('no keel binary or test model');
+  const size = files['model.safetensors'].data.length;
+  if (size <= 2 << 20) return t.skip('the test model is too small for a 1 MiB limit');
+  const cache = tmp('full');
+  const r = await new Promise((resolve) => {
+    execFile('bash', ['-c', 'ulimit -f 1024; exec "$0" "$@"', KEEL_BIN, 'pull', 'keel-test/tiny', '--quiet'],
+      { timeout: 60_000, killSignal: 'SIGKILL', env: { ...process.env, HF_TOKEN: '', ...env(cache) } },
+      (err, stdout, stderr) => resolve({ code: err ? (err.code ?? err.signal) : 0, stdout, stderr }));
+  });
+  assert.equal(r.code, 1, `exit ${r.code}: ${r.stderr}`);  // an error, not SIGXFSZ
+  assert.match(r.stderr, /writing model\.safetensors to .* failed: File too large \(the partial file is kept: run again to resume\)/);
+  const parts = walk(cache).filter((p) => p.endsWith('.part'));
+  assert.equal(parts.length, 1);
+  const kept = fs.statSync(parts[0]).size;
+  assert.ok(kept > 0 && kept <= 1 << 20, `partial file of ${kept} bytes`);
+  const off = await keel(['pull', 'keel-test/tiny', '--offline'], env(cache));
+  assert.notEqual(off.code, 0, 'nothing installed that a server would load');
+  hub.log.length = 0;
+  const r2 = await keel(['pull', 'keel-test/tiny', '--quiet'], env(cache));
+  assert.equal(r2.code, 0, r2.stderr);
+  assert.ok(hub.log.some((l) => l.range === `bytes=${kept}-`), JSON.stringify(hub.log));
+  assert.ok(fs.readFileSync(path.join(r2.stdout.trim(), 'model.safetensors')).equals(files['model.safetensors'].data));
+});
+
 test('hostile file names from the hub are never written', async (t) => {
   if (!hub) return t.skip('no keel binary or test model');
   const root = tmp('hostile');

@@ -21,6 +21,7 @@ std::string name_engine(const std::string &model) {
 IpcEngineClient::IpcEngineClient(int fd, IpcClientOptions options)
     : fd_(fd),
       who_(name_engine(options.model)),
+      on_progress_(std::move(options.on_progress)),
       writer_(fd, options.limits,
               {[this](FrameType type, std::uint64_t tag, bool partly) {
                  on_expired(type, tag, partly);
@@ -146,6 +147,11 @@ std::optional<ReadyInfo> IpcEngineClient::ready_info() const {
   return ready_;
 }
 
+std::optional<IpcEngineClient::Progress> IpcEngineClient::load_progress() const {
+  std::lock_guard lock(mu_);
+  return progress_;
+}
+
 double IpcEngineClient::seconds_since_heard() const {
   std::lock_guard lock(mu_);
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - last_heard_).count();
@@ -247,6 +253,19 @@ void IpcEngineClient::reader_loop() {
           std::lock_guard lock(mu_);
           ready_ = std::move(info);
           ready_cv_.notify_all();
+          break;
+        }
+        case FrameType::kProgress: {
+          LoadProgress p = decode_progress(frame->payload);
+          {
+            std::lock_guard lock(mu_);
+            if (ready_) break;  // late: the load is over
+            if (!progress_ || progress_->latest.phase != p.phase)
+              progress_ = Progress{p, std::chrono::steady_clock::now()};
+            else
+              progress_->latest = p;
+          }
+          if (on_progress_) on_progress_(p);
           break;
         }
         case FrameType::kLoadError: {

@@ -31,6 +31,9 @@ namespace keel::ipc {
 struct IpcClientOptions {
   std::string model;  // names the engine in errors ("engine for model 'x'")
   WriterLimits limits;
+  // Told each load progress frame, on the client's reader thread (the registry logs
+  // them); must not block.
+  LoadProgressSink on_progress;
 };
 
 class IpcEngineClient : public EngineApi {
@@ -60,6 +63,14 @@ class IpcEngineClient : public EngineApi {
   ReadyInfo wait_ready(std::chrono::steady_clock::time_point deadline);
   // The hello, if it has arrived; never waits.
   std::optional<ReadyInfo> ready_info() const;
+  // The child's latest load progress and when its phase began (the front's clock);
+  // nullopt before its first report. Kept after the hello (frames after it are ignored):
+  // the registry stops showing it once the model is ready.
+  struct Progress {
+    LoadProgress latest;
+    std::chrono::steady_clock::time_point phase_since;
+  };
+  std::optional<Progress> load_progress() const;
   // Seconds since the last frame of any kind arrived (a heartbeat at least).
   double seconds_since_heard() const;
   bool dead() const;
@@ -86,12 +97,14 @@ class IpcEngineClient : public EngineApi {
 
   int fd_;
   std::string who_;
+  LoadProgressSink on_progress_;
   IpcWriter writer_;
   std::thread reader_;
 
   mutable std::mutex mu_;
   std::condition_variable ready_cv_;
   std::optional<ReadyInfo> ready_;
+  std::optional<Progress> progress_;
   std::string load_error_;
   bool dead_ = false;
   std::string dead_reason_;

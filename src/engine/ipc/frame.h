@@ -25,8 +25,9 @@ enum class FrameType : std::uint8_t {
   kClearCache,   // front -> child: forget every cached prefix block
   kArmedFaults,  // child -> front: the faults armed now (after a change and with heartbeats)
   kStop,         // front -> child: a request id whose stop string the front matched
+  kProgress,     // child -> front: LoadProgress while the model loads (before hello)
 };
-constexpr FrameType kLastFrameType = FrameType::kStop;
+constexpr FrameType kLastFrameType = FrameType::kProgress;
 
 constexpr std::uint32_t kMaxFrameBytes = 256u << 20;
 

@@ -292,6 +292,24 @@ EngineStatus decode_status(const std::string &payload) {
   });
 }
 
+std::string encode_progress(const LoadProgress &p) {
+  return json{{"phase", p.phase}, {"done", p.done}, {"total", p.total}, {"unit", p.unit}}.dump();
+}
+
+LoadProgress decode_progress(const std::string &payload) {
+  const json j = parse(payload, "progress");
+  return guarded("progress", [&] {
+    LoadProgress p;
+    p.phase = j.at("phase").get<std::string>();
+    p.done = j.at("done").get<std::int64_t>();
+    p.total = j.at("total").get<std::int64_t>();
+    p.unit = j.at("unit").get<std::string>();
+    if (p.phase.empty() || p.done < 0 || p.total < 0)
+      throw Error(ErrorCode::kFormat, "ipc progress: empty phase or a negative count");
+    return p;
+  });
+}
+
 namespace {
 
 json fault_json(const FaultSpec &f) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/engine_api.h"
+#include "engine/load_progress.h"
 
 namespace keel::ipc {
 
@@ -40,6 +41,9 @@ RequestEvent decode_event(const std::string &payload);
 
 std::string encode_status(const EngineStatus &status);
 EngineStatus decode_status(const std::string &payload);
+
+std::string encode_progress(const LoadProgress &progress);
+LoadProgress decode_progress(const std::string &payload);
 
 std::string encode_fault(const FaultSpec &spec);
 FaultSpec decode_fault(const std::string &payload);

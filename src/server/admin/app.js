@@ -129,6 +129,21 @@ function drawChart(canvas, points, colors, labels) {
 
 // ---- status --------------------------------------------------------------------------
 
+// A loading model's phase, a bar when its work is counted, and the time it has taken.
+function progressCell(p) {
+  const c = el('span');
+  if (!p) return c;
+  c.append(el('span', p.phase, 'phase'));
+  const count = (n) => (p.unit === 'bytes' ? bytes(n) : `${n} ${p.unit}`.trim());
+  if (p.fraction !== null && p.fraction !== undefined) {
+    c.append(' ', bar(p.fraction, false), el('span', ` ${pct(p.fraction)} (${count(p.done)} of ${count(p.total)})`));
+  } else if (p.done > 0) {
+    c.append(el('span', ` ${count(p.done)}`));
+  }
+  c.append(el('span', ` ${(p.elapsed_seconds || 0).toFixed(1)} s`, 'elapsed'));
+  return c;
+}
+
 let lastStatus = null;
 
 function modelRow(m) {
@@ -167,8 +182,7 @@ function modelRow(m) {
     : 'off';
   td(tier(m.tiers && m.tiers.host));
   td(tier(m.tiers && m.tiers.ssd));
-  const p = m.progress;
-  td(p ? `${p.phase} ${p.done}/${p.total} (${p.percent.toFixed(0)}%)` : '', 'progress');
+  td(progressCell(m.progress), 'progress');
   const actions = el('td', null, 'actions');
   const button = (label, path) => {
     const b = el('button', label);

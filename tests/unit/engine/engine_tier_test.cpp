@@ -110,5 +110,30 @@ TEST(EngineTiers, AnotherModelNeverHitsTheseBlocks) {
   EXPECT_EQ(e->status().ssd_tier.errors, 0);
 }
 
+// Start-up progress (issue 22): an engine on an SSD tier that a previous run filled
+// reports the index rebuild, ending with the blocks it found.
+TEST(EngineTiers, ReportsRebuildingTheCacheIndexWithTheBlocksFound) {
+  if (!std::filesystem::exists(tier_model())) GTEST_SKIP() << "missing " << tier_model();
+  TempDir dir;
+  TierEngineOptions o;
+  o.ssd_dir = dir.path();
+  {
+    auto e = open_tier_engine(o);
+    run_one(*e, 1, tier_prompt(5, 100));
+    e->demote_cache(true).get();  // into the SSD tier
+  }
+  const std::size_t files = block_files(dir.path()).size();
+  ASSERT_GE(files, 6u);
+  std::vector<LoadProgress> seen;
+  o.on_load_progress = [&](const LoadProgress &p) { seen.push_back(p); };
+  auto e = open_tier_engine(o);  // reports on the engine thread before returning
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], (LoadProgress{"rebuilding cache index", 0, 0, "blocks"}));
+  EXPECT_EQ(seen[1].phase, "rebuilding cache index");
+  EXPECT_EQ(seen[1].done, static_cast<std::int64_t>(files));
+  EXPECT_EQ(seen[1].total, seen[1].done);
+  EXPECT_EQ(e->status().ssd_tier.blocks, seen[1].done);
+}
+
 }  // namespace
 }  // namespace keel::test

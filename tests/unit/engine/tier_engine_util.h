@@ -31,6 +31,7 @@ struct TierEngineOptions {
   std::int64_t ssd_bytes = 64 << 20;
   bool caching = true;
   std::int32_t max_pending_writes = 256;
+  LoadProgressSink on_load_progress;
 };
 
 inline std::unique_ptr<Engine> open_tier_engine(const TierEngineOptions &o) {
@@ -50,6 +51,7 @@ inline std::unique_ptr<Engine> open_tier_engine(const TierEngineOptions &o) {
   cfg.tiers.ssd_dir = o.ssd_dir;
   cfg.tiers.ssd_bytes = o.ssd_dir.empty() ? 0 : o.ssd_bytes;
   cfg.tiers.max_pending_writes = o.max_pending_writes;
+  cfg.on_load_progress = o.on_load_progress;
   return std::make_unique<Engine>(cpu_backend(b), cfg);
 }
 

@@ -43,5 +43,30 @@ TEST(IpcMessages, ThinkingBudgetFieldsCrossIpc) {
   EXPECT_LT(none.sampling.thinking_budget, 0);
 }
 
+TEST(IpcMessages, LoadProgressCrossesIpc) {
+  const LoadProgress p{"reading weights", 3 << 20, 8 << 20, "bytes"};
+  const LoadProgress back = ipc::decode_progress(ipc::encode_progress(p));
+  EXPECT_EQ(back, p);
+  ASSERT_TRUE(back.fraction());
+  EXPECT_DOUBLE_EQ(*back.fraction(), 0.375);
+  const LoadProgress open = ipc::decode_progress(ipc::encode_progress({"uploading to device"}));
+  EXPECT_EQ(open.phase, "uploading to device");
+  EXPECT_FALSE(open.fraction());  // no total: no fraction to show
+}
+
+TEST(IpcMessages, MalformedLoadProgressIsAFormatError) {
+  for (const char *bad :
+       {"{}", "[1]", "{\"phase\": \"x\", \"done\": -1, \"total\": 2, \"unit\": \"\"}",
+        "{\"phase\": \"\", \"done\": 0, \"total\": 0, \"unit\": \"\"}",
+        "{\"phase\": 7, \"done\": 0, \"total\": 0, \"unit\": \"\"}", "not json"}) {
+    try {
+      ipc::decode_progress(bad);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error &e) {
+      EXPECT_EQ(e.code(), ErrorCode::kFormat) << bad;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace keel
