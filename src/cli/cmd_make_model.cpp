@@ -18,9 +18,11 @@ DType parse_dtype(const std::string &s) {
   if (s == "q8_0") return DType::kQ8_0;
   if (s == "q4_0") return DType::kQ4_0;
   if (s == "q4_k" || s == "q4_k_m") return DType::kQ4_K;
+  if (s == "q5_k" || s == "q5_k_m") return DType::kQ5_K;
   if (s == "q6_k") return DType::kQ6_K;
-  throw Error(ErrorCode::kInvalidArgument,
-              "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m or q6_k, got " + s);
+  throw Error(
+      ErrorCode::kInvalidArgument,
+      "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q5_k, q5_k_m or q6_k, got " + s);
 }
 
 }  // namespace
@@ -53,8 +55,10 @@ int cmd_make_model(int argc, char **argv) {
   app.add_option("--vocab", vocab, "vocabulary size (raised to cover the tokenizer)");
   app.add_flag("--tie", tie, "tie the output projection to the embedding");
   app.add_flag("--no-tie", no_tie, "separate lm_head");
-  app.add_option("--dtype", dtype,
-                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q6_k (quantized: GGUF only)");
+  app.add_option(
+      "--dtype", dtype,
+      "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q5_k | q5_k_m | q6_k (quantized: GGUF "
+      "only)");
   app.add_option("--format", format, "safetensors | gguf")
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   app.add_option("--tokenizer", tokenizer,
@@ -87,7 +91,7 @@ int cmd_make_model(int argc, char **argv) {
   if (tie) o.tie = true;
   if (no_tie) o.tie = false;
   o.dtype = parse_dtype(dtype);
-  o.k_quant_mix = dtype == "q4_k_m";
+  o.k_quant_mix = dtype == "q4_k_m" || dtype == "q5_k_m";
   o.gguf = format == "gguf";
   o.tokenizer = tokenizer;
   o.out = out;

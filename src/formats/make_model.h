@@ -22,9 +22,10 @@ struct MakeModelOptions {
   // Mixture-of-experts overrides: experts, experts per token, one expert's MLP width.
   std::optional<std::int64_t> experts, experts_per_tok, moe_intermediate;
   std::optional<bool> tie;
-  DType dtype = DType::kBF16;  // f32 | f16 | bf16 (both formats), q8_0 | q4_0 | q4_k | q6_k (GGUF)
-  // With q4_k: llama.cpp's Q4_K_M mix (v_proj and down_proj of the first and last eighth
-  // of the layers and every third between, and lm_head, in Q6_K).
+  // f32 | f16 | bf16 (both formats), q8_0 | q4_0 | q4_k | q5_k | q6_k (GGUF)
+  DType dtype = DType::kBF16;
+  // With q4_k / q5_k: llama.cpp's Q4_K_M / Q5_K_M mix (v_proj and down_proj of the first
+  // and last eighth of the layers and every third between, and lm_head, in Q6_K).
   bool k_quant_mix = false;
   bool gguf = false;                // false: HF directory with model.safetensors
   std::filesystem::path tokenizer;  // empty: generate a minimal one

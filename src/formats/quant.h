@@ -5,6 +5,8 @@
 //                           hi nibbles: 16..31)
 //   Q4_K 256 elems / 144 B: f16 d, f16 dmin, u8 scales[12] (8 x 6-bit scale and min),
 //                           u8 qs[128]                              x = d*sc*q - dmin*m
+//   Q5_K 256 elems / 176 B: Q4_K's d, dmin, scales[12], then u8 qh[32] (the fifth bit),
+//                           u8 qs[128]                     x = d*sc*(q + 16*h) - dmin*m
 //   Q6_K 256 elems / 210 B: u8 ql[128], u8 qh[64], i8 scales[16], f16 d
 //                                                                   x = d * sc * (q - 32)
 // Fast kernels live in exec/; these are the references they are tested against.
@@ -23,7 +25,7 @@ namespace keel {
 void dequantize_row(DType type, const void *src, float *dst, std::int64_t n);
 
 // Encodes n f32 values (a multiple of the block size) as `type`: F32, F16, BF16,
-// Q8_0, Q4_0, Q4_K or Q6_K. dst holds dtype_bytes(type, n) bytes.
+// Q8_0, Q4_0, Q4_K, Q5_K or Q6_K. dst holds dtype_bytes(type, n) bytes.
 void quantize_row(DType type, const float *src, void *dst, std::int64_t n);
 
 // The whole tensor as f32 (tests, small tensors).

@@ -193,7 +193,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K;
+    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K || w.dtype == DType::kQ6_K;
     first_tile[j + 1] = first_tile[j] + (N + kRowTile - 1) / kRowTile;
   }
   const std::int64_t nb = K / 32;
@@ -250,6 +250,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
             n0, n1, T, row, xq, y, N, qargs);
         break;
       case DType::kQ4_K:
+      case DType::kQ5_K:
       case DType::kQ6_K: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
         // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going

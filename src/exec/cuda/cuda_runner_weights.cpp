@@ -21,7 +21,8 @@ using runner_detail::bf16_bytes;
 
 namespace {
 bool is_block_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
 }
 
 std::string layer_name(std::int64_t i, const char *rest) {

@@ -10,7 +10,7 @@
 
 namespace keel::cuda {
 
-enum class QuantFormat : std::uint8_t { kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+enum class QuantFormat : std::uint8_t { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
 
 // Elements and bytes of one block of `f`.
 int quant_block_elems(QuantFormat f);

@@ -16,6 +16,8 @@ std::optional<QuantFormat> device_quant_format(DType t) {
       return QuantFormat::kQ4_0;
     case DType::kQ4_K:
       return QuantFormat::kQ4_K;
+    case DType::kQ5_K:
+      return QuantFormat::kQ5_K;
     case DType::kQ6_K:
       return QuantFormat::kQ6_K;
     default:
