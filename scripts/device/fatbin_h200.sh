@@ -23,6 +23,8 @@ source "$(dirname "$0")/budget_lib.sh"
 nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv,noheader
 
 stamp "cuobjdump: architectures in the binaries"
+command -v cuobjdump >/dev/null || PATH=$PATH:/usr/local/cuda/bin
+command -v cuobjdump >/dev/null || echo "cuobjdump not found: the checks below report MISSING"
 for b in keel keel_test_cuda; do
   elfs=$(cuobjdump --list-elf "$B/$b" 2>/dev/null | grep -oE 'sm_[0-9]+a?' | sort -uV | tr '\n' ' ')
   ptxs=$(cuobjdump --list-ptx "$B/$b" 2>/dev/null | grep -oE 'sm_[0-9]+a?' | sort -uV | tr '\n' ' ')
