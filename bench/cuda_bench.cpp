@@ -293,7 +293,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         p.x = x.as<cuda::bf16>();
         p.out = sh.f32 ? cuda::GemvOut::kF32 : cuda::GemvOut::kBf16;
         p.y = y;
-        p.pdl = pdl;
+        p.pdl = pdl && ctx.features().programmatic_launch;
         p.max_waves = waves;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
@@ -575,12 +575,13 @@ int run(int argc, char **argv) {
   const double weight_bytes = static_cast<double>(bench.runner().weight_bytes());
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
-      "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s\n",
+      "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s, "
+      "device features %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
       seconds(t_load, Clock::now()), graphs ? "on" : "off", gemv_max_m,
-      bench.runner().fused_decode_max_m(), pdl ? "on" : "off", split_cap,
-      bench.runner().weight_format().c_str());
+      bench.runner().fused_decode_max_m(), pdl && ctx.features().programmatic_launch ? "on" : "off",
+      split_cap, bench.runner().weight_format().c_str(), ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -18,11 +18,13 @@ DType parse_dtype(const std::string &s) {
   if (s == "q8_0") return DType::kQ8_0;
   if (s == "q4_0") return DType::kQ4_0;
   if (s == "q4_k" || s == "q4_k_m") return DType::kQ4_K;
+  if (s == "q5_k" || s == "q5_k_m") return DType::kQ5_K;
   if (s == "q6_k") return DType::kQ6_K;
   if (s == "mxfp4") return DType::kMXFP4;
   if (s == "fp8" || s == "f8_e4m3") return DType::kF8_E4M3;
   throw Error(ErrorCode::kInvalidArgument,
-              "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q6_k, mxfp4 or fp8, got " +
+              "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q5_k, q5_k_m, q6_k, mxfp4 "
+              "or fp8, got " +
                   s);
 }
 
@@ -57,7 +59,7 @@ int cmd_make_model(int argc, char **argv) {
   app.add_flag("--tie", tie, "tie the output projection to the embedding");
   app.add_flag("--no-tie", no_tie, "separate lm_head");
   app.add_option("--dtype", dtype,
-                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q6_k | mxfp4 (quantized: GGUF "
+                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q5_k | q5_k_m | q6_k | mxfp4 (quantized: GGUF "
                  "only; mxfp4 also as MoE experts in safetensors, gpt-oss's form) | fp8 "
                  "(safetensors only: e4m3 linear weights with scales)");
   app.add_option("--fp8-scale", o.fp8_scale,
@@ -96,7 +98,7 @@ int cmd_make_model(int argc, char **argv) {
   if (tie) o.tie = true;
   if (no_tie) o.tie = false;
   o.dtype = parse_dtype(dtype);
-  o.k_quant_mix = dtype == "q4_k_m";
+  o.k_quant_mix = dtype == "q4_k_m" || dtype == "q5_k_m";
   o.gguf = format == "gguf";
   o.tokenizer = tokenizer;
   o.out = out;

@@ -14,6 +14,7 @@ enum class DType : std::uint8_t {
   kQ8_0,  // blocks of 32: f16 scale + 32 x int8              (34 bytes)
   kQ4_0,  // blocks of 32: f16 scale + 16 bytes of nibbles    (18 bytes)
   kQ4_K,  // super-blocks of 256                             (144 bytes)
+  kQ5_K,  // super-blocks of 256                             (176 bytes)
   kQ6_K,  // super-blocks of 256                             (210 bytes)
   kI32,
   kI8,
@@ -35,6 +36,7 @@ constexpr DTypeInfo dtype_info(DType t) {
     case DType::kQ8_0: return {"q8_0", 32, 34};
     case DType::kQ4_0: return {"q4_0", 32, 18};
     case DType::kQ4_K: return {"q4_k", 256, 144};
+    case DType::kQ5_K: return {"q5_k", 256, 176};
     case DType::kQ6_K: return {"q6_k", 256, 210};
     case DType::kI32: return {"i32", 1, 4};
     case DType::kI8: return {"i8", 1, 1};

@@ -127,6 +127,8 @@ std::optional<DType> dtype_from_ggml(std::uint32_t t) {
       return DType::kQ4_0;
     case GgmlType::kQ4_K:
       return DType::kQ4_K;
+    case GgmlType::kQ5_K:
+      return DType::kQ5_K;
     case GgmlType::kQ6_K:
       return DType::kQ6_K;
     case GgmlType::kI32:
@@ -154,6 +156,8 @@ std::uint32_t ggml_from_dtype(DType t) {
       return 2;
     case DType::kQ4_K:
       return 12;
+    case DType::kQ5_K:
+      return 13;
     case DType::kQ6_K:
       return 14;
     case DType::kI32:

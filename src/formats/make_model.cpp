@@ -645,6 +645,8 @@ std::uint32_t gguf_file_type(DType t) {
       return 7;
     case DType::kQ4_K:
       return 14;  // llama.cpp's MOSTLY_Q4_K_S (all Q4_K); 15 for the Q4_K_M mix
+    case DType::kQ5_K:
+      return 16;  // MOSTLY_Q5_K_S; 17 for the Q5_K_M mix
     case DType::kQ6_K:
       return 18;
     case DType::kBF16:
@@ -663,7 +665,8 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   const std::string a = arch + ".";
   m.add_string("general.architecture", arch);
   m.add_string("general.name", "keel random " + c.arch_name + " " + o.shape);
-  m.add_u32("general.file_type", o.k_quant_mix ? 15 : gguf_file_type(o.dtype));
+  m.add_u32("general.file_type",
+            o.k_quant_mix ? (o.dtype == DType::kQ5_K ? 17 : 15) : gguf_file_type(o.dtype));
   m.add_u32("general.quantization_version", 2);
   m.add_u32("general.alignment", static_cast<std::uint32_t>(GgufWriter::kAlignment));
   m.add_u32(a + "vocab_size", static_cast<std::uint32_t>(c.vocab_size));
@@ -725,9 +728,9 @@ MakeModelReport make_model(const MakeModelOptions &o) {
                 std::string(dtype_name(o.dtype)) + " needs --format gguf");
   if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16 &&
       o.dtype != DType::kQ8_0 && o.dtype != DType::kQ4_0 && o.dtype != DType::kQ4_K &&
-      o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4 && o.dtype != DType::kF8_E4M3)
+      o.dtype != DType::kQ5_K && o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4 && o.dtype != DType::kF8_E4M3)
     throw Error(ErrorCode::kInvalidArgument,
-                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q6_k, mxfp4 or fp8");
+                "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 or fp8");
   const bool fp8 = o.dtype == DType::kF8_E4M3;
   if (fp8 && o.gguf)
     throw Error(ErrorCode::kInvalidArgument,
@@ -735,8 +738,8 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   if (fp8 && o.fp8_scale != "block" && o.fp8_scale != "channel" && o.fp8_scale != "tensor")
     throw Error(ErrorCode::kInvalidArgument,
                 "--fp8-scale: expected block, channel or tensor, got " + o.fp8_scale);
-  if (o.k_quant_mix && o.dtype != DType::kQ4_K)
-    throw Error(ErrorCode::kInvalidArgument, "the Q4_K_M mix needs --dtype q4_k");
+  if (o.k_quant_mix && o.dtype != DType::kQ4_K && o.dtype != DType::kQ5_K)
+    throw Error(ErrorCode::kInvalidArgument, "the Q4_K_M / Q5_K_M mix needs --dtype q4_k or q5_k");
 
   ModelConfig c = make_model_config(o);
   if (!o.gguf && o.dtype == DType::kMXFP4 && !c.moe)

@@ -22,7 +22,7 @@ struct MakeModelOptions {
   // Mixture-of-experts overrides: experts, experts per token, one expert's MLP width.
   std::optional<std::int64_t> experts, experts_per_tok, moe_intermediate;
   std::optional<bool> tie;
-  // f32 | f16 | bf16 (both formats), q8_0 | q4_0 | q4_k | q6_k (GGUF), mxfp4 (GGUF: linear
+  // f32 | f16 | bf16 (both formats), q8_0 | q4_0 | q4_k | q5_k | q6_k (GGUF), mxfp4 (GGUF: linear
   // weights; safetensors: MoE experts only, as gpt-oss's _blocks / _scales pairs), f8_e4m3
   // (safetensors). GGUF MoE: qwen3_moe only (llama.cpp's stacked experts).
   DType dtype = DType::kBF16;
@@ -30,8 +30,8 @@ struct MakeModelOptions {
   // bf16, as the FP8 releases ship them): "block" (128 x 128 <w>_scale_inv, the releases of
   // Qwen3 / DeepSeek / GLM), "channel" or "tensor" (<w>_scale, as llm-compressor writes).
   std::string fp8_scale = "block";
-  // With q4_k: llama.cpp's Q4_K_M mix (v_proj and down_proj of the first and last eighth
-  // of the layers and every third between, and lm_head, in Q6_K).
+  // With q4_k / q5_k: llama.cpp's Q4_K_M / Q5_K_M mix (v_proj and down_proj of the first
+  // and last eighth of the layers and every third between, and lm_head, in Q6_K).
   bool k_quant_mix = false;
   bool gguf = false;                // false: HF directory with model.safetensors
   std::filesystem::path tokenizer;  // empty: generate a minimal one

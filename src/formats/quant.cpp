@@ -30,6 +30,13 @@ struct BlockQ4_K {
   std::uint8_t scales[12];
   std::uint8_t qs[kQKK / 2];
 };
+struct BlockQ5_K {
+  std::uint16_t d;
+  std::uint16_t dmin;
+  std::uint8_t scales[12];
+  std::uint8_t qh[kQKK / 8];
+  std::uint8_t qs[kQKK / 2];
+};
 struct BlockQ6_K {
   std::uint8_t ql[kQKK / 2];
   std::uint8_t qh[kQKK / 4];
@@ -37,7 +44,7 @@ struct BlockQ6_K {
   std::uint16_t d;
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 int nearest_int(float f) { return static_cast<int>(std::lrintf(f)); }
 
@@ -82,6 +89,27 @@ void dequant_q4_k(const BlockQ4_K *b, float *y, std::int64_t nb) {
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+    }
+  }
+}
+
+// Q5_K: Q4_K's scales and nibbles plus a fifth bit per element in qh: element l of the
+// pair of sub-blocks at 64p takes bit 2p of qh[l] (first sub-block) or 2p + 1 (second).
+void dequant_q5_k(const BlockQ5_K *b, float *y, std::int64_t nb) {
+  for (std::int64_t i = 0; i < nb; ++i) {
+    const float d = f16_to_f32(b[i].d);
+    const float dmin = f16_to_f32(b[i].dmin);
+    const std::uint8_t *q = b[i].qs;
+    for (int p = 0; p < 4; ++p, q += 32) {
+      std::uint8_t sc, m;
+      scale_min_k4(2 * p, b[i].scales, sc, m);
+      const float d1 = d * sc, m1 = dmin * m;
+      scale_min_k4(2 * p + 1, b[i].scales, sc, m);
+      const float d2 = d * sc, m2 = dmin * m;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d1 * ((q[l] & 0xF) | (((b[i].qh[l] >> (2 * p)) & 1) << 4)) - m1;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d2 * ((q[l] >> 4) | (((b[i].qh[l] >> (2 * p + 1)) & 1) << 4)) - m2;
     }
   }
 }
@@ -140,9 +168,11 @@ void quant_q4_0(const float *x, BlockQ4_0 *b, std::int64_t nb) {
   }
 }
 
-// Q4_K: per 32-element sub-block an affine map x ~ scale * q - min (q in 0..15), the
-// scales and mins then quantized to 6 bits against the super-block's d and dmin.
-void quant_q4_k(const float *x, BlockQ4_K *b, std::int64_t nb) {
+// Q4_K / Q5_K: per 32-element sub-block an affine map x ~ scale * q - min (q in
+// 0..15 or 0..31), the scales and mins then quantized to 6 bits against the
+// super-block's d and dmin. Block is BlockQ4_K or BlockQ5_K (same head, Q5_K adds qh).
+template <class Block, int kLevels>
+void quant_k_affine(const float *x, Block *b, std::int64_t nb) {
   for (std::int64_t i = 0; i < nb; ++i, x += kQKK) {
     float scales[8], mins[8];
     float max_scale = 0, max_min = 0;
@@ -154,7 +184,7 @@ void quant_q4_k(const float *x, BlockQ4_K *b, std::int64_t nb) {
         hi = std::max(hi, s[l]);
       }
       lo = std::min(lo, 0.0f);
-      scales[j] = (hi - lo) / 15.0f;
+      scales[j] = (hi - lo) / static_cast<float>(kLevels - 1);
       mins[j] = -lo;
       max_scale = std::max(max_scale, scales[j]);
       max_min = std::max(max_min, mins[j]);
@@ -188,13 +218,20 @@ void quant_q4_k(const float *x, BlockQ4_K *b, std::int64_t nb) {
       const float dd = d * sc, dm = dmin * m;
       for (int l = 0; l < 32; ++l) {
         const int q = dd != 0 ? nearest_int((x[32 * j + l] + dm) / dd) : 0;
-        L[32 * j + l] = static_cast<std::uint8_t>(std::clamp(q, 0, 15));
+        L[32 * j + l] = static_cast<std::uint8_t>(std::clamp(q, 0, kLevels - 1));
       }
     }
     std::uint8_t *q = b[i].qs;
     for (int j = 0; j < kQKK; j += 64, q += 32)
       for (int l = 0; l < 32; ++l)
-        q[l] = static_cast<std::uint8_t>(L[j + l] | (L[j + l + 32] << 4));
+        q[l] = static_cast<std::uint8_t>((L[j + l] & 0xF) | ((L[j + l + 32] & 0xF) << 4));
+    if constexpr (kLevels == 32) {
+      std::memset(b[i].qh, 0, sizeof b[i].qh);
+      for (int p = 0; p < 4; ++p)
+        for (int l = 0; l < 32; ++l)
+          b[i].qh[l] |= static_cast<std::uint8_t>(((L[64 * p + l] >> 4) << (2 * p)) |
+                                                  ((L[64 * p + 32 + l] >> 4) << (2 * p + 1)));
+    }
   }
 }
 
@@ -287,6 +324,9 @@ void dequantize_row(DType type, const void *src, float *dst, std::int64_t n) {
     case DType::kQ4_K:
       dequant_q4_k(static_cast<const BlockQ4_K *>(src), dst, nb);
       return;
+    case DType::kQ5_K:
+      dequant_q5_k(static_cast<const BlockQ5_K *>(src), dst, nb);
+      return;
     case DType::kQ6_K:
       dequant_q6_k(static_cast<const BlockQ6_K *>(src), dst, nb);
       return;
@@ -327,7 +367,10 @@ void quantize_row(DType type, const float *src, void *dst, std::int64_t n) {
       quant_q4_0(src, static_cast<BlockQ4_0 *>(dst), nb);
       return;
     case DType::kQ4_K:
-      quant_q4_k(src, static_cast<BlockQ4_K *>(dst), nb);
+      quant_k_affine<BlockQ4_K, 16>(src, static_cast<BlockQ4_K *>(dst), nb);
+      return;
+    case DType::kQ5_K:
+      quant_k_affine<BlockQ5_K, 32>(src, static_cast<BlockQ5_K *>(dst), nb);
       return;
     case DType::kQ6_K:
       quant_q6_k(src, static_cast<BlockQ6_K *>(dst), nb);

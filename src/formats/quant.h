@@ -5,6 +5,8 @@
 //                           hi nibbles: 16..31)
 //   Q4_K 256 elems / 144 B: f16 d, f16 dmin, u8 scales[12] (8 x 6-bit scale and min),
 //                           u8 qs[128]                              x = d*sc*q - dmin*m
+//   Q5_K 256 elems / 176 B: Q4_K's d, dmin, scales[12], then u8 qh[32] (the fifth bit),
+//                           u8 qs[128]                     x = d*sc*(q + 16*h) - dmin*m
 //   Q6_K 256 elems / 210 B: u8 ql[128], u8 qh[64], i8 scales[16], f16 d
 //                                                                   x = d * sc * (q - 32)
 //   MXFP4 32 elems / 17 B:  u8 e8m0, u8 qs[16] (as Q4_0)          x = e2m1(q) * 2^(e-127)
@@ -41,7 +43,7 @@ void dequantize_fp8_row(const std::uint8_t *src, float *dst, std::int64_t n, con
 void dequantize_rows(const TensorView &t, std::int64_t row0, std::int64_t rows, float *dst);
 
 // Encodes n f32 values (a multiple of the block size) as `type`: F32, F16, BF16,
-// Q8_0, Q4_0, Q4_K, Q6_K or MXFP4. dst holds dtype_bytes(type, n) bytes.
+// Q8_0, Q4_0, Q4_K, Q5_K, Q6_K or MXFP4. dst holds dtype_bytes(type, n) bytes.
 void quantize_row(DType type, const float *src, void *dst, std::int64_t n);
 
 // The whole tensor as f32 (tests, small tensors).

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cuda_test_util.h"
+#include "exec/cuda/cuda_features.h"
 #include "exec/cuda/kernels.h"
 
 namespace keel::cuda {
@@ -37,7 +38,7 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 // sequence may see are NaN, so a kernel that reads them (or lets them reach P.V) fails.
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
                      const std::vector<Seq> &seqs = kMixed, int kernel = 0, int window = 0,
-                     bool merge_in_kernel = false) {
+                     bool merge_in_kernel = false, std::size_t smem_per_block = 0) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -104,6 +105,7 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.partial_ml = pml.as<float>();
   p.out = out.as<bf16>();
   p.window = window;
+  p.smem_per_block = smem_per_block;
   // merge_in_kernel: the decode kernel merges its splits (split_counters); launched
   // twice, so a counter left unreset breaks the second.
   DeviceBuffer counters(tiles.size() * nkv * sizeof(unsigned));
@@ -245,6 +247,28 @@ TEST(CudaAttention, FlashKernelMatchesReference) {
     check_attention(nh, nkv, hd, bs, 1, seed++, kAdjacent, 2);
   }
   check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2);
+}
+
+// GPUs with 99 KB of shared memory per block (sm_86/89/120, and the forced baseline):
+// head_dim 128 keeps one K/V tile in flight instead of two.
+TEST(CudaAttention, FlashStagesFollowSharedMemory) {
+  EXPECT_EQ(flash_attention_stages(128, 227 * 1024), 2);
+  EXPECT_EQ(flash_attention_stages(128, 163 * 1024), 2);  // A100
+  EXPECT_EQ(flash_attention_stages(128, kBaselineSmemPerBlock), 1);
+  EXPECT_EQ(flash_attention_stages(64, kBaselineSmemPerBlock), 2);
+  EXPECT_EQ(flash_attention_stages(128, 0), 2);
+}
+
+TEST(CudaAttention, FlashKernelOneStageMatchesReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 140;
+  for (auto [nh, nkv, bs] : {std::array<int, 3>{32, 8, 16}, {28, 4, 16}, {16, 1, 32}}) {
+    SCOPED_TRACE(std::to_string(nh) + "/" + std::to_string(nkv) + " block " + std::to_string(bs));
+    check_attention(nh, nkv, 128, bs, 1, seed++, kPrefill, 2, 0, false, kBaselineSmemPerBlock);
+    check_attention(nh, nkv, 128, bs, 1, seed++, kAdjacent, 2, 0, false, kBaselineSmemPerBlock);
+  }
+  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2, 0, false, kBaselineSmemPerBlock);
+  check_attention(32, 8, 128, 16, 1, seed++, kMixed, 2, 100, false, kBaselineSmemPerBlock);
 }
 
 // ---- Sliding window (Mistral, Qwen2 use_sliding_window) ----

@@ -157,11 +157,16 @@ TEST(CudaFusedGemv, RejectsWhatItCannotRun) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;
   DeviceBuffer buf(1 << 16);
-  EXPECT_FALSE(fused_gemv_supported(0, 64));
-  EXPECT_FALSE(fused_gemv_supported(kFusedGemvMaxM + 1, 64));
-  EXPECT_FALSE(fused_gemv_supported(1, 60));
-  EXPECT_FALSE(fused_gemv_supported(4, 1 << 20));  // staged input beyond shared memory
-  EXPECT_TRUE(fused_gemv_supported(4, 14336));
+  const std::size_t smem = ctx.features().smem_per_block;
+  EXPECT_FALSE(fused_gemv_supported(0, 64, smem));
+  EXPECT_FALSE(fused_gemv_supported(kFusedGemvMaxM + 1, 64, smem));
+  EXPECT_FALSE(fused_gemv_supported(1, 60, smem));
+  EXPECT_FALSE(fused_gemv_supported(4, 1 << 20, smem));  // staged input beyond shared memory
+  // 4 x 14336 bf16 = 112 KB: within Hopper's 227 KB per block, beyond the 99 KB of an
+  // sm_86/89/120 GPU (the baseline), where 2 rows (56 KB) still fit.
+  EXPECT_TRUE(fused_gemv_supported(4, 14336, 227 * 1024));
+  EXPECT_FALSE(fused_gemv_supported(4, 14336, kBaselineSmemPerBlock));
+  EXPECT_TRUE(fused_gemv_supported(2, 14336, kBaselineSmemPerBlock));
   FusedGemvParams p;
   p.w = buf.as<bf16>();
   p.x = buf.as<bf16>();

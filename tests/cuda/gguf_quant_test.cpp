@@ -117,8 +117,8 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CudaGgufQuant,
-                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
-                                           DType::kMXFP4),
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                                           DType::kQ6_K, DType::kMXFP4),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

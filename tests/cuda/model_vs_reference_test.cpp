@@ -10,6 +10,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
@@ -69,16 +70,23 @@ std::vector<std::string> fixture_names() {
   return names;
 }
 
-class CudaVsTransformers : public ::testing::TestWithParam<std::string> {};
+// Each fixture under the device's own features ("auto") and under the smallest set any
+// supported GPU has ("baseline": no programmatic launch, 99 KB shared memory per block),
+// so one H200 run checks the paths an A100 or an RTX 4090 takes too.
+class CudaVsTransformers : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(CudaVsTransformers, PromptLogprobsAndGreedy) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const auto dir = keel::test::fixtures_dir() / "models" / GetParam();
+  const std::string name = std::get<0>(GetParam());
+  const auto dir = keel::test::fixtures_dir() / "models" / name;
   nlohmann::json ref;
   std::ifstream(dir / "reference.json") >> ref;
-  CudaContext ctx;
+  CudaContextOptions co;
+  co.features = std::get<1>(GetParam());
+  CudaContext ctx(co);
+  ASSERT_EQ(ctx.features().baseline, co.features == "baseline");
   auto runner = open_or_null(dir, ctx);
-  if (!runner) GTEST_SKIP() << GetParam() << ": architecture not supported by the CUDA runner yet";
+  if (!runner) GTEST_SKIP() << name << ": architecture not supported by the CUDA runner yet";
   double worst = 0;
   std::uint32_t seed = 7;
   for (const auto &p : ref["prompts"]) {
@@ -111,21 +119,31 @@ TEST_P(CudaVsTransformers, PromptLogprobsAndGreedy) {
           log_softmax_row(run_step(*runner, blocks, {{&seq, 1, SequenceSlice::Logits::kLast}}), 0);
     }
   }
-  std::printf("cuda %s: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
+  std::printf("cuda %s (%s): max |logprob error| = %.3g\n", name.c_str(),
+              ctx.features().describe().c_str(), worst);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsTransformers, ::testing::ValuesIn(fixture_names()),
-                         [](const auto &info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaVsTransformers,
+                         ::testing::Combine(::testing::ValuesIn(fixture_names()),
+                                            ::testing::Values("auto", "baseline")),
+                         [](const auto &info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 // The default model (trained, so logits are peaked, unlike random fixtures): CPU and CUDA
 // runners through the same ragged steps — two sequences prefilled in chunks while a third
 // decodes — compared row by row.
-TEST(CudaVsCpu, DefaultModelRaggedSteps) {
+// Under the device's features and the forced baseline, as above.
+class CudaVsCpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaVsCpu, DefaultModelRaggedSteps) {
   KEEL_REQUIRE_CUDA_DEVICE();
   const auto dir = keel::test::source_dir() / "models" / "default";
   if (!std::filesystem::exists(dir / "model.safetensors"))
     GTEST_SKIP() << "no default model at " << dir;
-  CudaContext cctx;
+  CudaContextOptions co;
+  co.features = GetParam();
+  CudaContext cctx(co);
   auto gpu = CudaModelRunner::open(dir, cctx, fixture_options());
   ExecContext xctx(4);
   auto cpu = cpu::CpuModelRunner::open(dir, xctx, {96, 16});
@@ -208,6 +226,8 @@ TEST(CudaVsCpu, DefaultModelRaggedSteps) {
       "decisive rows agree\n",
       compared, worst, agreed, decisive);
 }
+
+INSTANTIATE_TEST_SUITE_P(Features, CudaVsCpu, ::testing::Values("auto", "baseline"));
 
 }  // namespace
 }  // namespace keel::cuda

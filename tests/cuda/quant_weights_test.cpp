@@ -96,8 +96,8 @@ TEST_P(QuantWeights, LinearMatchesFloatReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantWeights,
-                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K,
-                                           DType::kMXFP4),
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                                           DType::kQ6_K, DType::kMXFP4),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 TEST(QuantLinear, MixedFormatsInOneStackedWeight) {

@@ -238,11 +238,13 @@ TEST(SlidingWindowModel, WindowChangesCpuLogits) {
 }
 
 void check_gpu_vs_cpu(std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
-                      std::int64_t window, bool graphs) {
+                      std::int64_t window, bool graphs, const std::string &features = "auto") {
   RandomModel m(mistral_like(heads, kv_heads, hd, window), 1000 + static_cast<int>(hd));
   ExecContext x(4);
   auto cpu = cpu_runner(m, m.cfg, x);
-  CudaContext ctx;
+  CudaContextOptions co;
+  co.features = features;
+  CudaContext ctx(co);
   CudaRunnerOptions o;
   o.block_size = kBlockSize;
   o.num_kv_blocks = kNumBlocks;
@@ -275,6 +277,16 @@ TEST(SlidingWindowModel, CudaMatchesCpuFlashAndDecodeKernels) {
   ASSERT_TRUE(flash_attention_supported(8, 2, 64));
   check_gpu_vs_cpu(8, 2, 64, 12, true);
   check_gpu_vs_cpu(8, 2, 64, 12, false);
+}
+
+// The paths a GPU without Hopper's features takes (KEEL_CUDA_FEATURES=baseline: no
+// programmatic launch, 99 KB of shared memory per block, so the head_dim-128 flash
+// kernel keeps one K/V tile in flight), against the CPU on the same schedule.
+TEST(SlidingWindowModel, CudaMatchesCpuBaselineFeatures) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  check_gpu_vs_cpu(8, 2, 128, 12, true, "baseline");
+  check_gpu_vs_cpu(8, 2, 128, 12, false, "baseline");
+  check_gpu_vs_cpu(8, 2, 128, 12, true, "auto");
 }
 
 }  // namespace

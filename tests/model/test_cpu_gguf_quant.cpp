@@ -233,7 +233,8 @@ TEST_P(CpuKQuant, MatchesDequantizedReference) {
   EXPECT_LT(d, 1e-4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Types, CpuKQuant, ::testing::Values(DType::kQ4_K, DType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Types, CpuKQuant,
+                         ::testing::Values(DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 }  // namespace

@@ -215,7 +215,8 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ6_K || w.dtype == DType::kF8_E4M3;
+    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K ||
+                   w.dtype == DType::kQ6_K || w.dtype == DType::kF8_E4M3;
     if (w.dtype == DType::kF8_E4M3 &&
         (!w.scale.present() || w.scale.grid_rows * w.scale.block_rows < N ||
          w.scale.grid_cols * w.scale.block_cols < K))
@@ -280,6 +281,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
                                                                          qargs);
         break;
       case DType::kQ4_K:
+      case DType::kQ5_K:
       case DType::kQ6_K:
       case DType::kF8_E4M3: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time

@@ -28,6 +28,7 @@ CudaContext::CudaContext(const CudaContextOptions &opts)
                 std::string("cuda: device ") + props_.name + " has compute capability " +
                     std::to_string(props_.major) + "." + std::to_string(props_.minor) +
                     "; keel needs bf16 (8.0 or newer)");
+  features_ = cuda_features(props_, opts.features);
   KEEL_CUBLAS_CHECK(cublasLtCreate(&lt_));
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "core/thread_owner.h"
+#include "exec/cuda/cuda_features.h"
 #include "exec/cuda/cuda_resources.h"
 #include "exec/cuda/stream_ref.h"
 
@@ -25,6 +26,8 @@ struct CudaContextOptions {
   std::size_t gemm_workspace_bytes = 64u << 20;  // cuBLASLt split-K / stream-K scratch
   // Host waits on this context's events give up after this long (Error kTimeout).
   std::chrono::milliseconds wait_timeout{120000};
+  // "auto" or "baseline" (cuda_features.h); empty: KEEL_CUDA_FEATURES, else auto.
+  std::string features;
 };
 
 class CudaContext {
@@ -38,6 +41,8 @@ class CudaContext {
   const cudaDeviceProp &props() const { return props_; }
   int num_sms() const { return props_.multiProcessorCount; }
   std::string device_name() const { return props_.name; }
+  // What the kernels may use on this device (PDL, shared memory per block).
+  const CudaFeatures &features() const { return features_; }
 
   StreamRef compute() const { return {compute_.get(), owner_}; }
   StreamRef copy_h2d() const { return {copy_h2d_.get(), owner_}; }
@@ -60,6 +65,7 @@ class CudaContext {
  private:
   int device_ = 0;
   cudaDeviceProp props_{};
+  CudaFeatures features_;
   std::chrono::milliseconds wait_timeout_;
   ThreadOwner owner_;
   Stream compute_, copy_h2d_, copy_d2h_;

@@ -3,7 +3,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <exception>
 
+#include "exec/cuda/cuda_features.h"
 #include "exec/cuda/cuda_resources.h"
 
 namespace keel::cuda {
@@ -34,6 +36,11 @@ std::string describe_backend() {
     std::snprintf(buf, sizeof(buf), "%s %d: %s (sm_%d%d, %.0f GiB)", i == 0 ? "," : ";", i, p.name,
                   p.major, p.minor, static_cast<double>(p.totalGlobalMem) / (1 << 30));
     s += buf;
+    try {  // what the kernels will use there (KEEL_CUDA_FEATURES may force the baseline)
+      s += ", features " + cuda_features(p).describe();
+    } catch (const std::exception &e) {
+      s += std::string(", ") + e.what();
+    }
   }
   return s;
 }

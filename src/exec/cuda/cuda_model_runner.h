@@ -276,8 +276,8 @@ class CudaModelRunner : public ModelRunner {
   bool flash_ = false;             // the flash kernel runs multi-query tiles
   std::int32_t flash_tile_q_ = 1;  // query tokens per flash tile
   int fused_max_m_ = 0;            // steps of <= this many rows take the fused kernels
-  bool pdl_ = false;               // CudaRunnerOptions::programmatic_launch
-  int split_cap_ = 0;              // CudaRunnerOptions::attn_split_cap
+  bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
+  int split_cap_ = 0;  // CudaRunnerOptions::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers
   StepProfiler profiler_;
   bool graphs_enabled_ = true;

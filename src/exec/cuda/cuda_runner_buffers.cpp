@@ -68,9 +68,10 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   for (const arch::LayerPlan &p : plans_)
     for (const arch::LayerStep step : p.steps)
       if (!fused_path_runs(step)) fused_max_m_ = 0;
-  while (fused_max_m_ > 0 &&
-         !(fused_gemv_supported(fused_max_m_, H_) &&
-           fused_gemv_supported(fused_max_m_, nh_ * hd_) && fused_gemv_supported(fused_max_m_, I_)))
+  const std::size_t smem = ctx_.features().smem_per_block;
+  while (fused_max_m_ > 0 && !(fused_gemv_supported(fused_max_m_, H_, smem) &&
+                               fused_gemv_supported(fused_max_m_, nh_ * hd_, smem) &&
+                               fused_gemv_supported(fused_max_m_, I_, smem)))
     --fused_max_m_;
   // Quantized linear weights: the fused kernels read bf16 only, so those steps take the
   // unfused path; larger steps dequantize each weight into one scratch buffer.
@@ -83,7 +84,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
     fused_max_m_ = 0;
     dequant_scratch_ = DeviceBuffer(scratch);
   }
-  pdl_ = opts.programmatic_launch;
+  pdl_ = opts.programmatic_launch && ctx_.features().programmatic_launch;  // sm_90+
   split_cap_ = std::max(0, opts.attn_split_cap);
   partial_entries_ = 8 * ctx_.num_sms();
 

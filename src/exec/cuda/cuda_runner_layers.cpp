@@ -32,6 +32,7 @@ void CudaModelRunner::attention_params(const StepShape &shape, AttnParams &ap, A
   ap.out = attn_.as<bf16>();
   ap.window = static_cast<int>(
       std::min<std::int64_t>(config_.sliding_window.value_or(0), std::numeric_limits<int>::max()));
+  ap.smem_per_block = ctx_.features().smem_per_block;
   ap_multi = ap;
   ap_multi.tiles = d_tiles + shape.n_single;
   ap_multi.num_tiles = shape.n_multi;

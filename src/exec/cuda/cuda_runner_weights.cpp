@@ -23,8 +23,8 @@ using runner_detail::device_memory;
 
 namespace {
 bool is_block_quantized(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ6_K ||
-         t == DType::kMXFP4;
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K || t == DType::kMXFP4;
 }
 
 std::string layer_name(std::int64_t i, const char *rest) {

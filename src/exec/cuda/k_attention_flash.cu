@@ -63,7 +63,7 @@ __device__ __forceinline__ std::uint32_t pack_bf16(float lo, float hi) {
 constexpr int kWarps2 = 2 * kWarps;  // 8
 constexpr int kThreads2 = kWarps2 * 32;
 constexpr int kRows2 = 2 * kFlashRows;  // 128
-constexpr int kStages = 2;              // K/V tiles in flight
+constexpr int kMaxStages = 2;           // K/V tiles in flight where shared memory allows
 
 template <int HD, int STAGES>
 struct FlashSmem2 {
@@ -75,10 +75,9 @@ struct FlashSmem2 {
 
 // Q fragments are re-read from shared memory by ldmatrix for every key tile, which keeps
 // the kernel near 128 registers so 2 blocks (16 warps) fit per SM. STAGES: K/V tiles in
-// flight (cp.async ring).
-template <int HD>
+// flight (cp.async ring); 1: each tile loaded, then used (GPUs with 99 KB per block).
+template <int HD, int STAGES>
 __global__ void __launch_bounds__(kThreads2, 2) flash_attention_kernel2(AttnParams p) {
-  constexpr int STAGES = kStages;
   using S = FlashSmem2<HD, STAGES>;
   constexpr int LD = S::kStride;
   constexpr int VEC = HD / 8;           // 16-byte chunks per row
@@ -281,9 +280,15 @@ __global__ void __launch_bounds__(kThreads2, 2) flash_attention_kernel2(AttnPara
     const bool active = merged || half == pass;
     for (int it = 0; it < n_tiles; ++it) {
       const int kb = lo + it * kKeys;
-      cp_async_wait<STAGES - 2>();  // tile it has landed (this thread's copies)
-      __syncthreads();              // everyone's copies; buffer (it - 1) % STAGES is free
-      {
+      if constexpr (STAGES == 1) {
+        __syncthreads();  // every warp is done with the one buffer
+        load_tile(kb, hi, boff, 0);
+        cp_async_commit();
+        cp_async_wait<0>();
+        __syncthreads();  // everyone's copies landed
+      } else {
+        cp_async_wait<STAGES - 2>();  // tile it has landed (this thread's copies)
+        __syncthreads();              // everyone's copies; buffer (it - 1) % STAGES is free
         const int nx = it + STAGES - 1;
         if (nx < n_tiles) load_tile(lo + nx * kKeys, hi, boff, nx % STAGES);
         cp_async_commit();
@@ -321,15 +326,21 @@ __global__ void __launch_bounds__(kThreads2, 2) flash_attention_kernel2(AttnPara
   }
 }
 
-template <int HD>
+template <int HD, int STAGES>
 void launch_for(cudaStream_t s, const AttnParams &p) {
-  const std::size_t smem = FlashSmem2<HD, kStages>::bytes();
-  KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel2<HD>,
+  const std::size_t smem = FlashSmem2<HD, STAGES>::bytes();
+  KEEL_CUDA_CHECK(cudaFuncSetAttribute(flash_attention_kernel2<HD, STAGES>,
                                        cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   const unsigned pairs = static_cast<unsigned>((p.num_tiles + 1) / 2);
-  flash_attention_kernel2<HD><<<dim3(pairs, p.layout.num_kv_heads), kThreads2, smem, s>>>(p);
+  flash_attention_kernel2<HD, STAGES>
+      <<<dim3(pairs, p.layout.num_kv_heads), kThreads2, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("flash_attention");
+}
+
+std::size_t flash_smem_bytes(int hd, int stages) {
+  if (hd == 64) return stages == 1 ? FlashSmem2<64, 1>::bytes() : FlashSmem2<64, 2>::bytes();
+  return stages == 1 ? FlashSmem2<128, 1>::bytes() : FlashSmem2<128, 2>::bytes();
 }
 }  // namespace
 
@@ -348,10 +359,24 @@ void launch_flash_attention(StreamRef s_ref, const AttnParams &p) {
                 "flash_attention: unsupported shape (head_dim " + std::to_string(hd) + ", heads " +
                     std::to_string(p.num_q_heads) + "/" + std::to_string(nkv) + ", tile_q " +
                     std::to_string(p.tile_q) + ")");
+  std::size_t limit = p.smem_per_block;
+  if (limit == 0) {
+    int device = 0, optin = 0;
+    KEEL_CUDA_CHECK(cudaGetDevice(&device));
+    KEEL_CUDA_CHECK(
+        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    limit = static_cast<std::size_t>(optin);
+  }
+  const int stages = flash_attention_stages(hd, limit);
   if (hd == 64)
-    launch_for<64>(s, p);
+    stages == 1 ? launch_for<64, 1>(s, p) : launch_for<64, kMaxStages>(s, p);
   else
-    launch_for<128>(s, p);
+    stages == 1 ? launch_for<128, 1>(s, p) : launch_for<128, kMaxStages>(s, p);
+}
+
+int flash_attention_stages(int head_dim, std::size_t smem_per_block) {
+  if (smem_per_block == 0) return kMaxStages;
+  return flash_smem_bytes(head_dim, kMaxStages) <= smem_per_block ? kMaxStages : 1;
 }
 
 }  // namespace keel::cuda

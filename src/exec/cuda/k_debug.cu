@@ -32,4 +32,14 @@ void launch_spin_until_released(StreamRef s_ref, const volatile std::int32_t *re
   KEEL_CUDA_CHECK_LAUNCH("spin_until_released");
 }
 
+int loaded_binary_version(int *ptx) {
+  cudaFuncAttributes a{};
+  if (cudaFuncGetAttributes(&a, spin_kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  if (ptx) *ptx = a.ptxVersion;
+  return a.binaryVersion;
+}
+
 }  // namespace keel::cuda

@@ -195,14 +195,24 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
   }
 }
 
+// The current device's opt-in shared memory per block.
+std::size_t device_smem_optin() {
+  int device = 0, optin = 0;
+  KEEL_CUDA_CHECK(cudaGetDevice(&device));
+  KEEL_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return static_cast<std::size_t>(optin);
+}
+
 // One output row per warp: a block works on kWarps rows at once.
 template <int M, GemvIn In, GemvOut Out>
 void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   const auto kernel = fused_gemv_kernel<M, In, Out>;
   constexpr int rows_per_block = kWarps;
   const std::size_t smem = fused_gemv_smem_bytes(M, p.K);
+  // The same value for every launch on this device (kMaxSmem or the device's opt-in
+  // limit, whichever is less), so two engines' threads never race over the attribute.
   KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(kMaxSmem)));
+                                       static_cast<int>(std::min(kMaxSmem, device_smem_optin()))));
   int per_sm = 0;
   KEEL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const std::int64_t rows = p.out == GemvOut::kSwiglu ? p.N / 2 : p.N;
@@ -308,9 +318,9 @@ std::size_t fused_gemv_smem_bytes(int M, std::int64_t K) {
   return static_cast<std::size_t>(M) * static_cast<std::size_t>(K) * sizeof(bf16);
 }
 
-bool fused_gemv_supported(int M, std::int64_t K) {
+bool fused_gemv_supported(int M, std::int64_t K, std::size_t smem_per_block) {
   return M >= 1 && M <= kFusedGemvMaxM && K > 0 && K % 8 == 0 &&
-         fused_gemv_smem_bytes(M, K) <= kMaxSmem;
+         fused_gemv_smem_bytes(M, K) <= std::min(kMaxSmem, smem_per_block);
 }
 
 void launch_fused_gemv(StreamRef s_ref, const FusedGemvParams &p, int num_sms) {
@@ -320,8 +330,8 @@ void launch_fused_gemv(StreamRef s_ref, const FusedGemvParams &p, int num_sms) {
   const bool in_ok = p.in == GemvIn::kRmsNorm ? p.residual && p.norm_weight &&
                                                     aligned(p.residual) && aligned(p.norm_weight)
                                               : p.x && aligned(p.x);
-  if (!fused_gemv_supported(p.M, p.K) || !p.w || !aligned(p.w) || !in_ok || !p.y ||
-      (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40))
+  if (!fused_gemv_supported(p.M, p.K, device_smem_optin()) || !p.w || !aligned(p.w) || !in_ok ||
+      !p.y || (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40))
     throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported shape M=" +
                                                  std::to_string(p.M) + " K=" + std::to_string(p.K));
   switch (p.M) {

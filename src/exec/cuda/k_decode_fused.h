@@ -56,8 +56,9 @@ struct FusedGemvParams {
 // Dynamic shared memory the kernel stages its input in: M x K bf16.
 std::size_t fused_gemv_smem_bytes(int M, std::int64_t K);
 // True when launch_fused_gemv runs the shape: 1 <= M <= kFusedGemvMaxM, K a positive
-// multiple of 8 whose staged input fits in shared memory.
-bool fused_gemv_supported(int M, std::int64_t K);
+// multiple of 8 whose staged input fits in smem_per_block bytes of shared memory
+// (CudaFeatures::smem_per_block) and in the kernel's own cap.
+bool fused_gemv_supported(int M, std::int64_t K, std::size_t smem_per_block);
 // num_sms sizes the persistent grid (CudaContext::num_sms()).
 void launch_fused_gemv(StreamRef s, const FusedGemvParams &p, int num_sms);
 

@@ -1,5 +1,5 @@
 // Dequantization and small-M GEMV over GGUF blocks (see k_quant.h). Every format is cut
-// into chunks of 32 elements (a Q8_0 / Q4_0 block; an eighth of a Q4_K / Q6_K
+// into chunks of 32 elements (a Q8_0 / Q4_0 block; an eighth of a Q4_K / Q5_K / Q6_K
 // super-block); a chunk decodes to four runs of 8 consecutive elements, so the GEMV reads
 // its inputs as 16-byte vectors. Values are computed with the same IEEE operations as
 // formats/quant.cpp (explicit _rn intrinsics: no FMA contraction), so the GPU equals the
@@ -114,6 +114,55 @@ struct Fmt<QuantFormat::kQ4_K> {
         const std::uint8_t q = qs[8 * r + e];
         c.v[r][e] = __fsub_rn(__fmul_rn(dd[0], static_cast<float>(q & 0xF)), mm[0]);
         c.v[r + 2][e] = __fsub_rn(__fmul_rn(dd[1], static_cast<float>(q >> 4)), mm[1]);
+      }
+    }
+  }
+};
+
+template <>
+struct Fmt<QuantFormat::kQ5_K> {
+  static constexpr int kElems = 256, kBytes = 176, kChunks = 8;
+  // Q4_K's head (d, dmin, scales) and chunking, with qh[32] at 16 and qs at 48: chunk k
+  // (g = k / 2, h = k % 2) takes 16 bytes of qs at 48 + 16k and the fifth bits of the same
+  // 16 positions l = 16h + [0, 16) from qh at 16 + 16h: bit 2g for the low nibbles
+  // (sub-block 2g), bit 2g + 1 for the high ones. 176-byte blocks: all loads 16-aligned.
+  __device__ static void decode(const std::uint8_t *b, int k, Chunk &c) {
+    const uint4 head = __ldg(reinterpret_cast<const uint4 *>(b));
+    const int g = k / 2, h = k % 2;
+    const uint4 hv = __ldg(reinterpret_cast<const uint4 *>(b + 16 + 16 * h));
+    const uint4 qv = __ldg(reinterpret_cast<const uint4 *>(b + 48 + 16 * k));
+    const std::uint8_t *hb = reinterpret_cast<const std::uint8_t *>(&head);
+    const std::uint8_t *qh = reinterpret_cast<const std::uint8_t *>(&hv);
+    const std::uint8_t *qs = reinterpret_cast<const std::uint8_t *>(&qv);
+    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(head.x & 0xFFFF)));
+    const float dmin = __half2float(__ushort_as_half(static_cast<unsigned short>(head.x >> 16)));
+    const std::uint8_t *sc = hb + 4;
+    float dd[2], mm[2];
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      const int j = 2 * g + s;
+      int scv, mv;
+      if (j < 4) {
+        scv = sc[j] & 63;
+        mv = sc[j + 4] & 63;
+      } else {
+        scv = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+        mv = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+      }
+      dd[s] = __fmul_rn(d, static_cast<float>(scv));
+      mm[s] = __fmul_rn(dmin, static_cast<float>(mv));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      c.off[r] = 64 * g + 16 * h + 8 * r;
+      c.off[r + 2] = 64 * g + 32 + 16 * h + 8 * r;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const std::uint8_t q = qs[8 * r + e], hi = qh[8 * r + e];
+        const int lo5 = (q & 0xF) | (((hi >> (2 * g)) & 1) << 4);
+        const int hi5 = (q >> 4) | (((hi >> (2 * g + 1)) & 1) << 4);
+        c.v[r][e] = __fsub_rn(__fmul_rn(dd[0], static_cast<float>(lo5)), mm[0]);
+        c.v[r + 2][e] = __fsub_rn(__fmul_rn(dd[1], static_cast<float>(hi5)), mm[1]);
       }
     }
   }
@@ -300,6 +349,9 @@ void dequant_any(cudaStream_t s, QuantFormat f, const void *src, Out *dst, std::
     case QuantFormat::kQ4_K:
       dequant_f<QuantFormat::kQ4_K>(s, src, dst, n);
       break;
+    case QuantFormat::kQ5_K:
+      dequant_f<QuantFormat::kQ5_K>(s, src, dst, n);
+      break;
     case QuantFormat::kQ6_K:
       dequant_f<QuantFormat::kQ6_K>(s, src, dst, n);
       break;
@@ -319,6 +371,8 @@ int quant_block_elems(QuantFormat f) {
       return Fmt<QuantFormat::kQ4_0>::kElems;
     case QuantFormat::kQ4_K:
       return Fmt<QuantFormat::kQ4_K>::kElems;
+    case QuantFormat::kQ5_K:
+      return Fmt<QuantFormat::kQ5_K>::kElems;
     case QuantFormat::kQ6_K:
       return Fmt<QuantFormat::kQ6_K>::kElems;
     case QuantFormat::kMXFP4:
@@ -335,6 +389,8 @@ int quant_block_bytes(QuantFormat f) {
       return Fmt<QuantFormat::kQ4_0>::kBytes;
     case QuantFormat::kQ4_K:
       return Fmt<QuantFormat::kQ4_K>::kBytes;
+    case QuantFormat::kQ5_K:
+      return Fmt<QuantFormat::kQ5_K>::kBytes;
     case QuantFormat::kQ6_K:
       return Fmt<QuantFormat::kQ6_K>::kBytes;
     case QuantFormat::kMXFP4:
@@ -375,6 +431,9 @@ void launch_gemv_quant(StreamRef s_ref, QuantFormat f, const bf16 *x, const void
       break;
     case QuantFormat::kQ4_K:
       gemv_f<QuantFormat::kQ4_K>(s, x, w, y, y_f32, ldy, M, N, K);
+      break;
+    case QuantFormat::kQ5_K:
+      gemv_f<QuantFormat::kQ5_K>(s, x, w, y, y_f32, ldy, M, N, K);
       break;
     case QuantFormat::kQ6_K:
       gemv_f<QuantFormat::kQ6_K>(s, x, w, y, y_f32, ldy, M, N, K);

@@ -11,7 +11,7 @@
 namespace keel::cuda {
 
 // kMXFP4's kernels live in k_mxfp4.cu; these launchers forward to them.
-enum class QuantFormat : std::uint8_t { kQ8_0, kQ4_0, kQ4_K, kQ6_K, kMXFP4 };
+enum class QuantFormat : std::uint8_t { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kMXFP4 };
 
 // Elements and bytes of one block of `f`.
 int quant_block_elems(QuantFormat f);

@@ -117,6 +117,9 @@ struct AttnParams {
   // position p sees the keys at positions > p - window, as the CPU kernel and HF do.
   // 0: every key up to p.
   int window = 0;
+  // Shared memory a block may take (CudaFeatures::smem_per_block; the flash kernel's
+  // pipeline depth follows it). 0: the device's own opt-in limit.
+  std::size_t smem_per_block = 0;
 };
 constexpr int kAttnMaxRows = 32;  // query rows (tokens x heads of one kv group) per block
 constexpr int kAttnMaxHeadDim = 256;
@@ -135,8 +138,12 @@ void launch_attention_combine(StreamRef s, const AttnParams &p);
 // The same contract on the tensor cores for prefill tiles: up to kFlashRows rows (query
 // tokens x the G q heads of one kv head) per tile, so tile_q <= kFlashRows / G; no
 // split-K (p.num_splits is ignored: prefill has parallelism enough). head_dim 64 or 128.
+// Two K/V tiles in flight where p.smem_per_block allows (head_dim 128 needs 102 KB), one
+// otherwise (the 99 KB of sm_86/89/120).
 constexpr int kFlashRows = 64;
 bool flash_attention_supported(int num_q_heads, int num_kv_heads, int head_dim);
+// K/V tiles in flight the launch uses at head_dim with smem_per_block bytes (0: 2).
+int flash_attention_stages(int head_dim, std::size_t smem_per_block);
 void launch_flash_attention(StreamRef s, const AttnParams &p);
 
 // ---- k_sampling.cu ----

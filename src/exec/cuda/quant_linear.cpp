@@ -16,6 +16,8 @@ std::optional<QuantFormat> device_quant_format(DType t) {
       return QuantFormat::kQ4_0;
     case DType::kQ4_K:
       return QuantFormat::kQ4_K;
+    case DType::kQ5_K:
+      return QuantFormat::kQ5_K;
     case DType::kQ6_K:
       return QuantFormat::kQ6_K;
     case DType::kMXFP4:
@@ -61,7 +63,7 @@ std::string LinearLayout::describe() const {
   if (!quantized()) return "bf16";
   std::string out;
   for (const auto &r : ranges) {
-    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q6_k", "mxfp4"};
+    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "mxfp4"};
     const std::string name = r.fp8 ? "fp8" : kNames[static_cast<int>(r.format)];
     if (out.find(name) == std::string::npos) out += (out.empty() ? "" : "+") + name;
   }

@@ -38,6 +38,7 @@ TEST(Half, Bf16RoundsToNearestEven) {
 TEST(DType, BlockSizes) {
   EXPECT_EQ(dtype_bytes(DType::kQ8_0, 64), 68);
   EXPECT_EQ(dtype_bytes(DType::kQ4_K, 512), 288);
+  EXPECT_EQ(dtype_bytes(DType::kQ5_K, 512), 352);
   EXPECT_EQ(dtype_bytes(DType::kQ6_K, 256), 210);
   EXPECT_EQ(dtype_bytes(DType::kBF16, 10), 20);
   EXPECT_TRUE(dtype_is_quantized(DType::kQ4_0));

@@ -47,6 +47,12 @@ std::vector<std::byte> random_weight(DType dt, std::int64_t N, std::int64_t K, s
         put16(144 * b + 2, f32_to_f16(scale(rng)));
       }
       break;
+    case DType::kQ5_K:
+      for (std::int64_t b = 0; b < n / 256; ++b) {
+        put16(176 * b, f32_to_f16(scale(rng)));
+        put16(176 * b + 2, f32_to_f16(scale(rng)));
+      }
+      break;
     case DType::kQ6_K:
       for (std::int64_t b = 0; b < n / 256; ++b) put16(210 * b + 208, f32_to_f16(scale(rng)));
       break;
@@ -112,13 +118,14 @@ TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
 
 INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
                          ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                           DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kMXFP4),
+                                           DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                                           DType::kMXFP4),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 // K-quant rows are dequantized (by SIMD code on some families) and run as float32 rows: the
 // results must equal those of the formats' dequantized values given as an f32 weight.
 TEST(Linear, KQuantsEqualTheirDequantizedF32Rows) {
-  for (const DType dt : {DType::kQ4_K, DType::kQ6_K}) {
+  for (const DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     std::mt19937 rng(7);
     const std::int64_t N = 9, K = 768;
     auto wbytes = random_weight(dt, N, K, rng);

@@ -109,23 +109,52 @@ TEST(Gguf, TensorsReverseShapeAndHonourAlignment) {
 
 TEST(Gguf, UnsupportedTensorTypeIsListedButNotViewable) {
   auto b = header(1, 0);
-  b.gstr("q5")
+  b.gstr("q3")
       .put<std::uint32_t>(1)
       .put<std::int64_t>(256)
-      .put<std::uint32_t>(13)
+      .put<std::uint32_t>(11)
       .put<std::uint64_t>(0);
   b.pad_to(32);
-  b.bytes.append(176, '\0');
+  b.bytes.append(110, '\0');
   auto f = GgufFile::parse(b.span(), "mem.gguf");
   ASSERT_EQ(f->tensors().size(), 1u);
   EXPECT_FALSE(f->tensors()[0].supported());
   try {
-    f->view("q5");
+    f->view("q3");
     FAIL();
   } catch (const Error &e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(e.what()).find("Q5_K"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Q3_K"), std::string::npos) << e.what();
   }
+}
+
+TEST(Gguf, Q5KTensorsAreViewableAndRowsMustBeWholeBlocks) {
+  auto b = header(1, 0);
+  b.gstr("blk.0.ffn_down.weight")
+      .put<std::uint32_t>(2)
+      .put<std::int64_t>(256)
+      .put<std::int64_t>(2)
+      .put<std::uint32_t>(13)
+      .put<std::uint64_t>(0);
+  b.pad_to(32);
+  b.bytes.append(2 * 176, '\0');
+  auto f = GgufFile::parse(b.span(), "mem.gguf");
+  const TensorView v = f->view("blk.0.ffn_down.weight");
+  EXPECT_EQ(v.dtype, DType::kQ5_K);
+  EXPECT_EQ(v.nbytes, 2u * 176);
+  // A row of 320 elements is not a whole number of 256-element super-blocks.
+  auto c = header(1, 0);
+  c.gstr("blk.0.ffn_down.weight")
+      .put<std::uint32_t>(2)
+      .put<std::int64_t>(320)
+      .put<std::int64_t>(2)
+      .put<std::uint32_t>(13)
+      .put<std::uint64_t>(0);
+  c.pad_to(32);
+  c.bytes.append(4 * 176, '\0');
+  const std::string e = error_of(c);
+  EXPECT_NE(e.find("blk.0.ffn_down.weight"), std::string::npos) << e;
+  EXPECT_NE(e.find("block size"), std::string::npos) << e;
 }
 
 TEST(Gguf, LyingFilesGiveErrorsNamingTheFile) {

@@ -183,9 +183,37 @@ TEST(MakeModel, Q4KMMixesQ6KWhereLlamaCppDoes) {
     EXPECT_EQ(w->get(p + "self_attn.q_proj.weight").dtype, DType::kQ4_K);
     EXPECT_EQ(w->get(p + "mlp.gate_proj.weight").dtype, DType::kQ4_K);
   }
-  o.dtype = DType::kQ8_0;  // the mix is a Q4_K recipe
+  o.dtype = DType::kQ8_0;  // the mix is a Q4_K / Q5_K recipe
   o.out = dir / "bad.gguf";
   EXPECT_THROW(make_model(o), Error);
+}
+
+// Q5_K_M: the same recipe over Q5_K (llama.cpp's file type 17).
+TEST(MakeModel, Q5KMMixesQ6KWhereLlamaCppDoes) {
+  test::TempDir dir;
+  MakeModelOptions o = tiny("llama", DType::kQ5_K, true, dir / "m.gguf");
+  o.hidden = 256;
+  o.intermediate = 512;
+  o.heads = 4;
+  o.kv_heads = 2;
+  o.layers = 8;
+  o.tie = false;
+  o.k_quant_mix = true;
+  make_model(o);
+  auto w = ModelWeights::open(dir / "m.gguf");
+  EXPECT_EQ(w->gguf()->get_u32("general.file_type"), 17u);
+  EXPECT_EQ(w->get("lm_head.weight").dtype, DType::kQ6_K);
+  EXPECT_EQ(w->get("model.layers.0.self_attn.v_proj.weight").dtype, DType::kQ6_K);
+  EXPECT_EQ(w->get("model.layers.1.self_attn.v_proj.weight").dtype, DType::kQ5_K);
+  EXPECT_EQ(w->get("model.layers.1.mlp.up_proj.weight").dtype, DType::kQ5_K);
+  // Plain q5_k: every linear weight Q5_K, file type 16.
+  o.k_quant_mix = false;
+  o.out = dir / "plain.gguf";
+  make_model(o);
+  auto p = ModelWeights::open(dir / "plain.gguf");
+  EXPECT_EQ(p->gguf()->get_u32("general.file_type"), 16u);
+  EXPECT_EQ(p->get("lm_head.weight").dtype, DType::kQ5_K);
+  EXPECT_EQ(p->get("model.layers.0.self_attn.v_proj.weight").dtype, DType::kQ5_K);
 }
 
 TEST(MakeModel, GgufCarriesTokenizerAndLlama3RopeFactors) {

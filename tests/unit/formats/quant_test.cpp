@@ -112,6 +112,29 @@ TEST(Quant, Q6_KKnownBlock) {
   EXPECT_EQ(y[1], 0.25f * 4 * -32);
 }
 
+// Q5_K by hand: d, dmin, Q4_K's packed scales, qh (the fifth bit), qs (nibbles).
+TEST(Quant, Q5KBlockLayout) {
+  std::uint8_t block[176] = {};
+  const std::uint16_t d = f32_to_f16(0.5f), dmin = f32_to_f16(0.25f);
+  std::memcpy(block, &d, 2);
+  std::memcpy(block + 2, &dmin, 2);
+  std::uint8_t *scales = block + 4, *qh = block + 16, *qs = block + 48;
+  scales[0] = 2;                  // sub-block 0: scale 2
+  scales[4] = 1;                  //              min 1
+  scales[1] = 3;                  // sub-block 1: scale 3, min 0
+  scales[8] = 0x05 | (0x2 << 4);  // sub-block 4: scale 5, min 2 (low 4 bits of each)
+  qs[0] = 0x3 | (0x7 << 4);       // element 0 low bits 3; element 32 low bits 7
+  qh[0] = 0x1;                    // element 0 fifth bit (bit 0); element 32's (bit 1) clear
+  qs[64 + 5] = 0xF;               // element 128 + 5 low bits 15
+  qh[5] = 0x1 << 4;               // its fifth bit: pair 2, first sub-block -> bit 4
+  float y[256];
+  dequantize_row(DType::kQ5_K, block, y, 256);
+  EXPECT_EQ(y[0], 0.5f * 2 * 19 - 0.25f * 1);
+  EXPECT_EQ(y[32], 0.5f * 3 * 7);
+  EXPECT_EQ(y[133], 0.5f * 5 * 31 - 0.25f * 2);
+  EXPECT_EQ(y[1], 0.5f * 2 * 0 - 0.25f * 1);
+}
+
 TEST(Quant, RoundTripErrorBounds) {
   const auto x = normal(4096, 7);
   struct Case {
@@ -120,12 +143,15 @@ TEST(Quant, RoundTripErrorBounds) {
   };
   for (auto [t, bound] :
        {Case{DType::kF16, 1e-3}, Case{DType::kBF16, 5e-3}, Case{DType::kQ8_0, 0.01},
-        Case{DType::kQ6_K, 0.04}, Case{DType::kQ4_K, 0.12}, Case{DType::kQ4_0, 0.15}}) {
+        Case{DType::kQ6_K, 0.04}, Case{DType::kQ5_K, 0.07}, Case{DType::kQ4_K, 0.12},
+        Case{DType::kQ4_0, 0.15}}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const auto y = round_trip(t, x);
     EXPECT_LT(rel_rms(x, y), bound);
     EXPECT_GT(rel_rms(x, y), 0.0);  // lossy: a copy would be a bug in the test
   }
+  // The fifth bit halves Q4_K's step: Q5_K is the more accurate of the two.
+  EXPECT_LT(rel_rms(x, round_trip(DType::kQ5_K, x)), 0.6 * rel_rms(x, round_trip(DType::kQ4_K, x)));
   // Per-element bounds of the 32-blocks: half a step (Q8_0), one step (Q4_0, clipping).
   const auto y8 = round_trip(DType::kQ8_0, x), y4 = round_trip(DType::kQ4_0, x);
   for (std::size_t b = 0; b < x.size() / 32; ++b) {
@@ -140,7 +166,7 @@ TEST(Quant, RoundTripErrorBounds) {
 }
 
 TEST(Quant, ZerosAndScaleInvariance) {
-  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(std::string(dtype_name(t)));
     const auto z = round_trip(t, std::vector<float>(512, 0.0f));
     for (float v : z) EXPECT_EQ(v, 0.0f);
