@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
     const double flops = 4.0 * n * n / 2 * static_cast<double>(D * H);
     for (const bool blocked : {false, true}) {
       cpu::AttentionShape shape{H, G, D, 1.0f / std::sqrt(static_cast<float>(D)), 0};
-      shape.blocked_prefill = blocked;
+      shape.blocked = blocked;
       std::vector<std::vector<float>> scratch;
       double best_wall = 1e30, best_cpu = 1e30;
       for (int r = 0; r < reps; ++r) {

@@ -226,7 +226,7 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
                              cfg_.sliding_window.value_or(0)};
   // KEEL_CPU_ATTENTION=reference keeps prefill on the per-token path (for A/B benchmarks).
   if (const char *mode = std::getenv("KEEL_CPU_ATTENTION"))
-    ashape.blocked_prefill = std::string_view(mode) != "reference";
+    ashape.blocked = std::string_view(mode) != "reference";
   auto add_bias = [](float *y, const std::vector<float> &b, std::int64_t rows) {
     if (b.empty()) return;
     const std::int64_t n = static_cast<std::int64_t>(b.size());

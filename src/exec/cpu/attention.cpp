@@ -27,25 +27,21 @@ void paged_attention(const float *q, float *out, const ForwardBatch &batch,
   const std::int64_t H = shape.heads, D = shape.head_dim;
   const std::int64_t group = H / shape.kv_heads;
   const std::int32_t bs = kv.block_size();
-  // Sequences with a long chunk of consecutive positions go to the blocked path; the
-  // other tokens (decode, short chunks) are computed one (token, head) at a time.
-  std::vector<std::int32_t> blocked;
-  std::vector<std::int32_t> rest;
-  for (std::size_t si = 0; si < batch.seqs.size(); ++si) {
-    const SequenceSlice &s = batch.seqs[si];
-    bool use = shape.blocked_prefill && s.num_tokens >= kBlockedMinTokens;
-    for (std::int32_t i = 0; use && i < s.num_tokens; ++i)
-      use = token_pos[s.token_offset + i] == s.start_pos + i;
-    if (use)
-      blocked.push_back(static_cast<std::int32_t>(si));
-    else
-      for (std::int32_t i = 0; i < s.num_tokens; ++i) rest.push_back(s.token_offset + i);
+  // The blocked path takes the whole batch when every sequence has consecutive positions
+  // (as the runner builds them); otherwise each (token, head) is computed alone.
+  bool use_blocked = shape.blocked;
+  for (const SequenceSlice &s : batch.seqs)
+    for (std::int32_t i = 0; use_blocked && i < s.num_tokens; ++i)
+      use_blocked = token_pos[s.token_offset + i] == s.start_pos + i;
+  if (use_blocked) {
+    std::vector<std::int32_t> all(batch.seqs.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int32_t>(i);
+    blocked_attention(q, out, batch, all, kv, layer, shape, pool, thread_scores);
+    return;
   }
-  if (!blocked.empty())
-    blocked_prefill_attention(q, out, batch, blocked, kv, layer, shape, pool, thread_scores);
-  if (rest.empty()) return;
+  const std::int64_t T = batch.total_tokens();
   if (static_cast<int>(thread_scores.size()) < pool.size()) thread_scores.resize(pool.size());
-  const std::int64_t tasks = static_cast<std::int64_t>(rest.size()) * H;
+  const std::int64_t tasks = T * H;
   // Chunks of (token, head) tasks claimed by whichever thread is free (a few per thread, so
   // that one the OS has not scheduled holds up little); a task's result does not depend
   // on the thread.
@@ -54,7 +50,7 @@ void paged_attention(const float *q, float *out, const ForwardBatch &batch,
     auto &scores = thread_scores[slot];
     const std::int64_t a = tasks * c / chunks, b = tasks * (c + 1) / chunks;
     for (std::int64_t task = a; task < b; ++task) {
-      const std::int64_t t = rest[task / H], h = task % H, g = h / group;
+      const std::int64_t t = task / H, h = task % H, g = h / group;
       const SequenceSlice &s = batch.seqs[token_seq[t]];
       const std::int32_t *table = batch.block_table.data() + s.block_offset;
       const std::int64_t p = token_pos[t];

@@ -176,16 +176,18 @@ struct TaskShape {
   std::int64_t H, D, group, rows_per_tile;  // rows_per_tile: tokens per tile
 };
 
-// One tile: tokens [t0, t0 + n) at positions p0 .. p0 + n - 1 of one sequence, KV head g.
+// One tile: tokens [t0, t0 + n) at positions p0 .. p0 + n - 1 of one sequence, query
+// heads h0 .. h0 + nh - 1 of KV head g's group. Row r is token r / nh, head h0 + r % nh.
 template <class F>
 void run_tile(const float *q, float *out, const std::int32_t *table, std::int64_t t0,
-              std::int64_t n, std::int64_t p0, std::int64_t g, const CpuKvStore &kv,
-              std::int64_t layer, const AttentionShape &shape, const TaskShape &ts, Tile &tl) {
-  const std::int64_t D = ts.D, H = ts.H, group = ts.group, M = n * group;
+              std::int64_t n, std::int64_t p0, std::int64_t g, std::int64_t h0, std::int64_t nh,
+              const CpuKvStore &kv, std::int64_t layer, const AttentionShape &shape,
+              const TaskShape &ts, Tile &tl) {
+  const std::int64_t D = ts.D, H = ts.H, group = nh, M = n * nh;
   const std::int32_t bs = kv.block_size();
   for (std::int64_t i = 0; i < n; ++i)
     for (std::int64_t hh = 0; hh < group; ++hh) {
-      const float *src = q + ((t0 + i) * H + g * group + hh) * D;
+      const float *src = q + ((t0 + i) * H + g * ts.group + h0 + hh) * D;
       float *dst = tl.qs + (i * group + hh) * D;
       for (std::int64_t d = 0; d < D; ++d) dst[d] = src[d] * shape.scale;
     }
@@ -238,14 +240,15 @@ void run_tile(const float *q, float *out, const std::int32_t *table, std::int64_
     for (std::int64_t hh = 0; hh < group; ++hh) {
       const std::int64_t r = i * group + hh;
       const float inv = 1.0f / tl.l[r];
-      float *dst = out + ((t0 + i) * H + g * group + hh) * D;
+      float *dst = out + ((t0 + i) * H + g * ts.group + h0 + hh) * D;
       for (std::int64_t d = 0; d < D; ++d) dst[d] = tl.o[r * D + d] * inv;
     }
 }
 
 struct TileTask {
   std::int32_t seq, g;
-  std::int64_t first;  // first token of the tile within the sequence's chunk
+  std::int64_t first, n;  // tokens [first, first + n) of the sequence's chunk
+  std::int32_t h0, nh;    // heads h0 .. h0 + nh - 1 of the group
 };
 
 template <class F>
@@ -268,30 +271,40 @@ void run_all(const float *q, float *out, const ForwardBatch &batch,
             b + 2 * M * D + 2 * kKeyBlock * D + M * kKeyBlock + M};
     const TileTask &task = tasks[c];
     const SequenceSlice &s = batch.seqs[task.seq];
-    const std::int64_t n = std::min<std::int64_t>(ts.rows_per_tile, s.num_tokens - task.first);
-    run_tile<F>(q, out, batch.block_table.data() + s.block_offset, s.token_offset + task.first, n,
-                s.start_pos + task.first, task.g, kv, layer, shape, ts, tl);
+    run_tile<F>(q, out, batch.block_table.data() + s.block_offset, s.token_offset + task.first,
+                task.n, s.start_pos + task.first, task.g, task.h0, task.nh, kv, layer, shape, ts,
+                tl);
   });
 }
 
 }  // namespace
 
-void blocked_prefill_attention(const float *q, float *out, const ForwardBatch &batch,
-                               const std::vector<std::int32_t> &seqs, const CpuKvStore &kv,
-                               std::int64_t layer, const AttentionShape &shape, ThreadPool &pool,
-                               std::vector<std::vector<float>> &thread_scratch) {
+void blocked_attention(const float *q, float *out, const ForwardBatch &batch,
+                       const std::vector<std::int32_t> &seqs, const CpuKvStore &kv,
+                       std::int64_t layer, const AttentionShape &shape, ThreadPool &pool,
+                       std::vector<std::vector<float>> &thread_scratch) {
   const std::int64_t group = shape.heads / shape.kv_heads;
   const TaskShape ts{shape.heads, shape.head_dim, group,
                      std::max<std::int64_t>(1, kTileRows / group)};
-  // Tiles near the end of a sequence see the most keys: they go first so that the cheap
-  // ones fill in at the end.
+  // Long chunks: tiles of rows_per_tile tokens x the whole group, the ones near the end
+  // of a sequence (most keys) first so that cheap ones fill in at the end. Decode and
+  // short chunks: one token x the group, or x one head when that leaves threads idle.
+  // Rows never mix, so the tiling does not change any result.
+  std::int64_t short_tokens = 0;
+  for (const std::int32_t si : seqs)
+    if (batch.seqs[si].num_tokens < kBlockedMinTokens) short_tokens += batch.seqs[si].num_tokens;
+  const bool split_heads = short_tokens * shape.kv_heads < 2 * pool.size();
   std::vector<TileTask> tasks;
   for (const std::int32_t si : seqs) {
     const std::int64_t n = batch.seqs[si].num_tokens;
-    for (std::int64_t first = (n - 1) / ts.rows_per_tile * ts.rows_per_tile; first >= 0;
-         first -= ts.rows_per_tile)
+    const std::int64_t rows = n >= kBlockedMinTokens ? ts.rows_per_tile : 1;
+    const bool per_head = n < kBlockedMinTokens && split_heads;
+    for (std::int64_t first = (n - 1) / rows * rows; first >= 0; first -= rows)
       for (std::int64_t g = 0; g < shape.kv_heads; ++g)
-        tasks.push_back({si, static_cast<std::int32_t>(g), first});
+        for (std::int64_t h0 = 0; h0 < group; h0 += per_head ? 1 : group)
+          tasks.push_back({si, static_cast<std::int32_t>(g), first, std::min(rows, n - first),
+                           static_cast<std::int32_t>(h0),
+                           static_cast<std::int32_t>(per_head ? 1 : group)});
   }
   if (tasks.empty()) return;
   if (static_cast<int>(thread_scratch.size()) < pool.size()) thread_scratch.resize(pool.size());

@@ -87,8 +87,8 @@ struct Fixture {
 };
 
 void check_against_per_token(std::int64_t H, std::int64_t G, std::int64_t D, std::int64_t window) {
-  // A long chunk after a cached prefix, a short prompt (per-token path) and a decode step
-  // in one batch.
+  // A long chunk after a cached prefix, short prompts (tiles of one token) and a decode
+  // step in one batch.
   const std::vector<SeqSpec> seqs = {{37, 150}, {0, 20}, {0, 9}, {12, 1}};
   Fixture f(G, D, seqs);
   std::int64_t T = 0;
@@ -96,7 +96,7 @@ void check_against_per_token(std::int64_t H, std::int64_t G, std::int64_t D, std
   const auto q = randn(T * H * D, 5);
   AttentionShape shape{H, G, D, 1.0f / std::sqrt(static_cast<float>(D)), window};
   const auto blocked = f.run({0, 1, 2, 3}, seqs, q, shape);
-  shape.blocked_prefill = false;
+  shape.blocked = false;
   const auto per_token = f.run({0, 1, 2, 3}, seqs, q, shape);
   std::vector<float> ref(q.size());
   std::int64_t t = 0;
@@ -111,7 +111,7 @@ void check_against_per_token(std::int64_t H, std::int64_t G, std::int64_t D, std
     ASSERT_NEAR(per_token[i], ref[i], 2e-6f + 2e-6f * std::fabs(ref[i])) << i;
     differ += blocked[i] != per_token[i];
   }
-  // The first sequence's chunk took the other path: its rounding differs somewhere.
+  // The blocked path was taken: its rounding differs from the per-token path somewhere.
   EXPECT_GT(differ, 0u);
 }
 
@@ -124,21 +124,22 @@ TEST(BlockedAttention, MqaPortableHeadSizeMatchesPerTokenPath) {
 }
 TEST(BlockedAttention, WideHeadWindowMatchesPerTokenPath) { check_against_per_token(4, 2, 80, 70); }
 
-// A prompt computed as one chunk or as two gives the same bits: key blocks are aligned to
-// positions and rows never mix.
+// A prompt computed as one chunk or as a long chunk, a short one, a decode step and a long
+// one gives the same bits: key blocks are aligned to positions and rows never mix.
 TEST(BlockedAttention, ChunkingDoesNotChangeResults) {
   const std::int64_t H = 8, G = 2, D = 64;
   Fixture f(G, D, {{37, 150}});
   const auto q = randn(150 * H * D, 9);
   const AttentionShape shape{H, G, D, 0.125f, 0};
   const auto whole = f.run({0}, {{37, 150}}, q, shape);
-  const std::vector<float> q0(q.begin(), q.begin() + 70 * H * D),
-      q1(q.begin() + 70 * H * D, q.end());
-  const auto first = f.run({0}, {{37, 70}}, q0, shape);
-  const auto second = f.run({0}, {{107, 80}}, q1, shape);
-  for (std::size_t i = 0; i < first.size(); ++i) ASSERT_EQ(whole[i], first[i]) << i;
-  for (std::size_t i = 0; i < second.size(); ++i)
-    ASSERT_EQ(whole[first.size() + i], second[i]) << i;
+  std::int64_t done = 0;
+  for (const std::int64_t n : {70, 5, 1, 74}) {
+    const std::vector<float> qc(q.begin() + done * H * D, q.begin() + (done + n) * H * D);
+    const auto part = f.run({0}, {{37 + done, n}}, qc, shape);
+    for (std::size_t i = 0; i < part.size(); ++i)
+      ASSERT_EQ(whole[done * H * D + i], part[i]) << done << " " << i;
+    done += n;
+  }
 }
 
 }  // namespace
