@@ -7,7 +7,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define KEEL_ATTN_X86 1
 #include <immintrin.h>
-#define KEEL_ATTN_AVX512 __attribute__((target("avx2,fma,avx512f,avx512dq")))
+#define KEEL_ATTN_AVX512 __attribute__((target("avx2,fma,avx512f")))
 #endif
 
 namespace keel::cpu {
@@ -66,12 +66,14 @@ struct Portable {
 // ---------------------------------------------------------------- AVX-512 family
 struct Avx512 {
   // exp(x) for x <= 0: reduction to |r| <= ln2/2 and a degree-6 polynomial (relative error
-  // about 1e-7); x below -87 (and -inf) gives exactly 0.
+  // about 1e-7), scaled by 2^k through the exponent bits; x below -86 (and -inf) gives
+  // exactly 0. (Written without max / roundscale / scalef, whose GCC 12 headers warn.)
   KEEL_ATTN_AVX512 static __m512 exp_nonpos(__m512 x) {
-    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-    const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
-                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __mmask16 tiny = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-86.0f), _CMP_LT_OQ);
+    x = _mm512_mask_mov_ps(x, tiny, _mm512_set1_ps(-86.0f));
+    const __m512 shifter = _mm512_set1_ps(0x1.8p23f);  // adding it rounds to an integer
+    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504f), shifter);
+    const __m512 k = _mm512_sub_ps(t, shifter);
     __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145752f), x);  // ln2 in two parts
     r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860677e-6f), r);
     __m512 p = _mm512_set1_ps(1.0f / 720);
@@ -81,7 +83,11 @@ struct Avx512 {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), _mm512_scalef_ps(p, k));
+    // k (>= -125) sits in t's low mantissa bits: add it to p's exponent (p in [0.7, 1.5]).
+    const __m512i ki = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(shifter));
+    const __m512 e = _mm512_castsi512_ps(_mm512_add_epi32(
+        _mm512_castps_si512(p), _mm512_mullo_epi32(ki, _mm512_set1_epi32(1 << 23))));
+    return _mm512_maskz_mov_ps(static_cast<__mmask16>(~tiny), e);
   }
 
   // Four rows x 64 keys per register tile: 16 accumulators, each K vector loaded once
@@ -167,7 +173,11 @@ struct Avx512 {
       _mm512_storeu_ps(x + j, e);
       sum = _mm512_add_ps(sum, e);
     }
-    return _mm512_reduce_add_ps(sum);
+    alignas(64) float lanes[16];
+    _mm512_store_ps(lanes, sum);
+    float total = 0;
+    for (const float x : lanes) total += x;
+    return total;
   }
 };
 #endif
@@ -309,8 +319,7 @@ void blocked_attention(const float *q, float *out, const ForwardBatch &batch,
   if (tasks.empty()) return;
   if (static_cast<int>(thread_scratch.size()) < pool.size()) thread_scratch.resize(pool.size());
 #ifdef KEEL_ATTN_X86
-  if (shape.head_dim % 16 == 0 && __builtin_cpu_supports("avx512f") &&
-      __builtin_cpu_supports("avx512dq")) {
+  if (shape.head_dim % 16 == 0 && __builtin_cpu_supports("avx512f")) {
     run_all<Avx512>(q, out, batch, tasks, kv, layer, shape, ts, pool, thread_scratch);
     return;
   }
