@@ -1,7 +1,9 @@
 #include "exec/arch/llama.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "core/error.h"
 #include "exec/cpu/activation.h"
@@ -229,6 +231,9 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
 
   cpu::AttentionShape ashape{H, G, D, 1.0f / std::sqrt(static_cast<float>(D)),
                              cfg_.sliding_window.value_or(0)};
+  // KEEL_CPU_ATTENTION=reference keeps prefill on the per-token path (for A/B benchmarks).
+  if (const char *mode = std::getenv("KEEL_CPU_ATTENTION"))
+    ashape.blocked = std::string_view(mode) != "reference";
   auto add_bias = [](float *y, const std::vector<float> &b, std::int64_t rows) {
     if (b.empty()) return;
     const std::int64_t n = static_cast<std::int64_t>(b.size());

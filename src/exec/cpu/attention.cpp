@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "exec/cpu/activation.h"
+#include "exec/cpu/attention_blocked.h"
 
 namespace keel::cpu {
 
@@ -23,9 +24,22 @@ void paged_attention(const float *q, float *out, const ForwardBatch &batch,
                      const std::int32_t *token_seq, const std::int32_t *token_pos,
                      const CpuKvStore &kv, std::int64_t layer, const AttentionShape &shape,
                      ThreadPool &pool, std::vector<std::vector<float>> &thread_scores) {
-  const std::int64_t T = batch.total_tokens(), H = shape.heads, D = shape.head_dim;
+  const std::int64_t H = shape.heads, D = shape.head_dim;
   const std::int64_t group = H / shape.kv_heads;
   const std::int32_t bs = kv.block_size();
+  // The blocked path takes the whole batch when every sequence has consecutive positions
+  // (as the runner builds them); otherwise each (token, head) is computed alone.
+  bool use_blocked = shape.blocked;
+  for (const SequenceSlice &s : batch.seqs)
+    for (std::int32_t i = 0; use_blocked && i < s.num_tokens; ++i)
+      use_blocked = token_pos[s.token_offset + i] == s.start_pos + i;
+  if (use_blocked) {
+    std::vector<std::int32_t> all(batch.seqs.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::int32_t>(i);
+    blocked_attention(q, out, batch, all, kv, layer, shape, pool, thread_scores);
+    return;
+  }
+  const std::int64_t T = batch.total_tokens();
   if (static_cast<int>(thread_scores.size()) < pool.size()) thread_scores.resize(pool.size());
   const std::int64_t tasks = T * H;
   // Chunks of (token, head) tasks claimed by whichever thread is free (a few per thread, so

@@ -1,6 +1,7 @@
 // Causal attention of a ragged batch over the paged KV cache (GQA/MQA/MHA, optional
-// sliding window). Each (token, head) is computed alone with a fixed order of
-// operations, so results do not depend on the batch.
+// sliding window), by the blocked path (attention_blocked.h) or, as a reference, each
+// (token, head) alone; either way with a fixed order of operations per (token, head), so
+// results do not depend on the batch.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +17,13 @@ struct AttentionShape {
   std::int64_t heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 0;          // usually 1 / sqrt(head_dim)
   std::int64_t window = 0;  // 0: none; else a token at p sees positions > p - window
+  // true: the blocked path (attention_blocked.h) for every token; false: each (token,
+  // head) alone, the path the blocked one is measured against.
+  bool blocked = true;
 };
+
+// Chunks of at least this many tokens are tiled several tokens at a time.
+inline constexpr std::int32_t kBlockedMinTokens = 16;
 
 // q: [T, heads, head_dim]; out: [T, heads, head_dim]; token_seq / token_pos: [T].
 // The batch's K/V for `layer` must already be in the cache.
