@@ -130,7 +130,9 @@ void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
     m.sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)), true);
   } else if (c.arch == Arch::kQwen3Moe) {
     m.naming = MoeConfig::Naming::kQwen;
-    m.num_experts = get_int(j, "num_experts", origin);
+    // The released configs say num_experts; transformers 5 saves num_local_experts.
+    const bool v5_name = !j.contains("num_experts") && j.contains("num_local_experts");
+    m.num_experts = get_int(j, v5_name ? "num_local_experts" : "num_experts", origin);
     m.top_k = get_int(j, "num_experts_per_tok", origin);
     m.expert_intermediate = get_int(j, "moe_intermediate_size", origin);
     m.norm_topk_prob = get_bool(j, "norm_topk_prob", origin, false);

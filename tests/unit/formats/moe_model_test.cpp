@@ -63,6 +63,15 @@ TEST(MoeConfig, ParsesQwen3Moe) {
   EXPECT_FALSE(d.moe->norm_topk_prob);
 }
 
+TEST(MoeConfig, Qwen3MoeTakesTransformers5sExpertCountName) {
+  json j = qwen3_moe_json();
+  j.erase("num_experts");
+  j["num_local_experts"] = 6;  // what transformers 5 saves
+  EXPECT_EQ(parse_hf_config(j.dump(), "config.json").moe->num_experts, 6);
+  j["num_experts"] = 8;  // the released name wins when both are there
+  EXPECT_EQ(parse_hf_config(j.dump(), "config.json").moe->num_experts, 8);
+}
+
 TEST(MoeConfig, ParsesMixtral) {
   json j = qwen3_moe_json();
   for (const char *k : {"num_experts", "moe_intermediate_size", "norm_topk_prob", "head_dim",
