@@ -22,6 +22,7 @@
 #include "engine/tp/backend.h"
 #include "engine/weight_prefetch.h"
 #include "exec/cpu/cpu_model_runner.h"
+#include "formats/model_weights.h"
 #include "grammar/output_constraints.h"
 #include "kv/kv_sizing.h"
 #include "registry/log.h"
@@ -128,7 +129,7 @@ int cmd_engine(int argc, char **argv) {
     if (auto level = parse_log_level(lv)) server.set_log_info(*level >= LogLevel::kInfo);
   std::unique_ptr<Engine> engine;
   std::atomic<std::int64_t> kv_bytes{0}, workspace_bytes{0}, device_total{0}, device_weights{0};
-  std::string kv_rule;
+  std::string kv_rule, weights_format;
   std::int64_t host_tier = 0;
   try {
 #ifndef KEEL_WITH_CUDA
@@ -261,6 +262,7 @@ int cmd_engine(int argc, char **argv) {
               auto runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
               device_total = runner->runner().device_total_bytes();
               device_weights = static_cast<std::int64_t>(runner->runner().weight_bytes());
+              weights_format = runner->runner().weight_format();
               workspace_bytes = std::max<std::int64_t>(
                   runner->runner().buffer_bytes() -
                       static_cast<std::int64_t>(runner->runner().weight_bytes()),
@@ -293,6 +295,12 @@ int cmd_engine(int argc, char **argv) {
   const std::int64_t weights =
       device_weights.load() > 0 ? device_weights.load() : weight_file_bytes(model);
   info.weights_bytes = weights;
+  // The CPU multiplies by the weights as stored: the files say how.
+  if (weights_format.empty()) try {
+      weights_format = ModelWeights::open(model)->linear_dtypes();
+    } catch (const std::exception &) {  // a report, not a reason to fail a loaded model
+    }
+  info.weights_format = weights_format;
   info.kv_bytes = kv_bytes.load();
   info.workspace_bytes = workspace_bytes.load();
   info.host_tier_bytes = host_tier;

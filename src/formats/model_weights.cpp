@@ -3,6 +3,7 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <set>
 
 #include "core/error.h"
 #include "formats/gguf.h"
@@ -407,6 +408,20 @@ const TensorView &ModelWeights::get(std::string_view name) const {
 std::vector<std::string> ModelWeights::names() const {
   std::vector<std::string> out;
   for (const auto &[k, v] : tensors_) out.push_back(k);
+  return out;
+}
+
+std::string ModelWeights::linear_dtypes() const {
+  std::set<std::string_view> kinds;
+  for (const auto &[k, v] : tensors_)
+    if (v.shape.size() >= 2 && k.find("embed_tokens") == std::string::npos &&
+        !k.ends_with("_scale_inv") && !k.ends_with("_scale"))  // FP8 scales ride along
+      kinds.insert(dtype_name(v.dtype));
+  std::string out;
+  for (const std::string_view k : kinds) {
+    if (!out.empty()) out += '+';
+    out += k;
+  }
   return out;
 }
 

@@ -50,6 +50,10 @@ class ModelWeights {
   // Error(kUnsupported) when present with a dtype keel cannot use.
   const TensorView &get(std::string_view hf_name) const;
   std::vector<std::string> names() const;
+  // How the matrices a forward pass multiplies by are stored: their distinct dtypes, sorted
+  // and joined with '+' ("bf16", "q4_k+q6_k", "bf16+fp8"); the embedding, vectors (norms,
+  // biases) and FP8 scale grids do not count.
+  std::string linear_dtypes() const;
   // Bytes of all tensors (the weights a forward pass streams through).
   std::size_t total_bytes() const;
 

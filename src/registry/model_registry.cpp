@@ -681,6 +681,7 @@ std::vector<ModelReport> ModelRegistry::report() const {
       // On the CPU the registry chose the pool (the engine only saw --kv-blocks).
       if (options_.plan.cuda || !e->plan.known) r.memory.rule = info.kv_rule;
       r.kv_block_size = info.kv_block_size;
+      r.weights_format = info.weights_format;
       r.pid = e->loaded->info.pid;
       r.leases = e->loaded->leases;
     }

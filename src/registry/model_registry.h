@@ -134,6 +134,7 @@ struct ModelReport {
   double memory_fraction = 0.0;  // its share (see above)
   std::int64_t kv_block_size = 0;
   std::int64_t context_length = 0;
+  std::string weights_format;  // as the engine holds them, once loaded ("q4_k+q6_k")
   std::int64_t pid = 0;
   std::int32_t restarts = 0;
   std::string last_error;

@@ -138,14 +138,16 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
     // Memory by part (issue 21): planned before load, as allocated once loaded; the
     // parts add up to memory_bytes' total.
     const ModelMemoryPlan &mem = r.memory;
-    m["memory"] = {{"weights_bytes", mem.weights_bytes},
-                   {"kv_pool_bytes", mem.kv_bytes},
-                   {"workspace_bytes", mem.workspace_bytes},
-                   {"host_tier_bytes", mem.host_tier_bytes},
-                   {"total_bytes", mem.total_bytes()},
-                   {"share", r.memory_fraction},
-                   {"kv_rule", mem.rule},
-                   {"planned", r.engine ? false : true}};
+    m["memory"] = {
+        {"weights_bytes", mem.weights_bytes},
+        {"kv_pool_bytes", mem.kv_bytes},
+        {"workspace_bytes", mem.workspace_bytes},
+        {"host_tier_bytes", mem.host_tier_bytes},
+        {"total_bytes", mem.total_bytes()},
+        {"share", r.memory_fraction},
+        {"kv_rule", mem.rule},
+        {"weights_format", r.weights_format.empty() ? json(nullptr) : json(r.weights_format)},
+        {"planned", r.engine ? false : true}};
     const std::int64_t block_size = r.kv_block_size > 0 ? r.kv_block_size
                                     : mem.kv_blocks > 0 ? mem.kv_tokens / mem.kv_blocks
                                                         : 0;

@@ -63,6 +63,9 @@ test('an fp8 model answers a chat request', async () => {
     model: 'fp8', messages: [{ role: 'user', content: 'Hello there.' }], max_tokens: 8, temperature: 0,
   });
   assert.equal(again.choices[0].message.content, r.choices[0].message.content);
+  // /api/status says how the loaded weights are held: fp8 layers, the lm_head in bf16.
+  assert.equal((await server.model('fp8')).memory.weights_format, 'bf16+fp8');
+  assert.equal((await server.model('fp8-broken')).memory.weights_format, null);  // never loaded
 });
 
 test('an fp8 model without a scale tensor is refused naming it', async () => {

@@ -57,7 +57,8 @@ std::string encode_ready(const ReadyInfo &info) {
                 {"host_tier", info.host_tier_bytes},
                 {"kv_block_size", info.kv_block_size},
                 {"device_total", info.device_total_bytes},
-                {"kv_rule", info.kv_rule}}}}
+                {"kv_rule", info.kv_rule},
+                {"weights_format", info.weights_format}}}}
       .dump();
 }
 
@@ -79,6 +80,7 @@ ReadyInfo decode_ready(const std::string &payload) {
       r.kv_block_size = m->value("kv_block_size", std::int64_t{0});
       r.device_total_bytes = m->value("device_total", std::int64_t{0});
       r.kv_rule = m->value("kv_rule", std::string());
+      r.weights_format = m->value("weights_format", std::string());
     }
     return r;
   });

@@ -23,6 +23,8 @@ struct ReadyInfo {
   std::int64_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, host_tier_bytes = 0;
   std::int64_t kv_block_size = 0, device_total_bytes = 0;
   std::string kv_rule;
+  // How the weights are held where they run: "bf16", "q4_k+q6_k", "bf16+fp8", "mxfp4".
+  std::string weights_format;
   std::int64_t pid = 0;
   std::string backend;  // "cpu", "cuda:0"
 };
