@@ -1,10 +1,12 @@
 // keel make-model: a deterministic random-weight model for tests and benchmarks.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <memory>
 #include <thread>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/progress_bar.h"
 #include "formats/make_model.h"
 
 namespace keel::cli {
@@ -22,10 +24,11 @@ DType parse_dtype(const std::string &s) {
   if (s == "q6_k") return DType::kQ6_K;
   if (s == "mxfp4") return DType::kMXFP4;
   if (s == "fp8" || s == "f8_e4m3") return DType::kF8_E4M3;
-  throw Error(ErrorCode::kInvalidArgument,
-              "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q5_k, q5_k_m, q6_k, mxfp4 "
-              "or fp8, got " +
-                  s);
+  throw Error(
+      ErrorCode::kInvalidArgument,
+      "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q4_k_m, q5_k, q5_k_m, q6_k, mxfp4 "
+      "or fp8, got " +
+          s);
 }
 
 }  // namespace
@@ -59,7 +62,8 @@ int cmd_make_model(int argc, char **argv) {
   app.add_flag("--tie", tie, "tie the output projection to the embedding");
   app.add_flag("--no-tie", no_tie, "separate lm_head");
   app.add_option("--dtype", dtype,
-                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q5_k | q5_k_m | q6_k | mxfp4 (quantized: GGUF "
+                 "f32 | f16 | bf16 | q8_0 | q4_0 | q4_k | q4_k_m | q5_k | q5_k_m | q6_k | mxfp4 "
+                 "(quantized: GGUF "
                  "only; mxfp4 also as MoE experts in safetensors, gpt-oss's form) | fp8 "
                  "(safetensors only: e4m3 linear weights with scales)");
   app.add_option("--fp8-scale", o.fp8_scale,
@@ -103,7 +107,20 @@ int cmd_make_model(int argc, char **argv) {
   o.tokenizer = tokenizer;
   o.out = out;
 
+  // A bar for the shapes that take a while (on a pipe, a line per tenth).
+  std::unique_ptr<ProgressBar> bar;
+  o.on_progress = [&bar](std::uint64_t done, std::uint64_t total) {
+    if (total < (std::uint64_t{256} << 20)) return;
+    if (!bar)
+      bar = std::make_unique<ProgressBar>(
+          stderr, "writing weights", static_cast<std::int64_t>(total), ProgressBar::Unit::kBytes);
+    bar->update(static_cast<std::int64_t>(done));
+  };
   const MakeModelReport r = make_model(o);
+  if (bar) {
+    bar->update(static_cast<std::int64_t>(r.bytes));
+    bar->finish();
+  }
   std::printf("wrote %s: %s, %llu parameters, %s, %.1f MB of tensors in %.2f s\n",
               r.weights.string().c_str(), r.config.arch_name.c_str(),
               static_cast<unsigned long long>(r.parameters), dtype.c_str(),

@@ -728,7 +728,8 @@ MakeModelReport make_model(const MakeModelOptions &o) {
                 std::string(dtype_name(o.dtype)) + " needs --format gguf");
   if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16 &&
       o.dtype != DType::kQ8_0 && o.dtype != DType::kQ4_0 && o.dtype != DType::kQ4_K &&
-      o.dtype != DType::kQ5_K && o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4 && o.dtype != DType::kF8_E4M3)
+      o.dtype != DType::kQ5_K && o.dtype != DType::kQ6_K && o.dtype != DType::kMXFP4 &&
+      o.dtype != DType::kF8_E4M3)
     throw Error(ErrorCode::kInvalidArgument,
                 "--dtype: expected f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, mxfp4 or fp8");
   const bool fp8 = o.dtype == DType::kF8_E4M3;
@@ -806,6 +807,8 @@ MakeModelReport make_model(const MakeModelOptions &o) {
         static_cast<std::uint64_t>(plan[i].scales_spec ? rows * cols : plan[i].spec.numel());
   }
 
+  std::mutex progress_mu;  // on_progress is called one call at a time
+  std::uint64_t written = 0;
   std::atomic<std::size_t> next{0};
   std::atomic<bool> failed{false};
   std::exception_ptr error;
@@ -857,6 +860,11 @@ MakeModelReport make_model(const MakeModelOptions &o) {
           gg->write(w.tensor, off, bytes);
         else
           st->write(w.tensor, off, bytes);
+        if (o.on_progress) {
+          std::lock_guard lock(progress_mu);
+          written += bytes.size();
+          o.on_progress(std::min(written, report.bytes), report.bytes);
+        }
       }
     } catch (...) {
       std::lock_guard lock(error_mu);

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -38,6 +39,8 @@ struct MakeModelOptions {
   std::uint64_t seed = 0;
   std::filesystem::path out;  // the directory (safetensors) or the .gguf file
   int threads = 0;            // 0: all cores; the bytes do not depend on it
+  // Called (serially, from the writing threads) as tensor bytes are written: done of total.
+  std::function<void(std::uint64_t done, std::uint64_t total)> on_progress;
 };
 
 // The config a make_model call will write (shape presets plus overrides). Throws

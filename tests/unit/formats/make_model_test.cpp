@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -131,6 +132,25 @@ TEST(MakeModel, DeterministicForASeedWhateverTheThreads) {
   q.out = dir / "q2.gguf";
   make_model(q);
   EXPECT_EQ(slurp(dir / "q1.gguf"), slurp(dir / "q2.gguf"));
+}
+
+TEST(MakeModel, ReportsProgressUpToEveryByteItWrites) {
+  test::TempDir dir;
+  for (const bool gguf : {false, true}) {
+    auto o = tiny("llama", gguf ? DType::kQ8_0 : DType::kBF16, gguf, dir / (gguf ? "m.gguf" : "m"));
+    o.threads = 3;
+    std::vector<std::uint64_t> done;
+    std::uint64_t total = 0;
+    o.on_progress = [&](std::uint64_t d, std::uint64_t t) {
+      done.push_back(d);
+      total = t;
+    };
+    const MakeModelReport r = make_model(o);
+    ASSERT_GT(done.size(), 1u);
+    EXPECT_EQ(total, r.bytes);
+    EXPECT_TRUE(std::is_sorted(done.begin(), done.end()));
+    EXPECT_EQ(done.back(), r.bytes);  // every tensor's bytes, once
+  }
 }
 
 TEST(MakeModel, QuantizedGgufIsCloseToF32) {
