@@ -22,7 +22,6 @@
 #include "engine/tp/backend.h"
 #include "engine/weight_prefetch.h"
 #include "exec/cpu/cpu_model_runner.h"
-#include "formats/model_weights.h"
 #include "grammar/output_constraints.h"
 #include "kv/kv_sizing.h"
 #include "registry/log.h"
@@ -262,7 +261,6 @@ int cmd_engine(int argc, char **argv) {
               auto runner = cuda::OwningCudaRunner::open(path, cuda_device, opts);
               device_total = runner->runner().device_total_bytes();
               device_weights = static_cast<std::int64_t>(runner->runner().weight_bytes());
-              weights_format = runner->runner().weight_format();
               workspace_bytes = std::max<std::int64_t>(
                   runner->runner().buffer_bytes() -
                       static_cast<std::int64_t>(runner->runner().weight_bytes()),
@@ -278,6 +276,7 @@ int cmd_engine(int argc, char **argv) {
           }
           kv_bytes =
               static_cast<std::int64_t>(b.runner->kv().block_bytes()) * b.runner->kv().num_blocks();
+          weights_format = b.runner->weight_format();
           return b;
         },
         cfg);
@@ -295,11 +294,6 @@ int cmd_engine(int argc, char **argv) {
   const std::int64_t weights =
       device_weights.load() > 0 ? device_weights.load() : weight_file_bytes(model);
   info.weights_bytes = weights;
-  // The CPU multiplies by the weights as stored: the files say how.
-  if (weights_format.empty()) try {
-      weights_format = ModelWeights::open(model)->linear_dtypes();
-    } catch (const std::exception &) {  // a report, not a reason to fail a loaded model
-    }
   info.weights_format = weights_format;
   info.kv_bytes = kv_bytes.load();
   info.workspace_bytes = workspace_bytes.load();

@@ -17,7 +17,6 @@
 #include "exec/sampler.h"
 #include "exec/single_sequence.h"
 #include "formats/gguf.h"
-#include "formats/model_weights.h"
 #include "kv/kv_sizing.h"
 #include "text/jinja/chat_template.h"
 #include "text/tokenizer.h"
@@ -287,11 +286,7 @@ int cmd_run(int argc, char **argv) {
   if (!json) {
     std::fputs((stream.flush() + "\n").c_str(), stdout);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string weights = "?";  // as stored, which is how the CPU multiplies by them
-    try {
-      weights = ModelWeights::open(model_path)->linear_dtypes();
-    } catch (const std::exception &) {
-    }
+    const std::string weights = runner->weight_format();
     std::fprintf(stderr, "[%zu prompt tokens, %zu generated, %.2f tokens/s; weights %s]\n",
                  ids.size(), generated.size(), generated.empty() ? 0.0 : generated.size() / s,
                  weights.c_str());

@@ -8,6 +8,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "core/error.h"
 #include "core/sampling_params.h"
@@ -45,6 +46,9 @@ class ModelRunner {
   virtual void forward(const ForwardBatch &batch, ForwardOutput &out) = 0;
 
   // Runners that sample on their device (no logits cross to the host) say so here.
+  // How the weights are held where this runner multiplies by them ("bf16", "q4_k+q6_k",
+  // "bf16+fp8"); empty when the runner cannot tell.
+  virtual std::string weight_format() const { return {}; }
   virtual bool samples_on_device() const { return false; }
   // ... and those that apply DeviceSampleRow::mask there too (else a step with a
   // constrained row samples on the host).

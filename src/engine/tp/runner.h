@@ -58,6 +58,7 @@ class TpCpuRunner final : public ModelRunner {
   ~TpCpuRunner() override;
 
   const ModelConfig &config() const override { return local_->config(); }
+  std::string weight_format() const override { return local_->weight_format(); }
   KvBlockStore &kv() override { return kv_; }
   void forward(const ForwardBatch &batch, ForwardOutput &out) override;
 

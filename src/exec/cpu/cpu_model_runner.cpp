@@ -37,10 +37,17 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::open(const std::filesystem::path
     if (const TensorView *t = w->find(name)) return *t;
     return std::nullopt;
   };
-  if (!comm) return std::make_unique<CpuModelRunner>(weights->config(), lookup, weights, ctx, kv);
-  const parallel::ShardPlan plan =
-      parallel::make_shard_plan(weights->config(), comm->rank(), comm->size());
-  return std::make_unique<CpuModelRunner>(weights->config(), lookup, weights, ctx, kv, &plan, comm);
+  std::unique_ptr<CpuModelRunner> runner;
+  if (!comm) {
+    runner = std::make_unique<CpuModelRunner>(weights->config(), lookup, weights, ctx, kv);
+  } else {
+    const parallel::ShardPlan plan =
+        parallel::make_shard_plan(weights->config(), comm->rank(), comm->size());
+    runner =
+        std::make_unique<CpuModelRunner>(weights->config(), lookup, weights, ctx, kv, &plan, comm);
+  }
+  runner->weight_format_ = weights->linear_dtypes();
+  return runner;
 }
 
 }  // namespace keel::cpu

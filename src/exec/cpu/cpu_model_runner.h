@@ -35,6 +35,8 @@ class CpuModelRunner final : public ModelRunner {
                                               KvOptions kv, parallel::Communicator *comm = nullptr);
 
   const ModelConfig &config() const override { return model_.config(); }
+  // The files' matrix dtypes: the CPU multiplies by the weights as stored (set by open()).
+  std::string weight_format() const override { return weight_format_; }
   KvBlockStore &kv() override;
   void forward(const ForwardBatch &batch, ForwardOutput &out) override;
 
@@ -47,6 +49,7 @@ class CpuModelRunner final : public ModelRunner {
   parallel::Communicator *comm_;
   arch::LlamaModel model_;
   CpuKvStore kv_;
+  std::string weight_format_;
 };
 
 }  // namespace keel::cpu

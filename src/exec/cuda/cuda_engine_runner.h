@@ -31,6 +31,7 @@ class OwningCudaRunner final : public ModelRunner {
   void forward(const ForwardBatch &batch, ForwardOutput &out) override {
     runner_->forward(batch, out);
   }
+  std::string weight_format() const override { return runner_->weight_format(); }
   bool samples_on_device() const override { return runner_->samples_on_device(); }
   bool masks_on_device() const override { return runner_->masks_on_device(); }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,

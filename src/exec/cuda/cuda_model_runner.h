@@ -155,7 +155,7 @@ class CudaModelRunner : public ModelRunner {
   // Largest step (token rows) that runs on the fused decode kernels; 0: none.
   int fused_decode_max_m() const { return fused_max_m_; }
   // What the linear weights are on the device: "bf16", "q4_k+q6_k", ...
-  std::string weight_format() const;
+  std::string weight_format() const override;
 
  private:
   struct Layer {

@@ -63,7 +63,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   auto *weights = moe_weights_.as<float>();
 
   // Router logits in f32: the top-k choice is as sensitive as the CPU's to rounding.
-  const LinearLayout router_fmt{moe_E_, H_, {}, {}};
+  const LinearLayout router_fmt{moe_E_, H_, {}, {}, {}};
   run_linear(gemm_, s, router_fmt, L.router.data(), normed, moe_logits_.data(), true, T, nullptr);
   launch_moe_route(s, moe_logits_.as<float>(), T, E, k, config_.moe->norm_topk_prob, ids, weights);
   launch_moe_group(s, ids, S, E, k, align, layout.rows_cap, group);
