@@ -99,6 +99,20 @@ TEST(CpuMoe, Glm4MoeSameLogitsAloneAndBatchedWith31Others) {
 // The same model written as llama.cpp lays it out in GGUF (qwen3moe or glm4moe keys,
 // each layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight; GLM's shared
 // expert in ffn_*_shexp and its correction bias in exp_probs_b) gives the same logits.
+// Writes tensor i of `w` as sources[i]'s tensors one after another (experts stacked), and
+// commits: the GGUF and the fused safetensors files hold the same stacked bytes.
+template <typename Writer>
+void write_stacked(Writer &w, const std::vector<std::vector<const TensorView *>> &sources) {
+  for (std::size_t i = 0; i < sources.size(); ++i) {
+    std::uint64_t off = 0;
+    for (const TensorView *t : sources[i]) {
+      w.write(i, off, std::span<const std::byte>(t->data, t->nbytes));
+      off += t->nbytes;
+    }
+  }
+  w.commit();
+}
+
 void gguf_matches_safetensors(const std::string &arch) {
   const auto base =
       std::filesystem::temp_directory_path() / ("keel-moe-gguf-" + std::to_string(::getpid()));
@@ -167,14 +181,7 @@ void gguf_matches_safetensors(const std::string &arch) {
   const auto gguf = base / "moe.gguf";
   {
     GgufWriter w(gguf, meta, specs);
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      std::uint64_t off = 0;
-      for (const TensorView *t : sources[i]) {
-        w.write(i, off, std::span<const std::byte>(t->data, t->nbytes));
-        off += t->nbytes;
-      }
-    }
-    w.commit();
+    write_stacked(w, sources);
   }
 
   ExecContext ctx(2);
@@ -246,14 +253,7 @@ TEST(CpuMoe, FusedExpertTensorsMatchPerExpertOnes) {
   std::filesystem::copy_file(base / "st" / "config.json", base / "fused" / "config.json");
   {
     SafetensorsWriter w(base / "fused" / "model.safetensors", specs);
-    for (std::size_t i = 0; i < specs.size(); ++i) {
-      std::uint64_t off = 0;
-      for (const TensorView *t : sources[i]) {
-        w.write(i, off, std::span<const std::byte>(t->data, t->nbytes));
-        off += t->nbytes;
-      }
-    }
-    w.commit();
+    write_stacked(w, sources);
   }
   ExecContext ctx(2);
   auto per_expert = cpu::CpuModelRunner::open(base / "st", ctx, {64, 16});
