@@ -15,7 +15,7 @@ void ProgressSender::report(const LoadProgress &progress) {
     if (stop_ || broken_) return;
     if (progress.phase != latest_.phase) {
       new_phase_ = true;
-      if (dirty_) phase_end_ = latest_;
+      if (dirty_) phase_ends_.push_back(latest_);
     }
     latest_ = progress;
     dirty_ = true;
@@ -48,14 +48,16 @@ void ProgressSender::run() {
     // report sent is the latest when the wait ends.
     if (!new_phase_ && !stop_)
       cv_.wait_until(lk, last_sent + interval_, [&] { return stop_ || new_phase_; });
-    std::string ended;
-    if (phase_end_) ended = encode_progress(*phase_end_);
+    std::vector<std::string> ended;
+    for (const LoadProgress &p : phase_ends_) ended.push_back(encode_progress(p));
     const std::string payload = encode_progress(latest_);
-    phase_end_.reset();
+    phase_ends_.clear();
     dirty_ = new_phase_ = false;
     lk.unlock();
-    bool ok = ended.empty() || writer_.write(FrameType::kProgress, ended);
-    if (ok && !ended.empty()) {
+    bool ok = true;
+    for (const std::string &e : ended) {
+      ok = ok && writer_.write(FrameType::kProgress, e);
+      if (!ok) break;
       std::lock_guard g(mu_);
       ++sent_;
     }

@@ -11,8 +11,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
-#include <optional>
 #include <thread>
+#include <vector>
 
 #include "engine/ipc/frame.h"
 #include "engine/load_progress.h"
@@ -42,9 +42,10 @@ class ProgressSender {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   LoadProgress latest_;
-  // The last report of a phase that ended before it was sent: it goes first, so the front
-  // sees every phase's final figure (its 100%).
-  std::optional<LoadProgress> phase_end_;
+  // The last report of each phase that ended before it was sent, oldest first: they go
+  // first, so the front sees every phase's final figure (its 100%), even when several
+  // phases end within one send.
+  std::vector<LoadProgress> phase_ends_;
   bool dirty_ = false;      // latest_ not sent yet
   bool new_phase_ = false;  // latest_ starts a phase
   bool stop_ = false;

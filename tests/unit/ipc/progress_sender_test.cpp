@@ -96,6 +96,31 @@ TEST(ProgressSender, ANewPhaseGoesOutWithoutWaitingForTheInterval) {
   sender.finish();
 }
 
+TEST(ProgressSender, PhasesEndingFasterThanTheSenderAllKeepTheirLastFigure) {
+  // Each phase's one report is its end; the loop outruns the sending thread, so several
+  // phases end between two sends (a fast load: "preparing weights" then "rebuilding cache
+  // index" right after "reading weights" 100%). None may be lost.
+  Pair pair;
+  constexpr int kPhases = 300;
+  std::vector<LoadProgress> got;
+  // The front reads as frames come (300 frames would fill the socket's buffer).
+  std::thread front([&] {
+    ipc::FrameReader reader(pair.fds[1]);
+    while (auto f = reader.read()) got.push_back(ipc::decode_progress(f->payload));
+  });
+  {
+    ipc::ProgressSender sender(pair.fds[0], std::chrono::milliseconds(60'000));
+    for (int i = 0; i < kPhases; ++i) sender.report({"phase " + std::to_string(i), 1, 1, "x"});
+    sender.finish();
+  }
+  ::shutdown(pair.fds[0], SHUT_WR);  // EOF for the front
+  front.join();
+  ASSERT_EQ(got.size(), static_cast<std::size_t>(kPhases));
+  for (int i = 0; i < kPhases; ++i)
+    EXPECT_EQ(got[static_cast<std::size_t>(i)],
+              (LoadProgress{"phase " + std::to_string(i), 1, 1, "x"}));
+}
+
 TEST(ProgressSender, APeerThatLeftDoesNotBlockTheLoader) {
   Pair pair;
   ::close(pair.fds[1]);
