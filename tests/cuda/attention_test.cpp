@@ -36,9 +36,12 @@ const std::vector<Seq> kDecode = {{300, 1}, {0, 1},    {1000, 1}, {31, 1},
 // one token); 2: launch_flash_attention (tensor cores, tiles of kFlashRows / G queries).
 // window > 0: a query at p sees keys (p - window, p]; the cache rows no query of a
 // sequence may see are NaN, so a kernel that reads them (or lets them reach P.V) fails.
+// with_sinks: a sink logit per q head (AttnParams::sinks, gpt-oss) joins every row's
+// softmax denominator; some far above the rows' scores, some far below.
 void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::uint32_t seed,
                      const std::vector<Seq> &seqs = kMixed, int kernel = 0, int window = 0,
-                     bool merge_in_kernel = false, std::size_t smem_per_block = 0) {
+                     bool merge_in_kernel = false, std::size_t smem_per_block = 0,
+                     bool with_sinks = false) {
   const bool decode_kernel = kernel == 1;
   CudaContext ctx;
   std::mt19937 rng(seed);
@@ -80,6 +83,10 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
       }
     }
 
+  std::vector<float> sinks(nh);
+  std::uniform_real_distribution<float> sink_dist(-3.0f, 3.0f);
+  for (int h = 0; h < nh; ++h) sinks[h] = h % 5 == 1 ? 12.0f : h % 5 == 3 ? -20.0f : sink_dist(rng);
+  const DeviceBuffer d_sinks = upload(ctx, sinks);
   auto d_qkv = upload(ctx, to_bf16(qkv));
   auto d_cache = upload(ctx, to_bf16(cache));
   auto d_table = upload(ctx, table);
@@ -106,6 +113,7 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
   p.out = out.as<bf16>();
   p.window = window;
   p.smem_per_block = smem_per_block;
+  p.sinks = with_sinks ? d_sinks.as<float>() : nullptr;
   // merge_in_kernel: the decode kernel merges its splits (split_counters); launched
   // twice, so a counter left unreset breaks the second.
   DeviceBuffer counters(tiles.size() * nkv * sizeof(unsigned));
@@ -148,7 +156,8 @@ void check_attention(int nh, int nkv, int hd, int block_size, int splits, std::u
           sc[k] = dot / std::sqrt(double(hd));
           mx = std::max(mx, sc[k]);
         }
-        double sum = 0;
+        if (with_sinks) mx = std::max(mx, double(sinks[h]));
+        double sum = with_sinks ? std::exp(double(sinks[h]) - mx) : 0.0;  // no value row
         for (int k = lo; k <= qpos; ++k) sum += (sc[k] = std::exp(sc[k] - mx));
         std::vector<double> acc(hd, 0.0);
         for (int k = lo; k <= qpos; ++k) {
@@ -330,6 +339,43 @@ TEST(CudaAttention, SlidingWindowFlashKernel) {
   // Single-query tiles on the flash kernel too.
   check_attention(32, 8, 128, 16, 1, seed++, kWindowDecode, 2, 100);
   check_attention(32, 8, 64, 16, 1, seed++, kWindowMixed, 2, 40);
+}
+
+// Attention sinks (gpt-oss) on every kernel and every way a row's softmax ends: one
+// split, split-K with the combine kernel, split-K merged in the decode kernel, the flash
+// kernel's log2 units; with and without a sliding window (gpt-oss alternates them).
+TEST(CudaAttention, SinksGeneralKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 500;
+  for (auto [nh, nkv, hd, bs] : {std::array<int, 4>{4, 2, 32, 16}, {8, 1, 64, 16}, {4, 4, 16, 5}})
+    for (int window : {0, 7, 128})
+      for (int splits : {1, 3, 16}) {
+        SCOPED_TRACE(trace(nh, nkv, hd, splits, window) + " sinks");
+        check_attention(nh, nkv, hd, bs, splits, seed++, kMixed, 0, window, false, 0, true);
+      }
+}
+
+TEST(CudaAttention, SinksDecodeKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 600;
+  for (auto [nh, nkv, hd] : {std::array<int, 3>{64, 8, 64}, {32, 8, 128}, {8, 8, 256}})
+    for (int window : {0, 128})
+      for (int splits : {1, 9}) {
+        SCOPED_TRACE(trace(nh, nkv, hd, splits, window) + " sinks");
+        check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, 1, window, false, 0, true);
+        if (splits > 1)
+          check_attention(nh, nkv, hd, 16, splits, seed++, kDecode, 1, window, true, 0, true);
+      }
+}
+
+TEST(CudaAttention, SinksFlashKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::uint32_t seed = 700;
+  for (auto [nh, nkv, hd] : {std::array<int, 3>{64, 8, 64}, {32, 8, 128}, {8, 8, 64}})
+    for (int window : {0, 8, 128}) {
+      SCOPED_TRACE(trace(nh, nkv, hd, 1, window) + " sinks");
+      check_attention(nh, nkv, hd, 16, 1, seed++, kMixed, 2, window, false, 0, true);
+    }
 }
 
 // The window's speed win: an 8192-token prompt (8B attention shape, one layer) on the

@@ -74,16 +74,21 @@ void CudaModelRunner::validate_config() const {
     if (m.top_k > kMoeMaxTopK)
       fail("more than " + std::to_string(kMoeMaxTopK) + " experts a token");
     if (m.expert_intermediate % 8 != 0) fail("moe_intermediate_size must be a multiple of 8");
-    // GLM-4.5's router (sigmoid, grouped, corrected, scaled) and shared expert run on the
-    // CPU only so far: refuse them here rather than route them as softmax.
-    if (m.scoring != MoeConfig::Scoring::kSoftmax || m.n_group != 1 ||
-        m.routed_scaling_factor != 1.0 || m.shared_intermediate != 0)
-      fail(
-          "this mixture-of-experts router (sigmoid / grouped / shared expert) runs on the "
-          "CPU only");
+    if (m.scoring == MoeConfig::Scoring::kSigmoid &&
+        (m.n_group <= 0 || m.n_group > kMoeMaxGroups || m.num_experts % m.n_group != 0 ||
+         m.topk_group <= 0 || m.topk_group > m.n_group))
+      fail("n_group " + std::to_string(m.n_group) + " / topk_group " +
+           std::to_string(m.topk_group) + " (at most " + std::to_string(kMoeMaxGroups) +
+           " groups that divide the experts)");
+    if (m.scoring != MoeConfig::Scoring::kSigmoid &&
+        (m.n_group != 1 || m.routed_scaling_factor != 1.0))
+      fail("n_group / routed_scaling_factor without sigmoid scoring");
+    if (m.shared_intermediate % 8 != 0) fail("the shared expert's size must be a multiple of 8");
+    // gpt-oss's expert biases and clamped SwiGLU belong to the routed experts' kernels
+    // (k_moe_experts.cu), which do not apply them yet: refuse rather than drop them.
+    if (m.expert_bias) fail("per-expert biases (gpt-oss) run on the CPU only");
+    if (m.swiglu_limit) fail("the clamped SwiGLU of gpt-oss's experts runs on the CPU only");
   }
-  if (c.partial_rotary_factor != 1.0) fail("partial rotary embeddings run on the CPU only");
-  if (c.attention_out_bias) fail("an o_proj bias runs on the CPU only");
   if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
     fail("head_dim " + std::to_string(c.head_dim));
   if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");

@@ -36,6 +36,7 @@
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/k_moe_route.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
@@ -175,6 +176,12 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer router;           // [E, H]
     DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
     DeviceBuffer experts_down;     // [E, H, Ie]
+    // Routing and attention extras (GLM-4.5, gpt-oss), empty when the config has none:
+    DeviceBuffer router_bias;     // [E] f32: e_score_correction_bias or the router logit bias
+    DeviceBuffer shared_gate_up;  // [2 S, H]: the shared expert's gate rows, then up rows
+    DeviceBuffer shared_down;     // [H, S]
+    DeviceBuffer o_bias;          // [H] (attention_out_bias)
+    DeviceBuffer sinks;           // [nh] f32 (attention_sinks)
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -221,6 +228,14 @@ class CudaModelRunner : public ModelRunner {
   // The decode, general and flash launches' parameters for a staged step (layer 0).
   void attention_params(const StepShape &shape, AttnParams &single, AttnParams &multi,
                         AttnParams &flash) const;
+  // Points the three launches' parameters at layer `layer`: its KV, window and sinks.
+  void set_attention_layer(int layer, AttnParams &single, AttnParams &multi,
+                           AttnParams &flash) const;
+  // The sliding window of layer `layer` (ModelConfig's; 0: none), capped to int.
+  int layer_window(std::int64_t layer) const;
+  // cuda_runner_moe.cpp: the routing rule of the config (k_moe.h) and the shared expert.
+  MoeRouteParams moe_route_params(const Layer &L) const;
+  void launch_moe_shared(const Layer &L, std::int32_t T);
 
   CudaContext &ctx_;
   ModelConfig config_;
@@ -238,7 +253,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer final_norm_;
   std::vector<Layer> layers_;
   std::vector<arch::LayerPlan> plans_;  // [num_layers]: the steps launch_step walks
-  DeviceBuffer inv_freq_;               // [hd / 2] f32
+  DeviceBuffer inv_freq_;               // [rot_dim / 2] f32
+  int rot_dim_ = 0;                     // dims of a head that rotate (hd unless partial rotary)
   float rope_mscale_ = 1.0f;
   std::unique_ptr<CudaKvStore> kv_;
 
@@ -298,6 +314,10 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_out_;          // [rows, H] bf16: each grouped row's expert output
   PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
   Event moe_starts_ready_;
+  std::int64_t moe_S_ = 0;       // the shared expert's intermediate size (GLM-4.5); 0: none
+  DeviceBuffer moe_shared_gu_;   // [T, 2 S] bf16
+  DeviceBuffer moe_shared_act_;  // [T, S] bf16
+  DeviceBuffer moe_shared_out_;  // [T, H] bf16
 };
 
 }  // namespace keel::cuda

@@ -68,6 +68,8 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   for (const arch::LayerPlan &p : plans_)
     for (const arch::LayerStep step : p.steps)
       if (!fused_path_runs(step)) fused_max_m_ = 0;
+  // Nor does its qkv_rope_kv know a partial rotary factor or attention sinks.
+  if (rot_dim_ != hd_ || config_.attention_sinks) fused_max_m_ = 0;
   const std::size_t smem = ctx_.features().smem_per_block;
   while (fused_max_m_ > 0 && !(fused_gemv_supported(fused_max_m_, H_, smem) &&
                                fused_gemv_supported(fused_max_m_, nh_ * hd_, smem) &&
@@ -164,7 +166,14 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   attn_path_.partial_entries = partial_entries_;
   attn_path_.split_cap = split_cap_;
   attn_path_.num_kv_heads = nkv_;
-  attn_path_.window = config_.sliding_window.value_or(0);
+  // Split-K is sized for the layer that sees the most keys (a layer with a smaller window
+  // leaves some of its splits empty, which the kernels allow).
+  attn_path_.window = layer_window(0);
+  for (std::int64_t l = 0; l < config_.num_layers; ++l)
+    if (layer_window(l) == 0 || attn_path_.window == 0)
+      attn_path_.window = 0;
+    else
+      attn_path_.window = std::max<std::int64_t>(attn_path_.window, layer_window(l));
   // A mark at most per step; plus the start and 3 for the LM head.
   if (opts.profile) {
     std::size_t marks = 4;

@@ -33,4 +33,14 @@ inline DeviceMemory device_memory() {
   return m;
 }
 
+// The [E] vector a MoE router reads beside its weight, if any: GLM-4.5's
+// e_score_correction_bias (sigmoid scoring: it chooses experts) or gpt-oss's logit bias.
+inline bool moe_has_router_bias(const MoeConfig &m) {
+  return m.scoring == MoeConfig::Scoring::kSigmoid || m.router_bias;
+}
+inline std::string moe_router_bias_tensor(const MoeConfig &m, std::int64_t layer) {
+  return m.scoring == MoeConfig::Scoring::kSigmoid ? moe_router_bias_name(m, layer)
+                                                   : moe_router_logit_bias_name(m, layer);
+}
+
 }  // namespace keel::cuda::runner_detail

@@ -30,8 +30,6 @@ void CudaModelRunner::attention_params(const StepShape &shape, AttnParams &ap, A
   ap.partial_ml = partial_ml_.as<float>();
   ap.split_counters = split_counters_.as<unsigned>();  // decode split-K merged in the kernel
   ap.out = attn_.as<bf16>();
-  ap.window = static_cast<int>(
-      std::min<std::int64_t>(config_.sliding_window.value_or(0), std::numeric_limits<int>::max()));
   ap.smem_per_block = ctx_.features().smem_per_block;
   ap_multi = ap;
   ap_multi.tiles = d_tiles + shape.n_single;
@@ -42,6 +40,22 @@ void CudaModelRunner::attention_params(const StepShape &shape, AttnParams &ap, A
   ap_flash.num_tiles = shape.n_flash;
   ap_flash.tile_q = flash_tile_q_;
   ap_flash.num_splits = 1;
+  set_attention_layer(0, ap, ap_multi, ap_flash);
+}
+
+int CudaModelRunner::layer_window(std::int64_t layer) const {
+  return static_cast<int>(std::min<std::int64_t>(config_.window_of(layer).value_or(0),
+                                                 std::numeric_limits<int>::max()));
+}
+
+void CudaModelRunner::set_attention_layer(int layer, AttnParams &ap, AttnParams &ap_multi,
+                                          AttnParams &ap_flash) const {
+  const Layer &L = layers_[static_cast<std::size_t>(layer)];
+  for (AttnParams *p : {&ap, &ap_multi, &ap_flash}) {
+    p->layer = layer;
+    p->window = layer_window(layer);
+    p->sinks = L.sinks.bytes() ? L.sinks.as<float>() : nullptr;
+  }
 }
 
 void CudaModelRunner::launch_step(const StepShape &shape) {
@@ -70,7 +84,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer &L = layers_[li];
     const int layer = static_cast<int>(li);
-    ap.layer = ap_multi.layer = ap_flash.layer = layer;
+    set_attention_layer(layer, ap, ap_multi, ap_flash);
     for (const arch::LayerStep step : plans_[li].steps) {
       switch (step) {
         case S::kInputNorm:
@@ -86,8 +100,10 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
                      dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
-        case S::kOBias:  // validate_config refuses an o_proj bias before any step runs
-          throw Error(ErrorCode::kUnsupported, "cuda runner: no o_proj bias kernel");
+        case S::kOBias:
+          launch_add_bf16(s, proj, L.o_bias.as<bf16>(), T, static_cast<int>(H_), true);
+          profiler_.mark(s, StepProfiler::kOther);
+          break;
         case S::kQkvBias:  // one launch with the q/k norm when the plan has both
           bias = L.qkv_bias.as<bf16>();
           if (plans_[li].has(S::kQkNorm)) break;
@@ -105,7 +121,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           launch_rope(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_),
                       static_cast<int>(nkv_), static_cast<int>(hd_), d_positions,
                       inv_freq_.as<float>(), rope_mscale_,
-                      config_.rope_style == RopeStyle::kInterleaved);
+                      config_.rope_style == RopeStyle::kInterleaved, rot_dim_);
           break;
         case S::kKvWrite:
           launch_kv_write(s, qkv, T, static_cast<int>(qkv_width_), static_cast<int>(nh_ * hd_),

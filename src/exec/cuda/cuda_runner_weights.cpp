@@ -20,6 +20,8 @@ namespace keel::cuda {
 
 using runner_detail::bf16_bytes;
 using runner_detail::device_memory;
+using runner_detail::moe_has_router_bias;
+using runner_detail::moe_router_bias_tensor;
 
 namespace {
 bool is_block_quantized(DType t) {
@@ -77,11 +79,18 @@ void CudaModelRunner::allocate_weights() {
         l.k_norm = alloc(hd_);
       }
       l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
+      if (c.attention_out_bias) l.o_bias = alloc(H_);
+      if (c.attention_sinks) l.sinks = buffer(nh_ * sizeof(float));
       l.post_norm = alloc(H_);
       const std::int64_t li = &l - layers_.data();
       if (c.moe && c.moe->sparse(li)) {  // every expert, stacked (cuda_runner_moe.cpp)
         const std::int64_t E = c.moe->num_experts, Ie = c.moe->expert_intermediate;
         l.router = alloc(E * H_);
+        if (moe_has_router_bias(*c.moe)) l.router_bias = buffer(E * sizeof(float));
+        if (const std::int64_t S = c.moe->shared_intermediate; S > 0) {
+          l.shared_gate_up = alloc(2 * S * H_);
+          l.shared_down = alloc(H_ * S);
+        }
         l.experts_gate_up = alloc(E * 2 * Ie * H_);
         l.experts_down = alloc(E * H_ * Ie);
         continue;
@@ -102,6 +111,7 @@ void CudaModelRunner::allocate_weights() {
   const RopeTable rope = make_rope_table(c);
   inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
   rope_mscale_ = rope.mscale;
+  rot_dim_ = static_cast<int>(2 * rope.inv_freq.size());
   KEEL_CUDA_CHECK(cudaMemcpyAsync(inv_freq_.data(), rope.inv_freq.data(), inv_freq_.bytes(),
                                   cudaMemcpyHostToDevice, ctx_.copy_h2d().get("cudaMemcpyAsync")));
   Event done;
@@ -201,6 +211,28 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
+  // A small f32 vector (router biases, sinks), kept f32: the router's choice is as
+  // sensitive to its rounding as the CPU's.
+  std::vector<float> vec;
+  auto put_f32 = [&](const std::string &name, std::int64_t n, const DeviceBuffer &dst) {
+    const TensorView t = weights(name);
+    if (t.shape.size() != 1 || t.shape[0] != n)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": expected shape [" +
+                                          std::to_string(n) + "] for this config");
+    if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
+    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16)
+      throw Error(ErrorCode::kUnsupported, "weights: " + name + ": dtype " +
+                                               std::string(dtype_name(t.dtype)) +
+                                               " (a float vector was expected)");
+    vec.resize(n);
+    dequantize_row(t.dtype, t.data, vec.data(), n);
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), vec.data(), n * sizeof(float),
+                                    cudaMemcpyHostToDevice,
+                                    ctx_.copy_h2d().get("cudaMemcpyAsync")));
+    done.record(ctx_.copy_h2d());
+    done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+  };
   put("model.embed_tokens.weight", V_, H_, embed_, 0);
   if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0, &lm_head_fmt_);
   put("model.norm.weight", H_, 0, final_norm_, 0);
@@ -223,11 +255,19 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
       put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
     }
     put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
+    if (config_.attention_out_bias) put(layer_name(i, "self_attn.o_proj.bias"), H_, 0, l.o_bias, 0);
+    if (config_.attention_sinks) put_f32(attention_sinks_name(i), nh_, l.sinks);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
     if (config_.moe && config_.moe->sparse(i)) {
       const MoeConfig &m = *config_.moe;
       const std::int64_t E = m.num_experts, Ie = m.expert_intermediate;
       put(moe_router_name(m, i), E, H_, l.router, 0);
+      if (l.router_bias.bytes()) put_f32(moe_router_bias_tensor(m, i), E, l.router_bias);
+      if (const std::int64_t S = m.shared_intermediate; S > 0) {
+        put(moe_shared_name(m, i, ExpertMatrix::kGate), S, H_, l.shared_gate_up, 0);
+        put(moe_shared_name(m, i, ExpertMatrix::kUp), S, H_, l.shared_gate_up, bf16_bytes(S * H_));
+        put(moe_shared_name(m, i, ExpertMatrix::kDown), H_, S, l.shared_down, 0);
+      }
       for (std::int64_t e = 0; e < E; ++e) {
         const std::size_t at = bf16_bytes(e * 2 * Ie * H_);
         put(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at);
@@ -265,10 +305,21 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
     if (l.q_norm.bytes()) fill(l.q_norm, 0);
     if (l.k_norm.bytes()) fill(l.k_norm, 0);
     fill(l.o, nh_ * hd_);
+    if (l.o_bias.bytes()) fill(l.o_bias, H_);
+    if (l.sinks.bytes())  // f32: zeros, a sink at logit 0
+      KEEL_CUDA_CHECK(
+          cudaMemsetAsync(l.sinks.data(), 0, l.sinks.bytes(), s.get("cudaMemsetAsync")));
     fill(l.post_norm, 0);
     if (l.router.bytes()) {  // a mixture-of-experts layer
       const std::int64_t Ie = config_.moe->expert_intermediate;
       fill(l.router, H_);
+      if (l.router_bias.bytes())  // f32: zeros (random bf16 bits would not be floats)
+        KEEL_CUDA_CHECK(cudaMemsetAsync(l.router_bias.data(), 0, l.router_bias.bytes(),
+                                        s.get("cudaMemsetAsync")));
+      if (l.shared_gate_up.bytes()) {
+        fill(l.shared_gate_up, H_);
+        fill(l.shared_down, config_.moe->shared_intermediate);
+      }
       fill(l.experts_gate_up, H_);
       fill(l.experts_down, Ie);
       continue;

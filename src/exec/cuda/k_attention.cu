@@ -10,6 +10,7 @@
 #include <cfloat>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_attention_sink.cuh"
 #include "exec/cuda/kernels.h"
 
 namespace keel::cuda {
@@ -142,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) paged_attention_kernel(AttnParams p)
     if (r >= rows) break;
     const int token = tile.q_start + r / G, head = kvh * G + r % G;
     if (p.num_splits == 1) {
-      const float inv = l[i] > 0.0f ? 1.0f / l[i] : 0.0f;
+      const float inv = attn_row_scale(m[i], l[i], p.sinks, head);
       bf16 *o = p.out + std::int64_t(token) * p.num_q_heads * hd + std::int64_t(head) * hd;
 #pragma unroll
       for (int j = 0; j < kDimsPerLane; ++j) {
@@ -196,8 +197,8 @@ __global__ void __launch_bounds__(kThreads) combine_kernel(AttnParams p) {
         }
       }
     }
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
     const int token = tile.q_start + r / G, head = kvh * G + r % G;
+    const float inv = attn_row_scale(mx, lsum, p.sinks, head);
     bf16 *out = p.out + std::int64_t(token) * p.num_q_heads * hd + std::int64_t(head) * hd;
 #pragma unroll
     for (int j = 0; j < kDimsPerLane; ++j) {

@@ -21,6 +21,7 @@
 #include <type_traits>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_attention_sink.cuh"
 #include "exec/cuda/k_pdl.cuh"
 #include "exec/cuda/kernels.h"
 
@@ -110,7 +111,7 @@ __device__ void merge_splits(const AttnParams &p, std::int64_t slot0, int G, int
       }
       for (int off = 16; off > 0; off >>= 1) lsum += __shfl_xor_sync(0xffffffffu, lsum, off);
     }
-    const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+    const float inv = attn_row_scale(mx, lsum, p.sinks, kvh * G + g);
     bf16 *out = p.out + std::int64_t(tile.q_start) * p.num_q_heads * HD +
                 std::int64_t(kvh * G + g) * HD + lane * DPL;
 #pragma unroll
@@ -323,7 +324,7 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
     }
     const int head = kvh * G + g;
     if (p.num_splits == 1) {
-      const float inv = lsum > 0.0f ? 1.0f / lsum : 0.0f;
+      const float inv = attn_row_scale(mx, lsum, p.sinks, head);
       bf16 *out = p.out + std::int64_t(tile.q_start) * p.num_q_heads * HD +
                   std::int64_t(head) * HD + lane * DPL;
 #pragma unroll

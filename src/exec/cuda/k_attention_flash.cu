@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_attention_sink.cuh"
 #include "exec/cuda/kernels.h"
 
 namespace keel::cuda {
@@ -316,8 +317,9 @@ __global__ void __launch_bounds__(kThreads2, 2) flash_attention_kernel2(AttnPara
   for (int h = 0; h < 2; ++h) {
     const int r = r0 + g + 8 * h;
     if (r >= rows) continue;
-    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
     const int token = tile.q_start + r / G, head = kvh * G + r % G;
+    // m is in log2 units here; the sink helper takes natural ones.
+    const float inv = attn_row_scale(m[h] * 0.6931471805599453f, l[h], p.sinks, head);
     bf16 *out = p.out + std::int64_t(token) * p.num_q_heads * HD + std::int64_t(head) * HD;
 #pragma unroll
     for (int j = 0; j < HD / 8; ++j)

@@ -1,9 +1,10 @@
-// Mixture-of-experts routing (k_moe.h): top-k by softmax, one warp per token, and the
+// Mixture-of-experts routing (k_moe.h): top-k by softmax (Qwen3-MoE, Mixtral), by GLM's
+// grouped sigmoid or gpt-oss's top-k softmax, one warp per token, and the
 // counting sort that groups the token slots by expert, in one block.
 #include <climits>
 
 #include "exec/cuda/cuda_check.h"
-#include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_moe_route.h"
 
 namespace keel::cuda {
 
@@ -64,6 +65,118 @@ __global__ void __launch_bounds__(kRouteWarps * 32)
       ids[std::int64_t(t) * k + j] = chosen[j];
       weights[std::int64_t(t) * k + j] = norm ? p[j] / chosen_sum : p[j];
     }
+}
+
+// kGroupedSigmoid and kTopkSoftmax (k_moe.h): one warp per token, its choice scores in
+// shared memory (double, as the CPU reference computes them), then k rounds of a warp
+// argmax with ties to the lower index.
+constexpr int kSelectWarps = 4;
+
+__device__ inline bool better(double v, int i, double bv, int bi) {
+  return bi == INT_MAX || v > bv || (v == bv && i < bi);
+}
+
+__global__ void __launch_bounds__(kSelectWarps * 32)
+    moe_route_select_kernel(const float *__restrict__ logits, int T, MoeRouteParams p,
+                            std::int32_t *__restrict__ ids, float *__restrict__ weights) {
+  __shared__ double choice_s[kSelectWarps][kMoeMaxExperts];
+  __shared__ double score_s[kSelectWarps][kMoeMaxExperts];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int t = blockIdx.x * kSelectWarps + warp;
+  if (t >= T) return;  // warp-uniform: the kernel syncs warps only
+  const int E = p.E, k = p.k;
+  const bool sigmoid = p.rule == MoeRouteRule::kGroupedSigmoid;
+  const float *row = logits + std::int64_t(t) * E;
+  double *choice = choice_s[warp], *score = score_s[warp];
+  for (int e = lane; e < E; e += 32) {
+    const float x = row[e];
+    double sc, c;
+    if (sigmoid) {
+      sc = 1.0 / (1.0 + exp(-static_cast<double>(x)));
+      c = sc + static_cast<double>(p.bias ? p.bias[e] : 0.0f);
+    } else {
+      const float z = x + (p.bias ? p.bias[e] : 0.0f);
+      sc = c = z;
+    }
+    if (isnan(c)) c = -INFINITY;  // a NaN never wins
+    score[e] = sc;
+    choice[e] = c;
+  }
+  __syncwarp();
+  if (sigmoid && p.topk_group < p.n_group) {
+    // Lane g: group g's worth, the sum of its two best choices.
+    const int per = E / p.n_group;
+    double worth = -INFINITY;
+    if (lane < p.n_group) {
+      double a = -INFINITY, b = -INFINITY;
+      for (int e = lane * per; e < (lane + 1) * per; ++e) {
+        const double c = choice[e];
+        if (c > a) {
+          b = a;
+          a = c;
+        } else if (c > b) {
+          b = c;
+        }
+      }
+      worth = a + b;
+    }
+    unsigned keep = 0;  // bit g: group g kept
+    for (int j = 0; j < p.topk_group; ++j) {
+      double bv = -INFINITY;
+      int bi = INT_MAX;
+      if (lane < p.n_group && !(keep >> lane & 1u)) bv = worth, bi = lane;
+      for (int o = 16; o > 0; o >>= 1) {
+        const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != INT_MAX && better(ov, oi, bv, bi)) bv = ov, bi = oi;
+      }
+      if (bi != INT_MAX) keep |= 1u << bi;
+    }
+    __syncwarp();
+    for (int e = lane; e < E; e += 32)
+      if (!(keep >> (e / per) & 1u)) choice[e] = 0.0;
+    __syncwarp();
+  }
+  constexpr int kPerLane = kMoeMaxExperts / 32;
+  unsigned taken = 0;  // bit i: expert lane + 32 i already chosen
+  int chosen[kMoeMaxTopK];
+  double value[kMoeMaxTopK];
+  for (int j = 0; j < k; ++j) {
+    double bv = -INFINITY;
+    int bi = INT_MAX;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int e = lane + 32 * i;
+      if (e >= E || (taken >> i & 1u)) continue;
+      if (better(choice[e], e, bv, bi)) bv = choice[e], bi = e;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const double ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      if (oi != INT_MAX && better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    if (bi % 32 == lane) taken |= 1u << (bi / 32);
+    chosen[j] = bi;
+    value[j] = score[bi];
+  }
+  if (lane != 0) return;
+  double sum = 0.0;
+  if (sigmoid) {
+    for (int j = 0; j < k; ++j) sum += value[j];
+    for (int j = 0; j < k; ++j) {
+      const double w = p.norm_topk_prob ? value[j] / (sum + 1e-20) : value[j];
+      weights[std::int64_t(t) * k + j] = static_cast<float>(w * p.scale);
+      ids[std::int64_t(t) * k + j] = chosen[j];
+    }
+    return;
+  }
+  // Softmax over the chosen k; value[0] is their largest.
+  const double mx = isinf(value[0]) && value[0] < 0 ? 0.0 : value[0];
+  for (int j = 0; j < k; ++j) sum += exp(value[j] - mx);
+  for (int j = 0; j < k; ++j) {
+    weights[std::int64_t(t) * k + j] = static_cast<float>(exp(value[j] - mx) / sum);
+    ids[std::int64_t(t) * k + j] = chosen[j];
+  }
 }
 
 constexpr int kGroupThreads = 1024;
@@ -142,6 +255,23 @@ void launch_moe_route(StreamRef s_ref, const float *logits, int T, int E, int k,
   moe_route_kernel<<<(T + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, s>>>(
       logits, T, E, k, norm_topk_prob, ids, weights);
   KEEL_CUDA_CHECK_LAUNCH("moe_route");
+}
+
+void launch_moe_route(StreamRef s_ref, const float *logits, int T, const MoeRouteParams &p,
+                      std::int32_t *ids, float *weights) {
+  if (p.rule == MoeRouteRule::kSoftmax)
+    return launch_moe_route(s_ref, logits, T, p.E, p.k, p.norm_topk_prob, ids, weights);
+  const cudaStream_t s = s_ref.get("launch_moe_route");
+  if (T <= 0) return;
+  if (p.E <= 0 || p.E > kMoeMaxExperts || p.k <= 0 || p.k > p.E || p.k > kMoeMaxTopK)
+    throw Error(ErrorCode::kInvalidArgument, "launch_moe_route: experts or top-k out of range");
+  if (p.rule == MoeRouteRule::kGroupedSigmoid &&
+      (p.n_group <= 0 || p.n_group > kMoeMaxGroups || p.E % p.n_group != 0 || p.topk_group <= 0 ||
+       p.topk_group > p.n_group))
+    throw Error(ErrorCode::kInvalidArgument, "launch_moe_route: n_group / topk_group out of range");
+  moe_route_select_kernel<<<(T + kSelectWarps - 1) / kSelectWarps, kSelectWarps * 32, 0, s>>>(
+      logits, T, p, ids, weights);
+  KEEL_CUDA_CHECK_LAUNCH("moe_route_select");
 }
 
 void launch_moe_group(StreamRef s_ref, const std::int32_t *ids, int S, int E, int k, int align,

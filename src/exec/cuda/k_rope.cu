@@ -6,11 +6,13 @@ namespace keel::cuda {
 
 namespace {
 // One block per token; threads walk (head, pair). Angles in f32 like the HF reference.
-__global__ void rope_kernel(bf16 *qkv, int row_stride, int num_heads, int head_dim,
+// Only the first rot_dim dimensions of a head rotate (a partial rotary factor, GLM-4.5);
+// the rest pass through.
+__global__ void rope_kernel(bf16 *qkv, int row_stride, int num_heads, int head_dim, int rot_dim,
                             const std::int32_t *positions, const float *inv_freq, float mscale,
                             bool interleaved) {
   const int t = blockIdx.x;
-  const int half = head_dim / 2;
+  const int half = rot_dim / 2;
   const float pos = static_cast<float>(positions[t]);
   bf16 *row = qkv + std::int64_t(t) * row_stride;
   for (int idx = threadIdx.x; idx < num_heads * half; idx += blockDim.x) {
@@ -30,12 +32,17 @@ __global__ void rope_kernel(bf16 *qkv, int row_stride, int num_heads, int head_d
 
 void launch_rope(StreamRef s_ref, bf16 *qkv, int T, int row_stride, int num_q_heads,
                  int num_kv_heads, int head_dim, const std::int32_t *positions,
-                 const float *inv_freq, float mscale, bool interleaved) {
+                 const float *inv_freq, float mscale, bool interleaved, int rot_dim) {
   const cudaStream_t s = s_ref.get("launch_rope");
+  if (rot_dim == 0) rot_dim = head_dim;
+  if (rot_dim < 0 || rot_dim > head_dim || rot_dim % 2 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "launch_rope: rot_dim " + std::to_string(rot_dim) +
+                                                 " not even within head_dim " +
+                                                 std::to_string(head_dim));
   if (T <= 0) return;
   // q heads and k heads are adjacent in a row, so one pass covers both.
-  rope_kernel<<<T, 256, 0, s>>>(qkv, row_stride, num_q_heads + num_kv_heads, head_dim, positions,
-                                inv_freq, mscale, interleaved);
+  rope_kernel<<<T, 256, 0, s>>>(qkv, row_stride, num_q_heads + num_kv_heads, head_dim, rot_dim,
+                                positions, inv_freq, mscale, interleaved);
   KEEL_CUDA_CHECK_LAUNCH("rope");
 }
 

@@ -39,10 +39,12 @@ void launch_add_rmsnorm(StreamRef s, const bf16 *x, float *residual, const bf16 
 // row_stride elements) holds [q heads | k heads | v heads], each head_dim wide; pair i of
 // a head is (i, i + head_dim/2) for neox, (2i, 2i + 1) for interleaved; its angle is
 // positions[t] * inv_freq[i], and cos/sin are scaled by mscale (yarn's attention factor).
-// qkv [T, row_stride] bf16, positions [T] i32, inv_freq [head_dim/2] f32.
+// With rot_dim < head_dim (a partial rotary factor, GLM-4.5) only a head's first rot_dim
+// dimensions rotate, pairs (i, i + rot_dim/2) (or (2i, 2i + 1)); the rest pass through.
+// qkv [T, row_stride] bf16, positions [T] i32, inv_freq [rot_dim/2] f32; rot_dim 0: head_dim.
 void launch_rope(StreamRef s, bf16 *qkv, int T, int row_stride, int num_q_heads, int num_kv_heads,
                  int head_dim, const std::int32_t *positions, const float *inv_freq, float mscale,
-                 bool interleaved);
+                 bool interleaved, int rot_dim = 0);
 
 // ---- k_qkv_post.cu ----
 // Per-head fix-ups of a fused qkv activation before RoPE, in place: adds the projection
@@ -52,6 +54,11 @@ void launch_rope(StreamRef s, bf16 *qkv, int T, int row_stride, int num_q_heads,
 void launch_qkv_bias_norm(StreamRef s, bf16 *qkv, int T, int num_q_heads, int num_kv_heads,
                           int head_dim, const bf16 *bias, const bf16 *q_norm, const bf16 *k_norm,
                           float eps);
+
+// y[r, c] += x[r, c] (rows) or x[c] (broadcast: a bias), in f32, rounded to bf16 once.
+// Adds an o_proj bias to its output (gpt-oss) and a shared expert's output to the routed
+// experts' sum (GLM-4.5). y [rows, cols] bf16; x [rows, cols] or [cols] bf16.
+void launch_add_bf16(StreamRef s, bf16 *y, const bf16 *x, int rows, int cols, bool broadcast);
 
 // ---- k_swiglu.cu ----
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]; gate_up [T, 2I] bf16, out [T, I] bf16.
@@ -117,6 +124,10 @@ struct AttnParams {
   // position p sees the keys at positions > p - window, as the CPU kernel and HF do.
   // 0: every key up to p.
   int window = 0;
+  // Attention sinks (gpt-oss): one learned logit per q head, in the scores' units (not
+  // scaled), that joins every row's softmax denominator (exp(sink - max)) with no value
+  // row. nullptr: none. [num_q_heads] f32, per layer.
+  const float *sinks = nullptr;
   // Shared memory a block may take (CudaFeatures::smem_per_block; the flash kernel's
   // pipeline depth follows it). 0: the device's own opt-in limit.
   std::size_t smem_per_block = 0;
