@@ -38,9 +38,9 @@ std::vector<AttnTile> AttentionPlan::ordered() const {
   return all;
 }
 
-std::int32_t AttentionPlan::visible(std::int32_t max_kv, std::int32_t q) const {
-  return static_cast<std::int32_t>(c_.window > 0 ? std::min<std::int64_t>(max_kv, c_.window + q - 1)
-                                                 : max_kv);
+std::int32_t AttentionPlan::visible(std::int32_t max_kv, std::int32_t q, std::int64_t window) {
+  return static_cast<std::int32_t>(window > 0 ? std::min<std::int64_t>(max_kv, window + q - 1)
+                                              : max_kv);
 }
 
 // Split-K when the grid would leave most SMs idle (decode with few sequences).

@@ -21,6 +21,10 @@ struct AttentionPathConfig {
   int split_cap = 0;                 // CudaRunnerOptions::attn_split_cap; 0: none
   std::int64_t num_kv_heads = 1;
   std::int64_t window = 0;  // sliding window; 0: none
+  // Where layers attend within different windows (gpt-oss alternates a sliding window
+  // with full attention), the smallest: the layers with it get their own split-K factor
+  // (splits_*(graph, narrow_window)). 0: every layer has `window`.
+  std::int64_t narrow_window = 0;
 };
 
 class AttentionPlan {
@@ -40,17 +44,20 @@ class AttentionPlan {
   int num_flash() const { return static_cast<int>(flash_.size()); }
   // Split-K factors of the decode and general launches. In a graph-replayed step the
   // factor is a power of two rounded down, so few graphs cover all context lengths.
-  int splits_single(bool graph) const {
-    return splits(num_single(), visible(max_kv_single_, 1), graph);
+  int splits_single(bool graph) const { return splits_single(graph, c_.window); }
+  int splits_multi(bool graph) const { return splits_multi(graph, c_.window); }
+  // The same for layers that attend within `window` (0: none).
+  int splits_single(bool graph, std::int64_t window) const {
+    return splits(num_single(), visible(max_kv_single_, 1, window), graph);
   }
-  int splits_multi(bool graph) const {
-    return splits(num_multi(), visible(max_kv_multi_, c_.tile_q), graph);
+  int splits_multi(bool graph, std::int64_t window) const {
+    return splits(num_multi(), visible(max_kv_multi_, c_.tile_q, window), graph);
   }
 
  private:
   int splits(int n_tiles, std::int32_t max_kv, bool graph) const;
   // With a sliding window a tile of q queries sees at most window + q - 1 keys.
-  std::int32_t visible(std::int32_t max_kv, std::int32_t q) const;
+  static std::int32_t visible(std::int32_t max_kv, std::int32_t q, std::int64_t window);
 
   AttentionPathConfig c_;
   std::vector<AttnTile> single_, multi_, flash_;

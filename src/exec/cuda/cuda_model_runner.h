@@ -191,6 +191,8 @@ class CudaModelRunner : public ModelRunner {
     int n_single = 0, n_multi = 0, n_flash = 0;  // decode, general, then flash tiles
     std::size_t tiles_at = 0, table_at = 0;      // i32 offsets in dev_in_
     int splits_single = 1, splits_multi = 1;
+    // The split-K factors of the layers with AttentionPathConfig::narrow_window.
+    int splits_single_narrow = 1, splits_multi_narrow = 1;
   };
 
   void stage_masks(std::span<const DeviceSampleRow> rows, int R);  // cuda_sampling.cpp
@@ -228,8 +230,9 @@ class CudaModelRunner : public ModelRunner {
   // The decode, general and flash launches' parameters for a staged step (layer 0).
   void attention_params(const StepShape &shape, AttnParams &single, AttnParams &multi,
                         AttnParams &flash) const;
-  // Points the three launches' parameters at layer `layer`: its KV, window and sinks.
-  void set_attention_layer(int layer, AttnParams &single, AttnParams &multi,
+  // Points the three launches' parameters at layer `layer`: its KV, window, split-K
+  // factors (the shape's for its window) and sinks.
+  void set_attention_layer(const StepShape &shape, int layer, AttnParams &single, AttnParams &multi,
                            AttnParams &flash) const;
   // The sliding window of layer `layer` (ModelConfig's; 0: none), capped to int.
   int layer_window(std::int64_t layer) const;

@@ -166,14 +166,17 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   attn_path_.partial_entries = partial_entries_;
   attn_path_.split_cap = split_cap_;
   attn_path_.num_kv_heads = nkv_;
-  // Split-K is sized for the layer that sees the most keys (a layer with a smaller window
-  // leaves some of its splits empty, which the kernels allow).
-  attn_path_.window = layer_window(0);
-  for (std::int64_t l = 0; l < config_.num_layers; ++l)
-    if (layer_window(l) == 0 || attn_path_.window == 0)
-      attn_path_.window = 0;
-    else
-      attn_path_.window = std::max<std::int64_t>(attn_path_.window, layer_window(l));
+  // Split-K per window: the widest for most layers, the narrowest (gpt-oss's sliding
+  // layers) its own factor; a layer of a window in between would take the widest's
+  // splits, some left empty, which the kernels allow.
+  std::int64_t widest = layer_window(0), narrowest = layer_window(0);
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::int64_t w = layer_window(l);
+    widest = (w == 0 || widest == 0) ? 0 : std::max(widest, w);
+    narrowest = (narrowest == 0) ? w : (w == 0 ? narrowest : std::min(narrowest, w));
+  }
+  attn_path_.window = widest;
+  attn_path_.narrow_window = narrowest != widest ? narrowest : 0;
   // A mark at most per step; plus the start and 3 for the LM head.
   if (opts.profile) {
     std::size_t marks = 4;

@@ -66,7 +66,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     rk.layer = layer;
     launch_qkv_rope_kv(s, rk);
     profiler_.mark(s, StepProfiler::kOther);
-    set_attention_layer(layer, ap, ap_multi, ap_flash);
+    set_attention_layer(shape, layer, ap, ap_multi, ap_flash);
     launch_decode_attention(s, ap);
     launch_paged_attention(s, ap_multi);
     if (shape.n_flash > 0) launch_flash_attention(s, ap_flash);

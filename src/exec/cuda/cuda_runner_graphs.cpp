@@ -29,13 +29,19 @@ std::int32_t CudaModelRunner::graph_bucket(std::int32_t n) const {
 }
 
 void CudaModelRunner::run_step(const StepShape &shape, bool graph) {
+  // A graph per (bucket, split factors); factors past the key's 10 bits (more than the
+  // 2 x SMs a graph step splits into) run eagerly.
+  const int sp[] = {shape.splits_single, shape.splits_multi, shape.splits_single_narrow,
+                    shape.splits_multi_narrow};
+  std::uint64_t key = std::uint64_t(shape.T);
+  for (const int f : sp) {
+    graph = graph && f > 0 && f < 1024;
+    key = (key << 10) | std::uint64_t(f & 1023);
+  }
   if (!graph) {
     launch_step(shape);
     return;
   }
-  const std::uint64_t key = (std::uint64_t(shape.T) << 32) |
-                            (std::uint64_t(shape.splits_single) << 16) |
-                            std::uint64_t(shape.splits_multi);
   const StreamRef s = ctx_.compute();
   auto it = graphs_.find(key);
   if (it == graphs_.end())

@@ -113,6 +113,8 @@ CudaModelRunner::StepShape CudaModelRunner::stage_inputs(const ForwardBatch &b, 
   shape.table_at = table_at;
   shape.splits_single = attn.splits_single(graph);
   shape.splits_multi = attn.splits_multi(graph);
+  shape.splits_single_narrow = attn.splits_single(graph, attn_path_.narrow_window);
+  shape.splits_multi_narrow = attn.splits_multi(graph, attn_path_.narrow_window);
   return shape;
 }
 

@@ -40,7 +40,7 @@ void CudaModelRunner::attention_params(const StepShape &shape, AttnParams &ap, A
   ap_flash.num_tiles = shape.n_flash;
   ap_flash.tile_q = flash_tile_q_;
   ap_flash.num_splits = 1;
-  set_attention_layer(0, ap, ap_multi, ap_flash);
+  set_attention_layer(shape, 0, ap, ap_multi, ap_flash);
 }
 
 int CudaModelRunner::layer_window(std::int64_t layer) const {
@@ -48,14 +48,18 @@ int CudaModelRunner::layer_window(std::int64_t layer) const {
                                                  std::numeric_limits<int>::max()));
 }
 
-void CudaModelRunner::set_attention_layer(int layer, AttnParams &ap, AttnParams &ap_multi,
-                                          AttnParams &ap_flash) const {
+void CudaModelRunner::set_attention_layer(const StepShape &shape, int layer, AttnParams &ap,
+                                          AttnParams &ap_multi, AttnParams &ap_flash) const {
   const Layer &L = layers_[static_cast<std::size_t>(layer)];
+  const int window = layer_window(layer);
   for (AttnParams *p : {&ap, &ap_multi, &ap_flash}) {
     p->layer = layer;
-    p->window = layer_window(layer);
+    p->window = window;
     p->sinks = L.sinks.bytes() ? L.sinks.as<float>() : nullptr;
   }
+  const bool narrow = attn_path_.narrow_window > 0 && window == attn_path_.narrow_window;
+  ap.num_splits = narrow ? shape.splits_single_narrow : shape.splits_single;
+  ap_multi.num_splits = narrow ? shape.splits_multi_narrow : shape.splits_multi;
 }
 
 void CudaModelRunner::launch_step(const StepShape &shape) {
@@ -84,7 +88,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   for (std::size_t li = 0; li < layers_.size(); ++li) {
     const Layer &L = layers_[li];
     const int layer = static_cast<int>(li);
-    set_attention_layer(layer, ap, ap_multi, ap_flash);
+    set_attention_layer(shape, layer, ap, ap_multi, ap_flash);
     for (const arch::LayerStep step : plans_[li].steps) {
       switch (step) {
         case S::kInputNorm:

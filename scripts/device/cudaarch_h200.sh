@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Issue #19 on the GPU machine: GLM-4.5 (glm4_moe) and gpt-oss (gpt_oss) on the CUDA
+# runner. The kernel tests (grouped sigmoid and top-k softmax routing vs the CPU on ties,
+# partial rotary vs cpu::apply_rope, the bf16 add, attention sinks on the general, decode
+# and flash kernels with and without windows, split-K per window), the whole tiny models
+# against transformers' float64 fixtures and against the CPU runner (alone and batched
+# with 31 others, graphs on, GEMV and GEMM expert paths), the existing MoE and attention
+# tests (nothing they check may move), then GLM-4.5-Air-shaped bf16 decode with 24 of its
+# 46 layers (random weights on the device: the whole model is 212 GB in bf16) against the
+# roofline of the bytes a step reads at 4.8 TB/s; memcheck on the new kernels if time is
+# left. About 90 s.
+#
+# gpt-oss needs the gptoss branch (checkpoint, make-model, CPU runner) and the
+# cudaexperts branch (expert biases, clamped SwiGLU on the device): without them its cases
+# fail at load naming what is missing.
+#
+#   there:  bash scripts/device/cudaarch_h200.sh [budget-seconds]   (carry .devcarry)
+set -uo pipefail
+carry=${KEEL_CARRY:-.devcarry}
+out=${OUT:-/tmp/keel-cudaarch}
+budget=${1:-95}
+source "$(dirname "$0")/budget_lib.sh"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+
+stamp "kernel tests: routing rules, partial rope, add, sinks, split-K per window"
+timeout "$(cap 20)" "$B/keel_test_cuda" \
+  --gtest_filter='*MoeRouteGroupedSigmoid*:*MoeRouteTopkSoftmax*:MoeRouteRules.*:CudaRopePartial.*:CudaAddBf16.*:CudaAttention.Sinks*:CudaAttentionPlan.*' \
+  >"$out/tests_kernels.log" 2>&1
+echo "exit $?"
+summary "$out/tests_kernels.log" 12
+grep -E -A8 'Failure' "$out/tests_kernels.log" | head -30
+
+stamp "models: glm4_moe / gpt_oss vs transformers and vs the CPU runner"
+timeout "$(cap 30)" "$B/keel_test_cuda" --gtest_filter='*CudaMoeArch*' >"$out/tests_models.log" 2>&1
+echo "exit $?"
+summary "$out/tests_models.log" 16
+grep -E '^cuda (glm4|gpt)' "$out/tests_models.log"
+grep -E -A8 'Failure' "$out/tests_models.log" | head -40
+
+stamp "regressions: the MoE, attention, sliding-window, rope and runner tests"
+timeout "$(cap 25)" "$B/keel_test_cuda" \
+  --gtest_filter='*Moe*:CudaAttention.*:*SlidingWindow*:*Rope*:*Runner*:*Fused*:-*CudaMoeArch*:*SlidingWindowFlashSkipsKeyTiles*' \
+  >"$out/tests_regress.log" 2>&1
+echo "exit $?"
+summary "$out/tests_regress.log" 12
+
+stamp "cuda_bench glm-4.5-air, 24 layers, decode 1 and 32 sequences"
+timeout "$(cap 30)" "$B/cuda_bench" --model glm-4.5-air --layers 24 --bw 4.8e12 --seqs 32 \
+  --decode-steps 32 --no-long-prefill >"$out/bench_glm_air.log" 2>&1
+echo "exit $?"
+grep -E '^#|^\||cuda_bench' "$out/bench_glm_air.log" | head -30
+
+sanitize memcheck 'Shapes/MoeRouteGroupedSigmoid.*:Shapes/MoeRouteTopkSoftmax.*:CudaAttention.Sinks*:Models/CudaMoeArchVsCpu.*glm4_moe_mixed' 20
+stamp done
