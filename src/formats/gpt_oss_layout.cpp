@@ -176,6 +176,19 @@ class Splitter {
 
 }  // namespace
 
+std::string gpt_oss_stored_name(const std::string &keel_name) {
+  std::int64_t layer = 0;
+  std::string_view rest;
+  if (!split_layer(keel_name, layer, rest) || !rest.starts_with("mlp.")) return {};
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.";
+  if (rest == "mlp.gate.weight") return p + "router.weight";
+  if (rest == "mlp.gate.bias") return p + "router.bias";
+  if (!rest.starts_with("mlp.experts.")) return {};
+  const bool bias = rest.ends_with(".bias");
+  const bool down = rest.find(".down_proj.") != std::string_view::npos;
+  return p + "experts." + (down ? "down_proj" : "gate_up_proj") + (bias ? "_bias" : "");
+}
+
 std::optional<GptOssTensors> split_gpt_oss_tensor(const TensorView &t, const ModelConfig &c,
                                                   const std::string &file) {
   if (c.arch != Arch::kGptOss || !c.moe) return std::nullopt;

@@ -38,4 +38,9 @@ struct GptOssTensors {
 std::optional<GptOssTensors> split_gpt_oss_tensor(const TensorView &t, const ModelConfig &c,
                                                   const std::string &file);
 
+// Where a gpt-oss file keeps the tensor keel names `keel_name` ("model.layers.3.mlp.gate.bias"
+// -> "model.layers.3.mlp.router.bias", "...experts.5.up_proj.weight" ->
+// "...mlp.experts.gate_up_proj"), for error messages; empty for a name it keeps as is.
+std::string gpt_oss_stored_name(const std::string &keel_name);
+
 }  // namespace keel

@@ -358,7 +358,11 @@ void ModelWeights::check_shapes() const {
     if (!t) {
       if (auto u = unsupported_.find(name); u != unsupported_.end())
         throw Error(ErrorCode::kUnsupported, u->second);
-      if (required) throw Error(ErrorCode::kFormat, origin + ": missing tensor " + name);
+      if (required) {
+        const std::string stored = c.arch == Arch::kGptOss ? gpt_oss_stored_name(name) : "";
+        throw Error(ErrorCode::kFormat, origin + ": missing tensor " + name +
+                                            (stored.empty() ? "" : " (stored in " + stored + ")"));
+      }
       return;
     }
     if (t->shape != shape)
