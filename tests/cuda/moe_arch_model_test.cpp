@@ -81,35 +81,47 @@ class CudaMoeArchVsTransformers : public ::testing::TestWithParam<std::string> {
   }
   // The fixture sequence's rows against the reference, teacher-forced with its greedy
   // tokens; `step` runs the sequence's next n tokens and returns their log-softmax rows.
+  // Every |logprob error| goes to errs_ (checked as a whole by check_errors).
   template <typename Step>
-  double compare(const nlohmann::json &p, PagedSeq &seq, Step step) {
-    double worst = 0;
+  void compare(const nlohmann::json &p, PagedSeq &seq, Step step) {
     const auto n = static_cast<std::int32_t>(seq.tokens.size());
     const auto rows = step(n, Logits::kAll);
-    EXPECT_EQ(rows.size(), static_cast<std::size_t>(n));
+    ASSERT_EQ(rows.size(), static_cast<std::size_t>(n));
     const auto &plp = p["prompt_logprobs"];
-    for (std::int32_t i = 1; i < n; ++i) {
-      const double err = std::abs(rows[i - 1][seq.tokens[i]] - plp[i].get<double>());
-      worst = std::max(worst, err);
-      EXPECT_LT(err, kLogprobTol) << "prompt token " << i;
-    }
+    for (std::int32_t i = 1; i < n; ++i)
+      errs_.push_back(std::abs(rows[i - 1][seq.tokens[i]] - plp[i].get<double>()));
     std::vector<float> last = rows.back();
     for (const auto &g : p["greedy"]) {
       const TokenId want = g["id"].get<TokenId>();
       if (g["margin"].get<double>() > kMargin)
         EXPECT_EQ(argmax(last), want) << "greedy step at pos " << seq.tokens.size();
-      for (const auto &t : g["top"]) {
-        const double err = std::abs(last[t[0].get<int>()] - t[1].get<double>());
-        worst = std::max(worst, err);
-        EXPECT_LT(err, kLogprobTol) << "top logprob of " << t[0] << " at pos " << seq.tokens.size();
-      }
+      for (const auto &t : g["top"])
+        errs_.push_back(std::abs(last[t[0].get<int>()] - t[1].get<double>()));
       seq.tokens.push_back(want);
       last = step(1, Logits::kLast).back();
     }
-    return worst;
+  }
+  // A router near-tie that bf16 rounding flips changes a token's experts (hence moe_test's
+  // bounds on the median and 90th percentile): at most 2% of the logprobs may pass
+  // kLogprobTol, none may pass 1, and the median stays at bf16 rounding.
+  void check_errors(const char *what) {
+    ASSERT_GT(errs_.size(), 100u) << what;
+    std::sort(errs_.begin(), errs_.end());
+    const double median = errs_[errs_.size() / 2], worst = errs_.back();
+    const long over = errs_.end() - std::upper_bound(errs_.begin(), errs_.end(), kLogprobTol);
+    EXPECT_LE(over * 50, static_cast<long>(errs_.size()))
+        << what << ": " << over << " of " << errs_.size() << " over the bound";
+    EXPECT_LT(worst, 1.0) << what;
+    EXPECT_LT(median, 0.05) << what;
+    std::printf(
+        "cuda %s vs transformers, %s: %zu logprobs, |error| median %.3g, p99 %.3g, "
+        "worst %.3g\n",
+        GetParam().c_str(), what, errs_.size(), median, errs_[errs_.size() * 99 / 100], worst);
+    errs_.clear();
   }
   std::filesystem::path dir_;
   nlohmann::json ref_;
+  std::vector<double> errs_;
 };
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMoeArchVsTransformers,
@@ -122,20 +134,19 @@ TEST_P(CudaMoeArchVsTransformers, AloneAndBatchedWith31Others) {
   auto runner = CudaModelRunner::open(dir_, ctx, small_options(256));
   ASSERT_TRUE(runner->config().moe);
   const int V = static_cast<int>(runner->config().vocab_size);
-  double worst_alone = 0, worst_batched = 0;
   std::uint32_t seed = 7;
   for (const auto &p : ref_["prompts"]) {
     BlockHandout blocks(512, seed++);
     PagedSeq seq;
     seq.tokens = p["ids"].get<std::vector<TokenId>>();
-    worst_alone = std::max(worst_alone, compare(p, seq, [&](std::int32_t n, Logits l) {
-                             auto o = run_step(*runner, blocks, {{&seq, n, l}});
-                             std::vector<std::vector<float>> rows;
-                             for (std::size_t r = 0; r < o.row_seq.size(); ++r)
-                               rows.push_back(log_softmax_row(o, r));
-                             return rows;
-                           }));
+    compare(p, seq, [&](std::int32_t n, Logits l) {
+      auto o = run_step(*runner, blocks, {{&seq, n, l}});
+      std::vector<std::vector<float>> rows;
+      for (std::size_t r = 0; r < o.row_seq.size(); ++r) rows.push_back(log_softmax_row(o, r));
+      return rows;
+    });
   }
+  check_errors("alone");
   for (const auto &p : ref_["prompts"]) {
     BlockHandout blocks(512, seed++);
     std::vector<PagedSeq> others(kOthers);
@@ -144,38 +155,31 @@ TEST_P(CudaMoeArchVsTransformers, AloneAndBatchedWith31Others) {
           pseudo_prompt(seed * 131u + static_cast<std::uint32_t>(s), 1 + (7 * s) % 40, V);
     PagedSeq seq;
     seq.tokens = p["ids"].get<std::vector<TokenId>>();
-    worst_batched =
-        std::max(worst_batched, compare(p, seq, [&](std::int32_t n, Logits l) {
-                   std::vector<StepItem> items;
-                   for (int s = 0; s < kOthers / 2; ++s)
-                     items.push_back(
-                         {&others[s],
-                          static_cast<std::int32_t>(others[s].tokens.size()) - others[s].computed,
-                          Logits::kLast});
-                   const std::size_t mine = items.size();
-                   items.push_back({&seq, n, l});
-                   for (int s = kOthers / 2; s < kOthers; ++s)
-                     items.push_back(
-                         {&others[s],
-                          static_cast<std::int32_t>(others[s].tokens.size()) - others[s].computed,
-                          Logits::kLast});
-                   auto o = run_step(*runner, blocks, items);
-                   std::vector<std::vector<float>> rows;
-                   for (std::size_t r = 0; r < o.row_seq.size(); ++r) {
-                     const auto row = log_softmax_row(o, r);
-                     const auto at = static_cast<std::size_t>(o.row_seq[r]);
-                     if (at == mine)
-                       rows.push_back(row);
-                     else  // the others go on with their own greedy tokens
-                       items[at].seq->tokens.push_back(argmax(row));
-                   }
-                   return rows;
-                 }));
+    auto pending = [](PagedSeq &q) {
+      return StepItem{&q, static_cast<std::int32_t>(q.tokens.size()) - q.computed, Logits::kLast};
+    };
+    compare(p, seq, [&](std::int32_t n, Logits l) {
+      std::vector<StepItem> items;
+      for (int s = 0; s < kOthers / 2; ++s) items.push_back(pending(others[s]));
+      const std::size_t mine = items.size();
+      items.push_back({&seq, n, l});
+      for (int s = kOthers / 2; s < kOthers; ++s) items.push_back(pending(others[s]));
+      auto o = run_step(*runner, blocks, items);
+      std::vector<std::vector<float>> rows;
+      for (std::size_t r = 0; r < o.row_seq.size(); ++r) {
+        const auto row = log_softmax_row(o, r);
+        const auto at = static_cast<std::size_t>(o.row_seq[r]);
+        if (at == mine)
+          rows.push_back(row);
+        else  // the others go on with their own greedy tokens
+          items[at].seq->tokens.push_back(argmax(row));
+      }
+      return rows;
+    });
   }
+  check_errors("batched with 31 others");
   // Decode steps of one sequence and of 32 replayed graphs.
   EXPECT_GE(runner->graphs_captured(), 2u);
-  std::printf("cuda %s vs transformers: max |logprob error| alone %.3g, batched with %d %.3g\n",
-              GetParam().c_str(), worst_alone, kOthers, worst_batched);
 }
 
 // ---- against the CPU runner ----
@@ -306,36 +310,25 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
       ac.name, row_errs.size(), median, p90, worst);
 }
 
-// What the CUDA runner still refuses of these architectures, it refuses by name.
-TEST(CudaMoeArch, RefusesGroupsThatDoNotDivideTheExperts) {
+// What the CUDA runner cannot route it refuses by name, before allocating anything:
+// more expert groups than a warp's lanes (the config reader allows them).
+TEST(CudaMoeArch, RefusesMoreGroupsThanTheRouterHandles) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("keel-cuda-arch-groups-" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
   MakeModelOptions o;
   o.arch = "glm4_moe";
   o.shape = "tiny";
-  o.dtype = DType::kBF16;
-  o.out = dir;
-  make_model(o);
-  // 8 experts in 3 groups: the config reader may refuse it first; either way by name.
-  std::string text;
-  {
-    std::ifstream in(dir / "config.json");
-    nlohmann::json j;
-    in >> j;
-    j["n_group"] = 3;
-    text = j.dump();
-  }
-  std::ofstream(dir / "config.json") << text;
+  ModelConfig c = make_model_config(o);
+  c.moe->num_experts = 128;
+  c.moe->n_group = 64;
+  c.moe->topk_group = 2;
   CudaContext ctx;
   try {
-    CudaModelRunner::open(dir, ctx, small_options(64));
-    ADD_FAILURE() << "opened a model whose expert groups do not divide its experts";
+    CudaModelRunner runner(ctx, c, 1, small_options(64));
+    ADD_FAILURE() << "opened a router of 64 expert groups";
   } catch (const Error &e) {
-    EXPECT_NE(std::string(e.what()).find("n_group"), std::string::npos) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("n_group 64"), std::string::npos) << e.what();
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // The kernels GLM-4.5 and gpt-oss add to the CUDA runner, each against its CPU
 // definition: the grouped sigmoid router (k_moe_route.h) against exec/arch/moe_ffn.h's
-// route_token_grouped_sigmoid and gpt-oss's top-k softmax against its definition here, on
+// route_token_grouped_sigmoid and gpt-oss's top-k softmax against route_token_topk_softmax, on
 // logits and biases full of ties; RoPE of a partial rotary factor against cpu::apply_rope
 // (the dimensions past rot_dim untouched, bit for bit); the bf16 add (o_proj bias, shared
 // expert) against the host.
@@ -95,23 +95,6 @@ TEST_P(MoeRouteGroupedSigmoid, MatchesCpuOnTies) {
   EXPECT_GT(boundary_ties, 10);  // ties where they decide something
 }
 
-// gpt-oss's router as transformers' GptOssTopKRouter computes it: top-k of (logits +
-// bias), ties to the lower index (torch.topk on CPU), softmax over those k.
-void topk_softmax_reference(const float *logits, const float *bias, int E, int k, std::int32_t *ids,
-                            float *weights) {
-  std::vector<float> z(E);
-  for (int e = 0; e < E; ++e) z[e] = logits[e] + bias[e];
-  std::vector<int> order(E);
-  for (int e = 0; e < E; ++e) order[e] = e;
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return z[a] > z[b]; });
-  double sum = 0;
-  for (int j = 0; j < k; ++j) sum += std::exp(double(z[order[j]]) - z[order[0]]);
-  for (int j = 0; j < k; ++j) {
-    ids[j] = order[j];
-    weights[j] = static_cast<float>(std::exp(double(z[order[j]]) - z[order[0]]) / sum);
-  }
-}
-
 class MoeRouteTopkSoftmax : public ::testing::TestWithParam<std::array<int, 2>> {};
 INSTANTIATE_TEST_SUITE_P(Shapes, MoeRouteTopkSoftmax,
                          ::testing::Values(std::array<int, 2>{32, 4},   // gpt-oss-20b
@@ -140,9 +123,15 @@ TEST_P(MoeRouteTopkSoftmax, MatchesReferenceOnTies) {
   for (int t = 0; t < T; ++t) {
     std::vector<std::int32_t> want(k);
     std::vector<float> ww(k);
-    const float *row = logits.data() + std::size_t(t) * E;
-    topk_softmax_reference(row, bias.data(), E, k, want.data(), ww.data());
-    tied_rows += row[want[0]] + bias[want[0]] == row[want[k - 1]] + bias[want[k - 1]];
+    // The CPU adds the bias to the router's f32 logits, then routes (MoeFfn::forward).
+    std::vector<float> z(E);
+    for (int e = 0; e < E; ++e) z[e] = logits[std::size_t(t) * E + e] + bias[e];
+    arch::route_token_topk_softmax(z.data(), E, k, want.data(), ww.data());
+    for (int e = 0; e < E; ++e)  // an expert left out that scored as the last one chosen
+      if (std::find(want.begin(), want.end(), e) == want.end() && z[e] == z[want[k - 1]]) {
+        ++tied_rows;
+        break;
+      }
     float wsum = 0;
     for (int j = 0; j < k; ++j) {
       ASSERT_EQ(ids[t * k + j], want[j]) << "token " << t << " choice " << j;
