@@ -92,7 +92,7 @@ TEST_P(MoeRouteGroupedSigmoid, MatchesCpuOnTies) {
       EXPECT_NEAR(w[t * k + j], ww[j], 1e-6f * (1.0f + std::abs(ww[j]))) << "token " << t;
     }
   }
-  EXPECT_GT(boundary_ties, 10);  // ties where they decide something
+  EXPECT_GT(boundary_ties, 3);  // ties where they decide something
 }
 
 class MoeRouteTopkSoftmax : public ::testing::TestWithParam<std::array<int, 2>> {};
