@@ -10,6 +10,7 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_runner_detail.h"
 #include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_moe_route.h"
 #include "formats/model_weights.h"
 
 namespace keel::cuda {

@@ -13,7 +13,8 @@
 // cuda_runner_inputs.cpp (input staging), cuda_attention_plan.h (attention-path choice),
 // cuda_runner_graphs.cpp (CUDA graphs), cuda_runner_layers.cpp (the eager layers),
 // cuda_runner_fused.cpp (the fused decode path), cuda_runner_moe.cpp (mixture-of-experts
-// layers, k_moe.h), cuda_step_profiler.h (profiling), cuda_sampling.cpp (device sampling).
+// layers, k_moe.h), cuda_runner_moe_route.cpp (their routing rules and shared expert),
+// cuda_step_profiler.h (profiling), cuda_sampling.cpp (device sampling).
 #pragma once
 
 #include <array>
@@ -36,7 +37,6 @@
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
-#include "exec/cuda/k_moe_route.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
@@ -169,6 +169,12 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer post_norm;   // [H]
     DeviceBuffer gate_up;     // [2 I, H]: gate rows then up rows
     DeviceBuffer down;        // [H, I]
+    // Attention and routing extras (GLM-4.5, gpt-oss), empty when the config has none:
+    DeviceBuffer o_bias;          // [H] (attention_out_bias)
+    DeviceBuffer sinks;           // [nh] f32 (attention_sinks)
+    DeviceBuffer router_bias;     // [E] f32: e_score_correction_bias or the router logit bias
+    DeviceBuffer shared_gate_up;  // [2 S, H]: the shared expert's gate rows, then up rows
+    DeviceBuffer shared_down;     // [H, S]
     // Device formats of qkv, o, gate_up, down (bf16 unless kept quantized).
     LinearLayout qkv_fmt, o_fmt, gate_up_fmt, down_fmt;
     // A mixture-of-experts layer (exec/arch/moe_ffn.h) has these instead of gate_up, down
@@ -176,12 +182,6 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer router;           // [E, H]
     DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
     DeviceBuffer experts_down;     // [E, H, Ie]
-    // Routing and attention extras (GLM-4.5, gpt-oss), empty when the config has none:
-    DeviceBuffer router_bias;     // [E] f32: e_score_correction_bias or the router logit bias
-    DeviceBuffer shared_gate_up;  // [2 S, H]: the shared expert's gate rows, then up rows
-    DeviceBuffer shared_down;     // [H, S]
-    DeviceBuffer o_bias;          // [H] (attention_out_bias)
-    DeviceBuffer sinks;           // [nh] f32 (attention_sinks)
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -236,8 +236,11 @@ class CudaModelRunner : public ModelRunner {
                            AttnParams &flash) const;
   // The sliding window of layer `layer` (ModelConfig's; 0: none), capped to int.
   int layer_window(std::int64_t layer) const;
-  // cuda_runner_moe.cpp: the routing rule of the config (k_moe.h) and the shared expert.
-  MoeRouteParams moe_route_params(const Layer &L) const;
+  // cuda_runner_moe_route.cpp: the router's rule (k_moe_route.h) over logits [T, E] into
+  // ids, weights [T, k]; the shared expert's scratch, and its MLP added into proj_.
+  void launch_moe_router(const Layer &L, std::int32_t T, const float *logits, std::int32_t *ids,
+                         float *weights);
+  void allocate_moe_shared_buffers();
   void launch_moe_shared(const Layer &L, std::int32_t T);
 
   CudaContext &ctx_;
@@ -300,7 +303,13 @@ class CudaModelRunner : public ModelRunner {
   AttentionPathConfig attn_path_;  // set by allocate_buffers
   StepProfiler profiler_;
   bool graphs_enabled_ = true;
-  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, splits x 2
+  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, splits x 4
+
+  // A shared expert's scratch (GLM-4.5; cuda_runner_moe_route.cpp), max_batch_tokens rows.
+  std::int64_t moe_S_ = 0;       // its intermediate size; 0: none
+  DeviceBuffer moe_shared_gu_;   // [T, 2 S] bf16
+  DeviceBuffer moe_shared_act_;  // [T, S] bf16
+  DeviceBuffer moe_shared_out_;  // [T, H] bf16
 
   // Mixture-of-experts scratch (cuda_runner_moe.cpp), sized for max_batch_tokens rows;
   // empty for a dense model. S = T k slots, rows = moe_rows_cap(S, E, align).
@@ -317,10 +326,6 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_out_;          // [rows, H] bf16: each grouped row's expert output
   PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
   Event moe_starts_ready_;
-  std::int64_t moe_S_ = 0;       // the shared expert's intermediate size (GLM-4.5); 0: none
-  DeviceBuffer moe_shared_gu_;   // [T, 2 S] bf16
-  DeviceBuffer moe_shared_act_;  // [T, S] bf16
-  DeviceBuffer moe_shared_out_;  // [T, H] bf16
 };
 
 }  // namespace keel::cuda

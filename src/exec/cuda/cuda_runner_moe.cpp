@@ -1,9 +1,9 @@
-// CudaModelRunner's mixture-of-experts layers (Qwen3-MoE, Mixtral, GLM-4.5; the CPU definition is
+// CudaModelRunner's mixture-of-experts layers (Qwen3-MoE, Mixtral; the CPU definition is
 // exec/arch/moe_ffn.h): the router GEMM, top-k routing and the grouping of token slots by
 // expert on the device (k_moe.h), then the experts either as gather-GEMVs (few tokens: a
 // fixed launch shape that decode graphs capture) or as one cuBLASLt GEMM per nonempty
 // expert over its grouped rows (many tokens: the host reads the group starts first), and
-// the weighted sum back in token order into proj_, plus a shared expert where the model has one.
+// the weighted sum back in token order into proj_.
 #include <algorithm>
 #include <cstring>
 
@@ -48,51 +48,6 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_act_ = DeviceBuffer(rows * bf16_bytes(moe_I_));
   moe_out_ = DeviceBuffer(rows * bf16_bytes(H_));
   moe_host_starts_ = PinnedBuffer((moe_E_ + 1) * sizeof(std::int32_t));
-  moe_S_ = m.shared_intermediate;
-  if (moe_S_ > 0) {
-    moe_shared_gu_ = DeviceBuffer(T * bf16_bytes(2 * moe_S_));
-    moe_shared_act_ = DeviceBuffer(T * bf16_bytes(moe_S_));
-    moe_shared_out_ = DeviceBuffer(T * bf16_bytes(H_));
-  }
-}
-
-MoeRouteParams CudaModelRunner::moe_route_params(const Layer &L) const {
-  const MoeConfig &m = *config_.moe;
-  MoeRouteParams p;
-  p.E = static_cast<int>(moe_E_);
-  p.k = static_cast<int>(moe_k_);
-  p.norm_topk_prob = m.norm_topk_prob;
-  p.bias = L.router_bias.bytes() ? L.router_bias.as<float>() : nullptr;
-  switch (m.scoring) {
-    case MoeConfig::Scoring::kSoftmax:
-      p.rule = MoeRouteRule::kSoftmax;
-      break;
-    case MoeConfig::Scoring::kSigmoid:
-      p.rule = MoeRouteRule::kGroupedSigmoid;
-      p.n_group = static_cast<int>(m.n_group);
-      p.topk_group = static_cast<int>(m.topk_group);
-      p.scale = m.routed_scaling_factor;
-      break;
-    case MoeConfig::Scoring::kTopkSoftmax:
-      p.rule = MoeRouteRule::kTopkSoftmax;
-      break;
-  }
-  return p;
-}
-
-// GLM-4.5's shared expert: a dense SwiGLU MLP on every token, added to the routed sum in
-// proj_ (as the CPU block adds it after the routed experts).
-void CudaModelRunner::launch_moe_shared(const Layer &L, std::int32_t T) {
-  const StreamRef s = ctx_.compute();
-  const LinearLayout gu_fmt{2 * moe_S_, H_, {}, {}, {}}, down_fmt{H_, moe_S_, {}, {}, {}};
-  run_linear(gemm_, s, gu_fmt, L.shared_gate_up.data(), normed_.as<bf16>(), moe_shared_gu_.data(),
-             false, T, nullptr);
-  launch_swiglu(s, moe_shared_gu_.as<bf16>(), moe_shared_act_.as<bf16>(), T,
-                static_cast<int>(moe_S_));
-  run_linear(gemm_, s, down_fmt, L.shared_down.data(), moe_shared_act_.as<bf16>(),
-             moe_shared_out_.data(), false, T, nullptr);
-  launch_add_bf16(s, proj_.as<bf16>(), moe_shared_out_.as<bf16>(), T, static_cast<int>(H_), false);
-  profiler_.mark(s, StepProfiler::kGemm);
 }
 
 void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
@@ -110,7 +65,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   // Router logits in f32: the top-k choice is as sensitive as the CPU's to rounding.
   const LinearLayout router_fmt{moe_E_, H_, {}, {}, {}};
   run_linear(gemm_, s, router_fmt, L.router.data(), normed, moe_logits_.data(), true, T, nullptr);
-  launch_moe_route(s, moe_logits_.as<float>(), T, moe_route_params(L), ids, weights);
+  launch_moe_router(L, T, moe_logits_.as<float>(), ids, weights);  // cuda_runner_moe_route.cpp
   launch_moe_group(s, ids, S, E, k, align, layout.rows_cap, group);
   profiler_.mark(s, StepProfiler::kOther);
 
@@ -155,7 +110,6 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kGemm);
   launch_moe_combine(s, out, ids, weights, T, k, H, group, layout, proj_.as<bf16>());
   profiler_.mark(s, StepProfiler::kOther);
-  if (moe_S_ > 0) launch_moe_shared(L, T);
 }
 
 }  // namespace keel::cuda

@@ -211,26 +211,33 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
-  // A small f32 vector (router biases, sinks), kept f32: the router's choice is as
-  // sensitive to its rounding as the CPU's.
-  std::vector<float> vec;
-  auto put_f32 = [&](const std::string &name, std::int64_t n, const DeviceBuffer &dst) {
+  // Copies the 1-D tensor `name` ([n]: bf16, f16 or f32) to dst + `at` floats, as f32.
+  std::vector<float> floats;
+  auto put_f32 = [&](const std::string &name, std::int64_t n, const DeviceBuffer &dst,
+                     std::int64_t at) {
     const TensorView t = weights(name);
     if (t.shape.size() != 1 || t.shape[0] != n)
-      throw Error(ErrorCode::kFormat, "weights: " + name + ": expected shape [" +
-                                          std::to_string(n) + "] for this config");
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
+    if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
+      throw Error(ErrorCode::kUnsupported,
+                  "weights: " + name + ": dtype " + std::string(dtype_name(t.dtype)) +
+                      " is not supported for a bias");
     if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
-    if (t.dtype != DType::kF32 && t.dtype != DType::kF16 && t.dtype != DType::kBF16)
-      throw Error(ErrorCode::kUnsupported, "weights: " + name + ": dtype " +
-                                               std::string(dtype_name(t.dtype)) +
-                                               " (a float vector was expected)");
-    vec.resize(n);
-    dequantize_row(t.dtype, t.data, vec.data(), n);
-    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.data(), vec.data(), n * sizeof(float),
+    floats.resize(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (t.dtype == DType::kF32) {
+        std::memcpy(&floats[i], t.data + i * 4, 4);
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, t.data + i * 2, 2);
+        floats[i] = t.dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+    }
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<float>() + at, floats.data(), n * sizeof(float),
                                     cudaMemcpyHostToDevice,
                                     ctx_.copy_h2d().get("cudaMemcpyAsync")));
-    done.record(ctx_.copy_h2d());
+    done.record(ctx_.copy_h2d());  // `floats` is reused by the next bias
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
   put("model.embed_tokens.weight", V_, H_, embed_, 0);
@@ -256,13 +263,13 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     }
     put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
     if (config_.attention_out_bias) put(layer_name(i, "self_attn.o_proj.bias"), H_, 0, l.o_bias, 0);
-    if (config_.attention_sinks) put_f32(attention_sinks_name(i), nh_, l.sinks);
+    if (config_.attention_sinks) put_f32(attention_sinks_name(i), nh_, l.sinks, 0);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
     if (config_.moe && config_.moe->sparse(i)) {
       const MoeConfig &m = *config_.moe;
       const std::int64_t E = m.num_experts, Ie = m.expert_intermediate;
       put(moe_router_name(m, i), E, H_, l.router, 0);
-      if (l.router_bias.bytes()) put_f32(moe_router_bias_tensor(m, i), E, l.router_bias);
+      if (l.router_bias.bytes()) put_f32(moe_router_bias_tensor(m, i), E, l.router_bias, 0);
       if (const std::int64_t S = m.shared_intermediate; S > 0) {
         put(moe_shared_name(m, i, ExpertMatrix::kGate), S, H_, l.shared_gate_up, 0);
         put(moe_shared_name(m, i, ExpertMatrix::kUp), S, H_, l.shared_gate_up, bf16_bytes(S * H_));
