@@ -11,7 +11,7 @@
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
-//   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|glm-4.5-air [--layers N]
+//   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b [--layers N]
 //     [--moe-gemv-max N]   (mixture of experts, make_model's shapes; the roofline counts
 //     only the expert weights a step reads: k of E per token, the expected distinct
 //     experts of n tokens)
@@ -82,7 +82,8 @@ ModelConfig llama_config(const std::string &name) {
   return c;
 }
 
-// The mixture-of-experts shapes of make_model (random bf16 weights on the device).
+// The mixture-of-experts shapes of make_model (random bf16 weights on the device); also
+// --model glm-4.5-air (with --layers N: the whole model is 212 GB in bf16).
 bool moe_model(const std::string &name) {
   return name == "qwen3-30b-a3b" || name == "qwen3-moe-small" || name == "mixtral-8x7b" ||
          name == "glm-4.5-air";
