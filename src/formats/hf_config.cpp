@@ -315,6 +315,9 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
                     origin + ": layer_types: \"" + type + "\" is not supported");
       }
     }
+  } else if (c.arch == Arch::kGptOss && c.sliding_window) {
+    // transformers' GptOssConfig without layer_types: even layers slide, odd ones attend fully.
+    for (std::int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(l % 2 == 0);
   }
 
   const auto bos = token_ids(j, "bos_token_id", origin);

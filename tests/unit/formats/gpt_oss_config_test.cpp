@@ -97,6 +97,16 @@ TEST(GptOssConfig, EitherExpertsPerTokenNameIsRead) {
   EXPECT_EQ(parse_hf_config(j.dump(), "config.json").moe->top_k, 4);
 }
 
+// As transformers' GptOssConfig: without layer_types, even layers slide.
+TEST(GptOssConfig, WithoutLayerTypesEvenLayersSlide) {
+  json j = gpt_oss_json();
+  j.erase("layer_types");
+  const ModelConfig c = parse_hf_config(j.dump(), "config.json");
+  EXPECT_EQ(c.sliding_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.window_of(2), std::optional<std::int64_t>(8));
+  EXPECT_EQ(c.window_of(3), std::nullopt);
+}
+
 TEST(GptOssConfig, WindowOfWithoutLayerTypesIsTheSameForEveryLayer) {
   ModelConfig c;
   c.num_layers = 3;
