@@ -1,8 +1,11 @@
 #include "formats/gpt_oss_layout.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstring>
+#include <functional>
 #include <string_view>
+#include <thread>
 
 #include "core/error.h"
 
@@ -56,17 +59,36 @@ class Splitter {
     v.nbytes = static_cast<std::size_t>(dtype_bytes(t_.dtype, v.numel()));
     out_.views.push_back(std::move(v));
   }
-  // A new tensor of `t_`'s dtype and this shape; fill(dst) writes every byte.
-  template <class Fill>
-  void copy(std::string name, std::vector<std::int64_t> shape, Fill fill) {
+  // A new tensor of `t_`'s dtype and this shape; fill(dst), run later (on a worker
+  // thread, see fill_all), writes every byte.
+  void copy(std::string name, std::vector<std::int64_t> shape,
+            std::function<void(std::byte *)> fill) {
     TensorView v = t_;
     v.name = std::move(name);
     v.shape = std::move(shape);
     v.nbytes = static_cast<std::size_t>(dtype_bytes(t_.dtype, v.numel()));
     out_.owned.emplace_back(new std::byte[v.nbytes]);
-    fill(out_.owned.back().get());
-    v.data = out_.owned.back().get();
+    std::byte *dst = out_.owned.back().get();
+    fills_.push_back([dst, fill = std::move(fill)] { fill(dst); });
+    v.data = dst;
     out_.views.push_back(std::move(v));
+  }
+  // The copies of one fused tensor (one per expert: transposes of 2880 x 2880 in the
+  // released shapes) split over the cores; each writes its own buffer.
+  void fill_all() {
+    const std::size_t n = fills_.size();
+    const std::size_t workers =
+        std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+    if (workers <= 1) {
+      for (auto &f : fills_) f();
+      return;
+    }
+    std::vector<std::thread> threads;
+    for (std::size_t w = 0; w < workers; ++w)
+      threads.emplace_back([&, w] {
+        for (std::size_t i = w; i < n; i += workers) fills_[i]();
+      });
+    for (auto &t : threads) t.join();
   }
 
   std::optional<GptOssTensors> run() {
@@ -96,13 +118,14 @@ class Splitter {
       expect_shape({E, 2 * I}, "(experts, 2 x intermediate_size)");
       const std::size_t es = static_cast<std::size_t>(dtype_bytes(t_.dtype, 1));
       for (std::int64_t e = 0; e < E; ++e)
-        for (int j = 0; j < 2; ++j)
+        for (int j = 0; j < 2; ++j) {
+          const std::byte *src = t_.data + (e * 2 * I + j) * es;
           copy(moe_expert_bias_name(m_, layer, e, j == 0 ? ExpertMatrix::kGate : ExpertMatrix::kUp),
-               {I}, [&](std::byte *dst) {
-                 const std::byte *src = t_.data + (e * 2 * I + j) * es;
+               {I}, [src, es, I](std::byte *dst) {
                  for (std::int64_t i = 0; i < I; ++i)
                    std::memcpy(dst + i * es, src + 2 * i * es, es);
                });
+        }
     } else if (rest == "mlp.experts.down_proj") {
       if (mx) {
         expect_shape({E, H, I}, "(experts, hidden_size, intermediate_size)");
@@ -113,9 +136,11 @@ class Splitter {
         expect_plain();
         expect_shape({E, I, H}, "(experts, intermediate_size, hidden_size)");
         const std::size_t es = static_cast<std::size_t>(dtype_bytes(t_.dtype, 1));
-        for (std::int64_t e = 0; e < E; ++e)
+        for (std::int64_t e = 0; e < E; ++e) {
+          const std::byte *src = t_.data + e * I * H * es;
           copy(moe_expert_name(m_, layer, e, ExpertMatrix::kDown), {H, I},
-               [&](std::byte *dst) { transpose(t_.data + e * I * H * es, I, H, 1, 0, dst, es); });
+               [src, I, H, es](std::byte *dst) { transpose(src, I, H, 1, 0, dst, es); });
+        }
       }
     } else if (rest == "mlp.experts.down_proj_bias") {
       expect_plain();
@@ -126,6 +151,7 @@ class Splitter {
     } else {
       return std::nullopt;
     }
+    fill_all();
     return std::move(out_);
   }
 
@@ -134,37 +160,48 @@ class Splitter {
   void gate_up_rows(std::int64_t layer, std::int64_t E, std::int64_t I, std::int64_t H) {
     const std::size_t row = static_cast<std::size_t>(dtype_bytes(t_.dtype, H));
     for (std::int64_t e = 0; e < E; ++e)
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j) {
+        const std::byte *src = t_.data + (e * 2 * I + j) * row;
         copy(moe_expert_name(m_, layer, e, j == 0 ? ExpertMatrix::kGate : ExpertMatrix::kUp),
-             {I, H}, [&](std::byte *dst) {
-               const std::byte *src = t_.data + (e * 2 * I + j) * row;
+             {I, H}, [src, row, I](std::byte *dst) {
                for (std::int64_t i = 0; i < I; ++i)
                  std::memcpy(dst + i * row, src + 2 * i * row, row);
              });
+      }
   }
   // [E, H, 2I] (x @ W): gate[i][k] = W[e][k][2i], up[i][k] = W[e][k][2i + 1].
   void gate_up_columns(std::int64_t layer, std::int64_t E, std::int64_t I, std::int64_t H) {
     const std::size_t es = static_cast<std::size_t>(dtype_bytes(t_.dtype, 1));
     for (std::int64_t e = 0; e < E; ++e)
-      for (int j = 0; j < 2; ++j)
+      for (int j = 0; j < 2; ++j) {
+        const std::byte *src = t_.data + e * H * 2 * I * es;
         copy(moe_expert_name(m_, layer, e, j == 0 ? ExpertMatrix::kGate : ExpertMatrix::kUp),
-             {I, H}, [&](std::byte *dst) {
-               transpose(t_.data + e * H * 2 * I * es, H, 2 * I, 2, j, dst, es);
-             });
+             {I, H},
+             [src, H, I, j, es](std::byte *dst) { transpose(src, H, 2 * I, 2, j, dst, es); });
+      }
   }
   // dst[c][r] = src[r][col_step * c + col_first] for r < rows, c < cols / col_step:
   // a transpose of every col_step-th column, in tiles so both sides stay in cache.
-  static void transpose(const std::byte *src, std::int64_t rows, std::int64_t cols,
-                        std::int64_t col_step, std::int64_t col_first, std::byte *dst,
-                        std::size_t es) {
+  // Elements of ES bytes, copied as such (the file's data need not be aligned).
+  template <std::size_t ES>
+  static void transpose_es(const std::byte *src, std::int64_t rows, std::int64_t cols,
+                           std::int64_t col_step, std::int64_t col_first, std::byte *dst) {
     const std::int64_t out_rows = cols / col_step;
     constexpr std::int64_t kTile = 32;
     for (std::int64_t r0 = 0; r0 < rows; r0 += kTile)
       for (std::int64_t c0 = 0; c0 < out_rows; c0 += kTile)
         for (std::int64_t c = c0; c < std::min(c0 + kTile, out_rows); ++c)
           for (std::int64_t r = r0; r < std::min(r0 + kTile, rows); ++r)
-            std::memcpy(dst + (c * rows + r) * es, src + (r * cols + col_step * c + col_first) * es,
-                        es);
+            std::memcpy(dst + (c * rows + r) * ES, src + (r * cols + col_step * c + col_first) * ES,
+                        ES);
+  }
+  static void transpose(const std::byte *src, std::int64_t rows, std::int64_t cols,
+                        std::int64_t col_step, std::int64_t col_first, std::byte *dst,
+                        std::size_t es) {
+    if (es == 2)
+      transpose_es<2>(src, rows, cols, col_step, col_first, dst);
+    else
+      transpose_es<4>(src, rows, cols, col_step, col_first, dst);
   }
 
   const TensorView &t_;
@@ -172,6 +209,7 @@ class Splitter {
   const MoeConfig &m_;
   std::string origin_;
   GptOssTensors out_;
+  std::vector<std::function<void()>> fills_;
 };
 
 }  // namespace

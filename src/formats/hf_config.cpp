@@ -315,6 +315,9 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
                     origin + ": layer_types: \"" + type + "\" is not supported");
       }
     }
+  } else if (c.arch == Arch::kGptOss && c.sliding_window) {
+    // transformers' GptOssConfig without layer_types: even layers slide, odd ones attend fully.
+    for (std::int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(l % 2 == 0);
   }
 
   const auto bos = token_ids(j, "bos_token_id", origin);
@@ -389,6 +392,36 @@ MoeConfig glm4moe_from_gguf(const GgufFile &g, ModelConfig &c) {
   return m;
 }
 
+// llama.cpp's gpt-oss: experts stacked with their biases (ffn_{gate,up,down}_exps.bias, gate
+// and up already apart), a biased router softmaxed over its top k, the clamped SwiGLU with
+// llama.cpp's fixed limit and alpha, sinks in attn_sinks, and a window on every layer but
+// the last of each attention.sliding_window_pattern (2 when absent: even layers slide).
+// YaRN keeps the model's untruncated correction range (truncate: false in config.json).
+MoeConfig gpt_oss_from_gguf(const GgufFile &g, ModelConfig &c) {
+  const std::string &origin = g.path();
+  const std::string a = c.arch_name + ".";
+  MoeConfig m;
+  m.scoring = MoeConfig::Scoring::kTopkSoftmax;
+  m.router_bias = true;
+  m.expert_bias = true;
+  m.swiglu_limit = 7.0;
+  m.num_experts = g.get_i64(a + "expert_count");
+  m.top_k = g.get_i64(a + "expert_used_count");
+  m.expert_intermediate = g.get_i64(a + "expert_feed_forward_length");
+  m.sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)), true);
+  c.attention_sinks = true;
+  c.rope_scaling.truncate = false;
+  if (c.sliding_window) {
+    const std::int64_t period = g.get_opt_i64(a + "attention.sliding_window_pattern").value_or(2);
+    if (period <= 0)
+      fail(origin,
+           a + "attention.sliding_window_pattern: " + std::to_string(period) + " is not positive");
+    for (std::int64_t l = 0; l < c.num_layers; ++l)
+      c.sliding_layers.push_back(l % period < period - 1);
+  }
+  return m;
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile &g) {
@@ -407,13 +440,18 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kQwen3Moe;
   } else if (c.arch_name == "glm4moe") {
     c.arch = Arch::kGlm4Moe;
+  } else if (c.arch_name == "gpt-oss") {
+    c.arch = Arch::kGptOss;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
   }
   const std::string a = c.arch_name + ".";
   c.hidden_size = g.get_i64(a + "embedding_length");
-  c.intermediate_size = g.get_i64(a + "feed_forward_length");
+  // gpt-oss has no dense MLP: its experts' width stands in when feed_forward_length is absent.
+  c.intermediate_size = c.arch == Arch::kGptOss && !g.get_opt_i64(a + "feed_forward_length")
+                            ? g.get_i64(a + "expert_feed_forward_length")
+                            : g.get_i64(a + "feed_forward_length");
   c.num_layers = g.get_i64(a + "block_count");
   c.num_heads = g.get_i64(a + "attention.head_count");
   c.num_kv_heads = g.get_opt_i64(a + "attention.head_count_kv").value_or(c.num_heads);
@@ -476,6 +514,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.moe = m;
   } else if (c.arch == Arch::kGlm4Moe) {
     c.moe = glm4moe_from_gguf(g, c);
+  } else if (c.arch == Arch::kGptOss) {
+    c.moe = gpt_oss_from_gguf(g, c);
   }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {

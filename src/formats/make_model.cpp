@@ -337,13 +337,31 @@ namespace {
 // interleaved; bf16 / f32 as transformers holds them ([E, h, 2I], [E, I, h]), MXFP4 as
 // the release's _blocks / _scales pairs ([E, 2I, h / 32, 16], [E, h, I / 32, 16]); biases
 // in the dtype of the rest (bf16 beside MXFP4).
+// GGUF (llama.cpp's gpt-oss): the router as ffn_gate_inp.{weight,bias}, experts stacked
+// with gate and up apart, blk.L.ffn_{gate,up,down}_exps.weight [E, I, h] / [E, h, I] and
+// their biases .bias [E, I] / [E, h] in f32.
 template <class Add>
-void plan_gpt_oss_experts(const ModelConfig &c, std::int64_t l, DType dtype, Add &add,
+void plan_gpt_oss_experts(const ModelConfig &c, std::int64_t l, DType dtype, bool gguf, Add &add,
                           std::vector<PlannedTensor> &out) {
   const MoeConfig &m = *c.moe;
   const std::int64_t E = m.num_experts, I = m.expert_intermediate, h = c.hidden_size;
   const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
   const DType plain = dtype == DType::kMXFP4 ? DType::kBF16 : DType::kI32;  // kI32: dtype
+  if (gguf) {
+    add(moe_router_name(m, l), {E, h}, Init::kNormal, 1.0f, 0, plain);
+    add(moe_router_logit_bias_name(m, l), {E}, Init::kNormal, 0.1f);
+    auto stacked = [&](const char *which, std::int64_t rows, std::int64_t cols) {
+      const std::string name = "blk." + std::to_string(l) + ".ffn_" + which + "_exps.";
+      add(name + "weight", {E, rows, cols}, Init::kNormal);
+      out.back().spec.dtype = dtype;  // MXFP4 stays MXFP4 here
+      out.back().gen_shape = {E * rows, cols};
+      add(name + "bias", {E, rows}, Init::kNormal, 0.02f, 0, DType::kF32);
+    };
+    stacked("gate", I, h);
+    stacked("up", I, h);
+    stacked("down", h, I);
+    return;
+  }
   // A router far from uniform, so that random tokens spread over the experts.
   add(p + "router.weight", {E, h}, Init::kNormal, 1.0f, 0, plain);
   add(p + "router.bias", {E}, Init::kNormal, 0.1f, 0, plain);
@@ -388,8 +406,9 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     t.spec.dtype = gguf && shape.size() == 1 ? DType::kF32 : as != DType::kI32 ? as : dtype;
     // MXFP4 (as llama.cpp and gpt-oss): linear weights only; the embedding stays bf16, and
     // in safetensors only the experts are MXFP4 (gpt-oss's pairs, below).
+    // (gpt-oss in GGUF too: only its experts, below.)
     if (dtype == DType::kMXFP4 && t.spec.dtype == DType::kMXFP4 &&
-        (!gguf || name == "model.embed_tokens.weight"))
+        (!gguf || name == "model.embed_tokens.weight" || c.arch == Arch::kGptOss))
       t.spec.dtype = DType::kBF16;
     t.spec.shape = std::move(shape);
     t.init = init;
@@ -420,8 +439,10 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     if (c.attention_out_bias) add(p + "self_attn.o_proj.bias", {h}, Init::kNormal);
     if (c.attention_sinks) add(attention_sinks_name(l), {c.num_heads}, Init::kNormal, 1.0f);
     add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
+    if (gguf && c.arch == Arch::kGptOss)  // llama.cpp's gpt-oss names it so
+      out.back().spec.name = "blk." + std::to_string(l) + ".post_attention_norm.weight";
     if (c.moe && c.moe->sparse(l) && c.arch == Arch::kGptOss) {
-      plan_gpt_oss_experts(c, l, dtype, add, out);
+      plan_gpt_oss_experts(c, l, dtype, gguf, add, out);
       continue;
     }
     if (c.moe && c.moe->sparse(l)) {
@@ -785,7 +806,9 @@ std::uint32_t gguf_file_type(DType t) {
 GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
                            const ModelTokenizer &tok) {
   GgufMetadata m;
-  const std::string arch = c.arch == Arch::kQwen3Moe ? "qwen3moe" : c.arch_name;  // llama.cpp's
+  const std::string arch = c.arch == Arch::kQwen3Moe ? "qwen3moe"  // llama.cpp's names
+                           : c.arch == Arch::kGptOss ? "gpt-oss"
+                                                     : c.arch_name;
   const std::string a = arch + ".";
   m.add_string("general.architecture", arch);
   m.add_string("general.name", "keel random " + c.arch_name + " " + o.shape);
@@ -810,6 +833,14 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
     m.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(c.moe->top_k));
     m.add_u32(a + "expert_feed_forward_length",
               static_cast<std::uint32_t>(c.moe->expert_intermediate));
+  }
+  if (c.sliding_window)
+    m.add_u32(a + "attention.sliding_window", static_cast<std::uint32_t>(*c.sliding_window));
+  if (c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    m.add_string(a + "rope.scaling.type", "yarn");
+    m.add_f32(a + "rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
+    m.add_u32(a + "rope.scaling.original_context_length",
+              static_cast<std::uint32_t>(c.rope_scaling.original_max_position));
   }
   tok.add_to_gguf(m, c.vocab_size);
   return m;
@@ -874,10 +905,11 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   if (fp8 && c.arch == Arch::kGptOss)
     throw Error(ErrorCode::kInvalidArgument,
                 "fp8: gpt_oss is written in bf16, f32 or mxfp4 (its released form)");
-  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe)
+  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe && c.arch != Arch::kGptOss)
     throw Error(
         ErrorCode::kInvalidArgument,
-        "--format gguf: of the mixture-of-experts models only qwen3_moe is written as GGUF");
+        "--format gguf: of the mixture-of-experts models only qwen3_moe and gpt_oss are written "
+        "as GGUF");
   ModelTokenizer tok =
       o.tokenizer.empty() ? generate_tokenizer(c.vocab_size) : load_tokenizer(o.tokenizer);
   if (tok.size > c.vocab_size) c.vocab_size = tok.size;  // the embedding must cover every token id

@@ -17,7 +17,7 @@ namespace keel {
 namespace {
 
 // Per-layer suffixes: GGUF's and HF's.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 22> kLayerNames = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kLayerNames = {{
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -40,6 +40,10 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 22> kLayerNa
     {"ffn_up_shexp.weight", "mlp.shared_experts.up_proj.weight"},
     {"ffn_down_shexp.weight", "mlp.shared_experts.down_proj.weight"},
     {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+    // gpt-oss (read only: writers name the norm ffn_norm, the entry above).
+    {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+    {"attn_sinks.weight", "self_attn.sinks"},
+    {"ffn_gate_inp.bias", "mlp.gate.bias"},
 }};
 
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kGlobalNames = {{
@@ -232,33 +236,43 @@ bool ModelWeights::split_stacked_experts(const GgufTensorInfo &t, const std::str
   std::string_view rest;
   if (!split_layer(t.name, "blk.", layer, rest)) return false;
   ExpertMatrix which;
-  if (rest == "ffn_gate_exps.weight") {
+  // gpt-oss also stacks the experts' biases, [E, n].
+  const bool bias = rest.ends_with(".bias");
+  if (rest == "ffn_gate_exps.weight" || rest == "ffn_gate_exps.bias") {
     which = ExpertMatrix::kGate;
-  } else if (rest == "ffn_up_exps.weight") {
+  } else if (rest == "ffn_up_exps.weight" || rest == "ffn_up_exps.bias") {
     which = ExpertMatrix::kUp;
-  } else if (rest == "ffn_down_exps.weight") {
+  } else if (rest == "ffn_down_exps.weight" || rest == "ffn_down_exps.bias") {
     which = ExpertMatrix::kDown;
   } else {
     return false;
   }
+  auto keel_name = [&](std::int64_t e) {
+    return bias ? moe_expert_bias_name(*config_.moe, layer, e, which)
+                : moe_expert_name(*config_.moe, layer, e, which);
+  };
   const MoeConfig &m = *config_.moe;
   const std::string origin = file + ": " + t.name;
   if (!t.supported()) {
     unsupported_.emplace(
-        moe_expert_name(m, layer, 0, which),
+        keel_name(0),
         origin + ": tensor type " + std::string(ggml_type_name(t.ggml_type)) + " is not supported");
     return true;
   }
-  // [E, rows, cols]: expert e is rows x cols contiguous elements.
+  // [E, rows, cols]: expert e is rows x cols contiguous elements ([E, n] for biases).
   const TensorView all = GgufFile::view(t, file);
-  if (all.shape.size() != 3 || all.shape[0] != m.num_experts)
+  if (all.shape.size() != (bias ? 2u : 3u) || all.shape[0] != m.num_experts)
     throw Error(ErrorCode::kFormat, origin + ": shape " + shape_str(all.shape) + ", expected [" +
-                                        std::to_string(m.num_experts) + ", rows, cols]");
-  const std::int64_t per = dtype_bytes(all.dtype, all.shape[1] * all.shape[2]);
+                                        std::to_string(m.num_experts) +
+                                        (bias ? ", n]" : ", rows, cols]"));
+  const std::vector<std::int64_t> one(all.shape.begin() + 1, all.shape.end());
+  std::int64_t elems = 1;
+  for (const std::int64_t d : one) elems *= d;
+  const std::int64_t per = dtype_bytes(all.dtype, elems);
   for (std::int64_t e = 0; e < all.shape[0]; ++e) {
     TensorView v = all;
-    v.name = moe_expert_name(m, layer, e, which);
-    v.shape = {all.shape[1], all.shape[2]};
+    v.name = keel_name(e);
+    v.shape = one;
     v.data = all.data + e * per;
     v.nbytes = static_cast<std::size_t>(per);
     tensors_.emplace(v.name, v);

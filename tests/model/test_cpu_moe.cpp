@@ -1,4 +1,4 @@
-// Qwen3-MoE and GLM-4.5 models (random weights from make_model) on the CPU runner: a
+// Qwen3-MoE, GLM-4.5 and gpt-oss models (random weights from make_model) on the CPU runner: a
 // sequence's logits are bit-identical alone and batched with 31 other sequences, in
 // prefill and in decode, through paged KV blocks; GGUF and fused expert layouts; GLM's
 // unused MTP layer. (Agreement with transformers comes from the fixtures
@@ -95,6 +95,11 @@ TEST(CpuMoe, SameLogitsAloneAndBatchedWith31Others) {
 TEST(CpuMoe, Glm4MoeSameLogitsAloneAndBatchedWith31Others) {
   alone_vs_batched_with_31_others("glm4_moe");
 }
+// gpt-oss: sinks, a window of 16 on layer 0 (the 29-token prompt passes it), biased
+// routing, expert biases and the clamped SwiGLU.
+TEST(CpuMoe, GptOssSameLogitsAloneAndBatchedWith31Others) {
+  alone_vs_batched_with_31_others("gpt_oss");
+}
 
 // The same model written as llama.cpp lays it out in GGUF (qwen3moe or glm4moe keys,
 // each layer's experts stacked in blk.N.ffn_{gate,up,down}_exps.weight; GLM's shared
@@ -129,9 +134,9 @@ void gguf_matches_safetensors(const std::string &arch) {
   const ModelConfig &c = st->config();
   const MoeConfig &m = *c.moe;
 
-  const bool glm = arch == "glm4_moe";
+  const bool glm = arch == "glm4_moe", oss = arch == "gpt_oss";
   GgufMetadata meta;
-  const std::string gguf_arch = glm ? "glm4moe" : "qwen3moe";
+  const std::string gguf_arch = glm ? "glm4moe" : oss ? "gpt-oss" : "qwen3moe";
   meta.add_string("general.architecture", gguf_arch);
   const std::string a = gguf_arch + ".";
   meta.add_u32(a + "embedding_length", static_cast<std::uint32_t>(c.hidden_size));
@@ -156,6 +161,13 @@ void gguf_matches_safetensors(const std::string &arch) {
     meta.add_u32(a + "expert_group_count", static_cast<std::uint32_t>(m.n_group));
     meta.add_u32(a + "expert_group_used_count", static_cast<std::uint32_t>(m.topk_group));
   }
+  if (oss) {  // llama.cpp's gpt-oss keys: the window (on even layers) and YaRN
+    meta.add_u32(a + "attention.sliding_window", static_cast<std::uint32_t>(*c.sliding_window));
+    meta.add_string(a + "rope.scaling.type", "yarn");
+    meta.add_f32(a + "rope.scaling.factor", static_cast<float>(c.rope_scaling.factor));
+    meta.add_u32(a + "rope.scaling.original_context_length",
+                 static_cast<std::uint32_t>(c.rope_scaling.original_max_position));
+  }
 
   // Plain tensors under their GGUF names; experts stacked, expert-major.
   std::vector<TensorSpec> specs;
@@ -163,7 +175,10 @@ void gguf_matches_safetensors(const std::string &arch) {
   for (const std::string &name : st->names()) {
     if (name.find(".experts.") != std::string::npos) continue;
     const TensorView &t = st->get(name);
-    specs.push_back({ModelWeights::gguf_name_from_hf(name), t.dtype, t.shape});
+    std::string gname = ModelWeights::gguf_name_from_hf(name);
+    if (oss && name.ends_with("post_attention_layernorm.weight"))  // llama.cpp's gpt-oss name
+      gname.replace(gname.find("ffn_norm"), 8, "post_attention_norm");
+    specs.push_back({gname, t.dtype, t.shape});
     sources.push_back({&t});
   }
   const char *stacked[] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
@@ -177,6 +192,14 @@ void gguf_matches_safetensors(const std::string &arch) {
                        DType::kF32,
                        {m.num_experts, parts[0]->shape[0], parts[0]->shape[1]}});
       sources.push_back(parts);
+      if (!m.expert_bias) continue;  // gpt-oss: the biases stacked too, [E, n]
+      std::vector<const TensorView *> biases;
+      for (std::int64_t e = 0; e < m.num_experts; ++e)
+        biases.push_back(&st->get(moe_expert_bias_name(m, l, e, which[j])));
+      specs.push_back({"blk." + std::to_string(l) + "." + stacked[j] + ".bias",
+                       DType::kF32,
+                       {m.num_experts, biases[0]->shape[0]}});
+      sources.push_back(biases);
     }
   const auto gguf = base / "moe.gguf";
   {
@@ -192,6 +215,9 @@ void gguf_matches_safetensors(const std::string &arch) {
   EXPECT_EQ(from_gguf->config().moe->num_experts, m.num_experts);
   EXPECT_EQ(from_gguf->config().moe->scoring, m.scoring);
   EXPECT_EQ(from_gguf->config().partial_rotary_factor, c.partial_rotary_factor);
+  EXPECT_EQ(from_gguf->config().attention_sinks, c.attention_sinks);
+  EXPECT_EQ(from_gguf->config().sliding_layers, c.sliding_layers);
+  EXPECT_EQ(from_gguf->config().rope_scaling.truncate, c.rope_scaling.truncate);
   const int V = static_cast<int>(c.vocab_size);
   std::vector<ForwardOutput> outs;
   for (cpu::CpuModelRunner *r : {from_st.get(), from_gguf.get()}) {
@@ -207,6 +233,9 @@ void gguf_matches_safetensors(const std::string &arch) {
 
 TEST(CpuMoe, GgufWithStackedExpertsMatchesSafetensors) { gguf_matches_safetensors("qwen3_moe"); }
 TEST(CpuMoe, Glm4MoeGgufMatchesSafetensors) { gguf_matches_safetensors("glm4_moe"); }
+// llama.cpp's gpt-oss: stacked experts with stacked biases, attn_sinks, ffn_gate_inp.bias,
+// post_attention_norm, the window and YaRN from the keys.
+TEST(CpuMoe, GptOssGgufMatchesSafetensors) { gguf_matches_safetensors("gpt_oss"); }
 
 // The same qwen3_moe with its experts fused as transformers 5 keeps them
 // (mlp.experts.gate_up_proj [E, 2I, hidden], mlp.experts.down_proj [E, hidden, I]).

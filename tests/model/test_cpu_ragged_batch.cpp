@@ -103,6 +103,9 @@ TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedQwen3Moe) {
 TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedGlm4Moe) {
   ragged_vs_alone("moe_models/glm4_moe_bf16");
 }
+TEST(CpuRaggedBatch, SameLogitsAloneAndBatchedGptOss) {
+  ragged_vs_alone("moe_models/gpt_oss_bf16");
+}
 
 TEST(CpuRunner, RejectsBadBatches) {
   const auto dir = fixtures_dir() / "models" / "llama_gqa_f32";

@@ -22,7 +22,7 @@ enum class LayerStep : std::uint8_t {
   kQkNorm,       // RMSNorm over head_dim of every q and k head (Qwen3)
   kRope,         // rotary position embedding of q and k (config's rope style and scaling)
   kKvWrite,      // this step's k and v into the paged KV cache
-  kAttention,    // causal paged attention over the cache (config's sliding window)
+  kAttention,    // causal paged attention over the cache (window_of(layer); gpt-oss: sinks)
   kOProj,        // h = att W_o^T (summed over tensor-parallel ranks)   [T, hidden]
   kOBias,        // h += the o_proj bias (Llama with attention_bias), after the rank sum
   kResidualAdd,  // x += h

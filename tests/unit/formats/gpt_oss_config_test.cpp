@@ -86,6 +86,67 @@ TEST(GptOssConfig, ParsesTheReleasedFields) {
   for (std::int64_t l = 0; l < 4; ++l) EXPECT_TRUE(m.sparse(l));
 }
 
+// gpt-oss-20b's released config.json, field for field (layer_types shortened to a rule).
+TEST(GptOssConfig, TheReleased20bConfigParses) {
+  json types = json::array();
+  for (int l = 0; l < 24; ++l) types.push_back(l % 2 ? "full_attention" : "sliding_attention");
+  const json j = {{"architectures", {"GptOssForCausalLM"}},
+                  {"attention_bias", true},
+                  {"attention_dropout", 0.0},
+                  {"eos_token_id", 200002},
+                  {"experts_per_token", 4},
+                  {"head_dim", 64},
+                  {"hidden_act", "silu"},
+                  {"hidden_size", 2880},
+                  {"initial_context_length", 4096},
+                  {"initializer_range", 0.02},
+                  {"intermediate_size", 2880},
+                  {"layer_types", types},
+                  {"max_position_embeddings", 131072},
+                  {"model_type", "gpt_oss"},
+                  {"num_attention_heads", 64},
+                  {"num_experts_per_tok", 4},
+                  {"num_hidden_layers", 24},
+                  {"num_key_value_heads", 8},
+                  {"num_local_experts", 32},
+                  {"output_router_logits", false},
+                  {"pad_token_id", 199999},
+                  {"quantization_config",
+                   {{"modules_to_not_convert",
+                     {"model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens",
+                      "lm_head"}},
+                    {"quant_method", "mxfp4"}}},
+                  {"rms_norm_eps", 1e-05},
+                  {"rope_scaling",
+                   {{"beta_fast", 32.0},
+                    {"beta_slow", 1.0},
+                    {"factor", 32.0},
+                    {"original_max_position_embeddings", 4096},
+                    {"rope_type", "yarn"},
+                    {"truncate", false}}},
+                  {"rope_theta", 150000},
+                  {"router_aux_loss_coef", 0.9},
+                  {"sliding_window", 128},
+                  {"swiglu_limit", 7.0},
+                  {"tie_word_embeddings", false},
+                  {"transformers_version", "4.55.0.dev0"},
+                  {"use_cache", true},
+                  {"vocab_size", 201088}};
+  const ModelConfig c = parse_hf_config(j.dump(), "config.json");
+  EXPECT_EQ(c.arch, Arch::kGptOss);
+  EXPECT_FALSE(c.fp8);
+  EXPECT_EQ(c.num_layers, 24);
+  EXPECT_EQ(c.head_dim, 64);
+  EXPECT_EQ(c.moe->num_experts, 32);
+  EXPECT_EQ(c.moe->top_k, 4);
+  EXPECT_EQ(c.moe->expert_intermediate, 2880);
+  EXPECT_EQ(c.window_of(22), std::optional<std::int64_t>(128));
+  EXPECT_EQ(c.window_of(23), std::nullopt);
+  EXPECT_EQ(c.eos_token_ids, std::vector<TokenId>{200002});
+  EXPECT_DOUBLE_EQ(c.rope_theta, 150000.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position, 4096);
+}
+
 TEST(GptOssConfig, EitherExpertsPerTokenNameIsRead) {
   json j = gpt_oss_json();
   j.erase("num_experts_per_tok");
@@ -95,6 +156,16 @@ TEST(GptOssConfig, EitherExpertsPerTokenNameIsRead) {
   j.erase("experts_per_token");
   j["num_experts_per_tok"] = 4;
   EXPECT_EQ(parse_hf_config(j.dump(), "config.json").moe->top_k, 4);
+}
+
+// As transformers' GptOssConfig: without layer_types, even layers slide.
+TEST(GptOssConfig, WithoutLayerTypesEvenLayersSlide) {
+  json j = gpt_oss_json();
+  j.erase("layer_types");
+  const ModelConfig c = parse_hf_config(j.dump(), "config.json");
+  EXPECT_EQ(c.sliding_layers, (std::vector<bool>{true, false, true, false}));
+  EXPECT_EQ(c.window_of(2), std::optional<std::int64_t>(8));
+  EXPECT_EQ(c.window_of(3), std::nullopt);
 }
 
 TEST(GptOssConfig, WindowOfWithoutLayerTypesIsTheSameForEveryLayer) {

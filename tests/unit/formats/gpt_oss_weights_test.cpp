@@ -214,6 +214,37 @@ TEST(GptOssWeights, Mxfp4ExpertsAreSplitByWholeRows) {
   EXPECT_EQ(w->linear_dtypes(), "bf16+mxfp4");
 }
 
+// `--format gguf`: llama.cpp's gpt-oss layout (stacked experts with stacked biases, gate
+// and up apart; attn_sinks, ffn_gate_inp.bias, post_attention_norm), read back under the
+// same per-expert names.
+TEST(GptOssWeights, GgufLoadsUnderTheSameNames) {
+  for (const DType dtype : {DType::kF32, DType::kMXFP4}) {
+    test::TempDir dir;
+    MakeModelOptions o = tiny_gpt_oss(dir / "m.gguf", dtype);
+    o.gguf = true;
+    make_model(o);
+    auto w = ModelWeights::open(dir / "m.gguf");
+    const ModelConfig &c = w->config();
+    EXPECT_EQ(c.arch, Arch::kGptOss);
+    EXPECT_TRUE(c.attention_sinks);
+    EXPECT_EQ(c.sliding_layers, (std::vector<bool>{true, false}));
+    EXPECT_EQ(c.window_of(0), std::optional<std::int64_t>(16));
+    EXPECT_EQ(c.rope_scaling.type, RopeScaling::Type::kYarn);
+    EXPECT_FALSE(c.rope_scaling.truncate);
+    ASSERT_TRUE(c.moe);
+    EXPECT_EQ(c.moe->scoring, MoeConfig::Scoring::kTopkSoftmax);
+    const TensorView &gate = w->get(moe_expert_name(*c.moe, 1, 7, ExpertMatrix::kGate));
+    EXPECT_EQ(gate.shape, (std::vector<std::int64_t>{64, 64}));
+    EXPECT_EQ(gate.dtype, dtype);
+    EXPECT_EQ(w->get(moe_expert_bias_name(*c.moe, 1, 7, ExpertMatrix::kDown)).shape,
+              (std::vector<std::int64_t>{64}));
+    EXPECT_EQ(w->get(moe_router_logit_bias_name(*c.moe, 0)).shape, (std::vector<std::int64_t>{8}));
+    EXPECT_EQ(w->get(attention_sinks_name(1)).shape, (std::vector<std::int64_t>{4}));
+    EXPECT_TRUE(w->find("model.layers.1.post_attention_layernorm.weight"));
+    EXPECT_EQ(w->linear_dtypes(), dtype == DType::kF32 ? "f32" : "bf16+mxfp4");
+  }
+}
+
 TEST(GptOssCheckpoint, MissingTensorsAreNamed) {
   struct Case {
     const char *stored, *message;
