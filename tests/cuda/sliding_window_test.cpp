@@ -74,6 +74,14 @@ struct RandomModel {
       lin(p + "mlp.gate_proj.weight", I, H);
       lin(p + "mlp.up_proj.weight", I, H);
       lin(p + "mlp.down_proj.weight", H, I);
+      if (cfg.attention_bias) {
+        add(p + "self_attn.q_proj.bias", {qd}, -0.5f, 0.5f);
+        add(p + "self_attn.k_proj.bias", {kvd}, -0.5f, 0.5f);
+        add(p + "self_attn.v_proj.bias", {kvd}, -0.5f, 0.5f);
+      }
+      if (cfg.attention_out_bias) add(p + "self_attn.o_proj.bias", {H}, -0.5f, 0.5f);
+      // Sinks from below to well above the rows' scores.
+      if (cfg.attention_sinks) add(p + "self_attn.sinks", {cfg.num_heads}, -1.0f, 4.0f);
     }
   }
 
@@ -106,6 +114,19 @@ ModelConfig mistral_like(std::int64_t heads, std::int64_t kv_heads, std::int64_t
   c.rope_theta = 10000.0;
   c.max_position_embeddings = 512;
   c.sliding_window = window;
+  return c;
+}
+
+// gpt-oss's attention on a dense model: the window on every other layer (from the first),
+// a sink per q head, q/k/v and o_proj biases; and GLM's partial rotary (half of each head).
+ModelConfig gpt_oss_attention(std::int64_t heads, std::int64_t kv_heads, std::int64_t head_dim,
+                              std::int64_t window) {
+  ModelConfig c = mistral_like(heads, kv_heads, head_dim, window);
+  c.sliding_layers = {true, false};
+  c.attention_sinks = true;
+  c.attention_bias = true;
+  c.attention_out_bias = true;
+  c.partial_rotary_factor = 0.5;
   return c;
 }
 
@@ -237,9 +258,39 @@ TEST(SlidingWindowModel, WindowChangesCpuLogits) {
   }
 }
 
+// The gpt-oss attention pieces each move the CPU runner's logits by far more than the
+// GPU tolerance, so the comparison below can tell them apart from their absence.
+TEST(SlidingWindowModel, GptOssAttentionPiecesChangeCpuLogits) {
+  const std::int64_t window = 8;
+  RandomModel m(gpt_oss_attention(4, 2, 32, window), 77);
+  ExecContext x(2);
+  auto with = cpu_runner(m, m.cfg, x);
+  ModelConfig all_windowed = m.cfg, no_sinks = m.cfg, full_rotary = m.cfg;
+  all_windowed.sliding_layers.clear();  // the window on both layers
+  no_sinks.attention_sinks = false;
+  full_rotary.partial_rotary_factor = 1.0;
+  RandomModel sinkless = m;  // the CPU applies sinks wherever their tensor is
+  for (int l = 0; l < m.cfg.num_layers; ++l)
+    sinkless.w.erase("model.layers." + std::to_string(l) + ".self_attn.sinks");
+  auto a = cpu_runner(m, all_windowed, x);
+  auto b = cpu_runner(sinkless, no_sinks, x);
+  auto c = cpu_runner(m, full_rotary, x);
+  const auto cmp = run_schedule({with.get(), a.get(), b.get(), c.get()}, window, 5);
+  std::printf(
+      "cpu gpt-oss attention: alternating vs every layer windowed %.3g, sinks vs none "
+      "%.3g, partial vs full rotary %.3g (worst top-20 |logprob diff|)\n",
+      cmp[1].worst_late, cmp[2].worst, cmp[3].worst);
+  EXPECT_GT(cmp[1].worst_late, 5 * kLogprobTol);
+  EXPECT_GT(cmp[2].worst, 5 * kLogprobTol);
+  EXPECT_GT(cmp[3].worst, 5 * kLogprobTol);
+}
+
 void check_gpu_vs_cpu(std::int64_t heads, std::int64_t kv_heads, std::int64_t hd,
-                      std::int64_t window, bool graphs, const std::string &features = "auto") {
-  RandomModel m(mistral_like(heads, kv_heads, hd, window), 1000 + static_cast<int>(hd));
+                      std::int64_t window, bool graphs, const std::string &features = "auto",
+                      bool gpt_oss = false) {
+  RandomModel m(gpt_oss ? gpt_oss_attention(heads, kv_heads, hd, window)
+                        : mistral_like(heads, kv_heads, hd, window),
+                1000 + static_cast<int>(hd));
   ExecContext x(4);
   auto cpu = cpu_runner(m, m.cfg, x);
   CudaContextOptions co;
@@ -277,6 +328,16 @@ TEST(SlidingWindowModel, CudaMatchesCpuFlashAndDecodeKernels) {
   ASSERT_TRUE(flash_attention_supported(8, 2, 64));
   check_gpu_vs_cpu(8, 2, 64, 12, true);
   check_gpu_vs_cpu(8, 2, 64, 12, false);
+}
+
+// gpt-oss's attention (alternating windows, sinks, q/k/v/o biases) with partial rotary:
+// the general kernel (head_dim 32), then flash prefill and decode (head_dim 64, group 4)
+// with split-K sized per window, graphs on and off.
+TEST(SlidingWindowModel, CudaMatchesCpuGptOssAttention) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  check_gpu_vs_cpu(4, 2, 32, 8, true, "auto", true);
+  check_gpu_vs_cpu(8, 2, 64, 12, true, "auto", true);
+  check_gpu_vs_cpu(8, 2, 64, 12, false, "auto", true);
 }
 
 // The paths a GPU without Hopper's features takes (KEEL_CUDA_FEATURES=baseline: no
