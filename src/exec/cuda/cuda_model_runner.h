@@ -36,6 +36,7 @@
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/k_moe.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
@@ -175,6 +176,9 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer router;           // [E, H]
     DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
     DeviceBuffer experts_down;     // [E, H, Ie]
+    // gpt-oss's expert biases (MoeConfig::expert_bias), f32; else empty.
+    DeviceBuffer experts_gate_up_bias;  // [E, 2 Ie]: each expert's gate bias, then its up bias
+    DeviceBuffer experts_down_bias;     // [E, H]
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -218,6 +222,10 @@ class CudaModelRunner : public ModelRunner {
   void allocate_moe_buffers(const CudaRunnerOptions &opts);
   bool moe_gemv_path(std::int32_t T) const { return T <= moe_gemv_max_; }
   void launch_moe(const Layer &L, std::int32_t T);
+  // The fused decode path's MoE block (k_moe_decode.h): residual_ += the block over its T rows.
+  void launch_moe_decode(const Layer &L, std::int32_t T);
+  // Layer L's expert biases and the config's clamped SwiGLU, as the expert kernels take them.
+  MoeExpertAct expert_act(const Layer &L) const;
   // The decode, general and flash launches' parameters for a staged step (layer 0).
   void attention_params(const StepShape &shape, AttnParams &single, AttnParams &multi,
                         AttnParams &flash) const;
@@ -298,6 +306,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_out_;          // [rows, H] bf16: each grouped row's expert output
   PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
   Event moe_starts_ready_;
+  DeviceBuffer moe_counter_;  // u32: launch_moe_decode_router's finished blocks (zero between)
 };
 
 }  // namespace keel::cuda

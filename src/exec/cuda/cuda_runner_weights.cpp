@@ -84,6 +84,11 @@ void CudaModelRunner::allocate_weights() {
         l.router = alloc(E * H_);
         l.experts_gate_up = alloc(E * 2 * Ie * H_);
         l.experts_down = alloc(E * H_ * Ie);
+        if (c.moe->expert_bias) {  // f32, so the biases add exactly as the CPU adds them
+          l.experts_gate_up_bias = DeviceBuffer(E * 2 * Ie * sizeof(float));
+          l.experts_down_bias = DeviceBuffer(E * H_ * sizeof(float));
+          weight_bytes_ += l.experts_gate_up_bias.bytes() + l.experts_down_bias.bytes();
+        }
         continue;
       }
       l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
@@ -201,6 +206,35 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
+  // Copies the 1-D tensor `name` ([n]: bf16, f16 or f32) to dst + `at` floats, as f32.
+  std::vector<float> floats;
+  auto put_f32 = [&](const std::string &name, std::int64_t n, const DeviceBuffer &dst,
+                     std::int64_t at) {
+    const TensorView t = weights(name);
+    if (t.shape.size() != 1 || t.shape[0] != n)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
+    if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
+      throw Error(ErrorCode::kUnsupported,
+                  "weights: " + name + ": dtype " + std::string(dtype_name(t.dtype)) +
+                      " is not supported for a bias");
+    if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
+    floats.resize(n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (t.dtype == DType::kF32) {
+        std::memcpy(&floats[i], t.data + i * 4, 4);
+      } else {
+        std::uint16_t h;
+        std::memcpy(&h, t.data + i * 2, 2);
+        floats[i] = t.dtype == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+      }
+    }
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<float>() + at, floats.data(), n * sizeof(float),
+                                    cudaMemcpyHostToDevice,
+                                    ctx_.copy_h2d().get("cudaMemcpyAsync")));
+    done.record(ctx_.copy_h2d());  // `floats` is reused by the next bias
+    done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+  };
   put("model.embed_tokens.weight", V_, H_, embed_, 0);
   if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0, &lm_head_fmt_);
   put("model.norm.weight", H_, 0, final_norm_, 0);
@@ -235,6 +269,14 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
             at + bf16_bytes(Ie * H_));
         put(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
             bf16_bytes(e * H_ * Ie));
+        if (m.expert_bias) {
+          put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kGate), Ie, l.experts_gate_up_bias,
+                  e * 2 * Ie);
+          put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kUp), Ie, l.experts_gate_up_bias,
+                  e * 2 * Ie + Ie);
+          put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kDown), H_, l.experts_down_bias,
+                  e * H_);
+        }
       }
       continue;
     }
