@@ -5,7 +5,8 @@
 # runner), memcheck on the new kernels, then the Qwen3-30B-A3B shape (random bf16 weights
 # on the device) decode at 1 / 2 / 4 / 32 sequences and prefill 512 / 8192 on the default
 # path (MoE decode on the fused kernels for <= 2 rows), the old unfused decode for A/B
-# (--fused-max-m 0), and the step profiler at batch 1 both ways. About 90 s.
+# (--fused-max-m 0), prefill on the per-expert cuBLASLt GEMMs (--moe-grouped off), the
+# step profiler and ncu per-kernel times of batch-1 decode. About 120 s.
 #
 #   there:  bash scripts/device/cudaexperts_h200.sh [budget-seconds]   (carry .devcarry_cx)
 set -uo pipefail
@@ -35,8 +36,31 @@ bench() {  # bench NAME ARGS...: Qwen3-30B-A3B shape, random bf16 weights on the
 }
 bench fused --seqs 1,2,4,32 --decode-steps 64
 bench unfused --seqs 1,2 --decode-steps 64 --no-long-prefill --fused-max-m 0
+bench per_expert_gemm --seqs 1 --decode-steps 8 --moe-grouped off
 bench profile_fused --seqs 1 --decode-steps 16 --no-long-prefill --profile
-bench profile_unfused --seqs 1 --decode-steps 16 --no-long-prefill --profile --fused-max-m 0
 
-sanitize memcheck 'Shapes/MoeBlock.*:MoeDecode.*' 25
+# Per-kernel device time of batch-1 decode steps (2 layers, graphs replayed node by node).
+if command -v ncu >/dev/null; then
+  stamp "ncu decode kernels"
+  timeout "$(cap 60)" ncu --clock-control none --graph-profiling node --csv \
+    --metrics gpu__time_duration.sum \
+    --kernel-name regex:'moe_decode|fused_gemv|decode_attention|qkv_rope_kv|argmax' \
+    "$B/cuda_bench" --model qwen3-30b-a3b --layers 2 --no-long-prefill --seqs 1 \
+    --decode-steps 4 >"$out/ncu_decode.csv" 2>"$out/ncu_decode.err"
+  echo "exit $?"
+  python3 - "$out/ncu_decode.csv" <<'PY'
+import csv, sys, collections
+rows = [r for r in csv.reader(open(sys.argv[1])) if len(r) > 10]
+head = rows[0]; k = head.index("Kernel Name"); v = head.index("Metric Value")
+t = collections.defaultdict(list)
+for r in rows[1:]:
+    try: t[r[k].split("(")[0][:60]].append(float(r[v].replace(",", "")))
+    except ValueError: pass
+for name, xs in sorted(t.items(), key=lambda kv: -sum(kv[1])):
+    xs = sorted(xs)
+    print(f"{name:60s} n={len(xs):4d} median={xs[len(xs)//2]/1e3:8.2f} us")
+PY
+fi
+
+sanitize memcheck 'Shapes/MoeBlock.*:MoeDecode.*:MoeGroupedGemm.*' 25
 stamp done

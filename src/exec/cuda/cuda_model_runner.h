@@ -100,6 +100,10 @@ struct CudaRunnerOptions {
   // yet): a decode step on the GEMMs pays a host sync and up to 2 E launches per layer,
   // while the GEMVs read an expert's weights once per 8 of its tokens.
   int moe_gemv_max_tokens = 256;
+  // Above moe_gemv_max_tokens, the experts run as one grouped GEMM launch per matrix
+  // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
+  // allow; off: one cuBLASLt GEMM per nonempty expert after a host read of the group starts.
+  bool moe_grouped_gemm = true;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -221,6 +225,7 @@ class CudaModelRunner : public ModelRunner {
   // cuda_runner_moe.cpp: proj_ = the MoE block of layer L over normed_'s T rows.
   void allocate_moe_buffers(const CudaRunnerOptions &opts);
   bool moe_gemv_path(std::int32_t T) const { return T <= moe_gemv_max_; }
+  std::int64_t gemm_rows_cap(std::int64_t S) const;  // grouped rows of the GEMM path
   void launch_moe(const Layer &L, std::int32_t T);
   // The fused decode path's MoE block (k_moe_decode.h): residual_ += the block over its T rows.
   void launch_moe_decode(const Layer &L, std::int32_t T);
@@ -296,6 +301,7 @@ class CudaModelRunner : public ModelRunner {
   bool has_moe_ = false;
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
   int moe_gemv_max_ = 0;
+  bool moe_grouped_ = false;  // the GEMM path runs launch_moe_grouped_gemm
   DeviceBuffer moe_logits_;       // [T, E] f32
   DeviceBuffer moe_ids_;          // [S] i32
   DeviceBuffer moe_weights_;      // [S] f32

@@ -34,8 +34,11 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_k_ = m.top_k;
   moe_I_ = m.expert_intermediate;
   moe_gemv_max_ = std::max(0, opts.moe_gemv_max_tokens);
+  moe_grouped_ = opts.moe_grouped_gemm &&
+                 moe_grouped_gemm_supported(static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
+                 moe_grouped_gemm_supported(static_cast<int>(H_), static_cast<int>(moe_I_));
   const std::int64_t T = max_tokens_, S = T * moe_k_;
-  const std::int64_t rows = moe_rows_cap(S, moe_E_, kGemmAlign);  // >= the GEMV path's
+  const std::int64_t rows = gemm_rows_cap(S);  // >= the GEMV path's
   moe_logits_ = DeviceBuffer(T * moe_E_ * sizeof(float));
   moe_ids_ = DeviceBuffer(S * sizeof(std::int32_t));
   moe_weights_ = DeviceBuffer(S * sizeof(float));
@@ -104,13 +107,20 @@ void CudaModelRunner::launch_moe_decode(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kGemm);
 }
 
+std::int64_t CudaModelRunner::gemm_rows_cap(std::int64_t S) const {
+  if (!moe_grouped_) return moe_rows_cap(S, moe_E_, kGemmAlign);
+  // The grouped GEMM's tiles: groups padded to kMoeGemmRows, whole tiles only.
+  const std::int64_t rows = moe_rows_cap(S, moe_E_, kMoeGemmRows);
+  return (rows + kMoeGemmRows - 1) / kMoeGemmRows * kMoeGemmRows;
+}
+
 void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   const StreamRef s = ctx_.compute();
   const int E = static_cast<int>(moe_E_), k = static_cast<int>(moe_k_),
             Ie = static_cast<int>(moe_I_), H = static_cast<int>(H_);
   const bool gemv = moe_gemv_path(T);
-  const int S = T * k, align = gemv ? 1 : kGemmAlign;
-  const MoeGroupLayout layout{E, S, moe_rows_cap(S, E, align)};
+  const int S = T * k, align = gemv ? 1 : moe_grouped_ ? kMoeGemmRows : kGemmAlign;
+  const MoeGroupLayout layout{E, S, gemv ? moe_rows_cap(S, E, 1) : gemm_rows_cap(S)};
   const bf16 *normed = normed_.as<bf16>();
   auto *group = moe_group_.as<std::int32_t>();
   auto *ids = moe_ids_.as<std::int32_t>();
@@ -130,6 +140,13 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     launch_moe_gate_up_gemv(s, normed, L.experts_gate_up.as<bf16>(), H, Ie, group, layout,
                             max_active, act, ea);
     launch_moe_down_gemv(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, max_active, out);
+  } else if (moe_grouped_) {
+    // One launch per matrix over every expert's rows, sized on the device.
+    bf16 *xg = moe_xg_.as<bf16>(), *gu = moe_gu_.as<bf16>();
+    launch_moe_gather(s, normed, H, group, layout, xg);
+    launch_moe_grouped_gemm(s, xg, L.experts_gate_up.as<bf16>(), 2 * Ie, H, group, layout, gu);
+    launch_moe_act(s, gu, Ie, group, layout, ea, act);
+    launch_moe_grouped_gemm(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, out);
   } else {
     launch_moe_gather(s, normed, H, group, layout, moe_xg_.as<bf16>());
     // The GEMMs' sizes come from the group starts: read them on the host (the d2h stream

@@ -100,6 +100,17 @@ void launch_moe_down_gemv(StreamRef s, const bf16 *act, const bf16 *down, int H,
 void launch_moe_gather(StreamRef s, const bf16 *x, int H, const std::int32_t *group,
                        const MoeGroupLayout &layout, bf16 *xg);
 
+// Many tokens, one launch per matrix: C[r] = A[r] . W_e^T for every grouped row r below the
+// total, e the expert whose group holds r. The groups must be padded to kMoeGemmRows
+// (launch_moe_group's align) and rows_cap be a multiple of it; rows past a group's count
+// are computed from their (zero) inputs. A [rows_cap, K] bf16 (launch_moe_gather's xg, or
+// the activations); W [E, N, K] bf16; C [rows_cap, N] bf16. Needs N % 8 == 0, K % 32 == 0
+// (moe_grouped_gemm_supported). The sizes come from device memory: no host wait.
+constexpr int kMoeGemmRows = 64;
+bool moe_grouped_gemm_supported(int N, int K);
+void launch_moe_grouped_gemm(StreamRef s, const bf16 *A, const bf16 *W, int N, int K,
+                             const std::int32_t *group, const MoeGroupLayout &layout, bf16 *C);
+
 // y[t, c] = bf16(sum over j of weights[t, j] * (out[row(t, j), c] + down_bias[e_j, c])),
 // the k terms added in ascending expert order (as the CPU block adds them). ids, weights
 // [T, k]; out [rows_cap, H] bf16; down_bias [E, H] f32 or null; y [T, H] bf16.

@@ -197,22 +197,25 @@ __global__ void __launch_bounds__(kThreads) moe_decode_router_kernel(MoeDecodePa
 }
 
 // Block (column chunk, slot s = t k + j): warp i computes act[s, i] from expert ids[s]'s
-// gate row i and up row i over normed[t].
+// gate row i and up row i over normed[t], staged in shared memory once per block.
 __global__ void __launch_bounds__(kThreads) moe_decode_gate_up_kernel(MoeDecodeParams p) {
+  extern __shared__ uint4 xs4[];  // [H / 8]
   wait_for_previous_kernel();
   allow_next_kernel();
   const int s = blockIdx.y, lane = threadIdx.x % 32;
   const int i = blockIdx.x * kWarps + threadIdx.x / 32;
+  const int kv = p.H / 8;
+  const uint4 *x = reinterpret_cast<const uint4 *>(p.normed + std::int64_t(s / p.k) * p.H);
+  for (int v = threadIdx.x; v < kv; v += kThreads) xs4[v] = __ldcg(x + v);
+  __syncthreads();
   if (i >= p.I) return;
   const std::int64_t e = __ldcg(p.ids + s);
-  const int kv = p.H / 8;
   const uint4 *w0 = reinterpret_cast<const uint4 *>(p.gate_up + (e * 2 * p.I + i) * p.H);
   const uint4 *w1 = w0 + std::int64_t(p.I) * kv;
-  const uint4 *x = reinterpret_cast<const uint4 *>(p.normed + std::int64_t(s / p.k) * p.H);
   float g = 0.0f, u = 0.0f;
 #pragma unroll 4
   for (int v = lane; v < kv; v += 32) {
-    const uint4 xv = __ldcg(x + v);
+    const uint4 xv = xs4[v];
     g += dot8(__ldg(w0 + v), xv);
     u += dot8(__ldg(w1 + v), xv);
   }
@@ -232,6 +235,7 @@ constexpr int kDownPre = 8;  // experts of token 0 whose first vector loads befo
 // Block: kWarps hidden columns c; warp c sums, for each token, its k slots' down rows in
 // ascending expert order and adds the result to the residual.
 __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodeParams p) {
+  extern __shared__ uint4 acts4[];  // [k][I / 8]: token t's k activation rows, sorted order
   __shared__ int s_slot[kMoeDecodeMaxT][kMoeMaxTopK];
   __shared__ int s_exp[kMoeDecodeMaxT][kMoeMaxTopK];
   const int lane = threadIdx.x % 32, k = p.k, kv = p.I / 8;
@@ -263,8 +267,13 @@ __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodePara
     if (live && j < k && lane < kv) pre[j] = __ldg(wrow(0, j) + lane);
   wait_for_previous_kernel();
   allow_next_kernel();
-  if (!live) return;
   for (int t = 0; t < p.T; ++t) {
+    if (t > 0) __syncthreads();  // every warp is done with token t - 1's rows
+    for (int q = threadIdx.x; q < k * kv; q += kThreads)
+      acts4[q] = __ldcg(
+          reinterpret_cast<const uint4 *>(p.act + std::int64_t(s_slot[t][q / kv]) * p.I) + q % kv);
+    __syncthreads();
+    if (!live) continue;
     float part[kMoeMaxTopK];
 #pragma unroll
     for (int j = 0; j < kMoeMaxTopK; ++j) part[j] = 0.0f;
@@ -273,8 +282,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodePara
       for (int j = 0; j < kMoeMaxTopK; ++j) {
         if (j >= k) break;
         const uint4 w = (j < kDownPre && t == 0 && v == lane) ? pre[j] : __ldg(wrow(t, j) + v);
-        const uint4 *x = reinterpret_cast<const uint4 *>(p.act + std::int64_t(s_slot[t][j]) * p.I);
-        part[j] += dot8(w, __ldcg(x + v));
+        part[j] += dot8(w, acts4[j * kv + v]);
       }
     }
     float acc = 0.0f;
@@ -300,7 +308,8 @@ void check(const MoeDecodeParams &p, const char *what) {
 bool moe_decode_supported(int T, int H, int E, int k, int I) {
   return T >= 1 && T <= kMoeDecodeMaxT && H > 0 && H % 8 == 0 && I > 0 && I % 8 == 0 && E > 0 &&
          E <= kMoeMaxExperts && k > 0 && k <= E && k <= kMoeMaxTopK &&
-         std::size_t(T) * H * sizeof(bf16) <= kStageBytes;
+         std::size_t(T) * H * sizeof(bf16) <= kStageBytes &&
+         std::size_t(k) * I * sizeof(bf16) <= kStageBytes;
 }
 
 void launch_moe_decode_router(StreamRef s_ref, const MoeDecodeParams &p) {
@@ -316,7 +325,8 @@ void launch_moe_decode_gate_up(StreamRef s_ref, const MoeDecodeParams &p) {
   const cudaStream_t s = s_ref.get("launch_moe_decode_gate_up");
   check(p, "launch_moe_decode_gate_up");
   const dim3 grid((p.I + kWarps - 1) / kWarps, p.T * p.k);
-  launch_maybe_pdl(moe_decode_gate_up_kernel, grid, dim3(kThreads), 0, s, p.pdl, p);
+  launch_maybe_pdl(moe_decode_gate_up_kernel, grid, dim3(kThreads), std::size_t(p.H) * sizeof(bf16),
+                   s, p.pdl, p);
   KEEL_CUDA_CHECK_LAUNCH("moe_decode_gate_up");
 }
 
@@ -324,7 +334,8 @@ void launch_moe_decode_down(StreamRef s_ref, const MoeDecodeParams &p) {
   const cudaStream_t s = s_ref.get("launch_moe_decode_down");
   check(p, "launch_moe_decode_down");
   const dim3 grid((p.H + kWarps - 1) / kWarps);
-  launch_maybe_pdl(moe_decode_down_kernel, grid, dim3(kThreads), 0, s, p.pdl, p);
+  launch_maybe_pdl(moe_decode_down_kernel, grid, dim3(kThreads),
+                   std::size_t(p.k) * p.I * sizeof(bf16), s, p.pdl, p);
   KEEL_CUDA_CHECK_LAUNCH("moe_decode_down");
 }
 

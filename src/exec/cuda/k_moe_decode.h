@@ -50,7 +50,7 @@ struct MoeDecodeParams {
 };
 
 // True when the three kernels run this shape: 1 <= T <= kMoeDecodeMaxT, H and I multiples
-// of 8, T H bf16 staged in 48 KB of shared memory, E <= kMoeMaxExperts, k <= kMoeMaxTopK.
+// of 8, T H and k I bf16 staged in 48 KB of shared memory each, E <= kMoeMaxExperts, k <= kMoeMaxTopK.
 bool moe_decode_supported(int T, int H, int E, int k, int I);
 void launch_moe_decode_router(StreamRef s, const MoeDecodeParams &p);
 void launch_moe_decode_gate_up(StreamRef s, const MoeDecodeParams &p);
