@@ -101,7 +101,7 @@ __device__ void route_token_warp(const float *row, int E, int k, bool norm, std:
     }
 }
 
-constexpr int kRouterPre = 4;  // router vectors a lane loads before waiting on the previous kernel
+constexpr int kRouterPre = 8;  // router vectors a lane loads before waiting (all of H <= 2048)
 
 __global__ void __launch_bounds__(kThreads) moe_decode_router_kernel(MoeDecodeParams p) {
   extern __shared__ uint4 xs4[];  // [T][H / 8]
@@ -174,6 +174,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_router_kernel(MoeDecodePa
 #pragma unroll
     for (int i = 0; i < kRouterPre; ++i)
       if (lane + 32 * i < kv) add(pre[i], lane + 32 * i);
+#pragma unroll 4
     for (int v = lane + 32 * kRouterPre; v < kv; v += 32) add(__ldg(wrow + v), v);
     const float bias = p.router_bias ? p.router_bias[e] : 0.0f;
 #pragma unroll
@@ -278,12 +279,15 @@ __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodePara
 #pragma unroll
     for (int j = 0; j < kMoeMaxTopK; ++j) part[j] = 0.0f;
     for (int v = lane; v < kv; v += 32) {
+      // All k rows' loads first (predicated, not a break: a load behind a branch would
+      // wait for the previous row's sum), then the sums.
+      uint4 w[kMoeMaxTopK];
 #pragma unroll
-      for (int j = 0; j < kMoeMaxTopK; ++j) {
-        if (j >= k) break;
-        const uint4 w = (j < kDownPre && t == 0 && v == lane) ? pre[j] : __ldg(wrow(t, j) + v);
-        part[j] += dot8(w, acts4[j * kv + v]);
-      }
+      for (int j = 0; j < kMoeMaxTopK; ++j)
+        if (j < k) w[j] = (j < kDownPre && t == 0 && v == lane) ? pre[j] : __ldg(wrow(t, j) + v);
+#pragma unroll
+      for (int j = 0; j < kMoeMaxTopK; ++j)
+        if (j < k) part[j] += dot8(w[j], acts4[j * kv + v]);
     }
     float acc = 0.0f;
 #pragma unroll
