@@ -231,14 +231,16 @@ __global__ void __launch_bounds__(kThreads) moe_decode_gate_up_kernel(MoeDecodeP
   }
 }
 
-constexpr int kDownPre = 8;  // experts of token 0 whose first vector loads before the wait
-
 // Block: kWarps hidden columns c; warp c sums, for each token, its k slots' down rows in
-// ascending expert order and adds the result to the residual.
+// ascending expert order and adds the result to the residual. MaxK >= k is a compile-time
+// bound, so a lane issues the loads of all k rows before the first sum needs one (with a
+// runtime bound and a break, each row's load waited for the previous row's sum: 20 us a
+// layer at batch 1 on the Qwen3-30B-A3B shape; a [16] array of loads spilled: 37 us).
+template <int MaxK>
 __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodeParams p) {
   extern __shared__ uint4 acts4[];  // [k][I / 8]: token t's k activation rows, sorted order
-  __shared__ int s_slot[kMoeDecodeMaxT][kMoeMaxTopK];
-  __shared__ int s_exp[kMoeDecodeMaxT][kMoeMaxTopK];
+  __shared__ int s_slot[kMoeDecodeMaxT][MaxK];
+  __shared__ int s_exp[kMoeDecodeMaxT][MaxK];
   const int lane = threadIdx.x % 32, k = p.k, kv = p.I / 8;
   // The ids come from the router, two kernels back: it has finished once the gate_up
   // kernel, which waited for it, let this one start; so they may be read before the wait.
@@ -262,9 +264,10 @@ __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodePara
   auto wrow = [&](int t, int j) {
     return reinterpret_cast<const uint4 *>(p.down + (std::int64_t(s_exp[t][j]) * p.H + c) * p.I);
   };
-  uint4 pre[kDownPre];
+  // Token 0's first vector of each row, before waiting on the gate_up kernel.
+  uint4 pre[MaxK];
 #pragma unroll
-  for (int j = 0; j < kDownPre; ++j)
+  for (int j = 0; j < MaxK; ++j)
     if (live && j < k && lane < kv) pre[j] = __ldg(wrow(0, j) + lane);
   wait_for_previous_kernel();
   allow_next_kernel();
@@ -275,23 +278,21 @@ __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodePara
           reinterpret_cast<const uint4 *>(p.act + std::int64_t(s_slot[t][q / kv]) * p.I) + q % kv);
     __syncthreads();
     if (!live) continue;
-    float part[kMoeMaxTopK];
+    float part[MaxK];
 #pragma unroll
-    for (int j = 0; j < kMoeMaxTopK; ++j) part[j] = 0.0f;
+    for (int j = 0; j < MaxK; ++j) part[j] = 0.0f;
     for (int v = lane; v < kv; v += 32) {
-      // All k rows' loads first (predicated, not a break: a load behind a branch would
-      // wait for the previous row's sum), then the sums.
-      uint4 w[kMoeMaxTopK];
+      uint4 w[MaxK];
 #pragma unroll
-      for (int j = 0; j < kMoeMaxTopK; ++j)
-        if (j < k) w[j] = (j < kDownPre && t == 0 && v == lane) ? pre[j] : __ldg(wrow(t, j) + v);
+      for (int j = 0; j < MaxK; ++j)
+        if (j < k) w[j] = (t == 0 && v == lane) ? pre[j] : __ldg(wrow(t, j) + v);
 #pragma unroll
-      for (int j = 0; j < kMoeMaxTopK; ++j)
+      for (int j = 0; j < MaxK; ++j)
         if (j < k) part[j] += dot8(w[j], acts4[j * kv + v]);
     }
     float acc = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMoeMaxTopK; ++j) {
+    for (int j = 0; j < MaxK; ++j) {
       if (j >= k) break;
       // As the gather-GEMV (bf16 out) + launch_moe_combine + the residual add round.
       float o = __bfloat162float(__float2bfloat16(warp_sum(part[j])));
@@ -338,8 +339,15 @@ void launch_moe_decode_down(StreamRef s_ref, const MoeDecodeParams &p) {
   const cudaStream_t s = s_ref.get("launch_moe_decode_down");
   check(p, "launch_moe_decode_down");
   const dim3 grid((p.H + kWarps - 1) / kWarps);
-  launch_maybe_pdl(moe_decode_down_kernel, grid, dim3(kThreads),
-                   std::size_t(p.k) * p.I * sizeof(bf16), s, p.pdl, p);
+  const std::size_t smem = std::size_t(p.k) * p.I * sizeof(bf16);
+  if (p.k <= 2)
+    launch_maybe_pdl(moe_decode_down_kernel<2>, grid, dim3(kThreads), smem, s, p.pdl, p);
+  else if (p.k <= 4)
+    launch_maybe_pdl(moe_decode_down_kernel<4>, grid, dim3(kThreads), smem, s, p.pdl, p);
+  else if (p.k <= 8)
+    launch_maybe_pdl(moe_decode_down_kernel<8>, grid, dim3(kThreads), smem, s, p.pdl, p);
+  else
+    launch_maybe_pdl(moe_decode_down_kernel<kMoeMaxTopK>, grid, dim3(kThreads), smem, s, p.pdl, p);
   KEEL_CUDA_CHECK_LAUNCH("moe_decode_down");
 }
 
