@@ -104,6 +104,9 @@ struct CudaRunnerOptions {
   // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
   // allow; off: one cuBLASLt GEMM per nonempty expert after a host read of the group starts.
   bool moe_grouped_gemm = true;
+  // The fused MoE decode's down kernel with the k experts of a column split over warps
+  // (MoeDecodeParams::split_down): not measured yet, so off.
+  bool moe_split_down = false;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -302,6 +305,7 @@ class CudaModelRunner : public ModelRunner {
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
   int moe_gemv_max_ = 0;
   bool moe_grouped_ = false;  // the GEMM path runs launch_moe_grouped_gemm
+  bool moe_split_down_ = false;  // CudaRunnerOptions::moe_split_down
   DeviceBuffer moe_logits_;       // [T, E] f32
   DeviceBuffer moe_ids_;          // [S] i32
   DeviceBuffer moe_weights_;      // [S] f32

@@ -47,10 +47,14 @@ struct MoeDecodeParams {
   bf16 *act = nullptr;
   unsigned *counter = nullptr;
   bool pdl = false;
+  // launch_moe_decode_down: the k experts of a column split over warps (a variant not yet
+  // measured against the warp-per-column default; CudaRunnerOptions::moe_split_down).
+  bool split_down = false;
 };
 
 // True when the three kernels run this shape: 1 <= T <= kMoeDecodeMaxT, H and I multiples
-// of 8, T H and k I bf16 staged in 48 KB of shared memory each, E <= kMoeMaxExperts, k <= kMoeMaxTopK.
+// of 8, T H and k I bf16 staged in 48 KB of shared memory each, E <= kMoeMaxExperts, k <=
+// kMoeMaxTopK.
 bool moe_decode_supported(int T, int H, int E, int k, int I);
 void launch_moe_decode_router(StreamRef s, const MoeDecodeParams &p);
 void launch_moe_decode_gate_up(StreamRef s, const MoeDecodeParams &p);
