@@ -12,9 +12,9 @@
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b [--layers N]
-//     [--moe-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]   (mixture of experts, make_model's shapes; the roofline counts
-//     only the expert weights a step reads: k of E per token, the expected distinct
-//     experts of n tokens)
+//     [--moe-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]   (mixture of experts,
+//     make_model's shapes; the roofline counts only the expert weights a step reads: k of E per
+//     token, the expected distinct experts of n tokens)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -468,7 +468,7 @@ int run(int argc, char **argv) {
   int transfer_tokens = 8192;
   int layers = 0;  // --layers N: a MoE shape with fewer layers
   int moe_gemv_max = cuda::CudaRunnerOptions{}.moe_gemv_max_tokens;
-  bool moe_grouped = true;  // --moe-grouped on|off: the experts' grouped GEMM for prefill
+  bool moe_grouped = true;      // --moe-grouped on|off: the experts' grouped GEMM for prefill
   bool moe_split_down = false;  // --moe-split-down on|off: fused MoE decode's down variant
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -214,9 +214,9 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     if (t.shape.size() != 1 || t.shape[0] != n)
       throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
     if (t.dtype != DType::kF32 && t.dtype != DType::kBF16 && t.dtype != DType::kF16)
-      throw Error(ErrorCode::kUnsupported,
-                  "weights: " + name + ": dtype " + std::string(dtype_name(t.dtype)) +
-                      " is not supported for a bias");
+      throw Error(ErrorCode::kUnsupported, "weights: " + name + ": dtype " +
+                                               std::string(dtype_name(t.dtype)) +
+                                               " is not supported for a bias");
     if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(dtype_bytes(t.dtype, n)))
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
     floats.resize(n);
