@@ -12,9 +12,9 @@
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b [--layers N]
-//     [--moe-gemv-max N]   (mixture of experts, make_model's shapes; the roofline counts
-//     only the expert weights a step reads: k of E per token, the expected distinct
-//     experts of n tokens)
+//     [--moe-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]   (mixture of experts,
+//     make_model's shapes; the roofline counts only the expert weights a step reads: k of E per
+//     token, the expected distinct experts of n tokens)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -470,6 +470,8 @@ int run(int argc, char **argv) {
   int transfer_tokens = 8192;
   int layers = 0;  // --layers N: a MoE shape with fewer layers
   int moe_gemv_max = cuda::CudaRunnerOptions{}.moe_gemv_max_tokens;
+  bool moe_grouped = true;      // --moe-grouped on|off: the experts' grouped GEMM for prefill
+  bool moe_split_down = false;  // --moe-split-down on|off: fused MoE decode's down variant
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -525,6 +527,10 @@ int run(int argc, char **argv) {
       layers = std::stoi(val());
     else if (a == "--moe-gemv-max")
       moe_gemv_max = std::stoi(val());
+    else if (a == "--moe-grouped")
+      moe_grouped = val() == "on";
+    else if (a == "--moe-split-down")
+      moe_split_down = val() == "on";
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
@@ -546,6 +552,8 @@ int run(int argc, char **argv) {
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
   o.moe_gemv_max_tokens = moe_gemv_max;
+  o.moe_grouped_gemm = moe_grouped;
+  o.moe_split_down = moe_split_down;
   o.quantized_weights = keep_quantized ? cuda::QuantizedWeights::kOn : cuda::QuantizedWeights::kOff;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;

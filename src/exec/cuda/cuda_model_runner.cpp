@@ -85,10 +85,6 @@ void CudaModelRunner::validate_config() const {
         (m.n_group != 1 || m.routed_scaling_factor != 1.0))
       fail("n_group / routed_scaling_factor without sigmoid scoring");
     if (m.shared_intermediate % 8 != 0) fail("the shared expert's size must be a multiple of 8");
-    // gpt-oss's expert biases and clamped SwiGLU belong to the routed experts' kernels
-    // (k_moe_experts.cu), which do not apply them yet: refuse rather than drop them.
-    if (m.expert_bias) fail("per-expert biases (gpt-oss) run on the CPU only");
-    if (m.swiglu_limit) fail("the clamped SwiGLU of gpt-oss's experts runs on the CPU only");
   }
   if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
     fail("head_dim " + std::to_string(c.head_dim));

@@ -37,6 +37,7 @@
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/k_moe.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
@@ -100,6 +101,13 @@ struct CudaRunnerOptions {
   // yet): a decode step on the GEMMs pays a host sync and up to 2 E launches per layer,
   // while the GEMVs read an expert's weights once per 8 of its tokens.
   int moe_gemv_max_tokens = 256;
+  // Above moe_gemv_max_tokens, the experts run as one grouped GEMM launch per matrix
+  // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
+  // allow; off: one cuBLASLt GEMM per nonempty expert after a host read of the group starts.
+  bool moe_grouped_gemm = true;
+  // The fused MoE decode's down kernel with the k experts of a column split over warps
+  // (MoeDecodeParams::split_down): not measured yet, so off.
+  bool moe_split_down = false;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -182,6 +190,9 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer router;           // [E, H]
     DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
     DeviceBuffer experts_down;     // [E, H, Ie]
+    // gpt-oss's expert biases (MoeConfig::expert_bias), f32; else empty.
+    DeviceBuffer experts_gate_up_bias;  // [E, 2 Ie]: each expert's gate bias, then its up bias
+    DeviceBuffer experts_down_bias;     // [E, H]
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -226,7 +237,12 @@ class CudaModelRunner : public ModelRunner {
   // cuda_runner_moe.cpp: proj_ = the MoE block of layer L over normed_'s T rows.
   void allocate_moe_buffers(const CudaRunnerOptions &opts);
   bool moe_gemv_path(std::int32_t T) const { return T <= moe_gemv_max_; }
+  std::int64_t gemm_rows_cap(std::int64_t S) const;  // grouped rows of the GEMM path
   void launch_moe(const Layer &L, std::int32_t T);
+  // The fused decode path's MoE block (k_moe_decode.h): residual_ += the block over its T rows.
+  void launch_moe_decode(const Layer &L, std::int32_t T);
+  // Layer L's expert biases and the config's clamped SwiGLU, as the expert kernels take them.
+  MoeExpertAct expert_act(const Layer &L) const;
   // The decode, general and flash launches' parameters for a staged step (layer 0).
   void attention_params(const StepShape &shape, AttnParams &single, AttnParams &multi,
                         AttnParams &flash) const;
@@ -316,6 +332,8 @@ class CudaModelRunner : public ModelRunner {
   bool has_moe_ = false;
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
   int moe_gemv_max_ = 0;
+  bool moe_grouped_ = false;      // the GEMM path runs launch_moe_grouped_gemm
+  bool moe_split_down_ = false;   // CudaRunnerOptions::moe_split_down
   DeviceBuffer moe_logits_;       // [T, E] f32
   DeviceBuffer moe_ids_;          // [S] i32
   DeviceBuffer moe_weights_;      // [S] f32
@@ -326,6 +344,7 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_out_;          // [rows, H] bf16: each grouped row's expert output
   PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
   Event moe_starts_ready_;
+  DeviceBuffer moe_counter_;  // u32: launch_moe_decode_router's finished blocks (zero between)
 };
 
 }  // namespace keel::cuda

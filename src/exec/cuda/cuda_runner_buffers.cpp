@@ -32,9 +32,9 @@ bool fused_path_runs(arch::LayerStep step) {
     case S::kGateUpProj:
     case S::kSwiglu:
     case S::kDownProj:
+    case S::kMoeFfn:  // launch_moe_decode, where allocate_moe_buffers finds it supported
       return true;
     case S::kOBias:
-    case S::kMoeFfn:
       return false;
   }
   return false;

@@ -4,7 +4,8 @@
 // GEMV's epilogue, bias + q/k norm + RoPE + KV write in one kernel -- launched as
 // programmatic dependents (Hopper PDL) when programmatic_launch is on. It runs the
 // Llama-family plan (arch::LayerPlan) as fixed fused groups; allocate_buffers turns the
-// path off for a plan with a step it does not implement (fused_path_runs).
+// path off for a plan with a step it does not implement (fused_path_runs). A mixture-of-
+// experts layer's MLP is launch_moe_decode (cuda_runner_moe.cpp, k_moe_decode.h).
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/k_decode_fused.h"
 
@@ -75,6 +76,11 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     // epilogue (a warp computes a gate row and its up row); down adds into the residual.
     gemv(L.o, H_, nh_ * hd_, GemvIn::kBf16, attn_.data(), nullptr, GemvOut::kAddResidual, residual,
          T);
+    profiler_.mark(s, StepProfiler::kGemm);
+    if (plans_[li].has(arch::LayerStep::kMoeFfn)) {
+      launch_moe_decode(L, T);  // post norm, router, experts, residual add (k_moe_decode.h)
+      continue;
+    }
     gemv(L.gate_up, 2 * I_, H_, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(), GemvOut::kSwiglu,
          act_.data(), T);
     gemv(L.down, H_, I_, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual, T);

@@ -11,6 +11,7 @@
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/cuda_runner_detail.h"
 #include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_moe_decode.h"
 
 namespace keel::cuda {
 
@@ -33,8 +34,12 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_k_ = m.top_k;
   moe_I_ = m.expert_intermediate;
   moe_gemv_max_ = std::max(0, opts.moe_gemv_max_tokens);
+  moe_split_down_ = opts.moe_split_down;
+  moe_grouped_ = opts.moe_grouped_gemm &&
+                 moe_grouped_gemm_supported(static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
+                 moe_grouped_gemm_supported(static_cast<int>(H_), static_cast<int>(moe_I_));
   const std::int64_t T = max_tokens_, S = T * moe_k_;
-  const std::int64_t rows = moe_rows_cap(S, moe_E_, kGemmAlign);  // >= the GEMV path's
+  const std::int64_t rows = gemm_rows_cap(S);  // >= the GEMV path's
   moe_logits_ = DeviceBuffer(T * moe_E_ * sizeof(float));
   moe_ids_ = DeviceBuffer(S * sizeof(std::int32_t));
   moe_weights_ = DeviceBuffer(S * sizeof(float));
@@ -48,6 +53,67 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_act_ = DeviceBuffer(rows * bf16_bytes(moe_I_));
   moe_out_ = DeviceBuffer(rows * bf16_bytes(H_));
   moe_host_starts_ = PinnedBuffer((moe_E_ + 1) * sizeof(std::int32_t));
+  moe_counter_ = DeviceBuffer(sizeof(unsigned));
+  KEEL_CUDA_CHECK(cudaMemsetAsync(moe_counter_.data(), 0, moe_counter_.bytes(),
+                                  ctx_.compute().get("cuda runner: moe counter")));
+  // The fused decode path runs a MoE layer on k_moe_decode.h's kernels: softmax top-k
+  // routing without a router bias, no shared expert. Other models decode unfused.
+  const bool fused_moe = m.scoring == MoeConfig::Scoring::kSoftmax && !m.router_bias &&
+                         m.shared_intermediate == 0 &&
+                         moe_decode_supported(std::max(fused_max_m_, 1), static_cast<int>(H_),
+                                              static_cast<int>(moe_E_), static_cast<int>(moe_k_),
+                                              static_cast<int>(moe_I_));
+  if (!fused_moe) fused_max_m_ = 0;
+}
+
+MoeExpertAct CudaModelRunner::expert_act(const Layer &L) const {
+  MoeExpertAct a;
+  a.gate_up_bias = L.experts_gate_up_bias.bytes() ? L.experts_gate_up_bias.as<float>() : nullptr;
+  a.down_bias = L.experts_down_bias.bytes() ? L.experts_down_bias.as<float>() : nullptr;
+  const MoeConfig &m = *config_.moe;
+  if (m.swiglu_limit) {
+    a.limit = static_cast<float>(*m.swiglu_limit);
+    a.alpha = static_cast<float>(m.swiglu_alpha);
+  }
+  return a;
+}
+
+void CudaModelRunner::launch_moe_decode(const Layer &L, std::int32_t T) {
+  MoeDecodeParams p;
+  p.T = T;
+  p.H = static_cast<int>(H_);
+  p.E = static_cast<int>(moe_E_);
+  p.k = static_cast<int>(moe_k_);
+  p.I = static_cast<int>(moe_I_);
+  p.residual = residual_.as<float>();
+  p.norm_weight = L.post_norm.as<bf16>();
+  p.eps = static_cast<float>(config_.rms_norm_eps);
+  p.router = L.router.as<bf16>();
+  p.norm_topk_prob = config_.moe->norm_topk_prob;
+  p.gate_up = L.experts_gate_up.as<bf16>();
+  p.down = L.experts_down.as<bf16>();
+  p.act_fn = expert_act(L);
+  p.normed = normed_.as<bf16>();
+  p.logits = moe_logits_.as<float>();
+  p.ids = moe_ids_.as<std::int32_t>();
+  p.weights = moe_weights_.as<float>();
+  p.act = moe_act_.as<bf16>();
+  p.counter = moe_counter_.as<unsigned>();
+  p.pdl = pdl_;
+  p.split_down = moe_split_down_;
+  const StreamRef s = ctx_.compute();
+  launch_moe_decode_router(s, p);
+  profiler_.mark(s, StepProfiler::kOther);
+  launch_moe_decode_gate_up(s, p);
+  launch_moe_decode_down(s, p);
+  profiler_.mark(s, StepProfiler::kGemm);
+}
+
+std::int64_t CudaModelRunner::gemm_rows_cap(std::int64_t S) const {
+  if (!moe_grouped_) return moe_rows_cap(S, moe_E_, kGemmAlign);
+  // The grouped GEMM's tiles: groups padded to kMoeGemmRows, whole tiles only.
+  const std::int64_t rows = moe_rows_cap(S, moe_E_, kMoeGemmRows);
+  return (rows + kMoeGemmRows - 1) / kMoeGemmRows * kMoeGemmRows;
 }
 
 void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
@@ -55,8 +121,8 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   const int E = static_cast<int>(moe_E_), k = static_cast<int>(moe_k_),
             Ie = static_cast<int>(moe_I_), H = static_cast<int>(H_);
   const bool gemv = moe_gemv_path(T);
-  const int S = T * k, align = gemv ? 1 : kGemmAlign;
-  const MoeGroupLayout layout{E, S, moe_rows_cap(S, E, align)};
+  const int S = T * k, align = gemv ? 1 : moe_grouped_ ? kMoeGemmRows : kGemmAlign;
+  const MoeGroupLayout layout{E, S, gemv ? moe_rows_cap(S, E, 1) : gemm_rows_cap(S)};
   const bf16 *normed = normed_.as<bf16>();
   auto *group = moe_group_.as<std::int32_t>();
   auto *ids = moe_ids_.as<std::int32_t>();
@@ -70,11 +136,19 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kOther);
 
   bf16 *act = moe_act_.as<bf16>(), *out = moe_out_.as<bf16>();
+  const MoeExpertAct ea = expert_act(L);
   if (gemv) {
     const int max_active = std::min(E, S);
     launch_moe_gate_up_gemv(s, normed, L.experts_gate_up.as<bf16>(), H, Ie, group, layout,
-                            max_active, act);
+                            max_active, act, ea);
     launch_moe_down_gemv(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, max_active, out);
+  } else if (moe_grouped_) {
+    // One launch per matrix over every expert's rows, sized on the device.
+    bf16 *xg = moe_xg_.as<bf16>(), *gu = moe_gu_.as<bf16>();
+    launch_moe_gather(s, normed, H, group, layout, xg);
+    launch_moe_grouped_gemm(s, xg, L.experts_gate_up.as<bf16>(), 2 * Ie, H, group, layout, gu);
+    launch_moe_act(s, gu, Ie, group, layout, ea, act);
+    launch_moe_grouped_gemm(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, out);
   } else {
     launch_moe_gather(s, normed, H, group, layout, moe_xg_.as<bf16>());
     // The GEMMs' sizes come from the group starts: read them on the host (the d2h stream
@@ -99,7 +173,10 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
                 wgu + std::int64_t(e) * 2 * Ie * H, gu + r0 * 2 * Ie, M, 2 * Ie, H);
     }
     profiler_.mark(s, StepProfiler::kGemm);
-    launch_swiglu(s, gu, act, starts[E], Ie);
+    if (ea.gate_up_bias || ea.limit > 0.0f)
+      launch_moe_act(s, gu, Ie, group, layout, ea, act);
+    else
+      launch_swiglu(s, gu, act, starts[E], Ie);
     for (int e = 0; e < E; ++e) {
       const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
       if (M == 0) continue;
@@ -108,7 +185,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     }
   }
   profiler_.mark(s, StepProfiler::kGemm);
-  launch_moe_combine(s, out, ids, weights, T, k, H, group, layout, proj_.as<bf16>());
+  launch_moe_combine(s, out, ids, weights, T, k, H, group, layout, proj_.as<bf16>(), ea.down_bias);
   profiler_.mark(s, StepProfiler::kOther);
 }
 

@@ -93,6 +93,11 @@ void CudaModelRunner::allocate_weights() {
         }
         l.experts_gate_up = alloc(E * 2 * Ie * H_);
         l.experts_down = alloc(E * H_ * Ie);
+        if (c.moe->expert_bias) {  // f32, so the biases add exactly as the CPU adds them
+          l.experts_gate_up_bias = DeviceBuffer(E * 2 * Ie * sizeof(float));
+          l.experts_down_bias = DeviceBuffer(E * H_ * sizeof(float));
+          weight_bytes_ += l.experts_gate_up_bias.bytes() + l.experts_down_bias.bytes();
+        }
         continue;
       }
       l.gate_up = alloc_linear(l.gate_up_fmt, 2 * I_, H_);
@@ -282,6 +287,14 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
             at + bf16_bytes(Ie * H_));
         put(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
             bf16_bytes(e * H_ * Ie));
+        if (m.expert_bias) {
+          put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kGate), Ie, l.experts_gate_up_bias,
+                  e * 2 * Ie);
+          put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kUp), Ie, l.experts_gate_up_bias,
+                  e * 2 * Ie + Ie);
+          put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kDown), H_, l.experts_down_bias,
+                  e * H_);
+        }
       }
       continue;
     }

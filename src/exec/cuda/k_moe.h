@@ -11,8 +11,11 @@
 //   experts:  few tokens -- launch_moe_gate_up_gemv + launch_moe_down_gemv read only the
 //             chosen experts' weights, the expert ids read from device memory (a fixed
 //             launch shape, so CUDA graphs capture it);
-//             many -- launch_moe_gather, then per-expert cuBLASLt GEMMs over each group
-//             (the host reads the group starts), launch_swiglu
+//             many -- launch_moe_gather, launch_moe_grouped_gemm (gate|up), launch_moe_act,
+//             launch_moe_grouped_gemm (down): sized from device memory (or, with
+//             CudaRunnerOptions::moe_grouped_gemm off, per-expert cuBLASLt GEMMs after the
+//             host reads the group starts)
+//   (decode steps of <= 2 rows on the fused path: k_moe_decode.h instead of all of this)
 //   launch_moe_combine: y[t] = sum_j weight[t, j] * out[row of (t, j)]  (expert order)
 #pragma once
 
@@ -24,6 +27,18 @@ namespace keel::cuda {
 
 constexpr int kMoeMaxExperts = 256;
 constexpr int kMoeMaxTopK = 16;
+
+// The experts' activation beyond plain SwiGLU (gpt-oss): per-expert biases added to the
+// gate/up projections before the activation and to the down projection before the routing
+// weight, and the clamped SwiGLU. The defaults are Qwen3-MoE / Mixtral's plain SwiGLU.
+struct MoeExpertAct {
+  const float *gate_up_bias = nullptr;  // [E, 2 I] f32: expert e's gate bias, then its up bias
+  const float *down_bias = nullptr;     // [E, H] f32
+  // > 0: gate = min(gate, limit); up = clamp(up, -limit, limit);
+  // act = (up + 1) * gate * sigmoid(alpha * gate). Else act = silu(gate) * up.
+  float limit = 0.0f;
+  float alpha = 1.702f;
+};
 
 // Where launch_moe_group writes its results inside one i32 buffer of
 // moe_group_ints(E, S, rows_cap) entries. S = T * k slots; rows_cap = moe_rows_cap(S, E, align).
@@ -65,13 +80,20 @@ void launch_moe_group(StreamRef s, const std::int32_t *ids, int S, int E, int k,
                       std::int64_t rows_cap, std::int32_t *out);
 
 // Few tokens: act[r, i] = silu(gate_e[i] . x[token(r)]) * (up_e[i] . x[token(r)]) for every
-// grouped row r of every nonempty expert e. x [T, H] bf16; gate_up [E, 2I, H] bf16 (gate
-// rows then up rows per expert); act [rows_cap, I] bf16. max_active: an upper bound of the
-// nonempty experts (min(E, S)): the grid's size, fixed for a graph.
+// grouped row r of every nonempty expert e (with ea's gate/up biases and clamp). x [T, H]
+// bf16; gate_up [E, 2I, H] bf16 (gate rows then up rows per expert); act [rows_cap, I]
+// bf16. max_active: an upper bound of the nonempty experts (min(E, S)): the grid's size,
+// fixed for a graph.
 void launch_moe_gate_up_gemv(StreamRef s, const bf16 *x, const bf16 *gate_up, int H, int I,
                              const std::int32_t *group, const MoeGroupLayout &layout,
-                             int max_active, bf16 *act);
-// out[r, c] = down_e[c] . act[r] for the same rows. down [E, H, I] bf16; out [rows_cap, H] bf16.
+                             int max_active, bf16 *act, const MoeExpertAct &ea = {});
+// Many tokens: act[r, i] = activation(gu[r, i] + gate bias, gu[r, I + i] + up bias) of
+// expert(r), for the grouped rows below the total (gu [rows_cap, 2I] bf16, the GEMMs'
+// output; act [rows_cap, I] bf16). launch_swiglu does the plain case without biases.
+void launch_moe_act(StreamRef s, const bf16 *gu, int I, const std::int32_t *group,
+                    const MoeGroupLayout &layout, const MoeExpertAct &ea, bf16 *act);
+// out[r, c] = down_e[c] . act[r] for the same rows (no bias: launch_moe_combine adds it).
+// down [E, H, I] bf16; out [rows_cap, H] bf16.
 void launch_moe_down_gemv(StreamRef s, const bf16 *act, const bf16 *down, int H, int I,
                           const std::int32_t *group, const MoeGroupLayout &layout, int max_active,
                           bf16 *out);
@@ -81,11 +103,22 @@ void launch_moe_down_gemv(StreamRef s, const bf16 *act, const bf16 *down, int H,
 void launch_moe_gather(StreamRef s, const bf16 *x, int H, const std::int32_t *group,
                        const MoeGroupLayout &layout, bf16 *xg);
 
-// y[t, c] = bf16(sum over j of weights[t, j] * out[row(t, j), c]), the k terms added in
-// ascending expert order (as the CPU block adds them). ids, weights [T, k]; out
-// [rows_cap, H] bf16; y [T, H] bf16.
+// Many tokens, one launch per matrix: C[r] = A[r] . W_e^T for every grouped row r below the
+// total, e the expert whose group holds r. The groups must be padded to kMoeGemmRows
+// (launch_moe_group's align) and rows_cap be a multiple of it; rows past a group's count
+// are computed from their (zero) inputs. A [rows_cap, K] bf16 (launch_moe_gather's xg, or
+// the activations); W [E, N, K] bf16; C [rows_cap, N] bf16. Needs N % 8 == 0, K % 32 == 0
+// (moe_grouped_gemm_supported). The sizes come from device memory: no host wait.
+constexpr int kMoeGemmRows = 64;
+bool moe_grouped_gemm_supported(int N, int K);
+void launch_moe_grouped_gemm(StreamRef s, const bf16 *A, const bf16 *W, int N, int K,
+                             const std::int32_t *group, const MoeGroupLayout &layout, bf16 *C);
+
+// y[t, c] = bf16(sum over j of weights[t, j] * (out[row(t, j), c] + down_bias[e_j, c])),
+// the k terms added in ascending expert order (as the CPU block adds them). ids, weights
+// [T, k]; out [rows_cap, H] bf16; down_bias [E, H] f32 or null; y [T, H] bf16.
 void launch_moe_combine(StreamRef s, const bf16 *out, const std::int32_t *ids, const float *weights,
                         int T, int k, int H, const std::int32_t *group,
-                        const MoeGroupLayout &layout, bf16 *y);
+                        const MoeGroupLayout &layout, bf16 *y, const float *down_bias = nullptr);
 
 }  // namespace keel::cuda

@@ -3,6 +3,7 @@
 // row gather for the grouped GEMMs, and the weighted combine back to token order.
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_moe_act.cuh"
 
 namespace keel::cuda {
 
@@ -31,8 +32,8 @@ __device__ inline float warp_sum(float v) {
 template <bool GateUp>
 __global__ void __launch_bounds__(kWarps * 32)
     moe_gemv_kernel(const bf16 *__restrict__ x, const bf16 *__restrict__ w, int N, int K,
-                    const std::int32_t *__restrict__ group, MoeGroupLayout L,
-                    bf16 *__restrict__ y) {
+                    const std::int32_t *__restrict__ group, MoeGroupLayout L, bf16 *__restrict__ y,
+                    MoeExpertAct ea) {
   const int g = blockIdx.y;
   if (g >= group[L.n_active()]) return;
   const int e = group[L.active() + g];
@@ -45,6 +46,12 @@ __global__ void __launch_bounds__(kWarps * 32)
   const uint4 *w0 =
       reinterpret_cast<const uint4 *>(w + (std::int64_t(e) * (GateUp ? 2 : 1) * N + row) * K);
   const uint4 *w1 = GateUp ? w0 + std::int64_t(N) * kv : w0;
+  // Gate/up biases of this expert's row (zero when absent).
+  float gb = 0.0f, ub = 0.0f;
+  if (GateUp && ea.gate_up_bias) {
+    gb = ea.gate_up_bias[std::int64_t(e) * 2 * N + row];
+    ub = ea.gate_up_bias[std::int64_t(e) * 2 * N + N + row];
+  }
   for (int t0 = 0; t0 < n; t0 += kTokens) {
     const int nt = min(kTokens, n - t0);
     const uint4 *xr[kTokens];
@@ -81,7 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       const float gsum = warp_sum(a0[m]);
       const float usum = GateUp ? warp_sum(a1[m]) : 0.0f;
       if (lane == 0) {
-        const float out = GateUp ? gsum / (1.0f + __expf(-gsum)) * usum : gsum;
+        const float out = GateUp ? moe_expert_act(gsum + gb, usum + ub, ea) : gsum;
         y[std::int64_t(start + t0 + m) * N + row] = __float2bfloat16(out);
       }
     }
@@ -100,12 +107,40 @@ __global__ void moe_gather_kernel(const bf16 *__restrict__ x, int H,
     dst[v] = token >= 0 ? __ldg(src + v) : make_uint4(0, 0, 0, 0);
 }
 
+// Grouped row r of the GEMM path -> act (one block per row; the row's expert is the last
+// whose group starts at or before r).
+__global__ void moe_act_kernel(const bf16 *__restrict__ gu, int I,
+                               const std::int32_t *__restrict__ group, MoeGroupLayout L,
+                               MoeExpertAct ea, bf16 *__restrict__ act) {
+  const int r = blockIdx.x;
+  if (r >= group[L.starts() + L.E]) return;
+  int lo = 0, hi = static_cast<int>(L.E) - 1;  // starts[lo] <= r always (starts[0] = 0)
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (group[L.starts() + mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const std::int64_t e = lo;
+  const bf16 *row = gu + std::int64_t(r) * 2 * I;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    float g = __bfloat162float(row[i]), u = __bfloat162float(row[I + i]);
+    if (ea.gate_up_bias) {
+      g += ea.gate_up_bias[e * 2 * I + i];
+      u += ea.gate_up_bias[e * 2 * I + I + i];
+    }
+    act[std::int64_t(r) * I + i] = __float2bfloat16(moe_expert_act(g, u, ea));
+  }
+}
+
 __global__ void moe_combine_kernel(const bf16 *__restrict__ out,
                                    const std::int32_t *__restrict__ ids,
                                    const float *__restrict__ weights, int k, int H,
                                    const std::int32_t *__restrict__ group, MoeGroupLayout L,
-                                   bf16 *__restrict__ y) {
+                                   bf16 *__restrict__ y, const float *__restrict__ down_bias) {
   __shared__ int rows[kMoeMaxTopK];
+  __shared__ int experts[kMoeMaxTopK];
   __shared__ float wts[kMoeMaxTopK];
   const int t = blockIdx.x;
   if (threadIdx.x == 0) {
@@ -125,12 +160,16 @@ __global__ void moe_combine_kernel(const bf16 *__restrict__ out,
       rows[at] = group[L.slot_row() + slot];
       wts[at] = weights[slot];
     }
+    for (int j = 0; j < k; ++j) experts[j] = ex[j];
   }
   __syncthreads();
   for (int c = threadIdx.x; c < H; c += blockDim.x) {
     float acc = 0.0f;
-    for (int j = 0; j < k; ++j)
-      acc += wts[j] * __bfloat162float(out[std::int64_t(rows[j]) * H + c]);
+    for (int j = 0; j < k; ++j) {
+      float o = __bfloat162float(out[std::int64_t(rows[j]) * H + c]);
+      if (down_bias) o += down_bias[std::int64_t(experts[j]) * H + c];
+      acc += wts[j] * o;
+    }
     y[std::int64_t(t) * H + c] = __float2bfloat16(acc);
   }
 }
@@ -144,13 +183,13 @@ void check_layout(const MoeGroupLayout &L, const char *what) {
 
 void launch_moe_gate_up_gemv(StreamRef s_ref, const bf16 *x, const bf16 *gate_up, int H, int I,
                              const std::int32_t *group, const MoeGroupLayout &layout,
-                             int max_active, bf16 *act) {
+                             int max_active, bf16 *act, const MoeExpertAct &ea) {
   const cudaStream_t s = s_ref.get("launch_moe_gate_up_gemv");
   check_layout(layout, "launch_moe_gate_up_gemv");
   if (H % 8 != 0 || I <= 0) throw Error(ErrorCode::kInvalidArgument, "moe gate_up: H % 8 != 0");
   if (max_active <= 0) return;
   const dim3 grid((I + kWarps - 1) / kWarps, max_active);
-  moe_gemv_kernel<true><<<grid, kWarps * 32, 0, s>>>(x, gate_up, I, H, group, layout, act);
+  moe_gemv_kernel<true><<<grid, kWarps * 32, 0, s>>>(x, gate_up, I, H, group, layout, act, ea);
   KEEL_CUDA_CHECK_LAUNCH("moe_gate_up_gemv");
 }
 
@@ -162,7 +201,8 @@ void launch_moe_down_gemv(StreamRef s_ref, const bf16 *act, const bf16 *down, in
   if (I % 8 != 0 || H <= 0) throw Error(ErrorCode::kInvalidArgument, "moe down: I % 8 != 0");
   if (max_active <= 0) return;
   const dim3 grid((H + kWarps - 1) / kWarps, max_active);
-  moe_gemv_kernel<false><<<grid, kWarps * 32, 0, s>>>(act, down, H, I, group, layout, out);
+  moe_gemv_kernel<false>
+      <<<grid, kWarps * 32, 0, s>>>(act, down, H, I, group, layout, out, MoeExpertAct{});
   KEEL_CUDA_CHECK_LAUNCH("moe_down_gemv");
 }
 
@@ -178,13 +218,24 @@ void launch_moe_gather(StreamRef s_ref, const bf16 *x, int H, const std::int32_t
 
 void launch_moe_combine(StreamRef s_ref, const bf16 *out, const std::int32_t *ids,
                         const float *weights, int T, int k, int H, const std::int32_t *group,
-                        const MoeGroupLayout &layout, bf16 *y) {
+                        const MoeGroupLayout &layout, bf16 *y, const float *down_bias) {
   const cudaStream_t s = s_ref.get("launch_moe_combine");
   check_layout(layout, "launch_moe_combine");
   if (k <= 0 || k > kMoeMaxTopK) throw Error(ErrorCode::kInvalidArgument, "moe combine: bad k");
   if (T <= 0) return;
-  moe_combine_kernel<<<T, 256, 0, s>>>(out, ids, weights, k, H, group, layout, y);
+  moe_combine_kernel<<<T, 256, 0, s>>>(out, ids, weights, k, H, group, layout, y, down_bias);
   KEEL_CUDA_CHECK_LAUNCH("moe_combine");
+}
+
+void launch_moe_act(StreamRef s_ref, const bf16 *gu, int I, const std::int32_t *group,
+                    const MoeGroupLayout &layout, const MoeExpertAct &ea, bf16 *act) {
+  const cudaStream_t s = s_ref.get("launch_moe_act");
+  check_layout(layout, "launch_moe_act");
+  if (I <= 0) throw Error(ErrorCode::kInvalidArgument, "moe act: I <= 0");
+  if (layout.rows_cap <= 0) return;
+  moe_act_kernel<<<static_cast<unsigned>(layout.rows_cap), 256, 0, s>>>(gu, I, group, layout, ea,
+                                                                        act);
+  KEEL_CUDA_CHECK_LAUNCH("moe_act");
 }
 
 }  // namespace keel::cuda
