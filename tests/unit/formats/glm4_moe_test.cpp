@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "checkpoint_edit.h"
+#include "config_error.h"
 #include "core/error.h"
 #include "formats/make_model.h"
 #include "formats/model_config.h"
@@ -18,6 +19,7 @@ namespace {
 
 using nlohmann::json;
 using test::open_error;
+using test::parse_error;
 using test::rename_tensor;
 using test::slurp;
 using test::spit;
@@ -45,15 +47,6 @@ json glm4_moe_json() {
               {"norm_topk_prob", true},
               {"routed_scaling_factor", 2.5},
               {"num_nextn_predict_layers", 1}};
-}
-
-std::pair<ErrorCode, std::string> parse_error(const json &j) {
-  try {
-    parse_hf_config(j.dump(), "config.json");
-  } catch (const Error &e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::kInternal, "no error"};
 }
 
 TEST(Glm4MoeConfig, ParsesTheReleasedFields) {
