@@ -6,7 +6,7 @@
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { http, URL_MAIN } from './helpers.mjs';
-import { startServer, inject, ends, settled, streamText, waitFor, greedy, alive, sleep, rng } from './wedge_lib.mjs';
+import { startServer, inject, ends, settled, streamText, waitFor, greedy, alive, sleep, rng, WEDGE_MODEL } from './wedge_lib.mjs';
 
 const DEADLINE_S = 2;
 let srv;
@@ -237,7 +237,7 @@ test('per-model pin and idle TTL from the settings file; a stalled engine nobody
   const os = await import('node:os');
   const conf = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'keel-ttl-')), 'keel.toml');
   fs.writeFileSync(conf, 'pin = ["b"]\nmodel-ttl = ["a=2.5"]\nidle-ttl = 0.4\nstep-deadline = 1\nenable-fault-injection = true\n');
-  const MP = process.env.KEEL_TEST_MODEL_PATH;
+  const MP = WEDGE_MODEL;
   const s = await startServer({ name: 'ttl', models: { a: MP, b: MP, c: MP }, args: ['--config', conf] });
   try {
     const st0 = await s.status();

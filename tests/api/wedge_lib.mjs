@@ -26,12 +26,20 @@ export function rng(seed = Number(process.env.WEDGE_SEED ?? Math.floor(Math.rand
 export const ROUNDS = Number(process.env.WEDGE_ROUNDS ?? 2);
 export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-// A `keel serve` of its own: `models` maps ids to model paths (copied by symlink).
-export async function startServer({ models = { tiny: MODEL_PATH }, args = [], name = 'wedge', cache = false } = {}) {
+// The model the suites serve as 'tiny': the test model, or WEDGE_MODEL_PATH (another
+// architecture, e.g. a mixture of experts: moe_wedge.test.mjs sets it).
+export const WEDGE_MODEL = process.env.WEDGE_MODEL_PATH || MODEL_PATH;
+
+// A `keel serve` of its own: `models` maps ids to model paths (copied by symlink), or
+// `modelDir` names a directory of models to serve as it is (a server started again on
+// the same paths finds its SSD-tier blocks: their keys name the model's path).
+export async function startServer({ models = { tiny: WEDGE_MODEL }, modelDir, args = [], name = 'wedge', cache = false } = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), `keel-${name}-`));
-  const modelDir = path.join(dir, 'models');
-  fs.mkdirSync(modelDir);
-  for (const [id, src] of Object.entries(models)) fs.symlinkSync(src, path.join(modelDir, id));
+  if (!modelDir) {
+    modelDir = path.join(dir, 'models');
+    fs.mkdirSync(modelDir);
+    for (const [id, src] of Object.entries(models)) fs.symlinkSync(src, path.join(modelDir, id));
+  }
   const logPath = path.join(dir, 'serve.log');
   const out = fs.openSync(logPath, 'w');
   const extra = (process.env.WEDGE_SERVE_ARGS ?? '').split(' ').filter(Boolean);
@@ -263,5 +271,12 @@ export function probeLoop(url, body) {
     w.once('message', (m) => (m.error ? reject(new Error(m.error)) : resolve(m)));
     w.once('error', reject);
   });
-  return { stop: async () => { w.postMessage('stop'); const r = await done; await w.terminate(); return r; } };
+  done.catch(() => {});  // stop() reports it; a test that failed first must not die of it
+  // stop() ends the worker whatever the probes met (a worker left running keeps node up).
+  let stopped;
+  const stop = () => (stopped ??= (async () => {
+    w.postMessage('stop');
+    try { return await done; } finally { await w.terminate(); }
+  })());
+  return { stop };
 }

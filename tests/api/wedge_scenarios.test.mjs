@@ -9,9 +9,8 @@ import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { MODEL_PATH } from './helpers.mjs';
 import { startServer, inject, ends, settled, streamText, greedy, alive, sleep, rng, waitFor, ROUNDS,
-  longContextModel, percentile, rawCompletion, probeLoop } from './wedge_lib.mjs';
+  longContextModel, percentile, rawCompletion, probeLoop, WEDGE_MODEL } from './wedge_lib.mjs';
 
 const DEADLINE_S = 2;
 const REQ_MS = 12_000;  // every request's deadline here
@@ -116,12 +115,12 @@ test('3: dozens of aborts mid-prefill, mid-decode and while blocks restore', asy
 
 test('4: a second model auto-loaded beside the first under a tight memory budget, traffic to both', async () => {
   // Budget: one loaded model and a half: every switch evicts the idle one.
-  const weights = fs.readdirSync(MODEL_PATH).filter((f) => f.endsWith('.safetensors'))
-    .reduce((n, f) => n + fs.statSync(path.join(MODEL_PATH, f)).size, 0);
-  const cfg = JSON.parse(fs.readFileSync(path.join(MODEL_PATH, 'config.json'), 'utf8'));
+  const weights = fs.readdirSync(WEDGE_MODEL).filter((f) => f.endsWith('.safetensors'))
+    .reduce((n, f) => n + fs.statSync(path.join(WEDGE_MODEL, f)).size, 0);
+  const cfg = JSON.parse(fs.readFileSync(path.join(WEDGE_MODEL, 'config.json'), 'utf8'));
   const kv = 64 * 16 * cfg.num_hidden_layers * 2 * cfg.num_key_value_heads * cfg.head_dim * 4;
   const budget = Math.floor(1.5 * (weights + kv));
-  const two = await startServer({ name: 'two', models: { a: MODEL_PATH, b: MODEL_PATH },
+  const two = await startServer({ name: 'two', models: { a: WEDGE_MODEL, b: WEDGE_MODEL },
     args: ['--memory-budget', String(budget), '--kv-blocks', '64', '--step-deadline', String(DEADLINE_S)] });
   try {
     let okA = 0, okB = 0;
@@ -260,17 +259,18 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
   const IPC_S = big ? Math.ceil(N / 100) + 2 : 2, HB_S = IPC_S + 1;
   const QUEUE = big ? '256M' : '3M';
   const dir = fs.mkdtempSync(path.join(srv.dir, 'long-'));
-  const long = longContextModel(MODEL_PATH, path.join(dir, 'long'), PMAX + 256);
+  const long = longContextModel(WEDGE_MODEL, path.join(dir, 'long'), PMAX + 256);
   const two = await startServer({ name: 'stall', models: { stuck: long, good: long },
     args: ['--pin', 'stuck', '--pin', 'good', '--heartbeat-timeout', String(HB_S), '--ipc-deadline', String(IPC_S),
       '--ipc-queue-size', QUEUE, '--kv-blocks', '1024', '--max-concurrent', '256', '--step-deadline', '10'] });
   const fig = {};
+  let probes;
   try {
     // The other model's latency: back-to-back requests from a worker thread.
     const probeBody = { model: 'good', prompt: LONG[1], max_tokens: 48, temperature: 0, ignore_eos: true };
     await greedy(two.client, 'warm', 2, 'stuck');
     await greedy(two.client, 'warm', 2, 'good');
-    const probes = probeLoop(two.url, probeBody);
+    probes = probeLoop(two.url, probeBody);
     await sleep(500);  // warm-up, not counted
     const tUnloaded = Date.now();
     await sleep(2500);
@@ -363,6 +363,7 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     assert.ok(fig.stalled_p99_ms <= 2 * fig.unloaded_p99_ms + slack,
       `the other model's p99 went from ${fig.unloaded_p99_ms} ms unloaded to ${fig.stalled_p99_ms} ms with the stalled engine (bound: 2x + ${slack} ms)`);
   } finally {
+    await probes?.stop().catch(() => {});  // already stopped unless an assertion failed first
     const res = await two.stop();
     assert.equal(res?.code, 0);
   }
@@ -374,10 +375,13 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
 // submits, nothing is restarted, and everything drains to zero.
 test('8: a SIGSTOPped engine resumed before its deadline serves its backlog and drains', async () => {
   const HB_S = 4;
-  const two = await startServer({ name: 'cont', models: { stuck: MODEL_PATH, good: MODEL_PATH },
+  const two = await startServer({ name: 'cont', models: { stuck: WEDGE_MODEL, good: WEDGE_MODEL },
     args: ['--pin', 'stuck', '--heartbeat-timeout', String(HB_S), '--kv-blocks', '256', '--step-deadline', '10'] });
   try {
     const want = await greedy(two.client, LONG[2], 8, 'stuck');
+    // The other model loaded first: a load during the stop could outlast the heartbeat
+    // deadline on a busy machine, and the stopped engine would be (rightly) killed.
+    await greedy(two.client, 'warm', 2, 'good');
     const stuck = await two.model('stuck');
     process.kill(stuck.pid, 'SIGSTOP');
     const tStop = Date.now();
@@ -391,6 +395,7 @@ test('8: a SIGSTOPped engine resumed before its deadline serves its backlog and 
     const other = await ends(5000, () => greedy(two.client, 'short one', 4, 'good'), 'the other model');
     assert.ok(other.ok, String(other.error));
     await sleep(Math.max(0, 1000 - (Date.now() - tStop)));
+    assert.ok(alive(stuck.pid), `the stopped engine was gone ${Date.now() - tStop} ms after SIGSTOP, before its resume`);
     process.kill(stuck.pid, 'SIGCONT');
     const done = await Promise.all(plain);
     for (const x of done) {

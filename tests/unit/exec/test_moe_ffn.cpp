@@ -13,15 +13,17 @@
 #include "core/error.h"
 #include "exec/arch/moe_ffn.h"
 #include "formats/quant.h"
+#include "moe_layer_util.h"
 
 namespace keel::arch {
 namespace {
 
+using test::random_input;
+using test::run;
+
 // An in-memory checkpoint of one MoE layer (layer 0), f32, addressed by HF name.
-struct Layer {
+struct Layer : test::F32Tensors {
   ModelConfig cfg;
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, std::vector<std::int64_t>> shape;
 
   Layer(std::int64_t hidden, std::int64_t E, std::int64_t k, std::int64_t I, bool norm,
         std::uint32_t seed, MoeConfig::Naming naming = MoeConfig::Naming::kQwen) {
@@ -32,14 +34,7 @@ struct Layer {
     m.num_experts = E, m.top_k = k, m.expert_intermediate = I, m.norm_topk_prob = norm;
     m.sparse_layers = {true};
     cfg.moe = m;
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    auto add = [&](const std::string &name, std::vector<std::int64_t> s, float std) {
-      std::vector<float> v(static_cast<std::size_t>(s[0] * s[1]));
-      for (float &x : v) x = std * nd(rng);
-      data[name] = std::move(v);
-      shape[name] = std::move(s);
-    };
+    rng.seed(seed);
     add(moe_router_name(m, 0), {E, hidden}, 2.0f / std::sqrt(static_cast<float>(hidden)));
     for (std::int64_t e = 0; e < E; ++e) {
       const float s = 1.0f / std::sqrt(static_cast<float>(hidden));
@@ -73,13 +68,7 @@ struct Layer {
       if (it == data.end()) return std::nullopt;
       if (auto q = mxfp4.find(name); q != mxfp4.end())
         return TensorView{name, DType::kMXFP4, shape.at(name), q->second.data(), q->second.size()};
-      TensorView t;
-      t.name = name;
-      t.dtype = DType::kF32;
-      t.shape = shape.at(name);
-      t.data = reinterpret_cast<const std::byte *>(it->second.data());
-      t.nbytes = it->second.size() * sizeof(float);
-      return t;
+      return view(name);
     };
   }
 
@@ -136,23 +125,6 @@ struct Layer {
   }
 };
 
-std::vector<float> random_input(std::int64_t T, std::int64_t H, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(T * H));
-  for (float &v : x) v = nd(rng);
-  return x;
-}
-
-std::vector<float> run(MoeFfn &moe, const std::vector<float> &x, std::int64_t T, std::int64_t H,
-                       ThreadPool &pool) {
-  cpu::LinearScratch scratch;
-  Workspace ws;
-  std::vector<float> y(static_cast<std::size_t>(T * H));
-  moe.forward(x.data(), T, y.data(), pool, scratch, ws);
-  return y;
-}
-
 void expect_matches_reference(bool norm, std::int64_t k, bool mxfp4 = false) {
   const std::int64_t H = 64, E = 8, I = 32, T = 40;
   Layer layer(H, E, k, I, norm, 11 + static_cast<std::uint32_t>(k));
@@ -162,11 +134,7 @@ void expect_matches_reference(bool norm, std::int64_t k, bool mxfp4 = false) {
   const auto x = random_input(T, H, 5);
   const auto y = run(moe, x, T, H, pool);
   const auto ref = layer.reference(x, T);
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    worst = std::max(worst, std::abs(y[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
+  const auto [worst, scale] = test::distance(y, ref);
   EXPECT_GT(scale, 0.1);  // the outputs are not trivially small
   // MXFP4 experts multiply 8-bit activations (as Q4_0 does): their rounding, not f32's.
   EXPECT_LT(worst, (mxfp4 ? 3e-2 : 1e-5) * scale) << "worst abs error " << worst << " of " << scale;

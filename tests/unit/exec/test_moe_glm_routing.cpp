@@ -11,9 +11,13 @@
 
 #include "core/error.h"
 #include "exec/arch/moe_ffn.h"
+#include "moe_layer_util.h"
 
 namespace keel::arch {
 namespace {
+
+using test::random_input;
+using test::run;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -50,10 +54,8 @@ TEST(GlmRouting, CorrectionBiasChoosesButDoesNotWeight) {
 }
 
 // One GLM MoE layer (layer 0), f32, addressed by HF name.
-struct GlmLayer {
+struct GlmLayer : test::F32Tensors {
   ModelConfig cfg;
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, std::vector<std::int64_t>> shape;
 
   GlmLayer(std::int64_t H, std::int64_t E, std::int64_t k, std::int64_t I, std::int64_t S,
            std::int64_t groups, std::int64_t keep, std::uint32_t seed) {
@@ -66,14 +68,7 @@ struct GlmLayer {
     m.shared_intermediate = S;
     m.sparse_layers = {true};
     cfg.moe = m;
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    auto add = [&](const std::string &name, std::vector<std::int64_t> s, float std) {
-      std::vector<float> v(static_cast<std::size_t>(s.size() == 1 ? s[0] : s[0] * s[1]));
-      for (float &x : v) x = std * nd(rng);
-      data[name] = std::move(v);
-      shape[name] = std::move(s);
-    };
+    rng.seed(seed);
     const float sh = 1.0f / std::sqrt(static_cast<float>(H));
     add(moe_router_name(m, 0), {E, H}, 2.0f * sh);
     add(moe_router_bias_name(m, 0), {E}, 0.1f);
@@ -87,20 +82,6 @@ struct GlmLayer {
     add(moe_shared_name(m, 0, ExpertMatrix::kUp), {S, H}, sh);
     add(moe_shared_name(m, 0, ExpertMatrix::kDown), {H, S},
         1.0f / std::sqrt(static_cast<float>(S)));
-  }
-
-  WeightLookup lookup() const {
-    return [this](const std::string &name) -> std::optional<TensorView> {
-      auto it = data.find(name);
-      if (it == data.end()) return std::nullopt;
-      TensorView t;
-      t.name = name;
-      t.dtype = DType::kF32;
-      t.shape = shape.at(name);
-      t.data = reinterpret_cast<const std::byte *>(it->second.data());
-      t.nbytes = it->second.size() * sizeof(float);
-      return t;
-    };
   }
 
   // down(silu(gate x) * up x) of one SwiGLU MLP, in double.
@@ -179,23 +160,6 @@ struct GlmLayer {
   }
 };
 
-std::vector<float> random_input(std::int64_t T, std::int64_t H, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(T * H));
-  for (float &v : x) v = nd(rng);
-  return x;
-}
-
-std::vector<float> run(MoeFfn &moe, const std::vector<float> &x, std::int64_t T, std::int64_t H,
-                       ThreadPool &pool) {
-  cpu::LinearScratch scratch;
-  Workspace ws;
-  std::vector<float> y(static_cast<std::size_t>(T * H));
-  moe.forward(x.data(), T, y.data(), pool, scratch, ws);
-  return y;
-}
-
 class GlmMoeBlock : public ::testing::TestWithParam<std::int64_t> {};
 // T = 9: the threads split the experts; T = 120: each expert split by rows.
 INSTANTIATE_TEST_SUITE_P(Sizes, GlmMoeBlock, ::testing::Values(9, 120));
@@ -209,11 +173,7 @@ TEST_P(GlmMoeBlock, MatchesFloat64ReferenceAndIsBatchInvariant) {
   const auto y = run(moe, x, T, H, pool);
   std::set<std::int64_t> used;
   const auto ref = layer.reference(x, T, used);
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    worst = std::max(worst, std::abs(y[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
+  const auto [worst, scale] = test::distance(y, ref);
   EXPECT_GT(scale, 0.1);
   EXPECT_LT(worst, 1e-5 * scale) << "worst abs error " << worst;
   EXPECT_GE(used.size(), 6u);  // the routing spreads over the experts

@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "exec/arch/moe_ffn.h"
+#include "moe_layer_util.h"
 
 namespace keel::arch {
 namespace {
@@ -74,10 +75,8 @@ TEST(GptOssSwiglu, ClampsAtTheLimit) {
 }
 
 // One gpt-oss MoE layer (layer 0) in memory, f32, under the per-expert names.
-struct GptOssLayer {
+struct GptOssLayer : test::F32Tensors {
   ModelConfig cfg;
-  std::map<std::string, std::vector<float>> data;
-  std::map<std::string, std::vector<std::int64_t>> shape;
 
   GptOssLayer(std::int64_t H, std::int64_t E, std::int64_t k, std::int64_t I, std::uint32_t seed) {
     cfg.hidden_size = H;
@@ -89,16 +88,7 @@ struct GptOssLayer {
     m.swiglu_limit = 7.0;
     m.sparse_layers = {true};
     cfg.moe = m;
-    std::mt19937 rng(seed);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    auto add = [&](const std::string &name, std::vector<std::int64_t> s, float std) {
-      std::int64_t n = 1;
-      for (auto d : s) n *= d;
-      std::vector<float> v(static_cast<std::size_t>(n));
-      for (float &x : v) x = std * nd(rng);
-      data[name] = std::move(v);
-      shape[name] = std::move(s);
-    };
+    rng.seed(seed);
     add(moe_router_name(m, 0), {E, H}, 2.0f / std::sqrt(static_cast<float>(H)));
     add(moe_router_logit_bias_name(m, 0), {E}, 1.0f);
     for (std::int64_t e = 0; e < E; ++e) {
@@ -113,21 +103,6 @@ struct GptOssLayer {
       add(moe_expert_bias_name(m, 0, e, ExpertMatrix::kDown), {H}, 1.0f);
     }
   }
-
-  WeightLookup lookup() const {
-    return [this](const std::string &name) -> std::optional<TensorView> {
-      auto it = data.find(name);
-      if (it == data.end()) return std::nullopt;
-      TensorView t;
-      t.name = name;
-      t.dtype = DType::kF32;
-      t.shape = shape.at(name);
-      t.data = reinterpret_cast<const std::byte *>(it->second.data());
-      t.nbytes = it->second.size() * sizeof(float);
-      return t;
-    };
-  }
-  const std::vector<float> &at(const std::string &name) const { return data.at(name); }
 
   // transformers' GptOssMLP in double; counts the gate / up values the clamp changed.
   std::vector<double> reference(const std::vector<float> &x, std::int64_t T,
@@ -191,22 +166,12 @@ TEST_P(GptOssMoeLayer, MatchesFloat64Reference) {
   GptOssLayer layer(H, E, k, I, 3);
   MoeFfn moe(layer.cfg, 0, layer.lookup());
   ThreadPool pool(3);
-  std::mt19937 rng(9);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> x(static_cast<std::size_t>(T * H));
-  for (float &v : x) v = nd(rng);
-  cpu::LinearScratch scratch;
-  Workspace ws;
-  std::vector<float> y(x.size());
-  moe.forward(x.data(), T, y.data(), pool, scratch, ws);
+  const auto x = test::random_input(T, H, 9);
+  const auto y = test::run(moe, x, T, H, pool);
   std::int64_t clamped = 0;
   const auto ref = layer.reference(x, T, clamped);
   EXPECT_GT(clamped, 0);  // the clamp was exercised
-  double worst = 0, scale = 0;
-  for (std::size_t i = 0; i < y.size(); ++i) {
-    worst = std::max(worst, std::abs(y[i] - ref[i]));
-    scale = std::max(scale, std::abs(ref[i]));
-  }
+  const auto [worst, scale] = test::distance(y, ref);
   EXPECT_GT(scale, 0.1);
   EXPECT_LT(worst, 1e-5 * scale) << "worst abs error " << worst << " of " << scale;
 }

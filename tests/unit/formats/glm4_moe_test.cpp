@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint_edit.h"
+#include "config_error.h"
 #include "core/error.h"
 #include "formats/make_model.h"
 #include "formats/model_config.h"
@@ -16,6 +18,11 @@ namespace keel {
 namespace {
 
 using nlohmann::json;
+using test::open_error;
+using test::parse_error;
+using test::rename_tensor;
+using test::slurp;
+using test::spit;
 
 // GLM-4.5-Air's config.json fields, at a tiny size.
 json glm4_moe_json() {
@@ -40,15 +47,6 @@ json glm4_moe_json() {
               {"norm_topk_prob", true},
               {"routed_scaling_factor", 2.5},
               {"num_nextn_predict_layers", 1}};
-}
-
-std::pair<ErrorCode, std::string> parse_error(const json &j) {
-  try {
-    parse_hf_config(j.dump(), "config.json");
-  } catch (const Error &e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::kInternal, "no error"};
 }
 
 TEST(Glm4MoeConfig, ParsesTheReleasedFields) {
@@ -124,17 +122,6 @@ TEST(Glm4MoeConfig, BadFieldsAndUnknownRoutingAreNamed) {
   }
 }
 
-std::string slurp(const std::filesystem::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::filesystem::path &p, const std::string &s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-
 MakeModelOptions tiny_glm(const std::filesystem::path &out) {
   MakeModelOptions o;
   o.arch = "glm4_moe";
@@ -180,26 +167,6 @@ TEST(Glm4MoeMakeModel, WritesTheReleasedNamesAndLoads) {
   EXPECT_TRUE(c.moe->sparse(45));
   air.shape = "qwen3-30b-a3b";
   EXPECT_THROW(make_model_config(air), Error);
-}
-
-std::string open_error(const std::filesystem::path &dir) {
-  try {
-    ModelWeights::open(dir);
-  } catch (const Error &e) {
-    EXPECT_EQ(e.code(), ErrorCode::kFormat) << e.what();
-    return e.what();
-  }
-  return "no error";
-}
-
-void rename_tensor(const std::filesystem::path &file, const std::string &from,
-                   const std::string &to) {
-  ASSERT_EQ(from.size(), to.size());
-  std::string bytes = slurp(file);
-  const auto at = bytes.find("\"" + from + "\"");
-  ASSERT_NE(at, std::string::npos) << from;
-  bytes.replace(at + 1, from.size(), to);
-  spit(file, bytes);
 }
 
 TEST(Glm4MoeCheckpoint, MissingCorrectionBiasOrSharedExpertIsNamed) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_error.h"
 #include "core/error.h"
 #include "formats/model_config.h"
 
@@ -12,6 +13,7 @@ namespace keel {
 namespace {
 
 using nlohmann::json;
+using test::parse_error;
 
 // gpt-oss-20b's config.json fields, at a tiny size.
 json gpt_oss_json() {
@@ -43,15 +45,6 @@ json gpt_oss_json() {
               {"max_position_embeddings", 131072},
               {"rms_norm_eps", 1e-5},
               {"tie_word_embeddings", false}};
-}
-
-std::pair<ErrorCode, std::string> parse_error(const json &j) {
-  try {
-    parse_hf_config(j.dump(), "config.json");
-  } catch (const Error &e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::kInternal, "no error"};
 }
 
 TEST(GptOssConfig, ParsesTheReleasedFields) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint_edit.h"
 #include "core/error.h"
 #include "formats/make_model.h"
 #include "formats/model_weights.h"
@@ -19,17 +20,9 @@ namespace keel {
 namespace {
 
 using nlohmann::json;
-
-std::string slurp(const std::filesystem::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::filesystem::path &p, const std::string &s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
+using test::open_error;
+using test::slurp;
+using test::spit;
 
 MakeModelOptions tiny_gpt_oss(const std::filesystem::path &out, DType dtype) {
   MakeModelOptions o;
@@ -54,16 +47,6 @@ void edit_header(const std::filesystem::path &file, Edit edit) {
   const std::uint64_t m = text.size();
   std::string out(reinterpret_cast<const char *>(&m), 8);
   spit(file, out + text + bytes.substr(8 + n));
-}
-
-std::string open_error(const std::filesystem::path &dir) {
-  try {
-    ModelWeights::open(dir);
-  } catch (const Error &e) {
-    EXPECT_EQ(e.code(), ErrorCode::kFormat) << e.what();
-    return e.what();
-  }
-  return "no error";
 }
 
 std::uint16_t bf16_at(const std::byte *data, std::int64_t i) {

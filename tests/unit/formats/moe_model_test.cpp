@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "checkpoint_edit.h"
+#include "config_error.h"
 #include "core/error.h"
 #include "formats/make_model.h"
 #include "formats/model_config.h"
@@ -16,6 +18,11 @@ namespace keel {
 namespace {
 
 using nlohmann::json;
+using test::open_error;
+using test::parse_error;
+using test::rename_tensor;
+using test::slurp;
+using test::spit;
 
 json qwen3_moe_json() {
   return json{{"model_type", "qwen3_moe"},
@@ -32,16 +39,6 @@ json qwen3_moe_json() {
               {"norm_topk_prob", true},
               {"decoder_sparse_step", 1},
               {"mlp_only_layers", json::array({1})}};
-}
-
-// The error parse_hf_config throws for `j`, with its code.
-std::pair<ErrorCode, std::string> parse_error(const json &j) {
-  try {
-    parse_hf_config(j.dump(), "config.json");
-  } catch (const Error &e) {
-    return {e.code(), e.what()};
-  }
-  return {ErrorCode::kInternal, "no error"};
 }
 
 TEST(MoeConfig, ParsesQwen3Moe) {
@@ -136,17 +133,6 @@ MakeModelOptions tiny_moe(const std::filesystem::path &out) {
   return o;
 }
 
-std::string slurp(const std::filesystem::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void spit(const std::filesystem::path &p, const std::string &s) {
-  std::ofstream(p, std::ios::binary) << s;
-}
-
 TEST(MoeMakeModel, WritesAQwen3MoeThatLoads) {
   test::TempDir dir;
   const MakeModelReport r = make_model(tiny_moe(dir.path()));
@@ -185,27 +171,6 @@ TEST(MoeMakeModel, RealShapesAndRefusals) {
   o.shape = "tiny";
   o.experts = 4;
   EXPECT_THROW(make_model_config(o), Error);
-}
-
-std::string open_error(const std::filesystem::path &dir) {
-  try {
-    ModelWeights::open(dir);
-  } catch (const Error &e) {
-    EXPECT_EQ(e.code(), ErrorCode::kFormat) << e.what();
-    return e.what();
-  }
-  return "no error";
-}
-
-// Renames a tensor in the safetensors header in place (same length, so offsets hold).
-void rename_tensor(const std::filesystem::path &file, const std::string &from,
-                   const std::string &to) {
-  ASSERT_EQ(from.size(), to.size());
-  std::string bytes = slurp(file);
-  const auto at = bytes.find("\"" + from + "\"");
-  ASSERT_NE(at, std::string::npos) << from;
-  bytes.replace(at + 1, from.size(), to);
-  spit(file, bytes);
 }
 
 TEST(MoeCheckpoint, MissingExpertIsNamed) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 
+#include "checkpoint_edit.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/gguf_writer.h"
@@ -21,6 +22,9 @@
 
 namespace keel {
 namespace {
+
+using test::open_error;
+using test::slurp;
 
 // e2m1 by its definition: sign, 2 exponent bits (bias 1), 1 mantissa bit; exponent 0 is
 // subnormal (0 or 0.5).
@@ -193,23 +197,6 @@ TEST(Mxfp4, MoeExpertsLoadFromGptOssPairs) {
   double ss = 0;
   for (float f : v) ss += f * f;
   EXPECT_NEAR(std::sqrt(ss / v.size()), 0.02, 0.006);
-}
-
-std::string open_error(const std::filesystem::path &p) {
-  try {
-    ModelWeights::open(p);
-  } catch (const Error &e) {
-    EXPECT_EQ(e.code(), ErrorCode::kFormat) << e.what();
-    return e.what();
-  }
-  return "no error";
-}
-
-std::string slurp(const std::filesystem::path &p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 TEST(Mxfp4, MissingScalesAreNamed) {
