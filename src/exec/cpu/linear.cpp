@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cpu/fp8_row.h"
+#include "exec/cpu/kquant_rows.h"
 #include "exec/cpu/linear_tiles.h"
 #include "exec/cpu/mxfp4_rows.h"
 #include "formats/quant.h"
@@ -131,17 +132,22 @@ struct MxK {  // MXFP4 rows (mxfp4_rows.h) against 8-bit activations
   };
 };
 
-// One Q4_K / Q6_K row to float32 (the same values on every path).
-template <LinearIsa I>
-void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
+template <class Row, LinearIsa I>
+struct KQK {  // Q4_K / Q5_K / Q6_K rows (kquant_rows.h) against 8-bit activations
+  template <int MR, int NR>
+  struct K {
+    using Args = QArgs;
+    static void run(const Args &a) {
 #ifdef KEEL_LINEAR_X86
-  if constexpr (I == LinearIsa::kAvx512)
-    if (dt == DType::kQ6_K) return tiles::dequantize_q6_k_avx512(src, dst, K);
-  if constexpr (I == LinearIsa::kAvx512)
-    if (dt == DType::kQ4_K) return tiles::dequantize_q4_k_avx512(src, dst, K);
+      if constexpr (I == LinearIsa::kAvx512)
+        return tiles::kquant_avx512<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+      if constexpr (I == LinearIsa::kAvx2)
+        return tiles::kquant_avx2<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
 #endif
-  dequantize_row(dt, src, dst, K);
-}
+      tiles::kquant_scalar<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+    }
+  };
+};
 
 // Runs the rows [n0, n1) of the weight against all T tokens with register tiles.
 // `row(n)` gives a pointer to weight row n; `xrow(t)` to token t's activation.
@@ -188,7 +194,8 @@ const char *linear_isa_name(LinearIsa isa) {
 }
 
 bool uses_q8_activations(DType w) {
-  return w == DType::kQ8_0 || w == DType::kQ4_0 || w == DType::kMXFP4;
+  return w == DType::kQ8_0 || w == DType::kQ4_0 || w == DType::kMXFP4 || w == DType::kQ4_K ||
+         w == DType::kQ5_K || w == DType::kQ6_K;
 }
 
 void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
@@ -215,8 +222,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K ||
-                   w.dtype == DType::kQ6_K || w.dtype == DType::kF8_E4M3;
+    any_dequant |= w.dtype == DType::kF8_E4M3;
     if (w.dtype == DType::kF8_E4M3 &&
         (!w.scale.present() || w.scale.grid_rows * w.scale.block_rows < N ||
          w.scale.grid_cols * w.scale.block_cols < K))
@@ -281,8 +287,17 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
                                                                          qargs);
         break;
       case DType::kQ4_K:
+        run_rows<KQK<tiles::Q4KRow, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, y, N, qargs);
+        break;
       case DType::kQ5_K:
+        run_rows<KQK<tiles::Q5KRow, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, y, N, qargs);
+        break;
       case DType::kQ6_K:
+        run_rows<KQK<tiles::Q6KRow, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, y, N, qargs);
+        break;
       case DType::kF8_E4M3: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
         // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
@@ -293,14 +308,10 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         const std::int64_t group = T <= kMaxMR ? kMaxNR : kRowTile;
         for (std::int64_t g0 = n0; g0 < n1; g0 += group) {
           const std::int64_t g1 = std::min(n1, g0 + group);
-          for (std::int64_t n = g0; n < g1; ++n) {
-            if (dt == DType::kF8_E4M3)
-              fp8_row_to_f32(reinterpret_cast<const std::uint8_t *>(row(n)),
-                             tile.data() + (n - g0) * K, K, w.scale.row(n), w.scale.block_cols,
-                             I != LinearIsa::kPortable);
-            else
-              dequantize_kquant<I>(dt, row(n), tile.data() + (n - g0) * K, K);
-          }
+          for (std::int64_t n = g0; n < g1; ++n)
+            fp8_row_to_f32(reinterpret_cast<const std::uint8_t *>(row(n)),
+                           tile.data() + (n - g0) * K, K, w.scale.row(n), w.scale.block_cols,
+                           I != LinearIsa::kPortable);
           auto trow = [&](std::int64_t n) {
             return reinterpret_cast<const std::byte *>(tile.data() + (n - g0) * K);
           };

@@ -7,9 +7,9 @@
 // other tokens in its batch. Register tiles (several tokens x several weight rows)
 // only share loads between such chains.
 //
-// Q8_0, Q4_0 and MXFP4 weights multiply 8-bit quantized activations with integer dot
-// products (as llama.cpp does); F32/F16/BF16 weights multiply float32 activations;
-// Q4_K/Q6_K rows are dequantized to float32 tiles first.
+// Q8_0, Q4_0, MXFP4 and K-quant (Q4_K, Q5_K, Q6_K: kquant_rows.h) weights multiply 8-bit
+// quantized activations with integer dot products (as llama.cpp does); F32/F16/BF16 weights
+// multiply float32 activations; FP8 rows are dequantized to float32 tiles first.
 #pragma once
 
 #include <cstdint>

@@ -122,32 +122,45 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
                                            DType::kMXFP4),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
-// K-quant rows are dequantized (by SIMD code on some families) and run as float32 rows: the
-// results must equal those of the formats' dequantized values given as an f32 weight.
-TEST(Linear, KQuantsEqualTheirDequantizedF32Rows) {
+// K-quant rows at their largest codes (every bit set) against activations at +-127 (a
+// constant magnitude quantizes to exactly +-127): the integer dot products' widest sums
+// (63 * 127 pairs in the int16 steps of AVX2) must not saturate in any family.
+TEST(Linear, KQuantsAtExtremeCodesMatchReference) {
   for (const DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     std::mt19937 rng(7);
-    const std::int64_t N = 9, K = 768;
+    const std::int64_t N = 6, K = 512;
     auto wbytes = random_weight(dt, N, K, rng);
-    std::vector<float> deq(N * K);
-    for (std::int64_t n = 0; n < N; ++n)
-      dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), deq.data() + n * K, K);
-    TensorView wq{"wq", dt, {N, K}, wbytes.data(), wbytes.size()};
-    TensorView wf{"wf",
-                  DType::kF32,
-                  {N, K},
-                  reinterpret_cast<const std::byte *>(deq.data()),
-                  deq.size() * sizeof(float)};
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    ThreadPool pool(2);
-    LinearScratch scratch;
-    for (std::int64_t T : {1, 6}) {
-      std::vector<float> x(T * K), yq(T * N), yf(T * N);
-      for (auto &v : x) v = nd(rng);
-      linear(wq, x.data(), T, yq.data(), pool, scratch);
-      linear(wf, x.data(), T, yf.data(), pool, scratch);
-      EXPECT_EQ(0, std::memcmp(yq.data(), yf.data(), yq.size() * sizeof(float)))
-          << dtype_name(dt) << " T=" << T;
+    const std::int64_t block_bytes = dtype_bytes(dt, 256);
+    for (std::int64_t b = 0; b < N * K / 256; ++b) {  // all codes and 6-bit scales at their top
+      std::byte *blk = wbytes.data() + b * block_bytes;
+      if (dt == DType::kQ6_K)
+        std::memset(blk, 0xFF, 192);  // ql, qh; scales stay random int8, d random
+      else
+        std::memset(blk + 4, 0xFF, static_cast<std::size_t>(block_bytes - 4));
+    }
+    TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
+    std::vector<LinearIsa> isas{LinearIsa::kPortable};
+    if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
+    if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
+    for (const LinearIsa isa : isas) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + linear_isa_name(isa));
+      ThreadPool pool(2);
+      LinearScratch scratch;
+      scratch.isa = isa;
+      const std::int64_t T = 3;
+      std::vector<float> x(T * K), y(T * N), ref(T * N);
+      for (std::int64_t i = 0; i < T * K; ++i)  // token 0 all +1, token 1 all -1, token 2 mixed
+        x[i] = i < K ? 1.0f : i < 2 * K ? -1.0f : (rng() & 1 ? 1.0f : -1.0f);
+      linear(w, x.data(), T, y.data(), pool, scratch);
+      linear_reference(w, x.data(), T, ref.data());
+      std::vector<float> wrow(K);
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t n = 0; n < N; ++n) {
+          dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
+          double mag = 0;
+          for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
+          EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
+        }
     }
   }
 }
