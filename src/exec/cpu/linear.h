@@ -31,9 +31,10 @@ const char *linear_isa_name(LinearIsa isa);
 
 // Reusable buffers, so that steady-state decode allocates nothing.
 struct LinearScratch {
-  LinearIsa isa = best_linear_isa();      // tests lower it to check every family
-  std::vector<BlockQ8Act> xq;             // [T, K / 32]
-  std::vector<std::vector<float>> tiles;  // per thread: [rows of a tile, K]
+  LinearIsa isa = best_linear_isa();             // tests lower it to check every family
+  std::vector<BlockQ8Act> xq;                    // [T, K / 32]
+  std::vector<std::vector<float>> tiles;         // per thread: [rows of a tile, K]
+  std::vector<std::vector<float>> argmax_tiles;  // per thread: [T, rows of a tile]
 };
 
 bool uses_q8_activations(DType w);
@@ -50,6 +51,12 @@ struct LinearJob {
 };
 void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
                   LinearScratch &scratch);
+
+// Greedy rows without their logits: ids[t] = the first n with the largest y[t, n] of
+// linear(w, x, T) (the same values; NaN never wins; 0 when every value is NaN, as
+// cpu::first_argmax), found tile by tile so that the [T, N] result is never stored.
+void linear_argmax(const TensorView &w, const float *x, std::int64_t T, std::int32_t *ids,
+                   ThreadPool &pool, LinearScratch &scratch);
 
 // Scalar reference: dequantized weights (and, where linear() uses them, the same
 // quantized activations) with double accumulation.

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cpu/linear.h"
+#include "exec/cpu/vec_math.h"
 
 namespace keel::cpu {
 
@@ -161,6 +162,45 @@ TEST(Linear, KQuantsAtExtremeCodesMatchReference) {
           for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
           EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
         }
+    }
+  }
+}
+
+// The fused greedy head picks what first_argmax picks from linear()'s rows, in every family:
+// rows 5 and 40 repeat row 20 (ties: the lowest id wins however tiles fall on threads), and
+// one token's activations are NaN (every value NaN: id 0).
+TEST(Linear, ArgmaxEqualsFirstArgmaxOfTheRows) {
+  for (const DType dt : {DType::kF32, DType::kQ4_K, DType::kQ8_0}) {
+    std::mt19937 rng(11);
+    const std::int64_t N = 1000, K = 256;
+    auto wbytes = random_weight(dt, N, K, rng);
+    const std::int64_t rb = dtype_bytes(dt, K);
+    for (const std::int64_t copy : {5, 40})
+      std::memcpy(wbytes.data() + copy * rb, wbytes.data() + 20 * rb, static_cast<std::size_t>(rb));
+    TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
+    std::vector<LinearIsa> isas{LinearIsa::kPortable};
+    if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
+    if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
+    for (const LinearIsa isa : isas) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + linear_isa_name(isa));
+      ThreadPool pool(3);
+      LinearScratch scratch;
+      scratch.isa = isa;
+      for (const std::int64_t T : {1, 7}) {
+        std::vector<float> x(T * K), y(T * N);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (auto &v : x) v = nd(rng);
+        // Token 0 is row 20's own values (f32: its largest dot), so the tie is at the top.
+        if (dt == DType::kF32) std::memcpy(x.data(), wbytes.data() + 20 * rb, K * sizeof(float));
+        if (T > 1) std::fill(x.begin() + K, x.begin() + 2 * K, std::nanf(""));
+        linear(w, x.data(), T, y.data(), pool, scratch);
+        std::vector<std::int32_t> ids(T, -1);
+        linear_argmax(w, x.data(), T, ids.data(), pool, scratch);
+        for (std::int64_t t = 0; t < T; ++t)
+          EXPECT_EQ(ids[t], first_argmax(std::span<const float>(y.data() + t * N, N))) << "t=" << t;
+        if (dt == DType::kF32) EXPECT_EQ(ids[0], 5);
+        if (T > 1) EXPECT_EQ(ids[1], 0);
+      }
     }
   }
 }
