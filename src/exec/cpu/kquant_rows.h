@@ -103,9 +103,6 @@ struct Q4KRow {
     return _mm512_add_epi32(_mm512_set1_epi32(2 * c),
                             _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1));
   }
-  KEEL_TARGET_AVX512 static __m512i min_index(int c) {
-    return _mm512_add_epi32(scale_index(c), _mm512_set1_epi32(8));
-  }
 #endif
 };
 
@@ -155,7 +152,6 @@ struct Q5KRow {
     return _mm256_or_si256(Q4KRow::nibbles32(b.qs, j), fifth);
   }
   KEEL_TARGET_AVX512 static __m512i scale_index(int c) { return Q4KRow::scale_index(c); }
-  KEEL_TARGET_AVX512 static __m512i min_index(int c) { return Q4KRow::min_index(c); }
 #endif
 };
 
@@ -306,7 +302,8 @@ KEEL_TARGET_AVX2 void kquant_avx2(const std::byte *const *w, const BlockQ8Act *c
 
 // Passes of 64 weights (two activation blocks) with VNNI: per lane (4 weights) the integer
 // sum, minus kOffset times the lane's activation sum, times its group's scale and the
-// block's activation scale; the mins against the lane's activation sums.
+// block's activation scale. The mins once a super-block: Row::factors holds them in lanes
+// 8..15, against each block's scale times sum there (lanes 0..7 zero).
 template <class Row, int MR, int NR>
 KEEL_TARGET_AVX512 void kquant_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
                                       std::int64_t nb, float *out, std::int64_t ldo) {
@@ -319,11 +316,10 @@ KEEL_TARGET_AVX512 void kquant_avx512(const std::byte *const *w, const BlockQ8Ac
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
       __m512i wq[NR];
-      __m512 ws[NR], wm[NR];
+      __m512 ws[NR];
       for (int r = 0; r < NR; ++r) {
         wq[r] = Row::load64u(w[r], sb, c);
         ws[r] = _mm512_permutexvar_ps(Row::scale_index(c), f[r]);
-        if constexpr (Row::kHasMin) wm[r] = _mm512_permutexvar_ps(Row::min_index(c), f[r]);
       }
       for (int m = 0; m < MR; ++m) {
         const BlockQ8Act *xb = x[m] + sb * 8 + 2 * c;
@@ -336,18 +332,20 @@ KEEL_TARGET_AVX512 void kquant_avx512(const std::byte *const *w, const BlockQ8Ac
           init = _mm512_sub_epi32(
               init, _mm512_dpbusd_epi32(_mm512_setzero_si512(),
                                         _mm512_set1_epi8(static_cast<char>(Row::kOffset)), xq));
-        __m512 xs = _mm512_setzero_ps();
-        if constexpr (Row::kHasMin)
-          xs = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                                                    _mm512_set1_epi8(1), xq)),
-                             dx);
         for (int r = 0; r < NR; ++r) {
           const __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
           acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(ws[r], dx), _mm512_cvtepi32_ps(p), acc[m][r]);
-          if constexpr (Row::kHasMin) acc[m][r] = _mm512_fnmadd_ps(wm[r], xs, acc[m][r]);
         }
       }
     }
+    if constexpr (Row::kHasMin)
+      for (int m = 0; m < MR; ++m) {
+        const BlockQ8Act *xb = x[m] + sb * 8;
+        alignas(64) float sums[16] = {};
+        for (int j = 0; j < 8; ++j) sums[8 + j] = xb[j].d * static_cast<float>(xb[j].sum);
+        const __m512 s = _mm512_load_ps(sums);
+        for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_fnmadd_ps(f[r], s, acc[m][r]);
+      }
   }
   if constexpr (MR == 4 && NR == 4)
     store_hsums_4x4(acc, out, ldo);

@@ -350,14 +350,12 @@ KEEL_TARGET_AVX512 inline __m512 halves(float a, float b) {
 
 // Two blocks a pass: 64 unsigned weight bytes (value + kOffset) against 64 activation bytes
 // in one VNNI dot product, the offset's share (kOffset * sum(x) per block) preloaded into
-// the integer accumulator, then one FMA by the two blocks' scales.
+// the integer accumulator, then one FMA by the two blocks' scales. Blocks [i0, nb) into acc.
 template <class Row, int MR, int NR>
-KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
-                                  std::int64_t nb, float *out, std::int64_t ldo) {
-  __m512 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
-  for (std::int64_t i = 0; i < nb; i += 2) {
+KEEL_TARGET_AVX512 inline void q8_avx512_blocks(__m512 (&acc)[MR][NR], const std::byte *const *w,
+                                                const BlockQ8Act *const *x, std::int64_t i0,
+                                                std::int64_t nb) {
+  for (std::int64_t i = i0; i < nb; i += 2) {
     const bool two = i + 1 < nb;
     __m512i wq[NR];
     __m512 dw[NR];
@@ -382,11 +380,86 @@ KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *c
       }
     }
   }
+}
+
+template <int MR, int NR>
+KEEL_TARGET_AVX512 inline void store_hsums(const __m512 (&acc)[MR][NR], float *out,
+                                           std::int64_t ldo) {
   if constexpr (MR == 4 && NR == 4)
     store_hsums_4x4(acc, out, ldo);
   else
     for (int m = 0; m < MR; ++m)
       for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum16(acc[m][r]);
+}
+
+template <class Row, int MR, int NR>
+KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
+                                  std::int64_t nb, float *out, std::int64_t ldo) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  q8_avx512_blocks<Row>(acc, w, x, 0, nb);
+  store_hsums(acc, out, ldo);
+}
+
+// Q4_0, eight blocks (256 weights) a step: the row's eight f16 scales converted at once, and
+// in each pass of two blocks the nibbles stay where they fall (128-bit lanes [block i low,
+// block i + 1 low, i high, i + 1 high]) while the activations are permuted to match, once a
+// token instead of once a row. The last nb % 8 blocks take q8_avx512's passes.
+template <int MR, int NR>
+KEEL_TARGET_AVX512 void q4_0_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
+                                    std::int64_t nb, float *out, std::int64_t ldo) {
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  const std::int64_t nb8 = nb / 8 * 8;
+  // Int32 lane l of a pass belongs to block i + (l / 4) % 2.
+  const __m512i lane_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (std::int64_t i0 = 0; i0 < nb8; i0 += 8) {
+    __m512 dw8[NR];
+    for (int r = 0; r < NR; ++r) {
+      const auto *b = reinterpret_cast<const BlockQ4_0 *>(w[r]) + i0;
+      std::uint16_t h[8];
+      for (int j = 0; j < 8; ++j) h[j] = b[j].d;
+      dw8[r] = _mm512_castps256_ps512(
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h))));
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t i = i0 + 2 * c;
+      const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(2 * c), lane_block);
+      __m512i wq[NR];
+      __m512 ws[NR];
+      for (int r = 0; r < NR; ++r) {
+        const auto *b = reinterpret_cast<const BlockQ4_0 *>(w[r]) + i;
+        const __m256i q =
+            _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b[1].qs)),
+                             _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[0].qs)));
+        wq[r] = _mm512_and_si512(
+            _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), low4);
+        ws[r] = _mm512_permutexvar_ps(idx, dw8[r]);
+      }
+      for (int m = 0; m < MR; ++m) {
+        const BlockQ8Act *xb = x[m] + i;
+        const __m512i xv = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[0].qs))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[1].qs)), 1);
+        const __m512i xq = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
+        const __m512 dx =
+            _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(xb[0].d), _mm512_set1_ps(xb[1].d));
+        const __m512i init =
+            _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -Q4_0Row::kOffset * xb[0].sum),
+                                   0x0010, -Q4_0Row::kOffset * xb[1].sum);
+        for (int r = 0; r < NR; ++r) {
+          const __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
+          acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(ws[r], dx), _mm512_cvtepi32_ps(p), acc[m][r]);
+        }
+      }
+    }
+  }
+  q8_avx512_blocks<Q4_0Row>(acc, w, x, nb8, nb);
+  store_hsums(acc, out, ldo);
 }
 #endif  // KEEL_LINEAR_X86
 
