@@ -106,10 +106,8 @@ struct QK {
     using Args = QArgs;
     static void run(const Args &a) {
 #ifdef KEEL_LINEAR_X86
-      if constexpr (I == LinearIsa::kAvx512 && std::is_same_v<Row, tiles::Q4_0Row>)
-        return tiles::q4_0_avx512<MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
       if constexpr (I == LinearIsa::kAvx512)
-        return tiles::q8_avx512<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+        return tiles::q8_avx512_by8<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
       if constexpr (I == LinearIsa::kAvx2)
         return tiles::q8_avx2<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
 #endif

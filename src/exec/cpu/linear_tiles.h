@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/half.h"
 #include "exec/cpu/quant_blocks.h"
@@ -392,36 +393,31 @@ KEEL_TARGET_AVX512 inline void store_hsums(const __m512 (&acc)[MR][NR], float *o
       for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum16(acc[m][r]);
 }
 
+// Q8_0 and Q4_0, eight blocks (256 weights) a step: the row's eight f16 scales converted at
+// once. Q4_0's nibbles stay where they fall in each pass of two blocks (128-bit lanes [block
+// i low, block i + 1 low, i high, i + 1 high]) while the activations are permuted to match,
+// once a token instead of once a row. The last nb % 8 blocks take
+// q8_avx512_blocks's passes.
 template <class Row, int MR, int NR>
-KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
-                                  std::int64_t nb, float *out, std::int64_t ldo) {
-  __m512 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
-  q8_avx512_blocks<Row>(acc, w, x, 0, nb);
-  store_hsums(acc, out, ldo);
-}
-
-// Q4_0, eight blocks (256 weights) a step: the row's eight f16 scales converted at once, and
-// in each pass of two blocks the nibbles stay where they fall (128-bit lanes [block i low,
-// block i + 1 low, i high, i + 1 high]) while the activations are permuted to match, once a
-// token instead of once a row. The last nb % 8 blocks take q8_avx512's passes.
-template <int MR, int NR>
-KEEL_TARGET_AVX512 void q4_0_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
-                                    std::int64_t nb, float *out, std::int64_t ldo) {
+KEEL_TARGET_AVX512 void q8_avx512_by8(const std::byte *const *w, const BlockQ8Act *const *x,
+                                      std::int64_t nb, float *out, std::int64_t ldo) {
+  constexpr bool kNibbles = std::is_same_v<Row, Q4_0Row>;
   __m512 acc[MR][NR];
   for (int m = 0; m < MR; ++m)
     for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
   const std::int64_t nb8 = nb / 8 * 8;
-  // Int32 lane l of a pass belongs to block i + (l / 4) % 2.
-  const __m512i lane_block = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1);
+  // Int32 lane l of a pass belongs to block i + (l / 4) % 2 (Q4_0) or i + l / 8 (Q8_0).
+  const __m512i lane_block =
+      kNibbles ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+               : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  constexpr __mmask16 kSecond = kNibbles ? 0xF0F0 : 0xFF00;  // lanes of block i + 1
+  constexpr __mmask16 kSecondSum = kNibbles ? 0x0010 : 0x0100;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (std::int64_t i0 = 0; i0 < nb8; i0 += 8) {
     __m512 dw8[NR];
     for (int r = 0; r < NR; ++r) {
-      const auto *b = reinterpret_cast<const BlockQ4_0 *>(w[r]) + i0;
       std::uint16_t h[8];
-      for (int j = 0; j < 8; ++j) h[j] = b[j].d;
+      for (int j = 0; j < 8; ++j) h[j] = Row::scale_bits(w[r], i0 + j);
       dw8[r] = _mm512_castps256_ps512(
           _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h))));
     }
@@ -432,25 +428,29 @@ KEEL_TARGET_AVX512 void q4_0_avx512(const std::byte *const *w, const BlockQ8Act 
       __m512i wq[NR];
       __m512 ws[NR];
       for (int r = 0; r < NR; ++r) {
-        const auto *b = reinterpret_cast<const BlockQ4_0 *>(w[r]) + i;
-        const __m256i q =
-            _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b[1].qs)),
-                             _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[0].qs)));
-        wq[r] = _mm512_and_si512(
-            _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), low4);
+        if constexpr (kNibbles) {
+          const auto *b = reinterpret_cast<const BlockQ4_0 *>(w[r]) + i;
+          const __m256i q =
+              _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b[1].qs)),
+                               _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[0].qs)));
+          wq[r] = _mm512_and_si512(
+              _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), low4);
+        } else {
+          wq[r] = Row::load64u(w[r], i, true);
+        }
         ws[r] = _mm512_permutexvar_ps(idx, dw8[r]);
       }
       for (int m = 0; m < MR; ++m) {
         const BlockQ8Act *xb = x[m] + i;
-        const __m512i xv = _mm512_inserti64x4(
+        __m512i xq = _mm512_inserti64x4(
             _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[0].qs))),
             _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[1].qs)), 1);
-        const __m512i xq = _mm512_shuffle_i64x2(xv, xv, _MM_SHUFFLE(3, 1, 2, 0));
+        if constexpr (kNibbles) xq = _mm512_shuffle_i64x2(xq, xq, _MM_SHUFFLE(3, 1, 2, 0));
         const __m512 dx =
-            _mm512_mask_blend_ps(0xF0F0, _mm512_set1_ps(xb[0].d), _mm512_set1_ps(xb[1].d));
+            _mm512_mask_blend_ps(kSecond, _mm512_set1_ps(xb[0].d), _mm512_set1_ps(xb[1].d));
         const __m512i init =
-            _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -Q4_0Row::kOffset * xb[0].sum),
-                                   0x0010, -Q4_0Row::kOffset * xb[1].sum);
+            _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -Row::kOffset * xb[0].sum),
+                                   kSecondSum, -Row::kOffset * xb[1].sum);
         for (int r = 0; r < NR; ++r) {
           const __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
           acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(ws[r], dx), _mm512_cvtepi32_ps(p), acc[m][r]);
@@ -458,7 +458,7 @@ KEEL_TARGET_AVX512 void q4_0_avx512(const std::byte *const *w, const BlockQ8Act 
       }
     }
   }
-  q8_avx512_blocks<Q4_0Row>(acc, w, x, nb8, nb);
+  q8_avx512_blocks<Row>(acc, w, x, nb8, nb);
   store_hsums(acc, out, ldo);
 }
 #endif  // KEEL_LINEAR_X86
