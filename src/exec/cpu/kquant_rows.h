@@ -273,26 +273,41 @@ KEEL_TARGET_AVX2 void kquant_avx2(const std::byte *const *w, const BlockQ8Act *c
     for (int r = 0; r < NR; ++r) Row::unpack_factors(w[r], sb, scale[r], min[r]);
     for (int j = 0; j < 8; ++j) {
       __m256i wq[NR];
-      for (int r = 0; r < NR; ++r) wq[r] = Row::load32u(w[r], sb, j);
+      __m256 ws[NR];
+      for (int r = 0; r < NR; ++r) {
+        wq[r] = Row::load32u(w[r], sb, j);
+        ws[r] = _mm256_set_m128(_mm_set1_ps(scale[r][2 * j + 1]), _mm_set1_ps(scale[r][2 * j]));
+      }
       for (int m = 0; m < MR; ++m) {
         const BlockQ8Act &xb = x[m][sb * 8 + j];
         const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb.qs));
-        const __m256i xs = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xq), ones16);
-        const __m256i init =
-            Row::kOffset != 0
-                ? _mm256_sub_epi32(_mm256_setzero_si256(),
-                                   _mm256_mullo_epi32(xs, _mm256_set1_epi32(Row::kOffset)))
-                : _mm256_setzero_si256();
-        const __m256 xsf = _mm256_mul_ps(_mm256_cvtepi32_ps(xs), _mm256_set1_ps(xb.d));
+        __m256i init = _mm256_setzero_si256();
+        if constexpr (Row::kOffset != 0)  // -kOffset times each lane's sum of 4 activations
+          init = _mm256_sub_epi32(
+              init, _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(_mm256_set1_epi8(static_cast<char>(Row::kOffset)), xq),
+                        ones16));
+        const __m256 dx = _mm256_set1_ps(xb.d);
         for (int r = 0; r < NR; ++r) {
           const __m256i p =
               _mm256_add_epi32(init, _mm256_madd_epi16(_mm256_maddubs_epi16(wq[r], xq), ones16));
-          const __m256 ws = _mm256_set_m128(_mm_set1_ps(scale[r][2 * j + 1] * xb.d),
-                                            _mm_set1_ps(scale[r][2 * j] * xb.d));
-          acc[m][r] = _mm256_fmadd_ps(ws, _mm256_cvtepi32_ps(p), acc[m][r]);
-          if constexpr (Row::kHasMin)
-            acc[m][r] = _mm256_fnmadd_ps(_mm256_set1_ps(min[r][2 * j]), xsf, acc[m][r]);
+          acc[m][r] = _mm256_fmadd_ps(_mm256_mul_ps(ws[r], dx), _mm256_cvtepi32_ps(p), acc[m][r]);
         }
+      }
+    }
+    if constexpr (Row::kHasMin) {  // once a super-block: block j's min against d_j * sum_j
+      __m256 mins[NR];
+      for (int r = 0; r < NR; ++r) {
+        float m8[8];
+        for (int j = 0; j < 8; ++j) m8[j] = min[r][2 * j];
+        mins[r] = _mm256_loadu_ps(m8);
+      }
+      for (int m = 0; m < MR; ++m) {
+        const BlockQ8Act *xb = x[m] + sb * 8;
+        float s8[8];
+        for (int j = 0; j < 8; ++j) s8[j] = xb[j].d * static_cast<float>(xb[j].sum);
+        const __m256 s = _mm256_loadu_ps(s8);
+        for (int r = 0; r < NR; ++r) acc[m][r] = _mm256_fnmadd_ps(mins[r], s, acc[m][r]);
       }
     }
   }
