@@ -67,6 +67,29 @@ std::vector<std::byte> random_weight(DType dt, std::int64_t N, std::int64_t K, s
   return buf;
 }
 
+// Every instruction-set family this CPU runs (a portable build included).
+std::vector<LinearIsa> runnable_isas() {
+  std::vector<LinearIsa> isas{LinearIsa::kPortable};
+  if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
+  if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
+  return isas;
+}
+
+// y = linear(w, x) against linear_reference, within float32 accumulation error relative
+// to the sum of |products| of the dequantized row.
+void expect_near_reference(const TensorView &w, const float *x, std::int64_t T, const float *y) {
+  const std::int64_t N = w.shape[0], K = w.shape[1];
+  std::vector<float> ref(T * N), wrow(K);
+  linear_reference(w, x, T, ref.data());
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t n = 0; n < N; ++n) {
+      dequantize_row(w.dtype, w.data + n * dtype_bytes(w.dtype, K), wrow.data(), K);
+      double mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
+      EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
+    }
+}
+
 class LinearTest : public ::testing::TestWithParam<DType> {};
 
 // Every instruction-set family this CPU runs (a portable build included) against the
@@ -78,10 +101,7 @@ TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
   std::vector<std::int64_t> sizes{512};
   if (block == 1) sizes.push_back(520);   // 16-lane kernels leave 8 for the tail
   if (block == 32) sizes.push_back(544);  // 17 blocks: the two-block kernels' odd last block
-  std::vector<LinearIsa> isas{LinearIsa::kPortable};
-  if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
-  if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
-  for (const LinearIsa isa : isas)
+  for (const LinearIsa isa : runnable_isas())
     for (const std::int64_t K : sizes) {
       SCOPED_TRACE(std::string(linear_isa_name(isa)) + " K=" + std::to_string(K));
       std::mt19937 rng(42);
@@ -93,19 +113,10 @@ TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
       LinearScratch scratch;
       scratch.isa = isa;
       for (std::int64_t T : {1, 2, 5, 9}) {
-        std::vector<float> x(T * K), y(T * N), ref(T * N);
+        std::vector<float> x(T * K), y(T * N);
         for (auto &v : x) v = nd(rng);
         linear(w, x.data(), T, y.data(), pool, scratch);
-        linear_reference(w, x.data(), T, ref.data());
-        std::vector<float> wrow(K);
-        for (std::int64_t t = 0; t < T; ++t)
-          for (std::int64_t n = 0; n < N; ++n) {
-            // Bound: float32 accumulation error relative to the sum of |products|.
-            dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
-            double mag = 0;
-            for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
-            EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
-          }
+        expect_near_reference(w, x.data(), T, y.data());
         // Each token alone gives bit-identical results.
         for (std::int64_t t = 0; t < T; ++t) {
           std::vector<float> one(N);
@@ -140,28 +151,17 @@ TEST(Linear, KQuantsAtExtremeCodesMatchReference) {
         std::memset(blk + 4, 0xFF, static_cast<std::size_t>(block_bytes - 4));
     }
     TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
-    std::vector<LinearIsa> isas{LinearIsa::kPortable};
-    if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
-    if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
-    for (const LinearIsa isa : isas) {
+    for (const LinearIsa isa : runnable_isas()) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + linear_isa_name(isa));
       ThreadPool pool(2);
       LinearScratch scratch;
       scratch.isa = isa;
       const std::int64_t T = 3;
-      std::vector<float> x(T * K), y(T * N), ref(T * N);
+      std::vector<float> x(T * K), y(T * N);
       for (std::int64_t i = 0; i < T * K; ++i)  // token 0 all +1, token 1 all -1, token 2 mixed
         x[i] = i < K ? 1.0f : i < 2 * K ? -1.0f : (rng() & 1 ? 1.0f : -1.0f);
       linear(w, x.data(), T, y.data(), pool, scratch);
-      linear_reference(w, x.data(), T, ref.data());
-      std::vector<float> wrow(K);
-      for (std::int64_t t = 0; t < T; ++t)
-        for (std::int64_t n = 0; n < N; ++n) {
-          dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
-          double mag = 0;
-          for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
-          EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
-        }
+      expect_near_reference(w, x.data(), T, y.data());
     }
   }
 }
@@ -178,10 +178,7 @@ TEST(Linear, ArgmaxEqualsFirstArgmaxOfTheRows) {
     for (const std::int64_t copy : {5, 40})
       std::memcpy(wbytes.data() + copy * rb, wbytes.data() + 20 * rb, static_cast<std::size_t>(rb));
     TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
-    std::vector<LinearIsa> isas{LinearIsa::kPortable};
-    if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
-    if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
-    for (const LinearIsa isa : isas) {
+    for (const LinearIsa isa : runnable_isas()) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + " " + linear_isa_name(isa));
       ThreadPool pool(3);
       LinearScratch scratch;
