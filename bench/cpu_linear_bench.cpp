@@ -41,10 +41,9 @@ int main(int argc, char **argv) {
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> w(N * K);
   for (auto &v : w) v = nd(rng) * 0.02f;
-  for (keel::DType dt :
-       {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0,
-        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K, keel::DType::kMXFP4,
-        keel::DType::kF8_E4M3}) {
+  for (keel::DType dt : {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16,
+                         keel::DType::kQ8_0, keel::DType::kQ4_0, keel::DType::kQ4_K,
+                         keel::DType::kQ6_K, keel::DType::kMXFP4, keel::DType::kF8_E4M3}) {
     const std::string name(keel::dtype_name(dt));
     if (dtypes != "all" && ("," + dtypes + ",").find("," + name + ",") == std::string::npos)
       continue;
