@@ -3,6 +3,7 @@
 // several runs, so that a shared machine's noise shows less.
 //
 //   cpu_linear_bench [--threads N] [--rows 8192] [--cols 2048] [--tokens 1,64] [--dtypes all]
+//                    [--isa portable|avx2] (a lower kernel family than the CPU's best)
 // (--rows 151936 --cols 64 --tokens 256 --dtypes f32: a tiny model's lm_head over a
 // batch of 256 streams)
 #include <algorithm>
@@ -21,7 +22,7 @@
 
 int main(int argc, char **argv) {
   int threads = 0;
-  std::string tokens = "1,64", dtypes = "all";
+  std::string tokens = "1,64", dtypes = "all", isa_name;
   std::int64_t N = 8192, K = 2048;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -30,6 +31,7 @@ int main(int argc, char **argv) {
     if (a == "--cols") K = std::stoll(argv[i + 1]);
     if (a == "--tokens") tokens = argv[i + 1];
     if (a == "--dtypes") dtypes = argv[i + 1];
+    if (a == "--isa") isa_name = argv[i + 1];
   }
   std::vector<std::int64_t> token_counts;
   for (const std::string &t : keel::bench::comma_list(tokens))
@@ -39,10 +41,9 @@ int main(int argc, char **argv) {
   std::normal_distribution<float> nd(0, 1);
   std::vector<float> w(N * K);
   for (auto &v : w) v = nd(rng) * 0.02f;
-  for (keel::DType dt :
-       {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16, keel::DType::kQ8_0,
-        keel::DType::kQ4_0, keel::DType::kQ4_K, keel::DType::kQ6_K, keel::DType::kMXFP4,
-        keel::DType::kF8_E4M3}) {
+  for (keel::DType dt : {keel::DType::kF32, keel::DType::kF16, keel::DType::kBF16,
+                         keel::DType::kQ8_0, keel::DType::kQ4_0, keel::DType::kQ4_K,
+                         keel::DType::kQ6_K, keel::DType::kMXFP4, keel::DType::kF8_E4M3}) {
     const std::string name(keel::dtype_name(dt));
     if (dtypes != "all" && ("," + dtypes + ",").find("," + name + ",") == std::string::npos)
       continue;
@@ -62,6 +63,8 @@ int main(int argc, char **argv) {
     keel::TensorView tv{"w", dt, {N, K}, q.data(), q.size()};
     if (dt == keel::DType::kF8_E4M3) tv.scale = {scales.data(), N, 1, 1, K};
     keel::cpu::LinearScratch s;
+    if (isa_name == "portable") s.isa = keel::cpu::LinearIsa::kPortable;
+    if (isa_name == "avx2") s.isa = keel::cpu::LinearIsa::kAvx2;
     for (std::int64_t T : token_counts) {
       std::vector<float> x(T * K), y(T * N);
       for (auto &v : x) v = nd(rng);

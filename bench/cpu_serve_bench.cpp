@@ -11,7 +11,8 @@
 //            `keel run` greedy tokens/s on the same model for comparison.
 //
 //   cpu_serve_bench --model PATH [--keel build/keel] [--threads 0] [--parts step,serve]
-//                   [--steps 24] [--streams 1,16,256] [--tokens 64] [--modes greedy,p09,t1,json]
+//                   [--steps 24] [--streams 1,16,256] [--tokens 64]
+//                   [--modes greedy,p09,t1,k40,minp,lp5,json]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -275,6 +276,9 @@ void serve_part(const std::string &keel, const std::string &model, const std::ve
     if (mode == "greedy") s += ",\"temperature\":0";
     if (mode == "p09") s += ",\"temperature\":1,\"top_p\":0.9";
     if (mode == "t1") s += ",\"temperature\":1";
+    if (mode == "k40") s += ",\"temperature\":1,\"top_k\":40";
+    if (mode == "minp") s += ",\"temperature\":1,\"min_p\":0.05";
+    if (mode == "lp5") s += ",\"temperature\":0,\"logprobs\":5";  // greedy, top-5 logprobs
     // Greedy under a JSON schema (issue 17) that no request of --tokens completes, so
     // ignore_eos never meets a finished document: keys, strings and integers in turn.
     if (mode == "json")

@@ -609,6 +609,7 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
     if (want == SequenceSlice::Logits::kAll) return false;
     if (want == SequenceSlice::Logits::kLast &&
         (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0 ||
+         !backend_.runner->samples_row_on_device(live_.at(plan.seqs[i].id)->params) ||
          (step_mask_[i] != kNoMask && !backend_.runner->masks_on_device())))
       return false;
   }

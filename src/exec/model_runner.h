@@ -50,6 +50,9 @@ class ModelRunner {
   // "bf16+fp8"); empty when the runner cannot tell.
   virtual std::string weight_format() const { return {}; }
   virtual bool samples_on_device() const { return false; }
+  // ... and which requests' rows it samples there (a step with any other samples on the
+  // host); all of them unless it says otherwise.
+  virtual bool samples_row_on_device(const SamplingParams &) const { return true; }
   // ... and those that apply DeviceSampleRow::mask there too (else a step with a
   // constrained row samples on the host).
   virtual bool masks_on_device() const { return false; }

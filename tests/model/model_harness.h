@@ -51,8 +51,9 @@ struct StepItem {
   SequenceSlice::Logits logits;
 };
 
+// With `greedy`, through forward_sample with greedy rows (the runner's own argmax).
 inline ForwardOutput run_step(ModelRunner &runner, BlockHandout &blocks,
-                              std::vector<StepItem> items) {
+                              std::vector<StepItem> items, bool greedy = false) {
   ForwardBatch b;
   const std::int32_t bs = runner.kv().block_size();
   for (auto &it : items) {
@@ -70,7 +71,19 @@ inline ForwardOutput run_step(ModelRunner &runner, BlockHandout &blocks,
     b.seqs.push_back(s);
   }
   ForwardOutput out;
-  runner.forward(b, out);
+  if (greedy) {
+    static const SamplingParams kGreedy = [] {
+      SamplingParams p;
+      p.temperature = 0.0f;
+      return p;
+    }();
+    std::vector<DeviceSampleRow> rows;
+    for (const auto &it : items)
+      if (it.logits == SequenceSlice::Logits::kLast) rows.push_back(DeviceSampleRow{&kGreedy});
+    runner.forward_sample(b, rows, out);
+  } else {
+    runner.forward(b, out);
+  }
   for (auto &it : items) it.seq->computed += it.n;
   return out;
 }

@@ -230,7 +230,9 @@ TEST_P(CpuKQuant, MatchesDequantizedReference) {
   const double d = max_diff(logprobs(q), logprobs(ref));
   std::printf("%s vs dequantized f32: max |dlogprob| = %.3g\n", std::string(dtype_name(dt)).c_str(),
               d);
-  EXPECT_LT(d, 1e-4);
+  // The runner rounds activations to 8-bit blocks for the integer dot products (as for Q8_0
+  // and Q4_0 above; measured 0.010-0.012 here, against 0.009-0.011 for those).
+  EXPECT_LT(d, 0.05);
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, CpuKQuant,

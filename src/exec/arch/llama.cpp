@@ -188,7 +188,7 @@ void LlamaModel::validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) 
 }
 
 void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
-                         ExecContext &ctx, parallel::Communicator *comm) {
+                         ExecContext &ctx, parallel::Communicator *comm, Head head) {
   validate(batch, kv);
   if (shard_.size > 1 && (!comm || comm->size() != shard_.size || comm->rank() != shard_.rank))
     throw Error(ErrorCode::kInternal, "llama: a sharded model needs its group's communicator");
@@ -333,12 +333,21 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     }
   }
   const std::int64_t R = static_cast<std::int64_t>(rows.size());
-  out.logits.resize(static_cast<std::size_t>(R * V));
+  const bool greedy_ids = head == Head::kGreedyIds;
+  if (greedy_ids && shard_.size != 1)
+    throw Error(ErrorCode::kInternal, "llama: greedy ids from a sharded lm_head");
+  out.logits.resize(static_cast<std::size_t>(greedy_ids ? 0 : R * V));
+  out.sampled.assign(greedy_ids ? static_cast<std::size_t>(R) : 0, 0);
+  out.sampled_logprobs.assign(greedy_ids ? static_cast<std::size_t>(R) : 0, 0.0f);
   if (R == 0) return;
   float *sel = ws.floats(R * hidden);  // [R, hidden]
   for (std::int64_t r = 0; r < R; ++r)
     std::copy(x + rows[r] * hidden, x + (rows[r] + 1) * hidden, sel + r * hidden);
   cpu::rmsnorm(sel, final_norm_.data(), sel, R, hidden, eps);
+  if (greedy_ids) {
+    cpu::linear_argmax(lm_head_, sel, R, out.sampled.data(), pool, lin_scratch_);
+    return;
+  }
   if (shard_.size == 1) {
     cpu::linear(lm_head_, sel, R, out.logits.data(), pool, lin_scratch_);
     return;

@@ -65,8 +65,11 @@ class LlamaModel {
   // Validates `batch` against the cache, computes it and fills `out`. A sharded model
   // sums its row-parallel outputs and its vocab blocks of the logits over `comm` (all
   // ranks call forward with the same batch, and all end with the same `out`).
+  // With kGreedyIds (unsharded only) the head yields each row's argmax in out.sampled
+  // (out.sampled_logprobs zero, out.logits empty) without computing a logits row to keep.
+  enum class Head { kLogits, kGreedyIds };
   void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv, ExecContext &ctx,
-               parallel::Communicator *comm = nullptr);
+               parallel::Communicator *comm = nullptr, Head head = Head::kLogits);
 
   // Throws Error(kInvalidArgument) naming what is wrong with `batch`.
   void validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) const;

@@ -1,5 +1,10 @@
 #include "exec/cpu/cpu_model_runner.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+
 namespace keel::cpu {
 
 CpuModelRunner::CpuModelRunner(const ModelConfig &cfg, const arch::WeightLookup &lookup,
@@ -11,13 +16,31 @@ CpuModelRunner::CpuModelRunner(const ModelConfig &cfg, const arch::WeightLookup 
       comm_(comm),
       model_(cfg, lookup, shard),
       kv_(kv.num_blocks, kv.block_size, cfg.num_layers, model_.shard().kv_heads, cfg.head_dim,
-          &ctx) {}
+          &ctx) {
+  if (const char *v = std::getenv("KEEL_CPU_GREEDY_HEAD")) greedy_head_ = std::string(v) != "off";
+}
 
 KvBlockStore &CpuModelRunner::kv() { return kv_; }
 
 void CpuModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
   ctx_.check_owner("CpuModelRunner::forward");
   model_.forward(batch, out, kv_, ctx_, comm_);
+}
+
+bool CpuModelRunner::samples_row_on_device(const SamplingParams &p) const {
+  return p.greedy() && p.logprobs < 0 && p.repetition_penalty == 1.0f &&
+         p.presence_penalty == 0.0f && p.frequency_penalty == 0.0f;
+}
+
+void CpuModelRunner::forward_sample(const ForwardBatch &batch,
+                                    std::span<const DeviceSampleRow> rows, ForwardOutput &out) {
+  ctx_.check_owner("CpuModelRunner::forward_sample");
+  for (const DeviceSampleRow &r : rows)
+    if (!r.params || !samples_row_on_device(*r.params) || !r.mask.empty())
+      throw Error(ErrorCode::kInternal, "cpu runner: a row it cannot sample in the lm_head");
+  model_.forward(batch, out, kv_, ctx_, comm_, arch::LlamaModel::Head::kGreedyIds);
+  if (out.sampled.size() != rows.size())
+    throw Error(ErrorCode::kInternal, "cpu runner: sample rows do not match the batch's");
 }
 
 }  // namespace keel::cpu

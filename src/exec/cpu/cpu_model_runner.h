@@ -39,6 +39,13 @@ class CpuModelRunner final : public ModelRunner {
   std::string weight_format() const override { return weight_format_; }
   KvBlockStore &kv() override;
   void forward(const ForwardBatch &batch, ForwardOutput &out) override;
+  // Greedy rows without penalties or logprobs take their argmax inside the lm_head
+  // (cpu::linear_argmax): no [rows, vocab] logits to write and read back. Unsharded only;
+  // KEEL_CPU_GREEDY_HEAD=off turns it off (for A/B benchmarks).
+  bool samples_on_device() const override { return comm_ == nullptr && greedy_head_; }
+  bool samples_row_on_device(const SamplingParams &p) const override;
+  void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
+                      ForwardOutput &out) override;
 
   const arch::LlamaModel &model() const { return model_; }
   CpuKvStore &local_kv() { return kv_; }
@@ -50,6 +57,7 @@ class CpuModelRunner final : public ModelRunner {
   arch::LlamaModel model_;
   CpuKvStore kv_;
   std::string weight_format_;
+  bool greedy_head_ = true;
 };
 
 }  // namespace keel::cpu

@@ -10,11 +10,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cpu/fp8_row.h"
+#include "exec/cpu/kquant_rows.h"
 #include "exec/cpu/linear_tiles.h"
 #include "exec/cpu/mxfp4_rows.h"
 #include "formats/quant.h"
@@ -105,7 +107,7 @@ struct QK {
     static void run(const Args &a) {
 #ifdef KEEL_LINEAR_X86
       if constexpr (I == LinearIsa::kAvx512)
-        return tiles::q8_avx512<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+        return tiles::q8_avx512_by8<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
       if constexpr (I == LinearIsa::kAvx2)
         return tiles::q8_avx2<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
 #endif
@@ -131,23 +133,34 @@ struct MxK {  // MXFP4 rows (mxfp4_rows.h) against 8-bit activations
   };
 };
 
-// One Q4_K / Q6_K row to float32 (the same values on every path).
-template <LinearIsa I>
-void dequantize_kquant(DType dt, const std::byte *src, float *dst, std::int64_t K) {
+template <class Row, LinearIsa I>
+struct KQK {  // Q4_K / Q5_K / Q6_K rows (kquant_rows.h) against 8-bit activations
+  template <int MR, int NR>
+  struct K {
+    using Args = QArgs;
+    static void run(const Args &a) {
 #ifdef KEEL_LINEAR_X86
-  if constexpr (I == LinearIsa::kAvx512)
-    if (dt == DType::kQ6_K) return tiles::dequantize_q6_k_avx512(src, dst, K);
-  if constexpr (I == LinearIsa::kAvx512)
-    if (dt == DType::kQ4_K) return tiles::dequantize_q4_k_avx512(src, dst, K);
+      if constexpr (I == LinearIsa::kAvx512)
+        return tiles::kquant_avx512<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+      if constexpr (I == LinearIsa::kAvx2)
+        return tiles::kquant_avx2<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
 #endif
-  dequantize_row(dt, src, dst, K);
-}
+      tiles::kquant_scalar<Row, MR, NR>(a.w, a.x, a.nb, a.out, a.ldo);
+    }
+  };
+};
+
+// Where a row tile's results go: (token t, row n) at y[t * ldy + n - n_first].
+struct TileOut {
+  float *y;
+  std::int64_t ldy, n_first;
+};
 
 // Runs the rows [n0, n1) of the weight against all T tokens with register tiles.
 // `row(n)` gives a pointer to weight row n; `xrow(t)` to token t's activation.
 template <template <int, int> class K, class WRow, class XRow, class Args, class MakeArgs>
-void run_rows(std::int64_t n0, std::int64_t n1, std::int64_t T, WRow row, XRow xrow, float *y,
-              std::int64_t N, MakeArgs make_args) {
+void run_rows(std::int64_t n0, std::int64_t n1, std::int64_t T, WRow row, XRow xrow, TileOut o,
+              MakeArgs make_args) {
   for (std::int64_t t0 = 0; t0 < T; t0 += kMaxMR) {
     const int mr = static_cast<int>(std::min<std::int64_t>(kMaxMR, T - t0));
     decltype(xrow(0)) xs[kMaxMR];
@@ -156,7 +169,7 @@ void run_rows(std::int64_t n0, std::int64_t n1, std::int64_t T, WRow row, XRow x
       const int nr = static_cast<int>(std::min<std::int64_t>(kMaxNR, n1 - n));
       const std::byte *ws[kMaxNR];
       for (int r = 0; r < nr; ++r) ws[r] = row(n + r);
-      dispatch<K>(mr, nr, make_args(ws, xs, y + t0 * N + n, N));
+      dispatch<K>(mr, nr, make_args(ws, xs, o.y + t0 * o.ldy + (n - o.n_first), o.ldy));
     }
   }
 }
@@ -188,7 +201,8 @@ const char *linear_isa_name(LinearIsa isa) {
 }
 
 bool uses_q8_activations(DType w) {
-  return w == DType::kQ8_0 || w == DType::kQ4_0 || w == DType::kMXFP4;
+  return w == DType::kQ8_0 || w == DType::kQ4_0 || w == DType::kMXFP4 || w == DType::kQ4_K ||
+         w == DType::kQ5_K || w == DType::kQ6_K;
 }
 
 void linear(const TensorView &w, const float *x, std::int64_t T, float *y, ThreadPool &pool,
@@ -197,8 +211,14 @@ void linear(const TensorView &w, const float *x, std::int64_t T, float *y, Threa
   linear_multi(std::span<const LinearJob>(&job, 1), x, T, pool, scratch);
 }
 
-void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
-                  LinearScratch &scratch) {
+namespace {
+
+// The linear layer's one parallel region over all jobs' row tiles. `sink.out(j, n0, tid)`
+// says where tile (job j, rows from n0) writes (a TileOut), `sink.done(j, n0, n1, tid)` is
+// called when it has.
+template <class Sink>
+void run_linear(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
+                LinearScratch &scratch, Sink &sink) {
   if (jobs.empty() || T <= 0) return;
   const std::int64_t K = jobs[0].w->shape.size() == 2 ? jobs[0].w->shape[1] : -1;
   bool any_q8 = false, any_dequant = false;
@@ -215,8 +235,7 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         static_cast<std::int64_t>(w.nbytes) < N * dtype_bytes(w.dtype, K))
       throw Error(ErrorCode::kFormat, w.name + ": shape does not match its data");
     any_q8 |= uses_q8_activations(w.dtype);
-    any_dequant |= w.dtype == DType::kQ4_K || w.dtype == DType::kQ5_K ||
-                   w.dtype == DType::kQ6_K || w.dtype == DType::kF8_E4M3;
+    any_dequant |= w.dtype == DType::kF8_E4M3;
     if (w.dtype == DType::kF8_E4M3 &&
         (!w.scale.present() || w.scale.grid_rows * w.scale.block_rows < N ||
          w.scale.grid_cols * w.scale.block_cols < K))
@@ -246,43 +265,51 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
   };
 
   // Rows [n0, n1) of job j against all tokens.
-  auto do_tile = [&](auto isa, const LinearJob &job, std::int64_t n0, std::int64_t n1, int tid) {
+  auto do_tile = [&](auto isa, const LinearJob &job, std::int64_t n0, std::int64_t n1, int tid,
+                     TileOut o) {
     constexpr LinearIsa I = decltype(isa)::value;
     const TensorView &w = *job.w;
-    const std::int64_t N = w.shape[0];
     const DType dt = w.dtype;
     const std::int64_t row_bytes = dtype_bytes(dt, K);
     const std::byte *base = w.data;
     auto row = [&](std::int64_t n) { return base + n * row_bytes; };
-    float *y = job.y;
     switch (dt) {
       case DType::kF32:
         run_rows<FloatK<tiles::F32Row, I>::template K, decltype(row), decltype(xf), FloatArgs>(
-            n0, n1, T, row, xf, y, N, fargs);
+            n0, n1, T, row, xf, o, fargs);
         break;
       case DType::kF16:
         run_rows<FloatK<tiles::F16Row, I>::template K, decltype(row), decltype(xf), FloatArgs>(
-            n0, n1, T, row, xf, y, N, fargs);
+            n0, n1, T, row, xf, o, fargs);
         break;
       case DType::kBF16:
         run_rows<FloatK<tiles::BF16Row, I>::template K, decltype(row), decltype(xf), FloatArgs>(
-            n0, n1, T, row, xf, y, N, fargs);
+            n0, n1, T, row, xf, o, fargs);
         break;
       case DType::kQ8_0:
         run_rows<QK<tiles::Q8_0Row, I>::template K, decltype(row), decltype(xq), QArgs>(
-            n0, n1, T, row, xq, y, N, qargs);
+            n0, n1, T, row, xq, o, qargs);
         break;
       case DType::kQ4_0:
         run_rows<QK<tiles::Q4_0Row, I>::template K, decltype(row), decltype(xq), QArgs>(
-            n0, n1, T, row, xq, y, N, qargs);
+            n0, n1, T, row, xq, o, qargs);
         break;
       case DType::kMXFP4:
-        run_rows<MxK<I>::template K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, y, N,
+        run_rows<MxK<I>::template K, decltype(row), decltype(xq), QArgs>(n0, n1, T, row, xq, o,
                                                                          qargs);
         break;
       case DType::kQ4_K:
+        run_rows<KQK<tiles::Q4KRow, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, o, qargs);
+        break;
       case DType::kQ5_K:
+        run_rows<KQK<tiles::Q5KRow, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, o, qargs);
+        break;
       case DType::kQ6_K:
+        run_rows<KQK<tiles::Q6KRow, I>::template K, decltype(row), decltype(xq), QArgs>(
+            n0, n1, T, row, xq, o, qargs);
+        break;
       case DType::kF8_E4M3: {
         // Dequantize rows to float32, then run them as float32 rows: a few rows at a time
         // for a few tokens (the rows stay in L1 instead of a 32-row tile of K floats going
@@ -293,19 +320,15 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
         const std::int64_t group = T <= kMaxMR ? kMaxNR : kRowTile;
         for (std::int64_t g0 = n0; g0 < n1; g0 += group) {
           const std::int64_t g1 = std::min(n1, g0 + group);
-          for (std::int64_t n = g0; n < g1; ++n) {
-            if (dt == DType::kF8_E4M3)
-              fp8_row_to_f32(reinterpret_cast<const std::uint8_t *>(row(n)),
-                             tile.data() + (n - g0) * K, K, w.scale.row(n), w.scale.block_cols,
-                             I != LinearIsa::kPortable);
-            else
-              dequantize_kquant<I>(dt, row(n), tile.data() + (n - g0) * K, K);
-          }
+          for (std::int64_t n = g0; n < g1; ++n)
+            fp8_row_to_f32(reinterpret_cast<const std::uint8_t *>(row(n)),
+                           tile.data() + (n - g0) * K, K, w.scale.row(n), w.scale.block_cols,
+                           I != LinearIsa::kPortable);
           auto trow = [&](std::int64_t n) {
             return reinterpret_cast<const std::byte *>(tile.data() + (n - g0) * K);
           };
           run_rows<FloatK<tiles::F32Row, I>::template K, decltype(trow), decltype(xf), FloatArgs>(
-              g0, g1, T, trow, xf, y, N, fargs);
+              g0, g1, T, trow, xf, o, fargs);
         }
         break;
       }
@@ -327,20 +350,87 @@ void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t 
     const std::int64_t N = jobs[j].w->shape[0];
     const std::int64_t n0 = (g - first_tile[j]) * kRowTile;
     const std::int64_t n1 = std::min(N, n0 + kRowTile);
+    const TileOut o = sink.out(j, n0, tid);
     switch (isa) {
 #ifdef KEEL_LINEAR_X86
       case LinearIsa::kAvx512:
-        do_tile(IsaC<LinearIsa::kAvx512>{}, jobs[j], n0, n1, tid);
+        do_tile(IsaC<LinearIsa::kAvx512>{}, jobs[j], n0, n1, tid, o);
         break;
       case LinearIsa::kAvx2:
-        do_tile(IsaC<LinearIsa::kAvx2>{}, jobs[j], n0, n1, tid);
+        do_tile(IsaC<LinearIsa::kAvx2>{}, jobs[j], n0, n1, tid, o);
         break;
 #endif
       default:
-        do_tile(IsaC<LinearIsa::kPortable>{}, jobs[j], n0, n1, tid);
+        do_tile(IsaC<LinearIsa::kPortable>{}, jobs[j], n0, n1, tid, o);
         break;
     }
+    sink.done(j, n0, n1, tid);
   });
+}
+
+// Results straight into each job's y.
+struct StoreSink {
+  std::span<const LinearJob> jobs;
+  TileOut out(std::size_t j, std::int64_t, int) const {
+    return TileOut{jobs[j].y, jobs[j].w->shape[0], 0};
+  }
+  void done(std::size_t, std::int64_t, std::int64_t, int) const {}
+};
+
+// Each tile into its thread's buffer, then folded into that thread's best (value, lowest
+// id) per token; the threads' bests are merged at the end. Exact comparisons: the same ids
+// whichever thread ran which tile.
+struct ArgmaxSink {
+  std::int64_t T;
+  std::vector<std::vector<float>> &buffers;  // per thread: [T, kRowTile]
+  std::vector<float> best;                   // [threads, T]
+  std::vector<std::int64_t> best_id;         // [threads, T]; N: none yet
+  TileOut out(std::size_t, std::int64_t n0, int tid) {
+    return TileOut{buffers[tid].data(), kRowTile, n0};
+  }
+  void done(std::size_t, std::int64_t n0, std::int64_t n1, int tid) {
+    const float *buf = buffers[tid].data();
+    for (std::int64_t t = 0; t < T; ++t) {
+      float &b = best[tid * T + t];
+      std::int64_t &id = best_id[tid * T + t];
+      for (std::int64_t n = n0; n < n1; ++n) {
+        const float v = buf[t * kRowTile + n - n0];
+        if (v > b || (v == b && n < id)) b = v, id = n;  // NaN never wins
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
+                  LinearScratch &scratch) {
+  StoreSink sink{jobs};
+  run_linear(jobs, x, T, pool, scratch, sink);
+}
+
+void linear_argmax(const TensorView &w, const float *x, std::int64_t T, std::int32_t *ids,
+                   ThreadPool &pool, LinearScratch &scratch) {
+  if (T <= 0) return;
+  const std::int64_t N = w.shape.size() == 2 ? w.shape[0] : 0;
+  const auto threads = static_cast<std::size_t>(pool.size());
+  if (scratch.argmax_tiles.size() < threads) scratch.argmax_tiles.resize(threads);
+  for (auto &b : scratch.argmax_tiles) b.resize(static_cast<std::size_t>(T * kRowTile));
+  ArgmaxSink sink{T, scratch.argmax_tiles,
+                  std::vector<float>(threads * T, -std::numeric_limits<float>::infinity()),
+                  std::vector<std::int64_t>(threads * T, N)};
+  const LinearJob job{&w, nullptr};
+  run_linear(std::span<const LinearJob>(&job, 1), x, T, pool, scratch, sink);
+  for (std::int64_t t = 0; t < T; ++t) {
+    float b = -std::numeric_limits<float>::infinity();
+    std::int64_t id = N;
+    for (std::size_t th = 0; th < threads; ++th) {
+      const float v = sink.best[th * T + t];
+      const std::int64_t n = sink.best_id[th * T + t];
+      if (n < N && (v > b || (v == b && n < id))) b = v, id = n;
+    }
+    ids[t] = static_cast<std::int32_t>(id < N ? id : 0);  // all NaN: 0, as first_argmax
+  }
 }
 
 void linear_reference(const TensorView &w, const float *x, std::int64_t T, float *y) {

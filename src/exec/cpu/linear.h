@@ -7,9 +7,9 @@
 // other tokens in its batch. Register tiles (several tokens x several weight rows)
 // only share loads between such chains.
 //
-// Q8_0, Q4_0 and MXFP4 weights multiply 8-bit quantized activations with integer dot
-// products (as llama.cpp does); F32/F16/BF16 weights multiply float32 activations;
-// Q4_K/Q6_K rows are dequantized to float32 tiles first.
+// Q8_0, Q4_0, MXFP4 and K-quant (Q4_K, Q5_K, Q6_K: kquant_rows.h) weights multiply 8-bit
+// quantized activations with integer dot products (as llama.cpp does); F32/F16/BF16 weights
+// multiply float32 activations; FP8 rows are dequantized to float32 tiles first.
 #pragma once
 
 #include <cstdint>
@@ -31,9 +31,10 @@ const char *linear_isa_name(LinearIsa isa);
 
 // Reusable buffers, so that steady-state decode allocates nothing.
 struct LinearScratch {
-  LinearIsa isa = best_linear_isa();      // tests lower it to check every family
-  std::vector<BlockQ8Act> xq;             // [T, K / 32]
-  std::vector<std::vector<float>> tiles;  // per thread: [rows of a tile, K]
+  LinearIsa isa = best_linear_isa();             // tests lower it to check every family
+  std::vector<BlockQ8Act> xq;                    // [T, K / 32]
+  std::vector<std::vector<float>> tiles;         // per thread: [rows of a tile, K]
+  std::vector<std::vector<float>> argmax_tiles;  // per thread: [T, rows of a tile]
 };
 
 bool uses_q8_activations(DType w);
@@ -50,6 +51,12 @@ struct LinearJob {
 };
 void linear_multi(std::span<const LinearJob> jobs, const float *x, std::int64_t T, ThreadPool &pool,
                   LinearScratch &scratch);
+
+// Greedy rows without their logits: ids[t] = the first n with the largest y[t, n] of
+// linear(w, x, T) (the same values; NaN never wins; 0 when every value is NaN, as
+// cpu::first_argmax), found tile by tile so that the [T, N] result is never stored.
+void linear_argmax(const TensorView &w, const float *x, std::int64_t T, std::int32_t *ids,
+                   ThreadPool &pool, LinearScratch &scratch);
 
 // Scalar reference: dequantized weights (and, where linear() uses them, the same
 // quantized activations) with double accumulation.

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/half.h"
 #include "exec/cpu/quant_blocks.h"
@@ -350,14 +351,12 @@ KEEL_TARGET_AVX512 inline __m512 halves(float a, float b) {
 
 // Two blocks a pass: 64 unsigned weight bytes (value + kOffset) against 64 activation bytes
 // in one VNNI dot product, the offset's share (kOffset * sum(x) per block) preloaded into
-// the integer accumulator, then one FMA by the two blocks' scales.
+// the integer accumulator, then one FMA by the two blocks' scales. Blocks [i0, nb) into acc.
 template <class Row, int MR, int NR>
-KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *const *x,
-                                  std::int64_t nb, float *out, std::int64_t ldo) {
-  __m512 acc[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
-  for (std::int64_t i = 0; i < nb; i += 2) {
+KEEL_TARGET_AVX512 inline void q8_avx512_blocks(__m512 (&acc)[MR][NR], const std::byte *const *w,
+                                                const BlockQ8Act *const *x, std::int64_t i0,
+                                                std::int64_t nb) {
+  for (std::int64_t i = i0; i < nb; i += 2) {
     const bool two = i + 1 < nb;
     __m512i wq[NR];
     __m512 dw[NR];
@@ -382,85 +381,85 @@ KEEL_TARGET_AVX512 void q8_avx512(const std::byte *const *w, const BlockQ8Act *c
       }
     }
   }
+}
+
+template <int MR, int NR>
+KEEL_TARGET_AVX512 inline void store_hsums(const __m512 (&acc)[MR][NR], float *out,
+                                           std::int64_t ldo) {
   if constexpr (MR == 4 && NR == 4)
     store_hsums_4x4(acc, out, ldo);
   else
     for (int m = 0; m < MR; ++m)
       for (int r = 0; r < NR; ++r) out[m * ldo + r] = hsum16(acc[m][r]);
 }
-// A Q6_K row (K a multiple of 256) to float32, the formats' dequantizer's values exactly:
-// y = (d * scale) * (q - 32) per 16-element sub-block, q = 4 low bits | 2 high bits << 4.
-KEEL_TARGET_AVX512 inline void dequantize_q6_k_avx512(const std::byte *src, float *y,
-                                                      std::int64_t K) {
-  const auto *b = reinterpret_cast<const BlockQ6_K *>(src);
-  const __m256i m4 = _mm256_set1_epi8(0x0F), m2 = _mm256_set1_epi8(0x03);
-  const __m256i off = _mm256_set1_epi8(32);
-  for (std::int64_t i = 0; i < K / 256; ++i) {
-    const float d = _cvtsh_ss(b[i].d);
-    for (int h = 0; h < 2; ++h) {  // two halves of 128: ql[64], qh[32], 8 scales
-      const std::uint8_t *ql = b[i].ql + 64 * h;
-      const std::uint8_t *qh = b[i].qh + 32 * h;
-      const std::int8_t *sc = b[i].scales + 8 * h;
-      const __m256i l0 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql));
-      const __m256i l1 = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(ql + 32));
-      const __m256i hb = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(qh));
-      __m256i q[4];  // values of y[32 j + l], l < 32, as q - 32
-      q[0] =
-          _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4));
-      q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4));
-      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4));
-      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
-                             _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4));
-      float *out = y + i * 256 + h * 128;
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = _mm256_sub_epi8(q[j], off);
-        for (int s = 0; s < 2; ++s) {  // sub-block is = s, scale sc[s + 2 j]
-          const __m128i bytes = s == 0 ? _mm256_castsi256_si128(v) : _mm256_extracti128_si256(v, 1);
-          const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(bytes));
-          const float ds = d * static_cast<float>(sc[s + 2 * j]);
-          _mm512_storeu_ps(out + 32 * j + 16 * s, _mm512_mul_ps(_mm512_set1_ps(ds), f));
-        }
-      }
-    }
-  }
-}
 
-// A Q4_K row (K a multiple of 256) to float32, the formats' dequantizer's values exactly:
-// y = (d * scale) * q - dmin * min per 32-element sub-block. Where the build lets the compiler
-// fuse that into one FMA (the formats' code is built with -march=native), so does this.
-KEEL_TARGET_AVX512 inline void dequantize_q4_k_avx512(const std::byte *src, float *y,
-                                                      std::int64_t K) {
-  const auto *b = reinterpret_cast<const BlockQ4_K *>(src);
-  const __m256i m4 = _mm256_set1_epi8(0x0F);
-  for (std::int64_t i = 0; i < K / 256; ++i) {
-    const float d = _cvtsh_ss(b[i].d), dmin = _cvtsh_ss(b[i].dmin);
-    const std::uint8_t *s = b[i].scales;
-    for (int j = 0; j < 4; ++j) {  // 64 elements: low nibbles (sub-block 2j), high (2j + 1)
-      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i *>(b[i].qs + 32 * j));
-      const __m256i half[2] = {_mm256_and_si256(q, m4),
-                               _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
-      for (int h = 0; h < 2; ++h) {
-        const int is = 2 * j + h;  // the 6-bit scale and min of sub-block `is`
-        const int sc = is < 4 ? s[is] & 63 : (s[is + 4] & 0xF) | ((s[is - 4] >> 6) << 4);
-        const int mn = is < 4 ? s[is + 4] & 63 : (s[is + 4] >> 4) | ((s[is] >> 6) << 4);
-        const __m512 d1 = _mm512_set1_ps(d * static_cast<float>(sc));
-        const __m512 m1 = _mm512_set1_ps(dmin * static_cast<float>(mn));
-        for (int c = 0; c < 2; ++c) {
-          const __m128i bytes =
-              c == 0 ? _mm256_castsi256_si128(half[h]) : _mm256_extracti128_si256(half[h], 1);
-          const __m512 f = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(bytes));
-#ifdef __FMA__
-          const __m512 v = _mm512_fmsub_ps(d1, f, m1);
-#else
-          const __m512 v = _mm512_sub_ps(_mm512_mul_ps(d1, f), m1);
-#endif
-          _mm512_storeu_ps(y + i * 256 + 64 * j + 32 * h + 16 * c, v);
+// Q8_0 and Q4_0, eight blocks (256 weights) a step: the row's eight f16 scales converted at
+// once. Q4_0's nibbles stay where they fall in each pass of two blocks (128-bit lanes [block
+// i low, block i + 1 low, i high, i + 1 high]) while the activations are permuted to match,
+// once a token instead of once a row. The last nb % 8 blocks take
+// q8_avx512_blocks's passes.
+template <class Row, int MR, int NR>
+KEEL_TARGET_AVX512 void q8_avx512_by8(const std::byte *const *w, const BlockQ8Act *const *x,
+                                      std::int64_t nb, float *out, std::int64_t ldo) {
+  constexpr bool kNibbles = std::is_same_v<Row, Q4_0Row>;
+  __m512 acc[MR][NR];
+  for (int m = 0; m < MR; ++m)
+    for (int r = 0; r < NR; ++r) acc[m][r] = _mm512_setzero_ps();
+  const std::int64_t nb8 = nb / 8 * 8;
+  // Int32 lane l of a pass belongs to block i + (l / 4) % 2 (Q4_0) or i + l / 8 (Q8_0).
+  const __m512i lane_block =
+      kNibbles ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+               : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  constexpr __mmask16 kSecond = kNibbles ? 0xF0F0 : 0xFF00;  // lanes of block i + 1
+  constexpr __mmask16 kSecondSum = kNibbles ? 0x0010 : 0x0100;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (std::int64_t i0 = 0; i0 < nb8; i0 += 8) {
+    __m512 dw8[NR];
+    for (int r = 0; r < NR; ++r) {
+      std::uint16_t h[8];
+      for (int j = 0; j < 8; ++j) h[j] = Row::scale_bits(w[r], i0 + j);
+      dw8[r] = _mm512_castps256_ps512(
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i *>(h))));
+    }
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const std::int64_t i = i0 + 2 * c;
+      const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(2 * c), lane_block);
+      __m512i wq[NR];
+      __m512 ws[NR];
+      for (int r = 0; r < NR; ++r) {
+        if constexpr (kNibbles) {
+          const auto *b = reinterpret_cast<const BlockQ4_0 *>(w[r]) + i;
+          const __m256i q =
+              _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i *>(b[1].qs)),
+                               _mm_loadu_si128(reinterpret_cast<const __m128i *>(b[0].qs)));
+          wq[r] = _mm512_and_si512(
+              _mm512_inserti64x4(_mm512_castsi256_si512(q), _mm256_srli_epi16(q, 4), 1), low4);
+        } else {
+          wq[r] = Row::load64u(w[r], i, true);
+        }
+        ws[r] = _mm512_permutexvar_ps(idx, dw8[r]);
+      }
+      for (int m = 0; m < MR; ++m) {
+        const BlockQ8Act *xb = x[m] + i;
+        __m512i xq = _mm512_inserti64x4(
+            _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[0].qs))),
+            _mm256_loadu_si256(reinterpret_cast<const __m256i *>(xb[1].qs)), 1);
+        if constexpr (kNibbles) xq = _mm512_shuffle_i64x2(xq, xq, _MM_SHUFFLE(3, 1, 2, 0));
+        const __m512 dx =
+            _mm512_mask_blend_ps(kSecond, _mm512_set1_ps(xb[0].d), _mm512_set1_ps(xb[1].d));
+        const __m512i init =
+            _mm512_mask_set1_epi32(_mm512_maskz_set1_epi32(0x0001, -Row::kOffset * xb[0].sum),
+                                   kSecondSum, -Row::kOffset * xb[1].sum);
+        for (int r = 0; r < NR; ++r) {
+          const __m512i p = _mm512_dpbusd_epi32(init, wq[r], xq);
+          acc[m][r] = _mm512_fmadd_ps(_mm512_mul_ps(ws[r], dx), _mm512_cvtepi32_ps(p), acc[m][r]);
         }
       }
     }
   }
+  q8_avx512_blocks<Row>(acc, w, x, nb8, nb);
+  store_hsums(acc, out, ldo);
 }
 #endif  // KEEL_LINEAR_X86
 

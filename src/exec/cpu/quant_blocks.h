@@ -24,6 +24,12 @@ struct BlockQ4_K {        // 144 bytes: 8 sub-blocks of 32 with 6-bit scales and
   std::uint8_t scales[12];
   std::uint8_t qs[128];
 };
+struct BlockQ5_K {        // 176 bytes: Q4_K plus a fifth bit per element in qh
+  std::uint16_t d, dmin;  // f16
+  std::uint8_t scales[12];
+  std::uint8_t qh[32];
+  std::uint8_t qs[128];
+};
 struct BlockQ6_K {  // 210 bytes: 16 sub-blocks of 16 with int8 scales
   std::uint8_t ql[128];
   std::uint8_t qh[64];
@@ -31,7 +37,7 @@ struct BlockQ6_K {  // 210 bytes: 16 sub-blocks of 16 with int8 scales
   std::uint16_t d;  // f16
 };
 static_assert(sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_0) == 18);
-static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ4_K) == 144 && sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
 // An activation block: 32 int8 values, their float scale, and the sum of the values
 // (Q4_0 multiplies unsigned nibbles and subtracts 8 * sum once per block).

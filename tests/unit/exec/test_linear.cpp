@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "exec/cpu/linear.h"
+#include "exec/cpu/vec_math.h"
 
 namespace keel::cpu {
 
@@ -66,6 +67,29 @@ std::vector<std::byte> random_weight(DType dt, std::int64_t N, std::int64_t K, s
   return buf;
 }
 
+// Every instruction-set family this CPU runs (a portable build included).
+std::vector<LinearIsa> runnable_isas() {
+  std::vector<LinearIsa> isas{LinearIsa::kPortable};
+  if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
+  if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
+  return isas;
+}
+
+// y = linear(w, x) against linear_reference, within float32 accumulation error relative
+// to the sum of |products| of the dequantized row.
+void expect_near_reference(const TensorView &w, const float *x, std::int64_t T, const float *y) {
+  const std::int64_t N = w.shape[0], K = w.shape[1];
+  std::vector<float> ref(T * N), wrow(K);
+  linear_reference(w, x, T, ref.data());
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t n = 0; n < N; ++n) {
+      dequantize_row(w.dtype, w.data + n * dtype_bytes(w.dtype, K), wrow.data(), K);
+      double mag = 0;
+      for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
+      EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
+    }
+}
+
 class LinearTest : public ::testing::TestWithParam<DType> {};
 
 // Every instruction-set family this CPU runs (a portable build included) against the
@@ -77,10 +101,7 @@ TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
   std::vector<std::int64_t> sizes{512};
   if (block == 1) sizes.push_back(520);   // 16-lane kernels leave 8 for the tail
   if (block == 32) sizes.push_back(544);  // 17 blocks: the two-block kernels' odd last block
-  std::vector<LinearIsa> isas{LinearIsa::kPortable};
-  if (best_linear_isa() >= LinearIsa::kAvx2) isas.push_back(LinearIsa::kAvx2);
-  if (best_linear_isa() >= LinearIsa::kAvx512) isas.push_back(LinearIsa::kAvx512);
-  for (const LinearIsa isa : isas)
+  for (const LinearIsa isa : runnable_isas())
     for (const std::int64_t K : sizes) {
       SCOPED_TRACE(std::string(linear_isa_name(isa)) + " K=" + std::to_string(K));
       std::mt19937 rng(42);
@@ -92,19 +113,10 @@ TEST_P(LinearTest, MatchesReferenceAndIsBatchInvariant) {
       LinearScratch scratch;
       scratch.isa = isa;
       for (std::int64_t T : {1, 2, 5, 9}) {
-        std::vector<float> x(T * K), y(T * N), ref(T * N);
+        std::vector<float> x(T * K), y(T * N);
         for (auto &v : x) v = nd(rng);
         linear(w, x.data(), T, y.data(), pool, scratch);
-        linear_reference(w, x.data(), T, ref.data());
-        std::vector<float> wrow(K);
-        for (std::int64_t t = 0; t < T; ++t)
-          for (std::int64_t n = 0; n < N; ++n) {
-            // Bound: float32 accumulation error relative to the sum of |products|.
-            dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), wrow.data(), K);
-            double mag = 0;
-            for (std::int64_t k = 0; k < K; ++k) mag += std::fabs(wrow[k] * x[t * K + k]);
-            EXPECT_NEAR(y[t * N + n], ref[t * N + n], 1e-5 * mag + 1e-6) << "t=" << t << " n=" << n;
-          }
+        expect_near_reference(w, x.data(), T, y.data());
         // Each token alone gives bit-identical results.
         for (std::int64_t t = 0; t < T; ++t) {
           std::vector<float> one(N);
@@ -122,32 +134,72 @@ INSTANTIATE_TEST_SUITE_P(AllWeightTypes, LinearTest,
                                            DType::kMXFP4),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
-// K-quant rows are dequantized (by SIMD code on some families) and run as float32 rows: the
-// results must equal those of the formats' dequantized values given as an f32 weight.
-TEST(Linear, KQuantsEqualTheirDequantizedF32Rows) {
+// K-quant rows at their largest codes (every bit set) against activations at +-127 (a
+// constant magnitude quantizes to exactly +-127): the integer dot products' widest sums
+// (63 * 127 pairs in the int16 steps of AVX2) must not saturate in any family.
+TEST(Linear, KQuantsAtExtremeCodesMatchReference) {
   for (const DType dt : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     std::mt19937 rng(7);
-    const std::int64_t N = 9, K = 768;
+    const std::int64_t N = 6, K = 512;
     auto wbytes = random_weight(dt, N, K, rng);
-    std::vector<float> deq(N * K);
-    for (std::int64_t n = 0; n < N; ++n)
-      dequantize_row(dt, wbytes.data() + n * dtype_bytes(dt, K), deq.data() + n * K, K);
-    TensorView wq{"wq", dt, {N, K}, wbytes.data(), wbytes.size()};
-    TensorView wf{"wf",
-                  DType::kF32,
-                  {N, K},
-                  reinterpret_cast<const std::byte *>(deq.data()),
-                  deq.size() * sizeof(float)};
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    ThreadPool pool(2);
-    LinearScratch scratch;
-    for (std::int64_t T : {1, 6}) {
-      std::vector<float> x(T * K), yq(T * N), yf(T * N);
-      for (auto &v : x) v = nd(rng);
-      linear(wq, x.data(), T, yq.data(), pool, scratch);
-      linear(wf, x.data(), T, yf.data(), pool, scratch);
-      EXPECT_EQ(0, std::memcmp(yq.data(), yf.data(), yq.size() * sizeof(float)))
-          << dtype_name(dt) << " T=" << T;
+    const std::int64_t block_bytes = dtype_bytes(dt, 256);
+    for (std::int64_t b = 0; b < N * K / 256; ++b) {  // all codes and 6-bit scales at their top
+      std::byte *blk = wbytes.data() + b * block_bytes;
+      if (dt == DType::kQ6_K)
+        std::memset(blk, 0xFF, 192);  // ql, qh; scales stay random int8, d random
+      else
+        std::memset(blk + 4, 0xFF, static_cast<std::size_t>(block_bytes - 4));
+    }
+    TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
+    for (const LinearIsa isa : runnable_isas()) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + linear_isa_name(isa));
+      ThreadPool pool(2);
+      LinearScratch scratch;
+      scratch.isa = isa;
+      const std::int64_t T = 3;
+      std::vector<float> x(T * K), y(T * N);
+      for (std::int64_t i = 0; i < T * K; ++i)  // token 0 all +1, token 1 all -1, token 2 mixed
+        x[i] = i < K ? 1.0f : i < 2 * K ? -1.0f : (rng() & 1 ? 1.0f : -1.0f);
+      linear(w, x.data(), T, y.data(), pool, scratch);
+      expect_near_reference(w, x.data(), T, y.data());
+    }
+  }
+}
+
+// The fused greedy head picks what first_argmax picks from linear()'s rows, in every family:
+// rows 5 and 40 repeat row 20 (ties: the lowest id wins however tiles fall on threads), and
+// f32: one token's activations are NaN (every value NaN: id 0; quantized activations of NaN
+// are not defined).
+TEST(Linear, ArgmaxEqualsFirstArgmaxOfTheRows) {
+  for (const DType dt : {DType::kF32, DType::kQ4_K, DType::kQ8_0}) {
+    std::mt19937 rng(11);
+    const std::int64_t N = 1000, K = 256;
+    auto wbytes = random_weight(dt, N, K, rng);
+    const std::int64_t rb = dtype_bytes(dt, K);
+    for (const std::int64_t copy : {5, 40})
+      std::memcpy(wbytes.data() + copy * rb, wbytes.data() + 20 * rb, static_cast<std::size_t>(rb));
+    TensorView w{"w", dt, {N, K}, wbytes.data(), wbytes.size()};
+    for (const LinearIsa isa : runnable_isas()) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " " + linear_isa_name(isa));
+      ThreadPool pool(3);
+      LinearScratch scratch;
+      scratch.isa = isa;
+      for (const std::int64_t T : {1, 7}) {
+        std::vector<float> x(T * K), y(T * N);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (auto &v : x) v = nd(rng);
+        // Token 0 is row 20's own values (f32: its largest dot), so the tie is at the top.
+        if (dt == DType::kF32) std::memcpy(x.data(), wbytes.data() + 20 * rb, K * sizeof(float));
+        const bool nan_token = T > 1 && dt == DType::kF32;
+        if (nan_token) std::fill(x.begin() + K, x.begin() + 2 * K, std::nanf(""));
+        linear(w, x.data(), T, y.data(), pool, scratch);
+        std::vector<std::int32_t> ids(T, -1);
+        linear_argmax(w, x.data(), T, ids.data(), pool, scratch);
+        for (std::int64_t t = 0; t < T; ++t)
+          EXPECT_EQ(ids[t], first_argmax(std::span<const float>(y.data() + t * N, N))) << "t=" << t;
+        if (dt == DType::kF32) EXPECT_EQ(ids[0], 5);
+        if (nan_token) EXPECT_EQ(ids[1], 0);
+      }
     }
   }
 }
