@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "server/json_fields.h"
+#include "text/harmony_prompt.h"
 #include "text/reasoning_parser.h"
 #include "text/tool_prompt.h"
 
@@ -17,6 +18,10 @@ ToolCallFormat tool_call_format_of(const ModelText &text) {
 std::string render_chat_prompt(const ModelText &text, const json &messages, const json &tools,
                                const json &kwargs, bool add_generation_prompt) {
   const bool has_tools = tools.is_array() && !tools.empty();
+  // A gpt-oss vocabulary without a template of its own: the harmony format, which has
+  // its own tools section.
+  if (!text.has_chat_template() && tool_call_format_of(text) == ToolCallFormat::kHarmony)
+    return render_harmony_prompt(messages, tools, add_generation_prompt, kwargs);
   if (text.has_chat_template()) {
     std::string with_tools = text.render_chat(messages, tools, add_generation_prompt, kwargs);
     // A template with no tools section renders the same text with and without them.
@@ -46,7 +51,10 @@ ChatPrompt encode_chat_prompt(const ModelText &text, const json &messages, const
   ChatPrompt p;
   p.opens_reasoning = prompt_opens_reasoning(prompt);
   // Templates write the BOS themselves; the fallback relies on the tokenizer adding it.
-  p.tokens = text.encode(prompt, !text.has_chat_template());
+  // Harmony has no BOS.
+  const bool bos =
+      !text.has_chat_template() && tool_call_format_of(text) != ToolCallFormat::kHarmony;
+  p.tokens = text.encode(prompt, bos);
   return p;
 }
 

