@@ -140,6 +140,8 @@ const char *arch_name(Arch arch) {
       return "mixtral";
     case Arch::kGlm4Moe:
       return "glm4_moe";
+    case Arch::kGptOss:
+      return "gpt_oss";
   }
   return "?";
 }
@@ -166,6 +168,13 @@ void validate_config(const ModelConfig &c, const std::string &origin) {
   if (!(c.rms_norm_eps > 0 && c.rms_norm_eps < 1)) fail(origin, "rms_norm_eps out of range");
   if (!(c.rope_theta > 0)) fail(origin, "rope_theta must be positive");
   if (c.sliding_window && *c.sliding_window <= 0) fail(origin, "sliding_window must be positive");
+  if (!c.sliding_layers.empty() &&
+      static_cast<std::int64_t>(c.sliding_layers.size()) != c.num_layers)
+    fail(origin, "layer_types: " + std::to_string(c.sliding_layers.size()) +
+                     " entries for num_hidden_layers " + std::to_string(c.num_layers));
+  if (!c.sliding_window)
+    for (bool sliding : c.sliding_layers)
+      if (sliding) fail(origin, "layer_types: sliding_attention needs a sliding_window");
   {
     const double rot = c.head_dim * c.partial_rotary_factor;
     if (!(c.partial_rotary_factor > 0 && c.partial_rotary_factor <= 1) || rot != std::floor(rot) ||
@@ -206,6 +215,8 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     c.arch = Arch::kMixtral;
   } else if (c.arch_name == "glm4_moe") {
     c.arch = Arch::kGlm4Moe;
+  } else if (c.arch_name == "gpt_oss") {
+    c.arch = Arch::kGptOss;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": model_type \"" + c.arch_name + "\" is not supported");
@@ -264,6 +275,13 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
       c.attention_bias = attn_bias;
       c.qk_norm = opt_bool(j, "use_qk_norm", origin).value_or(false);
       break;
+    case Arch::kGptOss:
+      // q/k/v and o_proj biases with attention_bias (true in the releases); a sink logit
+      // per head always.
+      c.attention_bias = attn_bias;
+      c.attention_out_bias = attn_bias;
+      c.attention_sinks = true;
+      break;
   }
   // GLM-4.5 rotates only part of each head (top level, or in transformers 5's
   // rope_parameters).
@@ -273,7 +291,7 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     if (auto w = opt_num(*rope_params, "partial_rotary_factor", origin + ": rope_parameters"))
       c.partial_rotary_factor = *w;
   }
-  if (opt_bool(j, "mlp_bias", origin).value_or(false))
+  if (c.arch != Arch::kGptOss && opt_bool(j, "mlp_bias", origin).value_or(false))
     throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", origin).value_or(false);
   parse_hf_moe(j, c, origin);
@@ -283,6 +301,21 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
   const auto sw = opt_int(j, "sliding_window", origin);
   const auto use_sw = opt_bool(j, "use_sliding_window", origin);
   if (sw && use_sw.value_or(true)) c.sliding_window = *sw;
+  // layer_types says which layers slide (gpt-oss alternates sliding and full layers).
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) fail(origin, "layer_types: expected a list");
+    for (const auto &t : *it) {
+      const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
+      if (type == "sliding_attention") {
+        c.sliding_layers.push_back(true);
+      } else if (type == "full_attention") {
+        c.sliding_layers.push_back(false);
+      } else {
+        throw Error(ErrorCode::kUnsupported,
+                    origin + ": layer_types: \"" + type + "\" is not supported");
+      }
+    }
+  }
 
   const auto bos = token_ids(j, "bos_token_id", origin);
   if (!bos.empty()) c.bos_token_id = bos.front();

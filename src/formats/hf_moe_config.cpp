@@ -101,8 +101,41 @@ MoeConfig parse_glm4_moe(const json &j, const ModelConfig &c, const std::string 
   return m;
 }
 
+// gpt-oss: every layer is sparse; experts of intermediate_size with biases, routed by a
+// biased router whose top-k logits are softmaxed; the clamped SwiGLU with swiglu_limit.
+// The released config says both experts_per_token and num_experts_per_tok.
+MoeConfig parse_gpt_oss(const json &j, const ModelConfig &c, const std::string &origin) {
+  refuse_other_routing(j, origin);
+  MoeConfig m;
+  m.naming = MoeConfig::Naming::kQwen;
+  m.scoring = MoeConfig::Scoring::kTopkSoftmax;
+  m.num_experts = get_int(j, "num_local_experts", origin);
+  if (j.contains("num_experts_per_tok") || !j.contains("experts_per_token")) {
+    m.top_k = get_int(j, "num_experts_per_tok", origin);
+    if (j.contains("experts_per_token") && get_int(j, "experts_per_token", origin) != m.top_k)
+      fail(origin, "experts_per_token: differs from num_experts_per_tok");
+  } else {
+    m.top_k = get_int(j, "experts_per_token", origin);
+  }
+  m.expert_intermediate = c.intermediate_size;
+  m.norm_topk_prob = true;  // the softmax over the chosen k sums to one
+  m.router_bias = true;
+  m.expert_bias = true;
+  auto limit = j.find("swiglu_limit");
+  if (limit == j.end() || limit->is_null()) {
+    m.swiglu_limit = 7.0;  // transformers' GptOssConfig default
+  } else {
+    if (!limit->is_number()) fail(origin, "swiglu_limit: expected a number");
+    m.swiglu_limit = limit->get<double>();
+  }
+  m.swiglu_alpha = get_num(j, "swiglu_alpha", origin, 1.702);
+  m.sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)), true);
+  return m;
+}
+
 const char *experts_field(const ModelConfig &c) {
   switch (c.arch) {
+    case Arch::kGptOss:
     case Arch::kMixtral:
       return "num_local_experts";
     case Arch::kGlm4Moe:
@@ -117,6 +150,10 @@ const char *experts_field(const ModelConfig &c) {
 void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
   if (c.arch == Arch::kGlm4Moe) {
     c.moe = parse_glm4_moe(j, c, origin);
+    return;
+  }
+  if (c.arch == Arch::kGptOss) {
+    c.moe = parse_gpt_oss(j, c, origin);
     return;
   }
   MoeConfig m;
@@ -166,8 +203,9 @@ void validate_moe(const ModelConfig &c, const std::string &origin) {
     fail(origin,
          "num_experts_per_tok: " + std::to_string(m.top_k) + " is not in [1, " + experts + "]");
   if (m.expert_intermediate <= 0 || m.expert_intermediate > (std::int64_t{1} << 24))
-    fail(origin, std::string(m.naming == MoeConfig::Naming::kMixtral ? "intermediate_size"
-                                                                     : "moe_intermediate_size") +
+    fail(origin, std::string(m.naming == MoeConfig::Naming::kMixtral || c.arch == Arch::kGptOss
+                                 ? "intermediate_size"
+                                 : "moe_intermediate_size") +
                      ": " + std::to_string(m.expert_intermediate) + " is out of range");
   if (static_cast<std::int64_t>(m.sparse_layers.size()) != c.num_layers)
     fail(origin, "the MoE layer list does not cover num_hidden_layers");
@@ -182,6 +220,9 @@ void validate_moe(const ModelConfig &c, const std::string &origin) {
                      " is more than the experts of topk_group groups");
   if (!(m.routed_scaling_factor > 0 && m.routed_scaling_factor < 1e6))
     fail(origin, "routed_scaling_factor: must be positive");
+  if (m.swiglu_limit && !(*m.swiglu_limit > 0 && *m.swiglu_limit < 1e6))
+    fail(origin, "swiglu_limit: must be positive");
+  if (!(m.swiglu_alpha > 0 && m.swiglu_alpha < 1e6)) fail(origin, "swiglu_alpha: must be positive");
 }
 
 }  // namespace keel

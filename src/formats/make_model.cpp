@@ -132,6 +132,50 @@ static void apply_glm4_moe_shape(ModelConfig &c, MoeConfig &m, const std::string
   m.shared_intermediate = m.expert_intermediate;  // n_shared_experts = 1
 }
 
+// gpt-oss: q/k/v/o biases and attention sinks, a window of sliding_window on every other
+// layer (from the first), YaRN (factor 32 over 4096, not truncated), a biased router
+// softmaxed over its top k, experts with biases and the clamped SwiGLU.
+static void apply_gpt_oss_shape(ModelConfig &c, MoeConfig &m, const std::string &shape) {
+  m.scoring = MoeConfig::Scoring::kTopkSoftmax;
+  m.router_bias = true;
+  m.expert_bias = true;
+  m.swiglu_limit = 7.0;
+  c.attention_bias = true;
+  c.attention_out_bias = true;
+  c.attention_sinks = true;
+  c.rope_theta = 150000.0;
+  c.rms_norm_eps = 1e-5;
+  c.rope_scaling.type = RopeScaling::Type::kYarn;
+  c.rope_scaling.factor = 32.0;
+  c.rope_scaling.original_max_position = 4096;
+  c.rope_scaling.beta_fast = 32.0;
+  c.rope_scaling.beta_slow = 1.0;
+  c.rope_scaling.truncate = false;
+  c.max_position_embeddings = 131072;
+  c.sliding_window = 128;
+  if (shape == "tiny") {
+    // A window of 16, so that short test prompts see it.
+    c.hidden_size = 64, c.num_layers = 2, c.num_heads = 4, c.num_kv_heads = 2, c.head_dim = 16;
+    c.vocab_size = 512, c.sliding_window = 16;
+    m.num_experts = 8, m.top_k = 2, m.expert_intermediate = 64;
+  } else if (shape == "small") {
+    // gpt-oss-20b's proportions at about a fifth of its width and depth.
+    c.hidden_size = 576, c.num_layers = 6, c.num_heads = 16, c.num_kv_heads = 2, c.head_dim = 64;
+    c.vocab_size = 32000;
+    m.num_experts = 32, m.top_k = 4, m.expert_intermediate = 576;
+  } else if (shape == "gpt-oss-20b" || shape == "gpt-oss-120b") {
+    c.hidden_size = 2880, c.num_layers = shape == "gpt-oss-20b" ? 24 : 36, c.num_heads = 64,
+    c.num_kv_heads = 8, c.head_dim = 64;
+    c.vocab_size = 201088;
+    m.num_experts = shape == "gpt-oss-20b" ? 32 : 128, m.top_k = 4, m.expert_intermediate = 2880;
+  } else {
+    throw Error(
+        ErrorCode::kInvalidArgument,
+        "--shape: expected tiny, small, gpt-oss-20b or gpt-oss-120b for gpt_oss, got " + shape);
+  }
+  c.intermediate_size = m.expert_intermediate;
+}
+
 // The MoE shapes: "tiny" for tests, "small" for CPU benchmarks, and released models.
 static void apply_moe_shape(ModelConfig &c, const std::string &shape) {
   MoeConfig m;
@@ -140,6 +184,8 @@ static void apply_moe_shape(ModelConfig &c, const std::string &shape) {
   c.tie_word_embeddings = false;
   if (c.arch == Arch::kGlm4Moe) {
     apply_glm4_moe_shape(c, m, shape);
+  } else if (c.arch == Arch::kGptOss) {
+    apply_gpt_oss_shape(c, m, shape);
   } else if (shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
     c.num_kv_heads = 2, c.head_dim = c.arch == Arch::kQwen3Moe ? 32 : 16;
@@ -190,15 +236,19 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     c.arch = Arch::kMixtral;
   } else if (o.arch == "glm4_moe") {
     c.arch = Arch::kGlm4Moe;
+  } else if (o.arch == "gpt_oss") {
+    c.arch = Arch::kGptOss;
   } else {
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral or glm4_moe, got " + o.arch);
+    throw Error(ErrorCode::kInvalidArgument,
+                "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral, glm4_moe or gpt_oss, "
+                "got " +
+                    o.arch);
   }
   const bool llama = c.arch == Arch::kLlama;
   c.rms_norm_eps = llama ? 1e-5 : 1e-6;
   c.rope_theta = llama ? 500000.0 : 1000000.0;
-  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe) {
+  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe ||
+      c.arch == Arch::kGptOss) {
     apply_moe_shape(c, o.shape);
   } else if (o.shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
@@ -245,9 +295,13 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     if (o.experts) c.moe->num_experts = *o.experts;
     if (o.experts_per_tok) c.moe->top_k = *o.experts_per_tok;
     if (o.moe_intermediate) c.moe->expert_intermediate = *o.moe_intermediate;
-    if (c.arch == Arch::kMixtral) {
+    if (c.arch == Arch::kMixtral || c.arch == Arch::kGptOss) {  // experts of intermediate_size
       if (o.intermediate) c.moe->expert_intermediate = *o.intermediate;
       c.intermediate_size = c.moe->expert_intermediate;
+    }
+    if (c.arch == Arch::kGptOss) {  // sliding, full, sliding, ... as released
+      c.sliding_layers.clear();
+      for (std::int64_t l = 0; l < c.num_layers; ++l) c.sliding_layers.push_back(l % 2 == 0);
     }
     c.moe->sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)),
                                 true);
@@ -277,6 +331,48 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
 }
 
 namespace {
+
+// gpt-oss's released expert layout (formats/gpt_oss_layout.h), which keel's loader turns
+// into per-expert tensors: the router as mlp.router, experts fused with gate and up
+// interleaved; bf16 / f32 as transformers holds them ([E, h, 2I], [E, I, h]), MXFP4 as
+// the release's _blocks / _scales pairs ([E, 2I, h / 32, 16], [E, h, I / 32, 16]); biases
+// in the dtype of the rest (bf16 beside MXFP4).
+template <class Add>
+void plan_gpt_oss_experts(const ModelConfig &c, std::int64_t l, DType dtype, Add &add,
+                          std::vector<PlannedTensor> &out) {
+  const MoeConfig &m = *c.moe;
+  const std::int64_t E = m.num_experts, I = m.expert_intermediate, h = c.hidden_size;
+  const std::string p = "model.layers." + std::to_string(l) + ".mlp.";
+  const DType plain = dtype == DType::kMXFP4 ? DType::kBF16 : DType::kI32;  // kI32: dtype
+  // A router far from uniform, so that random tokens spread over the experts.
+  add(p + "router.weight", {E, h}, Init::kNormal, 1.0f, 0, plain);
+  add(p + "router.bias", {E}, Init::kNormal, 0.1f, 0, plain);
+  auto fused = [&](const std::string &name, std::int64_t rows, std::int64_t cols) {
+    if (dtype == DType::kMXFP4) {
+      add(name + "_blocks", {E, rows, cols / kMxfp4BlockElems, 16}, Init::kNormal, 0.02f, 0,
+          DType::kI8);
+      PlannedTensor &b = out.back();
+      b.hf_name = name;
+      b.spec.st_dtype = "U8";
+      b.gen_shape = {E * rows, cols};
+      b.quant = DType::kMXFP4;
+      b.scales_spec = out.size();  // the next spec
+      TensorSpec sc{name + "_scales", DType::kI8, {E, rows, cols / kMxfp4BlockElems}};
+      sc.st_dtype = "U8";
+      PlannedTensor st;
+      st.spec = std::move(sc);
+      st.hf_name = name + "_scales";
+      out.push_back(std::move(st));
+    } else {  // transformers' [E, in, out]
+      add(name, {E, cols, rows}, Init::kNormal);
+      out.back().gen_shape = {E * cols, rows};
+    }
+  };
+  fused(p + "experts.gate_up_proj", 2 * I, h);
+  add(p + "experts.gate_up_proj_bias", {E, 2 * I}, Init::kNormal, 0.02f, 0, plain);
+  fused(p + "experts.down_proj", h, I);
+  add(p + "experts.down_proj_bias", {E, h}, Init::kNormal, 0.02f, 0, plain);
+}
 
 std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool gguf,
                                         bool k_quant_mix) {
@@ -321,7 +417,13 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
       add(p + "self_attn.k_norm.weight", {c.head_dim}, Init::kOnes);
     }
     add(p + "self_attn.o_proj.weight", {h, q}, Init::kNormal);
+    if (c.attention_out_bias) add(p + "self_attn.o_proj.bias", {h}, Init::kNormal);
+    if (c.attention_sinks) add(attention_sinks_name(l), {c.num_heads}, Init::kNormal, 1.0f);
     add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
+    if (c.moe && c.moe->sparse(l) && c.arch == Arch::kGptOss) {
+      plan_gpt_oss_experts(c, l, dtype, add, out);
+      continue;
+    }
     if (c.moe && c.moe->sparse(l)) {
       const MoeConfig &m = *c.moe;
       const std::int64_t I = m.expert_intermediate;
@@ -510,6 +612,8 @@ const char *hf_architecture(Arch a) {
       return "MixtralForCausalLM";
     case Arch::kGlm4Moe:
       return "Glm4MoeForCausalLM";
+    case Arch::kGptOss:
+      return "GptOssForCausalLM";
     case Arch::kLlama:
       break;
   }
@@ -570,6 +674,13 @@ std::string hf_config_json(const ModelConfig &c, DType dtype, const std::string 
                          {"low_freq_factor", c.rope_scaling.low_freq_factor},
                          {"original_max_position_embeddings", c.rope_scaling.original_max_position},
                          {"rope_type", "llama3"}};
+  } else if (c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    j["rope_scaling"] = {{"beta_fast", c.rope_scaling.beta_fast},
+                         {"beta_slow", c.rope_scaling.beta_slow},
+                         {"factor", c.rope_scaling.factor},
+                         {"original_max_position_embeddings", c.rope_scaling.original_max_position},
+                         {"rope_type", "yarn"},
+                         {"truncate", c.rope_scaling.truncate}};
   } else {
     j["rope_scaling"] = nullptr;
   }
@@ -605,6 +716,19 @@ std::string hf_config_json(const ModelConfig &c, DType dtype, const std::string 
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["use_qk_norm"] = c.qk_norm;
     j["num_nextn_predict_layers"] = 0;  // no MTP layer written
+  } else if (c.moe && c.arch == Arch::kGptOss) {
+    j["num_local_experts"] = c.moe->num_experts;
+    j["num_experts_per_tok"] = c.moe->top_k;
+    j["experts_per_token"] = c.moe->top_k;
+    j["swiglu_limit"] = c.moe->swiglu_limit.value_or(7.0);
+    j["router_aux_loss_coef"] = 0.9;
+    j["output_router_logits"] = false;
+    j["sliding_window"] = c.sliding_window.value_or(128);
+    ordered_json types = ordered_json::array();
+    for (std::int64_t l = 0; l < c.num_layers; ++l)
+      types.push_back(c.window_of(l) ? "sliding_attention" : "full_attention");
+    j["layer_types"] = types;
+    j["initial_context_length"] = c.rope_scaling.original_max_position;
   }
   if (c.arch == Arch::kQwen2 || c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe) {
     j["use_sliding_window"] = false;
@@ -747,6 +871,9 @@ MakeModelReport make_model(const MakeModelOptions &o) {
     throw Error(ErrorCode::kInvalidArgument,
                 "mxfp4 in safetensors is gpt-oss's form for MoE experts: use --format gguf for a "
                 "dense model");
+  if (fp8 && c.arch == Arch::kGptOss)
+    throw Error(ErrorCode::kInvalidArgument,
+                "fp8: gpt_oss is written in bf16, f32 or mxfp4 (its released form)");
   if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe)
     throw Error(
         ErrorCode::kInvalidArgument,

@@ -14,9 +14,12 @@
 namespace keel {
 
 struct MakeModelOptions {
-  std::string arch = "llama";  // llama | qwen2 | qwen3 | qwen3_moe | mixtral | glm4_moe
+  // llama | qwen2 | qwen3 | qwen3_moe | mixtral | glm4_moe | gpt_oss
+  std::string arch = "llama";
   // tiny | 100m | 1b | 8b (dense); tiny | small | qwen3-30b-a3b (qwen3_moe);
-  // tiny | mixtral-8x7b (mixtral); tiny | small | glm-4.5-air (glm4_moe)
+  // tiny | mixtral-8x7b (mixtral); tiny | small | glm-4.5-air (glm4_moe);
+  // tiny | small | gpt-oss-20b | gpt-oss-120b (gpt_oss, in the released layout: fused
+  // interleaved experts, MXFP4 as _blocks / _scales pairs)
   std::string shape = "tiny";
   // Explicit dimensions override the shape's.
   std::optional<std::int64_t> hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;

@@ -16,7 +16,7 @@ namespace keel {
 
 class GgufFile;
 
-enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral, kGlm4Moe };
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral, kGlm4Moe, kGptOss };
 
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3, kYarn } type = Type::kNone;
@@ -56,6 +56,14 @@ struct ModelConfig {
   bool attention_out_bias = false;  // o_proj has a bias too (llama with attention_bias)
   bool tie_word_embeddings = false;
   std::optional<std::int64_t> sliding_window;
+  // Per layer: true where the layer attends within sliding_window (HF layer_types
+  // "sliding_attention"; gpt-oss alternates). Empty: every layer uses sliding_window
+  // when it is set. Backends ask window_of(), never sliding_window directly.
+  std::vector<bool> sliding_layers;
+  // gpt-oss: one learned logit per query head (model.layers.L.self_attn.sinks, [num_heads])
+  // that joins the softmax denominator of every query of that head (exp(sink - max)
+  // added to the sum) but has no value row.
+  bool attention_sinks = false;
   std::optional<TokenId> bos_token_id;
   std::vector<TokenId> eos_token_ids;  // config and generation_config, merged
   std::string torch_dtype;             // as saved ("bfloat16", ...), informational
@@ -67,6 +75,13 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;
   // FP8 e4m3 linear weights with their scales (quantization_config); absent otherwise.
   std::optional<Fp8Config> fp8;
+
+  // The window layer `layer` attends within, or nullopt for full attention.
+  std::optional<std::int64_t> window_of(std::int64_t layer) const {
+    if (!sliding_window || sliding_layers.empty()) return sliding_window;
+    if (layer < 0 || layer >= static_cast<std::int64_t>(sliding_layers.size())) return std::nullopt;
+    return sliding_layers[static_cast<std::size_t>(layer)] ? sliding_window : std::nullopt;
+  }
 };
 
 // Reads config.json (and generation_config.json when present) of an HF model directory.
@@ -77,7 +92,7 @@ ModelConfig parse_hf_config(const std::string &config_json, const std::string &o
 // Reads the {arch}.* keys of a GGUF file.
 ModelConfig config_from_gguf(const GgufFile &gguf);
 
-// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe".
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt_oss".
 const char *arch_name(Arch arch);
 // Checks dimensions (positive, heads divisible by kv heads, ...); throws Error(kFormat)
 // naming `origin` and the field.

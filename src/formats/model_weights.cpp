@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/gpt_oss_layout.h"
 #include "formats/mxfp4.h"
 #include "formats/quant.h"
 #include "formats/safetensors.h"
@@ -141,6 +142,7 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
     for (const auto &f : w->safetensors_->files()) {
       for (const auto &t : f->tensors()) {
         if (auto mx = w->load_mxfp4_pair(t, f->path())) {
+          if (w->take_gpt_oss_tensor(*mx, f->path())) continue;
           if (!(w->config_.moe && w->split_fused_experts(*mx, f->path())))
             w->tensors_.emplace(mx->name, *mx);
           continue;
@@ -148,6 +150,8 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
         // A pair's scales are read with its blocks.
         if (t.name.ends_with("_scales") &&
             w->safetensors_->find(t.name.substr(0, t.name.size() - 7) + "_blocks"))
+          continue;
+        if (t.dtype && w->take_gpt_oss_tensor(SafetensorsModel::view(t, f->path()), f->path()))
           continue;
         if (t.dtype && w->config_.moe &&
             w->split_fused_experts(SafetensorsModel::view(t, f->path()), f->path()))
@@ -292,6 +296,26 @@ bool ModelWeights::split_fused_experts(const TensorView &all, const std::string 
   return true;
 }
 
+bool ModelWeights::take_gpt_oss_tensor(const TensorView &t, const std::string &file) {
+  auto split = split_gpt_oss_tensor(t, config_, file);
+  if (!split) return false;
+  // A repacked MXFP4 tensor (the last owned buffer) that no view points into any more
+  // (gate_up, copied row by row) is freed.
+  if (!owned_.empty() && t.data == owned_.back().get()) {
+    bool used = false;
+    for (const TensorView &v : split->views)
+      used = used || (v.data >= t.data && v.data < t.data + t.nbytes);
+    if (!used) owned_.pop_back();
+  }
+  for (auto &o : split->owned) owned_.push_back(std::move(o));
+  for (TensorView &v : split->views) {
+    const std::string name = v.name;
+    if (!tensors_.emplace(name, std::move(v)).second)
+      throw Error(ErrorCode::kFormat, file + ": " + t.name + ": " + name + " is stored twice");
+  }
+  return true;
+}
+
 std::optional<TensorView> ModelWeights::load_mxfp4_pair(const SafetensorsTensor &t,
                                                         const std::string &file) {
   if (!t.name.ends_with("_blocks")) return std::nullopt;
@@ -334,7 +358,11 @@ void ModelWeights::check_shapes() const {
     if (!t) {
       if (auto u = unsupported_.find(name); u != unsupported_.end())
         throw Error(ErrorCode::kUnsupported, u->second);
-      if (required) throw Error(ErrorCode::kFormat, origin + ": missing tensor " + name);
+      if (required) {
+        const std::string stored = c.arch == Arch::kGptOss ? gpt_oss_stored_name(name) : "";
+        throw Error(ErrorCode::kFormat, origin + ": missing tensor " + name +
+                                            (stored.empty() ? "" : " (stored in " + stored + ")"));
+      }
       return;
     }
     if (t->shape != shape)
@@ -356,6 +384,7 @@ void ModelWeights::check_shapes() const {
     expect(p + "self_attn.k_proj.bias", {kv}, c.attention_bias);
     expect(p + "self_attn.v_proj.bias", {kv}, c.attention_bias);
     expect(p + "self_attn.o_proj.bias", {h}, c.attention_out_bias);
+    expect(attention_sinks_name(l), {c.num_heads}, c.attention_sinks);
     expect(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm);
     expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
     expect(p + "input_layernorm.weight", {h}, true);
@@ -371,6 +400,13 @@ void ModelWeights::check_shapes() const {
       }
       if (m.scoring == MoeConfig::Scoring::kSigmoid)
         expect(moe_router_bias_name(m, l), {m.num_experts}, true);
+      expect(moe_router_logit_bias_name(m, l), {m.num_experts}, m.router_bias);
+      if (m.expert_bias)
+        for (std::int64_t e = 0; e < m.num_experts; ++e) {
+          expect(moe_expert_bias_name(m, l, e, ExpertMatrix::kGate), {I}, true);
+          expect(moe_expert_bias_name(m, l, e, ExpertMatrix::kUp), {I}, true);
+          expect(moe_expert_bias_name(m, l, e, ExpertMatrix::kDown), {h}, true);
+        }
       if (const std::int64_t S = m.shared_intermediate; S > 0) {
         expect(moe_shared_name(m, l, ExpertMatrix::kGate), {S, h}, true);
         expect(moe_shared_name(m, l, ExpertMatrix::kUp), {S, h}, true);

@@ -74,12 +74,14 @@ class ModelWeights {
   // transformers 5 keeps experts fused (model.layers.N.mlp.experts.gate_up_proj
   // [E, 2I, hidden], ...down_proj [E, hidden, I]); registers per-expert views likewise.
   bool split_fused_experts(const TensorView &all, const std::string &file);
+  // gpt-oss's fused router and experts (formats/gpt_oss_layout.h): registers them under
+  // the per-expert names. False when `t` is not one of them.
+  bool take_gpt_oss_tensor(const TensorView &t, const std::string &file);
   // gpt-oss's MXFP4 pairs (<name>_blocks, <name>_scales, formats/mxfp4.h): repacked into
   // one MXFP4 tensor named <name>, owned here. Null when `t` is not a _blocks tensor;
   // throws Error(kFormat) naming it when its scales are missing or the shapes disagree.
-  // (gpt-oss's own gate_up_proj interleaves gate and up rows, 2i and 2i + 1; the split into
-  // per-expert views above assumes transformers 5's gate-then-up order: the gpt_oss
-  // architecture must take its experts' rows accordingly.)
+  // (gpt-oss's own gate_up_proj interleaves gate and up rows, 2i and 2i + 1: a gpt_oss
+  // checkpoint's pairs go through take_gpt_oss_tensor, not split_fused_experts.)
   std::optional<TensorView> load_mxfp4_pair(const SafetensorsTensor &t, const std::string &file);
   // Gives every FP8 tensor its scales (<name>_scale_inv or <name>_scale: per tensor, per
   // channel or in blocks, fp8_config.h), converted to f32 and owned here; throws

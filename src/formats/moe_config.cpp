@@ -26,6 +26,20 @@ std::string moe_shared_name(const MoeConfig &moe, std::int64_t layer, ExpertMatr
   return block_prefix(moe, layer) + "shared_experts." + m + ".weight";
 }
 
+std::string moe_router_logit_bias_name(const MoeConfig &moe, std::int64_t layer) {
+  return block_prefix(moe, layer) + "gate.bias";
+}
+
+std::string moe_expert_bias_name(const MoeConfig &moe, std::int64_t layer, std::int64_t expert,
+                                 ExpertMatrix which) {
+  std::string name = moe_expert_name(moe, layer, expert, which);
+  return name.replace(name.size() - std::string("weight").size(), std::string::npos, "bias");
+}
+
+std::string attention_sinks_name(std::int64_t layer) {
+  return "model.layers." + std::to_string(layer) + ".self_attn.sinks";
+}
+
 std::string moe_expert_name(const MoeConfig &moe, std::int64_t layer, std::int64_t expert,
                             ExpertMatrix which) {
   const bool mixtral = moe.naming == MoeConfig::Naming::kMixtral;

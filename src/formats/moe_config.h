@@ -1,8 +1,9 @@
 // The mixture-of-experts part of a model's configuration (Qwen3-MoE, Mixtral,
-// GLM-4.5), and the HF names of its tensors.
+// GLM-4.5, gpt-oss), and the HF names of its tensors.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,9 @@ struct MoeConfig {
   // topk_group best of n_group groups (a group's worth: its two best corrected scores),
   // but *weighted* by the uncorrected score (renormalized with norm_topk_prob), times
   // routed_scaling_factor.
-  enum class Scoring { kSoftmax, kSigmoid };
+  // kTopkSoftmax (gpt-oss): logits = h W_router^T + router_bias; the top-k logits are
+  // chosen and weighted by a softmax over those k only.
+  enum class Scoring { kSoftmax, kSigmoid, kTopkSoftmax };
   Scoring scoring = Scoring::kSoftmax;
   std::int64_t n_group = 1;
   std::int64_t topk_group = 1;
@@ -35,6 +38,14 @@ struct MoeConfig {
   // A shared expert every token runs besides its routed ones (GLM-4.5's
   // n_shared_experts x moe_intermediate_size wide SwiGLU MLP); 0 when none.
   std::int64_t shared_intermediate = 0;
+  // gpt-oss: a bias on the router logits (mlp.gate.bias [E]; not GLM's
+  // e_score_correction_bias), and per-expert biases on gate/up ([I]) and down ([hidden]).
+  bool router_bias = false;
+  bool expert_bias = false;
+  // gpt-oss's clamped SwiGLU: gate = min(gate, limit); up = clamp(up, -limit, limit);
+  // out = (up + 1) * gate * sigmoid(alpha * gate). Plain SwiGLU when absent.
+  std::optional<double> swiglu_limit;
+  double swiglu_alpha = 1.702;
   // GLM-4.5's multi-token-prediction layers (num_nextn_predict_layers), stored after the
   // last decoder layer as model.layers.{num_hidden_layers + i}: left unread (speculative
   // decoding would use them).
@@ -60,5 +71,12 @@ std::string moe_expert_name(const MoeConfig &moe, std::int64_t layer, std::int64
 std::string moe_router_bias_name(const MoeConfig &moe, std::int64_t layer);
 // "model.layers.L.mlp.shared_experts.gate_proj.weight" and the like.
 std::string moe_shared_name(const MoeConfig &moe, std::int64_t layer, ExpertMatrix which);
+// "model.layers.L.mlp.gate.bias" : [E] (gpt-oss's router logit bias).
+std::string moe_router_logit_bias_name(const MoeConfig &moe, std::int64_t layer);
+// "model.layers.L.mlp.experts.X.gate_proj.bias" : [I] (up: [I], down: [hidden]).
+std::string moe_expert_bias_name(const MoeConfig &moe, std::int64_t layer, std::int64_t expert,
+                                 ExpertMatrix which);
+// "model.layers.L.self_attn.sinks" : [num_heads] (gpt-oss's attention sinks).
+std::string attention_sinks_name(std::int64_t layer);
 
 }  // namespace keel

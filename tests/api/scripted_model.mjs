@@ -4,7 +4,8 @@
 // failed turn; this one ends its turn like a real model, so the client's whole loop
 // (request, stream, end_turn, next turn) runs against the real server and engine.
 //
-// How: attention and MLP outputs are zeroed (o_proj, down_proj), so the last hidden
+// How: attention and MLP outputs are zeroed (o_proj, down_proj, their biases, and gpt-oss's
+// fused experts.down_proj with its bias), so the last hidden
 // state is the current token's embedding. Each embedding is one-hot: chain token i
 // on dimension i + 1, every other token on dimension 0; lm_head then maps dimension 0
 // to the first reply token, dimension i to chain token i + 1, the last to EOS.
@@ -34,7 +35,7 @@ const head = tensor('lm_head.weight');
 const [vocab, hidden] = embed.shape;
 if (chain.length + 1 > hidden) throw new Error(`at most ${hidden - 1} reply tokens`);
 for (const name of Object.keys(header))
-  if (/\.(o_proj|down_proj)\.weight$/.test(name)) tensor(name).data.fill(0);
+  if (/\.(o_proj|down_proj)\.(weight|bias)$|\.experts\.down_proj(_bias)?$/.test(name)) tensor(name).data.fill(0);
 for (const name of Object.keys(header)) if (/norm\.weight$/.test(name)) tensor(name).data.fill(1);
 embed.data.fill(0);
 head.data.fill(0);

@@ -60,7 +60,8 @@ LayerPlan layer_plan(const ModelConfig &c, std::int64_t layer) {
     case Arch::kQwen3:
     case Arch::kQwen3Moe:
     case Arch::kMixtral:
-    case Arch::kGlm4Moe: {
+    case Arch::kGlm4Moe:
+    case Arch::kGptOss: {
       // The Llama family: pre-norm attention then a SwiGLU MLP, each adding into the
       // residual stream. Qwen2 adds q/k/v biases, Qwen3 a per-head q/k norm (the config
       // flags say so, whatever the architecture's name). Qwen3-MoE, Mixtral and GLM-4.5

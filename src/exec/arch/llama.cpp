@@ -95,6 +95,8 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
     }
     if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
       L.bo = need_vec(lookup, p + "self_attn.o_proj.bias", hidden);
+    if (cfg.attention_sinks || lookup(attention_sinks_name(l)))
+      L.sinks = need_vec(lookup, attention_sinks_name(l), H);
     if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
       L.q_norm = need_vec(lookup, p + "self_attn.q_norm.weight", D);
       L.k_norm = need_vec(lookup, p + "self_attn.k_norm.weight", D);
@@ -131,6 +133,7 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
         L.bk = slice(L.bk, p.kv_begin(), p.kv_heads * D);
         L.bv = slice(L.bv, p.kv_begin(), p.kv_heads * D);
       }
+      if (!L.sinks.empty()) L.sinks = slice(L.sinks, p.q_begin() / D, p.heads);
     }
   }
 }
@@ -229,8 +232,7 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     cpu::dequantize_row(embed_.dtype, embed_.data + batch.tokens[t] * row_bytes, x + t * hidden,
                         hidden);
 
-  cpu::AttentionShape ashape{H, G, D, 1.0f / std::sqrt(static_cast<float>(D)),
-                             cfg_.sliding_window.value_or(0)};
+  cpu::AttentionShape ashape{H, G, D, 1.0f / std::sqrt(static_cast<float>(D))};
   // KEEL_CPU_ATTENTION=reference keeps prefill on the per-token path (for A/B benchmarks).
   if (const char *mode = std::getenv("KEEL_CPU_ATTENTION"))
     ashape.blocked = std::string_view(mode) != "reference";
@@ -277,6 +279,8 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
           }
           break;
         case S::kAttention:
+          ashape.window = cfg_.window_of(l).value_or(0);
+          ashape.sinks = L.sinks.empty() ? nullptr : L.sinks.data();
           cpu::paged_attention(q, att, batch, token_seq.data(), token_pos.data(), kv, l, ashape,
                                pool, attn_scores_);
           break;

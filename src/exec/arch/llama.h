@@ -43,6 +43,7 @@ struct LlamaLayer {
   std::vector<float> bq, bk, bv;           // [H*D], [G*D], [G*D] (qwen2) or empty
   std::vector<float> bo;                   // [hidden] (llama with attention_bias) or empty
   std::vector<float> q_norm, k_norm;       // [D] (qwen3) or empty
+  std::vector<float> sinks;                // [H] attention sink logits (gpt-oss) or empty
   std::unique_ptr<MoeFfn> moe;             // a MoE block instead of w_gate/w_up/w_down
 };
 

@@ -108,6 +108,34 @@ void route_token_grouped_sigmoid(const float *logits, const float *bias, std::in
   }
 }
 
+void route_token_topk_softmax(const float *logits, std::int64_t E, std::int64_t k,
+                              std::int32_t *ids, float *weights) {
+  for (std::int64_t j = 0; j < k; ++j) {
+    std::int32_t best = -1;
+    for (std::int64_t e = 0; e < E; ++e) {
+      bool taken = false;
+      for (std::int64_t i = 0; i < j; ++i) taken = taken || ids[i] == e;
+      if (!taken && (best < 0 || logits[e] > logits[best])) best = static_cast<std::int32_t>(e);
+    }
+    ids[j] = best;
+  }
+  // The first pick is the largest logit: the softmax's max.
+  const double mx = logits[ids[0]];
+  double sum = 0;
+  for (std::int64_t j = 0; j < k; ++j) sum += std::exp(static_cast<double>(logits[ids[j]]) - mx);
+  for (std::int64_t j = 0; j < k; ++j)
+    weights[j] = static_cast<float>(std::exp(static_cast<double>(logits[ids[j]]) - mx) / sum);
+}
+
+void clamped_swiglu(const float *gate, const float *up, float *out, std::int64_t n, float limit,
+                    float alpha) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float g = std::min(gate[i], limit);
+    const float u = std::clamp(up[i], -limit, limit);
+    out[i] = (u + 1.0f) * (g / (1.0f + std::exp(-alpha * g)));
+  }
+}
+
 MoeFfn::MoeFfn(const ModelConfig &cfg, std::int64_t layer, const WeightLookup &lookup)
     : hidden_(cfg.hidden_size) {
   if (!cfg.moe) throw Error(ErrorCode::kInternal, "MoeFfn: the config has no experts");
@@ -122,12 +150,19 @@ MoeFfn::MoeFfn(const ModelConfig &cfg, std::int64_t layer, const WeightLookup &l
     correction_bias_.resize(static_cast<std::size_t>(E_));
     cpu::dequantize_row(b.dtype, b.data, correction_bias_.data(), E_);
   }
+  auto vec = [&](const std::string &name, std::int64_t n) {
+    const TensorView b = need(lookup, name, {n});
+    std::vector<float> v(static_cast<std::size_t>(n));
+    cpu::dequantize_row(b.dtype, b.data, v.data(), n);
+    return v;
+  };
+  if (m.router_bias) router_bias_ = vec(moe_router_logit_bias_name(m, layer), E_);
   if (m.shared_intermediate > 0) {
     const std::int64_t S = m.shared_intermediate;
-    shared_ =
-        ExpertWeights{need(lookup, moe_shared_name(m, layer, ExpertMatrix::kGate), {S, hidden_}),
-                      need(lookup, moe_shared_name(m, layer, ExpertMatrix::kUp), {S, hidden_}),
-                      need(lookup, moe_shared_name(m, layer, ExpertMatrix::kDown), {hidden_, S})};
+    shared_.emplace();
+    shared_->gate = need(lookup, moe_shared_name(m, layer, ExpertMatrix::kGate), {S, hidden_});
+    shared_->up = need(lookup, moe_shared_name(m, layer, ExpertMatrix::kUp), {S, hidden_});
+    shared_->down = need(lookup, moe_shared_name(m, layer, ExpertMatrix::kDown), {hidden_, S});
   }
   experts_.resize(static_cast<std::size_t>(E_));
   for (std::int64_t e = 0; e < E_; ++e) {
@@ -135,6 +170,11 @@ MoeFfn::MoeFfn(const ModelConfig &cfg, std::int64_t layer, const WeightLookup &l
     x.gate = need(lookup, moe_expert_name(m, layer, e, ExpertMatrix::kGate), {I_, hidden_});
     x.up = need(lookup, moe_expert_name(m, layer, e, ExpertMatrix::kUp), {I_, hidden_});
     x.down = need(lookup, moe_expert_name(m, layer, e, ExpertMatrix::kDown), {hidden_, I_});
+    if (m.expert_bias) {
+      x.gate_bias = vec(moe_expert_bias_name(m, layer, e, ExpertMatrix::kGate), I_);
+      x.up_bias = vec(moe_expert_bias_name(m, layer, e, ExpertMatrix::kUp), I_);
+      x.down_bias = vec(moe_expert_bias_name(m, layer, e, ExpertMatrix::kDown), hidden_);
+    }
   }
 }
 
@@ -153,7 +193,9 @@ std::int64_t MoeFfn::active_bytes() const {
 
 void MoeFfn::route(const float *logits, std::int64_t T, std::int32_t *ids, float *w) const {
   for (std::int64_t t = 0; t < T; ++t) {
-    if (moe_.scoring == MoeConfig::Scoring::kSigmoid)
+    if (moe_.scoring == MoeConfig::Scoring::kTopkSoftmax)
+      route_token_topk_softmax(logits + t * E_, E_, k_, ids + t * k_, w + t * k_);
+    else if (moe_.scoring == MoeConfig::Scoring::kSigmoid)
       route_token_grouped_sigmoid(logits + t * E_, correction_bias_.data(), E_, k_, moe_.n_group,
                                   moe_.topk_group, moe_.norm_topk_prob, moe_.routed_scaling_factor,
                                   ids + t * k_, w + t * k_);
@@ -168,6 +210,9 @@ void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
   if (T == 0) return;
   float *logits = ws.floats(static_cast<std::size_t>(T * E_));  // [T, E]
   cpu::linear(router_, h, T, logits, pool, scratch);
+  if (!router_bias_.empty())
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t e = 0; e < E_; ++e) logits[t * E_ + e] += router_bias_[e];
   std::vector<std::int32_t> ids(static_cast<std::size_t>(T * k_));
   std::vector<float> w(static_cast<std::size_t>(T * k_));
   route(logits, T, ids.data(), w.data());
@@ -190,6 +235,12 @@ void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
 
   // Every slot's expert output, [T * k, hidden] in slot order; summed per token below.
   float *slot_out = ws.floats(static_cast<std::size_t>(T * k_ * hidden_));
+  // y[r, :] += bias for n rows (nothing when the bias is empty).
+  auto add_rows = [](float *y, const std::vector<float> &bias, std::int64_t n) {
+    const std::int64_t w = static_cast<std::int64_t>(bias.size());
+    for (std::int64_t r = 0; r < n && w > 0; ++r)
+      for (std::int64_t i = 0; i < w; ++i) y[r * w + i] += bias[i];
+  };
   // Expert e on its n slots from b, with `p` (a pool) and buffers xin [n, hidden],
   // gate and up [n, I].
   auto run_expert = [&](std::int64_t e, ThreadPool &p, cpu::LinearScratch &sc, float *xin,
@@ -201,8 +252,15 @@ void MoeFfn::forward(const float *h, std::int64_t T, float *y, ThreadPool &pool,
     const ExpertWeights &x = experts_[static_cast<std::size_t>(e)];
     const cpu::LinearJob gate_up[] = {{&x.gate, gate}, {&x.up, up}};
     cpu::linear_multi(gate_up, xin, n, p, sc);
-    cpu::swiglu(gate, up, gate, n * I_);
+    add_rows(gate, x.gate_bias, n);
+    add_rows(up, x.up_bias, n);
+    if (moe_.swiglu_limit)
+      clamped_swiglu(gate, up, gate, n * I_, static_cast<float>(*moe_.swiglu_limit),
+                     static_cast<float>(moe_.swiglu_alpha));
+    else
+      cpu::swiglu(gate, up, gate, n * I_);
     cpu::linear(x.down, gate, n, slot_out + b * hidden_, p, sc);
+    add_rows(slot_out + b * hidden_, x.down_bias, n);
   };
   std::vector<std::int64_t> active;
   for (std::int64_t e = 0; e < E_; ++e)

@@ -1,8 +1,9 @@
-// A mixture-of-experts feed-forward block on the CPU (Qwen3-MoE, Mixtral, GLM-4.5): a
-// router picks each token's top-k experts (softmax, or GLM's grouped sigmoid with a
-// score-correction bias), each expert is a SwiGLU MLP, and the token's output is the
-// weighted sum of its experts' outputs (plus a shared expert's, GLM). Tokens are grouped by
-// expert, so a batch reads each chosen expert's weights once, and only the chosen
+// A mixture-of-experts feed-forward block on the CPU (Qwen3-MoE, Mixtral, GLM-4.5,
+// gpt-oss): a router picks each token's top-k experts (softmax, GLM's grouped sigmoid
+// with a score-correction bias, or gpt-oss's softmax over the k best biased logits), each
+// expert is a SwiGLU MLP (gpt-oss: with biases and a clamped SwiGLU), and the token's
+// output is the weighted sum of its experts' outputs (plus a shared expert's, GLM). Tokens are
+// grouped by expert, so a batch reads each chosen expert's weights once, and only the chosen
 // experts' weights are read at all. Few tokens per expert (decode): the threads split
 // the experts between them, one whole expert each at a time; many (prefill): the
 // experts run one after another, each split over the threads by rows. Both give the
@@ -30,6 +31,8 @@ using WeightLookup = std::function<std::optional<TensorView>(const std::string &
 
 struct ExpertWeights {
   TensorView gate, up, down;  // [I, hidden], [I, hidden], [hidden, I]
+  // gpt-oss: f32 copies of the biases, [I], [I], [hidden]; empty when the model has none.
+  std::vector<float> gate_bias, up_bias, down_bias;
 };
 
 // One token's routing: k expert ids (best first) and their weights.
@@ -47,6 +50,17 @@ void route_token_grouped_sigmoid(const float *logits, const float *bias, std::in
                                  std::int64_t k, std::int64_t n_group, std::int64_t topk_group,
                                  bool norm_topk_prob, double scale, std::int32_t *ids,
                                  float *weights);
+
+// gpt-oss's routing for one token (MoeConfig::Scoring::kTopkSoftmax): the k largest
+// logits (already biased; ties to the lower index), weighted by a softmax over those k
+// alone (in double).
+void route_token_topk_softmax(const float *logits, std::int64_t E, std::int64_t k,
+                              std::int32_t *ids, float *weights);
+
+// gpt-oss's clamped SwiGLU, n elements: g = min(gate, limit), u = clamp(up, -limit,
+// limit), out = (u + 1) * g * sigmoid(alpha * g). out may alias gate.
+void clamped_swiglu(const float *gate, const float *up, float *out, std::int64_t n, float limit,
+                    float alpha);
 
 class MoeFfn {
  public:
@@ -72,6 +86,7 @@ class MoeFfn {
   MoeConfig moe_;
   TensorView router_;                   // [E, hidden]
   std::vector<float> correction_bias_;  // [E] (sigmoid routing) or empty
+  std::vector<float> router_bias_;      // [E] added to the logits (gpt-oss) or empty
   std::vector<ExpertWeights> experts_;
   std::optional<ExpertWeights> shared_;  // [S, hidden], [S, hidden], [hidden, S]
   // Per pool thread, for the expert-parallel path: a one-thread pool (runs inline)

@@ -18,6 +18,19 @@ float dot(const float *a, const float *b, std::int64_t n) {
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
+
+// softmax over x[0..n) and the sink logit together, writing only x's probabilities.
+void softmax_with_sink(float *x, std::int64_t n, float sink) {
+  float mx = sink;
+  for (std::int64_t i = 0; i < n; ++i) mx = std::max(mx, x[i]);
+  double sum = std::exp(sink - mx);
+  for (std::int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - mx);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (std::int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
 }  // namespace
 
 void paged_attention(const float *q, float *out, const ForwardBatch &batch,
@@ -65,7 +78,11 @@ void paged_attention(const float *q, float *out, const ForwardBatch &batch,
             kv.row(table[pos / bs], layer, 0, static_cast<std::int32_t>(pos % bs)) + g * D;
         scores[j] = dot(qv, kr, D) * shape.scale;
       }
-      softmax(scores.data(), n);
+      if (shape.sinks) {
+        softmax_with_sink(scores.data(), n, shape.sinks[h]);
+      } else {
+        softmax(scores.data(), n);
+      }
       float *o = out + (t * H + h) * D;
       std::fill(o, o + D, 0.0f);
       for (std::int64_t j = 0; j < n; ++j) {
@@ -88,7 +105,8 @@ void attention_reference(const float *q, const float *k, const float *v, float *
     const std::int64_t lo = shape.window > 0 ? std::max<std::int64_t>(0, p - shape.window + 1) : 0;
     for (std::int64_t h = 0; h < H; ++h) {
       const std::int64_t g = h / group;
-      double mx = -1e300;
+      const double sink = shape.sinks ? static_cast<double>(shape.sinks[h]) : -INFINITY;
+      double mx = shape.sinks ? sink : -1e300;
       for (std::int64_t j = lo; j <= p; ++j) {
         double s = 0;
         for (std::int64_t d = 0; d < D; ++d)
@@ -96,7 +114,7 @@ void attention_reference(const float *q, const float *k, const float *v, float *
         sc[j] = s * shape.scale;
         mx = std::max(mx, sc[j]);
       }
-      double sum = 0;
+      double sum = shape.sinks ? std::exp(sink - mx) : 0.0;
       for (std::int64_t j = lo; j <= p; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
       for (std::int64_t d = 0; d < D; ++d) {
         double o = 0;

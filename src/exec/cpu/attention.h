@@ -17,6 +17,9 @@ struct AttentionShape {
   std::int64_t heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 0;          // usually 1 / sqrt(head_dim)
   std::int64_t window = 0;  // 0: none; else a token at p sees positions > p - window
+  // gpt-oss's attention sinks: [heads] logits that join each head's softmax denominator
+  // (exp(sink - max) added to the sum) with no value row; null when the model has none.
+  const float *sinks = nullptr;
   // true: the blocked path (attention_blocked.h) for every token; false: each (token,
   // head) alone, the path the blocked one is measured against.
   bool blocked = true;

@@ -202,8 +202,16 @@ void run_tile(const float *q, float *out, const std::int32_t *table, std::int64_
       for (std::int64_t d = 0; d < D; ++d) dst[d] = src[d] * shape.scale;
     }
   std::fill(tl.o, tl.o + M * D, 0.0f);
-  std::fill(tl.m, tl.m + M, kNegInf);
-  std::fill(tl.l, tl.l + M, 0.0f);
+  if (shape.sinks) {
+    // A sink is a key of logit sinks[h] and no value: it starts the running max and sum.
+    for (std::int64_t r = 0; r < M; ++r) {
+      tl.m[r] = shape.sinks[g * ts.group + h0 + r % group];
+      tl.l[r] = 1.0f;  // exp(sink - sink)
+    }
+  } else {
+    std::fill(tl.m, tl.m + M, kNegInf);
+    std::fill(tl.l, tl.l + M, 0.0f);
+  }
   auto lo_of = [&](std::int64_t p) {
     return shape.window > 0 ? std::max<std::int64_t>(0, p - shape.window + 1) : 0;
   };
