@@ -179,6 +179,34 @@ test('@anthropic-ai/sdk: a thinking block and a text block; a tool_use block; st
   }
 });
 
+test('openai@6 streams the call; the Vercel AI SDK gets reasoning and a tool call (Responses)', { skip }, async () => {
+  let name = '', args = '', finish;
+  for await (const c of await server.client.chat.completions.create({ model: 'caller', tools, max_tokens: 60,
+    stream: true, messages: [{ role: 'user', content: 'Weather in Paris?' }] })) {
+    const tc = c.choices[0]?.delta?.tool_calls?.[0];
+    name += tc?.function?.name ?? '';
+    args += tc?.function?.arguments ?? '';
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(name, 'get_weather');
+  assert.deepEqual(JSON.parse(args), { city: 'Paris' });
+  assert.equal(finish, 'tool_calls');
+
+  const { generateText, tool } = require('ai');
+  const { createOpenAI } = require('@ai-sdk/openai');
+  const { z } = require('zod');
+  const provider = createOpenAI({ baseURL: `${server.url}/v1`, apiKey: 'none' });
+  const think = await generateText({ model: provider('thinker'), prompt: 'Plan a walk.', maxOutputTokens: 60,
+    providerOptions: { openai: { forceReasoning: true, reasoningSummary: 'auto' } } });
+  assert.equal(think.reasoningText, 'Plan first');
+  assert.equal(think.text, 'Hello from keel.');
+  const call = await generateText({ model: provider('caller'), prompt: 'Weather in Paris?', maxOutputTokens: 60,
+    tools: { get_weather: tool({ description: 'Gets the weather', inputSchema: z.object({ city: z.string().max(8) }) }) } });
+  assert.equal(call.toolCalls.length, 1, JSON.stringify(call.content));
+  assert.equal(call.toolCalls[0].toolName, 'get_weather');
+  assert.deepEqual(call.toolCalls[0].input, { city: 'Paris' });
+});
+
 test('a random model forced to call a tool answers with a proper call (openai@7 and Anthropic)', { skip }, async () => {
   const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
   for (const tool_choice of ['required', { type: 'function', function: { name: 'get_weather' } }]) {
