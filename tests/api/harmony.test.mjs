@@ -71,6 +71,14 @@ before(async () => {
   makeModel(models.thinker, tok, 'f32');
   makeModel(models.caller, tok, 'f32');
   makeModel(models.llama, tok, 'bf16', 'llama');
+  // A harmony model with a chat template of its own that, like the released one, reads
+  // an assistant's reasoning from `thinking`.
+  models.templated = path.join(work, 'templated');
+  makeModel(models.templated, tok, 'bf16', 'llama');
+  fs.writeFileSync(path.join(models.templated, 'chat_template.jinja'),
+    '{% for m in messages %}{% if m.thinking %}[thinking: {{ m.thinking }}]{% endif %}' +
+    '<|start|>{{ m.role }}<|message|>{{ m.content }}<|end|>{% endfor %}' +
+    '{% if add_generation_prompt %}<|start|>assistant{% endif %}');
   const script = (dir, eos, pieces) => execFileSync('node', [path.join(here, 'scripted_model.mjs'), dir,
     String(eos), distinctIds(encode, pieces).join(',')]);
   // Scripted replies use each token id once, so only one message can have a header
@@ -253,4 +261,17 @@ test('a tool result goes back as a functions.NAME message and the next turn is g
     '<|start|>assistant<|channel|>analysis<|message|>Need the weather.<|end|>' +
     '<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"city":"Paris"}<|call|>' +
     '<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>{"temp":21}<|end|><|start|>assistant'), r.json.prompt);
+});
+
+test('a harmony model\'s own template gets a tool-calling turn\'s reasoning as `thinking`', { skip }, async () => {
+  const r = await server.post('/apply-template', { model: 'templated', messages: [
+    { role: 'user', content: 'Weather in Paris?' },
+    { role: 'assistant', content: null, reasoning_content: 'Need the weather.',
+      tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }] },
+    { role: 'tool', tool_call_id: 'c1', content: '{"temp":21}' },
+    { role: 'assistant', content: 'Mild.', reasoning_content: 'Done.' },
+    { role: 'user', content: 'Thanks' }] });
+  assert.equal(r.status, 200, r.text);
+  assert.equal((r.json.prompt.match(/\[thinking: /g) ?? []).length, 1, r.json.prompt);
+  assert.match(r.json.prompt, /\[thinking: Need the weather\.\]<\|start\|>assistant<\|message\|>/);
 });
