@@ -14,6 +14,7 @@ import path from 'node:path';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { KEEL_BIN, Anthropic } from './helpers.mjs';
+import { CLAUDE, runClaude } from './agent_clients.mjs';
 import { startServer } from './wedge_lib.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -90,7 +91,20 @@ before(async () => {
     '<|end|>', 'Hello from keel.']);
   script(models.caller, SPECIAL['<|call|>'], ['<|channel|>', 'commentary to=functions.get_weather ',
     '<|constrain|>', 'json', '<|message|>', '{"city":"Paris"}']);
-  server = await startServer({ name: 'harmony', models });
+  // "agent": a one-layer harmony model for Claude Code (its prompt is ~15k tokens: a 64k
+  // context); keel forces its first reply of a turn to call Claude Code's Bash tool
+  // (--force-tool-call, through the harmony forced-call grammar), and after the result
+  // it thinks and answers.
+  models.agent = path.join(work, 'agent');
+  execFileSync(KEEL_BIN, ['make-model', '--arch', 'llama', '--shape', 'tiny', '--hidden', '32', '--heads', '2',
+    '--kv-heads', '1', '--head-dim', '16', '--layers', '1', '--dtype', 'f32', '--tokenizer',
+    path.join(tok, 'tokenizer.json'), '--seed', '7', '--out', models.agent], { stdio: 'pipe' });
+  const cfgPath = path.join(models.agent, 'config.json');
+  fs.writeFileSync(cfgPath, JSON.stringify({ ...JSON.parse(fs.readFileSync(cfgPath, 'utf8')), max_position_embeddings: 65536 }));
+  script(models.agent, SPECIAL['<|return|>'], ['<|channel|>', 'analysis', '<|message|>', 'Plan first',
+    '<|end|>', 'Hello from keel.']);
+  server = await startServer({ name: 'harmony', models, args: ['--kv-blocks', '4096', '--enable-fault-injection',
+    '--force-tool-call', 'agent:Bash={"command":"echo keel-tool-ran","description":"Print a marker"}'] });
 });
 
 after(async () => {
@@ -274,4 +288,26 @@ test('a harmony model\'s own template gets a tool-calling turn\'s reasoning as `
   assert.equal(r.status, 200, r.text);
   assert.equal((r.json.prompt.match(/\[thinking: /g) ?? []).length, 1, r.json.prompt);
   assert.match(r.json.prompt, /\[thinking: Need the weather\.\]<\|start\|>assistant<\|message\|>/);
+});
+
+test('Claude Code runs the Bash call a harmony model made, then shows its thinking and answer', { skip }, async (t) => {
+  if (!fs.existsSync(CLAUDE)) return t.skip('no Claude Code CLI');
+  const home = fs.mkdtempSync(path.join(work, 'claude-home-'));
+  const cwd = fs.mkdtempSync(path.join(work, 'claude-work-'));
+  const r = await runClaude(['-p', 'run the marker command', '--allowedTools', 'Bash', '--output-format',
+    'stream-json', '--verbose'], { home, cwd, baseUrl: server.url, model: 'agent' });
+  assert.equal(r.code, 0, r.stderr + r.stdout);
+  const events = r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+  const blocks = (type) => events.filter((e) => e.message && Array.isArray(e.message.content))
+    .flatMap((e) => e.message.content).filter((b) => b.type === type);
+  const use = blocks('tool_use').find((b) => b.name === 'Bash');
+  assert.ok(use, r.stdout);
+  assert.deepEqual(use.input, { command: 'echo keel-tool-ran', description: 'Print a marker' });
+  const result = blocks('tool_result').find((b) => b.tool_use_id === use.id);
+  assert.ok(result, r.stdout);
+  assert.match(JSON.stringify(result.content), /keel-tool-ran/);
+  const last = events.at(-1);
+  assert.equal(last.type, 'result');
+  assert.equal(last.subtype, 'success', r.stdout);
+  assert.equal(last.result.trim(), 'Hello from keel.');
 });
