@@ -7,7 +7,7 @@
 // a random copy answers forced tool calls, which the grammar writes in harmony markup.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -310,4 +310,28 @@ test('Claude Code runs the Bash call a harmony model made, then shows its thinki
   assert.equal(last.type, 'result');
   assert.equal(last.subtype, 'success', r.stdout);
   assert.equal(last.result.trim(), 'Hello from keel.');
+});
+
+test('Codex (Responses) gets a harmony model\'s reasoning and answer over its whole agent prompt and tools', { skip }, async (t) => {
+  const codexBin = path.join(npm, 'node_modules', '.bin', 'codex');
+  if (!fs.existsSync(codexBin)) return t.skip('no Codex CLI');
+  const home = fs.mkdtempSync(path.join(work, 'codex-home-'));
+  const cwd = fs.mkdtempSync(path.join(work, 'codex-work-'));
+  fs.writeFileSync(path.join(home, 'config.toml'), ['model = "agent"', 'model_provider = "keel"',
+    'check_for_update_on_startup = false', '[analytics]', 'enabled = false', '[model_providers.keel]',
+    'name = "keel"', `base_url = "${server.url}/v1"`, 'env_key = "KEEL_CODEX_KEY"', 'wire_api = "responses"',
+    'request_max_retries = 0', 'stream_max_retries = 0', ''].join('\n'));
+  const env = { ...process.env, CODEX_HOME: home, KEEL_CODEX_KEY: 'none', NO_COLOR: '1' };
+  delete env.OPENAI_API_KEY;
+  const r = await new Promise((resolve) => {
+    const p = spawn(codexBin, ['exec', '--skip-git-repo-check', 'say hello'], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '', err = '';
+    p.stdout.on('data', (d) => (out += d));
+    p.stderr.on('data', (d) => (err += d));
+    const timer = setTimeout(() => p.kill('SIGKILL'), 120_000);
+    p.on('exit', (code) => { clearTimeout(timer); resolve({ code, out, err }); });
+  });
+  assert.equal(r.code, 0, `${r.err}\n${r.out}`);
+  assert.match(r.out, /Hello from keel\./, r.out);
+  assert.match(r.err + r.out, /Plan first/, 'Codex shows the reasoning');
 });
