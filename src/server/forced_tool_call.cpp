@@ -40,8 +40,8 @@ grammar::Constraint forced_tool_call_constraint(ToolCallFormat format, const jso
     if (!only_name.empty() && name != only_name) continue;
     if (format == ToolCallFormat::kHarmony) {
       // One commentary message to the function, its JSON body constrained. The grammar
-      // spells the markers in ordinary tokens (it never allows special ones); the
-      // streamed text, and so the parser, sees the same characters.
+      // writes the markup with harmony's special tokens or ordinary ones
+      // (grammar/token_vocab.cpp); the streamed text, and so the parser, is the same.
       t.options.push_back(
           {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
            forced_tool_parameters(fn), "<|call|>"});

@@ -490,6 +490,8 @@ bool ToolCallParser::harmony_call_step(bool final) {
   std::size_t consumed;
   if (after.substr(0, kHarmonyCall.size()) == kHarmonyCall)
     consumed = k + kHarmonyCall.size();
+  else if (after.empty() && final)  // the output ended at the call's end token
+    consumed = k;
   else if (after.empty() || (after.size() < kHarmonyCall.size() && kHarmonyCall.starts_with(after)))
     return final ? settle(std::nullopt, buf_.size()) : false;
   else

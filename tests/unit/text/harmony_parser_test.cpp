@@ -170,6 +170,12 @@ TEST(HarmonyParser, ReasoningAndToolParsersTogether) {
   ASSERT_EQ(whole.calls.size(), 1u);
   EXPECT_EQ(whole.calls[0].arguments, R"({"city":"Oslo"})");
   EXPECT_EQ(whole.content, "");
+  // Ended by the <|call|> end token, which the text may not show.
+  const auto ended = parse_tool_calls(
+      "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": 1}",
+      ToolCallFormat::kHarmony, {"get_weather"});
+  ASSERT_EQ(ended.calls.size(), 1u);
+  EXPECT_EQ(ended.calls[0].arguments, R"({"city":1})");
 }
 
 TEST(HarmonyParser, DetectedFromTheVocabulary) {
