@@ -42,9 +42,11 @@ grammar::Constraint forced_tool_call_constraint(ToolCallFormat format, const jso
       // One commentary message to the function, its JSON body constrained. The grammar
       // writes the markup with harmony's special tokens or ordinary ones
       // (grammar/token_vocab.cpp); the streamed text, and so the parser, is the same.
+      // The message ends with <|call|>, one of the model's end tokens, which a complete
+      // document allows.
       t.options.push_back(
           {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
-           forced_tool_parameters(fn), "<|call|>"});
+           forced_tool_parameters(fn), ""});
       continue;
     }
     t.options.push_back({"{\"name\": " + json(name).dump() + ", \"" + args_key + "\": ",

@@ -82,8 +82,8 @@ INSTANTIATE_TEST_SUITE_P(
              "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"},
         Case{ToolCallFormat::kHarmony,
              "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
-             "{\"city\": \"Oslo\"}<|call|>",
-             "<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}<|call|>"}));
+             "{\"city\": \"Oslo\"}",
+             "<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}"}));
 
 }  // namespace
 }  // namespace keel::server
