@@ -239,7 +239,8 @@ ModelTokenizer load_tokenizer(const std::filesystem::path &path) {
   if (auto e = id_of(token_string(cfg, "eos_token"))) t.eos.push_back(*e);
   // Instruct models stop on an end-of-turn token that is not their eos_token.
   for (const char *s :
-       {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "</s>"}) {
+       {"<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "</s>",
+        "<|call|>"}) {  // <|call|>: harmony (gpt-oss) ends a turn that calls a tool
     if (auto e = id_of(std::string(s));
         e && std::find(t.eos.begin(), t.eos.end(), *e) == t.eos.end())
       t.eos.push_back(*e);

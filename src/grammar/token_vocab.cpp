@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
+#include <string_view>
 
 #include "core/error.h"
 #include "text/tokenizer.h"
@@ -55,13 +57,35 @@ TokenVocab::TokenVocab(std::vector<std::string> bytes, std::vector<TokenId> eos_
   trie_[0].end = std::uint32_t(trie_.size());
 }
 
+namespace {
+
+// Harmony's (gpt-oss's) message markup: in a harmony vocabulary a forced tool call's
+// header is written with these special tokens, as the model was trained (they are kept
+// in streamed text, so the parser reads the same text either way). Its ends (<|call|>,
+// <|return|>) stay end tokens.
+std::vector<TokenId> harmony_markers(const Tokenizer &tok) {
+  auto special = [&](std::string_view m) -> std::optional<TokenId> {
+    auto id = tok.token_to_id(m);
+    return id && tok.is_special(*id) ? id : std::nullopt;
+  };
+  std::vector<TokenId> ids;
+  if (!special("<|channel|>") || !special("<|constrain|>")) return ids;  // not harmony
+  for (std::string_view m : {"<|channel|>", "<|constrain|>", "<|message|>", "<|start|>", "<|end|>"})
+    if (auto id = special(m)) ids.push_back(*id);
+  return ids;
+}
+
+}  // namespace
+
 std::shared_ptr<const TokenVocab> TokenVocab::from_tokenizer(const Tokenizer &tok,
                                                              std::size_t size) {
   const std::size_t n = std::max(size, tok.vocab_size());
   std::vector<std::string> bytes(n);
   std::vector<TokenId> excluded;
+  const std::vector<TokenId> markers = harmony_markers(tok);
   for (std::size_t i = 0; i < tok.vocab_size(); ++i) {
-    if (tok.is_special(TokenId(i)))
+    const bool marker = std::find(markers.begin(), markers.end(), TokenId(i)) != markers.end();
+    if (tok.is_special(TokenId(i)) && !marker)
       excluded.push_back(TokenId(i));
     else
       bytes[i] = tok.token_bytes(TokenId(i));

@@ -63,17 +63,26 @@ class WindowDetokenizer final : public StreamingDetokenizer {
   std::size_t prefix_ = 0, read_ = 0;
 };
 
-// Markers that open tool calls in model output (Mistral, Llama 3.x, Hermes/Qwen). Where
+// Markers that open tool calls in model output (Mistral, Llama 3.x, Hermes/Qwen), and
+// harmony's message markup (gpt-oss: the parsers split channels and calls by it). Where
 // a vocabulary makes one a special token, streamed text would otherwise lose it.
 std::vector<TokenId> special_tool_markers(const Tokenizer &tok) {
   std::vector<TokenId> ids;
   EncodeOptions o;
   o.allow_special = true;
   o.add_bos = false;
-  for (std::string_view m : {"[TOOL_CALLS]", "<|python_tag|>", "<tool_call>", "</tool_call>"}) {
+  auto special = [&](std::string_view m) -> std::optional<TokenId> {
     const auto enc = tok.encode(m, o);
-    if (enc.size() == 1 && tok.is_special(enc[0])) ids.push_back(enc[0]);
-  }
+    if (enc.size() == 1 && tok.is_special(enc[0])) return enc[0];
+    return std::nullopt;
+  };
+  for (std::string_view m : {"[TOOL_CALLS]", "<|python_tag|>", "<tool_call>", "</tool_call>"})
+    if (auto id = special(m)) ids.push_back(*id);
+  // Only a harmony vocabulary's: <|end|> is also Phi-3's end of turn, not to be shown.
+  if (special("<|channel|>") && special("<|constrain|>"))
+    for (std::string_view m : {"<|start|>", "<|end|>", "<|message|>", "<|channel|>",
+                               "<|constrain|>", "<|call|>", "<|return|>"})
+      if (auto id = special(m)) ids.push_back(*id);
   return ids;
 }
 

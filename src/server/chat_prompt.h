@@ -18,8 +18,9 @@ namespace keel::server {
 // The tool-call format of a model, from its vocabulary (kHermes when none stands out).
 ToolCallFormat tool_call_format_of(const ModelText &text);
 
-// The prompt text for chat messages: the model's chat template, or a plain fallback for
-// models that ship none ("role: content" lines ending in "assistant:"). kwargs: extra
+// The prompt text for chat messages: the model's chat template, or for models that ship
+// none the harmony format (a gpt-oss vocabulary, text/harmony_prompt.h) or a plain
+// fallback ("role: content" lines ending in "assistant:"). kwargs: extra
 // template variables (an object, e.g. {"enable_thinking": true}). Tools the template
 // cannot render are written into the messages in the model family's format (the same
 // text for /apply-template, /tokenize and count_tokens as for generation).

@@ -31,11 +31,24 @@ grammar::Constraint forced_tool_call_constraint(ToolCallFormat format, const jso
       t.begin = "<tool_call>\n";
       t.end = "\n</tool_call>";
       break;
+    case ToolCallFormat::kHarmony:
+      break;
   }
   for (const auto &tool : tools) {
     const json &fn = tool.at("function");
     const std::string name = fn.at("name").get<std::string>();
     if (!only_name.empty() && name != only_name) continue;
+    if (format == ToolCallFormat::kHarmony) {
+      // One commentary message to the function, its JSON body constrained. The grammar
+      // writes the markup with harmony's special tokens or ordinary ones
+      // (grammar/token_vocab.cpp); the streamed text, and so the parser, is the same.
+      // The message ends with <|call|>, one of the model's end tokens, which a complete
+      // document allows.
+      t.options.push_back(
+          {"<|channel|>commentary to=functions." + name + " <|constrain|>json<|message|>",
+           forced_tool_parameters(fn), ""});
+      continue;
+    }
     t.options.push_back({"{\"name\": " + json(name).dump() + ", \"" + args_key + "\": ",
                          forced_tool_parameters(fn), "}"});
   }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "server/chat_prompt.h"
+
 namespace keel::server {
 
 std::optional<std::int64_t> thinking_budget_for_effort(const std::string &effort) {
@@ -24,8 +26,14 @@ void set_thinking_budget(SamplingParams &s, const ModelText &text,
                          std::optional<std::int64_t> budget, bool prompt_opens) {
   if (!budget || !s.constraint_kind.empty()) return;
   s.thinking_budget = static_cast<std::int32_t>(std::clamp<std::int64_t>(*budget, 0, 1 << 30));
-  s.thinking_start = text.encode("<think>", false);
-  s.thinking_end = text.encode("\n</think>\n\n", false);
+  if (tool_call_format_of(text) == ToolCallFormat::kHarmony) {
+    // Harmony: the analysis message, closed and followed by the final one's header.
+    s.thinking_start = text.encode("<|channel|>analysis<|message|>", false);
+    s.thinking_end = text.encode("<|end|><|start|>assistant<|channel|>final<|message|>", false);
+  } else {
+    s.thinking_start = text.encode("<think>", false);
+    s.thinking_end = text.encode("\n</think>\n\n", false);
+  }
   s.thinking_open = prompt_opens;
 }
 

@@ -26,7 +26,32 @@ std::size_t partial_marker_suffix(std::string_view s, std::string_view marker) {
 ReasoningParser::ReasoningParser(bool starts_inside, ReasoningMarkers markers)
     : markers_(std::move(markers)), state_(starts_inside ? State::kReasoning : State::kStart) {}
 
+ReasoningParser ReasoningParser::for_format(ToolCallFormat format, bool starts_inside) {
+  ReasoningParser p(starts_inside);
+  if (format == ToolCallFormat::kHarmony) {
+    p.harmony_.emplace();
+    p.state_ = State::kStart;
+  }
+  return p;
+}
+
+ReasoningSplit ReasoningParser::from_harmony(std::vector<HarmonyEvent> events) {
+  ReasoningSplit out;
+  for (auto &e : events) {
+    if (e.kind == HarmonyEvent::Kind::kReasoning) {
+      out.reasoning += e.text;
+      state_ = State::kReasoning;
+    } else {
+      out.content += e.kind == HarmonyEvent::Kind::kCall ? harmony_call_text(e.call) : e.text;
+      state_ = State::kContent;
+      closed_ = true;
+    }
+  }
+  return out;
+}
+
 ReasoningSplit ReasoningParser::feed(std::string_view text) {
+  if (harmony_) return from_harmony(harmony_->feed(text));
   buf_.append(text);
   ReasoningSplit out;
   run(false, out);
@@ -34,6 +59,7 @@ ReasoningSplit ReasoningParser::feed(std::string_view text) {
 }
 
 ReasoningSplit ReasoningParser::finish() {
+  if (harmony_) return from_harmony(harmony_->finish());
   ReasoningSplit out;
   run(true, out);
   return out;

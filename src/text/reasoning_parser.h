@@ -7,10 +7,19 @@
 // R1 and Qwen3-thinking templates end their generation prompt with "<think>\n"). A
 // block that never closes is all reasoning (the model was cut off while thinking).
 // Whitespace around the markers is dropped, so neither part is padded with newlines.
+//
+// For gpt-oss's harmony format (ToolCallFormat::kHarmony) the split is by channel
+// instead (text/harmony_parser.h): analysis messages are the reasoning, everything else
+// the content, with each tool call written back into the content in one canonical
+// harmony form (harmony_call_text) for the kHarmony tool-call parser to read.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "text/harmony_parser.h"
+#include "text/tool_call_parser.h"
 
 namespace keel {
 
@@ -29,6 +38,8 @@ class ReasoningParser {
  public:
   // starts_inside: the prompt ends inside an open block (see prompt_opens_reasoning).
   explicit ReasoningParser(bool starts_inside = false, ReasoningMarkers markers = {});
+  // The parser for a model's output format: harmony channels for kHarmony, else <think>.
+  static ReasoningParser for_format(ToolCallFormat format, bool starts_inside);
 
   // Feeds more generated text; returns what is now settled. Text that may still turn
   // out to be (part of) a marker, and whitespace that may precede one, is held back.
@@ -52,6 +63,8 @@ class ReasoningParser {
   bool closed_ = false;
   bool reasoning_begun_ = false;  // some reasoning text has been emitted
   std::string buf_;               // held back: a possible marker prefix or trailing whitespace
+  std::optional<HarmonyParser> harmony_;  // set: the harmony format
+  ReasoningSplit from_harmony(std::vector<HarmonyEvent> events);
 };
 
 // Whether a rendered prompt ends inside an open thinking block: its last open marker

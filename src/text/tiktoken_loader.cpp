@@ -93,7 +93,9 @@ TokenizerParts parts_from_tiktoken(std::string_view text, std::string_view name,
   }
   std::vector<AddedToken> specials;
   std::string_view pattern = kR50k;
-  auto add = [&](const char *content, TokenId id) { specials.push_back({id, content, true}); };
+  auto add = [&](std::string content, TokenId id) {
+    specials.push_back({id, std::move(content), true});
+  };
   if (name == "cl100k_base") {
     pattern = kCl100k;
     add("<|endoftext|>", 100257);
@@ -105,6 +107,24 @@ TokenizerParts parts_from_tiktoken(std::string_view text, std::string_view name,
     pattern = kO200k;
     add("<|endoftext|>", 199999);
     add("<|endofprompt|>", 200018);
+  } else if (name == "o200k_harmony") {
+    // gpt-oss: o200k_base plus the harmony chat format's tokens; every other id up to
+    // the vocabulary's 201,088 is <|reserved_N|>. <|return|> first: it ends a reply.
+    pattern = kO200k;
+    add("<|return|>", 200002);
+    add("<|startoftext|>", 199998);
+    add("<|endoftext|>", 199999);
+    add("<|constrain|>", 200003);
+    add("<|channel|>", 200005);
+    add("<|start|>", 200006);
+    add("<|end|>", 200007);
+    add("<|message|>", 200008);
+    add("<|call|>", 200012);
+    add("<|endofprompt|>", 200018);
+    for (TokenId id = 200000; id < 201088; ++id)
+      if (id <= 200011 ? (id <= 200001 || id == 200004 || id >= 200009)
+                       : id != 200012 && id != 200018)
+        add("<|reserved_" + std::to_string(id) + "|>", id);
   } else {
     add("<|endoftext|>", 50256);
     if (name == "p50k_base" || name == "p50k_edit") {

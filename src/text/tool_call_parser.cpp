@@ -18,6 +18,9 @@ constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
 constexpr std::string_view kMistralArgs = "[ARGS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kHarmonyOpen = "<|channel|>commentary to=functions.";
+constexpr std::string_view kHarmonyMessage = "<|message|>";
+constexpr std::string_view kHarmonyCall = "<|call|>";
 // Deeper JSON is not taken as a call: re-serializing it recurses.
 constexpr int kMaxDepth = 64;
 
@@ -90,12 +93,16 @@ const char *tool_call_format_name(ToolCallFormat f) {
       return "llama3_json";
     case ToolCallFormat::kMistral:
       return "mistral";
+    case ToolCallFormat::kHarmony:
+      return "harmony";
   }
   return "?";
 }
 
 ToolCallFormat detect_tool_call_format(
     const std::function<std::size_t(std::string_view)> &token_count) {
+  if (token_count("<|channel|>") == 1 && token_count("<|constrain|>") == 1)
+    return ToolCallFormat::kHarmony;
   if (token_count(kHermesOpen) == 1) return ToolCallFormat::kHermes;
   if (token_count(kMistralMarker) == 1) return ToolCallFormat::kMistral;
   if (token_count(kPythonTag) == 1) return ToolCallFormat::kLlama3Json;
@@ -236,7 +243,7 @@ bool ToolCallParser::step(bool final) {
     }
     case State::kStart: {
       const std::string_view s = std::string_view(buf_).substr(skip_ws(buf_));
-      if (format_ == ToolCallFormat::kHermes) {
+      if (format_ == ToolCallFormat::kHermes || format_ == ToolCallFormat::kHarmony) {
         state_ = State::kContent;
         return true;
       }
@@ -264,13 +271,16 @@ bool ToolCallParser::step(bool final) {
       return true;
     }
     case State::kContent: {
-      const std::string_view marker =
-          format_ == ToolCallFormat::kHermes ? kHermesOpen : kMistralMarker;
+      const std::string_view marker = format_ == ToolCallFormat::kHermes    ? kHermesOpen
+                                      : format_ == ToolCallFormat::kHarmony ? kHarmonyOpen
+                                                                            : kMistralMarker;
       const std::size_t p = buf_.find(marker);
       if (p != std::string::npos) {
         emit_text(buf_.substr(0, p));
         consume(p + marker.size());
-        state_ = format_ == ToolCallFormat::kHermes ? State::kHermesCall : State::kMarkedJson;
+        state_ = format_ == ToolCallFormat::kHermes    ? State::kHermesCall
+                 : format_ == ToolCallFormat::kHarmony ? State::kHarmonyCall
+                                                       : State::kMarkedJson;
         return true;
       }
       const std::size_t keep = final ? 0 : partial_marker_suffix(buf_, marker);
@@ -315,6 +325,8 @@ bool ToolCallParser::step(bool final) {
       if (p == std::string::npos) return final ? settle(buf_.size(), buf_.size()) : false;
       return settle(p, p + kHermesClose.size());
     }
+    case State::kHarmonyCall:
+      return harmony_call_step(final);
     case State::kMarkedJson: {  // Mistral, after [TOOL_CALLS]
       const std::size_t i = skip_ws(buf_);
       auto give_up = [&](std::size_t upto) {
@@ -449,6 +461,46 @@ ToolParseResult parse_tool_calls(std::string_view text, ToolCallFormat format,
       r.calls.push_back(std::move(e.call));
   }
   return r;
+}
+
+// After kHarmonyOpen: NAME, anything up to <|message|>, a JSON object, <|call|> (or the
+// end of the output). Anything else is content, marker included.
+bool ToolCallParser::harmony_call_step(bool final) {
+  auto settle = [&](std::optional<ParsedToolCall> call, std::size_t consumed) {
+    if (call)
+      emit_call(std::move(*call));
+    else
+      emit_text(std::string(kHarmonyOpen) + buf_.substr(0, consumed));
+    consume(consumed);
+    state_ = State::kContent;
+    return true;
+  };
+  const std::size_t m = buf_.find(kHarmonyMessage);
+  if (m == std::string::npos) return final ? settle(std::nullopt, buf_.size()) : false;
+  std::size_t name_end = 0;
+  while (name_end < m && !is_ws(buf_[name_end]) && buf_[name_end] != '<') ++name_end;
+  const std::size_t i = skip_ws(buf_, m + kHarmonyMessage.size());
+  if (i == buf_.size()) return final ? settle(std::nullopt, buf_.size()) : false;
+  if (name_end == 0 || buf_[i] != '{') return settle(std::nullopt, i);
+  bool deep = false;
+  const std::size_t n = scan_value(i, &deep);
+  if (n == std::string_view::npos) return final ? settle(std::nullopt, buf_.size()) : false;
+  const std::size_t k = skip_ws(buf_, i + n);
+  const std::string_view after = std::string_view(buf_).substr(k);
+  std::size_t consumed;
+  if (after.substr(0, kHarmonyCall.size()) == kHarmonyCall)
+    consumed = k + kHarmonyCall.size();
+  else if (after.empty() && final)  // the output ended at the call's end token
+    consumed = k;
+  else if (after.empty() || (after.size() < kHarmonyCall.size() && kHarmonyCall.starts_with(after)))
+    return final ? settle(std::nullopt, buf_.size()) : false;
+  else
+    consumed = k;
+  std::optional<ParsedToolCall> call;
+  if (!deep)
+    if (auto j = parse_value(std::string_view(buf_).substr(i, n)); j && j->is_object())
+      call = ParsedToolCall{buf_.substr(0, name_end), dump(*j)};
+  return settle(std::move(call), consumed);
 }
 
 }  // namespace keel

@@ -12,6 +12,9 @@
 //                objects (or, tekken v11, NAME[ARGS]{...}); an output that starts with
 //                such an array is taken as calls too (the detokenizer drops the special
 //                [TOOL_CALLS] token).
+//   kHarmony     gpt-oss: <|channel|>commentary to=functions.N
+//   <|constrain|>json<|message|>{...}<|call|>
+//                as the harmony reasoning split writes calls back (text/harmony_parser.h).
 // Where no marker shows a call (bare JSON in the Llama and bare-array Mistral forms),
 // the call must name a tool the request declared, so JSON answers stay content.
 // Malformed call text is content, never an error. Whitespace between content and
@@ -26,14 +29,15 @@
 
 namespace keel {
 
-enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral };
+enum class ToolCallFormat { kNone, kHermes, kLlama3Json, kMistral, kHarmony };
 
 const char *tool_call_format_name(ToolCallFormat f);
 
 // Picks the format from the vocabulary: a marker that is one token of the vocabulary
-// says which format the model was trained on. token_count(text) is how many tokens
-// `text` encodes to (without BOS). Falls back to kHermes, whose explicit markup makes
-// a false positive unlikely.
+// says which format the model was trained on (harmony's <|channel|> and <|constrain|>
+// before the others: o200k_harmony also has no <tool_call> token). token_count(text) is how many
+// tokens `text` encodes to (without BOS). Falls back to kHermes, whose explicit markup makes a
+// false positive unlikely.
 ToolCallFormat detect_tool_call_format(
     const std::function<std::size_t(std::string_view)> &token_count);
 
@@ -63,7 +67,16 @@ class ToolCallParser {
   int calls() const { return calls_; }
 
  private:
-  enum class State { kStart, kContent, kHermesCall, kMarkedJson, kBareJson, kPassthrough };
+  enum class State {
+    kStart,
+    kContent,
+    kHermesCall,
+    kHarmonyCall,
+    kMarkedJson,
+    kBareJson,
+    kPassthrough
+  };
+  bool harmony_call_step(bool final);
 
   // A resumable scan for the end of the JSON value at buf_[origin]: the buffer only
   // grows while a call is incomplete, so each feed scans only the new bytes.

@@ -266,6 +266,14 @@ void check_extras(const json &body, MessagesRequest &r) {
   // The Anthropic API thinks only when asked; templates whose models think by default
   // (Qwen3) are told so.
   r.template_kwargs["enable_thinking"] = r.thinking == "enabled" || r.thinking == "adaptive";
+  // gpt-oss cannot stop reasoning, only reason less: its reasoning effort is the
+  // request's effort, else from the thinking budget (<= 2,048 low, >= 16,384 high), else
+  // low when thinking is off and medium (harmony's default) when it is not said.
+  std::string effort = r.effort;
+  if (effort.empty() && r.thinking == "enabled")
+    effort = r.thinking_budget <= 2048 ? "low" : r.thinking_budget >= 16384 ? "high" : "medium";
+  if (effort.empty() && r.thinking == "disabled") effort = "low";
+  if (!effort.empty()) r.template_kwargs["reasoning_effort"] = effort;
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ std::string text_delta(int index, const std::string &text) {
 RenderContext::Stream &stream_state(const RenderContext &ctx) {
   auto &s = ctx.stream;
   if (!s.started) {
-    s.reasoning = ReasoningParser(ctx.opens_reasoning);
+    s.reasoning = ReasoningParser::for_format(ctx.output_format, ctx.opens_reasoning);
     s.parser = ToolCallParser(ctx.tool_format, ctx.tool_names);
     s.started = true;
   }
@@ -155,9 +155,10 @@ std::string message_end(const ChoiceDelta &d, int output_tokens, int calls) {
 }  // namespace
 
 void prepare_tools(RenderContext &ctx, const MessagesRequest &req, const ModelText &text) {
+  ctx.output_format = tool_call_format_of(text);
   if (req.tool_names.empty() || req.tool_choice == "none") return;
   ctx.tool_names = req.tool_names;
-  ctx.tool_format = tool_call_format_of(text);
+  ctx.tool_format = ctx.output_format;
 }
 
 std::string thinking_signature(const std::string &thinking) {
@@ -178,7 +179,7 @@ std::string tool_use_id(const RenderContext &ctx, int k) {
 std::string render_message(const RenderContext &ctx, const Generation &g) {
   const auto &r = g.results().at(0);
   const int cached = g.cached_tokens();
-  ReasoningParser reasoning(ctx.opens_reasoning);
+  auto reasoning = ReasoningParser::for_format(ctx.output_format, ctx.opens_reasoning);
   ReasoningSplit split = reasoning.feed(r.text);
   const ReasoningSplit rest = reasoning.finish();
   split.reasoning += rest.reasoning;

@@ -50,6 +50,8 @@ struct RenderContext {
   std::string model;
   // Set by prepare_tools when the request's output is parsed for tool calls.
   ToolCallFormat tool_format = ToolCallFormat::kNone;
+  // The model's output format even without tools (harmony splits reasoning by channel).
+  ToolCallFormat output_format = ToolCallFormat::kNone;
   std::vector<std::string> tool_names;
   // The output's leading <think> block becomes a thinking content block. The prompt
   // may already have opened it; with display "omitted" the block carries no text.

@@ -131,7 +131,7 @@ std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const 
     if (req.logprobs)
       lp = {{"content", chat_logprob_entries(ctx, r.tokens, r.logprobs, r.top)},
             {"refusal", nullptr}};
-    ReasoningParser reasoning(ctx.opens_reasoning);
+    auto reasoning = ReasoningParser::for_format(tool_call_format(ctx), ctx.opens_reasoning);
     ReasoningSplit split = reasoning.feed(r.text);
     const ReasoningSplit rest = reasoning.finish();
     split.reasoning += rest.reasoning;
@@ -198,8 +198,9 @@ DeltaParts delta_parts(const RenderContext &ctx, const ChatRequest &req, const C
   if (it == ctx.tool_streams.end())
     it = ctx.tool_streams
              .emplace(d.index,
-                      ChoiceToolStream{ToolCallParser(tool_call_format(ctx), req.tool_names), 0,
-                                       ReasoningParser(ctx.opens_reasoning)})
+                      ChoiceToolStream{
+                          ToolCallParser(tool_call_format(ctx), req.tool_names), 0,
+                          ReasoningParser::for_format(tool_call_format(ctx), ctx.opens_reasoning)})
              .first;
   DeltaParts p;
   p.stream = &it->second;

@@ -245,6 +245,9 @@ void parse_reasoning(const json &body, ResponsesRequest &r) {
     if (!e->is_string() || !efforts.count(e->get<std::string>()))
       fail_field("reasoning.effort", "must be one of none, minimal, low, medium, high, xhigh");
     r.reasoning_effort = e->get<std::string>();
+    // Templates (gpt-oss's, and keel's harmony prompt) read it as a variable.
+    if (!r.chat.template_kwargs.contains("reasoning_effort"))
+      r.chat.template_kwargs["reasoning_effort"] = *r.reasoning_effort;
   }
   for (const char *k : {"summary", "generate_summary"}) {
     auto s = rs->find(k);

@@ -35,11 +35,11 @@ ResponseBuilder::ResponseBuilder(const ResponseContext &ctx, const ResponsesRequ
       req_(req),
       summary_(req.reasoning_summary.value_or("auto") != "none"),
       reasoning_(ctx.prompt_opens_reasoning) {
-  if (req.chat.parses_tool_calls()) {
-    RenderContext rc;
-    rc.text = ctx.text;
-    tools_.emplace(tool_call_format(rc), req.chat.tool_names);
-  }
+  RenderContext rc;
+  rc.text = ctx.text;
+  const ToolCallFormat format = tool_call_format(rc);
+  reasoning_ = ReasoningParser::for_format(format, ctx.prompt_opens_reasoning);
+  if (req.chat.parses_tool_calls()) tools_.emplace(format, req.chat.tool_names);
 }
 
 json ResponseBuilder::base(const char *status) const {

@@ -79,7 +79,11 @@ INSTANTIATE_TEST_SUITE_P(
              "{\"name\": \"now\", \"parameters\": {}}"},
         Case{ToolCallFormat::kMistral,
              "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}]",
-             "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"}));
+             "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}]"},
+        Case{ToolCallFormat::kHarmony,
+             "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+             "{\"city\": \"Oslo\"}",
+             "<|channel|>commentary to=functions.now <|constrain|>json<|message|>{}"}));
 
 }  // namespace
 }  // namespace keel::server

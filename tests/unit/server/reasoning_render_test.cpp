@@ -322,3 +322,51 @@ TEST(AnthropicClaudeCodeFields, ThinkingBlocksBelongInAssistantTurns) {
   EXPECT_EQ(r.messages[1]["reasoning_content"], "hm");
   EXPECT_EQ(r.messages[1]["content"], "a");
 }
+
+TEST(HarmonyReasoning, ChannelsBecomeThinkingAndTextBlocksStreamedByteByByte) {
+  // A harmony vocabulary (ByteText with its markers as single tokens): the analysis
+  // message is the thinking block, the final message the text, whatever the chunking.
+  const std::string script =
+      "<|channel|>analysis<|message|>plan it<|end|><|start|>assistant<|channel|>final"
+      "<|message|>answer<|return|>";
+  Fixture f(script);
+  f.text.single = {"<|channel|>", "<|constrain|>"};
+  anthropic::MessagesRequest req = messages(json::object());
+  anthropic::RenderContext ctx{"msg_1", "m"};
+  anthropic::prepare_tools(ctx, req, f.text);
+  auto [deltas, body] = f.run(static_cast<int>(script.size()), [&](const Generation &g) {
+    return anthropic::render_message(ctx, g);
+  });
+  const json j = json::parse(body);
+  ASSERT_EQ(j["content"].size(), 2u) << body;
+  EXPECT_EQ(j["content"][0]["thinking"], "plan it");
+  EXPECT_EQ(j["content"][1], json({{"type", "text"}, {"text", "answer"}}));
+  anthropic::RenderContext sctx{"msg_1", "m"};
+  anthropic::prepare_tools(sctx, req, f.text);
+  std::string thinking, text;
+  for (const auto &e : parse_sse(anthropic_stream(sctx, deltas))) {
+    if (e.name != "content_block_delta") continue;
+    const json &d = e.data["delta"];
+    if (d["type"] == "thinking_delta") thinking += d["thinking"].get<std::string>();
+    if (d["type"] == "text_delta") text += d["text"].get<std::string>();
+  }
+  EXPECT_EQ(thinking, "plan it");
+  EXPECT_EQ(text, "answer");
+}
+
+TEST(HarmonyReasoning, EffortForTheHarmonyPromptFromEachApi) {
+  EXPECT_EQ(messages({{"output_config", {{"effort", "low"}}}}).template_kwargs["reasoning_effort"],
+            "low");
+  EXPECT_EQ(messages({{"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}}})
+                .template_kwargs["reasoning_effort"],
+            "low");
+  EXPECT_EQ(messages({{"thinking", {{"type", "enabled"}, {"budget_tokens", 32000}}}})
+                .template_kwargs["reasoning_effort"],
+            "high");
+  EXPECT_EQ(messages({{"thinking", {{"type", "enabled"}, {"budget_tokens", 4096}}}})
+                .template_kwargs["reasoning_effort"],
+            "medium");
+  EXPECT_EQ(messages({{"thinking", {{"type", "disabled"}}}}).template_kwargs["reasoning_effort"],
+            "low");
+  EXPECT_FALSE(messages(json::object()).template_kwargs.contains("reasoning_effort"));
+}

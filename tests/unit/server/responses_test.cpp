@@ -437,3 +437,10 @@ TEST(ResponseStore, BoundedByCountBytesAndTime) {
   EXPECT_EQ(store.size(), 0u);
   EXPECT_EQ(store.bytes(), 0u);
 }
+
+TEST(ResponsesParse, ReasoningEffortIsATemplateVariable) {
+  // Templates (gpt-oss's, keel's harmony prompt) read it.
+  EXPECT_EQ(parse(body_with({{"reasoning", {{"effort", "high"}}}})).chat.template_kwargs,
+            json({{"reasoning_effort", "high"}}));
+  EXPECT_FALSE(parse(body_with(json::object())).chat.template_kwargs.contains("reasoning_effort"));
+}
