@@ -203,15 +203,25 @@ struct ArchCase {
   const char *arch;
   int gemv_max;  // CudaRunnerOptions::moe_gemv_max_tokens (moe_test's meaning)
   const char *name;
+  // mxfp4: the routed experts in MXFP4 (make-model's safetensors form, gpt-oss's
+  // _blocks / _scales), kept so on the device: the slot GEMVs for steps of <= gemv_max
+  // rows, the nonempty experts dequantized + the grouped GEMM above.
+  DType dtype = DType::kBF16;
 };
 class CudaMoeArchVsCpu : public ::testing::TestWithParam<ArchCase> {};
-INSTANTIATE_TEST_SUITE_P(Models, CudaMoeArchVsCpu,
-                         ::testing::Values(ArchCase{"glm4_moe", 64, "glm4_moe_mixed"},
-                                           ArchCase{"glm4_moe", 0, "glm4_moe_gemm_only"},
-                                           ArchCase{"glm4_moe", 1 << 20, "glm4_moe_gemv_only"},
-                                           ArchCase{"gpt_oss", 64, "gpt_oss_mixed"},
-                                           ArchCase{"gpt_oss", 0, "gpt_oss_gemm_only"}),
-                         [](const auto &info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaMoeArchVsCpu,
+    ::testing::Values(ArchCase{"glm4_moe", 64, "glm4_moe_mixed"},
+                      ArchCase{"glm4_moe", 0, "glm4_moe_gemm_only"},
+                      ArchCase{"glm4_moe", 1 << 20, "glm4_moe_gemv_only"},
+                      ArchCase{"gpt_oss", 64, "gpt_oss_mixed"},
+                      ArchCase{"gpt_oss", 0, "gpt_oss_gemm_only"},
+                      ArchCase{"gpt_oss", 64, "gpt_oss_mxfp4_mixed", DType::kMXFP4},
+                      ArchCase{"gpt_oss", 0, "gpt_oss_mxfp4_gemm_only", DType::kMXFP4},
+                      ArchCase{"gpt_oss", 1 << 20, "gpt_oss_mxfp4_gemv_only", DType::kMXFP4},
+                      ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_mixed", DType::kMXFP4},
+                      ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4}),
+    [](const auto &info) { return std::string(info.param.name); });
 
 TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   KEEL_REQUIRE_CUDA_DEVICE();
@@ -222,7 +232,7 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   MakeModelOptions o;
   o.arch = ac.arch;
   o.shape = "tiny";
-  o.dtype = DType::kBF16;
+  o.dtype = ac.dtype;
   o.seed = 9;
   o.out = dir;
   o.threads = 2;
@@ -233,6 +243,12 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   auto cpu = cpu::CpuModelRunner::open(dir, xctx, {512, 16});
   std::filesystem::remove_all(dir);
   const int V = static_cast<int>(gpu->config().vocab_size);
+  // MXFP4 experts stay MXFP4 (the rest of the model is bf16), and the fused decode
+  // kernels, which read bf16 experts, are off.
+  if (ac.dtype == DType::kMXFP4) {
+    EXPECT_NE(gpu->weight_format().find("mxfp4"), std::string::npos) << gpu->weight_format();
+    EXPECT_EQ(gpu->fused_decode_max_m(), 0);
+  }
 
   std::vector<double> row_errs;
   double worst = 0;

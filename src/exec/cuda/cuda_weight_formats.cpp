@@ -34,6 +34,22 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
                        &scales);
   };
   layers_.resize(c.num_layers);
+  // Routed experts stay MXFP4 when every one of them is MXFP4 in the file (gpt-oss's
+  // _blocks / _scales, GGUF type 39): 0.53 bytes a weight against bf16's 2 (gpt-oss-120b
+  // fits on one GPU only so). Anything else, or kOff, converts them to bf16 at load.
+  experts_mxfp4_ = false;
+  if (c.moe && mode != QuantizedWeights::kOff) {
+    const MoeConfig &m = *c.moe;
+    bool any = false, all = c.hidden_size % 32 == 0 && m.expert_intermediate % 32 == 0;
+    for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
+      if (!m.sparse(i)) continue;
+      any = true;
+      for (std::int64_t e = 0; e < m.num_experts && all; ++e)
+        for (const ExpertMatrix x : {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown})
+          all = all && weights(moe_expert_name(m, i, e, x)).dtype == DType::kMXFP4;
+    }
+    experts_mxfp4_ = any && all;
+  }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     Layer &l = layers_[i];
     l.qkv_fmt = plan(
@@ -41,7 +57,7 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
          layer_tensor(i, "self_attn.v_proj.weight")},
         {q, kv, kv}, H);
     l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
-    if (c.moe && c.moe->sparse(i)) continue;  // experts stay bf16 (cuda_runner_moe.cpp)
+    if (c.moe && c.moe->sparse(i)) continue;  // experts: experts_mxfp4_ or bf16
     l.gate_up_fmt =
         plan({layer_tensor(i, "mlp.gate_proj.weight"), layer_tensor(i, "mlp.up_proj.weight")},
              {I, I}, H);
@@ -69,6 +85,7 @@ std::string CudaModelRunner::weight_format() const {
     add(l.down_fmt);
   }
   add(lm_head_fmt_);
+  if (experts_mxfp4_) seen.insert("mxfp4");
   std::string out;
   for (const auto &s : seen) out += (out.empty() ? "" : "+") + s;
   return out;

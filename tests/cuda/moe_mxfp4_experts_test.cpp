@@ -1,0 +1,199 @@
+// Routed experts kept MXFP4 on the device (issue #19; cuda_runner_moe.cpp): the pieces the
+// MXFP4 expert path adds beside the stacked-experts GEMV (mxfp4_test.cpp) -- listed
+// experts dequantized for the grouped GEMM, the slot-ordered activation and combine --
+// against CPU references, and the runner's weight accounting: experts counted at their
+// stored size, so gpt-oss-120b fits one H200 with room for its KV cache. Whole tiny models
+// against the CPU runner are in moe_arch_model_test.cpp (the *_mxfp4_* cases).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "cuda_test_util.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_mxfp4.h"
+#include "formats/make_model.h"
+#include "formats/quant.h"
+
+namespace keel::cuda {
+namespace {
+
+using test::download;
+using test::upload;
+
+TEST(CudaMoeMxfp4, DequantizesOnlyTheListedExpertsBitForBit) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(5);
+  constexpr int E = 4, N = 16, K = 96;  // 3 blocks a row: 51-byte rows, odd offsets
+  const std::int64_t n = N * K, stride = dtype_bytes(DType::kMXFP4, n);
+  std::vector<std::uint8_t> w(E * stride);
+  for (std::int64_t b = 0; b < E * stride / 17; ++b) {
+    w[b * 17] = static_cast<std::uint8_t>(110 + b % 30);  // finite scales
+    for (int j = 1; j < 17; ++j) w[b * 17 + j] = static_cast<std::uint8_t>(rng());
+  }
+  const std::vector<std::int32_t> list = {1, 3, -1, -1, 2};  // active[0..1], then n_active
+  const DeviceBuffer dw = upload(ctx, w), dl = upload(ctx, list);
+  DeviceBuffer out(E * n * 2);
+  test::poison(ctx, out);
+  launch_dequantize_mxfp4_experts(ctx.compute(), dw.data(), stride, n, dl.as<std::int32_t>(),
+                                  dl.as<std::int32_t>() + 4, E, out.as<bf16>());
+  const auto got = download<std::uint16_t>(ctx, out, E * n);
+  std::vector<float> want(n);
+  for (int e = 0; e < E; ++e) {
+    const bool listed = e == 1 || e == 3;
+    dequantize_row(DType::kMXFP4, w.data() + e * stride, want.data(), n);
+    for (std::int64_t i = 0; i < n; ++i) {
+      // An e2m1 value times a power of two has <= 2 significant bits: exact in bf16.
+      const std::uint16_t expect = listed ? f32_to_bf16(want[i]) : std::uint16_t{0xFFFF};
+      ASSERT_EQ(got[e * n + i], expect) << "expert " << e << " element " << i;
+    }
+  }
+}
+
+TEST(CudaMoeMxfp4, SlotActivationMatchesDoubleWithBiasesAndClamp) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(11);
+  constexpr int S = 6, I = 40, E = 3;
+  std::uniform_real_distribution<float> d(-9.0f, 9.0f);  // past the clamp both ways
+  std::vector<float> gu(S * 2 * I), bias(E * 2 * I);
+  for (auto &v : gu) v = d(rng);
+  for (auto &v : bias) v = d(rng) / 4;
+  const std::vector<std::int32_t> ids = {2, 0, 1, 2, 0, 0};
+  for (const bool gpt_oss : {false, true}) {
+    const DeviceBuffer dgu = upload(ctx, gu), db = upload(ctx, bias), di = upload(ctx, ids);
+    DeviceBuffer act(S * I * 2);
+    test::poison(ctx, act);
+    MoeExpertAct ea;
+    if (gpt_oss) {
+      ea.gate_up_bias = db.as<float>();
+      ea.limit = 7.0f;
+      ea.alpha = 1.702f;
+    }
+    launch_moe_slot_act(ctx.compute(), dgu.as<float>(), I, di.as<std::int32_t>(), S, ea,
+                        act.as<bf16>());
+    const auto got = test::from_bf16(download<std::uint16_t>(ctx, act, S * I));
+    for (int s = 0; s < S; ++s)
+      for (int i = 0; i < I; ++i) {
+        double g = gu[s * 2 * I + i], u = gu[s * 2 * I + I + i], want;
+        if (gpt_oss) {
+          g = std::min(g + bias[ids[s] * 2 * I + i], 7.0);
+          u = std::clamp(u + bias[ids[s] * 2 * I + I + i], -7.0, 7.0);
+          want = (u + 1) * g / (1 + std::exp(-1.702 * g));
+        } else {
+          want = g / (1 + std::exp(-g)) * u;
+        }
+        ASSERT_NEAR(got[s * I + i], want, 1e-2 * std::abs(want) + 1e-3)
+            << (gpt_oss ? "clamped " : "plain ") << "slot " << s << " i " << i;
+      }
+  }
+}
+
+TEST(CudaMoeMxfp4, CombineOfSlotOrderedRowsAddsInExpertOrder) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(3);
+  constexpr int T = 3, k = 2, H = 24, E = 4, S = T * k;
+  const auto out = test::random_bf16_values(S * H, rng);
+  const std::vector<std::int32_t> ids = {3, 1, 0, 2, 2, 1};
+  const std::vector<float> wts = {0.7f, 0.3f, 0.55f, 0.45f, 0.9f, 0.1f};
+  std::vector<float> down_bias(E * H);
+  for (auto &v : down_bias) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  const DeviceBuffer dout = upload(ctx, test::to_bf16(out)), di = upload(ctx, ids),
+                     dw = upload(ctx, wts), db = upload(ctx, down_bias);
+  DeviceBuffer y(T * H * 2);
+  test::poison(ctx, y);
+  launch_moe_combine(ctx.compute(), dout.as<bf16>(), di.as<std::int32_t>(), dw.as<float>(), T, k, H,
+                     nullptr, MoeGroupLayout{E, S, S}, y.as<bf16>(), db.as<float>());
+  const auto got = test::from_bf16(download<std::uint16_t>(ctx, y, T * H));
+  for (int t = 0; t < T; ++t)
+    for (int c = 0; c < H; ++c) {
+      double want = 0;
+      for (int j = 0; j < k; ++j) {
+        const int slot = t * k + j;
+        want += wts[slot] * (out[slot * H + c] + down_bias[ids[slot] * H + c]);
+      }
+      ASSERT_NEAR(got[t * H + c], want, 1e-2 * std::abs(want) + 1e-3) << "t " << t << " c " << c;
+    }
+}
+
+CudaRunnerOptions tiny_options() {
+  CudaRunnerOptions o;
+  o.block_size = 16;
+  o.num_kv_blocks = 64;
+  o.max_batch_tokens = 512;
+  o.max_seqs = 8;
+  o.max_logits_rows = 64;
+  o.max_model_len = 512;
+  return o;
+}
+
+// The same MXFP4 file opened with its experts kept (the default) and converted to bf16
+// (kOff): the weights differ by exactly the experts' bf16 bytes less their stored bytes.
+TEST(CudaMoeMxfp4, WeightBytesCountExpertsAsStored) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("keel-cuda-mxfp4-bytes-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  MakeModelOptions mo;
+  mo.arch = "gpt_oss";
+  mo.shape = "tiny";
+  mo.dtype = DType::kMXFP4;
+  mo.seed = 4;
+  mo.out = dir;
+  mo.threads = 2;
+  make_model(mo);
+  CudaContext ctx;
+  CudaRunnerOptions o = tiny_options();
+  auto kept = CudaModelRunner::open(dir, ctx, o);
+  o.quantized_weights = QuantizedWeights::kOff;
+  auto bf16 = CudaModelRunner::open(dir, ctx, o);
+  std::filesystem::remove_all(dir);
+  const ModelConfig &c = kept->config();
+  const std::int64_t E = c.moe->num_experts, Ie = c.moe->expert_intermediate, H = c.hidden_size;
+  const std::int64_t per_layer_elems = E * 3 * Ie * H;
+  const std::int64_t want_saved =
+      c.num_layers * (2 * per_layer_elems - dtype_bytes(DType::kMXFP4, per_layer_elems));
+  EXPECT_EQ(static_cast<std::int64_t>(bf16->weight_bytes() - kept->weight_bytes()), want_saved);
+  EXPECT_NE(kept->weight_format().find("mxfp4"), std::string::npos) << kept->weight_format();
+  EXPECT_EQ(bf16->weight_format().find("mxfp4"), std::string::npos) << bf16->weight_format();
+}
+
+// gpt-oss-120b's shape with random MXFP4 experts (as cuda_bench makes it): its weights and
+// a serving runner's buffers leave >= 40 GB of an H200 for the KV cache. Skips on GPUs of
+// less than 130 GB.
+TEST(CudaMoeMxfp4, GptOss120bShapeFitsWithRoomForKv) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  std::size_t free0 = 0, total = 0;
+  KEEL_CUDA_CHECK(cudaMemGetInfo(&free0, &total));
+  if (total < 130ull << 30) GTEST_SKIP() << "needs an H200-class GPU";
+  MakeModelOptions mo;
+  mo.arch = "gpt_oss";
+  mo.shape = "gpt-oss-120b";
+  const ModelConfig c = make_model_config(mo);
+  CudaContext ctx;
+  CudaRunnerOptions o;
+  o.num_kv_blocks = 16;  // the pool is what the rest would hold
+  o.max_batch_tokens = 8192;
+  o.max_seqs = 256;
+  o.max_model_len = 8192;
+  o.random_experts_mxfp4 = true;
+  auto runner = std::make_unique<CudaModelRunner>(ctx, c, 1, o);
+  std::size_t free1 = 0;
+  KEEL_CUDA_CHECK(cudaMemGetInfo(&free1, &total));
+  const double weights_gb = runner->weight_bytes() / 1e9, left_gb = free1 / 1e9;
+  std::printf("gpt-oss-120b shape, MXFP4 experts: weights %.1f GB, buffers %.1f GB, %.1f GB left\n",
+              weights_gb, runner->buffer_bytes() / 1e9, left_gb);
+  EXPECT_NE(runner->weight_format().find("mxfp4"), std::string::npos);
+  EXPECT_GT(weights_gb, 60.0);  // experts alone are 60.9 GB
+  EXPECT_LT(weights_gb, 67.0);
+  EXPECT_GE(left_gb, 40.0);
+}
+
+}  // namespace
+}  // namespace keel::cuda
