@@ -207,6 +207,7 @@ struct ArchCase {
   // _blocks / _scales), kept so on the device: the slot GEMVs for steps of <= gemv_max
   // rows, the nonempty experts dequantized + the grouped GEMM above.
   DType dtype = DType::kBF16;
+  bool gguf = false;  // a GGUF file (qwen3_moe's stacked experts; MXFP4 as type 39)
 };
 class CudaMoeArchVsCpu : public ::testing::TestWithParam<ArchCase> {};
 INSTANTIATE_TEST_SUITE_P(
@@ -220,7 +221,8 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"gpt_oss", 0, "gpt_oss_mxfp4_gemm_only", DType::kMXFP4},
                       ArchCase{"gpt_oss", 1 << 20, "gpt_oss_mxfp4_gemv_only", DType::kMXFP4},
                       ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_mixed", DType::kMXFP4},
-                      ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4}),
+                      ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4},
+                      ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_gguf_mixed", DType::kMXFP4, true}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
@@ -234,13 +236,15 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   o.shape = "tiny";
   o.dtype = ac.dtype;
   o.seed = 9;
-  o.out = dir;
+  o.gguf = ac.gguf;
+  if (ac.gguf) std::filesystem::create_directories(dir);
+  o.out = ac.gguf ? dir / "m.gguf" : dir;
   o.threads = 2;
   make_model(o);
   CudaContext cctx;
-  auto gpu = CudaModelRunner::open(dir, cctx, small_options(ac.gemv_max));
+  auto gpu = CudaModelRunner::open(o.out, cctx, small_options(ac.gemv_max));
   ExecContext xctx(2);
-  auto cpu = cpu::CpuModelRunner::open(dir, xctx, {512, 16});
+  auto cpu = cpu::CpuModelRunner::open(o.out, xctx, {512, 16});
   std::filesystem::remove_all(dir);
   const int V = static_cast<int>(gpu->config().vocab_size);
   // MXFP4 experts stay MXFP4 (the rest of the model is bf16), and the fused decode
