@@ -205,7 +205,9 @@ struct ArchCase {
   const char *name;
   // mxfp4: the routed experts in MXFP4 (make-model's safetensors form, gpt-oss's
   // _blocks / _scales), kept so on the device: the slot GEMVs for steps of <= gemv_max
-  // rows, the nonempty experts dequantized + the grouped GEMM above.
+  // rows, the nonempty experts dequantized + the grouped GEMM above. f8_e4m3: FP8 with
+  // 128 x 128 block scales (the whole model but embeddings, norms, routers, lm_head), the
+  // experts kept FP8 the same way.
   DType dtype = DType::kBF16;
   bool gguf = false;  // a GGUF file (qwen3_moe's stacked experts; MXFP4 as type 39)
 };
@@ -222,7 +224,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ArchCase{"gpt_oss", 1 << 20, "gpt_oss_mxfp4_gemv_only", DType::kMXFP4},
                       ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_mixed", DType::kMXFP4},
                       ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4},
-                      ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_gguf_mixed", DType::kMXFP4, true}),
+                      ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_gguf_mixed", DType::kMXFP4, true},
+                      ArchCase{"qwen3_moe", 64, "qwen3_moe_fp8_mixed", DType::kF8_E4M3},
+                      ArchCase{"qwen3_moe", 0, "qwen3_moe_fp8_gemm_only", DType::kF8_E4M3}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
@@ -249,8 +253,10 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   const int V = static_cast<int>(gpu->config().vocab_size);
   // MXFP4 experts stay MXFP4 (the rest of the model is bf16), and the fused decode
   // kernels, which read bf16 experts, are off.
-  if (ac.dtype == DType::kMXFP4) {
-    EXPECT_NE(gpu->weight_format().find("mxfp4"), std::string::npos) << gpu->weight_format();
+  if (ac.dtype != DType::kBF16) {
+    EXPECT_NE(gpu->weight_format().find(ac.dtype == DType::kMXFP4 ? "mxfp4" : "fp8"),
+              std::string::npos)
+        << gpu->weight_format();
     EXPECT_EQ(gpu->fused_decode_max_m(), 0);
   }
 

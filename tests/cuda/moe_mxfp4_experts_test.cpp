@@ -9,11 +9,13 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/k_fp8.h"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_mxfp4.h"
 #include "formats/make_model.h"
@@ -120,6 +122,74 @@ TEST(CudaMoeMxfp4, CombineOfSlotOrderedRowsAddsInExpertOrder) {
       }
       ASSERT_NEAR(got[t * H + c], want, 1e-2 * std::abs(want) + 1e-3) << "t " << t << " c " << c;
     }
+}
+
+// FP8 experts (k_fp8.h): the slot GEMV against double sums of the dequantized weights
+// (launch_dequantize_fp8_f32, itself checked against the CPU in fp8_test.cpp), and the
+// listed experts' dequantization equal to launch_dequantize_fp8's per expert.
+TEST(CudaMoeFp8, ExpertsGemvAndListedDequantizationMatchThePerExpertKernels) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(21);
+  constexpr int E = 3, N = 24, K = 256, BR = 16, T = 2, k = 2, S = T * k;
+  // Scale grid [ceil(N / BR), K / 128] f32 after each expert's bytes; strides of 16 bytes.
+  const std::int64_t grid = (N + BR - 1) / BR * (K / kFp8ScaleCols) * 4, stride = N * K + 2 * grid;
+  static_assert((N * K) % 16 == 0);
+  std::vector<std::uint8_t> w(E * stride);
+  for (int e = 0; e < E; ++e) {
+    for (int i = 0; i < N * K; ++i) {
+      std::uint8_t b = static_cast<std::uint8_t>(rng());
+      if ((b & 0x7F) == 0x7F) b ^= 1;  // no NaN codes
+      w[e * stride + i] = b;
+    }
+    for (int g = 0; g < grid / 4; ++g) {
+      const float sc = std::ldexp(1.0f + (rng() % 8) / 8.0f, -6 - static_cast<int>(rng() % 3));
+      std::memcpy(&w[e * stride + N * K + 4 * g], &sc, 4);
+    }
+  }
+  const DeviceBuffer dw = upload(ctx, w);
+  Fp8Experts fx;
+  fx.w = dw.data();
+  fx.scales = reinterpret_cast<const float *>(dw.as<std::uint8_t>() + N * K);
+  fx.stride = stride;
+  fx.block_rows = BR;
+  fx.N = N, fx.K = K, fx.experts = E;
+  // Each expert alone, as the dense kernels see it.
+  std::vector<std::vector<float>> wf(E);
+  for (int e = 0; e < E; ++e) {
+    DeviceBuffer f(N * K * 4);
+    const Fp8Weight one{dw.as<std::uint8_t>() + e * stride,
+                        reinterpret_cast<const float *>(dw.as<std::uint8_t>() + e * stride + N * K),
+                        BR, N, K};
+    launch_dequantize_fp8_f32(ctx.compute(), one, f.as<float>());
+    wf[e] = download<float>(ctx, f, N * K);
+  }
+  const auto x = test::random_bf16_values(T * K, rng);
+  const std::vector<std::int32_t> ids = {2, 0, 1, 2};
+  const DeviceBuffer dx = upload(ctx, test::to_bf16(x)), di = upload(ctx, ids);
+  DeviceBuffer y(S * N * 4);
+  test::poison(ctx, y);
+  launch_gemv_fp8_experts(ctx.compute(), fx, dx.as<bf16>(), K, k, di.as<std::int32_t>(), S,
+                          y.as<float>(), true, N);
+  const auto got = download<float>(ctx, y, S * N);
+  for (int s = 0; s < S; ++s)
+    for (int n = 0; n < N; ++n) {
+      double want = 0;
+      for (int c = 0; c < K; ++c) want += double(wf[ids[s]][n * K + c]) * x[(s / k) * K + c];
+      ASSERT_NEAR(got[s * N + n], want, 1e-4 * (std::abs(want) + 1)) << "slot " << s << " n " << n;
+    }
+  // Experts 0 and 2 listed: their bf16 values equal the f32 ones rounded; expert 1 untouched.
+  const std::vector<std::int32_t> list = {0, 2, -1, 2};
+  const DeviceBuffer dl = upload(ctx, list);
+  DeviceBuffer out(E * N * K * 2);
+  test::poison(ctx, out);
+  launch_dequantize_fp8_experts(ctx.compute(), fx, dl.as<std::int32_t>(), dl.as<std::int32_t>() + 3,
+                                E, out.as<bf16>(), N * K);
+  const auto dq = download<std::uint16_t>(ctx, out, E * N * K);
+  for (int e = 0; e < E; ++e)
+    for (int i = 0; i < N * K; ++i)
+      ASSERT_EQ(dq[e * N * K + i], e == 1 ? std::uint16_t{0xFFFF} : f32_to_bf16(wf[e][i]))
+          << "expert " << e << " element " << i;
 }
 
 CudaRunnerOptions tiny_options() {

@@ -353,11 +353,19 @@ class CudaModelRunner : public ModelRunner {
   // row per (token, expert) slot; larger steps dequantize the nonempty experts of a matrix
   // into moe_wscratch_ and run the same grouped GEMM as bf16 experts.
   bool experts_mxfp4_ = false;
+  // Or kept FP8 e4m3 (qwen3_moe FP8 releases): per expert, gate_up holds [gate Ie x H |
+  // up Ie x H] e4m3 then the gate and up scale grids (k_fp8.h), down [H x Ie] then its grid;
+  // each expert's part padded to 16 bytes. Row blocks of the scale grids:
+  bool experts_fp8_ = false;
+  std::int64_t fp8_gu_block_rows_ = 0, fp8_down_block_rows_ = 0;
+  bool experts_lowbit() const { return experts_mxfp4_ || experts_fp8_; }
+  // The FP8 experts of layer L: 0 gate, 1 up, 2 down.
+  Fp8Experts fp8_experts(const Layer &L, int which) const;
   std::size_t moe_gu_stride_ = 0, moe_down_stride_ = 0;  // bytes per expert
   DeviceBuffer moe_gu32_;      // [min(T, moe_gemv_max_) k, 2 Ie] f32: the slot GEMV's sums
   DeviceBuffer moe_wscratch_;  // [E, 2 Ie, H] bf16: one matrix's dequantized experts
-  // cuda_runner_moe.cpp: the experts of a step on the slot-ordered MXFP4 GEMVs.
-  void launch_moe_mxfp4_slots(const Layer &L, std::int32_t T, const MoeExpertAct &ea);
+  // cuda_runner_moe.cpp: the experts of a step on the slot-ordered MXFP4 / FP8 GEMVs.
+  void launch_moe_lowbit_slots(const Layer &L, std::int32_t T, const MoeExpertAct &ea);
 };
 
 }  // namespace keel::cuda

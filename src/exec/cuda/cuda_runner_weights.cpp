@@ -29,6 +29,15 @@ bool is_block_quantized(DType t) {
          t == DType::kQ6_K || t == DType::kMXFP4;
 }
 
+// Bytes of an FP8 scale grid of `rows` rows in blocks of block_rows, K columns (k_fp8.h).
+std::int64_t fp8_grid_bytes(std::int64_t rows, std::int64_t block_rows, std::int64_t K) {
+  return (rows + block_rows - 1) / block_rows * ((K + kFp8ScaleCols - 1) / kFp8ScaleCols) * 4;
+}
+// An expert's FP8 part padded to 16 bytes, so every expert's weights stay 16-byte aligned.
+std::size_t fp8_part_bytes(std::int64_t bytes) {
+  return static_cast<std::size_t>((bytes + 15) / 16 * 16);
+}
+
 std::string layer_name(std::int64_t i, const char *rest) {
   return "model.layers." + std::to_string(i) + "." + rest;
 }
@@ -94,6 +103,12 @@ void CudaModelRunner::allocate_weights() {
         if (experts_mxfp4_) {  // as stored: 17 bytes per 32 weights
           moe_gu_stride_ = static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, 2 * Ie * H_));
           moe_down_stride_ = static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, H_ * Ie));
+          l.experts_gate_up = buffer(E * moe_gu_stride_);
+          l.experts_down = buffer(E * moe_down_stride_);
+        } else if (experts_fp8_) {  // e4m3 bytes, then the f32 scale grids (k_fp8.h)
+          moe_gu_stride_ =
+              fp8_part_bytes(2 * Ie * H_ + 2 * fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_));
+          moe_down_stride_ = fp8_part_bytes(H_ * Ie + fp8_grid_bytes(H_, fp8_down_block_rows_, Ie));
           l.experts_gate_up = buffer(E * moe_gu_stride_);
           l.experts_down = buffer(E * moe_down_stride_);
         } else {
@@ -242,6 +257,30 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());  // the host mapping may be released after the upload
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
+  // Copies the FP8 tensor `name` ([rows, cols], experts_fp8_) to dst + w_offset bytes as
+  // stored, and its scales as the device grid holds them to dst + s_offset bytes.
+  std::vector<float> grid;
+  auto put_fp8 = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
+                     const DeviceBuffer &dst, std::size_t w_offset, std::size_t s_offset) {
+    const TensorView t = weights(name);
+    if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
+    if (t.dtype != DType::kF8_E4M3 || !t.scale.present())
+      throw Error(ErrorCode::kFormat, "weights: " + name +
+                                          ": expected f8_e4m3 with scales like "
+                                          "the other experts");
+    if (t.data == nullptr || t.nbytes < static_cast<std::size_t>(rows * cols))
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
+    grid = fp8_device_scales(t.scale, cols);
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + w_offset, t.data, rows * cols,
+                                    cudaMemcpyHostToDevice,
+                                    ctx_.copy_h2d().get("cudaMemcpyAsync")));
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + s_offset, grid.data(),
+                                    grid.size() * sizeof(float), cudaMemcpyHostToDevice,
+                                    ctx_.copy_h2d().get("cudaMemcpyAsync")));
+    done.record(ctx_.copy_h2d());  // `grid` is reused by the next tensor
+    done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
+  };
   // Copies the 1-D tensor `name` ([n]: bf16, f16 or f32) to dst + `at` floats, as f32.
   std::vector<float> floats;
   auto put_f32 = [&](const std::string &name, std::int64_t n, const DeviceBuffer &dst,
@@ -314,6 +353,15 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
                     at + moe_gu_stride_ / 2);
           put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
                     e * moe_down_stride_);
+        } else if (experts_fp8_) {
+          const std::size_t at = e * moe_gu_stride_, w = Ie * H_,
+                            g = fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_);
+          put_fp8(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at,
+                  at + 2 * w);
+          put_fp8(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up, at + w,
+                  at + 2 * w + g);
+          put_fp8(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
+                  e * moe_down_stride_, e * moe_down_stride_ + H_ * Ie);
         } else {
           const std::size_t at = bf16_bytes(e * 2 * Ie * H_);
           put(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at);

@@ -50,6 +50,37 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
     }
     experts_mxfp4_ = any && all;
   }
+  // FP8 experts stay FP8 on the same terms as FP8 linear weights (scales the device grid
+  // holds, K % 16 == 0), with one row block per matrix kind across the experts.
+  experts_fp8_ = false;
+  fp8_gu_block_rows_ = fp8_down_block_rows_ = 0;
+  if (c.moe && mode != QuantizedWeights::kOff && !experts_mxfp4_) {
+    const MoeConfig &m = *c.moe;
+    const std::int64_t H = c.hidden_size, Ie = m.expert_intermediate;
+    bool any = false, all = H % 16 == 0 && Ie % 16 == 0;
+    auto fits = [&](const TensorView &t, std::int64_t rows, std::int64_t K, std::int64_t &br) {
+      const TensorScale &s = t.scale;
+      if (t.dtype != DType::kF8_E4M3 || !s.present() || s.block_rows <= 0 ||
+          !(s.block_cols >= K || s.block_cols % kFp8ScaleCols == 0) ||
+          s.grid_rows != (rows + s.block_rows - 1) / s.block_rows ||
+          s.grid_cols * s.block_cols < K || (br != 0 && br != s.block_rows))
+        return false;
+      br = s.block_rows;
+      return true;
+    };
+    for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
+      if (!m.sparse(i)) continue;
+      any = true;
+      for (std::int64_t e = 0; e < m.num_experts && all; ++e)
+        all =
+            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)), Ie, H,
+                 fp8_gu_block_rows_) &&
+            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kUp)), Ie, H, fp8_gu_block_rows_) &&
+            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)), H, Ie,
+                 fp8_down_block_rows_);
+    }
+    experts_fp8_ = any && all;
+  }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     Layer &l = layers_[i];
     l.qkv_fmt = plan(
@@ -86,6 +117,7 @@ std::string CudaModelRunner::weight_format() const {
   }
   add(lm_head_fmt_);
   if (experts_mxfp4_) seen.insert("mxfp4");
+  if (experts_fp8_) seen.insert("fp8");
   std::string out;
   for (const auto &s : seen) out += (out.empty() ? "" : "+") + s;
   return out;
