@@ -4,9 +4,8 @@
 # FP8 experts GEMV, the slot activation and combine vs float64, weight bytes counted at
 # the stored size, the gpt-oss-120b shape fitting with >= 40 GB left for KV; tiny
 # qwen3_moe (MXFP4 safetensors and GGUF, FP8) and gpt_oss (MXFP4) vs the CPU runner alone
-# and batched with 31, graphs on, on the slot
-# GEMVs, the dequantize + grouped GEMM path and both), the bf16 MoE cases beside them as
-# a regression check, memcheck on the new kernels, then cuda_bench on the gpt-oss-120b
+# and batched with 31, graphs on, on the slot GEMVs, the dequantize + grouped GEMM path
+# and both), the bf16 MoE cases beside them as a regression check, memcheck on the new kernels, then cuda_bench on the gpt-oss-120b
 # shape (random MXFP4 experts made on the device: no 65 GB file to write): batch-1 and
 # 32-sequence decode, prefill 512 / 8192, and the memory left for the KV cache. About
 # 100 s of GPU time after the unpack.
