@@ -214,19 +214,20 @@ struct ArchCase {
 class CudaMoeArchVsCpu : public ::testing::TestWithParam<ArchCase> {};
 INSTANTIATE_TEST_SUITE_P(
     Models, CudaMoeArchVsCpu,
-    ::testing::Values(ArchCase{"glm4_moe", 64, "glm4_moe_mixed"},
-                      ArchCase{"glm4_moe", 0, "glm4_moe_gemm_only"},
-                      ArchCase{"glm4_moe", 1 << 20, "glm4_moe_gemv_only"},
-                      ArchCase{"gpt_oss", 64, "gpt_oss_mixed"},
-                      ArchCase{"gpt_oss", 0, "gpt_oss_gemm_only"},
-                      ArchCase{"gpt_oss", 64, "gpt_oss_mxfp4_mixed", DType::kMXFP4},
-                      ArchCase{"gpt_oss", 0, "gpt_oss_mxfp4_gemm_only", DType::kMXFP4},
-                      ArchCase{"gpt_oss", 1 << 20, "gpt_oss_mxfp4_gemv_only", DType::kMXFP4},
-                      ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_mixed", DType::kMXFP4},
-                      ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4},
-                      ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_gguf_mixed", DType::kMXFP4, true},
-                      ArchCase{"qwen3_moe", 64, "qwen3_moe_fp8_mixed", DType::kF8_E4M3},
-                      ArchCase{"qwen3_moe", 0, "qwen3_moe_fp8_gemm_only", DType::kF8_E4M3}),
+    ::testing::Values(
+        ArchCase{"glm4_moe", 64, "glm4_moe_mixed"}, ArchCase{"glm4_moe", 0, "glm4_moe_gemm_only"},
+        ArchCase{"glm4_moe", 1 << 20, "glm4_moe_gemv_only"},
+        ArchCase{"gpt_oss", 64, "gpt_oss_mixed"}, ArchCase{"gpt_oss", 0, "gpt_oss_gemm_only"},
+        ArchCase{"gpt_oss", 64, "gpt_oss_mxfp4_mixed", DType::kMXFP4},
+        ArchCase{"gpt_oss", 0, "gpt_oss_mxfp4_gemm_only", DType::kMXFP4},
+        ArchCase{"gpt_oss", 1 << 20, "gpt_oss_mxfp4_gemv_only", DType::kMXFP4},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_mixed", DType::kMXFP4},
+        ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_gguf_mixed", DType::kMXFP4, true},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_fp8_mixed", DType::kF8_E4M3},
+        ArchCase{"qwen3_moe", 0, "qwen3_moe_fp8_gemm_only", DType::kF8_E4M3},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_q8_0_gguf_mixed", DType::kQ8_0, true},
+        ArchCase{"qwen3_moe", 0, "qwen3_moe_q4_0_gguf_gemm_only", DType::kQ4_0, true}),
     [](const auto &info) { return std::string(info.param.name); });
 
 TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
@@ -246,7 +247,11 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   o.threads = 2;
   make_model(o);
   CudaContext cctx;
-  auto gpu = CudaModelRunner::open(o.out, cctx, small_options(ac.gemv_max));
+  CudaRunnerOptions go = small_options(ac.gemv_max);
+  // GGUF blocks stay so on the device only when asked (kAuto keeps what fits as bf16).
+  const bool gguf_blocks = ac.dtype == DType::kQ8_0 || ac.dtype == DType::kQ4_0;
+  if (gguf_blocks) go.quantized_weights = QuantizedWeights::kOn;
+  auto gpu = CudaModelRunner::open(o.out, cctx, go);
   ExecContext xctx(2);
   auto cpu = cpu::CpuModelRunner::open(o.out, xctx, {512, 16});
   std::filesystem::remove_all(dir);
@@ -254,7 +259,10 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   // MXFP4 experts stay MXFP4 (the rest of the model is bf16), and the fused decode
   // kernels, which read bf16 experts, are off.
   if (ac.dtype != DType::kBF16) {
-    EXPECT_NE(gpu->weight_format().find(ac.dtype == DType::kMXFP4 ? "mxfp4" : "fp8"),
+    EXPECT_NE(gpu->weight_format().find(ac.dtype == DType::kMXFP4  ? "mxfp4"
+                                        : ac.dtype == DType::kQ8_0 ? "q8_0"
+                                        : ac.dtype == DType::kQ4_0 ? "q4_0"
+                                                                   : "fp8"),
               std::string::npos)
         << gpu->weight_format();
     EXPECT_EQ(gpu->fused_decode_max_m(), 0);

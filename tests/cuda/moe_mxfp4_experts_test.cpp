@@ -18,6 +18,7 @@
 #include "exec/cuda/k_fp8.h"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_mxfp4.h"
+#include "exec/cuda/k_quant.h"
 #include "formats/make_model.h"
 #include "formats/quant.h"
 
@@ -190,6 +191,54 @@ TEST(CudaMoeFp8, ExpertsGemvAndListedDequantizationMatchThePerExpertKernels) {
     for (int i = 0; i < N * K; ++i)
       ASSERT_EQ(dq[e * N * K + i], e == 1 ? std::uint16_t{0xFFFF} : f32_to_bf16(wf[e][i]))
           << "expert " << e << " element " << i;
+}
+
+// GGUF-block experts (k_quant.h): the slot GEMV equals launch_gemv_quant on each expert
+// alone (same summation order), and the listed experts' dequantization launch_dequantize's.
+TEST(CudaMoeQuant, ExpertsGemvAndListedDequantizationEqualThePerExpertKernels) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(8);
+  constexpr int E = 3, N = 16, K = 512, T = 2, k = 2, S = T * k;
+  for (const auto [dt, f] :
+       {std::pair{DType::kQ4_K, QuantFormat::kQ4_K}, std::pair{DType::kQ6_K, QuantFormat::kQ6_K},
+        std::pair{DType::kQ8_0, QuantFormat::kQ8_0}}) {
+    const std::int64_t bytes = dtype_bytes(dt, N * K), stride = (bytes + 15) / 16 * 16;
+    std::vector<std::uint8_t> w(E * stride);
+    for (int e = 0; e < E; ++e) {
+      const auto vals = test::random_bf16_values(N * K, rng);
+      quantize_row(dt, vals.data(), w.data() + e * stride, N * K);
+    }
+    const auto x = test::random_bf16_values(T * K, rng);
+    const std::vector<std::int32_t> ids = {1, 2, 2, 0}, list = {0, 2, -1, 2};
+    const DeviceBuffer dw = upload(ctx, w), dx = upload(ctx, test::to_bf16(x)),
+                       di = upload(ctx, ids), dl = upload(ctx, list);
+    DeviceBuffer y(S * N * 4), one(N * 4), dq(E * N * K * 2), ref(N * K * 2);
+    test::poison(ctx, y);
+    test::poison(ctx, dq);
+    launch_gemv_quant_experts(ctx.compute(), f, dx.as<bf16>(), K, k, dw.data(), stride, E,
+                              di.as<std::int32_t>(), S, y.as<float>(), true, N, N, K);
+    launch_dequantize_quant_experts(ctx.compute(), f, dw.data(), stride, N * K,
+                                    dl.as<std::int32_t>(), dl.as<std::int32_t>() + 3, E,
+                                    dq.as<bf16>());
+    const auto got = download<float>(ctx, y, S * N);
+    const auto got_dq = download<std::uint16_t>(ctx, dq, E * N * K);
+    for (int s = 0; s < S; ++s) {
+      launch_gemv_quant(ctx.compute(), f, dx.as<bf16>() + (s / k) * K,
+                        dw.as<std::uint8_t>() + ids[s] * stride, one.as<float>(), true, N, 1, N, K);
+      const auto want = download<float>(ctx, one, N);
+      for (int n = 0; n < N; ++n)
+        ASSERT_EQ(got[s * N + n], want[n]) << dtype_name(dt) << " slot " << s << " n " << n;
+    }
+    for (int e = 0; e < E; ++e) {
+      launch_dequantize(ctx.compute(), f, dw.as<std::uint8_t>() + e * stride, ref.as<bf16>(),
+                        N * K);
+      const auto want = download<std::uint16_t>(ctx, ref, N * K);
+      for (int i = 0; i < N * K; ++i)
+        ASSERT_EQ(got_dq[e * N * K + i], e == 1 ? std::uint16_t{0xFFFF} : want[i])
+            << dtype_name(dt) << " expert " << e << " element " << i;
+    }
+  }
 }
 
 CudaRunnerOptions tiny_options() {

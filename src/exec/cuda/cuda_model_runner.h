@@ -358,7 +358,11 @@ class CudaModelRunner : public ModelRunner {
   // each expert's part padded to 16 bytes. Row blocks of the scale grids:
   bool experts_fp8_ = false;
   std::int64_t fp8_gu_block_rows_ = 0, fp8_down_block_rows_ = 0;
-  bool experts_lowbit() const { return experts_mxfp4_ || experts_fp8_; }
+  // Or GGUF blocks (Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K; k_quant.h): gate|up of one format,
+  // down of one format, each expert's part padded to 16 bytes.
+  bool experts_gguf_ = false;
+  QuantFormat experts_gu_q_ = QuantFormat::kQ8_0, experts_down_q_ = QuantFormat::kQ8_0;
+  bool experts_lowbit() const { return experts_mxfp4_ || experts_fp8_ || experts_gguf_; }
   // The FP8 experts of layer L: 0 gate, 1 up, 2 down.
   Fp8Experts fp8_experts(const Layer &L, int which) const;
   std::size_t moe_gu_stride_ = 0, moe_down_stride_ = 0;  // bytes per expert

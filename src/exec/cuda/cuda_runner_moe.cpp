@@ -162,6 +162,9 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     const std::int32_t *active = group + layout.active(), *n_active = group + layout.n_active();
     if (experts_mxfp4_) {
       launch_dequantize_mxfp4_experts(s, w.data(), stride, n, active, n_active, max_active, dq);
+    } else if (experts_gguf_) {
+      launch_dequantize_quant_experts(s, &w == &L.experts_down ? experts_down_q_ : experts_gu_q_,
+                                      w.data(), stride, n, active, n_active, max_active, dq);
     } else if (&w == &L.experts_down) {
       launch_dequantize_fp8_experts(s, fp8_experts(L, 2), active, n_active, max_active, dq, n);
     } else {  // gate rows then up rows of each expert, as the stacked bf16 tensor has them
@@ -264,6 +267,9 @@ void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
   if (experts_mxfp4_) {
     launch_gemv_mxfp4_experts(s, x, H, k, L.experts_gate_up.data(), moe_gu_stride_, E, ids, S, gu,
                               true, 2 * Ie, 2 * Ie, H);
+  } else if (experts_gguf_) {
+    launch_gemv_quant_experts(s, experts_gu_q_, x, H, k, L.experts_gate_up.data(), moe_gu_stride_,
+                              E, ids, S, gu, true, 2 * Ie, 2 * Ie, H);
   } else {  // FP8: gate and up have their own scale grids, so one launch each
     launch_gemv_fp8_experts(s, fp8_experts(L, 0), x, H, k, ids, S, gu, true, 2 * Ie);
     launch_gemv_fp8_experts(s, fp8_experts(L, 1), x, H, k, ids, S, gu + Ie, true, 2 * Ie);
@@ -272,6 +278,9 @@ void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
   if (experts_mxfp4_)
     launch_gemv_mxfp4_experts(s, act, Ie, 1, L.experts_down.data(), moe_down_stride_, E, ids, S,
                               out, false, H, H, Ie);
+  else if (experts_gguf_)
+    launch_gemv_quant_experts(s, experts_down_q_, act, Ie, 1, L.experts_down.data(),
+                              moe_down_stride_, E, ids, S, out, false, H, H, Ie);
   else
     launch_gemv_fp8_experts(s, fp8_experts(L, 2), act, Ie, 1, ids, S, out, false, H);
   profiler_.mark(s, StepProfiler::kGemm);

@@ -33,8 +33,8 @@ bool is_block_quantized(DType t) {
 std::int64_t fp8_grid_bytes(std::int64_t rows, std::int64_t block_rows, std::int64_t K) {
   return (rows + block_rows - 1) / block_rows * ((K + kFp8ScaleCols - 1) / kFp8ScaleCols) * 4;
 }
-// An expert's FP8 part padded to 16 bytes, so every expert's weights stay 16-byte aligned.
-std::size_t fp8_part_bytes(std::int64_t bytes) {
+// An expert's part (FP8 or GGUF blocks) padded to 16 bytes: every expert stays 16-byte aligned.
+std::size_t padded_part_bytes(std::int64_t bytes) {
   return static_cast<std::size_t>((bytes + 15) / 16 * 16);
 }
 
@@ -105,10 +105,19 @@ void CudaModelRunner::allocate_weights() {
           moe_down_stride_ = static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, H_ * Ie));
           l.experts_gate_up = buffer(E * moe_gu_stride_);
           l.experts_down = buffer(E * moe_down_stride_);
+        } else if (experts_gguf_) {  // the blocks as stored, each expert 16-byte aligned
+          auto bytes = [](QuantFormat f, std::int64_t rows, std::int64_t K) {
+            return rows * (K / quant_block_elems(f)) * quant_block_bytes(f);
+          };
+          moe_gu_stride_ = padded_part_bytes(bytes(experts_gu_q_, 2 * Ie, H_));
+          moe_down_stride_ = padded_part_bytes(bytes(experts_down_q_, H_, Ie));
+          l.experts_gate_up = buffer(E * moe_gu_stride_);
+          l.experts_down = buffer(E * moe_down_stride_);
         } else if (experts_fp8_) {  // e4m3 bytes, then the f32 scale grids (k_fp8.h)
           moe_gu_stride_ =
-              fp8_part_bytes(2 * Ie * H_ + 2 * fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_));
-          moe_down_stride_ = fp8_part_bytes(H_ * Ie + fp8_grid_bytes(H_, fp8_down_block_rows_, Ie));
+              padded_part_bytes(2 * Ie * H_ + 2 * fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_));
+          moe_down_stride_ =
+              padded_part_bytes(H_ * Ie + fp8_grid_bytes(H_, fp8_down_block_rows_, Ie));
           l.experts_gate_up = buffer(E * moe_gu_stride_);
           l.experts_down = buffer(E * moe_down_stride_);
         } else {
@@ -240,15 +249,17 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
   };
   // Copies the MXFP4 tensor `name` ([rows, cols], experts_mxfp4_) to dst + byte offset as
   // stored (GGML blocks; gpt-oss's _blocks / _scales already repacked by ModelWeights).
+  // (Also GGUF blocks of `dt`, experts_gguf_.)
   auto put_mxfp4 = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
-                       const DeviceBuffer &dst, std::size_t offset) {
+                       const DeviceBuffer &dst, std::size_t offset, DType dt = DType::kMXFP4) {
     const TensorView t = weights(name);
     if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
       throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
-    if (t.dtype != DType::kMXFP4)
-      throw Error(ErrorCode::kFormat, "weights: " + name + ": expected mxfp4 like the other " +
+    if (t.dtype != dt)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": expected " +
+                                          std::string(dtype_name(dt)) + " like the other " +
                                           "experts, found " + std::string(dtype_name(t.dtype)));
-    const auto bytes = static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, rows * cols));
+    const auto bytes = static_cast<std::size_t>(dtype_bytes(dt, rows * cols));
     if (t.data == nullptr || t.nbytes < bytes)
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
     KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + offset, t.data, bytes,
@@ -353,6 +364,16 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
                     at + moe_gu_stride_ / 2);
           put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
                     e * moe_down_stride_);
+        } else if (experts_gguf_) {
+          const std::size_t at = e * moe_gu_stride_;
+          const DType gt = weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)).dtype;
+          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at,
+                    gt);
+          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up,
+                    at + dtype_bytes(gt, Ie * H_), gt);
+          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
+                    e * moe_down_stride_,
+                    weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)).dtype);
         } else if (experts_fp8_) {
           const std::size_t at = e * moe_gu_stride_, w = Ie * H_,
                             g = fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_);

@@ -1,5 +1,6 @@
 // CudaModelRunner: which device format each linear weight takes (issue #18). Kept apart
 // from cuda_model_runner.cpp so the format rules read in one place.
+#include <optional>
 #include <set>
 
 #include "exec/cuda/cuda_model_runner.h"
@@ -81,6 +82,41 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
     }
     experts_fp8_ = any && all;
   }
+  // GGUF K-quant / Q8_0 / Q4_0 experts: one format for every gate and up, one for every
+  // down. Like GGUF linear weights, kept under kAuto only when the bf16 form (experts
+  // included) would not fit; kOn keeps them always.
+  experts_gguf_ = false;
+  if (c.moe && !experts_mxfp4_ && !experts_fp8_) {
+    const MoeConfig &m = *c.moe;
+    const std::int64_t Ie = m.expert_intermediate;
+    std::int64_t sparse = 0;
+    for (std::int64_t i = 0; i < c.num_layers; ++i) sparse += m.sparse(i) ? 1 : 0;
+    const std::int64_t bf16_experts = sparse * m.num_experts * 3 * Ie * H * 2;
+    const bool keep = mode == QuantizedWeights::kOn ||
+                      (mode == QuantizedWeights::kAuto &&
+                       keep_quantized_auto(bf16_linear + bf16_experts, free_at_open_));
+    std::optional<QuantFormat> gu, down;
+    bool all = keep && sparse > 0;
+    auto same = [&](DType t, std::optional<QuantFormat> &f, std::int64_t K) {
+      const auto q = device_quant_format(t);
+      if (!q || *q == QuantFormat::kMXFP4 || K % quant_block_elems(*q) != 0 || (f && *f != *q))
+        return false;
+      f = q;
+      return true;
+    };
+    for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
+      if (!m.sparse(i)) continue;
+      for (std::int64_t e = 0; e < m.num_experts && all; ++e)
+        all = same(weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)).dtype, gu, H) &&
+              same(weights(moe_expert_name(m, i, e, ExpertMatrix::kUp)).dtype, gu, H) &&
+              same(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)).dtype, down, Ie);
+    }
+    if (all) {
+      experts_gguf_ = true;
+      experts_gu_q_ = *gu;
+      experts_down_q_ = *down;
+    }
+  }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     Layer &l = layers_[i];
     l.qkv_fmt = plan(
@@ -118,6 +154,11 @@ std::string CudaModelRunner::weight_format() const {
   add(lm_head_fmt_);
   if (experts_mxfp4_) seen.insert("mxfp4");
   if (experts_fp8_) seen.insert("fp8");
+  if (experts_gguf_) {
+    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "mxfp4"};
+    seen.insert(kNames[static_cast<int>(experts_gu_q_)]);
+    seen.insert(kNames[static_cast<int>(experts_down_q_)]);
+  }
   std::string out;
   for (const auto &s : seen) out += (out.empty() ? "" : "+") + s;
   return out;
