@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Issue #19, routed experts kept MXFP4 / FP8 on CUDA (lowbitmoe, 2026-12-03; written
 # without a GPU): the low-bit expert tests (listed experts dequantized bit for bit, the
-# FP8 experts GEMV, the slot activation and combine vs float64, weight bytes counted at
+# FP8 and GGUF-block experts GEMVs, the slot activation and combine vs float64, weight bytes counted at
 # the stored size, the gpt-oss-120b shape fitting with >= 40 GB left for KV; tiny
-# qwen3_moe (MXFP4 safetensors and GGUF, FP8) and gpt_oss (MXFP4) vs the CPU runner alone
+# qwen3_moe (MXFP4 safetensors and GGUF, FP8, GGUF Q8_0 / Q4_0) and gpt_oss (MXFP4) vs the CPU runner alone
 # and batched with 31, graphs on, on the slot GEMVs, the dequantize + grouped GEMM path
 # and both), the bf16 MoE cases beside them as a regression check, memcheck on the new kernels, then cuda_bench on the gpt-oss-120b
 # shape (random MXFP4 experts made on the device: no 65 GB file to write): batch-1 and
@@ -22,13 +22,13 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 stamp "MXFP4 expert tests"
 timeout "$(cap 45)" "$B/keel_test_cuda" \
-  --gtest_filter='CudaMoeMxfp4.*:CudaMoeFp8.*:*CudaMoeArchVsCpu.*:CudaMxfp4.Expert*' \
+  --gtest_filter='CudaMoeMxfp4.*:CudaMoeFp8.*:CudaMoeQuant.*:*CudaMoeArchVsCpu.*:CudaMxfp4.Expert*' \
   >"$out/tests_lowbitmoe.log" 2>&1
 echo "exit $?"
 summary "$out/tests_lowbitmoe.log" 20
 grep -E 'gpt-oss-120b shape|vs cpu:' "$out/tests_lowbitmoe.log"
 grep -E -A8 'Failure' "$out/tests_lowbitmoe.log" | head -40
-sanitize memcheck 'CudaMoeMxfp4.Dequant*:CudaMoeMxfp4.Slot*:CudaMoeMxfp4.Combine*:CudaMoeFp8.*:*CudaMoeArchVsCpu.*gpt_oss_mxfp4_mixed:*CudaMoeArchVsCpu.*qwen3_moe_fp8_mixed' 25
+sanitize memcheck 'CudaMoeMxfp4.Dequant*:CudaMoeMxfp4.Slot*:CudaMoeMxfp4.Combine*:CudaMoeFp8.*:CudaMoeQuant.*:*CudaMoeArchVsCpu.*gpt_oss_mxfp4_mixed:*CudaMoeArchVsCpu.*qwen3_moe_fp8_mixed' 25
 
 bench() {  # bench NAME SECONDS ARGS...: the gpt-oss-120b shape, random MXFP4 experts
   local name=$1 secs=$2
