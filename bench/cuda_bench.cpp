@@ -11,7 +11,8 @@
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
-//   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b [--layers N]
+//   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|gpt-oss-20b|gpt-oss-120b
+//     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
 //     [--moe-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]   (mixture of experts,
 //     make_model's shapes; the roofline counts only the expert weights a step reads: k of E per
 //     token, the expected distinct experts of n tokens)
@@ -84,24 +85,34 @@ ModelConfig llama_config(const std::string &name) {
 
 // The mixture-of-experts shapes of make_model (random bf16 weights on the device); also
 // --model glm-4.5-air (with --layers N: the whole model is 212 GB in bf16).
+// --model gpt-oss-20b|gpt-oss-120b: the experts in MXFP4 as released (random codes made on
+// the device; --experts bf16 for the bf16 form, which for 120b does not fit one GPU).
+bool gpt_oss_model(const std::string &name) {
+  return name == "gpt-oss-20b" || name == "gpt-oss-120b";
+}
 bool moe_model(const std::string &name) {
   return name == "qwen3-30b-a3b" || name == "qwen3-moe-small" || name == "mixtral-8x7b" ||
-         name == "glm-4.5-air";
+         name == "glm-4.5-air" || gpt_oss_model(name);
 }
 MakeModelOptions moe_make_options(const std::string &name, int layers) {
   MakeModelOptions mo;
-  mo.arch = name == "mixtral-8x7b" ? "mixtral" : name == "glm-4.5-air" ? "glm4_moe" : "qwen3_moe";
+  mo.arch = name == "mixtral-8x7b"  ? "mixtral"
+            : name == "glm-4.5-air" ? "glm4_moe"
+            : gpt_oss_model(name)   ? "gpt_oss"
+                                    : "qwen3_moe";
   mo.shape = name == "qwen3-moe-small" ? "small" : name;
   if (layers > 0) mo.layers = layers;
   return mo;
 }
 
-// Bytes of all the experts' weights (bf16) of a MoE model; 0 for a dense one.
-double expert_bytes(const ModelConfig &c) {
+// Bytes of all the experts' weights (bf16, or MXFP4's 17 bytes per 32) of a MoE model; 0 for
+// a dense one.
+double expert_bytes(const ModelConfig &c, bool mxfp4) {
   if (!c.moe) return 0;
   double sparse = 0;
   for (std::int64_t l = 0; l < c.num_layers; ++l) sparse += c.moe->sparse(l) ? 1 : 0;
-  return sparse * c.moe->num_experts * 3.0 * c.hidden_size * c.moe->expert_intermediate * 2;
+  return sparse * c.moe->num_experts * 3.0 * c.hidden_size * c.moe->expert_intermediate *
+         (mxfp4 ? 17.0 / 32.0 : 2.0);
 }
 // The expected fraction of a layer's experts that n tokens routed uniformly at random read.
 double experts_read(const ModelConfig &c, int n) {
@@ -470,8 +481,9 @@ int run(int argc, char **argv) {
   int transfer_tokens = 8192;
   int layers = 0;  // --layers N: a MoE shape with fewer layers
   int moe_gemv_max = cuda::CudaRunnerOptions{}.moe_gemv_max_tokens;
-  bool moe_grouped = true;      // --moe-grouped on|off: the experts' grouped GEMM for prefill
-  bool moe_split_down = false;  // --moe-split-down on|off: fused MoE decode's down variant
+  bool moe_grouped = true;           // --moe-grouped on|off: the experts' grouped GEMM for prefill
+  bool moe_split_down = false;       // --moe-split-down on|off: fused MoE decode's down variant
+  std::string experts_fmt = "auto";  // --experts auto|mxfp4|bf16: routed experts, random weights
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto val = [&]() -> std::string {
@@ -531,6 +543,8 @@ int run(int argc, char **argv) {
       moe_grouped = val() == "on";
     else if (a == "--moe-split-down")
       moe_split_down = val() == "on";
+    else if (a == "--experts")
+      experts_fmt = val();
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
@@ -554,6 +568,10 @@ int run(int argc, char **argv) {
   o.moe_gemv_max_tokens = moe_gemv_max;
   o.moe_grouped_gemm = moe_grouped;
   o.moe_split_down = moe_split_down;
+  if (experts_fmt != "auto" && experts_fmt != "mxfp4" && experts_fmt != "bf16")
+    throw Error(ErrorCode::kInvalidArgument, "--experts: auto, mxfp4 or bf16");
+  o.random_experts_mxfp4 =
+      experts_fmt == "mxfp4" || (experts_fmt == "auto" && gpt_oss_model(model));
   o.quantized_weights = keep_quantized ? cuda::QuantizedWeights::kOn : cuda::QuantizedWeights::kOff;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
@@ -565,7 +583,7 @@ int run(int argc, char **argv) {
     // The same writer as `keel make-model --shape 1b|8b --dtype bf16` (HF safetensors).
     MakeModelOptions mo = moe_model(model) ? moe_make_options(model, layers) : MakeModelOptions{};
     mo.shape = moe_model(model) ? mo.shape : model;
-    mo.dtype = DType::kBF16;
+    mo.dtype = o.random_experts_mxfp4 ? DType::kMXFP4 : DType::kBF16;  // MXFP4: experts only
     mo.seed = 1234;
     mo.out = model_dir;
     if (!std::filesystem::exists(model_dir + "/model.safetensors")) {
@@ -588,15 +606,18 @@ int run(int argc, char **argv) {
       "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s, "
       "device features %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
-      weights.empty() ? "random bf16" : weights.c_str(), bench.runner().kv().num_blocks(),
-      seconds(t_load, Clock::now()), graphs ? "on" : "off", gemv_max_m,
-      bench.runner().fused_decode_max_m(), pdl && ctx.features().programmatic_launch ? "on" : "off",
-      split_cap, bench.runner().weight_format().c_str(), ctx.features().describe().c_str());
+      weights.empty() ? (o.random_experts_mxfp4 ? "random, experts mxfp4" : "random bf16")
+                      : weights.c_str(),
+      bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()), graphs ? "on" : "off",
+      gemv_max_m, bench.runner().fused_decode_max_m(),
+      pdl && ctx.features().programmatic_launch ? "on" : "off", split_cap,
+      bench.runner().weight_format().c_str(), ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;
   // A MoE step of n tokens reads the experts they route to (experts_read).
-  const double experts = expert_bytes(cfg);
+  const double experts =
+      expert_bytes(cfg, bench.runner().weight_format().find("mxfp4") != std::string::npos);
   auto step_weight_bytes = [&](int n) {
     return weight_bytes - (cfg.tie_word_embeddings ? 0.0 : embed) - experts +
            experts * experts_read(cfg, n);
@@ -606,6 +627,18 @@ int run(int argc, char **argv) {
         "# mixture of experts: %lld of %lld experts a token; batch-1 decode reads %.2f GB\n",
         static_cast<long long>(cfg.moe->top_k), static_cast<long long>(cfg.moe->num_experts),
         step_weight_bytes(1) / 1e9);
+  {
+    // What a server would have for its KV cache: free now plus this bench's own pool.
+    std::size_t free_b = 0, total_b = 0;
+    KEEL_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    const double pool =
+        double(bench.runner().kv().block_bytes()) * bench.runner().kv().num_blocks();
+    std::printf(
+        "# device memory: %.1f GB total, weights %.1f GB, buffers %.1f GB, %.1f GB left "
+        "for the KV cache\n",
+        total_b / 1e9, weight_bytes / 1e9, (bench.runner().buffer_bytes() - weight_bytes) / 1e9,
+        (free_b + pool) / 1e9);
+  }
   bench.init_tokens(std::max(max_seqs, 1));
   bench.assign_blocks(std::max(max_seqs, 1), len0, prompt + steps);
 

@@ -203,15 +203,32 @@ struct ArchCase {
   const char *arch;
   int gemv_max;  // CudaRunnerOptions::moe_gemv_max_tokens (moe_test's meaning)
   const char *name;
+  // mxfp4: the routed experts in MXFP4 (make-model's safetensors form, gpt-oss's
+  // _blocks / _scales), kept so on the device: the slot GEMVs for steps of <= gemv_max
+  // rows, the nonempty experts dequantized + the grouped GEMM above. f8_e4m3: FP8 with
+  // 128 x 128 block scales (the whole model but embeddings, norms, routers, lm_head), the
+  // experts kept FP8 the same way.
+  DType dtype = DType::kBF16;
+  bool gguf = false;  // a GGUF file (qwen3_moe's stacked experts; MXFP4 as type 39)
 };
 class CudaMoeArchVsCpu : public ::testing::TestWithParam<ArchCase> {};
-INSTANTIATE_TEST_SUITE_P(Models, CudaMoeArchVsCpu,
-                         ::testing::Values(ArchCase{"glm4_moe", 64, "glm4_moe_mixed"},
-                                           ArchCase{"glm4_moe", 0, "glm4_moe_gemm_only"},
-                                           ArchCase{"glm4_moe", 1 << 20, "glm4_moe_gemv_only"},
-                                           ArchCase{"gpt_oss", 64, "gpt_oss_mixed"},
-                                           ArchCase{"gpt_oss", 0, "gpt_oss_gemm_only"}),
-                         [](const auto &info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaMoeArchVsCpu,
+    ::testing::Values(
+        ArchCase{"glm4_moe", 64, "glm4_moe_mixed"}, ArchCase{"glm4_moe", 0, "glm4_moe_gemm_only"},
+        ArchCase{"glm4_moe", 1 << 20, "glm4_moe_gemv_only"},
+        ArchCase{"gpt_oss", 64, "gpt_oss_mixed"}, ArchCase{"gpt_oss", 0, "gpt_oss_gemm_only"},
+        ArchCase{"gpt_oss", 64, "gpt_oss_mxfp4_mixed", DType::kMXFP4},
+        ArchCase{"gpt_oss", 0, "gpt_oss_mxfp4_gemm_only", DType::kMXFP4},
+        ArchCase{"gpt_oss", 1 << 20, "gpt_oss_mxfp4_gemv_only", DType::kMXFP4},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_mixed", DType::kMXFP4},
+        ArchCase{"qwen3_moe", 0, "qwen3_moe_mxfp4_gemm_only", DType::kMXFP4},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_mxfp4_gguf_mixed", DType::kMXFP4, true},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_fp8_mixed", DType::kF8_E4M3},
+        ArchCase{"qwen3_moe", 0, "qwen3_moe_fp8_gemm_only", DType::kF8_E4M3},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_q8_0_gguf_mixed", DType::kQ8_0, true},
+        ArchCase{"qwen3_moe", 0, "qwen3_moe_q4_0_gguf_gemm_only", DType::kQ4_0, true}),
+    [](const auto &info) { return std::string(info.param.name); });
 
 TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   KEEL_REQUIRE_CUDA_DEVICE();
@@ -222,17 +239,34 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   MakeModelOptions o;
   o.arch = ac.arch;
   o.shape = "tiny";
-  o.dtype = DType::kBF16;
+  o.dtype = ac.dtype;
   o.seed = 9;
-  o.out = dir;
+  o.gguf = ac.gguf;
+  if (ac.gguf) std::filesystem::create_directories(dir);
+  o.out = ac.gguf ? dir / "m.gguf" : dir;
   o.threads = 2;
   make_model(o);
   CudaContext cctx;
-  auto gpu = CudaModelRunner::open(dir, cctx, small_options(ac.gemv_max));
+  CudaRunnerOptions go = small_options(ac.gemv_max);
+  // GGUF blocks stay so on the device only when asked (kAuto keeps what fits as bf16).
+  const bool gguf_blocks = ac.dtype == DType::kQ8_0 || ac.dtype == DType::kQ4_0;
+  if (gguf_blocks) go.quantized_weights = QuantizedWeights::kOn;
+  auto gpu = CudaModelRunner::open(o.out, cctx, go);
   ExecContext xctx(2);
-  auto cpu = cpu::CpuModelRunner::open(dir, xctx, {512, 16});
+  auto cpu = cpu::CpuModelRunner::open(o.out, xctx, {512, 16});
   std::filesystem::remove_all(dir);
   const int V = static_cast<int>(gpu->config().vocab_size);
+  // MXFP4 experts stay MXFP4 (the rest of the model is bf16), and the fused decode
+  // kernels, which read bf16 experts, are off.
+  if (ac.dtype != DType::kBF16) {
+    EXPECT_NE(gpu->weight_format().find(ac.dtype == DType::kMXFP4  ? "mxfp4"
+                                        : ac.dtype == DType::kQ8_0 ? "q8_0"
+                                        : ac.dtype == DType::kQ4_0 ? "q4_0"
+                                                                   : "fp8"),
+              std::string::npos)
+        << gpu->weight_format();
+    EXPECT_EQ(gpu->fused_decode_max_m(), 0);
+  }
 
   std::vector<double> row_errs;
   double worst = 0;

@@ -108,6 +108,9 @@ struct CudaRunnerOptions {
   // The fused MoE decode's down kernel with the k experts of a column split over warps
   // (MoeDecodeParams::split_down): not measured yet, so off.
   bool moe_split_down = false;
+  // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
+  // release format) instead of bf16, as a model file with MXFP4 experts loads.
+  bool random_experts_mxfp4 = false;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -186,8 +189,9 @@ class CudaModelRunner : public ModelRunner {
     // Device formats of qkv, o, gate_up, down (bf16 unless kept quantized).
     LinearLayout qkv_fmt, o_fmt, gate_up_fmt, down_fmt;
     // A mixture-of-experts layer (exec/arch/moe_ffn.h) has these instead of gate_up, down
-    // (Ie: the experts' intermediate size), bf16, stacked per layer:
-    DeviceBuffer router;           // [E, H]
+    // (Ie: the experts' intermediate size), stacked per layer, bf16 or (experts_mxfp4_)
+    // MXFP4 blocks (formats/mxfp4.h), expert e at e * moe_gu_stride_ / moe_down_stride_ bytes:
+    DeviceBuffer router;           // [E, H] bf16
     DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
     DeviceBuffer experts_down;     // [E, H, Ie]
     // gpt-oss's expert biases (MoeConfig::expert_bias), f32; else empty.
@@ -345,6 +349,27 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
   Event moe_starts_ready_;
   DeviceBuffer moe_counter_;  // u32: launch_moe_decode_router's finished blocks (zero between)
+  // Routed experts kept MXFP4 on the device (cuda_runner_moe.cpp): decode runs one GEMV
+  // row per (token, expert) slot; larger steps dequantize the nonempty experts of a matrix
+  // into moe_wscratch_ and run the same grouped GEMM as bf16 experts.
+  bool experts_mxfp4_ = false;
+  // Or kept FP8 e4m3 (qwen3_moe FP8 releases): per expert, gate_up holds [gate Ie x H |
+  // up Ie x H] e4m3 then the gate and up scale grids (k_fp8.h), down [H x Ie] then its grid;
+  // each expert's part padded to 16 bytes. Row blocks of the scale grids:
+  bool experts_fp8_ = false;
+  std::int64_t fp8_gu_block_rows_ = 0, fp8_down_block_rows_ = 0;
+  // Or GGUF blocks (Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K; k_quant.h): gate|up of one format,
+  // down of one format, each expert's part padded to 16 bytes.
+  bool experts_gguf_ = false;
+  QuantFormat experts_gu_q_ = QuantFormat::kQ8_0, experts_down_q_ = QuantFormat::kQ8_0;
+  bool experts_lowbit() const { return experts_mxfp4_ || experts_fp8_ || experts_gguf_; }
+  // The FP8 experts of layer L: 0 gate, 1 up, 2 down.
+  Fp8Experts fp8_experts(const Layer &L, int which) const;
+  std::size_t moe_gu_stride_ = 0, moe_down_stride_ = 0;  // bytes per expert
+  DeviceBuffer moe_gu32_;      // [min(T, moe_gemv_max_) k, 2 Ie] f32: the slot GEMV's sums
+  DeviceBuffer moe_wscratch_;  // [E, 2 Ie, H] bf16: one matrix's dequantized experts
+  // cuda_runner_moe.cpp: the experts of a step on the slot-ordered MXFP4 / FP8 GEMVs.
+  void launch_moe_lowbit_slots(const Layer &L, std::int32_t T, const MoeExpertAct &ea);
 };
 
 }  // namespace keel::cuda

@@ -12,6 +12,7 @@
 #include "exec/cuda/cuda_runner_detail.h"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_moe_decode.h"
+#include "exec/cuda/k_mxfp4.h"
 
 namespace keel::cuda {
 
@@ -52,14 +53,22 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   }
   moe_act_ = DeviceBuffer(rows * bf16_bytes(moe_I_));
   moe_out_ = DeviceBuffer(rows * bf16_bytes(H_));
+  if (experts_lowbit()) {
+    // The slot GEMVs' f32 gate|up sums (act and out above hold >= S rows), and for the GEMM
+    // path one matrix's experts in bf16 (gate|up is the larger): 4.2 GB for gpt-oss-120b.
+    const std::int64_t slots = std::min<std::int64_t>(T, moe_gemv_max_) * moe_k_;
+    if (slots > 0) moe_gu32_ = DeviceBuffer(slots * 2 * moe_I_ * sizeof(float));
+    if (gemm_path) moe_wscratch_ = DeviceBuffer(moe_E_ * bf16_bytes(2 * moe_I_ * H_));
+  }
   moe_host_starts_ = PinnedBuffer((moe_E_ + 1) * sizeof(std::int32_t));
   moe_counter_ = DeviceBuffer(sizeof(unsigned));
   KEEL_CUDA_CHECK(cudaMemsetAsync(moe_counter_.data(), 0, moe_counter_.bytes(),
                                   ctx_.compute().get("cuda runner: moe counter")));
   // The fused decode path runs a MoE layer on k_moe_decode.h's kernels: softmax top-k
   // routing without a router bias, no shared expert. Other models decode unfused.
-  const bool fused_moe = m.scoring == MoeConfig::Scoring::kSoftmax && !m.router_bias &&
-                         m.shared_intermediate == 0 &&
+  // Its kernels read bf16 experts only.
+  const bool fused_moe = !experts_lowbit() && m.scoring == MoeConfig::Scoring::kSoftmax &&
+                         !m.router_bias && m.shared_intermediate == 0 &&
                          moe_decode_supported(std::max(fused_max_m_, 1), static_cast<int>(H_),
                                               static_cast<int>(moe_E_), static_cast<int>(moe_k_),
                                               static_cast<int>(moe_I_));
@@ -132,13 +141,40 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   const LinearLayout router_fmt{moe_E_, H_, {}, {}, {}};
   run_linear(gemm_, s, router_fmt, L.router.data(), normed, moe_logits_.data(), true, T, nullptr);
   launch_moe_router(L, T, moe_logits_.as<float>(), ids, weights);  // cuda_runner_moe_route.cpp
+  const MoeExpertAct ea = expert_act(L);
+  if (gemv && experts_lowbit()) {  // slot-ordered: no grouping
+    profiler_.mark(s, StepProfiler::kOther);
+    launch_moe_lowbit_slots(L, T, ea);
+    return;
+  }
   launch_moe_group(s, ids, S, E, k, align, layout.rows_cap, group);
   profiler_.mark(s, StepProfiler::kOther);
 
   bf16 *act = moe_act_.as<bf16>(), *out = moe_out_.as<bf16>();
-  const MoeExpertAct ea = expert_act(L);
+  // The experts' bf16 weights: as stored, or (MXFP4) this step's nonempty experts of one
+  // matrix dequantized into moe_wscratch_, indexed by expert like the stored tensor. The
+  // down matrix reuses the scratch once the gate|up GEMM before it (same stream) has read it.
+  const int max_active = std::min(E, S);
+  auto expert_weights = [&](const DeviceBuffer &w, std::size_t stride,
+                            std::int64_t n) -> const bf16 * {
+    if (!experts_lowbit()) return w.as<bf16>();
+    bf16 *dq = moe_wscratch_.as<bf16>();
+    const std::int32_t *active = group + layout.active(), *n_active = group + layout.n_active();
+    if (experts_mxfp4_) {
+      launch_dequantize_mxfp4_experts(s, w.data(), stride, n, active, n_active, max_active, dq);
+    } else if (experts_gguf_) {
+      launch_dequantize_quant_experts(s, &w == &L.experts_down ? experts_down_q_ : experts_gu_q_,
+                                      w.data(), stride, n, active, n_active, max_active, dq);
+    } else if (&w == &L.experts_down) {
+      launch_dequantize_fp8_experts(s, fp8_experts(L, 2), active, n_active, max_active, dq, n);
+    } else {  // gate rows then up rows of each expert, as the stacked bf16 tensor has them
+      launch_dequantize_fp8_experts(s, fp8_experts(L, 0), active, n_active, max_active, dq, n);
+      launch_dequantize_fp8_experts(s, fp8_experts(L, 1), active, n_active, max_active, dq + n / 2,
+                                    n);
+    }
+    return dq;
+  };
   if (gemv) {
-    const int max_active = std::min(E, S);
     launch_moe_gate_up_gemv(s, normed, L.experts_gate_up.as<bf16>(), H, Ie, group, layout,
                             max_active, act, ea);
     launch_moe_down_gemv(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, max_active, out);
@@ -146,9 +182,11 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     // One launch per matrix over every expert's rows, sized on the device.
     bf16 *xg = moe_xg_.as<bf16>(), *gu = moe_gu_.as<bf16>();
     launch_moe_gather(s, normed, H, group, layout, xg);
-    launch_moe_grouped_gemm(s, xg, L.experts_gate_up.as<bf16>(), 2 * Ie, H, group, layout, gu);
+    const bf16 *wgu = expert_weights(L.experts_gate_up, moe_gu_stride_, 2 * Ie * H);
+    launch_moe_grouped_gemm(s, xg, wgu, 2 * Ie, H, group, layout, gu);
     launch_moe_act(s, gu, Ie, group, layout, ea, act);
-    launch_moe_grouped_gemm(s, act, L.experts_down.as<bf16>(), H, Ie, group, layout, out);
+    const bf16 *wd = expert_weights(L.experts_down, moe_down_stride_, std::int64_t(H) * Ie);
+    launch_moe_grouped_gemm(s, act, wd, H, Ie, group, layout, out);
   } else {
     launch_moe_gather(s, normed, H, group, layout, moe_xg_.as<bf16>());
     // The GEMMs' sizes come from the group starts: read them on the host (the d2h stream
@@ -165,7 +203,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
       throw Error(ErrorCode::kInternal, "cuda runner: moe groups out of range");
     const bf16 *xg = moe_xg_.as<bf16>();
     bf16 *gu = moe_gu_.as<bf16>();
-    const bf16 *wgu = L.experts_gate_up.as<bf16>(), *wd = L.experts_down.as<bf16>();
+    const bf16 *wgu = expert_weights(L.experts_gate_up, moe_gu_stride_, 2 * Ie * H);
     for (int e = 0; e < E; ++e) {
       const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
       if (M == 0) continue;
@@ -177,6 +215,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
       launch_moe_act(s, gu, Ie, group, layout, ea, act);
     else
       launch_swiglu(s, gu, act, starts[E], Ie);
+    const bf16 *wd = expert_weights(L.experts_down, moe_down_stride_, std::int64_t(H) * Ie);
     for (int e = 0; e < E; ++e) {
       const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
       if (M == 0) continue;
@@ -186,6 +225,67 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   }
   profiler_.mark(s, StepProfiler::kGemm);
   launch_moe_combine(s, out, ids, weights, T, k, H, group, layout, proj_.as<bf16>(), ea.down_bias);
+  profiler_.mark(s, StepProfiler::kOther);
+}
+
+Fp8Experts CudaModelRunner::fp8_experts(const Layer &L, int which) const {
+  const std::int64_t Ie = moe_I_, H = H_;
+  Fp8Experts w;
+  w.experts = static_cast<int>(moe_E_);
+  if (which == 2) {
+    w.w = L.experts_down.data();
+    w.scales = reinterpret_cast<const float *>(L.experts_down.as<std::byte>() + H * Ie);
+    w.stride = moe_down_stride_;
+    w.block_rows = fp8_down_block_rows_;
+    w.N = H, w.K = Ie;
+    return w;
+  }
+  // gate_up per expert: [gate Ie x H | up Ie x H] e4m3, then the gate grid, then the up grid.
+  const std::int64_t grid = (Ie + fp8_gu_block_rows_ - 1) / fp8_gu_block_rows_ *
+                            ((H + kFp8ScaleCols - 1) / kFp8ScaleCols) * 4;
+  const std::byte *base = L.experts_gate_up.as<std::byte>();
+  w.w = base + which * Ie * H;
+  w.scales = reinterpret_cast<const float *>(base + 2 * Ie * H + which * grid);
+  w.stride = moe_gu_stride_;
+  w.block_rows = fp8_gu_block_rows_;
+  w.N = Ie, w.K = H;
+  return w;
+}
+
+void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
+                                              const MoeExpertAct &ea) {
+  const StreamRef s = ctx_.compute();
+  const int E = static_cast<int>(moe_E_), k = static_cast<int>(moe_k_),
+            Ie = static_cast<int>(moe_I_), H = static_cast<int>(H_), S = T * k;
+  const auto *ids = moe_ids_.as<std::int32_t>();
+  float *gu = moe_gu32_.as<float>();
+  bf16 *act = moe_act_.as<bf16>(), *out = moe_out_.as<bf16>();
+  // Slot t k + j: token t's j-th expert. gate|up rows of expert ids[slot] against x[t], f32
+  // sums so the activation sees them unrounded (as the bf16 gather-GEMV's epilogue does);
+  // then the down rows against the slot's activation, bf16 like the bf16 path's output.
+  const bf16 *x = normed_.as<bf16>();
+  if (experts_mxfp4_) {
+    launch_gemv_mxfp4_experts(s, x, H, k, L.experts_gate_up.data(), moe_gu_stride_, E, ids, S, gu,
+                              true, 2 * Ie, 2 * Ie, H);
+  } else if (experts_gguf_) {
+    launch_gemv_quant_experts(s, experts_gu_q_, x, H, k, L.experts_gate_up.data(), moe_gu_stride_,
+                              E, ids, S, gu, true, 2 * Ie, 2 * Ie, H);
+  } else {  // FP8: gate and up have their own scale grids, so one launch each
+    launch_gemv_fp8_experts(s, fp8_experts(L, 0), x, H, k, ids, S, gu, true, 2 * Ie);
+    launch_gemv_fp8_experts(s, fp8_experts(L, 1), x, H, k, ids, S, gu + Ie, true, 2 * Ie);
+  }
+  launch_moe_slot_act(s, gu, Ie, ids, S, ea, act);
+  if (experts_mxfp4_)
+    launch_gemv_mxfp4_experts(s, act, Ie, 1, L.experts_down.data(), moe_down_stride_, E, ids, S,
+                              out, false, H, H, Ie);
+  else if (experts_gguf_)
+    launch_gemv_quant_experts(s, experts_down_q_, act, Ie, 1, L.experts_down.data(),
+                              moe_down_stride_, E, ids, S, out, false, H, H, Ie);
+  else
+    launch_gemv_fp8_experts(s, fp8_experts(L, 2), act, Ie, 1, ids, S, out, false, H);
+  profiler_.mark(s, StepProfiler::kGemm);
+  launch_moe_combine(s, out, ids, moe_weights_.as<float>(), T, k, H, nullptr,
+                     MoeGroupLayout{E, S, S}, proj_.as<bf16>(), ea.down_bias);
   profiler_.mark(s, StepProfiler::kOther);
 }
 

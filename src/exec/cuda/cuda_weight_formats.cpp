@@ -1,5 +1,6 @@
 // CudaModelRunner: which device format each linear weight takes (issue #18). Kept apart
 // from cuda_model_runner.cpp so the format rules read in one place.
+#include <optional>
 #include <set>
 
 #include "exec/cuda/cuda_model_runner.h"
@@ -34,6 +35,88 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
                        &scales);
   };
   layers_.resize(c.num_layers);
+  // Routed experts stay MXFP4 when every one of them is MXFP4 in the file (gpt-oss's
+  // _blocks / _scales, GGUF type 39): 0.53 bytes a weight against bf16's 2 (gpt-oss-120b
+  // fits on one GPU only so). Anything else, or kOff, converts them to bf16 at load.
+  experts_mxfp4_ = false;
+  if (c.moe && mode != QuantizedWeights::kOff) {
+    const MoeConfig &m = *c.moe;
+    bool any = false, all = c.hidden_size % 32 == 0 && m.expert_intermediate % 32 == 0;
+    for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
+      if (!m.sparse(i)) continue;
+      any = true;
+      for (std::int64_t e = 0; e < m.num_experts && all; ++e)
+        for (const ExpertMatrix x : {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown})
+          all = all && weights(moe_expert_name(m, i, e, x)).dtype == DType::kMXFP4;
+    }
+    experts_mxfp4_ = any && all;
+  }
+  // FP8 experts stay FP8 on the same terms as FP8 linear weights (scales the device grid
+  // holds, K % 16 == 0), with one row block per matrix kind across the experts.
+  experts_fp8_ = false;
+  fp8_gu_block_rows_ = fp8_down_block_rows_ = 0;
+  if (c.moe && mode != QuantizedWeights::kOff && !experts_mxfp4_) {
+    const MoeConfig &m = *c.moe;
+    const std::int64_t H = c.hidden_size, Ie = m.expert_intermediate;
+    bool any = false, all = H % 16 == 0 && Ie % 16 == 0;
+    auto fits = [&](const TensorView &t, std::int64_t rows, std::int64_t K, std::int64_t &br) {
+      const TensorScale &s = t.scale;
+      if (t.dtype != DType::kF8_E4M3 || !s.present() || s.block_rows <= 0 ||
+          !(s.block_cols >= K || s.block_cols % kFp8ScaleCols == 0) ||
+          s.grid_rows != (rows + s.block_rows - 1) / s.block_rows ||
+          s.grid_cols * s.block_cols < K || (br != 0 && br != s.block_rows))
+        return false;
+      br = s.block_rows;
+      return true;
+    };
+    for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
+      if (!m.sparse(i)) continue;
+      any = true;
+      for (std::int64_t e = 0; e < m.num_experts && all; ++e)
+        all =
+            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)), Ie, H,
+                 fp8_gu_block_rows_) &&
+            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kUp)), Ie, H, fp8_gu_block_rows_) &&
+            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)), H, Ie,
+                 fp8_down_block_rows_);
+    }
+    experts_fp8_ = any && all;
+  }
+  // GGUF K-quant / Q8_0 / Q4_0 experts: one format for every gate and up, one for every
+  // down. Like GGUF linear weights, kept under kAuto only when the bf16 form (experts
+  // included) would not fit; kOn keeps them always.
+  experts_gguf_ = false;
+  if (c.moe && !experts_mxfp4_ && !experts_fp8_) {
+    const MoeConfig &m = *c.moe;
+    const std::int64_t Ie = m.expert_intermediate;
+    std::int64_t sparse = 0;
+    for (std::int64_t i = 0; i < c.num_layers; ++i) sparse += m.sparse(i) ? 1 : 0;
+    const std::int64_t bf16_experts = sparse * m.num_experts * 3 * Ie * H * 2;
+    const bool keep = mode == QuantizedWeights::kOn ||
+                      (mode == QuantizedWeights::kAuto &&
+                       keep_quantized_auto(bf16_linear + bf16_experts, free_at_open_));
+    std::optional<QuantFormat> gu, down;
+    bool all = keep && sparse > 0;
+    auto same = [&](DType t, std::optional<QuantFormat> &f, std::int64_t K) {
+      const auto q = device_quant_format(t);
+      if (!q || *q == QuantFormat::kMXFP4 || K % quant_block_elems(*q) != 0 || (f && *f != *q))
+        return false;
+      f = q;
+      return true;
+    };
+    for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
+      if (!m.sparse(i)) continue;
+      for (std::int64_t e = 0; e < m.num_experts && all; ++e)
+        all = same(weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)).dtype, gu, H) &&
+              same(weights(moe_expert_name(m, i, e, ExpertMatrix::kUp)).dtype, gu, H) &&
+              same(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)).dtype, down, Ie);
+    }
+    if (all) {
+      experts_gguf_ = true;
+      experts_gu_q_ = *gu;
+      experts_down_q_ = *down;
+    }
+  }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     Layer &l = layers_[i];
     l.qkv_fmt = plan(
@@ -41,7 +124,7 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
          layer_tensor(i, "self_attn.v_proj.weight")},
         {q, kv, kv}, H);
     l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
-    if (c.moe && c.moe->sparse(i)) continue;  // experts stay bf16 (cuda_runner_moe.cpp)
+    if (c.moe && c.moe->sparse(i)) continue;  // experts: experts_mxfp4_ or bf16
     l.gate_up_fmt =
         plan({layer_tensor(i, "mlp.gate_proj.weight"), layer_tensor(i, "mlp.up_proj.weight")},
              {I, I}, H);
@@ -69,6 +152,13 @@ std::string CudaModelRunner::weight_format() const {
     add(l.down_fmt);
   }
   add(lm_head_fmt_);
+  if (experts_mxfp4_) seen.insert("mxfp4");
+  if (experts_fp8_) seen.insert("fp8");
+  if (experts_gguf_) {
+    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "mxfp4"};
+    seen.insert(kNames[static_cast<int>(experts_gu_q_)]);
+    seen.insert(kNames[static_cast<int>(experts_down_q_)]);
+  }
   std::string out;
   for (const auto &s : seen) out += (out.empty() ? "" : "+") + s;
   return out;

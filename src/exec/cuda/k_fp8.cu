@@ -7,6 +7,8 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include <algorithm>
+
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_fp8.h"
 
@@ -53,12 +55,11 @@ __device__ constexpr float convert_factor() {
 #endif
 }
 
+// Vector v (16 weights) of the [N, K] weight w to dst + 16 v.
 template <bool Portable, typename Out>
-__global__ void dequantize_fp8_kernel(const uint4 *__restrict__ w, const float *__restrict__ scales,
-                                      std::int64_t block_rows, std::int64_t K, std::int64_t vecs,
+__device__ inline void dequantize_vec(const uint4 *__restrict__ w, const float *__restrict__ scales,
+                                      std::int64_t block_rows, std::int64_t K, std::int64_t v,
                                       Out *__restrict__ dst) {
-  const std::int64_t v = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (v >= vecs) return;
   const std::int64_t e0 = v * 16, n = e0 / K, k0 = e0 % K;
   const std::int64_t gc = (K + kFp8ScaleCols - 1) / kFp8ScaleCols;
   const float s = __ldg(scales + (n / block_rows) * gc + k0 / kFp8ScaleCols);
@@ -90,6 +91,31 @@ __global__ void dequantize_fp8_kernel(const uint4 *__restrict__ w, const float *
     reinterpret_cast<uint4 *>(y)[0] = packed[0];
     reinterpret_cast<uint4 *>(y)[1] = packed[1];
   }
+}
+
+template <bool Portable, typename Out>
+__global__ void dequantize_fp8_kernel(const uint4 *__restrict__ w, const float *__restrict__ scales,
+                                      std::int64_t block_rows, std::int64_t K, std::int64_t vecs,
+                                      Out *__restrict__ dst) {
+  const std::int64_t v = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v < vecs) dequantize_vec<Portable>(w, scales, block_rows, K, v, dst);
+}
+
+// blockIdx.y = g: expert e = active[g] (nothing when g >= *n_active).
+__global__ void dequantize_fp8_experts_kernel(Fp8Experts w, const std::int32_t *__restrict__ active,
+                                              const std::int32_t *__restrict__ n_active,
+                                              bf16 *__restrict__ dst, std::int64_t dst_stride,
+                                              std::int64_t vecs) {
+  const int g = blockIdx.y;
+  if (g >= *n_active) return;
+  const std::int64_t v = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (v >= vecs) return;
+  const std::int64_t e = active[g];
+  const auto *wv =
+      reinterpret_cast<const uint4 *>(static_cast<const std::uint8_t *>(w.w) + e * w.stride);
+  const auto *sc = reinterpret_cast<const float *>(
+      reinterpret_cast<const std::uint8_t *>(w.scales) + e * w.stride);
+  dequantize_vec<false>(wv, sc, w.block_rows, w.K, v, dst + e * dst_stride);
 }
 
 __device__ inline void bf16x8(const uint4 &raw, float f[8]) {
@@ -151,6 +177,68 @@ __global__ void __launch_bounds__(kWarps * 32)
         static_cast<bf16 *>(y)[m * ldy + n] = __float2bfloat16(acc[m]);
     }
   }
+}
+
+// gemv_fp8_kernel at M = 1 with a slot per blockIdx.y: the slot's expert from ids.
+template <bool OutF32>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_fp8_experts_kernel(Fp8Experts w, const bf16 *__restrict__ x, std::int64_t ldx,
+                            int slots_per_x, const std::int32_t *__restrict__ ids,
+                            void *__restrict__ y, std::int64_t ldy) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t n = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= w.N) return;
+  const int slot = blockIdx.y;
+  const int e = ids[slot];
+  float acc = 0.0f;
+  if (e >= 0 && e < w.experts) {
+    const std::int64_t vecs = w.K / 16, gc = (w.K + kFp8ScaleCols - 1) / kFp8ScaleCols;
+    const auto *base = static_cast<const std::uint8_t *>(w.w) + std::size_t(e) * w.stride;
+    const uint4 *wr = reinterpret_cast<const uint4 *>(base) + n * vecs;
+    const float *srow =
+        reinterpret_cast<const float *>(reinterpret_cast<const std::uint8_t *>(w.scales) +
+                                        std::size_t(e) * w.stride) +
+        (n / w.block_rows) * gc;
+    const bf16 *xs = x + std::int64_t(slot / slots_per_x) * ldx;
+#pragma unroll 4
+    for (std::int64_t v = lane; v < vecs; v += 32) {
+      const uint4 raw = __ldg(wr + v);
+      const float s = __ldg(srow + v / (kFp8ScaleCols / 16)) * convert_factor<false>();
+      float wf[16];
+      e4m3x4<false>(raw.x, wf);
+      e4m3x4<false>(raw.y, wf + 4);
+      e4m3x4<false>(raw.z, wf + 8);
+      e4m3x4<false>(raw.w, wf + 12);
+      const uint4 *xv = reinterpret_cast<const uint4 *>(xs + v * 16);
+      float xf[16];
+      bf16x8(__ldg(xv), xf);
+      bf16x8(__ldg(xv + 1), xf + 8);
+      float p = 0.0f;
+#pragma unroll
+      for (int i = 0; i < 16; ++i) p = fmaf(wf[i], xf[i], p);
+      acc = fmaf(p, s, acc);
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) {
+    const std::int64_t at = std::int64_t(slot) * ldy + n;
+    if constexpr (OutF32)
+      static_cast<float *>(y)[at] = acc;
+    else
+      static_cast<bf16 *>(y)[at] = __float2bfloat16(acc);
+  }
+}
+
+void check_experts(const Fp8Experts &w, const char *what) {
+  const std::size_t scale_bytes =
+      static_cast<std::size_t>((w.N + w.block_rows - 1) / std::max<std::int64_t>(w.block_rows, 1) *
+                               ((w.K + kFp8ScaleCols - 1) / kFp8ScaleCols) * 4);
+  if (w.N < 0 || w.K <= 0 || w.K % 16 != 0 || w.block_rows <= 0 || !w.w || !w.scales ||
+      w.experts < 1 || w.stride % 16 != 0 || w.stride < static_cast<std::size_t>(w.N * w.K) ||
+      w.stride < scale_bytes || reinterpret_cast<std::uintptr_t>(w.w) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(w.scales) % 4 != 0)
+    throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": unsupported fp8 experts N=" +
+                                                 std::to_string(w.N) + " K=" + std::to_string(w.K));
 }
 
 void check_weight(const Fp8Weight &w, const char *what) {
@@ -220,6 +308,41 @@ void launch_dequantize_fp8(StreamRef s, const Fp8Weight &w, bf16 *dst, Fp8Conver
 
 void launch_dequantize_fp8_f32(StreamRef s, const Fp8Weight &w, float *dst, Fp8Convert cvt) {
   dequant(s.get("launch_dequantize_fp8_f32"), w, dst, cvt);
+}
+
+void launch_gemv_fp8_experts(StreamRef s_ref, const Fp8Experts &w, const bf16 *x, std::int64_t ldx,
+                             int slots_per_x, const std::int32_t *ids, int slots, void *y,
+                             bool y_f32, std::int64_t ldy) {
+  const cudaStream_t s = s_ref.get("launch_gemv_fp8_experts");
+  check_experts(w, "gemv_fp8_experts");
+  if (w.N == 0 || slots <= 0) return;
+  if (slots > 65535 || slots_per_x < 1 || !ids || ldy < w.N || ldx < w.K || ldx % 8 != 0 ||
+      reinterpret_cast<std::uintptr_t>(x) % 16 != 0 || w.N > std::int64_t(0x7fffffff) * kWarps)
+    throw Error(ErrorCode::kInvalidArgument,
+                "gemv_fp8_experts: unsupported shape N=" + std::to_string(w.N) + " slots " +
+                    std::to_string(slots));
+  const dim3 grid(static_cast<unsigned>((w.N + kWarps - 1) / kWarps), static_cast<unsigned>(slots));
+  if (y_f32)
+    gemv_fp8_experts_kernel<true><<<grid, kWarps * 32, 0, s>>>(w, x, ldx, slots_per_x, ids, y, ldy);
+  else
+    gemv_fp8_experts_kernel<false>
+        <<<grid, kWarps * 32, 0, s>>>(w, x, ldx, slots_per_x, ids, y, ldy);
+  KEEL_CUDA_CHECK_LAUNCH("gemv_fp8_experts");
+}
+
+void launch_dequantize_fp8_experts(StreamRef s_ref, const Fp8Experts &w, const std::int32_t *active,
+                                   const std::int32_t *n_active, int max_active, bf16 *dst,
+                                   std::int64_t dst_stride) {
+  const cudaStream_t s = s_ref.get("launch_dequantize_fp8_experts");
+  check_experts(w, "dequantize_fp8_experts");
+  const std::int64_t vecs = w.N * w.K / 16;
+  if (vecs == 0 || max_active <= 0) return;
+  if (max_active > 65535 || !active || !n_active || dst_stride < w.N * w.K || dst_stride % 8 != 0 ||
+      reinterpret_cast<std::uintptr_t>(dst) % 16 != 0)
+    throw Error(ErrorCode::kInvalidArgument, "dequantize_fp8_experts: bad destination");
+  const dim3 grid(static_cast<unsigned>((vecs + 255) / 256), static_cast<unsigned>(max_active));
+  dequantize_fp8_experts_kernel<<<grid, 256, 0, s>>>(w, active, n_active, dst, dst_stride, vecs);
+  KEEL_CUDA_CHECK_LAUNCH("dequantize_fp8_experts");
 }
 
 void launch_gemv_fp8(StreamRef s_ref, const Fp8Weight &w, const bf16 *x, void *y, bool y_f32,

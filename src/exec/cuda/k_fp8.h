@@ -5,6 +5,7 @@
 // quant_linear.cpp). Values equal formats/quant.cpp's dequantize_fp8_row bit for bit.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "exec/cuda/kernels.h"
@@ -37,5 +38,28 @@ void launch_dequantize_fp8_f32(StreamRef s, const Fp8Weight &w, float *dst,
 // 16 weights a load in registers.
 void launch_gemv_fp8(StreamRef s, const Fp8Weight &w, const bf16 *x, void *y, bool y_f32,
                      std::int64_t ldy, int M, Fp8Convert cvt = Fp8Convert::kAuto);
+
+// A stacked expert tensor in FP8 (MoE routed experts, issue #19): expert e's [N, K] e4m3
+// at w + e * stride bytes, its scale grid (as Fp8Weight's) at scales + e * stride bytes.
+struct Fp8Experts {
+  const void *w = nullptr;        // expert 0's weights, 16-byte aligned
+  const float *scales = nullptr;  // expert 0's scale grid
+  std::size_t stride = 0;         // bytes per expert, a multiple of 16
+  std::int64_t block_rows = 0;
+  std::int64_t N = 0, K = 0;  // K a multiple of 16
+  int experts = 0;
+};
+
+// Slot i (< slots): y[i, :] (row stride ldy) = x[i / slots_per_x, :] . W[ids[i]]^T, ids on
+// the device (an id outside [0, experts) gives a zero row); x rows ldx apart, 16-byte
+// aligned. One warp per output row, as launch_gemv_fp8 at M = 1.
+void launch_gemv_fp8_experts(StreamRef s, const Fp8Experts &w, const bf16 *x, std::int64_t ldx,
+                             int slots_per_x, const std::int32_t *ids, int slots, void *y,
+                             bool y_f32, std::int64_t ldy);
+// For g < *n_active (on the device), e = active[g]: W[e] dequantized to dst + e * dst_stride
+// elements (16-byte aligned), as launch_dequantize_fp8 would. max_active bounds *n_active.
+void launch_dequantize_fp8_experts(StreamRef s, const Fp8Experts &w, const std::int32_t *active,
+                                   const std::int32_t *n_active, int max_active, bf16 *dst,
+                                   std::int64_t dst_stride);
 
 }  // namespace keel::cuda

@@ -92,6 +92,12 @@ void launch_moe_gate_up_gemv(StreamRef s, const bf16 *x, const bf16 *gate_up, in
 // output; act [rows_cap, I] bf16). launch_swiglu does the plain case without biases.
 void launch_moe_act(StreamRef s, const bf16 *gu, int I, const std::int32_t *group,
                     const MoeGroupLayout &layout, const MoeExpertAct &ea, bf16 *act);
+// Slot-ordered experts (low-bit weights, whose GEMV takes one row per (token, expert)
+// slot: k_mxfp4.h's launch_gemv_mxfp4_experts): act[s, i] = activation(gu[s, i] + gate
+// bias, gu[s, I + i] + up bias) of expert ids[s], for the S slots. gu [S, 2I] f32 (the
+// GEMV's f32 sums, as the bf16 gather-GEMV activates them); act [S, I] bf16.
+void launch_moe_slot_act(StreamRef s, const float *gu, int I, const std::int32_t *ids, int S,
+                         const MoeExpertAct &ea, bf16 *act);
 // out[r, c] = down_e[c] . act[r] for the same rows (no bias: launch_moe_combine adds it).
 // down [E, H, I] bf16; out [rows_cap, H] bf16.
 void launch_moe_down_gemv(StreamRef s, const bf16 *act, const bf16 *down, int H, int I,
@@ -116,7 +122,8 @@ void launch_moe_grouped_gemm(StreamRef s, const bf16 *A, const bf16 *W, int N, i
 
 // y[t, c] = bf16(sum over j of weights[t, j] * (out[row(t, j), c] + down_bias[e_j, c])),
 // the k terms added in ascending expert order (as the CPU block adds them). ids, weights
-// [T, k]; out [rows_cap, H] bf16; down_bias [E, H] f32 or null; y [T, H] bf16.
+// [T, k]; out [rows_cap, H] bf16; down_bias [E, H] f32 or null; y [T, H] bf16. A null
+// group: out is slot-ordered (row of slot t k + j is that slot), as the low-bit path writes.
 void launch_moe_combine(StreamRef s, const bf16 *out, const std::int32_t *ids, const float *weights,
                         int T, int k, int H, const std::int32_t *group,
                         const MoeGroupLayout &layout, bf16 *y, const float *down_bias = nullptr);

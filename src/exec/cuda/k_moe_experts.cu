@@ -134,6 +134,24 @@ __global__ void moe_act_kernel(const bf16 *__restrict__ gu, int I,
   }
 }
 
+// Slot s (token s / k, its expert ids[s]) of the slot-ordered path -> act (one block per
+// slot); gu holds f32 gate|up sums, no bias yet.
+__global__ void moe_slot_act_kernel(const float *__restrict__ gu, int I,
+                                    const std::int32_t *__restrict__ ids, MoeExpertAct ea,
+                                    bf16 *__restrict__ act) {
+  const std::int64_t slot = blockIdx.x;
+  const std::int64_t e = ids[slot];
+  const float *row = gu + slot * 2 * I;
+  for (int i = threadIdx.x; i < I; i += blockDim.x) {
+    float g = row[i], u = row[I + i];
+    if (ea.gate_up_bias) {
+      g += ea.gate_up_bias[e * 2 * I + i];
+      u += ea.gate_up_bias[e * 2 * I + I + i];
+    }
+    act[slot * I + i] = __float2bfloat16(moe_expert_act(g, u, ea));
+  }
+}
+
 __global__ void moe_combine_kernel(const bf16 *__restrict__ out,
                                    const std::int32_t *__restrict__ ids,
                                    const float *__restrict__ weights, int k, int H,
@@ -157,7 +175,7 @@ __global__ void moe_combine_kernel(const bf16 *__restrict__ out,
         --at;
       }
       ex[at] = e;
-      rows[at] = group[L.slot_row() + slot];
+      rows[at] = group ? group[L.slot_row() + slot] : static_cast<int>(slot);
       wts[at] = weights[slot];
     }
     for (int j = 0; j < k; ++j) experts[j] = ex[j];
@@ -225,6 +243,15 @@ void launch_moe_combine(StreamRef s_ref, const bf16 *out, const std::int32_t *id
   if (T <= 0) return;
   moe_combine_kernel<<<T, 256, 0, s>>>(out, ids, weights, k, H, group, layout, y, down_bias);
   KEEL_CUDA_CHECK_LAUNCH("moe_combine");
+}
+
+void launch_moe_slot_act(StreamRef s_ref, const float *gu, int I, const std::int32_t *ids, int S,
+                         const MoeExpertAct &ea, bf16 *act) {
+  const cudaStream_t s = s_ref.get("launch_moe_slot_act");
+  if (I <= 0) throw Error(ErrorCode::kInvalidArgument, "moe slot act: I <= 0");
+  if (S <= 0) return;
+  moe_slot_act_kernel<<<static_cast<unsigned>(S), 256, 0, s>>>(gu, I, ids, ea, act);
+  KEEL_CUDA_CHECK_LAUNCH("moe_slot_act");
 }
 
 void launch_moe_act(StreamRef s_ref, const bf16 *gu, int I, const std::int32_t *group,

@@ -54,11 +54,10 @@ __device__ inline void decode_block(const unsigned q[4], float v[32]) {
   }
 }
 
+// Block b of src (17 bytes) to its 32 elements at dst + 32 b.
 template <typename Out>
-__global__ void dequantize_mxfp4_kernel(const std::uint8_t *__restrict__ src, Out *__restrict__ dst,
-                                        std::int64_t blocks) {
-  const std::int64_t b = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (b >= blocks) return;
+__device__ inline void dequantize_block(const std::uint8_t *__restrict__ src, Out *__restrict__ dst,
+                                        std::int64_t b) {
   unsigned e, q[4];
   load_block(src + b * kBlockBytes, e, q);
   float v[32];
@@ -83,6 +82,28 @@ __global__ void dequantize_mxfp4_kernel(const std::uint8_t *__restrict__ src, Ou
       *reinterpret_cast<uint4 *>(y + 8 * r) = packed;
     }
   }
+}
+
+template <typename Out>
+__global__ void dequantize_mxfp4_kernel(const std::uint8_t *__restrict__ src, Out *__restrict__ dst,
+                                        std::int64_t blocks) {
+  const std::int64_t b = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b < blocks) dequantize_block(src, dst, b);
+}
+
+// blockIdx.y = g: the g-th listed expert e = active[g] (nothing when g >= *n_active), its
+// matrix at src + e * stride bytes to dst + e * (32 blocks) elements.
+__global__ void dequantize_mxfp4_experts_kernel(const std::uint8_t *__restrict__ src,
+                                                std::size_t stride,
+                                                const std::int32_t *__restrict__ active,
+                                                const std::int32_t *__restrict__ n_active,
+                                                bf16 *__restrict__ dst, std::int64_t blocks) {
+  const int g = blockIdx.y;
+  if (g >= *n_active) return;
+  const std::int64_t b = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (b >= blocks) return;
+  const std::int64_t e = active[g];
+  dequantize_block(src + e * stride, dst + e * blocks * kBlockElems, b);
 }
 
 constexpr int kWarps = 8;
@@ -228,6 +249,23 @@ void launch_dequantize_mxfp4(StreamRef s_ref, const void *src, bf16 *dst, std::i
 
 void launch_dequantize_mxfp4_f32(StreamRef s_ref, const void *src, float *dst, std::int64_t n) {
   dequant(s_ref.get("launch_dequantize_mxfp4_f32"), src, dst, n);
+}
+
+void launch_dequantize_mxfp4_experts(StreamRef s_ref, const void *w_base, std::size_t expert_stride,
+                                     std::int64_t n, const std::int32_t *active,
+                                     const std::int32_t *n_active, int max_active, bf16 *dst) {
+  const cudaStream_t s = s_ref.get("launch_dequantize_mxfp4_experts");
+  if (n <= 0 || max_active <= 0) return;
+  const std::int64_t blocks = n / kBlockElems;
+  if (n % kBlockElems != 0 || (blocks + 255) / 256 > 0x7fffffff || max_active > 65535 || !active ||
+      !n_active || reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
+      expert_stride < static_cast<std::size_t>(blocks * kBlockBytes))
+    throw Error(ErrorCode::kInvalidArgument, "dequantize_mxfp4_experts: bad shape (" +
+                                                 std::to_string(n) + " elements per expert)");
+  const dim3 grid(static_cast<unsigned>((blocks + 255) / 256), static_cast<unsigned>(max_active));
+  dequantize_mxfp4_experts_kernel<<<grid, 256, 0, s>>>(
+      static_cast<const std::uint8_t *>(w_base), expert_stride, active, n_active, dst, blocks);
+  KEEL_CUDA_CHECK_LAUNCH("dequantize_mxfp4_experts");
 }
 
 void launch_gemv_mxfp4(StreamRef s_ref, const bf16 *x, const void *w, void *y, bool y_f32,

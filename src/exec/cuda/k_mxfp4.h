@@ -16,6 +16,14 @@ namespace keel::cuda {
 void launch_dequantize_mxfp4(StreamRef s, const void *src, bf16 *dst, std::int64_t n);
 void launch_dequantize_mxfp4_f32(StreamRef s, const void *src, float *dst, std::int64_t n);
 
+// A stacked expert tensor's listed experts (MoE prefill): for g < *n_active, e = active[g],
+// the n elements (a multiple of 32) of blocks at w_base + e * expert_stride bytes to
+// dst + e * n (dst 16-byte aligned). active / n_active on the device (launch_moe_group's
+// nonempty experts), so nothing waits on the host; max_active bounds *n_active (the grid).
+void launch_dequantize_mxfp4_experts(StreamRef s, const void *w_base, std::size_t expert_stride,
+                                     std::int64_t n, const std::int32_t *active,
+                                     const std::int32_t *n_active, int max_active, bf16 *dst);
+
 constexpr int kMxfp4GemvMaxM = 8;
 
 // y[m, n] (row stride ldy) = sum_k x[m, k] w[n, k] for m < M, n < N; w: N rows of K / 32

@@ -207,12 +207,11 @@ struct Fmt<QuantFormat::kQ6_K> {
   }
 };
 
+// Chunk i of the blocks at src to its elements at dst.
 template <QuantFormat F, typename Out>
-__global__ void dequantize_kernel(const std::uint8_t *__restrict__ src, Out *__restrict__ dst,
-                                  std::int64_t chunks) {
+__device__ inline void dequantize_chunk(const std::uint8_t *__restrict__ src, Out *__restrict__ dst,
+                                        std::int64_t i) {
   using T = Fmt<F>;
-  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= chunks) return;
   const std::int64_t blk = i / T::kChunks;
   const int k = static_cast<int>(i % T::kChunks);
   Chunk c;
@@ -231,6 +230,29 @@ __global__ void dequantize_kernel(const std::uint8_t *__restrict__ src, Out *__r
       *reinterpret_cast<uint4 *>(y + c.off[r]) = packed;
     }
   }
+}
+
+template <QuantFormat F, typename Out>
+__global__ void dequantize_kernel(const std::uint8_t *__restrict__ src, Out *__restrict__ dst,
+                                  std::int64_t chunks) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < chunks) dequantize_chunk<F>(src, dst, i);
+}
+
+// blockIdx.y = g: expert e = active[g] (nothing when g >= *n_active), its blocks at
+// src + e * stride bytes to dst + e * dst_stride elements.
+template <QuantFormat F>
+__global__ void dequantize_experts_kernel(const std::uint8_t *__restrict__ src, std::size_t stride,
+                                          const std::int32_t *__restrict__ active,
+                                          const std::int32_t *__restrict__ n_active,
+                                          bf16 *__restrict__ dst, std::int64_t dst_stride,
+                                          std::int64_t chunks) {
+  const int g = blockIdx.y;
+  if (g >= *n_active) return;
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= chunks) return;
+  const std::int64_t e = active[g];
+  dequantize_chunk<F>(src + e * stride, dst + e * dst_stride, i);
 }
 
 constexpr int kWarps = 8;
@@ -289,6 +311,73 @@ __global__ void __launch_bounds__(kWarps * 32)
         static_cast<bf16 *>(y)[m * ldy + n] = __float2bfloat16(acc[m]);
     }
   }
+}
+
+// gemv_quant_kernel at M = 1 with a slot per blockIdx.y: weights of expert ids[slot] at
+// w + ids[slot] * stride (an id outside [0, experts): a zero row), x row slot / slots_per_x.
+template <QuantFormat F, bool OutF32>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_quant_experts_kernel(const bf16 *__restrict__ x, std::int64_t ldx, int slots_per_x,
+                              const std::uint8_t *__restrict__ w, std::size_t stride, int experts,
+                              const std::int32_t *__restrict__ ids, void *__restrict__ y,
+                              std::int64_t ldy, std::int64_t N, std::int64_t K) {
+  using T = Fmt<F>;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t n = std::int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (n >= N) return;
+  const int slot = blockIdx.y;
+  const int e = ids[slot];
+  float acc = 0.0f;
+  if (e >= 0 && e < experts) {
+    const std::int64_t blocks = K / T::kElems, chunks = K / kChunk;
+    const std::uint8_t *wr = w + std::size_t(e) * stride + n * blocks * T::kBytes;
+    const bf16 *xs = x + std::int64_t(slot / slots_per_x) * ldx;
+#pragma unroll 4
+    for (std::int64_t ci = lane; ci < chunks; ci += 32) {
+      const std::int64_t blk = ci / T::kChunks;
+      Chunk c;
+      T::decode(wr + blk * T::kBytes, static_cast<int>(ci % T::kChunks), c);
+      const bf16 *xb = xs + blk * T::kElems;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        float xf[8];
+        bf16x8(__ldg(reinterpret_cast<const uint4 *>(xb + c.off[r])), xf);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) acc = fmaf(c.v[r][i], xf[i], acc);
+      }
+    }
+  }
+  for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+  if (lane == 0) {
+    const std::int64_t at = std::int64_t(slot) * ldy + n;
+    if constexpr (OutF32)
+      static_cast<float *>(y)[at] = acc;
+    else
+      static_cast<bf16 *>(y)[at] = __float2bfloat16(acc);
+  }
+}
+
+template <QuantFormat F>
+void gemv_experts_f(cudaStream_t s, dim3 grid, const bf16 *x, std::int64_t ldx, int slots_per_x,
+                    const void *w, std::size_t stride, int experts, const std::int32_t *ids,
+                    void *y, bool y_f32, std::int64_t ldy, std::int64_t N, std::int64_t K) {
+  const auto *wb = static_cast<const std::uint8_t *>(w);
+  if (y_f32)
+    gemv_quant_experts_kernel<F, true>
+        <<<grid, kWarps * 32, 0, s>>>(x, ldx, slots_per_x, wb, stride, experts, ids, y, ldy, N, K);
+  else
+    gemv_quant_experts_kernel<F, false>
+        <<<grid, kWarps * 32, 0, s>>>(x, ldx, slots_per_x, wb, stride, experts, ids, y, ldy, N, K);
+}
+
+template <QuantFormat F>
+void dequant_experts_f(cudaStream_t s, const void *w, std::size_t stride, std::int64_t n,
+                       const std::int32_t *active, const std::int32_t *n_active, int max_active,
+                       bf16 *dst) {
+  const std::int64_t chunks = n / kChunk;
+  const dim3 grid(static_cast<unsigned>((chunks + 255) / 256), static_cast<unsigned>(max_active));
+  dequantize_experts_kernel<F><<<grid, 256, 0, s>>>(static_cast<const std::uint8_t *>(w), stride,
+                                                    active, n_active, dst, n, chunks);
 }
 
 template <QuantFormat F, int M>
@@ -399,8 +488,7 @@ int quant_block_bytes(QuantFormat f) {
   return 1;
 }
 
-void launch_dequantize(StreamRef s_ref, QuantFormat f, const void *src, bf16 *dst,
-                       std::int64_t n) {
+void launch_dequantize(StreamRef s_ref, QuantFormat f, const void *src, bf16 *dst, std::int64_t n) {
   if (f == QuantFormat::kMXFP4) return launch_dequantize_mxfp4(s_ref, src, dst, n);
   dequant_any(s_ref.get("launch_dequantize"), f, src, dst, n);
 }
@@ -442,6 +530,74 @@ void launch_gemv_quant(StreamRef s_ref, QuantFormat f, const bf16 *x, const void
       break;
   }
   KEEL_CUDA_CHECK_LAUNCH("gemv_quant");
+}
+
+void launch_gemv_quant_experts(StreamRef s_ref, QuantFormat f, const bf16 *x, std::int64_t ldx,
+                               int slots_per_x, const void *w_base, std::size_t expert_stride,
+                               int experts, const std::int32_t *ids, int slots, void *y, bool y_f32,
+                               std::int64_t ldy, std::int64_t N, std::int64_t K) {
+  if (f == QuantFormat::kMXFP4)
+    return launch_gemv_mxfp4_experts(s_ref, x, ldx, slots_per_x, w_base, expert_stride, experts,
+                                     ids, slots, y, y_f32, ldy, N, K);
+  const cudaStream_t s = s_ref.get("launch_gemv_quant_experts");
+  if (N <= 0 || slots <= 0) return;
+  const std::size_t row_bytes =
+      static_cast<std::size_t>(K / quant_block_elems(f) * quant_block_bytes(f));
+  if (K <= 0 || K % quant_block_elems(f) != 0 || ldy < N || ldx < K || ldx % 8 != 0 ||
+      slots > 65535 || slots_per_x < 1 || experts < 1 || !ids || expert_stride % 16 != 0 ||
+      expert_stride < N * row_bytes || reinterpret_cast<std::uintptr_t>(x) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(w_base) % 16 != 0 || N > std::int64_t(0x7fffffff) * kWarps)
+    throw Error(ErrorCode::kInvalidArgument, "gemv_quant_experts: unsupported shape N=" +
+                                                 std::to_string(N) + " K=" + std::to_string(K));
+  const dim3 grid(static_cast<unsigned>((N + kWarps - 1) / kWarps), static_cast<unsigned>(slots));
+  switch (f) {
+#define KEEL_QUANT_EXPERTS_CASE(F)                                                                 \
+  case F:                                                                                          \
+    gemv_experts_f<F>(s, grid, x, ldx, slots_per_x, w_base, expert_stride, experts, ids, y, y_f32, \
+                      ldy, N, K);                                                                  \
+    break;
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ8_0)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ4_0)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ4_K)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ5_K)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ6_K)
+#undef KEEL_QUANT_EXPERTS_CASE
+    case QuantFormat::kMXFP4:  // forwarded above
+      break;
+  }
+  KEEL_CUDA_CHECK_LAUNCH("gemv_quant_experts");
+}
+
+void launch_dequantize_quant_experts(StreamRef s_ref, QuantFormat f, const void *w_base,
+                                     std::size_t expert_stride, std::int64_t n,
+                                     const std::int32_t *active, const std::int32_t *n_active,
+                                     int max_active, bf16 *dst) {
+  if (f == QuantFormat::kMXFP4)
+    return launch_dequantize_mxfp4_experts(s_ref, w_base, expert_stride, n, active, n_active,
+                                           max_active, dst);
+  const cudaStream_t s = s_ref.get("launch_dequantize_quant_experts");
+  if (n <= 0 || max_active <= 0) return;
+  if (n % quant_block_elems(f) != 0 || max_active > 65535 || !active || !n_active ||
+      (n / kChunk + 255) / 256 > 0x7fffffff || reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
+      expert_stride % 16 != 0 ||
+      expert_stride < static_cast<std::size_t>(n / quant_block_elems(f) * quant_block_bytes(f)))
+    throw Error(ErrorCode::kInvalidArgument, "dequantize_quant_experts: bad shape (" +
+                                                 std::to_string(n) + " elements per expert)");
+  switch (f) {
+#define KEEL_QUANT_EXPERTS_CASE(F)                                                        \
+  case F:                                                                                 \
+    dequant_experts_f<F>(s, w_base, expert_stride, n, active, n_active, max_active, dst); \
+    break;
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ8_0)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ4_0)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ4_K)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ5_K)
+    KEEL_QUANT_EXPERTS_CASE(QuantFormat::kQ6_K)
+#undef KEEL_QUANT_EXPERTS_CASE
+    case QuantFormat::kMXFP4:
+      break;
+  }
+  KEEL_CUDA_CHECK_LAUNCH("dequantize_quant_experts");
 }
 
 }  // namespace keel::cuda

@@ -4,6 +4,7 @@
 // formats/quant.h; values equal formats/quant.cpp's dequantize_row bit for bit.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "exec/cuda/kernels.h"
@@ -20,8 +21,7 @@ int quant_block_bytes(QuantFormat f);
 // n elements (a multiple of the block size) from blocks at src to dst (bf16 or f32).
 // Launchers take a StreamRef (kernels.h) like every other launcher.
 void launch_dequantize(StreamRef s, QuantFormat f, const void *src, bf16 *dst, std::int64_t n);
-void launch_dequantize_f32(StreamRef s, QuantFormat f, const void *src, float *dst,
-                           std::int64_t n);
+void launch_dequantize_f32(StreamRef s, QuantFormat f, const void *src, float *dst, std::int64_t n);
 
 constexpr int kQuantGemvMaxM = 8;
 
@@ -30,5 +30,19 @@ constexpr int kQuantGemvMaxM = 8;
 // aligned, K a multiple of 8), y f32 when y_f32, else bf16. 1 <= M <= kQuantGemvMaxM.
 void launch_gemv_quant(StreamRef s, QuantFormat f, const bf16 *x, const void *w, void *y,
                        bool y_f32, std::int64_t ldy, int M, std::int64_t N, std::int64_t K);
+
+// Stacked experts [experts, N, K] in blocks of `f` (MoE routed experts, issue #19; kMXFP4
+// forwards to k_mxfp4.h): slot i computes y[i, :] (rows ldy apart) = x[i / slots_per_x, :]
+// (rows ldx apart) . W[ids[i]]^T, W[e] at w_base + e * expert_stride bytes (a multiple of
+// 16), ids on the device (outside [0, experts): a zero row). As launch_gemv_quant at M = 1.
+void launch_gemv_quant_experts(StreamRef s, QuantFormat f, const bf16 *x, std::int64_t ldx,
+                               int slots_per_x, const void *w_base, std::size_t expert_stride,
+                               int experts, const std::int32_t *ids, int slots, void *y, bool y_f32,
+                               std::int64_t ldy, std::int64_t N, std::int64_t K);
+// For g < *n_active (on the device), e = active[g]: the n elements of W[e] to dst + e * n.
+void launch_dequantize_quant_experts(StreamRef s, QuantFormat f, const void *w_base,
+                                     std::size_t expert_stride, std::int64_t n,
+                                     const std::int32_t *active, const std::int32_t *n_active,
+                                     int max_active, bf16 *dst);
 
 }  // namespace keel::cuda
