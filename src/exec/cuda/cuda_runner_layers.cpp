@@ -161,8 +161,9 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
                      dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);
           break;
-        case S::kMoeFfn:  // cuda_runner_moe.cpp
+        case S::kMoeFfn:  // cuda_runner_moe.cpp; the shared expert after the routed sum
           launch_moe(L, T);
+          if (moe_S_ > 0) launch_moe_shared(L, T);
           break;
       }
     }

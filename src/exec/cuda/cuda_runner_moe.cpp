@@ -73,6 +73,7 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
                                               static_cast<int>(moe_E_), static_cast<int>(moe_k_),
                                               static_cast<int>(moe_I_));
   if (!fused_moe) fused_max_m_ = 0;
+  allocate_moe_shared_buffers();  // GLM-4.5's shared expert (cuda_runner_moe_route.cpp)
 }
 
 MoeExpertAct CudaModelRunner::expert_act(const Layer &L) const {
