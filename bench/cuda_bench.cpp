@@ -13,9 +13,9 @@
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|gpt-oss-20b|gpt-oss-120b
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
-//     [--moe-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]   (mixture of experts,
-//     make_model's shapes; the roofline counts only the expert weights a step reads: k of E per
-//     token, the expected distinct experts of n tokens)
+//     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]
+//     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
+//     reads: k of E per token, the expected distinct experts of n tokens)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -481,6 +481,7 @@ int run(int argc, char **argv) {
   int transfer_tokens = 8192;
   int layers = 0;  // --layers N: a MoE shape with fewer layers
   int moe_gemv_max = cuda::CudaRunnerOptions{}.moe_gemv_max_tokens;
+  int moe_lowbit_gemv_max = cuda::CudaRunnerOptions{}.moe_lowbit_gemv_max_tokens;
   bool moe_grouped = true;           // --moe-grouped on|off: the experts' grouped GEMM for prefill
   bool moe_split_down = false;       // --moe-split-down on|off: fused MoE decode's down variant
   std::string experts_fmt = "auto";  // --experts auto|mxfp4|bf16: routed experts, random weights
@@ -539,6 +540,8 @@ int run(int argc, char **argv) {
       layers = std::stoi(val());
     else if (a == "--moe-gemv-max")
       moe_gemv_max = std::stoi(val());
+    else if (a == "--moe-lowbit-gemv-max")
+      moe_lowbit_gemv_max = std::stoi(val());
     else if (a == "--moe-grouped")
       moe_grouped = val() == "on";
     else if (a == "--moe-split-down")
@@ -566,6 +569,7 @@ int run(int argc, char **argv) {
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
   o.moe_gemv_max_tokens = moe_gemv_max;
+  o.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
   o.moe_grouped_gemm = moe_grouped;
   o.moe_split_down = moe_split_down;
   if (experts_fmt != "auto" && experts_fmt != "mxfp4" && experts_fmt != "bf16")

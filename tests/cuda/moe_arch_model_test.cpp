@@ -65,6 +65,7 @@ CudaRunnerOptions small_options(int moe_gemv_max) {
   o.max_logits_rows = 128;
   o.max_model_len = 1024;
   o.moe_gemv_max_tokens = moe_gemv_max;
+  o.moe_lowbit_gemv_max_tokens = moe_gemv_max;  // the case's path for low-bit experts too
   return o;
 }
 

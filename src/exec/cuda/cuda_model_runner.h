@@ -101,6 +101,11 @@ struct CudaRunnerOptions {
   // yet): a decode step on the GEMMs pays a host sync and up to 2 E launches per layer,
   // while the GEMVs read an expert's weights once per 8 of its tokens.
   int moe_gemv_max_tokens = 256;
+  // The same bound for low-bit experts (MXFP4, FP8, GGUF), whose slot GEMVs read an expert
+  // once per (token, expert) pair, not once per 8 of its tokens: past about 8 E / k tokens a
+  // step, dequantizing the step's experts to bf16 for the grouped GEMM reads fewer bytes.
+  // -1: min(moe_gemv_max_tokens, 8 E / k).
+  int moe_lowbit_gemv_max_tokens = -1;
   // Above moe_gemv_max_tokens, the experts run as one grouped GEMM launch per matrix
   // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
   // allow; off: one cuBLASLt GEMM per nonempty expert after a host read of the group starts.

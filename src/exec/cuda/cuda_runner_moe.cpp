@@ -35,6 +35,11 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_k_ = m.top_k;
   moe_I_ = m.expert_intermediate;
   moe_gemv_max_ = std::max(0, opts.moe_gemv_max_tokens);
+  if (experts_lowbit())
+    moe_gemv_max_ = opts.moe_lowbit_gemv_max_tokens >= 0
+                        ? opts.moe_lowbit_gemv_max_tokens
+                        : static_cast<int>(std::min<std::int64_t>(
+                              moe_gemv_max_, 8 * moe_E_ / std::max<std::int64_t>(1, moe_k_)));
   moe_split_down_ = opts.moe_split_down;
   moe_grouped_ = opts.moe_grouped_gemm &&
                  moe_grouped_gemm_supported(static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
