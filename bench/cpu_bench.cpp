@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -184,8 +185,18 @@ int main(int argc, char **argv) {
   const double prefill_roof_cpu = prompt / (prefill_flops / gemm_cpu);
 
   const double rss = status_kb("VmHWM:") * 1024.0;
-  std::ifstream wf(model, std::ios::binary | std::ios::ate);
-  const double file_bytes = wf ? static_cast<double>(wf.tellg()) : weight_bytes;
+  // The weights on disk: the file, or a directory's safetensors shards (an ifstream opens a
+  // directory too, and its tellg() is not a size).
+  double file_bytes = 0.0;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(model, ec)) {
+    file_bytes = static_cast<double>(std::filesystem::file_size(model, ec));
+  } else if (std::filesystem::is_directory(model, ec)) {
+    for (const auto &e : std::filesystem::directory_iterator(model, ec))
+      if (e.is_regular_file(ec) && e.path().extension() == ".safetensors")
+        file_bytes += static_cast<double>(e.file_size(ec));
+  }
+  if (file_bytes <= 0.0) file_bytes = weight_bytes;
 
   std::printf("model %s  threads %d  load %s\n", model.c_str(), nt, loadavg().c_str());
   std::printf("                          wall clock (best)        cpu time / threads\n");
