@@ -19,7 +19,6 @@ namespace {
 
 using nlohmann::json;
 using test::open_error;
-using test::parse_error;
 using test::rename_tensor;
 using test::slurp;
 using test::spit;
@@ -85,13 +84,7 @@ TEST(Glm4MoeConfig, ParsesTheReleasedFields) {
 }
 
 TEST(Glm4MoeConfig, BadFieldsAndUnknownRoutingAreNamed) {
-  struct Case {
-    const char *field;
-    json value;
-    ErrorCode code;
-    const char *expect;
-  };
-  const Case cases[] = {
+  const test::BadField cases[] = {
       {"scoring_func", "softmax", ErrorCode::kUnsupported,
        "scoring_func \"softmax\" is not supported (sigmoid only)"},
       {"topk_method", "greedy", ErrorCode::kUnsupported,
@@ -112,14 +105,7 @@ TEST(Glm4MoeConfig, BadFieldsAndUnknownRoutingAreNamed) {
       {"partial_rotary_factor", 0.3, ErrorCode::kFormat,
        "partial_rotary_factor: 0.300000 does not give an even part of head_dim"},
   };
-  for (const Case &c : cases) {
-    json j = glm4_moe_json();
-    j[c.field] = c.value;
-    const auto [code, what] = parse_error(j);
-    EXPECT_EQ(code, c.code) << c.field << ": " << what;
-    EXPECT_NE(what.find(c.expect), std::string::npos) << c.field << ": " << what;
-    EXPECT_EQ(what.rfind("config.json", 0), 0u) << what;
-  }
+  test::expect_bad_fields(glm4_moe_json(), cases);
 }
 
 MakeModelOptions tiny_glm(const std::filesystem::path &out) {

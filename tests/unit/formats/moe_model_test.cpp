@@ -19,7 +19,6 @@ namespace {
 
 using nlohmann::json;
 using test::open_error;
-using test::parse_error;
 using test::rename_tensor;
 using test::slurp;
 using test::spit;
@@ -87,13 +86,7 @@ TEST(MoeConfig, ParsesMixtral) {
 }
 
 TEST(MoeConfig, BadFieldsAreNamed) {
-  struct Case {
-    const char *field;
-    json value;
-    ErrorCode code;
-    const char *expect;
-  };
-  const Case cases[] = {
+  const test::BadField cases[] = {
       {"num_experts_per_tok", 9, ErrorCode::kFormat,
        "num_experts_per_tok: 9 is not in [1, num_experts]"},
       {"num_experts_per_tok", 0, ErrorCode::kFormat, "num_experts_per_tok: 0"},
@@ -112,14 +105,7 @@ TEST(MoeConfig, BadFieldsAreNamed) {
       {"shared_expert_intermediate_size", 256, ErrorCode::kUnsupported,
        "shared_expert_intermediate_size: shared experts are not supported"},
   };
-  for (const Case &c : cases) {
-    json j = qwen3_moe_json();
-    j[c.field] = c.value;
-    const auto [code, what] = parse_error(j);
-    EXPECT_EQ(code, c.code) << c.field << ": " << what;
-    EXPECT_NE(what.find(c.expect), std::string::npos) << c.field << ": " << what;
-    EXPECT_EQ(what.rfind("config.json", 0), 0u) << what;
-  }
+  test::expect_bad_fields(qwen3_moe_json(), cases);
 }
 
 MakeModelOptions tiny_moe(const std::filesystem::path &out) {
