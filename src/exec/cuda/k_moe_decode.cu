@@ -1,11 +1,11 @@
 // The fused mixture-of-experts decode kernels (k_moe_decode.h): router with its norm and
 // top-k, the slots' gate/up GEMVs with the activation, and the down GEMVs with the
 // routing weights, the combine and the residual add.
-#include <climits>
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_moe_act.cuh"
 #include "exec/cuda/k_moe_decode.h"
+#include "exec/cuda/k_moe_softmax_topk.cuh"
 #include "exec/cuda/k_pdl.cuh"
 
 namespace keel::cuda {
@@ -14,7 +14,6 @@ namespace {
 
 constexpr int kWarps = 8;  // one output row (expert logit, act column, hidden column) per warp
 constexpr int kThreads = kWarps * 32;
-constexpr int kPerLane = kMoeMaxExperts / 32;
 constexpr std::size_t kStageBytes = 48 * 1024;  // the router's staged input: T x H bf16
 
 __device__ inline void unpack8(const uint4 &raw, float f[8]) {
@@ -54,51 +53,7 @@ __device__ inline float warp_sum(float v) {
 // lower expert, NaN never wins, norm_topk_prob).
 __device__ void route_token_warp(const float *row, int E, int k, bool norm, std::int32_t *ids,
                                  float *weights) {
-  const int lane = threadIdx.x % 32;
-  float v[kPerLane];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    float x = e < E ? __ldcg(row + e) : -INFINITY;
-    if (isnan(x)) x = -INFINITY;
-    v[i] = x;
-    mx = fmaxf(mx, x);
-  }
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (mx == -INFINITY) mx = 0.0f;
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) sum += __expf(v[i] - mx);
-  sum = warp_sum(sum);
-  unsigned taken = 0;
-  float p[kMoeMaxTopK];
-  int chosen[kMoeMaxTopK];
-  float chosen_sum = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    float bv = -INFINITY;
-    int bi = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (e >= E || (taken >> i & 1u)) continue;
-      if (bi == INT_MAX || v[i] > bv) bv = v[i], bi = e;
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-    }
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
-    chosen[j] = bi;
-    p[j] = __expf(bv - mx) / sum;
-    chosen_sum += p[j];
-  }
-  if (lane == 0)
-    for (int j = 0; j < k; ++j) {
-      ids[j] = chosen[j];
-      weights[j] = norm ? p[j] / chosen_sum : p[j];
-    }
+  warp_softmax_topk([row](int e) { return __ldcg(row + e); }, E, k, norm, ids, weights);
 }
 
 constexpr int kRouterPre = 8;  // router vectors a lane loads before waiting (all of H <= 2048)

@@ -5,66 +5,22 @@
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_moe_route.h"
+#include "exec/cuda/k_moe_softmax_topk.cuh"
 
 namespace keel::cuda {
 
 namespace {
 
-constexpr int kPerLane = kMoeMaxExperts / 32;  // logits each lane holds
 constexpr int kRouteWarps = 8;
 
 __global__ void __launch_bounds__(kRouteWarps * 32)
     moe_route_kernel(const float *__restrict__ logits, int T, int E, int k, bool norm,
                      std::int32_t *__restrict__ ids, float *__restrict__ weights) {
-  const int lane = threadIdx.x % 32;
   const int t = blockIdx.x * kRouteWarps + threadIdx.x / 32;
   if (t >= T) return;
   const float *row = logits + std::int64_t(t) * E;
-  float v[kPerLane];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int e = lane + 32 * i;
-    float x = e < E ? row[e] : -INFINITY;
-    if (isnan(x)) x = -INFINITY;  // a NaN logit never wins, nor poisons the sum
-    v[i] = x;
-    mx = fmaxf(mx, x);
-  }
-  for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-  if (mx == -INFINITY) mx = 0.0f;
-  float sum = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) sum += __expf(v[i] - mx);
-  for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-  unsigned taken = 0;  // bit i: expert lane + 32 i already chosen
-  float p[kMoeMaxTopK];
-  int chosen[kMoeMaxTopK];
-  float chosen_sum = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    // The largest remaining logit, ties to the lower expert index.
-    float bv = -INFINITY;
-    int bi = INT_MAX;
-#pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int e = lane + 32 * i;
-      if (e >= E || (taken >> i & 1u)) continue;
-      if (bi == INT_MAX || v[i] > bv) bv = v[i], bi = e;  // e ascends within a lane
-    }
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) bv = ov, bi = oi;
-    }
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
-    chosen[j] = bi;
-    p[j] = __expf(bv - mx) / sum;
-    chosen_sum += p[j];
-  }
-  if (lane == 0)
-    for (int j = 0; j < k; ++j) {
-      ids[std::int64_t(t) * k + j] = chosen[j];
-      weights[std::int64_t(t) * k + j] = norm ? p[j] / chosen_sum : p[j];
-    }
+  warp_softmax_topk([row](int e) { return row[e]; }, E, k, norm, ids + std::int64_t(t) * k,
+                    weights + std::int64_t(t) * k);
 }
 
 // kGroupedSigmoid and kTopkSoftmax (k_moe.h): one warp per token, its choice scores in
