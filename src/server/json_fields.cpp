@@ -43,17 +43,18 @@ bool valid_utf8(std::string_view s) {
 
 json parse_body(std::string_view body) {
   if (!valid_utf8(body)) fail_field("body", "request body is not valid UTF-8");
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::parse_error &e) {
-    std::string what = e.what();
+  JsonParseFailure failure;
+  auto j = parse_bounded_json<json>(body, request_json_limits(), &failure);
+  if (!j) {
+    const std::string &what = failure.message;
+    if (failure.kind == JsonParseFailure::Kind::kLimit)
+      fail_field("body", "request JSON is over a limit: " + what);
     if (what.find("UTF-8") != std::string::npos || what.find("surrogate") != std::string::npos)
       fail_field("body", "request body holds invalid UTF-8 (" + what + ")");
     fail_field("body", "malformed JSON: " + what);
   }
-  if (!j.is_object()) fail_field("body", "must be a JSON object");
-  return j;
+  if (!j->is_object()) fail_field("body", "must be a JSON object");
+  return std::move(*j);
 }
 
 std::optional<double> opt_number(const json &obj, const char *field, double lo, double hi) {

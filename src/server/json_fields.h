@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/bounded_json.h"
 #include "server/api_error.h"
 
 namespace keel::server {
@@ -20,8 +21,13 @@ struct ApiErrorException {
   throw ApiErrorException{bad_field(field, reason)};
 }
 
-// Parses a request body: checks UTF-8 first (so the message says so), then JSON, and
-// requires an object.
+// The limits every request body is parsed under (core/bounded_json.h): 128 levels of
+// nesting (the APIs need under 10; a tool schema a few dozen), 4,096 keys an object,
+// 2^20 items an array, 16 MiB a string. Past one, the request is a 400 naming it.
+inline JsonLimits request_json_limits() { return {}; }
+
+// Parses a request body: checks UTF-8 first (so the message says so), then JSON under
+// request_json_limits(), and requires an object.
 nlohmann::ordered_json parse_body(std::string_view body);
 bool valid_utf8(std::string_view s);
 

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "core/bounded_json.h"
+
 namespace keel {
 
 namespace {
@@ -170,11 +172,12 @@ bool HarmonyParser::body_step(bool final) {
 void HarmonyParser::end_body() {
   if (kind_ == Kind::kCall) {
     const std::string_view args = trim(body_);
-    auto j = nlohmann::ordered_json::parse(args.begin(), args.end(), nullptr, false);
-    if (!j.is_discarded() && j.is_object()) {
+    // Bounded (depth, keys): the model's text, dumped again below.
+    auto j = parse_bounded_json<nlohmann::ordered_json>(args);
+    if (j && j->is_object()) {
       HarmonyEvent e;
       e.kind = HarmonyEvent::Kind::kCall;
-      e.call = {name_, j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
+      e.call = {name_, j->dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace)};
       out_.push_back(std::move(e));
     } else {
       emit(HarmonyEvent::Kind::kContent, body_);  // not a call after all

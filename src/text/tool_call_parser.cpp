@@ -7,6 +7,8 @@
 #include <optional>
 #include <utility>
 
+#include "core/bounded_json.h"
+
 namespace keel {
 
 using json = nlohmann::ordered_json;
@@ -53,9 +55,7 @@ std::optional<json> parse_value(std::string_view text) {
   if (text.empty() || (text[0] != '{' && text[0] != '[')) return std::nullopt;
   bool too_deep = false;
   if (json_value_end(text, kMaxDepth, &too_deep) != text.size() || too_deep) return std::nullopt;
-  json j = json::parse(text.begin(), text.end(), nullptr, false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
+  return parse_bounded_json<json>(text);
 }
 
 // {"name": N, "arguments"|"parameters": {...} or a string holding an object}.

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "core/bounded_json.h"
+
 namespace keel {
 
 using json = nlohmann::ordered_json;
@@ -20,8 +22,9 @@ json arguments_of(const json &call) {
   const json fn = call.value("function", json::object());
   json args = fn.value("arguments", json::object());
   if (args.is_string()) {
-    json parsed = json::parse(args.get<std::string>(), nullptr, false);
-    if (!parsed.is_discarded()) return parsed;
+    // A client's text: parsed under the request limits (depth, keys) or kept a string.
+    if (auto parsed = parse_bounded_json<json>(args.get_ref<const std::string &>()))
+      return std::move(*parsed);
   }
   return args;
 }

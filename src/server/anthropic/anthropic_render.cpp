@@ -2,6 +2,7 @@
 // message_start, content blocks (text, tool_use), message_delta, message_stop.
 #include <cstdio>
 
+#include "core/bounded_json.h"
 #include "server/anthropic/anthropic_types.h"
 #include "server/api_error.h"
 #include "server/chat_prompt.h"
@@ -22,8 +23,8 @@ const char *stop_reason(FinishReason finish, const std::string &stop_sequence, i
 }
 
 json input_of(const ParsedToolCall &c) {
-  json j = json::parse(c.arguments, nullptr, false);
-  return j.is_object() ? j : json::object();
+  auto j = parse_bounded_json<json>(c.arguments);
+  return j && j->is_object() ? std::move(*j) : json::object();
 }
 
 // Anthropic splits the prompt three ways: read from the cache, written to it, and the

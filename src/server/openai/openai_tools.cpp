@@ -136,7 +136,7 @@ json template_tool_calls(const json &calls, const std::string &field) {
         if (whole) {
           const std::string_view v = std::string_view(s).substr(s.find_first_not_of(" \t\r\n"));
           if (json_value_end(v, 64, &deep) != std::string_view::npos && !deep)
-            parsed = json::parse(s, nullptr, false);
+            parsed = parse_bounded_json<json>(s, request_json_limits()).value_or(json());
         }
         args = parsed.is_object() ? parsed : *a;
       } else if (a->is_object()) {

@@ -47,3 +47,26 @@ TEST(JsonFields, TypedFieldsCheckTypeAndRange) {
   EXPECT_EQ(param_of([&] { req_string(j, "missing"); }), "missing");
   EXPECT_FALSE(opt_int(j, "missing", 0, 1).has_value());
 }
+
+TEST(JsonFields, BodyLimitsAreA400NamingTheLimit) {
+  auto message_of = [](const std::string &body) {
+    try {
+      parse_body(body);
+    } catch (const ApiErrorException &e) {
+      EXPECT_EQ(e.error.status, 400);
+      EXPECT_EQ(e.error.param, "body");
+      return e.error.message;
+    }
+    return std::string("<no error>");
+  };
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_NE(message_of("{\"x\":" + deep + "}").find("nesting deeper than the limit of 128 levels"),
+            std::string::npos);
+  EXPECT_NE(message_of("{\"t\":1e400}").find("number out of range: 1e400"), std::string::npos);
+  std::string keys = "{";
+  for (int i = 0; i < 5000; ++i) keys += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":1";
+  keys += "}";
+  EXPECT_NE(message_of(keys).find("more than 4096 keys"), std::string::npos);
+  EXPECT_EQ(message_of("{\"x\":" + std::string(127, '[') + std::string(127, ']') + "}"),
+            "<no error>");
+}
