@@ -36,6 +36,7 @@
 #include "registry/log_ring.h"
 #include "registry/model_registry.h"
 #include "server/api_server.h"
+#include "server/connection_limits.h"
 #include "server/http_server.h"
 
 namespace keel::cli {
@@ -57,6 +58,10 @@ int cmd_serve(int argc, char **argv) {
   double response_store_ttl_s = 3600;
   std::string force_tool_call;
   double fault_slow_load_s = 0;
+  // Exposure (issue 31): cross-site checks, connection caps, the handler pool's deadline.
+  std::vector<std::string> allowed_origins, allowed_hosts;
+  std::size_t max_connections = 0, max_connections_per_client = 1024;
+  double worker_deadline_s = 30;
   app.add_option("models", model_paths,
                  "model directories or .gguf files, or ORG/NAME[:REVISION][/FILE] of a Hugging "
                  "Face repository (fetched into the hub cache: see keel pull) (default: the "
@@ -171,6 +176,28 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--io-threads", io_threads, "HTTP I/O threads")->envname("KEEL_IO_THREADS");
   app.add_option("--workers", workers, "request handler threads")->envname("KEEL_WORKERS");
   app.add_option("--body-limit", body_limit, "largest request body")->envname("KEEL_BODY_LIMIT");
+  app.add_option("--allowed-origins", allowed_origins,
+                 "web origins (scheme://host[:port], or *) whose pages may call the API; "
+                 "other Origins get 403")
+      ->delimiter(',')
+      ->envname("KEEL_ALLOWED_ORIGINS");
+  app.add_option("--allowed-hosts", allowed_hosts,
+                 "host names (or *) accepted in the Host header besides IP addresses, "
+                 "localhost, the bind address and this machine's name; others get 421")
+      ->delimiter(',')
+      ->envname("KEEL_ALLOWED_HOSTS");
+  app.add_option("--max-connections", max_connections,
+                 "open connections in all (0: from the open-files limit)")
+      ->envname("KEEL_MAX_CONNECTIONS");
+  app.add_option("--max-connections-per-client", max_connections_per_client,
+                 "open connections from one address")
+      ->envname("KEEL_MAX_CONNECTIONS_PER_CLIENT")
+      ->capture_default_str();
+  app.add_option("--worker-deadline", worker_deadline_s,
+                 "seconds requests may wait with no handler taking one before /health "
+                 "says 503 (0: off)")
+      ->envname("KEEL_WORKER_DEADLINE")
+      ->capture_default_str();
   app.set_config("--config", "", "settings file (TOML/INI: option = value)")
       ->envname("KEEL_CONFIG");
   try {
@@ -361,6 +388,13 @@ int cmd_serve(int argc, char **argv) {
   ao.response_store.ttl = std::chrono::seconds(
       std::max<std::int64_t>(1, static_cast<std::int64_t>(response_store_ttl_s)));
   ao.log = log;
+  if (!(worker_deadline_s >= 0 && worker_deadline_s < 1e7))
+    throw Error(ErrorCode::kInvalidArgument, "--worker-deadline: seconds must be 0 or more");
+  ao.worker_deadline = ms(worker_deadline_s);
+  ao.guard.allowed_origins = allowed_origins;
+  ao.guard.allowed_hosts = allowed_hosts;
+  ao.guard.bind_host = host;
+  if (char name[256] = {}; ::gethostname(name, sizeof name - 1) == 0) ao.guard.machine_name = name;
   std::atomic<unsigned> bound_port{0};  // known once the listener is up
   const std::string bench_host =
       host == "0.0.0.0" || host == "::" || host.empty()
@@ -378,6 +412,22 @@ int cmd_serve(int argc, char **argv) {
   ho.io_threads = io_threads;
   ho.body_limit = static_cast<std::size_t>(parse_size(body_limit, "--body-limit"));
   ho.sse_keepalive = ms(sse_keepalive_s);
+  // Every connection is a descriptor: raise the open-files limit to its hard maximum and
+  // size the connection cap from it (unless --max-connections says).
+  const server::OpenFilesLimit files = server::raise_open_files_limit();
+  if (!files.error.empty())
+    log.log(LogLevel::kWarn, "open-files limit stays %llu: %s",
+            static_cast<unsigned long long>(files.before), files.error.c_str());
+  ho.max_connections =
+      max_connections > 0 ? max_connections : server::connections_for_open_files(files.now);
+  if (max_connections_per_client < 1)
+    throw Error(ErrorCode::kInvalidArgument, "--max-connections-per-client: must be at least 1");
+  ho.max_connections_per_client = max_connections_per_client;
+  log.log(LogLevel::kInfo,
+          "connections: at most %zu (%zu per client address); open-files limit %llu (was %llu)",
+          ho.max_connections, ho.max_connections_per_client,
+          static_cast<unsigned long long>(files.now),
+          static_cast<unsigned long long>(files.before));
   server::HttpServer http(
       ho, [&api](server::HttpRequest req, std::shared_ptr<server::ResponseChannel> ch) {
         api.handle(std::move(req), std::move(ch));

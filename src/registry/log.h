@@ -16,6 +16,8 @@ enum class LogLevel { kError = 0, kWarn, kInfo, kDebug };
 // "error", "warn" (or "warning"), "info", "debug"; nullopt otherwise.
 std::optional<LogLevel> parse_log_level(std::string_view name);
 const char *log_level_name(LogLevel level);
+// Control characters (newlines, escapes, DEL) as \n, \r, \t or \xNN; the rest as is.
+std::string escape_log_text(std::string_view text);
 
 class Logger {
  public:

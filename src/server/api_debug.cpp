@@ -1,6 +1,7 @@
 // /debug/faults (only with --enable-fault-injection) and /v1/cache/clear: operator
 // endpoints that reach an engine through EngineApi (over IPC for `keel engine` children).
 #include <cmath>
+#include <thread>
 
 #include "server/api_server.h"
 #include "server/json_fields.h"
@@ -18,7 +19,8 @@ json fault_json(const FaultSpec &f) {
 }
 
 constexpr const char *kFaultKinds =
-    "stall-step, crash-engine, ssd-write-error, ssd-read-corrupt, slow-store";
+    "stall-step, crash-engine, ssd-write-error, ssd-read-corrupt, slow-store (and the front's "
+    "stall-worker)";
 
 }  // namespace
 
@@ -92,6 +94,16 @@ void ApiServer::handle_faults(const HttpRequest &req, const std::shared_ptr<Resp
     return;
   }
   const json body = parse_body(req.body);
+  if (opt_string(body, "kind") == std::optional<std::string>("stall-worker")) {
+    // The front's own fault: this request holds its handler thread for `seconds`, so a
+    // test can stall the pool (--workers 1) and watch /health (worker_watch.h).
+    const auto secs = opt_number(body, "seconds", 0.0, 600.0);
+    if (!secs) fail_field("seconds", "is required with stall-worker");
+    options_.log.log(LogLevel::kWarn, "fault: a request handler stalls for %.1f s", *secs);
+    std::this_thread::sleep_for(std::chrono::duration<double>(*secs));
+    send_json(ch, 200, json{{"stalled_seconds", *secs}}.dump());
+    return;
+  }
   const FaultSpec spec = parse_fault_request(body);
   const std::string model = opt_string(body, "model").value_or(options_.default_model);
   if (model.empty()) fail_field("model", "is required");

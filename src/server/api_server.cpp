@@ -1,8 +1,10 @@
 #include "server/api_server.h"
 
 #include <boost/asio/post.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
@@ -29,6 +31,20 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// The token of "Bearer TOKEN": the scheme in any case (RFC 9110 11.1), then spaces.
+std::optional<std::string_view> bearer_token(std::string_view auth) {
+  constexpr std::string_view kScheme = "bearer";
+  if (auth.size() <= kScheme.size() ||
+      (auth[kScheme.size()] != ' ' && auth[kScheme.size()] != '\t'))
+    return std::nullopt;
+  for (std::size_t i = 0; i < kScheme.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(auth[i])) != kScheme[i]) return std::nullopt;
+  auth.remove_prefix(kScheme.size());
+  while (!auth.empty() && (auth.front() == ' ' || auth.front() == '\t')) auth.remove_prefix(1);
+  while (!auth.empty() && (auth.back() == ' ' || auth.back() == '\t')) auth.remove_suffix(1);
+  return auth;
+}
+
 WireFormat format_of(std::string_view path) {
   return starts_with(path, "/v1/messages") ? WireFormat::kAnthropic : WireFormat::kOpenAI;
 }
@@ -38,6 +54,7 @@ WireFormat format_of(std::string_view path) {
 ApiServer::ApiServer(ApiOptions options, ModelRegistry &registry)
     : options_(std::move(options)),
       registry_(registry),
+      guard_(options_.guard),
       pool_(static_cast<std::size_t>(std::max(1, options_.workers))),
       responses_(options_.response_store) {}
 
@@ -66,8 +83,8 @@ void ApiServer::require_model(const std::string &id) const {
 
 bool ApiServer::authorized(const HttpRequest &req) const {
   if (options_.api_key.empty()) return true;
-  std::string_view auth = req.header("authorization");
-  if (starts_with(auth, "Bearer ") && constant_time_equal(auth.substr(7), options_.api_key))
+  if (auto token = bearer_token(req.header("authorization"));
+      token && constant_time_equal(*token, options_.api_key))
     return true;
   std::string_view key = req.header("x-api-key");
   return !key.empty() && constant_time_equal(key, options_.api_key);
@@ -86,7 +103,9 @@ void ApiServer::send_error(const std::shared_ptr<ResponseChannel> &ch, WireForma
 
 template <typename Fn>
 void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireFormat f, Fn fn) {
+  worker_watch_.posted();
   boost::asio::post(pool_, [this, ch, f, fn = std::move(fn)]() mutable {
+    worker_watch_.taken();
     try {
       fn();
     } catch (const ApiErrorException &e) {
@@ -102,10 +121,15 @@ void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireForm
 void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
   auto logged = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
   logged->record_latency_in(latency_);
+  logged->limit_unauthorized(unauthorized_log_);
   ch = std::move(logged);
   const WireFormat f = format_of(req.path);
   if (req.transport_status != 0) {
     send_error(ch, f, {req.transport_status, req.transport_error, "body"});
+    return;
+  }
+  if (auto refused = guard_.check(req)) {
+    send_error(ch, f, *refused);
     return;
   }
   if (req.path == "/health") {

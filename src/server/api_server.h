@@ -21,13 +21,20 @@
 #include "server/http_server.h"
 #include "server/http_types.h"
 #include "server/latency_window.h"
+#include "server/log_rate_limit.h"
 #include "server/openai/response_store.h"
+#include "server/request_guard.h"
+#include "server/worker_watch.h"
 
 namespace keel::server {
 
 struct ApiOptions {
-  std::string api_key;  // empty: no key needed
+  std::string api_key;        // empty: no key needed
+  RequestGuardOptions guard;  // Host / Origin / Content-Type checks (request_guard.h)
   int workers = 8;
+  // /health turns 503 when requests wait and no worker took one for this long (0: off);
+  // while a model loads, at least load_timeout (workers may wait on the load).
+  std::chrono::milliseconds worker_deadline{30'000};
   std::chrono::milliseconds load_timeout{600'000};
   std::chrono::milliseconds heartbeat_timeout{10'000};  // /health fails at half of it
   std::string default_model;            // used when a request names no model (/tokenize etc.)
@@ -111,8 +118,10 @@ class ApiServer {
 
   ApiOptions options_;
   ModelRegistry &registry_;
+  RequestGuard guard_;
   const HttpCounters *http_counters_ = nullptr;
   boost::asio::thread_pool pool_;
+  WorkerWatch worker_watch_;  // stamped by run_guarded, read by /health
   std::atomic<std::uint64_t> next_request_id_{1};
   std::atomic<std::uint64_t> next_wire_id_{1};
   std::atomic<std::int64_t> generations_started_{0};
@@ -122,6 +131,9 @@ class ApiServer {
   std::atomic<bool> bench_running_{false};
   // Generations of the last minute, for /api/status.
   std::shared_ptr<LatencyWindow> latency_ = std::make_shared<LatencyWindow>();
+  // 401 log lines: 5 a minute, then a count of those held back.
+  std::shared_ptr<LogRateLimit> unauthorized_log_ =
+      std::make_shared<LogRateLimit>(5, std::chrono::minutes(1));
   openai::ResponseStore responses_;
   std::mutex rates_mu_;
   std::map<std::string, RateSample> rates_;

@@ -77,7 +77,9 @@ std::pair<double, double> ApiServer::rates(const std::string &model, const Engin
 
 void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
   json problems = json::array(), models = json::array();
+  bool loading = false;
   for (const auto &r : registry_.report()) {
+    loading = loading || r.state == ModelState::kLoading;
     if (r.state == ModelState::kAvailable) continue;
     const std::string why = problem_of(r, options_.heartbeat_timeout.count() / 2000.0);
     models.push_back({{"id", r.id}, {"state", model_state_name(r.state)}});
@@ -92,6 +94,23 @@ void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
       p["step_deadline_seconds"] = r.step_deadline_seconds;
       problems.push_back(std::move(p));
     }
+  }
+  // The handler pool: requests wait and no worker has taken one within the deadline
+  // (longer while a model loads: handlers wait for loads up to --load-timeout).
+  auto deadline = options_.worker_deadline;
+  if (loading && deadline.count() > 0) deadline = std::max(deadline, options_.load_timeout);
+  if (auto stall = worker_watch_.stalled(deadline)) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "stalled: no request handler took a request for %.1f s while %zu wait "
+                  "(--workers %d, deadline %.1f s)",
+                  stall->seconds, stall->waiting, std::max(1, options_.workers),
+                  deadline.count() / 1000.0);
+    problems.push_back({{"component", "workers"},
+                        {"reason", buf},
+                        {"waiting", stall->waiting},
+                        {"stalled_seconds", stall->seconds},
+                        {"deadline_seconds", deadline.count() / 1000.0}});
   }
   if (problems.empty())
     ch->send(200, "application/json", json{{"status", "ok"}, {"models", models}}.dump());
@@ -229,7 +248,10 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
     totals["http"] = {{"open_connections", http_counters_->open_connections.load()},
                       {"requests", http_counters_->requests.load()},
                       {"disconnects", http_counters_->disconnects.load()},
-                      {"dropped_slow", http_counters_->dropped_slow.load()}};
+                      {"dropped_slow", http_counters_->dropped_slow.load()},
+                      {"refused", http_counters_->refused.load()},
+                      {"accept_errors", http_counters_->accept_errors.load()},
+                      {"waiting_for_worker", worker_watch_.waiting()}};
   ch->send(200, "application/json", json{{"models", models}, {"totals", totals}}.dump());
 }
 
@@ -349,6 +371,11 @@ void ApiServer::handle_metrics(const std::shared_ptr<ResponseChannel> &ch) {
     o << "keel_http_requests_total " << http_counters_->requests.load() << '\n';
     family("keel_http_dropped_slow_total", "counter", "connections dropped for not reading");
     o << "keel_http_dropped_slow_total " << http_counters_->dropped_slow.load() << '\n';
+    family("keel_http_refused_total", "counter",
+           "connections refused over the total or per-client cap");
+    o << "keel_http_refused_total " << http_counters_->refused.load() << '\n';
+    family("keel_http_accept_errors_total", "counter", "accept() failures (EMFILE: backed off)");
+    o << "keel_http_accept_errors_total " << http_counters_->accept_errors.load() << '\n';
   }
   ch->send(200, "text/plain; version=0.0.4", o.str());
 }

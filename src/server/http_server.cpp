@@ -6,9 +6,11 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cctype>
+#include <cerrno>
 #include <future>
 #include <mutex>
 #include <optional>
+#include <unordered_map>
 
 #include "core/error.h"
 
@@ -44,6 +46,8 @@ const char *http_reason(int status) {
       return "Payload Too Large";
     case 415:
       return "Unsupported Media Type";
+    case 421:
+      return "Misdirected Request";
     case 422:
       return "Unprocessable Entity";
     case 429:
@@ -81,14 +85,23 @@ class Session;
 struct HttpServer::Impl {
   HttpOptions opt;
   HttpHandler handler;
+  HttpCounters counters;
+  // Open connections per client address (sessions release theirs as they end, possibly
+  // while ioc is destroyed: declared before it).
+  std::mutex clients_mu;
+  std::unordered_map<std::string, std::size_t> clients;
   net::io_context ioc;
   tcp::acceptor acceptor{ioc};
   std::vector<std::thread> threads;
-  HttpCounters counters;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
   std::uint16_t bound_port = 0;
+  net::steady_timer accept_retry{ioc};
+  std::chrono::milliseconds accept_backoff{0};
 
   void accept();
+  // Counts `socket` against the caps and starts its session, or refuses it.
+  void admit(tcp::socket socket);
+  void release_client(const std::string &key);
 };
 
 // The per-request handle given to handlers. It only posts to the session's strand; the
@@ -139,14 +152,19 @@ class Channel : public ResponseChannel {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, HttpServer::Impl &srv)
+  // `client` is already counted in srv.clients; the session releases it.
+  Session(tcp::socket socket, HttpServer::Impl &srv, std::string client)
       : socket_(std::move(socket)),
         srv_(srv),
+        client_(std::move(client)),
         timer_(socket_.get_executor()),
         ka_timer_(socket_.get_executor()) {
     srv_.counters.open_connections++;
   }
-  ~Session() { srv_.counters.open_connections--; }
+  ~Session() {
+    srv_.counters.open_connections--;
+    srv_.release_client(client_);
+  }
 
   void start() {
     error_code ec;
@@ -426,6 +444,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   tcp::socket socket_;
   HttpServer::Impl &srv_;
+  std::string client_;
   net::steady_timer timer_;
   net::steady_timer ka_timer_;
   std::uint64_t timer_gen_ = 0;
@@ -493,16 +512,75 @@ void Channel::on_close(std::function<void()> fn) {
 void HttpServer::Impl::accept() {
   acceptor.async_accept(net::make_strand(ioc), [this](error_code ec, tcp::socket socket) {
     if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
-    if (!ec) {
-      if (static_cast<std::size_t>(counters.open_connections.load()) >= opt.max_connections) {
-        error_code ignored;
-        socket.close(ignored);
-      } else {
-        std::make_shared<Session>(std::move(socket), *this)->start();
+    if (ec) {
+      counters.accept_errors++;
+      // Out of descriptors or memory (EMFILE, ENFILE, ENOBUFS, ENOMEM): the connection
+      // stays in the backlog, so accepting again at once would spin. Wait, 10 ms
+      // doubling to 250 ms, while sessions end and give descriptors back.
+      if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space ||
+          ec == net::error::no_memory || ec.value() == ENFILE) {
+        accept_backoff = std::clamp(accept_backoff * 2, std::chrono::milliseconds(10),
+                                    std::chrono::milliseconds(250));
+        accept_retry.expires_after(accept_backoff);
+        accept_retry.async_wait([this](error_code e) {
+          if (!e && acceptor.is_open()) accept();
+        });
+        return;
       }
+    } else {
+      accept_backoff = std::chrono::milliseconds(0);
+      admit(std::move(socket));
     }
     accept();
   });
+}
+
+void HttpServer::Impl::admit(tcp::socket socket) {
+  error_code ec;
+  const auto peer = socket.remote_endpoint(ec);
+  if (ec) {
+    socket.close(ec);  // already gone
+    return;
+  }
+  std::string key = peer.address().to_string();
+  const char *why = nullptr;
+  if (static_cast<std::size_t>(counters.open_connections.load()) >= opt.max_connections) {
+    why = "the server has too many open connections";
+  } else {
+    std::lock_guard lock(clients_mu);
+    std::size_t &n = clients[key];
+    if (n >= opt.max_connections_per_client)
+      why = "too many open connections from this address";
+    else
+      ++n;
+  }
+  if (why) {
+    // Refused: one best-effort 503 on the fresh socket (its send buffer is empty), then
+    // close. The per-client entry stays as it was.
+    counters.refused++;
+    {
+      std::lock_guard lock(clients_mu);
+      if (auto it = clients.find(key); it != clients.end() && it->second == 0) clients.erase(it);
+    }
+    const std::string body =
+        std::string(R"({"error":{"message":")") + why + R"(","type":"server_error"}})";
+    const std::string reply =
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: " +
+        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    socket.non_blocking(true, ec);
+    socket.write_some(net::buffer(reply), ec);
+    socket.shutdown(tcp::socket::shutdown_both, ec);
+    socket.close(ec);
+    return;
+  }
+  std::make_shared<Session>(std::move(socket), *this, std::move(key))->start();
+}
+
+void HttpServer::Impl::release_client(const std::string &key) {
+  std::lock_guard lock(clients_mu);
+  auto it = clients.find(key);
+  if (it == clients.end()) return;
+  if (--it->second == 0) clients.erase(it);
 }
 
 HttpServer::HttpServer(HttpOptions options, HttpHandler handler) : impl_(std::make_unique<Impl>()) {

@@ -24,7 +24,11 @@ struct HttpOptions {
   int io_threads = 2;
   std::size_t body_limit = 32u << 20;       // bytes of one request body
   std::size_t max_queued_bytes = 4u << 20;  // unsent bytes of one connection
+  // Open connections in all; keel serve derives it from the open-files limit
+  // (connection_limits.h). Past it, or past the per-client cap (connections from one
+  // address), a new connection gets a 503 and is closed.
   std::size_t max_connections = 4096;
+  std::size_t max_connections_per_client = 1024;
   std::chrono::milliseconds idle_timeout{75'000};          // keepalive: no request for this long
   std::chrono::milliseconds write_stall_timeout{300'000};  // a client that reads nothing
   std::chrono::milliseconds sse_keepalive{10'000};         // comment on a quiet stream
@@ -33,8 +37,10 @@ struct HttpOptions {
 struct HttpCounters {
   std::atomic<std::int64_t> open_connections{0};
   std::atomic<std::int64_t> requests{0};
-  std::atomic<std::int64_t> dropped_slow{0};  // closed because their queue overflowed
-  std::atomic<std::int64_t> disconnects{0};   // client left before the response ended
+  std::atomic<std::int64_t> dropped_slow{0};   // closed because their queue overflowed
+  std::atomic<std::int64_t> disconnects{0};    // client left before the response ended
+  std::atomic<std::int64_t> refused{0};        // connections over the total or per-client cap
+  std::atomic<std::int64_t> accept_errors{0};  // accept() failures (EMFILE: backed off)
 };
 
 class HttpServer {

@@ -33,7 +33,7 @@ void LoggedChannel::send(int status, std::string content_type, std::string body,
     std::lock_guard l(mu_);
     if (status_ == 0) status_ = status;
   }
-  if (status >= 400 && status < 500 && log_.enabled(LogLevel::kDebug))
+  if (status >= 400 && status < 500 && status != 401 && log_.enabled(LogLevel::kDebug))
     log_.log(LogLevel::kDebug, "%s %s -> %d %s (request: %s%s)", method_.c_str(), path_.c_str(),
              status, printable(body).c_str(), printable(request_head_).c_str(),
              request_head_.size() == kBodyShown ? "..." : "");
@@ -85,7 +85,12 @@ void LoggedChannel::finish() {
   // API calls at info; health checks, status polls and the like only at debug.
   const LogLevel level = path_.rfind("/v1/", 0) == 0 ? LogLevel::kInfo : LogLevel::kDebug;
   if (!log_.enabled(level)) return;
-  const std::string closed = inner_->closed() && status == 200 ? " (client left)" : "";
+  std::string closed = inner_->closed() && status == 200 ? " (client left)" : "";
+  if (status == 401 && unauthorized_) {
+    std::uint64_t held_back = 0;
+    if (!unauthorized_->allow(&held_back)) return;
+    if (held_back > 0) closed += " (" + std::to_string(held_back) + " more 401s not logged)";
+  }
   auto num = [](int v) { return v < 0 ? std::string("-") : std::to_string(v); };
   char ttft[32] = "-";
   if (n.ttft_ms >= 0) std::snprintf(ttft, sizeof ttft, "%.1fms", n.ttft_ms);

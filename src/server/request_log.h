@@ -13,6 +13,7 @@
 #include "registry/log.h"
 #include "server/http_types.h"
 #include "server/latency_window.h"
+#include "server/log_rate_limit.h"
 
 namespace keel::server {
 
@@ -39,6 +40,9 @@ class LoggedChannel final : public ResponseChannel {
   // may end after the server that made it).
   void record_latency_in(std::shared_ptr<LatencyWindow> w) { latency_ = std::move(w); }
   std::chrono::steady_clock::time_point arrived() const { return arrived_; }
+  // 401 lines pass through `limit` (shared by the server's channels), so a flood of
+  // unauthenticated requests cannot fill the log.
+  void limit_unauthorized(std::shared_ptr<LogRateLimit> limit) { unauthorized_ = std::move(limit); }
 
  private:
   void finish();  // writes the line once
@@ -52,6 +56,7 @@ class LoggedChannel final : public ResponseChannel {
   int status_ = 0;
   bool logged_ = false;
   std::shared_ptr<LatencyWindow> latency_;
+  std::shared_ptr<LogRateLimit> unauthorized_;
 };
 
 // Adds to the request's line when `ch` is a LoggedChannel (else nothing).

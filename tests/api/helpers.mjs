@@ -28,7 +28,11 @@ export async function http(method, pathname, { body, raw, headers = {}, url = UR
   const h = { ...headers };
   if (key) h.authorization = `Bearer ${key}`;
   let payload;
-  if (raw !== undefined) payload = raw;
+  if (raw !== undefined) {
+    payload = raw;
+    // Bodies are JSON to the server (anything else is a 415): say so unless the test does.
+    if (!Object.keys(h).some((k) => k.toLowerCase() === 'content-type')) h['content-type'] = 'application/json';
+  }
   else if (body !== undefined) {
     payload = JSON.stringify(body);
     h['content-type'] = 'application/json';

@@ -20,3 +20,13 @@ TEST(Logger, LevelsParseAndFilter) {
   warn.log(LogLevel::kError, "shown %d", 2);
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "keel serve: shown 2\n");
 }
+
+TEST(Logger, ControlCharactersAreEscapedSoALineStaysOneLine) {
+  EXPECT_EQ(escape_log_text("a\nb\rc\td\x1b[31m\x7f\x01 ok \xc3\xa9"),
+            "a\\nb\\rc\\td\\x1b[31m\\x7f\\x01 ok \xc3\xa9");
+  Logger log(LogLevel::kInfo);
+  testing::internal::CaptureStderr();
+  log.log(LogLevel::kInfo, "model=%s status=404", "x\nkeel serve: FORGED");
+  EXPECT_EQ(testing::internal::GetCapturedStderr(),
+            "keel serve: model=x\\nkeel serve: FORGED status=404\n");
+}
