@@ -273,6 +273,35 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(srv_.opt.body_limit);
     parser_->header_limit(64 * 1024);
     arm_timer(srv_.opt.idle_timeout);
+    http::async_read_header(
+        socket_, buf_, *parser_,
+        [self = shared_from_this()](error_code ec, std::size_t) { self->on_header(ec); });
+  }
+
+  // A client that sends "Expect: 100-continue" (curl does for bodies over 1 MB) waits for
+  // "100 Continue" before its body, else stalls a second: answer it, then read the body.
+  void on_header(error_code ec) {
+    if (ec || state_ == State::kClosed || parser_->is_done()) {
+      on_read(ec);
+      return;
+    }
+    if (!beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      read_body();
+      return;
+    }
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    net::async_write(socket_, net::buffer(kContinue.data(), kContinue.size()),
+                     [self = shared_from_this()](error_code ec, std::size_t) {
+                       if (ec) {
+                         self->close();
+                         return;
+                       }
+                       self->read_body();
+                     });
+  }
+
+  void read_body() {
+    if (state_ == State::kClosed) return;
     http::async_read(
         socket_, buf_, *parser_,
         [self = shared_from_this()](error_code ec, std::size_t) { self->on_read(ec); });

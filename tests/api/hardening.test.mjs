@@ -382,3 +382,24 @@ test('out of descriptors, accept backs off instead of spinning, and recovers', a
     await low.stop();
   }
 });
+
+test('Expect: 100-continue is answered, so large bodies from curl do not stall a second', async () => {
+  const body = JSON.stringify({ model: 'tiny', prompt: 'x'.repeat(1_500_000), max_tokens: 1 });
+  const sock = net.connect({ host: srv.host, port: srv.port });
+  sock.on('error', () => {});
+  let got = '';
+  sock.on('data', (d) => { got += d.toString('latin1'); });
+  await new Promise((r) => sock.once('connect', r));
+  const t0 = performance.now();
+  sock.write(`POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1:${srv.port}\r\nAuthorization: Bearer ${KEY}\r\n` +
+    `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nExpect: 100-continue\r\n\r\n`);
+  for (let i = 0; i < 100 && !got.includes('\r\n\r\n'); i++) await sleep(5);
+  const waited = performance.now() - t0;
+  assert.match(got, /^HTTP\/1\.1 100 Continue\r\n\r\n/, `no 100 Continue within ${waited} ms: ${JSON.stringify(got.slice(0, 80))}`);
+  sock.write(body);
+  for (let i = 0; i < 400 && !/\r\n\r\n[\s\S]*"count"/.test(got.slice(25)); i++) await sleep(25);
+  sock.destroy();
+  assert.match(got.slice(25), /^HTTP\/1\.1 200 OK/, got.slice(0, 300));
+  assert.ok(waited < 500, `100 Continue after ${waited} ms`);
+  await assertHealthy(srv, 'expect 100-continue');
+});
