@@ -79,7 +79,7 @@ void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
   json problems = json::array(), models = json::array();
   bool loading = false;
   for (const auto &r : registry_.report()) {
-    loading = loading || r.state == ModelState::kLoading;
+    loading = loading || r.state == ModelState::kLoading || r.state == ModelState::kRestarting;
     if (r.state == ModelState::kAvailable) continue;
     const std::string why = problem_of(r, options_.heartbeat_timeout.count() / 2000.0);
     models.push_back({{"id", r.id}, {"state", model_state_name(r.state)}});
@@ -96,7 +96,7 @@ void ApiServer::handle_health(const std::shared_ptr<ResponseChannel> &ch) {
     }
   }
   // The handler pool: requests wait and no worker has taken one within the deadline
-  // (longer while a model loads: handlers wait for loads up to --load-timeout).
+  // (longer while a model loads or restarts: handlers wait for it up to --load-timeout).
   auto deadline = options_.worker_deadline;
   if (loading && deadline.count() > 0) deadline = std::max(deadline, options_.load_timeout);
   if (auto stall = worker_watch_.stalled(deadline)) {
