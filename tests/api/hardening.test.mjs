@@ -295,7 +295,8 @@ test('a flood of 401s is rate-limited in the log', async () => {
   }));
   await sleep(50);
   const lines = srv.log().split('\n').filter((l) => /status=401/.test(l)).length - before;
-  assert.ok(lines <= 6, `${lines} lines for 200 401s`);
+  // 5 a minute: at most two windows' worth even if the flood straddles a window's end.
+  assert.ok(lines <= 10, `${lines} lines for 200 401s`);
   await assertHealthy(srv, '401 flood');
 });
 
