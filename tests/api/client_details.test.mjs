@@ -76,3 +76,24 @@ test('keel serve refuses a folder that is not a model at start', async (t) => {
     fs.rmSync(dir, { recursive: true, force: true });
   }
 });
+
+test('make-model --arch qwen3 writes Qwen3\'s own chat template, <think> and all', async (t) => {
+  if (!KEEL_BIN || !process.env.KEEL_TEST_MODEL_PATH) return t.skip('no keel binary');
+  const { execFileSync } = await import('node:child_process');
+  const os = await import('node:os');
+  const path = await import('node:path');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-qwen3-'));
+  try {
+    const out = path.join(dir, 'q3');
+    execFileSync(KEEL_BIN, ['make-model', '--arch', 'qwen3', '--shape', 'tiny', '--dtype', 'f32',
+      '--tokenizer', process.env.KEEL_TEST_MODEL_PATH, '--out', out], { stdio: 'ignore' });
+    const msgs = path.join(dir, 'msgs.json');
+    fs.writeFileSync(msgs, JSON.stringify([{ role: 'user', content: 'hi' }]));
+    const render = (extra) => execFileSync(KEEL_BIN, ['template', '--model', out, '--messages', msgs,
+      '--add-generation-prompt', ...extra], { encoding: 'utf8' });
+    assert.equal(render([]).trimEnd(), '<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant');
+    assert.match(render(['--kwargs', '{"enable_thinking":false}']), /<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n/);
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
