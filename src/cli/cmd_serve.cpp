@@ -34,6 +34,7 @@
 #include "core/error.h"
 #include "hub/hub_pull.h"
 #include "registry/log_ring.h"
+#include "registry/model_path.h"
 #include "registry/model_registry.h"
 #include "server/api_server.h"
 #include "server/connection_limits.h"
@@ -308,6 +309,7 @@ int cmd_serve(int argc, char **argv) {
     // fetched (or found in the cache) before the server starts.
     std::string id;
     if (std::filesystem::exists(p)) {
+      check_model_path(p);  // a folder that is not a model fails here, not on first use
       id = registry.add_model(p);
     } else if (auto spec = hub::parse_repo_spec(p)) {
       hub::PullOptions popt;

@@ -25,6 +25,15 @@ namespace keel {
 
 namespace {
 
+// Qwen3's chat template, less its tool and earlier-reasoning handling.
+constexpr const char *kQwen3ChatTemplate =
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}"
+    "{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}{%- endif %}";
+
 using nlohmann::ordered_json;
 
 std::uint64_t splitmix64(std::uint64_t x) {
@@ -912,6 +921,11 @@ MakeModelReport make_model(const MakeModelOptions &o) {
         "as GGUF");
   ModelTokenizer tok =
       o.tokenizer.empty() ? generate_tokenizer(c.vocab_size) : load_tokenizer(o.tokenizer);
+  // Qwen3 checkpoints ship their family's ChatML template, which opens a <think> block
+  // for the answer unless enable_thinking is false: write it (the core of Qwen3's own),
+  // so that reasoning handling can be tried on a made model.
+  if (c.arch == Arch::kQwen3 || c.arch == Arch::kQwen3Moe)
+    tok.set_chat_template(kQwen3ChatTemplate);
   if (tok.size > c.vocab_size) c.vocab_size = tok.size;  // the embedding must cover every token id
   c.bos_token_id = tok.bos;
   c.eos_token_ids = tok.eos;

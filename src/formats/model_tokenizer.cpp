@@ -269,6 +269,16 @@ ModelTokenizer load_tokenizer(const std::filesystem::path &path) {
   return t;
 }
 
+void ModelTokenizer::set_chat_template(const std::string &tmpl) {
+  chat_template = tmpl;
+  ordered_json cfg = tokenizer_config_json.empty()
+                         ? ordered_json::object()
+                         : ordered_json::parse(tokenizer_config_json, nullptr, false);
+  if (!cfg.is_object()) cfg = ordered_json::object();
+  cfg["chat_template"] = tmpl;
+  tokenizer_config_json = cfg.dump(2);
+}
+
 void ModelTokenizer::write_hf(const std::filesystem::path &dir) const {
   write_text(dir / "tokenizer.json", tokenizer_json);
   if (!tokenizer_config_json.empty())

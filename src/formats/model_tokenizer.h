@@ -25,6 +25,8 @@ struct ModelTokenizer {
   std::string chat_template;
   std::string source;  // for error messages
 
+  // Replaces the chat template, in tokenizer_config.json too (written when there was none).
+  void set_chat_template(const std::string &tmpl);
   // Writes tokenizer.json and tokenizer_config.json into an HF directory.
   void write_hf(const std::filesystem::path &dir) const;
   // Adds tokenizer.ggml.* (gpt2 model: tokens, token_type, merges, pre, special ids) and

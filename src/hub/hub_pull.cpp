@@ -111,7 +111,8 @@ RepoInfo parse_info(const RepoSpec &spec, const std::string &body) {
     if (!s.is_object() || !s.contains("rfilename") || !s["rfilename"].is_string()) continue;
     RemoteFile f;
     f.name = s["rfilename"].get<std::string>();
-    if (!is_safe_relative_path(f.name)) continue;  // never written: cannot be selected
+    // Never written, so cannot be selected: unsafe paths, and the cache's own names.
+    if (!is_safe_relative_path(f.name) || is_reserved_cache_name(f.name)) continue;
     if (s.contains("lfs") && s["lfs"].is_object()) {
       f.sha256 = s["lfs"].value("sha256", "");
       f.size = s["lfs"].value("size", std::uint64_t{0});
@@ -304,7 +305,7 @@ std::uint64_t fetch_file(const RepoSpec &spec, const RepoInfo &info, const Remot
                       "): the file was removed, nothing was installed");
     }
   }
-  const fs::path dest = cache.snapshot_dir(spec.repo, info.commit) / f.name;
+  const fs::path dest = cache.snapshot_file(spec.repo, info.commit, f.name);
   fs::create_directories(dest.parent_path());
   fs::rename(part, dest);
   cache.add_file(spec.repo, info.commit, CachedFile{f.name, got, digest_label(f)});

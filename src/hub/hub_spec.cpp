@@ -1,5 +1,7 @@
 #include "hub/hub_spec.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace keel::hub {
@@ -19,12 +21,25 @@ bool valid_name(std::string_view s) {
   return true;
 }
 
+// Git's rule for a ref name, which a branch or tag is: no empty part, no part that starts
+// with '.' (so not "." or ".."; a ref file named "." would be the refs folder itself)
+// or ends with ".lock"; no control characters or the characters a URL or path treats
+// specially.
 bool valid_revision(std::string_view s) {
   if (s.empty() || s.size() > 255 || s.find("..") != std::string_view::npos) return false;
   for (char c : s)
     if (static_cast<unsigned char>(c) <= ' ' || c == '\\' || c == ':' || c == '?' || c == '#' ||
         c == '%')
       return false;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find('/', start), s.size());
+    const std::string_view part = s.substr(start, end - start);
+    if (part.empty() || part.front() == '.' ||
+        (part.size() >= 5 && part.substr(part.size() - 5) == ".lock"))
+      return false;
+    start = end + 1;
+  }
   return true;
 }
 

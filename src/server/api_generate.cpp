@@ -1,6 +1,7 @@
 // The generating endpoints: OpenAI chat and completions, Anthropic messages. Each
 // validates, leases the model (loading it on first use), builds the prompt, starts a
 // Generation and renders its deltas; a client that leaves aborts the generation.
+#include <algorithm>
 #include <chrono>
 
 #include "server/anthropic/anthropic_types.h"
@@ -10,6 +11,7 @@
 #include "server/generation.h"
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
+#include "server/request_budget.h"
 #include "server/request_log.h"
 #include "server/thinking_budget_fields.h"
 
@@ -27,16 +29,15 @@ std::int64_t unix_now() {
 
 std::string sse_data(const std::string &payload) { return "data: " + payload + "\n\n"; }
 
-// The body's model, before validation: a 400 line names the model it was for.
-void note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
+}  // namespace
+
+void ApiServer::note_model(const std::shared_ptr<ResponseChannel> &ch, const json &body) {
   auto m = body.find("model");
   if (m == body.end() || !m->is_string()) return;
   RequestNotes n;
   n.model = m->get<std::string>();
   note_request(ch, n);
 }
-
-}  // namespace
 
 void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
@@ -49,6 +50,10 @@ void ApiServer::handle_chat(const HttpRequest &req, const std::shared_ptr<Respon
       encode_chat_prompt(*lease->text, cr->messages, cr->tools, cr->template_kwargs);
   cr->sampling.max_tokens =
       fit_max_tokens(lease->info.context_length, prompt.tokens.size(), cr->max_tokens, "messages");
+  if (!cr->stream && cr->logprobs)
+    cr->sampling.max_tokens =
+        fit_logprob_budget(cr->n, 0, cr->sampling.max_tokens, cr->max_tokens.has_value(),
+                           cr->top_logprobs, cr->top_logprobs > 0 ? "top_logprobs" : "logprobs");
   if (cr->forces_tool_call())
     force_tool_call(cr->sampling, tool_call_format_of(*lease->text), cr->tools,
                     cr->tool_choice_name);
@@ -91,9 +96,15 @@ void ApiServer::handle_completions(const HttpRequest &req,
   const json body = parse_body(req.body);
   note_model(ch, body);
   auto cr = std::make_shared<openai::CompletionRequest>(openai::parse_completion(body));
+  check_sequences(static_cast<std::int64_t>(cr->prompt_is_tokens ? cr->token_prompts.size()
+                                                                 : cr->text_prompts.size()),
+                  cr->n, "n");
   require_model(cr->model);
   ModelLease lease = registry_.acquire(cr->model, load_deadline());
   const ModelText &text = *lease->text;
+  std::int64_t prompt_bytes = 0;
+  for (const auto &s : cr->text_prompts) prompt_bytes += static_cast<std::int64_t>(s.size());
+  check_prompt_bytes(prompt_bytes, lease->info.context_length, "prompt");
   GenerationSpec spec;
   auto prompt_texts = std::make_shared<std::vector<std::string>>();
   if (cr->prompt_is_tokens) {
@@ -116,6 +127,14 @@ void ApiServer::handle_completions(const HttpRequest &req,
   }
   cr->sampling.max_tokens =
       fit_max_tokens(lease->info.context_length, spec.prompts, cr->max_tokens, "prompt");
+  if (!cr->stream && cr->logprobs >= 0) {
+    std::size_t longest = 0;
+    for (const auto &p : spec.prompts) longest = std::max(longest, p.size());
+    cr->sampling.max_tokens = fit_logprob_budget(
+        static_cast<std::int64_t>(spec.prompts.size()) * cr->n,
+        cr->echo ? static_cast<std::int64_t>(longest) : 0, cr->sampling.max_tokens,
+        /*asked=*/true, cr->logprobs, "logprobs");
+  }
   spec.n = cr->n;
   spec.sampling = cr->sampling;
   spec.stop = cr->stop;
@@ -161,8 +180,17 @@ void ApiServer::handle_messages(const HttpRequest &req,
   GenerationSpec spec;
   ChatPrompt prompt =
       encode_chat_prompt(*lease->text, mr->messages, mr->tools, mr->template_kwargs);
-  mr->sampling.max_tokens = fit_max_tokens(lease->info.context_length, prompt.tokens.size(),
-                                           mr->sampling.max_tokens, "messages");
+  // Anthropic's own words for an over-long prompt: Claude Code and the SDKs read
+  // "prompt is too long: N tokens > M maximum" to compact the conversation instead of
+  // retrying it as it is.
+  const auto context = lease->info.context_length;
+  if (context > 0 && static_cast<std::int64_t>(prompt.tokens.size()) >= context)
+    throw ApiErrorException{{400,
+                             "prompt is too long: " + std::to_string(prompt.tokens.size()) +
+                                 " tokens > " + std::to_string(context - 1) + " maximum",
+                             "messages"}};
+  mr->sampling.max_tokens =
+      fit_max_tokens(context, prompt.tokens.size(), mr->sampling.max_tokens, "messages");
   if (mr->forces_tool_call())
     force_tool_call(mr->sampling, tool_call_format_of(*lease->text), mr->tools,
                     mr->tool_choice_name);

@@ -94,6 +94,7 @@ json input_items_page(const openai::StoredResponse &stored, const std::string &q
 void ApiServer::handle_responses(const HttpRequest &req,
                                  const std::shared_ptr<ResponseChannel> &ch) {
   const json body = parse_body(req.body);
+  note_model(ch, body);
   // A running background response has no conversation to continue yet.
   auto previous = [this](const std::string &id) -> std::optional<json> {
     auto s = responses_.get(id);

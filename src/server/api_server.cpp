@@ -8,6 +8,7 @@
 
 #include "server/json_fields.h"
 #include "server/openai/openai_types.h"
+#include "server/request_budget.h"
 #include "server/request_log.h"
 
 namespace keel::server {
@@ -77,8 +78,27 @@ std::string ApiServer::new_id(const char *prefix) {
 Clock::time_point ApiServer::load_deadline() const { return Clock::now() + options_.load_timeout; }
 
 void ApiServer::require_model(const std::string &id) const {
-  if (!registry_.has(id))
-    throw ApiErrorException{{404, "model: '" + id + "' is not a model this server knows", "model"}};
+  if (!registry_.has(id)) throw ApiErrorException{unknown_model(id)};
+}
+
+ApiError ApiServer::unknown_model(const std::string &id) const {
+  constexpr std::size_t kListed = 20;
+  const auto reports = registry_.report();
+  std::string known;
+  for (std::size_t i = 0; i < reports.size() && i < kListed; ++i)
+    known += (i ? ", " : "") + reports[i].id;
+  if (reports.size() > kListed)
+    known += " and " + std::to_string(reports.size() - kListed) + " more (GET /v1/models)";
+  return {404,
+          "model: '" + id + "' is not a model this server knows (it serves: " +
+              (known.empty() ? std::string("none") : known) + ")",
+          "model"};
+}
+
+std::int64_t ApiServer::context_length_of(const std::string &id) const {
+  for (const auto &r : registry_.report())
+    if (r.id == id) return r.context_length;
+  return 0;
 }
 
 bool ApiServer::authorized(const HttpRequest &req) const {
@@ -177,8 +197,7 @@ void ApiServer::route(HttpRequest &req, const std::shared_ptr<ResponseChannel> &
                   [this, id, pin = verb == "pin", ch] { handle_pin(id, pin, ch); });
     } else if (need(get)) {
       if (!registry_.has(rest)) {
-        send_error(ch, WireFormat::kOpenAI,
-                   {404, "model: '" + rest + "' is not a model this server knows", "model"});
+        send_error(ch, WireFormat::kOpenAI, unknown_model(rest));
         return;
       }
       send_json(
@@ -298,7 +317,7 @@ std::string model_field(const json &body, const std::string &fallback) {
 // content parts flattened, tool calls and tool turns shaped for templates).
 openai::ChatRequest chat_messages(const json &body, const std::string &model) {
   json chat{{"model", model}, {"messages", body.contains("messages") ? body["messages"] : json()}};
-  for (const char *k : {"tools", "chat_template_kwargs"})
+  for (const char *k : {"tools", "chat_template_kwargs", "reasoning_effort"})
     if (body.contains(k)) chat[k] = body[k];
   return openai::parse_chat(chat);
 }
@@ -311,20 +330,23 @@ void ApiServer::handle_tokenize(const HttpRequest &req,
   const std::string model = model_field(body, options_.default_model);
   require_model(model);
   const ModelText &text = registry_.text(model);
+  const std::int64_t context = context_length_of(model);
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
     const auto chat = chat_messages(body, model);
-    ids = text.encode(render_chat_prompt(text, chat.messages, chat.tools, chat.template_kwargs),
-                      !text.has_chat_template());
+    const std::string prompt =
+        render_chat_prompt(text, chat.messages, chat.tools, chat.template_kwargs);
+    check_prompt_bytes(static_cast<std::int64_t>(prompt.size()), context, "messages");
+    ids = text.encode(prompt, !text.has_chat_template());
   } else {
-    auto prompt = opt_string(body, "prompt");
-    if (!prompt) prompt = opt_string(body, "text");
+    const char *field = body.contains("prompt") ? "prompt" : "text";
+    auto prompt = opt_string(body, field);
     if (!prompt) fail_field("prompt", "is required (or messages)");
+    check_prompt_bytes(static_cast<std::int64_t>(prompt->size()), context, field);
     ids = text.encode(*prompt, opt_bool(body, "add_special_tokens").value_or(true));
   }
   json out{{"tokens", ids}, {"count", ids.size()}};
-  for (const auto &r : registry_.report())
-    if (r.id == model && r.context_length) out["max_model_len"] = r.context_length;
+  if (context) out["max_model_len"] = context;
   send_json(ch, 200, out.dump());
 }
 
@@ -336,6 +358,7 @@ void ApiServer::handle_detokenize(const HttpRequest &req,
   const ModelText &text = registry_.text(model);
   auto it = body.find("tokens");
   if (it == body.end() || !it->is_array()) fail_field("tokens", "must be an array of token ids");
+  check_token_count(static_cast<std::int64_t>(it->size()), context_length_of(model), "tokens");
   std::vector<TokenId> ids;
   for (const auto &t : *it) {
     if (!t.is_number_integer() && !t.is_number_unsigned())

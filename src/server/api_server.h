@@ -107,6 +107,14 @@ class ApiServer {
   std::chrono::steady_clock::time_point load_deadline() const;
   // Throws the API's 404 naming the field `model` unless `id` is a model this server knows.
   void require_model(const std::string &id) const;
+  // That 404: it lists the models this server knows.
+  ApiError unknown_model(const std::string &id) const;
+  // The context length of a model (0 when not known yet).
+  std::int64_t context_length_of(const std::string &id) const;
+  // The body's model, before validation, for the request's log line (a 400 line names
+  // the model it was for).
+  static void note_model(const std::shared_ptr<ResponseChannel> &ch,
+                         const nlohmann::ordered_json &body);
 
   // Prefill / decode tokens per second from the engine's cumulative counters.
   struct RateSample {

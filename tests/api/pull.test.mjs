@@ -176,6 +176,11 @@ test('unknown repository, unknown revision, unknown file: clear errors', async (
   assert.match(r.stderr, /is not a repository: expected ORG\/NAME/);
   r = await keel(['pull', 'keel-test/tiny:../x'], env(cache));
   assert.notEqual(r.code, 0);
+  // "." names the refs folder itself: refused before any request, no stray refs/..tmp.
+  r = await keel(['pull', 'keel-test/tiny:.'], env(cache));
+  assert.notEqual(r.code, 0);
+  assert.match(r.stderr, /revision/);
+  assert.ok(!walk(cache).some((f) => f.endsWith('..tmp')), walk(cache).join('\n'));
 });
 
 test('a disk too small is refused before any byte is written', async (t) => {

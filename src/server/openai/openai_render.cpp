@@ -56,16 +56,24 @@ json tool_call_json(const RenderContext &ctx, int choice, int k, const ParsedToo
   return j;
 }
 
-// Where each token's text starts in the choice's text, from `pos` on (advanced past
-// them): the pieces a detokenizer prints, so tokens that print nothing (BOS, EOS)
-// take no room and the offsets index the text the choice returns.
+// Characters (code points) in UTF-8 text: every byte that is not a continuation byte.
+std::size_t code_points(std::string_view s) {
+  std::size_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+// Where each token's text starts in the choice's text, in characters (code points, as
+// OpenAI counts them; not UTF-8 bytes), from `pos` on (advanced past them): the pieces
+// a detokenizer prints, so tokens that print nothing (BOS, EOS) take no room and the
+// offsets index the text the choice returns.
 std::vector<std::size_t> text_offsets(const RenderContext &ctx, StreamingDetokenizer *detok,
                                       const std::vector<TokenId> &tokens, std::size_t &pos) {
   std::vector<std::size_t> offs;
   offs.reserve(tokens.size());
   for (TokenId t : tokens) {
     offs.push_back(pos);
-    pos += detok ? detok->push(t).size() : tok(ctx, t).size();
+    pos += code_points(detok ? detok->push(t) : tok(ctx, t));
   }
   return offs;
 }
@@ -330,7 +338,7 @@ std::string render_completion(const RenderContext &ctx, const CompletionRequest 
       const auto &echoed = echo_tokens ? *echo_tokens : none;
       std::size_t pos = 0;
       const auto echo_offs = text_offsets(ctx, detokenizer(ctx).get(), echoed, pos);
-      pos = req.echo ? prompt_texts[r.prompt_index].size() : 0;
+      pos = req.echo ? code_points(prompt_texts[r.prompt_index]) : 0;
       const auto offs = text_offsets(ctx, detokenizer(ctx).get(), r.tokens, pos);
       lp = completion_logprobs(ctx, echoed, r.prompt_logprobs, r.prompt_top, echo_offs, r.tokens,
                                r.logprobs, r.top, offs);
@@ -362,7 +370,7 @@ std::string completion_chunk(const RenderContext &ctx, const CompletionRequest &
     if (!st.detok) st.detok = detokenizer(ctx);
     std::size_t echo_pos = 0;
     const auto echo_offs = text_offsets(ctx, detokenizer(ctx).get(), echo_tokens, echo_pos);
-    if (!echo_prefix.empty()) st.pos = echo_prefix.size();
+    if (!echo_prefix.empty()) st.pos = code_points(echo_prefix);
     const auto offs = text_offsets(ctx, st.detok.get(), d.tokens, st.pos);
     lp = completion_logprobs(ctx, echo_tokens, echo_logprobs, echo_top, echo_offs, d.tokens,
                              d.logprobs, d.top, offs);

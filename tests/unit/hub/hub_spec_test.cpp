@@ -39,6 +39,12 @@ TEST(HubSpec, PathsAreNotRepositories) {
 TEST(HubSpec, BadPartsAreErrorsNamingThem) {
   EXPECT_THROW(parse_repo_spec("org/name:../x"), Error);
   EXPECT_THROW(parse_repo_spec("org/name:"), Error);
+  // "." would name the refs folder itself (keel pull org/name:. left refs/..tmp behind);
+  // git refuses a ref part that starts with '.' or ends with ".lock".
+  EXPECT_THROW(parse_repo_spec("org/name:."), Error);
+  EXPECT_THROW(parse_repo_spec("org/name:.hidden"), Error);
+  EXPECT_THROW(parse_repo_spec("org/name:v1.lock"), Error);
+  EXPECT_EQ(parse_repo_spec("org/name:v1.2")->revision, "v1.2");
   EXPECT_THROW(parse_repo_spec("org/name/../../etc/passwd"), Error);
   EXPECT_THROW(parse_repo_spec("org/name//x"), Error);
   try {
