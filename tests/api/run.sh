@@ -119,7 +119,11 @@ set -f
 read -ra globs <<<"${KEEL_API_TESTS:-*}"
 set +f
 for g in "${globs[@]}"; do files+=("$here"/$g.test.mjs); done
-node --test --test-concurrency=1 "${files[@]}" || status=$?
+# KEEL_API_TEST_PATTERN narrows it to the tests whose names match (node's
+# --test-name-pattern, e.g. "^7:"), for repeating one test in a flake hunt.
+pattern=()
+[ -n "${KEEL_API_TEST_PATTERN:-}" ] && pattern=(--test-name-pattern="$KEEL_API_TEST_PATTERN")
+node --test --test-concurrency=1 "${pattern[@]}" "${files[@]}" || status=$?
 
 # No orphans: SIGKILL a server that has a loaded engine; the engine must go too.
 start_server orphan "$test_model"
