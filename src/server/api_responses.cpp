@@ -22,17 +22,30 @@ using json = nlohmann::ordered_json;
 
 namespace {
 
-// A background response's generation, for /cancel (set once it has started).
+// A background response's generation, for /cancel. A cancel that comes before the
+// generation is attached (between storing the response and starting it) is kept and
+// applied by attach(), so the generation is stopped either way.
 struct CancelHandle {
   std::mutex mu;
   std::weak_ptr<Generation> generation;
+  bool cancelled = false;
   void cancel() {
     std::shared_ptr<Generation> g;
     {
       std::lock_guard lock(mu);
+      cancelled = true;
       g = generation.lock();
     }
     if (g) g->abort();
+  }
+  void attach(const std::shared_ptr<Generation> &g) {
+    bool stop = false;
+    {
+      std::lock_guard lock(mu);
+      generation = g;
+      stop = cancelled;
+    }
+    if (stop) g->abort();
   }
 };
 
@@ -148,7 +161,7 @@ void ApiServer::handle_responses(const HttpRequest &req,
       json conversation = rr->conversation;
       for (const auto &item : builder->output()) conversation.push_back(item);
       if (rr->background)
-        responses_.update(ctx->id, builder->response(), std::move(conversation));
+        responses_.settle(ctx->id, builder->response(), std::move(conversation));
       else
         responses_.put(ctx->id, {builder->response(), std::move(conversation), inputs, nullptr});
     }
@@ -170,10 +183,7 @@ void ApiServer::handle_responses(const HttpRequest &req,
       responses_.erase(ctx->id);  // never started: nothing to poll
       throw;
     }
-    {
-      std::lock_guard lock(handle->mu);
-      handle->generation = g;
-    }
+    handle->attach(g);
     generations_started_++;
     send_json(ch, 200, queued.dump(-1, ' ', false, json::error_handler_t::replace));
     return;
@@ -209,8 +219,7 @@ void ApiServer::handle_stored_response(const HttpRequest &req, const std::string
   if (!stored) throw ApiErrorException{not_found(id)};
   auto dump = [](const json &j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); };
   if (req.method == "DELETE") {
-    if (stored->cancel) stored->cancel();
-    responses_.erase(id);
+    responses_.erase(id);  // a running one's generation is stopped
     send_json(ch, 200, dump({{"id", id}, {"object", "response"}, {"deleted", true}}));
     return;
   }
@@ -222,10 +231,12 @@ void ApiServer::handle_stored_response(const HttpRequest &req, const std::string
     if (!stored->response.value("background", false))
       throw ApiErrorException{
           {400, "response_id: only background responses can be cancelled", "response_id"}};
-    if (stored->cancel && stored->response.value("status", "") == "in_progress") {
-      stored->cancel();
-      stored->response["status"] = "cancelled";
-    }
+    // The store moves the state: cancelled now (and for good) if it still ran; a
+    // response that already ended keeps its terminal state.
+    openai::CancelResult r = responses_.cancel(id);
+    if (r.outcome == openai::CancelOutcome::kGone) throw ApiErrorException{not_found(id)};
+    send_json(ch, 200, dump(r.response));
+    return;
   }
   send_json(ch, 200, dump(stored->response));
 }

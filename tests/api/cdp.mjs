@@ -109,7 +109,7 @@ export class Page {
   }
 
   // Polls `expression` until it is truthy (a bounded wait).
-  async waitFor(expression, { timeoutMs = 15_000, what = expression } = {}) {
+  async waitFor(expression, { timeoutMs = 60_000, what = expression } = {}) {  // a page on a loaded machine
     const until = Date.now() + timeoutMs;
     let v;
     while (Date.now() < until) {

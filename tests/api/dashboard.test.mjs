@@ -34,7 +34,7 @@ async function startServer(dir) {
   }
 }
 
-test('dashboard in headless chromium', { skip, timeout: 240_000 }, async (t) => {
+test('dashboard in headless chromium', { skip, timeout: 600_000 }, async (t) => {
   assert.ok(CHROMIUM, 'chromium must be installed in CI (scripts/setup)');
   // KEEL_TEST_ARTIFACTS names a directory to keep them in (CI); a fresh temporary one otherwise.
   const artifacts = fs.mkdtempSync(path.join(process.env.KEEL_TEST_ARTIFACTS || os.tmpdir(), 'keel-dashboard-'));

@@ -68,3 +68,19 @@ export async function waitFor(fn, { timeoutMs = 10_000, intervalMs = 50, what = 
   }
   throw new Error(`timed out waiting for ${what}`);
 }
+
+// Makes MODEL's engine on the main server slow on purpose (run.sh starts it with
+// --enable-fault-injection): every step stalls `secondsPerStep`, so a test that needs a
+// generation still running when it acts (cancel, poll, disconnect) has one, however
+// fast or loaded the machine. Returns the function that makes it fast again; call it in
+// a finally.
+export async function slowEngine({ model = MODEL, secondsPerStep = 0.2, url = URL_MAIN } = {}) {
+  const r = await http('POST', '/debug/faults', {
+    url, body: { model, kind: 'stall-step', seconds: secondsPerStep, count: 1_000_000 },
+  });
+  if (r.status !== 200) throw new Error(`slowEngine: /debug/faults answered ${r.status} ${r.text}`);
+  return async () => {
+    const d = await http('DELETE', `/debug/faults?model=${encodeURIComponent(model)}`, { url });
+    if (d.status !== 200) throw new Error(`slowEngine: disarm answered ${d.status} ${d.text}`);
+  };
+}

@@ -8,7 +8,7 @@ import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { createRequire } from 'node:module';
 import path from 'node:path';
-import { http, KEY, MODEL, OpenAI, URL_MAIN } from './helpers.mjs';
+import { http, KEY, MODEL, OpenAI, slowEngine, URL_MAIN, waitFor } from './helpers.mjs';
 import { startModelServer, startThinkingServer } from './responses_lib.mjs';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
@@ -219,27 +219,41 @@ for (const [name, make] of Object.entries(sdks)) {
 
 test('background responses can be polled and cancelled', async () => {
   const client = sdks['openai 7']();
-  const r = await client.responses.create({ model: MODEL, input: 'Write a long story.', background: true, max_output_tokens: 3000 });
-  assert.equal(r.background, true);
-  assert.equal(r.status, 'in_progress');
-  const cancelled = await client.responses.cancel(r.id);
-  assert.equal(cancelled.status, 'cancelled');
-  let last;
-  for (let i = 0; i < 100; i++) {
-    last = await client.responses.retrieve(r.id);
-    if (last.status !== 'in_progress') break;
-    await new Promise((res) => setTimeout(res, 50));
+  // A slow engine (every step stalls), so the response is still running when the
+  // cancel lands, however fast or loaded the machine is.
+  const fast = await slowEngine();
+  let r;
+  try {
+    r = await client.responses.create({ model: MODEL, input: 'Write a long story.', background: true, max_output_tokens: 3000 });
+    assert.equal(r.background, true);
+    assert.equal(r.status, 'in_progress');
+    assert.equal((await client.responses.retrieve(r.id)).status, 'in_progress');
+    const cancelled = await client.responses.cancel(r.id);
+    assert.equal(cancelled.status, 'cancelled');
+    // Cancelled at once and for good: every retrieve says so, and once the generation
+    // has stopped its usage is recorded.
+    const last = await waitFor(async () => {
+      const x = await client.responses.retrieve(r.id);
+      assert.equal(x.status, 'cancelled');
+      return x.usage ? x : null;
+    }, { timeoutMs: 60_000, what: 'the cancelled response\'s usage' });
+    assert.ok(last.usage.output_tokens < 3000);
+    // A second cancel is harmless.
+    assert.equal((await client.responses.cancel(r.id)).status, 'cancelled');
+  } finally {
+    await fast();
   }
-  assert.equal(last.status, 'cancelled');
-  assert.ok(last.usage.output_tokens < 3000);
+  assert.equal((await client.responses.retrieve(r.id)).status, 'cancelled');
+  let last;
   // A short one completes by itself.
   const short = await client.responses.create({ model: MODEL, input: 'Hi.', background: true, max_output_tokens: 3 });
-  for (let i = 0; i < 100; i++) {
-    last = await client.responses.retrieve(short.id);
-    if (last.status !== 'in_progress') break;
-    await new Promise((res) => setTimeout(res, 50));
-  }
+  last = await waitFor(async () => {
+    const x = await client.responses.retrieve(short.id);
+    return x.status !== 'in_progress' ? x : null;
+  }, { timeoutMs: 60_000, what: 'the short background response' });
   assert.equal(last.status, 'incomplete');
+  // A finished response stays finished when cancelled.
+  assert.equal((await client.responses.cancel(short.id)).status, 'incomplete');
   assert.equal(last.output[0].type, 'message');
   // Only background responses are cancellable.
   const fg = await client.responses.create({ model: MODEL, input: 'Hi.', max_output_tokens: 2 });
@@ -289,16 +303,19 @@ test('bad requests: 4xx in OpenAI format naming the field', async () => {
 test('a client that leaves a stream aborts the generation', async () => {
   const client = sdks['openai 6']();
   const before = (await http('GET', '/api/status')).json.totals.client_aborts;
-  const stream = await client.responses.create({ model: MODEL, input: 'Go on forever.', max_output_tokens: 3000, stream: true });
-  let n = 0;
-  for await (const e of stream) if (e.type === 'response.output_text.delta' && ++n === 3) break;  // closes the connection
-  let s;
-  for (let i = 0; i < 100; i++) {
-    s = (await http('GET', '/api/status')).json;
-    if (s.totals.client_aborts > before && s.models.find((m) => m.id === MODEL).running === 0) return;
-    await new Promise((res) => setTimeout(res, 50));
+  // Slow on purpose: the generation is still running when the client leaves.
+  const fast = await slowEngine({ secondsPerStep: 0.1 });
+  try {
+    const stream = await client.responses.create({ model: MODEL, input: 'Go on forever.', max_output_tokens: 3000, stream: true });
+    let n = 0;
+    for await (const e of stream) if (e.type === 'response.output_text.delta' && ++n === 3) break;  // closes the connection
+    await waitFor(async () => {
+      const s = (await http('GET', '/api/status')).json;
+      return s.totals.client_aborts > before && s.models.find((m) => m.id === MODEL).running === 0;
+    }, { timeoutMs: 30_000, what: 'the abort of the left stream' });
+  } finally {
+    await fast();
   }
-  assert.fail(`not aborted: ${JSON.stringify(s.totals)}`);
 });
 
 let thinking;

@@ -3,7 +3,8 @@
 # official OpenAI and Anthropic SDKs (tests/npm/node_modules) under node's test runner.
 #   bash tests/api/run.sh [path/to/keel]
 # Servers: MAIN serves the test model (and a second id for load/unload) with an API
-# key and a small body limit; LRU serves three models under a budget that holds two.
+# key, a small body limit and fault injection (helpers.mjs slowEngine: tests that need a
+# generation still running make it slow on purpose instead of hoping it is); LRU serves three models under a budget that holds two.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
@@ -59,7 +60,8 @@ start_server() {  # name, args...
 
 export KEEL_API_KEY_FOR_TESTS="test-key-$$"
 start_server main "$test_model" "$work/models/spare" --api-key "$KEEL_API_KEY_FOR_TESTS" \
-  --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2 --pin tiny
+  --body-limit 1M --kv-blocks 256 --sse-keepalive 0.5 --heartbeat-timeout 2 --pin tiny \
+  --enable-fault-injection
 export KEEL_URL="$(cat "$work/main.url")"
 # The agent server (claude_code tests): a one-layer scripted model that answers
 # "Hello from keel." and ends its turn, with a 64k context (Claude Code's prompt is
@@ -117,7 +119,11 @@ set -f
 read -ra globs <<<"${KEEL_API_TESTS:-*}"
 set +f
 for g in "${globs[@]}"; do files+=("$here"/$g.test.mjs); done
-node --test --test-concurrency=1 "${files[@]}" || status=$?
+# KEEL_API_TEST_PATTERN narrows it to the tests whose names match (node's
+# --test-name-pattern, e.g. "^7:"), for repeating one test in a flake hunt.
+pattern=()
+[ -n "${KEEL_API_TEST_PATTERN:-}" ] && pattern=(--test-name-pattern="$KEEL_API_TEST_PATTERN")
+node --test --test-concurrency=1 "${pattern[@]}" "${files[@]}" || status=$?
 
 # No orphans: SIGKILL a server that has a loaded engine; the engine must go too.
 start_server orphan "$test_model"

@@ -5,7 +5,7 @@
 // unload of a wedged engine and SIGTERM are bounded.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { http, URL_MAIN } from './helpers.mjs';
+import { http, URL_LRU } from './helpers.mjs';
 import { startServer, inject, ends, settled, streamText, waitFor, greedy, alive, sleep, rng, WEDGE_MODEL } from './wedge_lib.mjs';
 
 const DEADLINE_S = 2;
@@ -139,11 +139,12 @@ test('a crashing engine (crash-engine) ends its requests with an error event and
 });
 
 test('/debug/faults: validation, listing, disarming; off unless enabled; /v1/cache/clear', async () => {
-  const off = await http('POST', '/debug/faults', { body: { model: 'tiny', kind: 'stall-step' } });
+  // The LRU server runs without --enable-fault-injection (the main one has it, for slowEngine).
+  const off = await http('POST', '/debug/faults', { url: URL_LRU, key: null, body: { model: 'lru-a', kind: 'stall-step' } });
   assert.equal(off.status, 403);
   assert.match(off.json.error.message, /--enable-fault-injection/);
-  assert.equal((await http('GET', '/debug/faults')).status, 403);
-  assert.ok(URL_MAIN);
+  assert.equal((await http('GET', '/debug/faults', { url: URL_LRU, key: null })).status, 403);
+  assert.ok(URL_LRU);
 
   for (const [body, field] of [[{ model: 'tiny' }, 'kind'], [{ model: 'tiny', kind: 'melt' }, 'kind'],
     [{ model: 'tiny', kind: 'slow-store' }, 'seconds'], [{ model: 'tiny', kind: 'ssd-write-error', count: 0 }, 'count'],

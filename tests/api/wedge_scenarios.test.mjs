@@ -257,7 +257,12 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
   // never fills and the IPC deadline covers the pile, so its requests fail by deadline.
   const big = N > 200;
   const IPC_S = big ? Math.ceil(N / 100) + 2 : 2, HB_S = IPC_S + 1;
-  const QUEUE = big ? '256M' : '3M';
+  // The queue-full path must be met whatever the machine's load: a request frame is
+  // 10-40 kB (2,000-8,000 token ids as JSON), the stopped engine's socket takes ~200 kB,
+  // so a 64 kB queue is full after about a dozen requests, well inside the 2 s deadline
+  // even on a loaded machine (a 3 MB queue needed ~130 requests to arrive in time, and a
+  // run under load met none: {"killed":100,"deadline":10}).
+  const QUEUE = big ? '256M' : '64K';
   const dir = fs.mkdtempSync(path.join(srv.dir, 'long-'));
   const long = longContextModel(WEDGE_MODEL, path.join(dir, 'long'), PMAX + 256);
   const two = await startServer({ name: 'stall', models: { stuck: long, good: long },

@@ -1,5 +1,7 @@
 #include "server/openai/response_store.h"
 
+#include <string>
+
 namespace keel::server::openai {
 
 ResponseStore::ResponseStore(ResponseStoreLimits limits, Now now)
@@ -27,74 +29,148 @@ void ResponseStore::unindex_items_locked(Entry &e) {
   e.item_ids.clear();
 }
 
-void ResponseStore::erase_locked(List::iterator it) {
+namespace {
+
+std::optional<ResponseStatus> status_of(const nlohmann::ordered_json &response) {
+  auto it = response.find("status");
+  if (it == response.end() || !it->is_string()) return std::nullopt;
+  return parse_response_status(it->get<std::string>());
+}
+
+bool ended(const StoredResponse &r) {
+  const auto s = status_of(r.response);
+  return s && is_terminal(*s);
+}
+
+}  // namespace
+
+void ResponseStore::run(Hooks &stop) {
+  for (auto &hook : stop)
+    if (hook) hook();
+  stop.clear();
+}
+
+void ResponseStore::erase_locked(List::iterator it, Hooks &stop) {
+  if (it->value.cancel && !ended(it->value)) stop.push_back(std::move(it->value.cancel));
   unindex_items_locked(*it);
   bytes_ -= it->bytes;
   index_.erase(it->id);
   entries_.erase(it);
 }
 
-void ResponseStore::evict_locked() {
+void ResponseStore::evict_locked(Hooks &stop) {
   const auto now = now_();
   for (auto it = entries_.begin(); it != entries_.end();) {
     auto next = std::next(it);
-    if (it->expires <= now) erase_locked(it);
+    if (it->expires <= now) erase_locked(it, stop);
     it = next;
   }
   while (!entries_.empty() && (entries_.size() > limits_.max_entries || bytes_ > limits_.max_bytes))
-    erase_locked(entries_.begin());
+    erase_locked(entries_.begin(), stop);
 }
 
 void ResponseStore::put(const std::string &id, StoredResponse r) {
   const std::size_t n = size_of(r);
-  std::lock_guard lock(mu_);
-  if (auto it = index_.find(id); it != index_.end()) erase_locked(it->second);
-  if (n > limits_.max_bytes || limits_.max_entries == 0) {
-    evict_locked();
-    return;
+  Hooks stop;
+  {
+    std::lock_guard lock(mu_);
+    if (auto it = index_.find(id); it != index_.end()) erase_locked(it->second, stop);
+    if (n > limits_.max_bytes || limits_.max_entries == 0) {
+      evict_locked(stop);
+    } else {
+      entries_.push_back(Entry{id, std::move(r), n, now_() + limits_.ttl});
+      index_[id] = std::prev(entries_.end());
+      index_items_locked(entries_.back());
+      bytes_ += n;
+      evict_locked(stop);
+    }
   }
-  entries_.push_back(Entry{id, std::move(r), n, now_() + limits_.ttl});
-  index_[id] = std::prev(entries_.end());
-  index_items_locked(entries_.back());
-  bytes_ += n;
-  evict_locked();
+  run(stop);
 }
 
 std::optional<StoredResponse> ResponseStore::get(const std::string &id) {
-  std::lock_guard lock(mu_);
-  auto it = index_.find(id);
-  if (it == index_.end()) return std::nullopt;
-  if (it->second->expires <= now_()) {
-    erase_locked(it->second);
-    return std::nullopt;
+  Hooks stop;
+  std::optional<StoredResponse> out;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end()) return std::nullopt;
+    if (it->second->expires <= now_())
+      erase_locked(it->second, stop);
+    else
+      out = it->second->value;
   }
-  return it->second->value;
+  run(stop);
+  return out;
 }
 
-bool ResponseStore::update(const std::string &id, nlohmann::ordered_json response,
-                           nlohmann::ordered_json conversation) {
-  std::lock_guard lock(mu_);
-  auto it = index_.find(id);
-  if (it == index_.end()) return false;
-  Entry &e = *it->second;
-  bytes_ -= e.bytes;
-  unindex_items_locked(e);
-  e.value.response = std::move(response);
-  e.value.conversation = std::move(conversation);
-  e.value.cancel = nullptr;
-  e.bytes = size_of(e.value);
-  index_items_locked(e);
-  bytes_ += e.bytes;
-  if (e.bytes > limits_.max_bytes) erase_locked(it->second);
-  evict_locked();
-  return true;
+SettleOutcome ResponseStore::settle(const std::string &id, nlohmann::ordered_json response,
+                                    nlohmann::ordered_json conversation) {
+  Hooks stop;
+  SettleOutcome outcome = SettleOutcome::kSettled;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end()) return SettleOutcome::kGone;
+    Entry &e = *it->second;
+    const auto from = status_of(e.value.response);
+    const auto to = status_of(response);
+    if (from && (to ? !may_transition(*from, *to) : is_terminal(*from))) {
+      // The state the entry reached first stays: status and its details.
+      // (A terminal state with no error or incomplete_details has none: null.)
+      response["status"] = e.value.response["status"];
+      for (const char *key : {"error", "incomplete_details"}) {
+        auto k = e.value.response.find(key);
+        response[key] = k != e.value.response.end() ? *k : nlohmann::ordered_json(nullptr);
+      }
+      outcome = SettleOutcome::kKeptTerminal;
+    }
+    bytes_ -= e.bytes;
+    unindex_items_locked(e);
+    e.value.response = std::move(response);
+    e.value.conversation = std::move(conversation);
+    e.value.cancel = nullptr;
+    e.bytes = size_of(e.value);
+    index_items_locked(e);
+    bytes_ += e.bytes;
+    if (e.bytes > limits_.max_bytes) erase_locked(it->second, stop);
+    evict_locked(stop);
+  }
+  run(stop);
+  return outcome;
+}
+
+CancelResult ResponseStore::cancel(const std::string &id) {
+  CancelResult result;
+  std::function<void()> hook;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end() || it->second->expires <= now_()) return result;
+    StoredResponse &r = it->second->value;
+    if (ended(r)) {
+      result.outcome = CancelOutcome::kEnded;
+    } else {
+      r.response["status"] = response_status_name(ResponseStatus::kCancelled);
+      hook = std::move(r.cancel);
+      r.cancel = nullptr;
+      result.outcome = CancelOutcome::kCancelled;
+    }
+    result.response = r.response;
+  }
+  if (hook) hook();  // outside the lock: the generation may settle from inside it
+  return result;
 }
 
 bool ResponseStore::erase(const std::string &id) {
-  std::lock_guard lock(mu_);
-  auto it = index_.find(id);
-  if (it == index_.end()) return false;
-  erase_locked(it->second);
+  Hooks stop;
+  {
+    std::lock_guard lock(mu_);
+    auto it = index_.find(id);
+    if (it == index_.end()) return false;
+    erase_locked(it->second, stop);
+  }
+  run(stop);
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -138,9 +139,13 @@ TEST(IpcWriter, AQueueForAPeerThatNeverReadsIsBoundedAndPostNeverWaits) {
   EXPECT_LE(w.stats().bytes, std::size_t{8} << 20);
   EXPECT_LE(w.stats().frames, 200u);
   EXPECT_GT(control, 0u);
-  // A refusal while the peer takes nothing is a stall within min(1 s, deadline).
-  // (5 s of slack: the writer thread may be descheduled on a loaded machine.)
-  ASSERT_TRUE(eventually([&] { return !w.stall().empty(); }, 5s));
+  // A refusal while the peer takes nothing is a stall within min(1 s, deadline). The
+  // refusals above may all have come before the writer thread first ran (a loaded
+  // machine) and filled the socket, which counts as progress after them: once the
+  // socket is full (blocked), one more refused post is what a real front would send.
+  ASSERT_TRUE(eventually([&] { return w.stats().blocked_seconds > 0; }, 10s));
+  EXPECT_EQ(w.post(FrameType::kSubmit, chunk, 999), PostResult::kFull);
+  ASSERT_TRUE(eventually([&] { return !w.stall().empty(); }, 10s));
   EXPECT_NE(w.stall().find("queue is full"), std::string::npos) << w.stall();
   // Closing never waits for the peer either.
   const auto t0 = Clock::now();
@@ -168,7 +173,10 @@ TEST(IpcWriter, FramesPastTheirDeadlineAreReportedOnTimeAndDropped) {
       EXPECT_EQ(rep.expired[i].second, i == 0) << "only the first frame was sent in part";
       const double at = std::chrono::duration<double, std::milli>(rep.expired_at[i] - t0).count();
       EXPECT_GE(at, 290.0);
-      EXPECT_LT(at, 300.0 + 200.0) << "reported late";
+      // Late would be never (the writer waiting on the peer) or the next post; 2 s of
+      // slack is for a writer thread descheduled on a loaded machine (load 20 took
+      // more than the 200 ms this allowed before).
+      EXPECT_LT(at, 300.0 + 2000.0) << "reported late";
     }
   }
   // The part-sent frame (the stream must stay whole) and the control frame stay; the
@@ -194,7 +202,9 @@ TEST(IpcWriter, APeerThatLeavesClosesTheWriter) {
 // frames, even when one thread posts to both in turn.
 TEST(IpcWriter, OneStuckPeerNeverDelaysAnother) {
   SocketPair stuck, good;
-  IpcWriter ws(stuck.a, limits(2 << 20, 256, 500ms));
+  // The stuck peer's deadline is long (60 s), so that a frame waiting behind it would
+  // wait a minute: far apart from any descheduling, however loaded the machine.
+  IpcWriter ws(stuck.a, limits(2 << 20, 256, 60s));
   // Room for a reader that lags on a loaded machine: only the stuck one may fill up.
   IpcWriter wg(good.a, limits(64 << 20, 4096, 5s));
   constexpr int kFrames = 2000;
@@ -223,9 +233,12 @@ TEST(IpcWriter, OneStuckPeerNeverDelaysAnother) {
   ASSERT_EQ(got.load(), kFrames);
   std::sort(latency_ms.begin(), latency_ms.end());
   const double p99 = latency_ms[kFrames * 99 / 100];
-  // Behind the stuck peer they would wait for its 500 ms deadline, or for ever.
-  EXPECT_LT(p99, 250.0) << "the good peer's frames waited behind the stuck one";
+  // Behind the stuck peer they would wait for its 60 s deadline, or for ever; 10 s is
+  // descheduling on a loaded machine (typically a few ms).
+  EXPECT_LT(latency_ms[kFrames - 1], 10'000.0)
+      << "the good peer's frames waited behind the stuck one";
+  std::printf("good peer latency p99 %.1f ms, max %.1f ms\n", p99, latency_ms[kFrames - 1]);
   EXPECT_GT(stuck_refused, 0u);
-  EXPECT_TRUE(eventually([&] { return !ws.stall().empty(); }));
+  EXPECT_TRUE(eventually([&] { return !ws.stall().empty(); }, 10s));
   EXPECT_TRUE(wg.stall().empty());
 }

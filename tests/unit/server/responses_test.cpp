@@ -3,10 +3,13 @@
 // any chunking, and the events rebuild them), and the bounded response store.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 
 #include "fakes.h"
 #include "server/json_fields.h"
+#include "server/openai/response_status.h"
 #include "server/openai/response_store.h"
 #include "server/openai/responses_types.h"
 
@@ -427,13 +430,13 @@ TEST(ResponseStore, BoundedByCountBytesAndTime) {
   EXPECT_FALSE(store.find_item("msg_2"));
   store.erase("withitems");
   EXPECT_FALSE(store.find_item("msg_1"));
-  // update and erase.
+  // settle and erase.
   store.put("a", entry(1));
-  EXPECT_TRUE(store.update("a", json{{"id", 2}}, json::array()));
+  EXPECT_EQ(store.settle("a", json{{"id", 2}}, json::array()), SettleOutcome::kSettled);
   EXPECT_EQ(store.get("a")->response["id"], 2);
   EXPECT_TRUE(store.erase("a"));
   EXPECT_FALSE(store.erase("a"));
-  EXPECT_FALSE(store.update("a", json{}, json{}));
+  EXPECT_EQ(store.settle("a", json{}, json{}), SettleOutcome::kGone);
   EXPECT_EQ(store.size(), 0u);
   EXPECT_EQ(store.bytes(), 0u);
 }
@@ -443,4 +446,212 @@ TEST(ResponsesParse, ReasoningEffortIsATemplateVariable) {
   EXPECT_EQ(parse(body_with({{"reasoning", {{"effort", "high"}}}})).chat.template_kwargs,
             json({{"reasoning_effort", "high"}}));
   EXPECT_FALSE(parse(body_with(json::object())).chat.template_kwargs.contains("reasoning_effort"));
+}
+
+// The status state machine: forward only, terminal states final.
+TEST(ResponseStatus, TerminalStatesAreFinal) {
+  using S = ResponseStatus;
+  const S all[] = {S::kQueued,    S::kInProgress, S::kCompleted,
+                   S::kCancelled, S::kFailed,     S::kIncomplete};
+  for (S from : all) {
+    EXPECT_EQ(parse_response_status(response_status_name(from)), from);
+    for (S to : all)
+      EXPECT_EQ(may_transition(from, to),
+                !is_terminal(from) && !(from == S::kInProgress && to == S::kQueued))
+          << response_status_name(from) << " -> " << response_status_name(to);
+  }
+  EXPECT_FALSE(parse_response_status("done"));
+}
+
+namespace {
+
+// A running background response as api_responses.cpp stores it, with a cancel hook
+// that counts its calls.
+struct Running {
+  std::shared_ptr<std::atomic<int>> stops = std::make_shared<std::atomic<int>>(0);
+  StoredResponse entry(const std::string &id) const {
+    auto n = stops;
+    return {json{{"id", id}, {"status", "in_progress"}, {"background", true}, {"usage", nullptr}},
+            json::array({json{{"type", "message"}, {"role", "user"}, {"content", "q"}}}), 1,
+            [n] { ++*n; }};
+  }
+};
+
+json final_response(const std::string &id, const char *status) {
+  json r{{"id", id},
+         {"status", status},
+         {"background", true},
+         {"error", nullptr},
+         {"incomplete_details", nullptr},
+         {"usage", {{"output_tokens", 7}}}};
+  if (std::string(status) == "failed") r["error"] = {{"code", "server_error"}, {"message", "x"}};
+  if (std::string(status) == "incomplete")
+    r["incomplete_details"] = {{"reason", "max_output_tokens"}};
+  return r;
+}
+
+json with_output(json conversation) {
+  conversation.push_back({{"id", "msg_out"}, {"type", "message"}, {"role", "assistant"}});
+  return conversation;
+}
+
+}  // namespace
+
+// The issue-33 bug: cancel answered "cancelled", then the generation finished and the
+// next retrieve said "completed". Whichever order they land in, it stays cancelled.
+TEST(ResponseStore, CancelBeforeFinishStaysCancelled) {
+  for (const char *finish : {"completed", "incomplete", "cancelled", "failed"}) {
+    ResponseStore store;
+    Running run;
+    store.put("r", run.entry("r"));
+    const CancelResult c = store.cancel("r");
+    EXPECT_EQ(c.outcome, CancelOutcome::kCancelled);
+    EXPECT_EQ(c.response["status"], "cancelled");
+    EXPECT_EQ(*run.stops, 1);  // the generation was told to stop
+    EXPECT_EQ(store.get("r")->response["status"], "cancelled");
+    const auto conv = with_output(store.get("r")->conversation);
+    // Even a "cancelled" finish keeps the entry's own terminal state (the same here).
+    EXPECT_EQ(store.settle("r", final_response("r", finish), conv), SettleOutcome::kKeptTerminal)
+        << finish;
+    const auto got = store.get("r");
+    EXPECT_EQ(got->response["status"], "cancelled") << finish;
+    EXPECT_EQ(got->response["error"], nullptr) << finish;
+    EXPECT_EQ(got->response["incomplete_details"], nullptr) << finish;
+    EXPECT_EQ(got->response["usage"]["output_tokens"], 7) << finish;  // what it produced
+    EXPECT_EQ(got->conversation.size(), 2u);
+    EXPECT_FALSE(got->cancel);
+    // A second cancel changes nothing and stops nothing again.
+    EXPECT_EQ(store.cancel("r").outcome, CancelOutcome::kEnded);
+    EXPECT_EQ(*run.stops, 1);
+  }
+}
+
+TEST(ResponseStore, FinishBeforeCancelKeepsTheFinish) {
+  for (const char *finish : {"completed", "incomplete", "failed"}) {
+    ResponseStore store;
+    Running run;
+    store.put("r", run.entry("r"));
+    EXPECT_EQ(store.settle("r", final_response("r", finish), json::array()),
+              SettleOutcome::kSettled);
+    const CancelResult c = store.cancel("r");
+    EXPECT_EQ(c.outcome, CancelOutcome::kEnded);
+    EXPECT_EQ(c.response["status"], finish);
+    EXPECT_EQ(store.get("r")->response["status"], finish);
+    EXPECT_EQ(*run.stops, 0);  // nothing left to stop
+  }
+}
+
+// An engine crash fails the generation: after a cancel it stays cancelled (the error is
+// not attached); before one, it is failed and the cancel leaves it failed.
+TEST(ResponseStore, CancelVersusEngineCrash) {
+  ResponseStore store;
+  Running run;
+  store.put("a", run.entry("a"));
+  store.cancel("a");
+  EXPECT_EQ(store.settle("a", final_response("a", "failed"), json::array()),
+            SettleOutcome::kKeptTerminal);
+  EXPECT_EQ(store.get("a")->response["status"], "cancelled");
+  EXPECT_EQ(store.get("a")->response["error"], nullptr);
+  store.put("b", run.entry("b"));
+  store.settle("b", final_response("b", "failed"), json::array());
+  EXPECT_EQ(store.cancel("b").response["status"], "failed");
+  EXPECT_EQ(store.get("b")->response["error"]["code"], "server_error");
+}
+
+// previous_response_id reads the stored conversation: while it runs there is none to
+// continue (api_responses.cpp refuses it); once cancelled, the conversation is the one
+// stored, and continuing from it does not change the cancelled response.
+TEST(ResponseStore, CancelVersusPreviousResponseId) {
+  ResponseStore store;
+  Running run;
+  store.put("r", run.entry("r"));
+  EXPECT_EQ(store.get("r")->response["status"], "in_progress");
+  store.cancel("r");
+  const auto mid = store.get("r");  // between the cancel and the generation's end
+  EXPECT_EQ(mid->response["status"], "cancelled");
+  EXPECT_EQ(mid->conversation.size(), 1u);
+  store.settle("r", final_response("r", "completed"), with_output(mid->conversation));
+  const auto after = store.get("r");
+  EXPECT_EQ(after->response["status"], "cancelled");
+  ASSERT_EQ(after->conversation.size(), 2u);
+  // A follow-up stored beside it (what previous_response_id makes) leaves it as it was.
+  store.put("next",
+            {final_response("next", "completed"), with_output(after->conversation), 2, nullptr});
+  EXPECT_EQ(store.get("r")->response["status"], "cancelled");
+  EXPECT_EQ(store.get("next")->conversation.size(), 3u);
+}
+
+// Eviction (count, bytes, TTL) and DELETE against a running response: a later
+// retrieve, cancel or settle finds nothing and brings nothing back, and the running
+// generation is told to stop (nobody can read its result).
+TEST(ResponseStore, EvictionVersusRetrieveAndSettle) {
+  auto now = ResponseStore::Clock::time_point{};
+  ResponseStoreLimits limits;
+  limits.max_entries = 1;
+  limits.ttl = std::chrono::seconds(60);
+  ResponseStore store(limits, [&] { return now; });
+  Running run;
+  store.put("old", run.entry("old"));
+  store.put("new", run.entry("new"));  // evicts "old" while it runs
+  EXPECT_EQ(*run.stops, 1);
+  EXPECT_FALSE(store.get("old"));
+  EXPECT_EQ(store.cancel("old").outcome, CancelOutcome::kGone);
+  EXPECT_EQ(store.settle("old", final_response("old", "completed"), json::array()),
+            SettleOutcome::kGone);
+  EXPECT_FALSE(store.get("old"));
+  EXPECT_TRUE(store.get("new"));
+  // TTL.
+  now += std::chrono::seconds(61);
+  EXPECT_FALSE(store.get("new"));
+  EXPECT_EQ(*run.stops, 2);
+  EXPECT_EQ(store.settle("new", final_response("new", "completed"), json::array()),
+            SettleOutcome::kGone);
+  // DELETE.
+  store.put("d", run.entry("d"));
+  EXPECT_TRUE(store.erase("d"));
+  EXPECT_EQ(*run.stops, 3);
+  EXPECT_EQ(store.settle("d", final_response("d", "completed"), json::array()),
+            SettleOutcome::kGone);
+  // A finished entry that is evicted stops nothing.
+  store.put("f", run.entry("f"));
+  store.settle("f", final_response("f", "completed"), json::array());
+  store.put("g", {final_response("g", "completed"), json::array(), 0, nullptr});
+  EXPECT_EQ(*run.stops, 3);
+  EXPECT_EQ(store.size(), 1u);
+}
+
+// A cancel hook that settles from inside itself (a generation ending at once on abort)
+// does not deadlock: the store calls hooks outside its lock.
+TEST(ResponseStore, HooksRunOutsideTheLock) {
+  ResponseStore store;
+  StoredResponse e{json{{"status", "in_progress"}}, json::array(), 0, nullptr};
+  e.cancel = [&store] { store.settle("r", final_response("r", "cancelled"), json::array()); };
+  store.put("r", e);
+  EXPECT_EQ(store.cancel("r").outcome, CancelOutcome::kCancelled);
+  EXPECT_EQ(store.get("r")->response["usage"]["output_tokens"], 7);
+  store.put("s", e);
+  EXPECT_TRUE(store.erase("s"));  // its hook settles "r", which is still there
+}
+
+// Cancel and finish from two threads, many times: every order ends cancelled or in the
+// finish's own state, never a cancel that reported "cancelled" followed by another state.
+TEST(ResponseStore, ConcurrentCancelAndFinish) {
+  for (int i = 0; i < 300; ++i) {
+    ResponseStore store;
+    Running run;
+    store.put("r", run.entry("r"));
+    CancelResult c;
+    std::thread finisher(
+        [&] { store.settle("r", final_response("r", "completed"), json::array()); });
+    c = store.cancel("r");
+    finisher.join();
+    const std::string final_status = store.get("r")->response["status"];
+    if (c.outcome == CancelOutcome::kCancelled) {
+      EXPECT_EQ(final_status, "cancelled");
+    } else {
+      ASSERT_EQ(c.outcome, CancelOutcome::kEnded);
+      EXPECT_EQ(final_status, "completed");
+      EXPECT_EQ(c.response["status"], "completed");
+    }
+  }
 }
