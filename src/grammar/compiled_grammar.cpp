@@ -5,11 +5,14 @@
 #include <map>
 
 #include "core/error.h"
+#include "grammar/dead_ends.h"
 
 namespace keel::grammar {
 
 CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab)
     : grammar_(std::move(g)), pda_(grammar_), vocab_(std::move(vocab)) {
+  // Refuse now what this vocabulary cannot write, and cut paths that could not end.
+  if (vocab_) trim_dead_ends(grammar_, vocab_bytes(*vocab_));
   tables_.resize(grammar_.nodes.size());
   // A node is call-free when no node reachable from it has a call edge.
   const std::size_t n = grammar_.nodes.size();
@@ -30,13 +33,45 @@ CompiledGrammar::CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vo
   }
 }
 
+std::vector<std::uint32_t> CompiledGrammar::shape(std::uint32_t node) const {
+  constexpr std::size_t kMaxShapeNodes = 512;
+  std::vector<std::uint32_t> order{node}, out;
+  std::unordered_map<std::uint32_t, std::uint32_t> number{{node, 0}};
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const auto &nd = grammar_.nodes[order[i]];
+    out.push_back((nd.bytes_end - nd.bytes_begin) * 2 + (nd.final ? 1 : 0));
+    for (auto e = nd.bytes_begin; e < nd.bytes_end; ++e) {
+      const auto &be = grammar_.byte_edges[e];
+      auto [it, added] = number.try_emplace(be.target, std::uint32_t(order.size()));
+      if (added) {
+        if (order.size() == kMaxShapeNodes) return {};
+        order.push_back(be.target);
+      }
+      out.push_back(std::uint32_t(be.lo) << 8 | be.hi);
+      out.push_back(it->second);
+    }
+  }
+  return out;
+}
+
 const NodeTokenTable &CompiledGrammar::table(std::uint32_t node) const {
   {
     std::lock_guard lock(mu_);
     if (tables_[node]) return *tables_[node];
   }
-  auto t = compute_table(node);  // outside the lock: other requests keep going
+  std::vector<std::uint32_t> key;
+  if (call_free_[node]) {
+    key = shape(node);
+    std::lock_guard lock(mu_);
+    if (!key.empty())
+      if (auto it = by_shape_.find(key); it != by_shape_.end()) {
+        if (!tables_[node]) tables_[node] = it->second;
+        return *tables_[node];
+      }
+  }
+  std::shared_ptr<const NodeTokenTable> t = compute_table(node);  // outside the lock
   std::lock_guard lock(mu_);
+  if (!key.empty()) by_shape_.try_emplace(std::move(key), t);
   if (!tables_[node]) tables_[node] = std::move(t);
   return *tables_[node];
 }

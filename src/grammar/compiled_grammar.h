@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -27,7 +28,9 @@ struct NodeTokenTable {
 
 class CompiledGrammar {
  public:
-  // `vocab` may be null: the grammar then matches bytes only (no token masks).
+  // `vocab` may be null: the grammar then matches bytes only (no token masks). With a
+  // vocabulary, what it cannot write is trimmed (grammar/dead_ends.h): throws
+  // Error(kInvalidArgument) when the document could then never be completed.
   CompiledGrammar(Grammar g, std::shared_ptr<const TokenVocab> vocab);
   CompiledGrammar(const CompiledGrammar &) = delete;
   CompiledGrammar &operator=(const CompiledGrammar &) = delete;
@@ -66,8 +69,14 @@ class CompiledGrammar {
   };
   static constexpr std::size_t kMaskCacheEntries = 128;  // 128 x vocab/8 bytes at most
 
+  // The shape of what can follow a call-free node (its reachable byte automaton,
+  // numbered breadth first), empty past a size cap: nodes of one shape (every string
+  // body, whitespace, number of a schema) share one table.
+  std::vector<std::uint32_t> shape(std::uint32_t node) const;
+
   mutable std::mutex mu_;
-  mutable std::vector<std::unique_ptr<NodeTokenTable>> tables_;
+  mutable std::vector<std::shared_ptr<const NodeTokenTable>> tables_;
+  mutable std::map<std::vector<std::uint32_t>, std::shared_ptr<const NodeTokenTable>> by_shape_;
   mutable std::unordered_map<std::vector<std::uint32_t>, std::vector<std::uint32_t>, KeyHash>
       mask_cache_;
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "server/api_server.h"
+#include "server/constraint_vocabulary.h"
 #include "server/request_log.h"
 
 namespace keel::server {
@@ -30,6 +31,9 @@ void note_tokens(const std::shared_ptr<ResponseChannel> &ch, const Generation &g
 
 void ApiServer::serve_generation(const std::shared_ptr<ResponseChannel> &ch, ModelLease lease,
                                  GenerationSpec spec, GenerationWire wire_in) {
+  // Before a stream begins: a grammar this vocabulary cannot write is a 400, not an
+  // engine error after the 200.
+  if (lease->text) check_constraint_vocabulary(spec.sampling, *lease->text);
   // Shared by the callbacks, which run on the engine client's thread.
   auto wire = std::make_shared<const GenerationWire>(std::move(wire_in));
   std::shared_ptr<Generation> g;

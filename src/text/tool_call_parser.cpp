@@ -183,7 +183,8 @@ std::vector<ToolParseEvent> ToolCallParser::feed(std::string_view text) {
   return std::exchange(out_, {});
 }
 
-std::vector<ToolParseEvent> ToolCallParser::finish() {
+std::vector<ToolParseEvent> ToolCallParser::finish(bool cut_short) {
+  cut_short_ = cut_short;
   run(true);
   if (!held_ws_.empty() && calls_ == 0) {
     ToolParseEvent e;
@@ -291,9 +292,13 @@ bool ToolCallParser::step(bool final) {
     case State::kHermesCall: {
       // The call ends after its JSON object and the close tag; the object is scanned
       // first so that a close tag inside a JSON string does not end it.
-      auto settle = [&](std::size_t body_end, std::size_t consumed) {
+      // `closed`: the close tag was read. An output cut short (max_tokens) before its
+      // close tag is text: the call may be missing arguments.
+      auto settle = [&](std::size_t body_end, std::size_t consumed, bool closed = false) {
         std::optional<ParsedToolCall> call;
-        if (auto j = parse_value(std::string_view(buf_).substr(0, body_end))) call = call_from(*j);
+        if (closed || !cut_short_)
+          if (auto j = parse_value(std::string_view(buf_).substr(0, body_end)))
+            call = call_from(*j);
         if (call)
           emit_call(std::move(*call));
         else
@@ -311,7 +316,7 @@ bool ToolCallParser::step(bool final) {
           const std::size_t k = skip_ws(buf_, i + n);
           const std::string_view after = std::string_view(buf_).substr(k);
           if (after.substr(0, kHermesClose.size()) == kHermesClose)
-            return settle(i + n, k + kHermesClose.size());
+            return settle(i + n, k + kHermesClose.size(), true);
           // The model stopped right after the JSON: a whole call without its close tag.
           if (after.empty() && final) return settle(i + n, buf_.size());
           if (after.size() < kHermesClose.size() && kHermesClose.substr(0, after.size()) == after)
@@ -323,7 +328,7 @@ bool ToolCallParser::step(bool final) {
       // Not a JSON object followed by the close tag: content up to the close tag.
       const std::size_t p = buf_.find(kHermesClose);
       if (p == std::string::npos) return final ? settle(buf_.size(), buf_.size()) : false;
-      return settle(p, p + kHermesClose.size());
+      return settle(p, p + kHermesClose.size(), true);
     }
     case State::kHarmonyCall:
       return harmony_call_step(final);
@@ -447,10 +452,10 @@ bool ToolCallParser::step(bool final) {
 }
 
 ToolParseResult parse_tool_calls(std::string_view text, ToolCallFormat format,
-                                 const std::vector<std::string> &known_tools) {
+                                 const std::vector<std::string> &known_tools, bool cut_short) {
   ToolCallParser p(format, known_tools);
   auto events = p.feed(text);
-  auto rest = p.finish();
+  auto rest = p.finish(cut_short);
   events.insert(events.end(), std::make_move_iterator(rest.begin()),
                 std::make_move_iterator(rest.end()));
   ToolParseResult r;
@@ -490,7 +495,7 @@ bool ToolCallParser::harmony_call_step(bool final) {
   std::size_t consumed;
   if (after.substr(0, kHarmonyCall.size()) == kHarmonyCall)
     consumed = k + kHarmonyCall.size();
-  else if (after.empty() && final)  // the output ended at the call's end token
+  else if (after.empty() && final && !cut_short_)  // the output ended at the call's end token
     consumed = k;
   else if (after.empty() || (after.size() < kHarmonyCall.size() && kHarmonyCall.starts_with(after)))
     return final ? settle(std::nullopt, buf_.size()) : false;

@@ -61,8 +61,10 @@ class ToolCallParser {
   // Feeds more generated text; returns what is now settled, in order. Text that may
   // still turn out to be (part of) a call is held back.
   std::vector<ToolParseEvent> feed(std::string_view text);
-  // The end of the output: everything held back is settled.
-  std::vector<ToolParseEvent> finish();
+  // The end of the output: everything held back is settled. `cut_short`: the output
+  // ran out of tokens (finish "length"), so a call whose end markup never came (Hermes
+  // </tool_call>, harmony <|call|>) is text, not a call with possibly missing arguments.
+  std::vector<ToolParseEvent> finish(bool cut_short = false);
 
   int calls() const { return calls_; }
 
@@ -103,7 +105,8 @@ class ToolCallParser {
   JsonScan scan_;
   std::string held_ws_;  // trailing whitespace of emitted content (dropped before a call)
   bool after_call_ = false;
-  bool marked_ = false;  // <|python_tag|> seen: any tool name counts
+  bool marked_ = false;     // <|python_tag|> seen: any tool name counts
+  bool cut_short_ = false;  // set by finish(true)
   int calls_ = 0;
   std::vector<ToolParseEvent> out_;
 };
@@ -115,7 +118,8 @@ struct ToolParseResult {
 
 // The whole output at once (same result as feeding it in any chunks).
 ToolParseResult parse_tool_calls(std::string_view text, ToolCallFormat format,
-                                 const std::vector<std::string> &known_tools);
+                                 const std::vector<std::string> &known_tools,
+                                 bool cut_short = false);
 
 // Where the JSON value that starts at text[0] ('{' or '[') ends (one past its closing
 // bracket), or npos while it is incomplete. Sets *too_deep when nesting exceeds

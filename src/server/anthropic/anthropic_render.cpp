@@ -127,7 +127,7 @@ std::string stream_events(const RenderContext &ctx, RenderContext::Stream &s,
 
 // Answer text after the thinking: through the tool-call parser when tools are prepared.
 std::string content_events(const RenderContext &ctx, RenderContext::Stream &s,
-                           const std::string &text, bool final) {
+                           const std::string &text, bool final, bool cut_short = false) {
   std::string out;
   if (!text.empty()) out += close_thinking(s);
   if (ctx.tool_format == ToolCallFormat::kNone) {
@@ -136,7 +136,7 @@ std::string content_events(const RenderContext &ctx, RenderContext::Stream &s,
     out += stream_events(ctx, s, {e});
   } else {
     out += stream_events(ctx, s, s.parser.feed(text));
-    if (final) out += stream_events(ctx, s, s.parser.finish());
+    if (final) out += stream_events(ctx, s, s.parser.finish(cut_short));
   }
   return out;
 }
@@ -192,7 +192,8 @@ std::string render_message(const RenderContext &ctx, const Generation &g) {
                        {"signature", thinking_signature(split.reasoning)}});
   int calls = 0;
   if (ctx.tool_format != ToolCallFormat::kNone) {
-    auto parsed = parse_tool_calls(split.content, ctx.tool_format, ctx.tool_names);
+    auto parsed = parse_tool_calls(split.content, ctx.tool_format, ctx.tool_names,
+                                   r.finish == FinishReason::kLength);
     calls = static_cast<int>(parsed.calls.size());
     if (!parsed.content.empty() || (calls == 0 && content.empty()))
       content.push_back({{"type", "text"}, {"text", parsed.content}});
@@ -243,7 +244,7 @@ std::string stream_finish(const RenderContext &ctx, const ChoiceDelta &d, int ou
   auto &s = stream_state(ctx);
   const ReasoningSplit split = s.reasoning.finish();
   std::string out = thinking_events(ctx, s, split.reasoning);
-  out += content_events(ctx, s, split.content, true);
+  out += content_events(ctx, s, split.content, true, d.finish == FinishReason::kLength);
   out += close_thinking(s);
   if (s.text_open) {
     out += block_stop(s.next_block++);

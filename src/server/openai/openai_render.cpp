@@ -152,7 +152,8 @@ std::string render_chat(const RenderContext &ctx, const ChatRequest &req, const 
     }
     int calls = 0;
     if (req.parses_tool_calls()) {
-      auto parsed = parse_tool_calls(split.content, tool_call_format(ctx), req.tool_names);
+      auto parsed = parse_tool_calls(split.content, tool_call_format(ctx), req.tool_names,
+                                     r.finish == FinishReason::kLength);
       calls = static_cast<int>(parsed.calls.size());
       if (calls > 0) {
         // As OpenAI: content is null when the turn is only tool calls.
@@ -229,7 +230,7 @@ DeltaParts delta_parts(const RenderContext &ctx, const ChatRequest &req, const C
   }
   p.events = it->second.parser.feed(split.content);
   if (d.finish) {
-    auto rest = it->second.parser.finish();
+    auto rest = it->second.parser.finish(*d.finish == FinishReason::kLength);
     p.events.insert(p.events.end(), rest.begin(), rest.end());
   }
   return p;

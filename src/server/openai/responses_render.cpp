@@ -249,7 +249,7 @@ std::string ResponseBuilder::finish(FinishReason finish, const std::string &erro
   std::vector<ToolParseEvent> events;
   if (tools_) {
     events = tools_->feed(split.content);
-    auto rest = tools_->finish();
+    auto rest = tools_->finish(finish == FinishReason::kLength);
     events.insert(events.end(), rest.begin(), rest.end());
   } else if (!split.content.empty()) {
     events.push_back({ToolParseEvent::Kind::kText, split.content, {}});
