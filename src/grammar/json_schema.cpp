@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -23,6 +24,7 @@ using ExprId = GrammarBuilder::ExprId;
 
 constexpr int kMaxStringLength = 10'000;  // min/maxLength past this are refused
 constexpr std::int64_t kMaxItems = 10'000;
+constexpr int kMaxIndent = 40;  // spaces after a newline between tokens (bounded whitespace)
 
 // Keywords that only annotate (or that the structure already implies).
 const std::set<std::string, std::less<>> kIgnored = {"$schema",
@@ -46,13 +48,16 @@ const std::set<std::string, std::less<>> kIgnored = {"$schema",
                                                      "format",
                                                      "additionalItems",
                                                      "name",
-                                                     "id"};
+                                                     "id",
+                                                     "x-keel-whitespace"};
 
 const std::map<std::string, std::string, std::less<>> kFormats = {
-    {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
+    // Calendar dates: days per month, February 29 in leap years only.
+    {"date",
+     R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|(\d\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29))"},
     {"time", R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?)"},
     {"date-time",
-     R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+     R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|(\d\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
     // Formats use loops, not long counted repeats: each counted position is a state.
     {"email", R"([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+)"},
@@ -81,9 +86,21 @@ class SchemaCompiler {
   }
 
   ExprId ws() {
-    if (opts_.max_whitespace <= 0) return b_.empty();
-    return b_.repeat(b_.char_class({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}}), 0,
-                     opts_.max_whitespace);
+    switch (opts_.whitespace) {
+      case JsonWhitespace::kNone:
+        return b_.empty();
+      case JsonWhitespace::kStrict:
+        return b_.repeat(b_.char_class({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}}), 0, -1);
+      case JsonWhitespace::kBounded:
+        break;
+    }
+    if (ws_rule_ < 0) {
+      ws_rule_ = b_.add_rule("ws");
+      b_.set_body(
+          std::uint32_t(ws_rule_),
+          b_.alt({b_.empty(), lit(" "), b_.seq({lit("\n"), b_.repeat(lit(" "), 0, kMaxIndent)})}));
+    }
+    return b_.call(std::uint32_t(ws_rule_));
   }
   ExprId lit(std::string_view s) { return b_.literal(s); }
 
@@ -106,15 +123,15 @@ class SchemaCompiler {
   ExprId number_expr() {
     ExprId digit = b_.char_class({{'0', '9'}});
     ExprId integer = b_.seq({b_.optional(lit("-")), int_digits()});
-    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, 16)}));
+    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, -1)}));
     ExprId exp = b_.optional(
         b_.seq({b_.char_class({{'e', 'e'}, {'E', 'E'}}),
-                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, 3)}));
+                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, -1)}));
     return b_.seq({integer, frac, exp});
   }
   ExprId int_digits() {
     return b_.alt({lit("0"), b_.seq({b_.char_class({{'1', '9'}}),
-                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, 15)})});
+                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, -1)})});
   }
 
   // A generic JSON value (rules, since values nest).
@@ -138,6 +155,84 @@ class SchemaCompiler {
                                            number_expr(), b_.literals({"true", "false", "null"})}));
     }
     return b_.call(std::uint32_t(any_value_rule_));
+  }
+
+  // A key (quoted) that is none of `names`: a walk down the names' trie of code points
+  // that leaves it, or ends at a node that is no name. Escapes always leave the trie,
+  // so names needing one (quotes, backslashes, control characters) are not excluded;
+  // escapes here are those Python writes (no "\/", "\u" only below U+0020) so a listed
+  // name cannot be spelled another way.
+  ExprId other_key(const std::vector<std::string> &names) {
+    struct Node {
+      std::map<char32_t, std::size_t> kids;
+      bool name = false;
+    };
+    std::vector<Node> trie(1);
+    for (const auto &n : names) {
+      std::vector<char32_t> cps;
+      bool plain = true;
+      for (std::size_t i = 0; i < n.size();) {
+        const unsigned char c = std::uint8_t(n[i]);
+        const int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        char32_t cp = len == 1 ? c : c & (0x3F >> (len - 1));
+        for (int k = 1; k < len && i + std::size_t(k) < n.size(); ++k)
+          cp = (cp << 6) | (std::uint8_t(n[i + std::size_t(k)]) & 0x3F);
+        if (cp < 0x20 || cp == '"' || cp == '\\') plain = false;
+        cps.push_back(cp);
+        i += std::size_t(len);
+      }
+      if (!plain) continue;
+      std::size_t at = 0;
+      for (char32_t cp : cps) {
+        auto it = trie[at].kids.find(cp);
+        if (it == trie[at].kids.end()) {
+          trie.push_back({});
+          it = trie[at].kids.emplace(cp, trie.size() - 1).first;
+        }
+        at = it->second;
+      }
+      trie[at].name = true;
+    }
+    ExprId hex = b_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    ExprId esc =
+        b_.seq({lit("\\"), b_.alt({b_.char_class({{'"', '"'},
+                                                  {'\\', '\\'},
+                                                  {'b', 'b'},
+                                                  {'f', 'f'},
+                                                  {'n', 'n'},
+                                                  {'r', 'r'},
+                                                  {'t', 't'}}),
+                                   b_.seq({lit("u00"), b_.char_class({{'0', '1'}}), hex})})});
+    ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
+    ExprId rest = b_.repeat(b_.alt({plain, esc}), 0, -1);
+    std::function<ExprId(std::size_t)> walk = [&](std::size_t at) -> ExprId {
+      std::vector<ExprId> options;
+      if (!trie[at].name) options.push_back(b_.empty());
+      std::vector<GrammarBuilder::CodeRange> leave = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+      for (const auto &[cp, kid] : trie[at].kids) {
+        std::string utf8;
+        if (cp < 0x80) {
+          utf8 += char(cp);
+        } else if (cp < 0x800) {
+          utf8 += char(0xC0 | (cp >> 6));
+          utf8 += char(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+          utf8 += char(0xE0 | (cp >> 12));
+          utf8 += char(0x80 | ((cp >> 6) & 0x3F));
+          utf8 += char(0x80 | (cp & 0x3F));
+        } else {
+          utf8 += char(0xF0 | (cp >> 18));
+          utf8 += char(0x80 | ((cp >> 12) & 0x3F));
+          utf8 += char(0x80 | ((cp >> 6) & 0x3F));
+          utf8 += char(0x80 | (cp & 0x3F));
+        }
+        options.push_back(b_.seq({lit(utf8), walk(kid)}));
+        leave.push_back({cp, cp});
+      }
+      options.push_back(b_.seq({b_.alt({b_.char_class(leave, true), esc}), rest}));
+      return b_.alt(std::move(options));
+    };
+    return b_.seq({lit("\""), walk(0), lit("\"")});
   }
 
   ExprId string_expr(int min, int max) {
@@ -286,6 +381,10 @@ class SchemaCompiler {
     if (max >= 0 && max < min) fail(join(path, "maxLength"), "is below minLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) fail(join(path, "pattern"), "must be a string");
+      // Both would have to hold: the grammar cannot intersect the two languages.
+      if (s.contains("format") && s["format"].is_string() &&
+          kFormats.count(s["format"].get<std::string>()))
+        fail(join(path, "format"), "beside a pattern is not supported");
       std::string p = s["pattern"].get<std::string>();
       // An unanchored pattern matches anywhere: allow text around it.
       bool lead = p.empty() || p[0] != '^';
@@ -332,28 +431,62 @@ class SchemaCompiler {
          std::string("is not supported (only 1") + (integer ? "" : " and 0.1, 0.01, ...") + ")");
   }
 
+  // A bound as a canonical decimal integer: ceil (a lower bound) or floor (an upper)
+  // of its value, exact for JSON integers of any size and for every double.
+  static std::string integer_bound(const json &v, bool is_min) {
+    if (v.is_number_integer()) return v.dump();
+    double d = v.get<double>();
+    d = is_min ? std::ceil(d) : std::floor(d);
+    if (d == 0) return "0";
+    char buf[400];
+    if (std::abs(d) < 1e15) {
+      auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed);
+      std::string out(buf, r.ptr);
+      if (auto dot = out.find('.'); dot != std::string::npos) out.resize(dot);
+      return out;
+    }
+    // Past 2^53 a double is the nearest of many integers: take the decimal its shortest
+    // form names (1e23, as the schema wrote it, not 99999999999999991611392).
+    auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+    const std::string sci(buf, r.ptr);
+    const std::size_t e = sci.find('e');
+    std::string out, digits;
+    for (std::size_t i = 0; i < e; ++i) {
+      if (sci[i] == '-')
+        out += '-';
+      else if (sci[i] != '.')
+        digits += sci[i];
+    }
+    const int exp = std::stoi(sci.substr(e + 1));  // >= 15 here
+    digits.resize(std::max(digits.size(), std::size_t(exp) + 1), '0');
+    return out + digits;
+  }
+
   ExprId integer_type(const json &s, const std::string &path) {
     decimal_step(s, path, true);
-    std::optional<std::int64_t> lo, hi;
+    std::optional<std::string> lo, hi;
     auto bound = [&](const char *k, bool exclusive, bool is_min) {
       if (!s.contains(k)) return;
       const json &v = s[k];
       if (v.is_boolean()) return;  // draft-4 style exclusive flags
       if (!v.is_number()) fail(join(path, k), "must be a number");
-      double d = v.get<double>();
-      if (std::abs(d) > 1e15) fail(join(path, k), "is out of the supported range (|x| <= 1e15)");
-      std::int64_t x = is_min ? std::int64_t(std::ceil(d)) : std::int64_t(std::floor(d));
-      if (exclusive && double(x) == d) x += is_min ? 1 : -1;
+      if (v.is_number_float() && !std::isfinite(v.get<double>()))
+        fail(join(path, k), "must be finite");
+      std::string x = integer_bound(v, is_min);
+      const bool integral = v.is_number_integer() || v.get<double>() == std::floor(v.get<double>());
+      if (exclusive && integral) x = add_one_decimal(x, is_min ? 1 : -1);
       auto &slot = is_min ? lo : hi;
-      slot = slot ? (is_min ? std::max(*slot, x) : std::min(*slot, x)) : x;
+      if (!slot || (is_min ? compare_decimal(x, *slot) > 0 : compare_decimal(x, *slot) < 0))
+        slot = x;
     };
     bound("minimum", s.value("exclusiveMinimum", json()) == true, true);
     bound("maximum", s.value("exclusiveMaximum", json()) == true, false);
     bound("exclusiveMinimum", true, true);
     bound("exclusiveMaximum", true, false);
-    if (lo && hi && *lo > *hi) fail(join(path, "maximum"), "is below minimum");
+    if (lo && hi && compare_decimal(*lo, *hi) > 0)
+      fail(join(path, "maximum"), "leaves no integer above the minimum");
     if (!lo && !hi) return b_.seq({b_.optional(lit("-")), int_digits()});
-    return integer_range(b_, lo, hi);
+    return integer_range_dec(b_, lo, hi);
   }
 
   ExprId number_type(const json &s, const std::string &path) {
@@ -424,7 +557,7 @@ class SchemaCompiler {
         extra = value(a, ap, depth + 1);
       else if (!a.is_boolean())
         fail(ap, "must be a boolean or a schema");
-    } else if (props.empty()) {
+    } else if (props.empty() || !opts_.declared_properties_only) {
       extra = any_value();
     }
     std::vector<std::pair<ExprId, bool>> items;  // (key: value, required)
@@ -432,7 +565,11 @@ class SchemaCompiler {
       items.push_back(
           {kv(it.key(), value(it.value(), join(join(path, "properties"), it.key()), depth + 1)),
            required.count(it.key()) > 0});
-    if (extra) items.push_back({b_.seq({string_expr(0, -1), ws(), lit(":"), ws(), *extra}), false});
+    if (extra) {
+      std::vector<std::string> names;
+      for (auto it = props.begin(); it != props.end(); ++it) names.push_back(it.key());
+      items.push_back({b_.seq({other_key(names), ws(), lit(":"), ws(), *extra}), false});
+    }
     bool all_required = true;
     for (auto &i : items) all_required &= i.second;
     ExprId body;
@@ -528,6 +665,7 @@ class SchemaCompiler {
   const JsonSchemaOptions &opts_;
   GrammarBuilder &b_;
   int any_value_rule_ = -1;
+  int ws_rule_ = -1;
   std::map<std::string, std::uint32_t> refs_;
   std::map<std::tuple<std::string, std::size_t, bool>, std::uint32_t> member_rules_;
 };
@@ -536,7 +674,21 @@ class SchemaCompiler {
 
 GrammarBuilder::ExprId json_schema_expr(GrammarBuilder &b, const nlohmann::ordered_json &schema,
                                         const JsonSchemaOptions &opts) {
-  return SchemaCompiler(b, schema, opts).document();
+  JsonSchemaOptions o = opts;
+  if (schema.is_object() && schema.contains("x-keel-whitespace")) {
+    const auto &w = schema["x-keel-whitespace"];
+    if (w == "bounded")
+      o.whitespace = JsonWhitespace::kBounded;
+    else if (w == "strict")
+      o.whitespace = JsonWhitespace::kStrict;
+    else if (w == "none")
+      o.whitespace = JsonWhitespace::kNone;
+    else
+      throw Error(ErrorCode::kInvalidArgument,
+                  (opts.where.empty() ? std::string("schema") : opts.where) +
+                      ".x-keel-whitespace: must be \"bounded\", \"strict\" or \"none\"");
+  }
+  return SchemaCompiler(b, schema, o).document();
 }
 
 Grammar json_schema_grammar(const nlohmann::ordered_json &schema, const JsonSchemaOptions &opts) {
