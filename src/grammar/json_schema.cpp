@@ -11,7 +11,9 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "grammar/compiled_grammar.h"
 #include "grammar/integer_range.h"
+#include "grammar/matcher.h"
 #include "grammar/number_range.h"
 #include "grammar/regex_compiler.h"
 
@@ -105,18 +107,20 @@ class SchemaCompiler {
   ExprId lit(std::string_view s) { return b_.literal(s); }
 
   // One character inside a JSON string: unescaped or a JSON escape.
-  ExprId string_char() {
+  ExprId string_char() { return json_string_char(b_); }
+  static ExprId json_string_char(GrammarBuilder &b_) {
     ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
     ExprId hex = b_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
-    ExprId esc = b_.seq({lit("\\"), b_.alt({b_.char_class({{'"', '"'},
-                                                           {'\\', '\\'},
-                                                           {'/', '/'},
-                                                           {'b', 'b'},
-                                                           {'f', 'f'},
-                                                           {'n', 'n'},
-                                                           {'r', 'r'},
-                                                           {'t', 't'}}),
-                                            b_.seq({lit("u"), b_.repeat(hex, 4, 4)})})});
+    ExprId esc =
+        b_.seq({b_.literal("\\"), b_.alt({b_.char_class({{'"', '"'},
+                                                         {'\\', '\\'},
+                                                         {'/', '/'},
+                                                         {'b', 'b'},
+                                                         {'f', 'f'},
+                                                         {'n', 'n'},
+                                                         {'r', 'r'},
+                                                         {'t', 't'}}),
+                                          b_.seq({b_.literal("u"), b_.repeat(hex, 4, 4)})})});
     return b_.alt({plain, esc});
   }
 
@@ -272,9 +276,9 @@ class SchemaCompiler {
         fail(join(path, "allOf"), "only a one-element allOf is supported");
       return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
     }
-    for (const char *k : {"not", "if", "then", "else", "patternProperties", "dependentRequired",
-                          "dependentSchemas", "propertyNames", "minProperties", "maxProperties",
-                          "contains", "minContains", "maxContains", "unevaluatedItems"})
+    for (const char *k : {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                          "propertyNames", "minProperties", "maxProperties", "contains",
+                          "minContains", "maxContains", "unevaluatedItems"})
       if (s.contains(k)) fail(join(path, k), "is not supported");
     if (s.contains("uniqueItems") && s["uniqueItems"] == true)
       fail(join(path, "uniqueItems"), "is not supported");
@@ -372,6 +376,20 @@ class SchemaCompiler {
     fail(join(path, "type"), "unknown type '" + t + "'");
   }
 
+  // A quoted JSON string that `pattern` matches (anywhere, unless anchored).
+  static ExprId pattern_string(GrammarBuilder &b, const std::string &p, const std::string &where,
+                               bool, RegexLengths *len = nullptr) {
+    const bool lead = p.empty() || p[0] != '^';
+    const bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
+    RegexLengths l;
+    ExprId body = compile_regex(b, p, where, true, &l);
+    if (lead || trail) l.max = -1;
+    if (len) *len = l;
+    auto any = [&] { return b.repeat(json_string_char(b), 0, -1); };
+    return b.seq({b.literal("\""), lead ? any() : b.empty(), body, trail ? any() : b.empty(),
+                  b.literal("\"")});
+  }
+
   ExprId string_type(const json &s, const std::string &path) {
     auto bad = [&](const std::string &why) { fail(path, why); };
     std::int64_t min = get_int(s, "minLength", 0, bad), max = get_int(s, "maxLength", -1, bad);
@@ -386,12 +404,8 @@ class SchemaCompiler {
           kFormats.count(s["format"].get<std::string>()))
         fail(join(path, "format"), "beside a pattern is not supported");
       std::string p = s["pattern"].get<std::string>();
-      // An unanchored pattern matches anywhere: allow text around it.
-      bool lead = p.empty() || p[0] != '^';
-      bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
       RegexLengths len;
-      ExprId body = compile_regex(b_, p, join(path, "pattern"), true, &len);
-      if (lead || trail) len.max = -1;
+      ExprId quoted = pattern_string(b_, p, join(path, "pattern"), false, &len);
       // Lengths beside a pattern: kept when every match already has a length within
       // them (the grammar cannot intersect the two languages).
       if ((s.contains("minLength") || s.contains("maxLength")) &&
@@ -401,9 +415,7 @@ class SchemaCompiler {
              "a length within them (the pattern's: " +
                  std::to_string(len.min) + " to " +
                  (len.max < 0 ? std::string("unbounded") : std::to_string(len.max)) + ")");
-      ExprId any = b_.repeat(string_char(), 0, -1);
-      return b_.seq(
-          {lit("\""), lead ? any : b_.empty(), body, trail ? any : b_.empty(), lit("\"")});
+      return quoted;
     }
     if (s.contains("format") && s["format"].is_string()) {
       auto it = kFormats.find(s["format"].get<std::string>());
@@ -532,44 +544,94 @@ class SchemaCompiler {
     return b_.seq({lit(json(key).dump()), ws(), lit(":"), ws(), v});
   }
 
+  // `name` (a key's text) matches `pattern`, searched for as JSON Schema does (a
+  // pattern without ^ or $ may match anywhere).
+  bool key_matches(const std::string &pattern, const std::string &name, const std::string &where) {
+    GrammarBuilder tb;
+    auto root = tb.add_rule("key");
+    tb.set_body(root, pattern_string(tb, pattern, where, false));
+    auto g = std::make_shared<const CompiledGrammar>(tb.build(root), nullptr);
+    GrammarMatcher m(g);
+    return m.accept_bytes(json(name).dump()) && m.is_complete();
+  }
+
   ExprId object_type(const json &s, const std::string &path, int depth) {
     const json empty = json::object();
-    const json &props = s.contains("properties") ? s["properties"] : empty;
-    if (!props.is_object()) fail(join(path, "properties"), "must be an object");
+    if (s.contains("properties") && !s["properties"].is_object())
+      fail(join(path, "properties"), "must be an object");
+    json props = s.contains("properties") ? s["properties"] : empty;
+    const std::string ap = join(path, "additionalProperties");
+    if (s.contains("additionalProperties") && !s["additionalProperties"].is_boolean() &&
+        !s["additionalProperties"].is_object())
+      fail(ap, "must be a boolean or a schema");
+    const json ap_schema =
+        s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+    // patternProperties: keys matching a pattern take its schema. Kept when exact: one
+    // pattern (or several with one schema) that no listed name matches; keys matching no
+    // pattern are then not generated (the grammar cannot take a regex's complement).
+    std::vector<std::string> patterns;
+    std::optional<json> pattern_schema;
+    const std::string pp = join(path, "patternProperties");
+    if (s.contains("patternProperties")) {
+      const json &p = s["patternProperties"];
+      if (!p.is_object()) fail(pp, "must be an object");
+      for (auto it = p.begin(); it != p.end(); ++it) {
+        if (pattern_schema && *pattern_schema != it.value())
+          fail(pp, "several patterns with different schemas are not supported");
+        pattern_schema = it.value();
+        patterns.push_back(it.key());
+      }
+    }
+    auto pattern_of = [&](const std::string &name) -> std::optional<std::string> {
+      for (const auto &p : patterns)
+        if (key_matches(p, name, join(pp, p))) return p;
+      return std::nullopt;
+    };
+    for (auto it = props.begin(); it != props.end(); ++it)
+      if (auto p = pattern_of(it.key()))
+        fail(join(pp, *p), "matches the listed property '" + it.key() + "' (not supported)");
     std::set<std::string> required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) fail(join(path, "required"), "must be an array");
       for (const auto &r : s["required"]) {
         if (!r.is_string()) fail(join(path, "required"), "must hold property names");
-        if (!props.contains(r.get<std::string>()) && !props.empty())
-          fail(join(path, "required"),
-               "names '" + r.get<std::string>() + "', which is not in properties");
-        required.insert(r.get<std::string>());
+        const std::string name = r.get<std::string>();
+        required.insert(name);
+        if (props.contains(name)) continue;
+        // A required key not listed: its value is what the pattern or
+        // additionalProperties says.
+        if (pattern_of(name)) {
+          props[name] = *pattern_schema;
+        } else {
+          if (ap_schema == false)
+            fail(join(path, "required"),
+                 "names '" + name + "', which additionalProperties: false forbids");
+          props[name] = ap_schema;
+        }
       }
     }
-    // Extra keys: with no listed properties, what additionalProperties allows (any
-    // value when absent); with listed ones, only when it is a schema or true.
+    // Extra keys: what additionalProperties allows (any value when absent, unless only
+    // declared properties are wanted), never a listed name; or the pattern keys.
     std::optional<ExprId> extra;
-    const std::string ap = join(path, "additionalProperties");
-    if (s.contains("additionalProperties")) {
-      const json &a = s["additionalProperties"];
-      if (a.is_object() || a == true)
-        extra = value(a, ap, depth + 1);
-      else if (!a.is_boolean())
-        fail(ap, "must be a boolean or a schema");
-    } else if (props.empty() || !opts_.declared_properties_only) {
-      extra = any_value();
+    std::vector<std::string> names;
+    for (auto it = props.begin(); it != props.end(); ++it) names.push_back(it.key());
+    if (!patterns.empty()) {
+      std::vector<ExprId> keys;
+      for (const auto &p : patterns) keys.push_back(pattern_string(b_, p, join(pp, p), false));
+      extra = b_.seq({b_.alt(std::move(keys)), ws(), lit(":"), ws(),
+                      value(*pattern_schema, join(pp, patterns[0]), depth + 1)});
+    } else if (s.contains("additionalProperties")) {
+      if (ap_schema != false)
+        extra = b_.seq({other_key(names), ws(), lit(":"), ws(), value(ap_schema, ap, depth + 1)});
+    } else if (names.empty() || !opts_.declared_properties_only) {
+      extra = b_.seq({other_key(names), ws(), lit(":"), ws(), any_value()});
     }
     std::vector<std::pair<ExprId, bool>> items;  // (key: value, required)
     for (auto it = props.begin(); it != props.end(); ++it)
       items.push_back(
           {kv(it.key(), value(it.value(), join(join(path, "properties"), it.key()), depth + 1)),
            required.count(it.key()) > 0});
-    if (extra) {
-      std::vector<std::string> names;
-      for (auto it = props.begin(); it != props.end(); ++it) names.push_back(it.key());
-      items.push_back({b_.seq({other_key(names), ws(), lit(":"), ws(), *extra}), false});
-    }
+    if (extra) items.push_back({*extra, false});
     bool all_required = true;
     for (auto &i : items) all_required &= i.second;
     ExprId body;
