@@ -272,9 +272,16 @@ class SchemaCompiler {
     }
     if (s.contains("allOf")) {
       const json &list = s["allOf"];
-      if (!list.is_array() || list.size() != 1)
-        fail(join(path, "allOf"), "only a one-element allOf is supported");
-      return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
+      if (!list.is_array() || list.empty()) fail(join(path, "allOf"), "must be a non-empty array");
+      if (list.size() == 1)
+        return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
+      json out = s;
+      out.erase("allOf");
+      for (std::size_t i = 0; i < list.size(); ++i)
+        out = intersect(out, resolved(list[i], 0), join(join(path, "allOf"), std::to_string(i)));
+      if (out.contains("$ref"))
+        fail(join(path, "allOf"), "a $ref nested deeper than 8 references is not supported");
+      return value(out, path, depth + 1);
     }
     for (const char *k : {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
                           "propertyNames", "minProperties", "maxProperties", "contains",
@@ -312,6 +319,97 @@ class SchemaCompiler {
     std::vector<ExprId> options;
     for (const auto &t : types) options.push_back(typed(s, t, path, depth));
     return b_.alt(std::move(options));
+  }
+
+  // `s` with a top-level $ref replaced by its target (the other keywords kept).
+  json resolved(const json &s, int hops) const {
+    if (!s.is_object() || !s.contains("$ref") || !s["$ref"].is_string() || hops > 8) return s;
+    const std::string target = s["$ref"].get<std::string>();
+    if (target.empty() || target[0] != '#') return s;
+    json::json_pointer ptr;
+    try {
+      ptr = json::json_pointer(target.substr(1));
+    } catch (const std::exception &) {
+      return s;
+    }
+    if (!root_.contains(ptr)) return s;
+    json out = resolved(root_[ptr], hops + 1);
+    if (!out.is_object()) return s;
+    json rest = s;
+    rest.erase("$ref");
+    return rest.empty() ? out : intersect(out, rest, "$ref");
+  }
+
+  // One schema that both `a` and `b` describe (allOf), for the keywords where that is
+  // exact: properties merged (a shared one becomes an allOf of the two), required
+  // united, types intersected, bounds tightened, equal keywords kept. Anything else
+  // that differs is refused; so is additionalProperties beside properties it does not
+  // see (the merge would widen it).
+  json intersect(const json &a, const json &b, const std::string &path) const {
+    if (a == true || a.empty()) return b;
+    if (b == true || b.empty()) return a;
+    if (!a.is_object() || !b.is_object()) fail(path, "a false schema in allOf matches nothing");
+    json out = a;
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      const std::string &k = it.key();
+      const json &v = it.value();
+      if (kIgnored.count(k) && k != "$defs" && k != "definitions") continue;
+      if (!out.contains(k)) {
+        out[k] = v;
+        continue;
+      }
+      json &o = out[k];
+      if (o == v) continue;
+      if (k == "properties" && o.is_object() && v.is_object()) {
+        for (auto p = v.begin(); p != v.end(); ++p)
+          o[p.key()] = o.contains(p.key()) ? json{{"allOf", json::array({o[p.key()], p.value()})}}
+                                           : p.value();
+      } else if (k == "required" && o.is_array() && v.is_array()) {
+        for (const auto &r : v)
+          if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
+      } else if (k == "type") {
+        auto list = [](const json &t) {
+          std::vector<std::string> l;
+          if (t.is_string()) l.push_back(t.get<std::string>());
+          if (t.is_array())
+            for (const auto &x : t)
+              if (x.is_string()) l.push_back(x.get<std::string>());
+          return l;
+        };
+        json both = json::array();
+        for (const auto &x : list(o))
+          for (const auto &y : list(v))
+            if (x == y || (x == "number" && y == "integer"))
+              both.push_back(y);
+            else if (x == "integer" && y == "number")
+              both.push_back(x);
+        if (both.empty()) fail(join(path, "type"), "allOf leaves no type");
+        o = both.size() == 1 ? both[0] : both;
+      } else if ((k == "minimum" || k == "minLength" || k == "minItems" ||
+                  k == "exclusiveMinimum" || k == "minProperties") &&
+                 o.is_number() && v.is_number()) {
+        if (v.get<double>() > o.get<double>()) o = v;
+      } else if ((k == "maximum" || k == "maxLength" || k == "maxItems" ||
+                  k == "exclusiveMaximum" || k == "maxProperties") &&
+                 o.is_number() && v.is_number()) {
+        if (v.get<double>() < o.get<double>()) o = v;
+      } else if (k == "$defs" || k == "definitions") {
+        continue;
+      } else {
+        fail(join(path, k), "differs between allOf's schemas (not supported)");
+      }
+    }
+    // additionalProperties of one side must see every property of the other.
+    for (const json *x : {&a, &b}) {
+      if (!x->contains("additionalProperties") || (*x)["additionalProperties"] == true) continue;
+      const json &other = x == &a ? b : a;
+      if (!other.contains("properties")) continue;
+      for (auto p = other["properties"].begin(); p != other["properties"].end(); ++p)
+        if (!x->contains("properties") || !(*x)["properties"].contains(p.key()))
+          fail(join(path, "additionalProperties"),
+               "beside properties from another allOf schema is not supported");
+    }
+    return out;
   }
 
   // `sub` with the parent's other keywords (anyOf branches often omit the shared type).

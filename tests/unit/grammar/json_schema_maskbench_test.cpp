@@ -117,6 +117,38 @@ TEST(JsonSchemaMaskBench, KeysNotListedAreAllowedButNeverAListedName) {
   EXPECT_FALSE(matches(typed, R"({"n": 1, "n": "s"})"));
 }
 
+TEST(JsonSchemaMaskBench, AllOfMergesExactlyOrRefuses) {
+  auto g = schema(R"({"$defs": {"base": {"type": "object", "properties": {"id": {"type":
+      "integer", "minimum": 0}}, "required": ["id"]}}, "allOf": [{"$ref": "#/$defs/base"},
+      {"properties": {"id": {"maximum": 9}, "name": {"type": "string"}}, "required": ["name"]}]})");
+  EXPECT_TRUE(matches(g, R"({"id": 3, "name": "a"})"));
+  EXPECT_FALSE(matches(g, R"({"id": 10, "name": "a"})"));
+  EXPECT_FALSE(matches(g, R"({"id": -1, "name": "a"})"));
+  EXPECT_FALSE(matches(g, R"({"id": 3})"));
+  // additionalProperties: false in one part forbids the other part's properties: refused
+  // rather than widened.
+  EXPECT_NE(compile_error(K::kJsonSchema, R"({"allOf": [{"properties": {"a": {}},
+      "additionalProperties": false}, {"properties": {"b": {}}}]})")
+                .find("additionalProperties"),
+            std::string::npos);
+  EXPECT_NE(compile_error(K::kJsonSchema, R"({"allOf": [{"type": "string"}, {"type": "integer"}]})")
+                .find("no type"),
+            std::string::npos);
+}
+
+TEST(JsonSchemaMaskBench, PatternPropertiesWhenExact) {
+  auto g = schema(R"({"type": "object", "properties": {"Name": {"type": "string"}},
+      "patternProperties": {"^x-[a-z]+$": {"type": "integer"}}, "additionalProperties": false})");
+  EXPECT_TRUE(matches(g, R"({"Name": "a", "x-one": 1, "x-two": 2})"));
+  EXPECT_FALSE(matches(g, R"({"Name": "a", "x-one": "s"})"));
+  EXPECT_FALSE(matches(g, R"({"Name": "a", "y": 1})"));
+  // A listed name that the pattern matches would need both schemas: refused.
+  EXPECT_NE(compile_error(K::kJsonSchema, R"({"properties": {"ab": {}},
+      "patternProperties": {"^a": {"type": "integer"}}})")
+                .find("patternProperties"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaMaskBench, ForcedToolCallsGenerateDeclaredParametersOnly) {
   TaggedJson t;
   t.begin = "<tool_call>\n";
