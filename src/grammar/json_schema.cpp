@@ -474,6 +474,38 @@ class SchemaCompiler {
     fail(join(path, "type"), "unknown type '" + t + "'");
   }
 
+  // "^ATOM+$" / "^ATOM*$" (ATOM one character: a [class], an escape like \w, or "."),
+  // maybe in one group: the atom and the quantifier.
+  static std::optional<std::pair<std::string, char>> single_class_repeat(std::string p) {
+    if (p.size() < 3 || p.front() != '^' || p.back() != '$' || p[p.size() - 2] == '\\')
+      return std::nullopt;
+    p = p.substr(1, p.size() - 2);
+    if (p.size() > 2 && p.front() == '(' && p.back() == ')') p = p.substr(1, p.size() - 2);
+    if (p.rfind("?:", 0) == 0) p = p.substr(2);
+    if (p.size() < 2) return std::nullopt;
+    std::size_t end = 0;  // one past the atom
+    if (p[0] == '[') {
+      std::size_t i = 1;
+      if (i < p.size() && p[i] == '^') ++i;
+      if (i < p.size() && p[i] == ']') ++i;
+      for (; i < p.size() && p[i] != ']'; ++i)
+        if (p[i] == '\\')
+          ++i;
+        else if (p[i] == '[')
+          return std::nullopt;
+      if (i >= p.size()) return std::nullopt;
+      end = i + 1;
+    } else if (p[0] == '\\') {
+      end = 2;
+    } else if (p[0] == '.') {
+      end = 1;
+    } else {
+      return std::nullopt;
+    }
+    if (end + 1 != p.size() || (p[end] != '+' && p[end] != '*')) return std::nullopt;
+    return std::make_pair(p.substr(0, end), p[end]);
+  }
+
   // A quoted JSON string that `pattern` matches (anywhere, unless anchored).
   static ExprId pattern_string(GrammarBuilder &b, const std::string &p, const std::string &where,
                                bool, RegexLengths *len = nullptr) {
@@ -506,6 +538,15 @@ class SchemaCompiler {
       ExprId quoted = pattern_string(b_, p, join(path, "pattern"), false, &len);
       // Lengths beside a pattern: kept when every match already has a length within
       // them (the grammar cannot intersect the two languages).
+      // ^[class]+$ (or *, \w, ., a group around it) with lengths: the class repeated
+      // between the lengths, exactly.
+      if (s.contains("minLength") || s.contains("maxLength"))
+        if (auto rep = single_class_repeat(p)) {
+          ExprId one = compile_regex(b_, rep->first, join(path, "pattern"), true);
+          const int lo = std::max<int>(int(min), rep->second == '+' ? 1 : 0);
+          if (max < 0 || lo <= max)
+            return b_.seq({lit("\""), b_.repeat(one, lo, int(max)), lit("\"")});
+        }
       if ((s.contains("minLength") || s.contains("maxLength")) &&
           (len.min < min || (max >= 0 && (len.max < 0 || len.max > max))))
         fail(join(path, "pattern"),

@@ -149,6 +149,20 @@ TEST(JsonSchemaMaskBench, PatternPropertiesWhenExact) {
             std::string::npos);
 }
 
+TEST(JsonSchemaMaskBench, OneClassPatternWithLengths) {
+  auto g = schema(R"({"type": "string", "pattern": "^[a-z0-9-]*$", "minLength": 4,
+      "maxLength": 6})");
+  EXPECT_FALSE(matches(g, R"("abc")"));
+  EXPECT_TRUE(matches(g, R"("ab-c")"));
+  EXPECT_TRUE(matches(g, R"("abcdef")"));
+  EXPECT_FALSE(matches(g, R"("abcdefg")"));
+  EXPECT_FALSE(matches(g, R"("abCd")"));
+  auto w = schema(R"({"type": "string", "pattern": "^(\\w+)$", "maxLength": 3})");
+  EXPECT_FALSE(matches(w, R"("")"));
+  EXPECT_TRUE(matches(w, R"("a_1")"));
+  EXPECT_FALSE(matches(w, R"("a_12")"));
+}
+
 TEST(JsonSchemaMaskBench, ForcedToolCallsGenerateDeclaredParametersOnly) {
   TaggedJson t;
   t.begin = "<tool_call>\n";
