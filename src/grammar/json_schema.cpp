@@ -265,6 +265,11 @@ class SchemaCompiler {
       const json &list = s[k];
       const std::string p = join(path, k);
       if (!list.is_array() || list.empty()) fail(p, "must be a non-empty array");
+      // oneOf is anyOf only where no value can match two branches: kept when the
+      // branches' types are pairwise disjoint, else refused (an instance valid under two
+      // branches must be rejected, which an alternation cannot do).
+      if (std::string(k) == "oneOf" && list.size() > 1 && !disjoint_types(s, list))
+        fail(p, "with branches that may overlap is not supported");
       std::vector<ExprId> options;
       for (std::size_t i = 0; i < list.size(); ++i)
         options.push_back(value(merged(s, list[i], k), join(p, std::to_string(i)), depth + 1));
@@ -319,6 +324,29 @@ class SchemaCompiler {
     std::vector<ExprId> options;
     for (const auto &t : types) options.push_back(typed(s, t, path, depth));
     return b_.alt(std::move(options));
+  }
+
+  // The JSON types each branch's explicit "type" allows ("integer" within "number");
+  // false when a branch has none or two branches share one.
+  bool disjoint_types(const json &parent, const json &list) const {
+    std::set<std::string> seen;
+    for (const auto &raw : list) {
+      const json br = resolved(merged(parent, raw, "oneOf"), 0);
+      if (!br.is_object() || !br.contains("type")) return false;
+      std::set<std::string> mine;
+      const json &t = br["type"];
+      if (t.is_string())
+        mine.insert(t.get<std::string>());
+      else if (t.is_array())
+        for (const auto &x : t)
+          if (x.is_string()) mine.insert(x.get<std::string>());
+      if (mine.empty()) return false;
+      if (mine.count("integer")) mine.insert("number");
+      if (mine.count("number")) mine.insert("integer");
+      for (const auto &x : mine)
+        if (!seen.insert(x).second) return false;
+    }
+    return true;
   }
 
   // `s` with a top-level $ref replaced by its target (the other keywords kept).

@@ -163,6 +163,17 @@ TEST(JsonSchemaMaskBench, OneClassPatternWithLengths) {
   EXPECT_FALSE(matches(w, R"("a_12")"));
 }
 
+TEST(JsonSchemaMaskBench, OneOfOnlyWithDisjointBranches) {
+  auto g = schema(R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})");
+  EXPECT_TRUE(matches(g, R"("a")"));
+  EXPECT_TRUE(matches(g, "3"));
+  // {"a": 1, "b": 2} is valid under both branches, so oneOf rejects it: refused.
+  EXPECT_NE(compile_error(K::kJsonSchema, R"({"oneOf": [{"required": ["a"]},
+      {"required": ["b"]}]})")
+                .find("oneOf"),
+            std::string::npos);
+}
+
 TEST(JsonSchemaMaskBench, ForcedToolCallsGenerateDeclaredParametersOnly) {
   TaggedJson t;
   t.begin = "<tool_call>\n";
