@@ -257,7 +257,9 @@ class SchemaCompiler {
       const json &e = s["enum"];
       if (!e.is_array() || e.empty()) fail(join(path, "enum"), "must be a non-empty array");
       std::vector<std::string> lits;
-      for (const auto &v : e) lits.push_back(v.dump());
+      for (const auto &v : e)
+        if (enum_value_has_type(s, v)) lits.push_back(v.dump());
+      if (lits.empty()) fail(join(path, "enum"), "no value has the schema's type");
       return b_.literals(lits);
     }
     for (const char *k : {"anyOf", "oneOf"}) {
@@ -278,8 +280,6 @@ class SchemaCompiler {
     if (s.contains("allOf")) {
       const json &list = s["allOf"];
       if (!list.is_array() || list.empty()) fail(join(path, "allOf"), "must be a non-empty array");
-      if (list.size() == 1)
-        return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
       json out = s;
       out.erase("allOf");
       for (std::size_t i = 0; i < list.size(); ++i)
@@ -347,6 +347,29 @@ class SchemaCompiler {
         if (!seen.insert(x).second) return false;
     }
     return true;
+  }
+
+  // An enum value is valid only when it has the schema's type too (when one is given).
+  static bool enum_value_has_type(const json &s, const json &v) {
+    if (!s.contains("type")) return true;
+    auto has = [&](const std::string &t) {
+      if (t == "null") return v.is_null();
+      if (t == "boolean") return v.is_boolean();
+      if (t == "string") return v.is_string();
+      if (t == "number") return v.is_number();
+      if (t == "integer")
+        return v.is_number_integer() ||
+               (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+      if (t == "object") return v.is_object();
+      if (t == "array") return v.is_array();
+      return false;
+    };
+    const json &t = s["type"];
+    if (t.is_string()) return has(t.get<std::string>());
+    if (t.is_array())
+      for (const auto &x : t)
+        if (x.is_string() && has(x.get<std::string>())) return true;
+    return !t.is_string() && !t.is_array();
   }
 
   // `s` with a top-level $ref replaced by its target (the other keywords kept).
