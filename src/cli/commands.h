@@ -12,7 +12,8 @@ int cmd_pull(int argc, char **argv);        // download a model from a Hugging F
 int cmd_make_model(int argc, char **argv);  // random-weight models for tests and benchmarks
 int cmd_tokenize(int argc, char **argv);
 int cmd_detokenize(int argc, char **argv);
-int cmd_template(int argc, char **argv);    // render a chat template
-int cmd_perplexity(int argc, char **argv);  // perplexity of a model on a text file
+int cmd_template(int argc, char **argv);       // render a chat template
+int cmd_perplexity(int argc, char **argv);     // perplexity of a model on a text file
+int cmd_grammar_check(int argc, char **argv);  // MaskBench conformance of the JSON Schema grammars
 
 }  // namespace keel::cli

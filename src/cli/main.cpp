@@ -30,6 +30,8 @@ constexpr Subcommand kSubcommands[] = {
     {"detokenize", keel::cli::cmd_detokenize, "print the text of token ids"},
     {"template", keel::cli::cmd_template, "render a chat template"},
     {"perplexity", keel::cli::cmd_perplexity, "perplexity of a model on a text file"},
+    {"grammar-check", keel::cli::cmd_grammar_check,
+     "check JSON Schema grammars against MaskBench test files"},
     {"engine", keel::cli::cmd_engine, "(internal) one engine process"},
     {"engine-tp-worker", keel::cli::cmd_engine_tp_worker,
      "(internal) one tensor-parallel worker rank of an engine"},

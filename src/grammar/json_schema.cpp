@@ -1,6 +1,7 @@
 #include "grammar/json_schema.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -10,7 +11,9 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "grammar/compiled_grammar.h"
 #include "grammar/integer_range.h"
+#include "grammar/matcher.h"
 #include "grammar/number_range.h"
 #include "grammar/regex_compiler.h"
 
@@ -23,6 +26,7 @@ using ExprId = GrammarBuilder::ExprId;
 
 constexpr int kMaxStringLength = 10'000;  // min/maxLength past this are refused
 constexpr std::int64_t kMaxItems = 10'000;
+constexpr int kMaxIndent = 40;  // spaces after a newline between tokens (bounded whitespace)
 
 // Keywords that only annotate (or that the structure already implies).
 const std::set<std::string, std::less<>> kIgnored = {"$schema",
@@ -46,13 +50,16 @@ const std::set<std::string, std::less<>> kIgnored = {"$schema",
                                                      "format",
                                                      "additionalItems",
                                                      "name",
-                                                     "id"};
+                                                     "id",
+                                                     "x-keel-whitespace"};
 
 const std::map<std::string, std::string, std::less<>> kFormats = {
-    {"date", R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"},
+    // Calendar dates: days per month, February 29 in leap years only.
+    {"date",
+     R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|(\d\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29))"},
     {"time", R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)?)"},
     {"date-time",
-     R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
+     R"((\d{4}-((0[13578]|1[02])-(0[1-9]|[12]\d|3[01])|(0[469]|11)-(0[1-9]|[12]\d|30)|02-(0[1-9]|1\d|2[0-8]))|(\d\d(0[48]|[2468][048]|[13579][26])|([02468][048]|[13579][26])00)-02-29)T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d{1,9})?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"},
     {"uuid", R"([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})"},
     // Formats use loops, not long counted repeats: each counted position is a state.
     {"email", R"([A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+)"},
@@ -81,40 +88,54 @@ class SchemaCompiler {
   }
 
   ExprId ws() {
-    if (opts_.max_whitespace <= 0) return b_.empty();
-    return b_.repeat(b_.char_class({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}}), 0,
-                     opts_.max_whitespace);
+    switch (opts_.whitespace) {
+      case JsonWhitespace::kNone:
+        return b_.empty();
+      case JsonWhitespace::kStrict:
+        return b_.repeat(b_.char_class({{' ', ' '}, {'\t', '\n'}, {'\r', '\r'}}), 0, -1);
+      case JsonWhitespace::kBounded:
+        break;
+    }
+    if (ws_rule_ < 0) {
+      ws_rule_ = b_.add_rule("ws");
+      b_.set_body(
+          std::uint32_t(ws_rule_),
+          b_.alt({b_.empty(), lit(" "), b_.seq({lit("\n"), b_.repeat(lit(" "), 0, kMaxIndent)})}));
+    }
+    return b_.call(std::uint32_t(ws_rule_));
   }
   ExprId lit(std::string_view s) { return b_.literal(s); }
 
   // One character inside a JSON string: unescaped or a JSON escape.
-  ExprId string_char() {
+  ExprId string_char() { return json_string_char(b_); }
+  static ExprId json_string_char(GrammarBuilder &b_) {
     ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
     ExprId hex = b_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
-    ExprId esc = b_.seq({lit("\\"), b_.alt({b_.char_class({{'"', '"'},
-                                                           {'\\', '\\'},
-                                                           {'/', '/'},
-                                                           {'b', 'b'},
-                                                           {'f', 'f'},
-                                                           {'n', 'n'},
-                                                           {'r', 'r'},
-                                                           {'t', 't'}}),
-                                            b_.seq({lit("u"), b_.repeat(hex, 4, 4)})})});
+    ExprId esc =
+        b_.seq({b_.literal("\\"), b_.alt({b_.char_class({{'"', '"'},
+                                                         {'\\', '\\'},
+                                                         {'/', '/'},
+                                                         {'b', 'b'},
+                                                         {'f', 'f'},
+                                                         {'n', 'n'},
+                                                         {'r', 'r'},
+                                                         {'t', 't'}}),
+                                          b_.seq({b_.literal("u"), b_.repeat(hex, 4, 4)})})});
     return b_.alt({plain, esc});
   }
 
   ExprId number_expr() {
     ExprId digit = b_.char_class({{'0', '9'}});
     ExprId integer = b_.seq({b_.optional(lit("-")), int_digits()});
-    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, 16)}));
+    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, -1)}));
     ExprId exp = b_.optional(
         b_.seq({b_.char_class({{'e', 'e'}, {'E', 'E'}}),
-                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, 3)}));
+                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, -1)}));
     return b_.seq({integer, frac, exp});
   }
   ExprId int_digits() {
     return b_.alt({lit("0"), b_.seq({b_.char_class({{'1', '9'}}),
-                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, 15)})});
+                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, -1)})});
   }
 
   // A generic JSON value (rules, since values nest).
@@ -140,6 +161,84 @@ class SchemaCompiler {
     return b_.call(std::uint32_t(any_value_rule_));
   }
 
+  // A key (quoted) that is none of `names`: a walk down the names' trie of code points
+  // that leaves it, or ends at a node that is no name. Escapes always leave the trie,
+  // so names needing one (quotes, backslashes, control characters) are not excluded;
+  // escapes here are those Python writes (no "\/", "\u" only below U+0020) so a listed
+  // name cannot be spelled another way.
+  ExprId other_key(const std::vector<std::string> &names) {
+    struct Node {
+      std::map<char32_t, std::size_t> kids;
+      bool name = false;
+    };
+    std::vector<Node> trie(1);
+    for (const auto &n : names) {
+      std::vector<char32_t> cps;
+      bool plain = true;
+      for (std::size_t i = 0; i < n.size();) {
+        const unsigned char c = std::uint8_t(n[i]);
+        const int len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+        char32_t cp = len == 1 ? c : c & (0x3F >> (len - 1));
+        for (int k = 1; k < len && i + std::size_t(k) < n.size(); ++k)
+          cp = (cp << 6) | (std::uint8_t(n[i + std::size_t(k)]) & 0x3F);
+        if (cp < 0x20 || cp == '"' || cp == '\\') plain = false;
+        cps.push_back(cp);
+        i += std::size_t(len);
+      }
+      if (!plain) continue;
+      std::size_t at = 0;
+      for (char32_t cp : cps) {
+        auto it = trie[at].kids.find(cp);
+        if (it == trie[at].kids.end()) {
+          trie.push_back({});
+          it = trie[at].kids.emplace(cp, trie.size() - 1).first;
+        }
+        at = it->second;
+      }
+      trie[at].name = true;
+    }
+    ExprId hex = b_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
+    ExprId esc =
+        b_.seq({lit("\\"), b_.alt({b_.char_class({{'"', '"'},
+                                                  {'\\', '\\'},
+                                                  {'b', 'b'},
+                                                  {'f', 'f'},
+                                                  {'n', 'n'},
+                                                  {'r', 'r'},
+                                                  {'t', 't'}}),
+                                   b_.seq({lit("u00"), b_.char_class({{'0', '1'}}), hex})})});
+    ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
+    ExprId rest = b_.repeat(b_.alt({plain, esc}), 0, -1);
+    std::function<ExprId(std::size_t)> walk = [&](std::size_t at) -> ExprId {
+      std::vector<ExprId> options;
+      if (!trie[at].name) options.push_back(b_.empty());
+      std::vector<GrammarBuilder::CodeRange> leave = {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}};
+      for (const auto &[cp, kid] : trie[at].kids) {
+        std::string utf8;
+        if (cp < 0x80) {
+          utf8 += char(cp);
+        } else if (cp < 0x800) {
+          utf8 += char(0xC0 | (cp >> 6));
+          utf8 += char(0x80 | (cp & 0x3F));
+        } else if (cp < 0x10000) {
+          utf8 += char(0xE0 | (cp >> 12));
+          utf8 += char(0x80 | ((cp >> 6) & 0x3F));
+          utf8 += char(0x80 | (cp & 0x3F));
+        } else {
+          utf8 += char(0xF0 | (cp >> 18));
+          utf8 += char(0x80 | ((cp >> 12) & 0x3F));
+          utf8 += char(0x80 | ((cp >> 6) & 0x3F));
+          utf8 += char(0x80 | (cp & 0x3F));
+        }
+        options.push_back(b_.seq({lit(utf8), walk(kid)}));
+        leave.push_back({cp, cp});
+      }
+      options.push_back(b_.seq({b_.alt({b_.char_class(leave, true), esc}), rest}));
+      return b_.alt(std::move(options));
+    };
+    return b_.seq({lit("\""), walk(0), lit("\"")});
+  }
+
   ExprId string_expr(int min, int max) {
     return b_.seq({lit("\""), b_.repeat(string_char(), min, max), lit("\"")});
   }
@@ -158,7 +257,9 @@ class SchemaCompiler {
       const json &e = s["enum"];
       if (!e.is_array() || e.empty()) fail(join(path, "enum"), "must be a non-empty array");
       std::vector<std::string> lits;
-      for (const auto &v : e) lits.push_back(v.dump());
+      for (const auto &v : e)
+        if (enum_value_has_type(s, v)) lits.push_back(v.dump());
+      if (lits.empty()) fail(join(path, "enum"), "no value has the schema's type");
       return b_.literals(lits);
     }
     for (const char *k : {"anyOf", "oneOf"}) {
@@ -166,6 +267,11 @@ class SchemaCompiler {
       const json &list = s[k];
       const std::string p = join(path, k);
       if (!list.is_array() || list.empty()) fail(p, "must be a non-empty array");
+      // oneOf is anyOf only where no value can match two branches: kept when the
+      // branches' types are pairwise disjoint, else refused (an instance valid under two
+      // branches must be rejected, which an alternation cannot do).
+      if (std::string(k) == "oneOf" && list.size() > 1 && !disjoint_types(s, list))
+        fail(p, "with branches that may overlap is not supported");
       std::vector<ExprId> options;
       for (std::size_t i = 0; i < list.size(); ++i)
         options.push_back(value(merged(s, list[i], k), join(p, std::to_string(i)), depth + 1));
@@ -173,13 +279,18 @@ class SchemaCompiler {
     }
     if (s.contains("allOf")) {
       const json &list = s["allOf"];
-      if (!list.is_array() || list.size() != 1)
-        fail(join(path, "allOf"), "only a one-element allOf is supported");
-      return value(merged(s, list[0], "allOf"), join(path, "allOf.0"), depth + 1);
+      if (!list.is_array() || list.empty()) fail(join(path, "allOf"), "must be a non-empty array");
+      json out = s;
+      out.erase("allOf");
+      for (std::size_t i = 0; i < list.size(); ++i)
+        out = intersect(out, resolved(list[i], 0), join(join(path, "allOf"), std::to_string(i)));
+      if (out.contains("$ref"))
+        fail(join(path, "allOf"), "a $ref nested deeper than 8 references is not supported");
+      return value(out, path, depth + 1);
     }
-    for (const char *k : {"not", "if", "then", "else", "patternProperties", "dependentRequired",
-                          "dependentSchemas", "propertyNames", "minProperties", "maxProperties",
-                          "contains", "minContains", "maxContains", "unevaluatedItems"})
+    for (const char *k : {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+                          "propertyNames", "minProperties", "maxProperties", "contains",
+                          "minContains", "maxContains", "unevaluatedItems"})
       if (s.contains(k)) fail(join(path, k), "is not supported");
     if (s.contains("uniqueItems") && s["uniqueItems"] == true)
       fail(join(path, "uniqueItems"), "is not supported");
@@ -213,6 +324,143 @@ class SchemaCompiler {
     std::vector<ExprId> options;
     for (const auto &t : types) options.push_back(typed(s, t, path, depth));
     return b_.alt(std::move(options));
+  }
+
+  // The JSON types each branch's explicit "type" allows ("integer" within "number");
+  // false when a branch has none or two branches share one.
+  bool disjoint_types(const json &parent, const json &list) const {
+    std::set<std::string> seen;
+    for (const auto &raw : list) {
+      const json br = resolved(merged(parent, raw, "oneOf"), 0);
+      if (!br.is_object() || !br.contains("type")) return false;
+      std::set<std::string> mine;
+      const json &t = br["type"];
+      if (t.is_string())
+        mine.insert(t.get<std::string>());
+      else if (t.is_array())
+        for (const auto &x : t)
+          if (x.is_string()) mine.insert(x.get<std::string>());
+      if (mine.empty()) return false;
+      if (mine.count("integer")) mine.insert("number");
+      if (mine.count("number")) mine.insert("integer");
+      for (const auto &x : mine)
+        if (!seen.insert(x).second) return false;
+    }
+    return true;
+  }
+
+  // An enum value is valid only when it has the schema's type too (when one is given).
+  static bool enum_value_has_type(const json &s, const json &v) {
+    if (!s.contains("type")) return true;
+    auto has = [&](const std::string &t) {
+      if (t == "null") return v.is_null();
+      if (t == "boolean") return v.is_boolean();
+      if (t == "string") return v.is_string();
+      if (t == "number") return v.is_number();
+      if (t == "integer")
+        return v.is_number_integer() ||
+               (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+      if (t == "object") return v.is_object();
+      if (t == "array") return v.is_array();
+      return false;
+    };
+    const json &t = s["type"];
+    if (t.is_string()) return has(t.get<std::string>());
+    if (t.is_array())
+      for (const auto &x : t)
+        if (x.is_string() && has(x.get<std::string>())) return true;
+    return !t.is_string() && !t.is_array();
+  }
+
+  // `s` with a top-level $ref replaced by its target (the other keywords kept).
+  json resolved(const json &s, int hops) const {
+    if (!s.is_object() || !s.contains("$ref") || !s["$ref"].is_string() || hops > 8) return s;
+    const std::string target = s["$ref"].get<std::string>();
+    if (target.empty() || target[0] != '#') return s;
+    json::json_pointer ptr;
+    try {
+      ptr = json::json_pointer(target.substr(1));
+    } catch (const std::exception &) {
+      return s;
+    }
+    if (!root_.contains(ptr)) return s;
+    json out = resolved(root_[ptr], hops + 1);
+    if (!out.is_object()) return s;
+    json rest = s;
+    rest.erase("$ref");
+    return rest.empty() ? out : intersect(out, rest, "$ref");
+  }
+
+  // One schema that both `a` and `b` describe (allOf), for the keywords where that is
+  // exact: properties merged (a shared one becomes an allOf of the two), required
+  // united, types intersected, bounds tightened, equal keywords kept. Anything else
+  // that differs is refused; so is additionalProperties beside properties it does not
+  // see (the merge would widen it).
+  json intersect(const json &a, const json &b, const std::string &path) const {
+    if (a == true || a.empty()) return b;
+    if (b == true || b.empty()) return a;
+    if (!a.is_object() || !b.is_object()) fail(path, "a false schema in allOf matches nothing");
+    json out = a;
+    for (auto it = b.begin(); it != b.end(); ++it) {
+      const std::string &k = it.key();
+      const json &v = it.value();
+      if (kIgnored.count(k) && k != "$defs" && k != "definitions") continue;
+      if (!out.contains(k)) {
+        out[k] = v;
+        continue;
+      }
+      json &o = out[k];
+      if (o == v) continue;
+      if (k == "properties" && o.is_object() && v.is_object()) {
+        for (auto p = v.begin(); p != v.end(); ++p)
+          o[p.key()] = o.contains(p.key()) ? json{{"allOf", json::array({o[p.key()], p.value()})}}
+                                           : p.value();
+      } else if (k == "required" && o.is_array() && v.is_array()) {
+        for (const auto &r : v)
+          if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
+      } else if (k == "type") {
+        auto list = [](const json &t) {
+          std::vector<std::string> l;
+          if (t.is_string()) l.push_back(t.get<std::string>());
+          if (t.is_array())
+            for (const auto &x : t)
+              if (x.is_string()) l.push_back(x.get<std::string>());
+          return l;
+        };
+        json both = json::array();
+        for (const auto &x : list(o))
+          for (const auto &y : list(v))
+            if (x == y || (x == "number" && y == "integer"))
+              both.push_back(y);
+            else if (x == "integer" && y == "number")
+              both.push_back(x);
+        if (both.empty()) fail(join(path, "type"), "allOf leaves no type");
+        o = both.size() == 1 ? both[0] : both;
+      } else if ((k == "minimum" || k == "minLength" || k == "minItems" ||
+                  k == "exclusiveMinimum" || k == "minProperties") &&
+                 o.is_number() && v.is_number()) {
+        if (v.get<double>() > o.get<double>()) o = v;
+      } else if ((k == "maximum" || k == "maxLength" || k == "maxItems" ||
+                  k == "exclusiveMaximum" || k == "maxProperties") &&
+                 o.is_number() && v.is_number()) {
+        if (v.get<double>() < o.get<double>()) o = v;
+      } else if (k == "$defs" || k == "definitions") {
+        continue;
+      } else {
+        fail(join(path, k), "differs between allOf's schemas (not supported)");
+      }
+    }
+    // additionalProperties of one side must see every property of the other.
+    for (const json *x : {&a, &b}) {
+      if (!x->contains("additionalProperties") || (*x)["additionalProperties"] == true) continue;
+      const json &other = x == &a ? b : a;
+      if (!other.contains("properties")) continue;
+      for (auto p = other["properties"].begin(); p != other["properties"].end(); ++p)
+        if (!x->contains("properties") || !(*x)["properties"].contains(p.key()))
+          fail(join(path, "additionalProperties"),
+               "beside properties from another allOf schema is not supported");
+    }
+    return out;
   }
 
   // `sub` with the parent's other keywords (anyOf branches often omit the shared type).
@@ -277,6 +525,52 @@ class SchemaCompiler {
     fail(join(path, "type"), "unknown type '" + t + "'");
   }
 
+  // "^ATOM+$" / "^ATOM*$" (ATOM one character: a [class], an escape like \w, or "."),
+  // maybe in one group: the atom and the quantifier.
+  static std::optional<std::pair<std::string, char>> single_class_repeat(std::string p) {
+    if (p.size() < 3 || p.front() != '^' || p.back() != '$' || p[p.size() - 2] == '\\')
+      return std::nullopt;
+    p = p.substr(1, p.size() - 2);
+    if (p.size() > 2 && p.front() == '(' && p.back() == ')') p = p.substr(1, p.size() - 2);
+    if (p.rfind("?:", 0) == 0) p = p.substr(2);
+    if (p.size() < 2) return std::nullopt;
+    std::size_t end = 0;  // one past the atom
+    if (p[0] == '[') {
+      std::size_t i = 1;
+      if (i < p.size() && p[i] == '^') ++i;
+      if (i < p.size() && p[i] == ']') ++i;
+      for (; i < p.size() && p[i] != ']'; ++i)
+        if (p[i] == '\\')
+          ++i;
+        else if (p[i] == '[')
+          return std::nullopt;
+      if (i >= p.size()) return std::nullopt;
+      end = i + 1;
+    } else if (p[0] == '\\') {
+      end = 2;
+    } else if (p[0] == '.') {
+      end = 1;
+    } else {
+      return std::nullopt;
+    }
+    if (end + 1 != p.size() || (p[end] != '+' && p[end] != '*')) return std::nullopt;
+    return std::make_pair(p.substr(0, end), p[end]);
+  }
+
+  // A quoted JSON string that `pattern` matches (anywhere, unless anchored).
+  static ExprId pattern_string(GrammarBuilder &b, const std::string &p, const std::string &where,
+                               bool, RegexLengths *len = nullptr) {
+    const bool lead = p.empty() || p[0] != '^';
+    const bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
+    RegexLengths l;
+    ExprId body = compile_regex(b, p, where, true, &l);
+    if (lead || trail) l.max = -1;
+    if (len) *len = l;
+    auto any = [&] { return b.repeat(json_string_char(b), 0, -1); };
+    return b.seq({b.literal("\""), lead ? any() : b.empty(), body, trail ? any() : b.empty(),
+                  b.literal("\"")});
+  }
+
   ExprId string_type(const json &s, const std::string &path) {
     auto bad = [&](const std::string &why) { fail(path, why); };
     std::int64_t min = get_int(s, "minLength", 0, bad), max = get_int(s, "maxLength", -1, bad);
@@ -286,15 +580,24 @@ class SchemaCompiler {
     if (max >= 0 && max < min) fail(join(path, "maxLength"), "is below minLength");
     if (s.contains("pattern")) {
       if (!s["pattern"].is_string()) fail(join(path, "pattern"), "must be a string");
+      // Both would have to hold: the grammar cannot intersect the two languages.
+      if (s.contains("format") && s["format"].is_string() &&
+          kFormats.count(s["format"].get<std::string>()))
+        fail(join(path, "format"), "beside a pattern is not supported");
       std::string p = s["pattern"].get<std::string>();
-      // An unanchored pattern matches anywhere: allow text around it.
-      bool lead = p.empty() || p[0] != '^';
-      bool trail = p.empty() || p.back() != '$' || (p.size() > 1 && p[p.size() - 2] == '\\');
       RegexLengths len;
-      ExprId body = compile_regex(b_, p, join(path, "pattern"), true, &len);
-      if (lead || trail) len.max = -1;
+      ExprId quoted = pattern_string(b_, p, join(path, "pattern"), false, &len);
       // Lengths beside a pattern: kept when every match already has a length within
       // them (the grammar cannot intersect the two languages).
+      // ^[class]+$ (or *, \w, ., a group around it) with lengths: the class repeated
+      // between the lengths, exactly.
+      if (s.contains("minLength") || s.contains("maxLength"))
+        if (auto rep = single_class_repeat(p)) {
+          ExprId one = compile_regex(b_, rep->first, join(path, "pattern"), true);
+          const int lo = std::max<int>(int(min), rep->second == '+' ? 1 : 0);
+          if (max < 0 || lo <= max)
+            return b_.seq({lit("\""), b_.repeat(one, lo, int(max)), lit("\"")});
+        }
       if ((s.contains("minLength") || s.contains("maxLength")) &&
           (len.min < min || (max >= 0 && (len.max < 0 || len.max > max))))
         fail(join(path, "pattern"),
@@ -302,9 +605,7 @@ class SchemaCompiler {
              "a length within them (the pattern's: " +
                  std::to_string(len.min) + " to " +
                  (len.max < 0 ? std::string("unbounded") : std::to_string(len.max)) + ")");
-      ExprId any = b_.repeat(string_char(), 0, -1);
-      return b_.seq(
-          {lit("\""), lead ? any : b_.empty(), body, trail ? any : b_.empty(), lit("\"")});
+      return quoted;
     }
     if (s.contains("format") && s["format"].is_string()) {
       auto it = kFormats.find(s["format"].get<std::string>());
@@ -332,28 +633,62 @@ class SchemaCompiler {
          std::string("is not supported (only 1") + (integer ? "" : " and 0.1, 0.01, ...") + ")");
   }
 
+  // A bound as a canonical decimal integer: ceil (a lower bound) or floor (an upper)
+  // of its value, exact for JSON integers of any size and for every double.
+  static std::string integer_bound(const json &v, bool is_min) {
+    if (v.is_number_integer()) return v.dump();
+    double d = v.get<double>();
+    d = is_min ? std::ceil(d) : std::floor(d);
+    if (d == 0) return "0";
+    char buf[400];
+    if (std::abs(d) < 1e15) {
+      auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::fixed);
+      std::string out(buf, r.ptr);
+      if (auto dot = out.find('.'); dot != std::string::npos) out.resize(dot);
+      return out;
+    }
+    // Past 2^53 a double is the nearest of many integers: take the decimal its shortest
+    // form names (1e23, as the schema wrote it, not 99999999999999991611392).
+    auto r = std::to_chars(buf, buf + sizeof buf, d, std::chars_format::scientific);
+    const std::string sci(buf, r.ptr);
+    const std::size_t e = sci.find('e');
+    std::string out, digits;
+    for (std::size_t i = 0; i < e; ++i) {
+      if (sci[i] == '-')
+        out += '-';
+      else if (sci[i] != '.')
+        digits += sci[i];
+    }
+    const int exp = std::stoi(sci.substr(e + 1));  // >= 15 here
+    digits.resize(std::max(digits.size(), std::size_t(exp) + 1), '0');
+    return out + digits;
+  }
+
   ExprId integer_type(const json &s, const std::string &path) {
     decimal_step(s, path, true);
-    std::optional<std::int64_t> lo, hi;
+    std::optional<std::string> lo, hi;
     auto bound = [&](const char *k, bool exclusive, bool is_min) {
       if (!s.contains(k)) return;
       const json &v = s[k];
       if (v.is_boolean()) return;  // draft-4 style exclusive flags
       if (!v.is_number()) fail(join(path, k), "must be a number");
-      double d = v.get<double>();
-      if (std::abs(d) > 1e15) fail(join(path, k), "is out of the supported range (|x| <= 1e15)");
-      std::int64_t x = is_min ? std::int64_t(std::ceil(d)) : std::int64_t(std::floor(d));
-      if (exclusive && double(x) == d) x += is_min ? 1 : -1;
+      if (v.is_number_float() && !std::isfinite(v.get<double>()))
+        fail(join(path, k), "must be finite");
+      std::string x = integer_bound(v, is_min);
+      const bool integral = v.is_number_integer() || v.get<double>() == std::floor(v.get<double>());
+      if (exclusive && integral) x = add_one_decimal(x, is_min ? 1 : -1);
       auto &slot = is_min ? lo : hi;
-      slot = slot ? (is_min ? std::max(*slot, x) : std::min(*slot, x)) : x;
+      if (!slot || (is_min ? compare_decimal(x, *slot) > 0 : compare_decimal(x, *slot) < 0))
+        slot = x;
     };
     bound("minimum", s.value("exclusiveMinimum", json()) == true, true);
     bound("maximum", s.value("exclusiveMaximum", json()) == true, false);
     bound("exclusiveMinimum", true, true);
     bound("exclusiveMaximum", true, false);
-    if (lo && hi && *lo > *hi) fail(join(path, "maximum"), "is below minimum");
+    if (lo && hi && compare_decimal(*lo, *hi) > 0)
+      fail(join(path, "maximum"), "leaves no integer above the minimum");
     if (!lo && !hi) return b_.seq({b_.optional(lit("-")), int_digits()});
-    return integer_range(b_, lo, hi);
+    return integer_range_dec(b_, lo, hi);
   }
 
   ExprId number_type(const json &s, const std::string &path) {
@@ -399,40 +734,94 @@ class SchemaCompiler {
     return b_.seq({lit(json(key).dump()), ws(), lit(":"), ws(), v});
   }
 
+  // `name` (a key's text) matches `pattern`, searched for as JSON Schema does (a
+  // pattern without ^ or $ may match anywhere).
+  bool key_matches(const std::string &pattern, const std::string &name, const std::string &where) {
+    GrammarBuilder tb;
+    auto root = tb.add_rule("key");
+    tb.set_body(root, pattern_string(tb, pattern, where, false));
+    auto g = std::make_shared<const CompiledGrammar>(tb.build(root), nullptr);
+    GrammarMatcher m(g);
+    return m.accept_bytes(json(name).dump()) && m.is_complete();
+  }
+
   ExprId object_type(const json &s, const std::string &path, int depth) {
     const json empty = json::object();
-    const json &props = s.contains("properties") ? s["properties"] : empty;
-    if (!props.is_object()) fail(join(path, "properties"), "must be an object");
+    if (s.contains("properties") && !s["properties"].is_object())
+      fail(join(path, "properties"), "must be an object");
+    json props = s.contains("properties") ? s["properties"] : empty;
+    const std::string ap = join(path, "additionalProperties");
+    if (s.contains("additionalProperties") && !s["additionalProperties"].is_boolean() &&
+        !s["additionalProperties"].is_object())
+      fail(ap, "must be a boolean or a schema");
+    const json ap_schema =
+        s.contains("additionalProperties") ? s["additionalProperties"] : json(true);
+    // patternProperties: keys matching a pattern take its schema. Kept when exact: one
+    // pattern (or several with one schema) that no listed name matches; keys matching no
+    // pattern are then not generated (the grammar cannot take a regex's complement).
+    std::vector<std::string> patterns;
+    std::optional<json> pattern_schema;
+    const std::string pp = join(path, "patternProperties");
+    if (s.contains("patternProperties")) {
+      const json &p = s["patternProperties"];
+      if (!p.is_object()) fail(pp, "must be an object");
+      for (auto it = p.begin(); it != p.end(); ++it) {
+        if (pattern_schema && *pattern_schema != it.value())
+          fail(pp, "several patterns with different schemas are not supported");
+        pattern_schema = it.value();
+        patterns.push_back(it.key());
+      }
+    }
+    auto pattern_of = [&](const std::string &name) -> std::optional<std::string> {
+      for (const auto &p : patterns)
+        if (key_matches(p, name, join(pp, p))) return p;
+      return std::nullopt;
+    };
+    for (auto it = props.begin(); it != props.end(); ++it)
+      if (auto p = pattern_of(it.key()))
+        fail(join(pp, *p), "matches the listed property '" + it.key() + "' (not supported)");
     std::set<std::string> required;
     if (s.contains("required")) {
       if (!s["required"].is_array()) fail(join(path, "required"), "must be an array");
       for (const auto &r : s["required"]) {
         if (!r.is_string()) fail(join(path, "required"), "must hold property names");
-        if (!props.contains(r.get<std::string>()) && !props.empty())
-          fail(join(path, "required"),
-               "names '" + r.get<std::string>() + "', which is not in properties");
-        required.insert(r.get<std::string>());
+        const std::string name = r.get<std::string>();
+        required.insert(name);
+        if (props.contains(name)) continue;
+        // A required key not listed: its value is what the pattern or
+        // additionalProperties says.
+        if (pattern_of(name)) {
+          props[name] = *pattern_schema;
+        } else {
+          if (ap_schema == false)
+            fail(join(path, "required"),
+                 "names '" + name + "', which additionalProperties: false forbids");
+          props[name] = ap_schema;
+        }
       }
     }
-    // Extra keys: with no listed properties, what additionalProperties allows (any
-    // value when absent); with listed ones, only when it is a schema or true.
+    // Extra keys: what additionalProperties allows (any value when absent, unless only
+    // declared properties are wanted), never a listed name; or the pattern keys.
     std::optional<ExprId> extra;
-    const std::string ap = join(path, "additionalProperties");
-    if (s.contains("additionalProperties")) {
-      const json &a = s["additionalProperties"];
-      if (a.is_object() || a == true)
-        extra = value(a, ap, depth + 1);
-      else if (!a.is_boolean())
-        fail(ap, "must be a boolean or a schema");
-    } else if (props.empty()) {
-      extra = any_value();
+    std::vector<std::string> names;
+    for (auto it = props.begin(); it != props.end(); ++it) names.push_back(it.key());
+    if (!patterns.empty()) {
+      std::vector<ExprId> keys;
+      for (const auto &p : patterns) keys.push_back(pattern_string(b_, p, join(pp, p), false));
+      extra = b_.seq({b_.alt(std::move(keys)), ws(), lit(":"), ws(),
+                      value(*pattern_schema, join(pp, patterns[0]), depth + 1)});
+    } else if (s.contains("additionalProperties")) {
+      if (ap_schema != false)
+        extra = b_.seq({other_key(names), ws(), lit(":"), ws(), value(ap_schema, ap, depth + 1)});
+    } else if (names.empty() || !opts_.declared_properties_only) {
+      extra = b_.seq({other_key(names), ws(), lit(":"), ws(), any_value()});
     }
     std::vector<std::pair<ExprId, bool>> items;  // (key: value, required)
     for (auto it = props.begin(); it != props.end(); ++it)
       items.push_back(
           {kv(it.key(), value(it.value(), join(join(path, "properties"), it.key()), depth + 1)),
            required.count(it.key()) > 0});
-    if (extra) items.push_back({b_.seq({string_expr(0, -1), ws(), lit(":"), ws(), *extra}), false});
+    if (extra) items.push_back({*extra, false});
     bool all_required = true;
     for (auto &i : items) all_required &= i.second;
     ExprId body;
@@ -528,6 +917,7 @@ class SchemaCompiler {
   const JsonSchemaOptions &opts_;
   GrammarBuilder &b_;
   int any_value_rule_ = -1;
+  int ws_rule_ = -1;
   std::map<std::string, std::uint32_t> refs_;
   std::map<std::tuple<std::string, std::size_t, bool>, std::uint32_t> member_rules_;
 };
@@ -536,7 +926,21 @@ class SchemaCompiler {
 
 GrammarBuilder::ExprId json_schema_expr(GrammarBuilder &b, const nlohmann::ordered_json &schema,
                                         const JsonSchemaOptions &opts) {
-  return SchemaCompiler(b, schema, opts).document();
+  JsonSchemaOptions o = opts;
+  if (schema.is_object() && schema.contains("x-keel-whitespace")) {
+    const auto &w = schema["x-keel-whitespace"];
+    if (w == "bounded")
+      o.whitespace = JsonWhitespace::kBounded;
+    else if (w == "strict")
+      o.whitespace = JsonWhitespace::kStrict;
+    else if (w == "none")
+      o.whitespace = JsonWhitespace::kNone;
+    else
+      throw Error(ErrorCode::kInvalidArgument,
+                  (opts.where.empty() ? std::string("schema") : opts.where) +
+                      ".x-keel-whitespace: must be \"bounded\", \"strict\" or \"none\"");
+  }
+  return SchemaCompiler(b, schema, o).document();
 }
 
 Grammar json_schema_grammar(const nlohmann::ordered_json &schema, const JsonSchemaOptions &opts) {

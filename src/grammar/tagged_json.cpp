@@ -57,6 +57,7 @@ Grammar tagged_json_grammar(const TaggedJson &t, const std::string &where) {
     const auto &o = t.options[i];
     JsonSchemaOptions opts;
     opts.where = at + ".options." + std::to_string(i) + ".schema";
+    opts.declared_properties_only = true;  // a tool takes the parameters it declares
     options.push_back(
         b.seq({b.literal(o.head), json_schema_expr(b, o.schema, opts), b.literal(o.tail)}));
   }

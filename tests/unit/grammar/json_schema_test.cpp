@@ -220,7 +220,9 @@ TEST(JsonSchema, ErrorsNameThePathInsideTheSchema) {
   EXPECT_NE(schema_error("{not json").find("not valid JSON"), std::string::npos);
   EXPECT_NE(schema_error(R"({"type": "array", "minItems": 3, "maxItems": 2})").find("maxItems"),
             std::string::npos);
-  EXPECT_NE(schema_error(R"({"required": ["x"], "properties": {"y": {}}})").find("required"),
+  EXPECT_NE(schema_error(R"({"required": ["x"], "properties": {"y": {}},
+                              "additionalProperties": false})")
+                .find("required"),
             std::string::npos);
   EXPECT_NE(compile_error(K::kJsonSchema, R"({"type": 5})", "response_format.json_schema.schema")
                 .find("response_format.json_schema.schema.type"),

@@ -2,6 +2,7 @@
 // generated documents independently of the grammar.
 #pragma once
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -41,7 +42,10 @@ inline std::string validate(const ojson &root, const ojson &s, const ojson &v) {
       if (t == "object") return v.is_object();
       if (t == "array") return v.is_array();
       if (t == "string") return v.is_string();
-      if (t == "integer") return v.is_number_integer();
+      // Integers past 64 bits parse as doubles: a number with no fraction is an integer.
+      if (t == "integer")
+        return v.is_number_integer() ||
+               (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
       if (t == "number") return v.is_number();
       if (t == "boolean") return v.is_boolean();
       if (t == "null") return v.is_null();
