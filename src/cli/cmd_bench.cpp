@@ -49,7 +49,8 @@ void add_options(CLI::App &app, BenchOptions &o) {
       ->allow_extra_args(false);
   app.add_option("--model", o.model, "model id (default: the first /v1/models lists)");
   app.add_option("--api-key", o.api_key, "sent as a Bearer token")->envname("KEEL_BENCH_API_KEY");
-  app.add_option("--workload", o.workload, "random, fixed, shared-prefix or agent")
+  app.add_option("--workload", o.workload,
+                 "random, fixed, shared-prefix, agent or edit (copy-heavy code edits)")
       ->capture_default_str();
   app.add_option("--num-prompts", o.w.num_prompts, "requests per load level")
       ->capture_default_str();

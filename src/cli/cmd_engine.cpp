@@ -100,6 +100,15 @@ int cmd_engine(int argc, char **argv) {
   bool host_sampling = false;
   app.add_flag("--host-sampling", host_sampling,
                "sample on the CPU even where the runner can sample on its GPU");
+  std::string speculative;
+  int num_speculative_tokens = 4, spec_max_running = 4;
+  app.add_option("--speculative", speculative,
+                 "draft tokens to verify several per step: off or ngram (CPU runner only)");
+  app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
+      ->check(CLI::Range(1, 16));
+  app.add_option("--speculative-max-running", spec_max_running,
+                 "no drafts while this many requests run (0: no limit)")
+      ->check(CLI::Range(0, 1 << 20));
   int tensor_parallel = 1;
   app.add_option("--tensor-parallel", tensor_parallel,
                  "processes that split the model (worker ranks are children of this one)")
@@ -149,6 +158,9 @@ int cmd_engine(int argc, char **argv) {
         std::max(cfg.scheduler.max_num_batched_tokens, max_concurrent);
     cfg.max_model_len = max_model_len;
     cfg.device_sampling = !host_sampling;
+    cfg.speculative.method = parse_speculative_method(speculative);
+    cfg.speculative.num_speculative_tokens = num_speculative_tokens;
+    cfg.speculative.max_running = spec_max_running;
     cfg.make_constraint = grammar::output_constraint_factory(model);
     cfg.model_fingerprint = fingerprint_of(model, device);
     if (!hot_cache.empty())

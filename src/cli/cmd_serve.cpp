@@ -32,6 +32,7 @@
 #include "cli/commands.h"
 #include "core/default_model.h"
 #include "core/error.h"
+#include "engine/speculative.h"
 #include "hub/hub_pull.h"
 #include "registry/log_ring.h"
 #include "registry/model_path.h"
@@ -53,6 +54,8 @@ int cmd_serve(int argc, char **argv) {
          load_timeout_s = 600, sse_keepalive_s = 10, unload_grace_s = 3, shutdown_grace_s = 10;
   int tensor_parallel = 1;
   bool enable_faults = false;
+  std::string speculative;
+  int num_speculative_tokens = 4, spec_max_running = 4;
   std::string body_limit = "32M";
   std::size_t response_store_count = 1024;
   std::string response_store_bytes = "64M";
@@ -82,6 +85,18 @@ int cmd_serve(int argc, char **argv) {
       ->envname("KEEL_THREADS");
   app.add_option("--max-concurrent", max_concurrent, "running requests per engine")
       ->envname("KEEL_MAX_CONCURRENT");
+  app.add_option("--speculative", speculative,
+                 "speculative decoding: off, or ngram (prompt lookup: drafts copied from the "
+                 "prompt and output, verified several tokens a step; CPU runner only)")
+      ->envname("KEEL_SPECULATIVE");
+  app.add_option("--num-speculative-tokens", num_speculative_tokens,
+                 "drafted tokens verified per step at most")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
+  app.add_option("--speculative-max-running", spec_max_running,
+                 "no drafts while this many requests run (0: no limit)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
   app.add_option("--memory-budget", memory_budget,
                  "memory for loaded models, e.g. 8G (0: no limit)")
       ->envname("KEEL_MEMORY_BUDGET");
@@ -264,6 +279,11 @@ int cmd_serve(int argc, char **argv) {
     else
       model_fractions.emplace_back(spec.substr(0, eq), f);
   }
+  if (!parse_speculative_method(speculative).empty())
+    ro.engine_args.insert(ro.engine_args.end(),
+                          {"--speculative", parse_speculative_method(speculative),
+                           "--num-speculative-tokens", std::to_string(num_speculative_tokens),
+                           "--speculative-max-running", std::to_string(spec_max_running)});
   if (!cache_dir.empty()) ro.engine_args.insert(ro.engine_args.end(), {"--cache-dir", cache_dir});
   if (!hot_cache.empty())
     ro.engine_args.insert(ro.engine_args.end(), {"--hot-cache-size", hot_cache});

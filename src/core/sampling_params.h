@@ -11,13 +11,13 @@
 namespace keel {
 
 struct SamplingParams {
-  float temperature = 1.0f;  // 0 means greedy
-  int32_t top_k = 0;         // 0: off
-  float top_p = 1.0f;        // 1: off
-  float min_p = 0.0f;        // 0: off
-  float repetition_penalty = 1.0f;  // 1: off (HF semantics: divide positive logits)
-  float presence_penalty = 0.0f;    // OpenAI semantics
-  float frequency_penalty = 0.0f;   // OpenAI semantics
+  float temperature = 1.0f;           // 0 means greedy
+  int32_t top_k = 0;                  // 0: off
+  float top_p = 1.0f;                 // 1: off
+  float min_p = 0.0f;                 // 0: off
+  float repetition_penalty = 1.0f;    // 1: off (HF semantics: divide positive logits)
+  float presence_penalty = 0.0f;      // OpenAI semantics
+  float frequency_penalty = 0.0f;     // OpenAI semantics
   std::optional<std::uint64_t> seed;  // same seed, same output
   int32_t max_tokens = 256;
   std::vector<TokenId> stop_token_ids;  // in addition to the model's eos unless ignore_eos
@@ -35,6 +35,8 @@ struct SamplingParams {
   std::vector<TokenId> thinking_start;  // the block's opening tokens ("<think>")
   std::vector<TokenId> thinking_end;    // its closing tokens ("\n</think>\n\n")
   bool thinking_open = false;           // the prompt ends inside the block
+  // Speculative decoding for this request when the engine has a drafter (false: opt out).
+  bool speculative = true;
 
   bool greedy() const { return temperature <= 0.0f; }
 };

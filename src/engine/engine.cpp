@@ -65,7 +65,8 @@ struct Engine::Live {
   // Prompt logprobs, gathered chunk by chunk and sent with the first event.
   std::vector<std::optional<TokenLogprob>> prompt_logprobs;
   std::vector<std::vector<TokenLogprob>> prompt_top;
-  RequestEvent pending;  // this step's output, sent at the end of the step
+  RequestEvent pending;    // this step's output, sent at the end of the step
+  AcceptanceTracker spec;  // speculative decoding: recent acceptance of its drafts
 };
 
 Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(config)) {
@@ -89,6 +90,10 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
                                       default_fingerprint(model_config_, store));
       kv_ = std::make_unique<KvCacheManager>(kc);
       sched_ = std::make_unique<Scheduler>(config_.scheduler, *kv_);
+      if (backend_.runner->verifies_drafts()) {
+        drafter_ = make_drafter(config_.speculative);
+        if (drafter_) spec_accepted_at_.assign(config_.speculative.num_speculative_tokens, 0);
+      }
       const std::int64_t capacity = static_cast<std::int64_t>(kc.num_blocks) * kc.block_size;
       std::int64_t len =
           config_.max_model_len > 0 ? config_.max_model_len : model_config_.max_position_embeddings;
@@ -406,6 +411,7 @@ void Engine::finish(RequestId id, FinishReason reason, std::string error) {
     stored = r->num_stored_prompt_tokens;
   }
   sched_->finish(id, target);
+  if (drafter_) drafter_->forget(id);
   if (tiers_) tiers_->cancel_restore(id);
   RequestEvent ev = std::move(live.pending);
   ev.id = id;
@@ -536,8 +542,9 @@ bool Engine::run_step() {
       KEEL_CHECK(r != nullptr);
       const auto blocks = kv_->blocks(s.id);
       const std::int32_t end = s.start_pos + s.num_tokens;
+      const auto drafts = static_cast<std::int32_t>(s.draft.size());
       const std::int32_t nb = (end + block_size_ - 1) / block_size_;
-      KEEL_CHECK(static_cast<std::int32_t>(blocks.size()) >= nb && end <= r->num_tokens());
+      KEEL_CHECK(static_cast<std::int32_t>(blocks.size()) >= nb && end - drafts <= r->num_tokens());
       // A shared or cached block is never written.
       for (std::int32_t b = s.start_pos / block_size_; b < nb; ++b)
         KEEL_CHECK(kv_->writable(blocks[b]));
@@ -553,11 +560,16 @@ bool Engine::run_step() {
         slice.logits = SequenceSlice::Logits::kAll;
       else
         slice.logits = s.samples ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone;
+      if (drafts > 0) {  // a verify: the last accepted token's row, then each draft's
+        slice.logits = SequenceSlice::Logits::kTail;
+        slice.num_logits = 1 + drafts;
+      }
       batch_.tokens.insert(batch_.tokens.end(), r->tokens.begin() + s.start_pos,
-                           r->tokens.begin() + end);
+                           r->tokens.begin() + (end - drafts));
+      batch_.tokens.insert(batch_.tokens.end(), s.draft.begin(), s.draft.end());
       for (std::int32_t b = 0; b < nb; ++b) batch_.block_table.push_back(blocks[b].value);
       batch_.seqs.push_back(slice);
-      if (s.num_tokens == 1 && s.start_pos >= r->num_prompt_tokens)
+      if (s.num_tokens - drafts == 1 && s.start_pos >= r->num_prompt_tokens)
         ++decode_tokens_;
       else
         prefill_tokens_ += s.num_tokens;
@@ -582,6 +594,7 @@ bool Engine::run_step() {
   }
   sched_->on_step_done(plan);
   emit_outputs(plan);
+  if (drafter_) propose_drafts(plan);
   ++steps_;
   const std::int64_t end = now_ns();
   last_step_seconds_ = (end - start) * 1e-9;
@@ -607,26 +620,35 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const SequenceSlice::Logits want = batch_.seqs[i].logits;
     if (want == SequenceSlice::Logits::kAll) return false;
-    if (want == SequenceSlice::Logits::kLast &&
+    // Drafted rows on the device: without a mask and penalties only (every row's
+    // context would be the drafts before it); the CPU runner samples only such rows.
+    const SamplingParams &p = live_.at(plan.seqs[i].id)->params;
+    if (want == SequenceSlice::Logits::kTail &&
+        (step_mask_[i] != kNoMask || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f))
+      return false;
+    if (want != SequenceSlice::Logits::kNone &&
         (!plan.seqs[i].samples || live_.at(plan.seqs[i].id)->params.logprobs > 0 ||
          !backend_.runner->samples_row_on_device(live_.at(plan.seqs[i].id)->params) ||
          (step_mask_[i] != kNoMask && !backend_.runner->masks_on_device())))
       return false;
   }
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
-    if (batch_.seqs[i].logits != SequenceSlice::Logits::kLast) continue;
+    if (batch_.seqs[i].logits == SequenceSlice::Logits::kNone) continue;
     Live &live = *live_.at(plan.seqs[i].id);
     const SchedRequest *r = sched_->find(plan.seqs[i].id);
     const std::span<const TokenId> all(r->tokens);
-    DeviceSampleRow row{&live.sampler->params(), live.sampler->draw_uniform(),
-                        all.first(r->num_prompt_tokens), all.subspan(r->num_prompt_tokens)};
-    if (step_mask_[i] != kNoMask) {
-      // Its words are written while the forward runs; the runner reads them only after
-      // calling mask_ready (the first call finishes every mask of the step).
-      row.mask = live.constraint->mask_words();
-      row.mask_ready = &mask_ready_;
+    for (std::int32_t j = 0; j < batch_.seqs[i].num_logits; ++j) {  // 1 + drafts
+      DeviceSampleRow row{&live.sampler->params(), live.sampler->draw_uniform(),
+                          all.first(r->num_prompt_tokens), all.subspan(r->num_prompt_tokens)};
+      if (step_mask_[i] != kNoMask) {
+        // Its words are written while the forward runs; the runner reads them only after
+        // calling mask_ready (the first call finishes every mask of the step).
+        row.mask = live.constraint->mask_words();
+        row.mask_ready = &mask_ready_;
+      }
+      rows.push_back(row);
     }
-    rows.push_back(row);
   }
   return true;
 }
@@ -676,7 +698,7 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     const ScheduledSeq &s = plan.seqs[out_.row_seq[i]];
     auto it = live_.find(s.id);
     if (it == live_.end() || !s.samples || out_.row_pos[i] != s.start_pos + s.num_tokens - 1 ||
-        it->second->params.max_tokens == 0)
+        it->second->params.max_tokens == 0 || !s.draft.empty())  // drafted: emit_verified
       continue;
     // The mask (computed during the forward: finish_masks) applies to the row in place,
     // which is not read again.
@@ -760,6 +782,10 @@ void Engine::emit_outputs(const StepPlan &plan) {
       live.prompt_logprobs[pos + 1] = TokenLogprob{next, lp.logprob};
       live.prompt_top[pos + 1] = lp.top;
     }
+    if (!s.draft.empty()) {
+      if (pos == s.start_pos) emit_verified(plan, out_.row_seq[i], i);
+      continue;
+    }
     if (!s.samples || pos != s.start_pos + s.num_tokens - 1) continue;
     if (live.params.max_tokens == 0) {  // prompt logprobs only
       finish(s.id, FinishReason::kLength);
@@ -781,23 +807,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
         continue;
       }
     }
-    if (live.thinking) t.token = live.thinking->choose(t.token);  // may close the block
-    if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
-      finish(s.id, FinishReason::kStop);
-      continue;
-    }
-    if (live.constraint && !live.constraint->accept(t.token)) {
-      finish(s.id, FinishReason::kError, "engine: sampled a token the structured output forbids");
-      continue;
-    }
-    sched_->append_token(s.id, t.token);
-    live.pending.tokens.push_back(t.token);
-    if (live.params.logprobs >= 0) {
-      live.pending.sampled_logprobs.push_back(TokenLogprob{t.token, t.logprob});
-      live.pending.top_logprobs.push_back(t.top);
-    }
-    if (r->num_output_tokens() >= live.params.max_tokens || r->num_tokens() >= max_model_len_)
-      finish(s.id, FinishReason::kLength);
+    take_token(s, live, std::move(t), false);
   }
   // One event per request that produced output this step.
   for (const ScheduledSeq &s : plan.seqs) {
@@ -816,6 +826,113 @@ void Engine::emit_outputs(const StepPlan &plan) {
       live.first_event_sent = true;
     }
     deliver(live.sink, ev);
+  }
+}
+
+bool Engine::take_token(const ScheduledSeq &s, Live &live, SampledToken t, bool kv_computed) {
+  if (live.thinking) t.token = live.thinking->choose(t.token);  // may close the block
+  if (live.sampler->is_stop_token(t.token, model_config_.eos_token_ids)) {
+    finish(s.id, FinishReason::kStop);
+    return false;
+  }
+  if (live.constraint && !live.constraint->accept(t.token)) {
+    finish(s.id, FinishReason::kError, "engine: sampled a token the structured output forbids");
+    return false;
+  }
+  sched_->append_token(s.id, t.token, kv_computed);
+  live.pending.tokens.push_back(t.token);
+  if (live.params.logprobs >= 0) {
+    live.pending.sampled_logprobs.push_back(TokenLogprob{t.token, t.logprob});
+    live.pending.top_logprobs.push_back(std::move(t.top));
+  }
+  const SchedRequest *r = sched_->find(s.id);
+  if (r->num_output_tokens() >= live.params.max_tokens || r->num_tokens() >= max_model_len_) {
+    finish(s.id, FinishReason::kLength);
+    return false;
+  }
+  return true;
+}
+
+void Engine::emit_verified(const StepPlan &plan, std::size_t si, std::size_t first_row) {
+  const ScheduledSeq &s = plan.seqs[si];
+  Live &live = *live_.at(s.id);
+  const auto k = static_cast<std::int32_t>(s.draft.size());
+  const std::int32_t vocab = out_.vocab_size;
+  if (first_row + k >= out_.row_seq.size() ||
+      out_.row_seq[first_row + k] != out_.row_seq[first_row] ||
+      out_.row_pos[first_row + k] != s.start_pos + k) {
+    finish(s.id, FinishReason::kError, "engine: runner returned too few verify rows");
+    return;
+  }
+  ThreadPool *pool = backend_.context ? &backend_.context->pool() : nullptr;
+  std::int32_t accepted = 0;
+  bool live_on = true;
+  for (std::int32_t j = 0; j <= k && live_on; ++j) {
+    const std::size_t row = first_row + j;
+    SampledToken t;
+    if (sampled_on_device_) {
+      t.token = out_.sampled[row];
+      t.logprob = out_.sampled_logprobs[row];
+    } else {
+      const std::span<float> logits(out_.logits.data() + row * vocab, vocab);
+      if (live.constraint) {
+        // Row 0's mask was made during the forward; a later row's only now, after the
+        // drafts before it were accepted (one mask per drafted position).
+        const bool allowed =
+            j == 0 ? step_mask_[si] == kMaskAllowed : live.constraint->compute_mask(live.end_ids);
+        if (!allowed) {
+          finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+          live_on = false;
+          break;
+        }
+        apply_token_mask(logits, live.constraint->mask_words());
+      }
+      const SchedRequest *r = sched_->find(s.id);
+      const std::span<const TokenId> all(r->tokens);
+      t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
+                               all.subspan(r->num_prompt_tokens), pool);
+    }
+    // (No drafts with a thinking budget, which may replace the token: propose_drafts.)
+    const bool match = j < k && t.token == s.draft[j];
+    live_on = take_token(s, live, std::move(t), match);
+    if (!match) break;
+    ++accepted;
+    ++spec_accepted_at_[j];
+  }
+  ++spec_steps_;
+  decode_tokens_ += accepted;  // tokens generated by decode steps, drafts included
+  spec_drafted_ += k;
+  spec_accepted_ += accepted;
+  if (!live_on) return;  // finished: `live` is gone, its blocks freed
+  live.spec.record(k, accepted);
+  sched_->settle_drafts(s.id);
+}
+
+void Engine::propose_drafts(const StepPlan &plan) {
+  const SpeculativeConfig &sc = config_.speculative;
+  if (sc.max_running > 0 && sched_->num_running() >= sc.max_running) return;
+  std::vector<TokenId> draft;
+  for (const ScheduledSeq &s : plan.seqs) {
+    if (!s.samples) continue;
+    auto it = live_.find(s.id);
+    if (it == live_.end()) continue;
+    Live &live = *it->second;
+    // A thinking budget may write other tokens than the sampled ones: no drafts.
+    if (!live.params.speculative || live.thinking || !live.spec.should_draft()) continue;
+    const SchedRequest *r = sched_->find(s.id);
+    if (r == nullptr || r->state != RequestState::kRunning ||
+        r->num_tokens() - r->num_computed_tokens != 1)
+      continue;
+    // Never past max_tokens or the context: k drafts may emit k + 1 tokens.
+    const std::int32_t room = std::min(live.params.max_tokens - r->num_output_tokens(),
+                                       max_model_len_ - r->num_tokens()) -
+                              1;
+    const std::int32_t k = std::min(sc.num_speculative_tokens, room);
+    if (k <= 0) continue;
+    draft.clear();
+    drafter_->propose(s.id, r->tokens, k, draft);
+    if (static_cast<std::int32_t>(draft.size()) > k) draft.resize(k);
+    if (!draft.empty()) sched_->set_draft(s.id, draft);
   }
 }
 
@@ -849,6 +966,13 @@ void Engine::publish_status() {
   s.decode_tokens = decode_tokens_;
   s.steps = steps_;
   s.last_step_seconds = last_step_seconds_;
+  if (drafter_) {
+    s.spec_method = drafter_->name();
+    s.spec_steps = spec_steps_;
+    s.spec_drafted = spec_drafted_;
+    s.spec_accepted = spec_accepted_;
+    s.spec_accepted_at = spec_accepted_at_;
+  }
   std::lock_guard lk(status_mu_);
   snapshot_ = s;
 }

@@ -39,6 +39,7 @@
 #include "engine/engine_api.h"
 #include "engine/load_progress.h"
 #include "engine/mask_prefetcher.h"
+#include "engine/speculative.h"
 #include "engine/token_sampling.h"
 #include "exec/exec_context.h"
 #include "exec/forward_batch.h"
@@ -93,6 +94,9 @@ struct EngineConfig {
   // tiers: "rebuilding cache index" for an SSD tier, whose files are listed again); called
   // on the engine thread before the constructor returns. May be empty.
   LoadProgressSink on_load_progress;
+  // Speculative decoding (engine/speculative.h): off unless a method is named; used only
+  // with a runner that verifies drafts (ModelRunner::verifies_drafts: the CPU runner).
+  SpeculativeConfig speculative;
 };
 
 class Engine final : public EngineApi {
@@ -168,6 +172,16 @@ class Engine final : public EngineApi {
   void inject_step_faults();
   void fail_step(const StepPlan &plan, const std::string &what);
   void emit_outputs(const StepPlan &plan);
+  // Takes one sampled token for `s`'s request: thinking budget, stop tokens, the
+  // constraint, max_tokens. False when the request finished instead (or with it).
+  // `kv_computed`: an accepted draft whose KV this step computed.
+  bool take_token(const ScheduledSeq &s, Live &live, SampledToken t, bool kv_computed);
+  // A sequence that carried drafts: its rows from `first_row` in order, each sampled
+  // (or read, when sampled on the device) like an ordinary row, accepted while equal
+  // to the draft; then the KV of rejected drafts is rolled back.
+  void emit_verified(const StepPlan &plan, std::size_t seq, std::size_t first_row);
+  // After a step's outputs: the next drafts of the requests that decode.
+  void propose_drafts(const StepPlan &plan);
   // Every row the host samples this step ([rows], empty entries for rows that do not).
   std::vector<SampledToken> sample_host_rows(const StepPlan &plan);
   // The step's rows for ModelRunner::forward_sample, or false when the step must
@@ -233,6 +247,9 @@ class Engine final : public EngineApi {
   std::unique_ptr<MaskPrefetcher> mask_prefetcher_;  // made at the first constrained step
   std::function<void()> mask_ready_ = [this] { finish_masks(); };
   std::int64_t prompt_tokens_ = 0, prefill_tokens_ = 0, decode_tokens_ = 0;
+  std::unique_ptr<Drafter> drafter_;  // null: no speculation
+  std::int64_t spec_steps_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
+  std::vector<std::int64_t> spec_accepted_at_;
   std::uint64_t steps_ = 0;
   double last_step_seconds_ = 0.0;
 

@@ -64,6 +64,12 @@ struct EngineStatus {
   double heartbeat_age_seconds = 0.0;
   KvTierStatus host_tier, ssd_tier;
   std::int64_t restored_tokens = 0;  // prompt tokens restored from host or SSD, cumulative
+  // Speculative decoding (cumulative): the drafter's name ("" when off), the steps that
+  // verified drafts, the drafts verified and accepted, and drafts accepted at each
+  // position (accepted_at[j]: the (j+1)-th draft of a step was accepted).
+  std::string spec_method;
+  std::int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+  std::vector<std::int64_t> spec_accepted_at;
 };
 
 using EventSink = std::function<void(const RequestEvent &)>;

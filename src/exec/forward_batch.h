@@ -17,8 +17,25 @@ struct SequenceSlice {
   std::int32_t block_offset = 0;  // first entry of this sequence in ForwardBatch::block_table
   std::int32_t num_blocks = 0;    // blocks covering positions [0, start_pos + num_tokens)
   // Which rows of logits to return: none (a non-final prefill chunk), the last token's,
-  // or every token's (prompt logprobs / echo).
-  enum class Logits : std::uint8_t { kNone, kLast, kAll } logits = Logits::kLast;
+  // every token's (prompt logprobs / echo), or the last `num_logits` tokens' in order
+  // (a speculative verify: the last accepted token, then k drafts: num_logits = 1 + k;
+  // kLast is kTail with 1).
+  enum class Logits : std::uint8_t { kNone, kLast, kAll, kTail } logits = Logits::kLast;
+  std::int32_t num_logits = 1;  // kTail only: rows from the last num_logits tokens
+  // Index of the first token whose logits row this slice returns (num_tokens: none).
+  std::int32_t first_logits_token() const {
+    switch (logits) {
+      case Logits::kNone:
+        return num_tokens;
+      case Logits::kLast:
+        return num_tokens - 1;
+      case Logits::kAll:
+        return 0;
+      case Logits::kTail:
+        return num_tokens - num_logits;
+    }
+    return num_tokens;
+  }
 };
 
 struct ForwardBatch {

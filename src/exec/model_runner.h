@@ -50,6 +50,9 @@ class ModelRunner {
   // "bf16+fp8"); empty when the runner cannot tell.
   virtual std::string weight_format() const { return {}; }
   virtual bool samples_on_device() const { return false; }
+  // Whether forward() returns SequenceSlice::Logits::kTail rows (a speculative verify:
+  // docs/ARCHITECTURE.md, "The verify shape"); the engine drafts only for runners that do.
+  virtual bool verifies_drafts() const { return false; }
   // ... and which requests' rows it samples there (a step with any other samples on the
   // host); all of them unless it says otherwise.
   virtual bool samples_row_on_device(const SamplingParams &) const { return true; }

@@ -136,6 +136,22 @@ void KvCacheManager::free(RequestId id) {
   requests_.erase(it);
 }
 
+std::int32_t KvCacheManager::truncate(RequestId id, std::int32_t num_tokens) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return 0;
+  RequestBlocks &rb = it->second;
+  const std::int32_t keep = blocks_for(std::max(num_tokens, 0));
+  if (static_cast<std::int32_t>(rb.hashes.size()) > keep)
+    throw Error(ErrorCode::kInternal, "kv_cache: truncate past a cached block");
+  std::int32_t freed = 0;
+  while (static_cast<std::int32_t>(rb.blocks.size()) > keep) {
+    pool_.release(rb.blocks.back());
+    rb.blocks.pop_back();
+    ++freed;
+  }
+  return freed;
+}
+
 void KvCacheManager::end_step() {
   for (BlockId b : pinned_) pool_.release(b);
   pinned_.clear();

@@ -96,6 +96,13 @@ class KvCacheManager {
                                  std::int32_t num_computed, std::string_view extra_keys = {},
                                  std::int32_t count_within = 0);
 
+  // Speculative decoding's rollback: keeps the blocks covering the request's first
+  // `num_tokens` positions and frees the rest (tail first). Freed blocks held only
+  // rejected drafts' KV, past every computed full block, so none was ever hashed into
+  // the prefix index (cache_full_blocks sees only accepted tokens). Throws
+  // Error(kInternal) if a block to free is hashed. Returns how many were freed.
+  std::int32_t truncate(RequestId id, std::int32_t num_tokens);
+
   // Releases all of the request's blocks (tail first, so a prefix's tail is evicted
   // before its head). A request that holds nothing is ignored.
   void free(RequestId id);

@@ -49,6 +49,18 @@ class Generator {
 
   int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
 
+  // A code file of about n tokens (about 12 a line) where `name` recurs.
+  std::vector<std::string> code_lines(int n, const std::string &name) {
+    std::vector<std::string> lines;
+    for (int i = 0; i * 12 < n; ++i) {
+      std::uniform_int_distribution<std::size_t> d(0, kWords.size() - 1);
+      const std::string a = kWords[d(rng_)], b = kWords[d(rng_)];
+      lines.push_back("  " + a + "_" + std::to_string(i) + " = " + name + "." + b + "(" + a + ", " +
+                      std::to_string(i * 7 % 100) + ");");
+    }
+    return lines;
+  }
+
   // A completion turn of n tokens that starts with an optional shared prefix.
   Turn completion(int n, const std::vector<int> *prefix_ids, const std::string *prefix_text,
                   int prefix_len) {
@@ -92,8 +104,10 @@ WorkloadKind parse_workload_kind(const std::string &name) {
   if (name == "fixed") return WorkloadKind::kFixed;
   if (name == "shared-prefix") return WorkloadKind::kSharedPrefix;
   if (name == "agent") return WorkloadKind::kAgent;
-  throw Error(ErrorCode::kInvalidArgument,
-              "--workload: '" + name + "' is not one of random, fixed, shared-prefix, agent");
+  if (name == "edit") return WorkloadKind::kEdit;
+  throw Error(ErrorCode::kInvalidArgument, "--workload: '" + name +
+                                               "' is not one of random, fixed, shared-prefix, "
+                                               "agent, edit");
 }
 
 const char *workload_kind_name(WorkloadKind kind) {
@@ -106,6 +120,8 @@ const char *workload_kind_name(WorkloadKind kind) {
       return "shared-prefix";
     case WorkloadKind::kAgent:
       return "agent";
+    case WorkloadKind::kEdit:
+      return "edit";
   }
   return "?";
 }
@@ -167,6 +183,30 @@ Workload make_workload(const WorkloadOptions &o) {
       }
       break;
     }
+    case WorkloadKind::kEdit:
+      // "Here is a file; here it is again with one name changed": the answer copies the
+      // file, which prompt lookup drafts. Token-id prompts repeat the ids instead.
+      for (int i = 0; i < o.num_prompts; ++i) {
+        Turn t;
+        t.max_tokens = o.output_len;
+        if (o.token_prompts) {
+          const auto file = g.ids(std::max(1, o.input_len - 4));
+          t.prompt_ids = file;
+          t.prompt_ids.insert(t.prompt_ids.end(), file.begin(),
+                              file.begin() + std::min<std::size_t>(4, file.size()));
+          t.input_len = static_cast<int>(t.prompt_ids.size());
+        } else {
+          const auto lines = g.code_lines(o.input_len / 2, "state");
+          std::string file;
+          for (const auto &l : lines) file += l + "\n";
+          t.prompt_text = "// model.c\nvoid update(void) {\n" + file +
+                          "}\n// model.c, with state renamed to model_state:\nvoid update(void) "
+                          "{\n";
+          t.input_len = o.input_len;
+        }
+        w.sessions.push_back(Session{false, "", -1, {std::move(t)}});
+      }
+      break;
   }
   return w;
 }

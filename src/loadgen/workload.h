@@ -14,9 +14,11 @@ enum class WorkloadKind {
   kFixed,         // every prompt exactly --input-len
   kSharedPrefix,  // few long prefixes, each shared by many prompts: the prefix cache's case
   kAgent,         // multi-turn chat sessions whose prompt grows each turn
+  kEdit,          // copy-heavy code edits: a file, then its edited copy begun (speculative
+                  // decoding's n-gram lookup case)
 };
 
-// Parses "random", "fixed", "shared-prefix", "agent"; throws keel::Error otherwise.
+// Parses "random", "fixed", "shared-prefix", "agent", "edit"; throws keel::Error otherwise.
 WorkloadKind parse_workload_kind(const std::string &name);
 const char *workload_kind_name(WorkloadKind kind);
 

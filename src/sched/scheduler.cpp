@@ -163,7 +163,10 @@ StepPlan Scheduler::schedule() {
   }
   // 3. Admission, oldest first (preempted requests are older than anything that arrived
   //    after them). The head of the queue waits for blocks; nothing overtakes it.
-  if (preempted_any) return plan;
+  if (preempted_any) {
+    add_drafts(plan, budget);
+    return plan;
+  }
   std::int32_t admitted_now = 0;
   while (!waiting_.empty() && budget > 0 &&
          static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs &&
@@ -200,7 +203,26 @@ StepPlan Scheduler::schedule() {
     budget -= n;
     r->scheduled_step = plan.step;
   }
+  add_drafts(plan, budget);
   return plan;
+}
+
+void Scheduler::add_drafts(StepPlan &plan, std::int32_t &budget) {
+  for (ScheduledSeq &s : plan.seqs) {
+    if (budget <= 0) return;
+    SchedRequest *r = get(s.id);
+    if (r->draft.empty()) continue;
+    std::vector<TokenId> draft = std::move(r->draft);
+    r->draft.clear();
+    if (r->draft_for != r->num_tokens() || s.num_tokens != 1 || !s.samples) continue;
+    const auto n = std::min(static_cast<std::int32_t>(draft.size()), budget);
+    if (!kv_.allocate_slots(r->id, s.start_pos + 1 + n)) continue;  // never preempts
+    draft.resize(n);
+    s.draft = std::move(draft);
+    s.num_tokens += n;
+    plan.total_tokens += n;
+    budget -= n;
+  }
 }
 
 int Scheduler::admit_loading(SchedRequest *r, const PrefixHit &hit, StepPlan &plan) {
@@ -237,18 +259,38 @@ void Scheduler::on_step_done(const StepPlan &plan) {
     SchedRequest *r = get(s.id);
     KEEL_CHECK(r != nullptr && r->state == RequestState::kRunning);
     KEEL_CHECK(r->num_computed_tokens == s.start_pos);
-    r->num_computed_tokens += s.num_tokens;
+    r->num_computed_tokens += s.num_tokens - static_cast<std::int32_t>(s.draft.size());
     r->num_stored_prompt_tokens += kv_.cache_full_blocks(r->id, r->tokens, r->num_computed_tokens,
                                                          r->extra_keys, r->num_prompt_tokens);
   }
   kv_.end_step();
 }
 
-void Scheduler::append_token(RequestId id, TokenId token) {
+void Scheduler::append_token(RequestId id, TokenId token, bool kv_computed) {
   SchedRequest *r = get(id);
   KEEL_CHECK(r != nullptr && r->state == RequestState::kRunning);
   KEEL_CHECK(r->num_computed_tokens == r->num_tokens());
   r->tokens.push_back(token);
+  if (kv_computed) {
+    KEEL_CHECK(static_cast<std::int32_t>(kv_.blocks(id).size()) * kv_.block_size() >=
+               r->num_tokens());
+    ++r->num_computed_tokens;
+  }
+}
+
+void Scheduler::set_draft(RequestId id, std::vector<TokenId> draft) {
+  SchedRequest *r = get(id);
+  if (r == nullptr) return;
+  r->draft = std::move(draft);
+  r->draft_for = r->num_tokens();
+}
+
+void Scheduler::settle_drafts(RequestId id) {
+  SchedRequest *r = get(id);
+  if (r == nullptr || r->state != RequestState::kRunning) return;
+  r->num_stored_prompt_tokens += kv_.cache_full_blocks(r->id, r->tokens, r->num_computed_tokens,
+                                                       r->extra_keys, r->num_prompt_tokens);
+  kv_.truncate(r->id, r->num_tokens());
 }
 
 bool Scheduler::start_loading(RequestId id, std::int32_t num_tokens) {

@@ -58,6 +58,10 @@ struct SchedRequest {
   std::int32_t restoring_tokens = 0;  // of those, the ones restored from the tiers
   bool skip_tiers = false;            // a restore failed: recompute instead
   std::uint64_t scheduled_step = 0;
+  // Speculative decoding: tokens proposed to follow `tokens` while it has draft_for
+  // tokens (set_draft); taken by the next decode step when blocks and budget are left.
+  std::vector<TokenId> draft;
+  std::int32_t draft_for = -1;
 
   std::int32_t num_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
   std::int32_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
@@ -81,8 +85,17 @@ class Scheduler {
   // After the forward: counts the computed tokens, caches newly full blocks, releases
   // the step's copy sources.
   void on_step_done(const StepPlan &plan);
-  // After sampling: the request's next token.
-  void append_token(RequestId id, TokenId token);
+  // After sampling: the request's next token. `kv_computed`: an accepted draft, whose KV
+  // this step already computed (it counts as computed).
+  void append_token(RequestId id, TokenId token, bool kv_computed = false);
+
+  // Speculative decoding: drafted continuation of the request's tokens as they stand now;
+  // the next schedule() adds as many of them to its decode as the step's leftover budget
+  // and free blocks allow (drafts never preempt and never delay a prefill or admission).
+  void set_draft(RequestId id, std::vector<TokenId> draft);
+  // After the step's accepted tokens are appended: caches newly full blocks of accepted
+  // tokens and frees the blocks that held only rejected drafts (KvCacheManager::truncate).
+  void settle_drafts(RequestId id);
 
   // Backpressure from the cache tiers: at most `max_new` waiting requests are admitted
   // per schedule() (-1: no limit). Admission slows, never stops, so nothing waits on a
@@ -129,6 +142,8 @@ class Scheduler {
   void preempt(SchedRequest *victim, StepPlan &plan, std::int32_t &budget);
   // Schedules a running request's next tokens, preempting newer ones for blocks.
   void schedule_running(SchedRequest *r, StepPlan &plan, std::int32_t &budget, bool &preempted_any);
+  // Extends the plan's decodes by their requests' drafts, from what is left.
+  void add_drafts(StepPlan &plan, std::int32_t &budget);
 
   SchedulerConfig config_;
   KvCacheManager &kv_;

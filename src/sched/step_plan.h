@@ -15,9 +15,14 @@ struct ScheduledSeq {
   RequestId id;
   std::int32_t start_pos = 0;   // tokens already in the KV cache
   std::int32_t num_tokens = 0;  // tokens to compute now: a prefill chunk, or 1 to decode
+                                // (1 + draft.size() when it carries drafts)
   // The chunk reaches the last known token, so the step yields a next token to sample.
   bool samples = false;
   std::optional<BlockCopy> copy;  // copy-on-write to run before the forward
+  // Speculative decoding: drafted tokens computed after the last known one (positions
+  // start_pos + 1 ...); the engine verifies them against the step's logits rows and
+  // accepts a prefix (Scheduler::append_token with kv_computed, then settle_drafts).
+  std::vector<TokenId> draft;
 };
 
 // A request admitted into LOADING_CACHE in this step: `hashes` are to be restored from

@@ -214,6 +214,21 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
                     {"host", tier(s.host_tier)},
                     {"ssd", tier(s.ssd_tier)}};
       m["restored_tokens"] = s.restored_tokens;
+      // Speculative decoding: null when the engine has no drafter. acceptance_length is
+      // the tokens a verify step emits on average (accepted drafts + the target's own).
+      m["speculative"] = s.spec_method.empty()
+                             ? json(nullptr)
+                             : json{{"method", s.spec_method},
+                                    {"verify_steps", s.spec_steps},
+                                    {"drafted_tokens", s.spec_drafted},
+                                    {"accepted_tokens", s.spec_accepted},
+                                    {"acceptance_rate", ratio(static_cast<double>(s.spec_accepted),
+                                                              static_cast<double>(s.spec_drafted))},
+                                    {"acceptance_length",
+                                     s.spec_steps > 0 ? 1.0 + static_cast<double>(s.spec_accepted) /
+                                                                  static_cast<double>(s.spec_steps)
+                                                      : 0.0},
+                                    {"accepted_per_position", s.spec_accepted_at}};
       running += s.running;
       waiting += s.waiting;
       preempted += s.preempted;
@@ -310,6 +325,27 @@ void ApiServer::handle_metrics(const std::shared_ptr<ResponseChannel> &ch) {
   per_model("keel_decode_tokens_total", "counter", "tokens generated", [&](const ModelReport &r) {
     return eng(r, [](const EngineStatus &s) { return s.decode_tokens; });
   });
+  per_model("keel_spec_verify_steps_total", "counter",
+            "speculative decoding: sequence steps that verified drafts", [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.spec_steps; });
+            });
+  per_model("keel_spec_drafted_tokens_total", "counter", "speculative decoding: drafts verified",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.spec_drafted; });
+            });
+  per_model("keel_spec_accepted_tokens_total", "counter", "speculative decoding: drafts accepted",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.spec_accepted; });
+            });
+  per_model("keel_spec_acceptance_length", "gauge",
+            "speculative decoding: tokens per verify step (1 + accepted drafts), since start",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) {
+                return s.spec_steps > 0 ? 1.0 + static_cast<double>(s.spec_accepted) /
+                                                    static_cast<double>(s.spec_steps)
+                                        : 0.0;
+              });
+            });
   per_model("keel_prompt_tokens_total", "counter", "prompt tokens submitted",
             [&](const ModelReport &r) {
               return eng(r, [](const EngineStatus &s) { return s.prompt_tokens; });

@@ -83,8 +83,10 @@ void Generation::on_event(int index, const RequestEvent &e) {
     StopMatcher &stop = stops_[index];
     if (!stop.hit()) {
       const auto &eos = lease_->info.eos_token_ids;
-      std::string text;
-      for (std::size_t k = 0; k < e.tokens.size(); ++k) {
+      // Token by token: an event may carry several (speculative decoding), and the
+      // tokens after the one that completes a stop string are not output (nor counted).
+      StopMatcher::Result s;
+      for (std::size_t k = 0; k < e.tokens.size() && !s.hit; ++k) {
         const TokenId t = e.tokens[k];
         r.tokens.push_back(t);
         d.tokens.push_back(t);
@@ -98,10 +100,17 @@ void Generation::on_event(int index, const RequestEvent &e) {
         }
         if (std::find(eos.begin(), eos.end(), t) != eos.end())
           continue;  // eos ends; it is not text
-        text += detok_[index]->push(t);
+        auto part = stop.push(detok_[index]->push(t));
+        s.emit += part.emit;
+        s.hit = part.hit;
+        s.matched = std::move(part.matched);
       }
-      if (e.finish) text += detok_[index]->flush();
-      auto s = stop.push(text);
+      if (e.finish && !s.hit) {
+        auto part = stop.push(detok_[index]->flush());
+        s.emit += part.emit;
+        s.hit = part.hit;
+        s.matched = std::move(part.matched);
+      }
       d.text = std::move(s.emit);
       if (s.hit) {
         d.finish = FinishReason::kStop;

@@ -20,6 +20,7 @@ void parse_sampling_fields(const nlohmann::ordered_json &body, SamplingParams &s
     s.repetition_penalty = static_cast<float>(*v);
   if (auto v = opt_int(body, "seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<std::uint64_t>(*v);
   if (auto v = opt_bool(body, "ignore_eos")) s.ignore_eos = *v;
+  if (auto v = opt_bool(body, "speculative")) s.speculative = *v;  // opt out of drafting
 }
 
 std::vector<std::string> parse_stop_field(const nlohmann::ordered_json &body, const char *field,

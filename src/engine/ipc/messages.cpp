@@ -102,6 +102,7 @@ std::string encode_submit(const GenerationRequest &r) {
           {"logprobs", s.logprobs},
           {"prompt_logprobs", s.prompt_logprobs}};
   if (s.seed) sp["seed"] = *s.seed;
+  if (!s.speculative) sp["speculative"] = false;
   if (!s.constraint_kind.empty()) {
     sp["constraint_kind"] = s.constraint_kind;
     sp["constraint_text"] = s.constraint_text;
@@ -143,6 +144,7 @@ GenerationRequest decode_submit(const std::string &payload) {
     s.logprobs = sp.at("logprobs").get<std::int32_t>();
     s.prompt_logprobs = sp.at("prompt_logprobs").get<bool>();
     if (sp.contains("seed")) s.seed = sp.at("seed").get<std::uint64_t>();
+    if (sp.contains("speculative")) s.speculative = sp.at("speculative").get<bool>();
     if (sp.contains("constraint_kind")) {
       s.constraint_kind = sp.at("constraint_kind").get<std::string>();
       s.constraint_text = sp.at("constraint_text").get<std::string>();
@@ -247,25 +249,31 @@ KvTierStatus decode_tier(const json &j) {
 }  // namespace
 
 std::string encode_status(const EngineStatus &s) {
-  return json{{"running", s.running},
-              {"waiting", s.waiting},
-              {"preempted", s.preempted},
-              {"loading_cache", s.loading_cache},
-              {"kv_total", s.kv_blocks_total},
-              {"kv_used", s.kv_blocks_used},
-              {"kv_cached", s.kv_blocks_cached},
-              {"prefix_hit_tokens", s.prefix_hit_tokens},
-              {"prompt_tokens", s.prompt_tokens},
-              {"prefill_tokens", s.prefill_tokens},
-              {"decode_tokens", s.decode_tokens},
-              {"steps", s.steps},
-              {"last_step_s", s.last_step_seconds},
-              {"step_in_progress_s", s.step_in_progress_seconds},
-              {"heartbeat_age_s", s.heartbeat_age_seconds},
-              {"host_tier", encode_tier(s.host_tier)},
-              {"ssd_tier", encode_tier(s.ssd_tier)},
-              {"restored_tokens", s.restored_tokens}}
-      .dump();
+  json j{{"running", s.running},
+         {"waiting", s.waiting},
+         {"preempted", s.preempted},
+         {"loading_cache", s.loading_cache},
+         {"kv_total", s.kv_blocks_total},
+         {"kv_used", s.kv_blocks_used},
+         {"kv_cached", s.kv_blocks_cached},
+         {"prefix_hit_tokens", s.prefix_hit_tokens},
+         {"prompt_tokens", s.prompt_tokens},
+         {"prefill_tokens", s.prefill_tokens},
+         {"decode_tokens", s.decode_tokens},
+         {"steps", s.steps},
+         {"last_step_s", s.last_step_seconds},
+         {"step_in_progress_s", s.step_in_progress_seconds},
+         {"heartbeat_age_s", s.heartbeat_age_seconds},
+         {"host_tier", encode_tier(s.host_tier)},
+         {"ssd_tier", encode_tier(s.ssd_tier)},
+         {"restored_tokens", s.restored_tokens}};
+  if (!s.spec_method.empty())
+    j["spec"] = {{"method", s.spec_method},
+                 {"steps", s.spec_steps},
+                 {"drafted", s.spec_drafted},
+                 {"accepted", s.spec_accepted},
+                 {"accepted_at", s.spec_accepted_at}};
+  return j.dump();
 }
 
 EngineStatus decode_status(const std::string &payload) {
@@ -290,6 +298,14 @@ EngineStatus decode_status(const std::string &payload) {
     s.host_tier = decode_tier(j.at("host_tier"));
     s.ssd_tier = decode_tier(j.at("ssd_tier"));
     s.restored_tokens = j.at("restored_tokens").get<std::int64_t>();
+    if (j.contains("spec")) {
+      const json &p = j.at("spec");
+      s.spec_method = p.at("method").get<std::string>();
+      s.spec_steps = p.at("steps").get<std::int64_t>();
+      s.spec_drafted = p.at("drafted").get<std::int64_t>();
+      s.spec_accepted = p.at("accepted").get<std::int64_t>();
+      s.spec_accepted_at = p.at("accepted_at").get<std::vector<std::int64_t>>();
+    }
     return s;
   });
 }

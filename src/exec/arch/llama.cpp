@@ -324,8 +324,10 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
   std::vector<std::int64_t> rows;
   for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
     const auto &s = batch.seqs[i];
-    if (s.logits == SequenceSlice::Logits::kNone) continue;
-    const std::int32_t first = s.logits == SequenceSlice::Logits::kAll ? 0 : s.num_tokens - 1;
+    if (s.logits == SequenceSlice::Logits::kTail &&
+        (s.num_logits < 1 || s.num_logits > s.num_tokens))
+      throw Error(ErrorCode::kInvalidArgument, "llama: num_logits outside the slice");
+    const std::int32_t first = s.first_logits_token();
     for (std::int32_t j = first; j < s.num_tokens; ++j) {
       rows.push_back(s.token_offset + j);
       out.row_seq.push_back(static_cast<std::int32_t>(i));

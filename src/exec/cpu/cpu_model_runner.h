@@ -44,6 +44,8 @@ class CpuModelRunner final : public ModelRunner {
   // KEEL_CPU_GREEDY_HEAD=off turns it off (for A/B benchmarks).
   bool samples_on_device() const override { return comm_ == nullptr && greedy_head_; }
   bool samples_row_on_device(const SamplingParams &p) const override;
+  // Any slice may ask for kTail rows (the logits of its last num_logits tokens).
+  bool verifies_drafts() const override { return true; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 

@@ -136,8 +136,8 @@ class ToyRunner final : public ModelRunner {
     for (std::int32_t si = 0; si < static_cast<std::int32_t>(batch.seqs.size()); ++si) {
       const auto &s = batch.seqs[si];
       if (s.logits == SequenceSlice::Logits::kNone || drop_rows) continue;
-      const std::int32_t first =
-          s.logits == SequenceSlice::Logits::kAll ? s.start_pos : s.start_pos + s.num_tokens - 1;
+      const std::int32_t first = s.start_pos + s.first_logits_token();
+      if (s.logits == SequenceSlice::Logits::kTail) ++verify_slices;
       for (std::int32_t pos = first; pos < s.start_pos + s.num_tokens; ++pos) {
         history.clear();
         bool poisoned = false;
@@ -163,6 +163,7 @@ class ToyRunner final : public ModelRunner {
   // Device sampling as a GPU runner does it, here on the host: the host Sampler's
   // choice for the engine's draw u, with no logits returned.
   bool samples_on_device() const override { return device_sampling; }
+  bool verifies_drafts() const override { return verify; }
   bool masks_on_device() const override { return device_masks; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override {
@@ -192,10 +193,12 @@ class ToyRunner final : public ModelRunner {
     }
     out.logits.clear();
   }
-  bool device_sampling = false;              // set before the engine starts (setup)
-  bool device_masks = false;                 // and whether it applies structured-output masks
-  std::atomic<std::int64_t> masked_rows{0};  // rows masked "on the device"
-  TokenId sample_offset = 0;                 // a broken device sampler: tokens shifted by this
+  bool device_sampling = false;                // set before the engine starts (setup)
+  bool device_masks = false;                   // and whether it applies structured-output masks
+  bool verify = true;                          // returns kTail rows (speculative verify)
+  std::atomic<std::int64_t> verify_slices{0};  // kTail slices computed
+  std::atomic<std::int64_t> masked_rows{0};    // rows masked "on the device"
+  TokenId sample_offset = 0;                   // a broken device sampler: tokens shifted by this
 
   std::function<void(const ForwardBatch &)> on_forward;  // runs on the engine thread
   std::atomic<bool> drop_rows{false};                    // a broken backend: no logits

@@ -1,0 +1,76 @@
+// Speculative decoding (issue 30; docs/ARCHITECTURE.md, "The verify shape"): a drafter
+// proposes the tokens it expects to follow a sequence; the engine computes them in the
+// sequence's next decode step (one forward over 1 + k positions, SequenceSlice::kTail),
+// samples every row from the target's logits exactly as it would without drafts, and
+// keeps the drafts up to the first one the target did not choose, plus the target's own
+// next token. Drafts are deterministic (a lookup, or a draft model's argmax), so "sample
+// the target, accept while it equals the draft" is rejection sampling with a one-hot
+// proposal: the output distribution is the target's at any temperature, and greedy
+// output is token-for-token the same.
+//
+// The policy drafts only while it pays: not for a batch of max_running sequences or
+// more (the step is then compute-bound, and a verify costs its full width), and not for
+// a request whose recent drafts were mostly rejected (AcceptanceTracker backs off).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace keel {
+
+class Drafter;
+
+struct SpeculativeConfig {
+  // "" (off), "ngram" (prompt lookup); parse_speculative_method checks a name.
+  std::string method;
+  std::int32_t num_speculative_tokens = 4;  // drafts per step at most
+  // Adaptive: no drafts while this many sequences or more are running (0: no limit).
+  std::int32_t max_running = 4;
+  // N-gram lookup: the longest and shortest suffix of the sequence to look up.
+  std::int32_t ngram_max = 4, ngram_min = 2;
+  // Makes the drafter instead of `method` when set (tests; drafters built outside).
+  std::function<std::unique_ptr<Drafter>()> make_drafter;
+  bool enabled() const { return (!method.empty() || make_drafter) && num_speculative_tokens > 0; }
+};
+
+// Throws Error(kInvalidArgument) naming the value unless `method` is "", "off" or "ngram";
+// returns the canonical name ("" for off).
+std::string parse_speculative_method(const std::string &method);
+
+// One interface for every way of drafting (engine thread only).
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  virtual const char *name() const = 0;
+  // Appends to `out` up to `max_tokens` tokens expected to follow `tokens` (the
+  // request's prompt and output so far); none when it has no guess.
+  virtual void propose(RequestId id, std::span<const TokenId> tokens, std::int32_t max_tokens,
+                       std::vector<TokenId> &out) = 0;
+  // The request ended: drop what is kept for it.
+  virtual void forget(RequestId) {}
+};
+
+// The drafter `config` names, or null when speculation is off.
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config);
+
+// One request's recent acceptance: drafting pauses, for a doubling number of steps,
+// while fewer than a quarter of its drafts are accepted.
+class AcceptanceTracker {
+ public:
+  // Whether to draft this step (a pause counts down here).
+  bool should_draft();
+  void record(std::int32_t drafted, std::int32_t accepted);
+  double rate() const { return ema_; }
+
+ private:
+  double ema_ = 1.0;
+  std::int32_t pause_ = 0, backoff_ = 0;
+};
+
+}  // namespace keel
