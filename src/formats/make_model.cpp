@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "formats/gguf_writer.h"
+#include "formats/make_mla_model.h"
 #include "formats/model_tokenizer.h"
 #include "formats/model_weights.h"
 #include "formats/mxfp4.h"
@@ -238,17 +239,26 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     c.arch = Arch::kGlm4Moe;
   } else if (o.arch == "gpt_oss") {
     c.arch = Arch::kGptOss;
+  } else if (o.arch == "deepseek_v3") {
+    c.arch = Arch::kDeepseekV3;
+  } else if (o.arch == "glm_moe_dsa") {
+    c.arch = Arch::kGlmMoeDsa;
   } else {
     throw Error(ErrorCode::kInvalidArgument,
-                "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral, glm4_moe or gpt_oss, "
-                "got " +
+                "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral, glm4_moe, gpt_oss, "
+                "deepseek_v3 or glm_moe_dsa, got " +
                     o.arch);
   }
+  const bool mla = c.arch == Arch::kDeepseekV3 || c.arch == Arch::kGlmMoeDsa;
   const bool llama = c.arch == Arch::kLlama;
   c.rms_norm_eps = llama ? 1e-5 : 1e-6;
   c.rope_theta = llama ? 500000.0 : 1000000.0;
-  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe ||
-      c.arch == Arch::kGptOss) {
+  if (mla) {
+    MoeConfig m;
+    apply_mla_shape(c, m, o.shape);
+    c.moe = m;
+  } else if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe ||
+             c.arch == Arch::kGptOss) {
     apply_moe_shape(c, o.shape);
   } else if (o.shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
@@ -281,7 +291,11 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   if (o.layers) c.num_layers = *o.layers;
   if (o.heads) c.num_heads = *o.heads;
   if (o.kv_heads) c.num_kv_heads = *o.kv_heads;
-  if (o.head_dim) {
+  if (mla) {
+    if (o.head_dim || o.kv_heads)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--head-dim and --kv-heads do not apply to multi-head latent attention");
+  } else if (o.head_dim) {
     c.head_dim = *o.head_dim;
   } else if (o.hidden || o.heads) {
     if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
@@ -308,6 +322,10 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     if (c.arch == Arch::kGlm4Moe) {  // first_k_dense_replace = 1, one shared expert
       if (!c.moe->sparse_layers.empty()) c.moe->sparse_layers[0] = false;
       c.moe->shared_intermediate = c.moe->expert_intermediate;
+    }
+    if (mla) {
+      c.moe->shared_intermediate = c.moe->expert_intermediate;
+      finish_mla_config(c, o.shape);
     }
   } else if (o.experts || o.experts_per_tok || o.moe_intermediate) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -420,24 +438,53 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", {h}, Init::kOnes);
-    add(p + "self_attn.q_proj.weight", {q, h}, Init::kNormal, 0.02f, c.num_heads);
-    add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal, 0.02f, c.num_kv_heads);
     const std::int64_t n = c.num_layers;
     const bool more_bits = k_quant_mix && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2);
     const DType mixed = more_bits ? DType::kQ6_K : DType::kI32;
-    add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal, 0.02f, 0, mixed);
-    if (c.attention_bias) {
-      add(p + "self_attn.q_proj.bias", {q}, Init::kNormal, 0.02f, c.num_heads);
-      add(p + "self_attn.k_proj.bias", {kv}, Init::kNormal, 0.02f, c.num_kv_heads);
-      add(p + "self_attn.v_proj.bias", {kv}, Init::kNormal);
+    if (c.mla) {  // multi-head latent attention (formats/mla_config.h)
+      const MlaConfig &a = *c.mla;
+      const std::int64_t H = c.num_heads, qk = a.qk_head_dim();
+      if (a.q_lora_rank > 0) {
+        add(mla_name(l, "q_a_proj.weight"), {a.q_lora_rank, h}, Init::kNormal);
+        add(mla_name(l, "q_a_layernorm.weight"), {a.q_lora_rank}, Init::kOnes);
+        add(mla_name(l, "q_b_proj.weight"), {H * qk, a.q_lora_rank}, Init::kNormal);
+      } else {
+        add(mla_name(l, "q_proj.weight"), {H * qk, h}, Init::kNormal);
+      }
+      add(mla_name(l, "kv_a_proj_with_mqa.weight"), {a.kv_lora_rank + a.qk_rope_head_dim, h},
+          Init::kNormal);
+      add(mla_name(l, "kv_a_layernorm.weight"), {a.kv_lora_rank}, Init::kOnes);
+      add(mla_name(l, "kv_b_proj.weight"),
+          {H * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank}, Init::kNormal);
+      add(mla_name(l, "o_proj.weight"), {h, H * a.v_head_dim}, Init::kNormal);
+      if (a.dsa() && !a.shared_selection(l)) {
+        const std::int64_t Hi = a.index_n_heads, Di = a.index_head_dim;
+        add(mla_name(l, "indexer.wq_b.weight"), {Hi * Di, a.q_lora_rank}, Init::kNormal);
+        add(mla_name(l, "indexer.wk.weight"), {Di, h}, Init::kNormal);
+        add(mla_name(l, "indexer.k_norm.weight"), {Di}, Init::kOnes);
+        add(mla_name(l, "indexer.k_norm.bias"), {Di}, Init::kNormal);
+        // Kept bf16 in the FP8 releases (a 1-D-like router of the heads): not a linear.
+        add(mla_name(l, "indexer.weights_proj.weight"), {Hi, h}, Init::kNormal, 0.02f, 0,
+            dtype == DType::kF8_E4M3 ? DType::kBF16 : DType::kI32);
+      }
     }
-    if (c.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {c.head_dim}, Init::kOnes);
-      add(p + "self_attn.k_norm.weight", {c.head_dim}, Init::kOnes);
+    if (!c.mla) {
+      add(p + "self_attn.q_proj.weight", {q, h}, Init::kNormal, 0.02f, c.num_heads);
+      add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal, 0.02f, c.num_kv_heads);
+      add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal, 0.02f, 0, mixed);
+      if (c.attention_bias) {
+        add(p + "self_attn.q_proj.bias", {q}, Init::kNormal, 0.02f, c.num_heads);
+        add(p + "self_attn.k_proj.bias", {kv}, Init::kNormal, 0.02f, c.num_kv_heads);
+        add(p + "self_attn.v_proj.bias", {kv}, Init::kNormal);
+      }
+      if (c.qk_norm) {
+        add(p + "self_attn.q_norm.weight", {c.head_dim}, Init::kOnes);
+        add(p + "self_attn.k_norm.weight", {c.head_dim}, Init::kOnes);
+      }
+      add(p + "self_attn.o_proj.weight", {h, q}, Init::kNormal);
+      if (c.attention_out_bias) add(p + "self_attn.o_proj.bias", {h}, Init::kNormal);
+      if (c.attention_sinks) add(attention_sinks_name(l), {c.num_heads}, Init::kNormal, 1.0f);
     }
-    add(p + "self_attn.o_proj.weight", {h, q}, Init::kNormal);
-    if (c.attention_out_bias) add(p + "self_attn.o_proj.bias", {h}, Init::kNormal);
-    if (c.attention_sinks) add(attention_sinks_name(l), {c.num_heads}, Init::kNormal, 1.0f);
     add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
     if (gguf && c.arch == Arch::kGptOss)  // llama.cpp's gpt-oss names it so
       out.back().spec.name = "blk." + std::to_string(l) + ".post_attention_norm.weight";
@@ -635,6 +682,10 @@ const char *hf_architecture(Arch a) {
       return "Glm4MoeForCausalLM";
     case Arch::kGptOss:
       return "GptOssForCausalLM";
+    case Arch::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
+    case Arch::kGlmMoeDsa:
+      return "GlmMoeDsaForCausalLM";
     case Arch::kLlama:
       break;
   }
@@ -737,6 +788,8 @@ std::string hf_config_json(const ModelConfig &c, DType dtype, const std::string 
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["use_qk_norm"] = c.qk_norm;
     j["num_nextn_predict_layers"] = 0;  // no MTP layer written
+  } else if (c.moe && c.mla) {
+    mla_config_json(c, j);
   } else if (c.moe && c.arch == Arch::kGptOss) {
     j["num_local_experts"] = c.moe->num_experts;
     j["num_experts_per_tok"] = c.moe->top_k;

@@ -390,17 +390,45 @@ void ModelWeights::check_shapes() const {
   expect("lm_head.weight", {c.vocab_size, h}, true);
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    expect(p + "self_attn.q_proj.weight", {q, h}, true);
-    expect(p + "self_attn.k_proj.weight", {kv, h}, true);
-    expect(p + "self_attn.v_proj.weight", {kv, h}, true);
-    expect(p + "self_attn.o_proj.weight", {h, q}, true);
-    expect(p + "self_attn.q_proj.bias", {q}, c.attention_bias);
-    expect(p + "self_attn.k_proj.bias", {kv}, c.attention_bias);
-    expect(p + "self_attn.v_proj.bias", {kv}, c.attention_bias);
-    expect(p + "self_attn.o_proj.bias", {h}, c.attention_out_bias);
-    expect(attention_sinks_name(l), {c.num_heads}, c.attention_sinks);
-    expect(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm);
-    expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
+    if (c.mla) {
+      // Multi-head latent attention (formats/mla_config.h): a LoRA rank that does not match
+      // the file, or a missing indexer tensor, is named here.
+      const MlaConfig &m = *c.mla;
+      const std::int64_t H = c.num_heads, qk = m.qk_head_dim();
+      if (m.q_lora_rank > 0) {
+        expect(mla_name(l, "q_a_proj.weight"), {m.q_lora_rank, h}, true);
+        expect(mla_name(l, "q_a_layernorm.weight"), {m.q_lora_rank}, true);
+        expect(mla_name(l, "q_b_proj.weight"), {H * qk, m.q_lora_rank}, true);
+      } else {
+        expect(mla_name(l, "q_proj.weight"), {H * qk, h}, true);
+      }
+      expect(mla_name(l, "kv_a_proj_with_mqa.weight"), {m.kv_lora_rank + m.qk_rope_head_dim, h},
+             true);
+      expect(mla_name(l, "kv_a_layernorm.weight"), {m.kv_lora_rank}, true);
+      expect(mla_name(l, "kv_b_proj.weight"),
+             {H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, true);
+      expect(mla_name(l, "o_proj.weight"), {h, H * m.v_head_dim}, true);
+      if (m.dsa() && !m.shared_selection(l)) {  // a "shared" layer has no indexer
+        const std::int64_t Hi = m.index_n_heads, Di = m.index_head_dim;
+        expect(mla_name(l, "indexer.wq_b.weight"), {Hi * Di, m.q_lora_rank}, true);
+        expect(mla_name(l, "indexer.wk.weight"), {Di, h}, true);
+        expect(mla_name(l, "indexer.k_norm.weight"), {Di}, true);
+        expect(mla_name(l, "indexer.k_norm.bias"), {Di}, true);
+        expect(mla_name(l, "indexer.weights_proj.weight"), {Hi, h}, true);
+      }
+    } else {
+      expect(p + "self_attn.q_proj.weight", {q, h}, true);
+      expect(p + "self_attn.k_proj.weight", {kv, h}, true);
+      expect(p + "self_attn.v_proj.weight", {kv, h}, true);
+      expect(p + "self_attn.o_proj.weight", {h, q}, true);
+      expect(p + "self_attn.q_proj.bias", {q}, c.attention_bias);
+      expect(p + "self_attn.k_proj.bias", {kv}, c.attention_bias);
+      expect(p + "self_attn.v_proj.bias", {kv}, c.attention_bias);
+      expect(p + "self_attn.o_proj.bias", {h}, c.attention_out_bias);
+      expect(attention_sinks_name(l), {c.num_heads}, c.attention_sinks);
+      expect(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm);
+      expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
+    }
     expect(p + "input_layernorm.weight", {h}, true);
     expect(p + "post_attention_layernorm.weight", {h}, true);
     if (c.moe && c.moe->sparse(l)) {

@@ -1,0 +1,244 @@
+// The CPU runner on multi-head latent attention models (deepseek_v3, glm_moe_dsa) against
+// HF transformers' float64 reference of the saved files (tests/fixtures/mla_models, made
+// by scripts/ref/mla_fixtures.py on the GPU machine: scripts/device/mla_h200.sh). Prompts
+// run past the DSA indexer's index_topk (8), so the sparse selection matters. Every prompt
+// logprob within 1e-3 and the same greedy token wherever the reference's top two logits
+// are more than 1e-3 apart: alone, batched with 31 other sequences, with the prompt's
+// prefix blocks already cached (computed by another sequence, only the rest prefilled in
+// chunks), and after its latent blocks went through save_block / load_block into another
+// runner (what the host and SSD tiers do with them).
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model_harness.h"
+#include "support/paths.h"
+
+namespace keel::test {
+namespace {
+
+constexpr double kTol = 1e-3;
+constexpr int kOthers = 31;
+
+const std::vector<std::string> kFixtures = {
+    "deepseek_v3_f32", "deepseek_v3_bf16", "deepseek_v3_noqlora_f32",
+    "glm_moe_dsa_f32", "glm_moe_dsa_bf16",
+};
+
+std::vector<TokenId> other_prompt(std::uint32_t seed, int n, int vocab) {
+  std::vector<TokenId> p;
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1103515245u + 12345u;
+    p.push_back(static_cast<TokenId>(3 + (seed >> 8) % (vocab - 3)));
+  }
+  return p;
+}
+
+TokenId argmax(const std::vector<float> &row) {
+  return static_cast<TokenId>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+std::vector<std::vector<float>> rows_of(const ForwardOutput &o) {
+  std::vector<std::vector<float>> rows;
+  for (std::size_t r = 0; r < o.row_seq.size(); ++r) rows.push_back(log_softmax_row(o, r));
+  return rows;
+}
+
+class MlaVsTransformers : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    dir_ = fixtures_dir() / "mla_models" / GetParam();
+    if (!std::filesystem::exists(dir_ / "reference.json"))
+      GTEST_SKIP() << "fixture absent: " << dir_
+                   << " (made by scripts/ref/mla_fixtures.py; scripts/device/mla_h200.sh)";
+    std::ifstream(dir_ / "reference.json") >> ref_;
+  }
+  std::filesystem::path dir_;
+  nlohmann::json ref_;
+};
+
+// Prompt logprobs from the rows of positions [from, n) (`first` holds the rows of a step
+// that asked for all of them, starting at position from - 1 ... or from), then greedy
+// steps teacher-forced with the reference's tokens. `step(n, logits)` runs the fixture
+// sequence's next n tokens and returns its rows.
+template <typename Step>
+double compare(const nlohmann::json &p, PagedSeq &seq, std::int32_t from, Step step) {
+  double worst = 0;
+  const auto n = static_cast<std::int32_t>(seq.tokens.size());
+  const auto rows = step(n - from, SequenceSlice::Logits::kAll);
+  EXPECT_EQ(rows.size(), static_cast<std::size_t>(n - from));
+  const auto &plp = p["prompt_logprobs"];
+  for (std::int32_t i = from + 1; i < n; ++i) {
+    const double err = std::abs(rows[i - 1 - from][seq.tokens[i]] - plp[i].get<double>());
+    worst = std::max(worst, err);
+    EXPECT_LT(err, kTol) << "prompt token " << i;
+  }
+  std::vector<float> last = rows.back();
+  for (const auto &g : p["greedy"]) {
+    const TokenId want = g["id"].get<TokenId>();
+    if (g["margin"].get<double>() > 1e-3) {
+      EXPECT_EQ(argmax(last), want) << "greedy step at pos " << seq.tokens.size();
+    }
+    for (const auto &t : g["top"]) {
+      const double err = std::abs(last[t[0].get<int>()] - t[1].get<double>());
+      worst = std::max(worst, err);
+      EXPECT_LT(err, kTol) << "top logprob of " << t[0] << " at pos " << seq.tokens.size();
+    }
+    seq.tokens.push_back(want);
+    last = step(1, SequenceSlice::Logits::kLast).back();
+  }
+  return worst;
+}
+
+TEST_P(MlaVsTransformers, ConfigAndRopeMatchTheReference) {
+  ExecContext ctx(2);
+  auto runner = cpu::CpuModelRunner::open(dir_, ctx, {64, 16});
+  const ModelConfig &c = runner->config();
+  ASSERT_TRUE(c.mla);
+  EXPECT_EQ(c.kv_layout, KvLayout::kLatent);
+  EXPECT_NEAR(c.mla->softmax_scale, ref_["scaling"].get<double>(), 1e-9);
+  // The cache holds the latent row, not per-head K and V.
+  EXPECT_EQ(runner->kv().block_bytes(),
+            static_cast<std::size_t>(c.num_layers * 16 * c.mla->latent_values() * 4));
+  const auto shared = ref_["index_shared"].get<std::vector<bool>>();
+  for (std::size_t l = 0; l < shared.size(); ++l)
+    EXPECT_EQ(c.mla->shared_selection(static_cast<std::int64_t>(l)), shared[l]) << l;
+  ModelConfig rope_cfg = c;
+  rope_cfg.head_dim = c.mla->qk_rope_head_dim;
+  const auto table = cpu::make_rope_table(rope_cfg);
+  const auto &inv = ref_["rotary"]["inv_freq"];
+  ASSERT_EQ(inv.size(), table.inv_freq.size());
+  for (std::size_t i = 0; i < inv.size(); ++i)
+    EXPECT_NEAR(table.inv_freq[i], inv[i].get<double>(), 1e-6 * std::abs(inv[i].get<double>()))
+        << i;
+  EXPECT_NEAR(table.attention_scaling, ref_["rotary"]["attention_scaling"].get<double>(), 1e-6);
+}
+
+TEST_P(MlaVsTransformers, AloneMatchesReference) {
+  ExecContext ctx(2);
+  auto runner = cpu::CpuModelRunner::open(dir_, ctx, {64, 16});
+  double worst = 0;
+  std::uint32_t seed = 7;
+  for (const auto &p : ref_["prompts"]) {
+    BlockHandout blocks(64, seed++);
+    PagedSeq seq;
+    seq.tokens = p["ids"].get<std::vector<TokenId>>();
+    worst = std::max(worst, compare(p, seq, 0, [&](std::int32_t n, SequenceSlice::Logits l) {
+                       return rows_of(run_step(*runner, blocks, {{&seq, n, l}}));
+                     }));
+  }
+  std::printf("%s alone: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
+}
+
+// Each reference prompt in the middle of a batch of 32: the others prefill prompts of
+// other lengths in the same step, then decode a token each step beside it.
+TEST_P(MlaVsTransformers, BatchedWith31OthersMatchesReference) {
+  ExecContext ctx(2);
+  constexpr std::int32_t kBlocks = 512;
+  auto runner = cpu::CpuModelRunner::open(dir_, ctx, {kBlocks, 16});
+  const int V = static_cast<int>(runner->config().vocab_size);
+  double worst = 0;
+  std::uint32_t seed = 11;
+  for (const auto &p : ref_["prompts"]) {
+    BlockHandout blocks(kBlocks, seed++);
+    std::vector<PagedSeq> others(kOthers);
+    for (int s = 0; s < kOthers; ++s)
+      others[s].tokens =
+          other_prompt(seed * 131u + static_cast<std::uint32_t>(s), 1 + (7 * s) % 40, V);
+    PagedSeq seq;
+    seq.tokens = p["ids"].get<std::vector<TokenId>>();
+    worst =
+        std::max(worst, compare(p, seq, 0, [&](std::int32_t n, SequenceSlice::Logits l) {
+                   std::vector<StepItem> items;
+                   for (int s = 0; s < kOthers / 2; ++s) {
+                     PagedSeq &q = others[s];
+                     items.push_back({&q, static_cast<std::int32_t>(q.tokens.size()) - q.computed,
+                                      SequenceSlice::Logits::kLast});
+                   }
+                   const std::size_t mine = items.size();
+                   items.push_back({&seq, n, l});
+                   for (int s = kOthers / 2; s < kOthers; ++s) {
+                     PagedSeq &q = others[s];
+                     items.push_back({&q, static_cast<std::int32_t>(q.tokens.size()) - q.computed,
+                                      SequenceSlice::Logits::kLast});
+                   }
+                   auto o = run_step(*runner, blocks, items);
+                   std::vector<std::vector<float>> rows;
+                   for (std::size_t r = 0; r < o.row_seq.size(); ++r) {
+                     const auto row = log_softmax_row(o, r);
+                     const auto at = static_cast<std::size_t>(o.row_seq[r]);
+                     if (at == mine)
+                       rows.push_back(row);
+                     else
+                       items[at].seq->tokens.push_back(argmax(row));
+                   }
+                   return rows;
+                 }));
+  }
+  std::printf("%s batched with %d others: max |logprob error| = %.3g\n", GetParam().c_str(),
+              kOthers, worst);
+}
+
+// The prompt's full blocks computed by another sequence first (a warm prefix cache: the
+// blocks are shared, as the KV cache manager shares them), then the rest of the prompt in
+// chunks of 5 tokens asking for all rows; the same blocks again after they went through
+// save_block / load_block into a second runner's cache (the tiers' path, byte for byte).
+TEST_P(MlaVsTransformers, WarmPrefixAndRestoredBlocksMatchReference) {
+  constexpr std::int32_t kBlocks = 64, kBs = 4;
+  double worst = 0;
+  for (const auto &p : ref_["prompts"]) {
+    const auto ids = p["ids"].get<std::vector<TokenId>>();
+    const std::int32_t cached = static_cast<std::int32_t>(ids.size()) / kBs * kBs;
+    if (cached == 0 || cached == static_cast<std::int32_t>(ids.size())) continue;
+    ExecContext ctx(2);
+    auto first = cpu::CpuModelRunner::open(dir_, ctx, {kBlocks, kBs});
+    BlockHandout blocks(kBlocks, 3);
+    PagedSeq warm;
+    warm.tokens.assign(ids.begin(), ids.begin() + cached);
+    run_step(*first, blocks, {{&warm, cached, SequenceSlice::Logits::kLast}});
+    for (int restored = 0; restored < 2; ++restored) {
+      auto second = restored ? cpu::CpuModelRunner::open(dir_, ctx, {kBlocks, kBs}) : nullptr;
+      cpu::CpuModelRunner &runner = restored ? *second : *first;
+      PagedSeq seq;
+      seq.tokens = ids;
+      seq.blocks = warm.blocks;
+      seq.computed = cached;
+      if (restored) {  // the blocks' bytes into the new runner's cache, same ids
+        std::vector<std::byte> img(first->kv().block_bytes());
+        for (std::int32_t b : warm.blocks) {
+          first->kv().save_block(b, img);
+          second->kv().load_block(b, img);
+        }
+      }
+      BlockHandout more(kBlocks, 5 + restored);  // unused: the step gives blocks itself
+      std::vector<std::int32_t> used(warm.blocks);
+      auto step = [&](std::int32_t n, SequenceSlice::Logits l) {
+        std::vector<std::vector<float>> rows;
+        for (std::int32_t done = 0; done < n;) {
+          const std::int32_t k = std::min(5, n - done);
+          // Fresh blocks from the top of the id range, never a warm one.
+          while (static_cast<std::int32_t>(seq.blocks.size()) * kBs < seq.computed + k) {
+            std::int32_t id = kBlocks - 1 - static_cast<std::int32_t>(used.size());
+            while (std::find(used.begin(), used.end(), id) != used.end()) --id;
+            used.push_back(id);
+            seq.blocks.push_back(id);
+          }
+          auto o = run_step(runner, more, {{&seq, k, l}});
+          for (auto &r : rows_of(o)) rows.push_back(std::move(r));
+          done += k;
+        }
+        return rows;
+      };
+      worst = std::max(worst, compare(p, seq, cached, step));
+    }
+  }
+  std::printf("%s warm prefix and restored: max |logprob error| = %.3g\n", GetParam().c_str(),
+              worst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, MlaVsTransformers, ::testing::ValuesIn(kFixtures),
+                         [](const auto &info) { return info.param; });
+
+}  // namespace
+}  // namespace keel::test
