@@ -14,6 +14,7 @@
 
 #include "model_harness.h"
 #include "support/paths.h"
+#include "unit/formats/temp_dir.h"
 
 namespace keel::test {
 namespace {
@@ -235,6 +236,33 @@ TEST_P(MlaVsTransformers, WarmPrefixAndRestoredBlocksMatchReference) {
   }
   std::printf("%s warm prefix and restored: max |logprob error| = %.3g\n", GetParam().c_str(),
               worst);
+}
+
+// The sparse selection is what the reference computed: the same GLM-5 files with an
+// index_topk past every prompt (dense attention) miss the reference's logprobs.
+TEST_P(MlaVsTransformers, DenseAttentionMissesTheSparseReference) {
+  if (ref_["arch"] != "glm_moe_dsa") GTEST_SKIP() << "no DSA indexer";
+  test::TempDir dir;
+  std::filesystem::copy_file(dir_ / "model.safetensors", dir / "model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(dir_ / "config.json") >> cfg;
+  cfg["index_topk"] = 4096;
+  std::ofstream(dir / "config.json") << cfg.dump();
+  ExecContext ctx(2);
+  auto runner = cpu::CpuModelRunner::open(dir.path(), ctx, {64, 16});
+  const auto &p = ref_["prompts"].back();  // the longest prompt: 40 tokens, top-k 8
+  BlockHandout blocks(64, 9);
+  PagedSeq seq;
+  seq.tokens = p["ids"].get<std::vector<TokenId>>();
+  const auto rows = rows_of(run_step(
+      *runner, blocks,
+      {{&seq, static_cast<std::int32_t>(seq.tokens.size()), SequenceSlice::Logits::kAll}}));
+  double worst = 0;
+  for (std::size_t i = 1; i < seq.tokens.size(); ++i)
+    worst = std::max(worst,
+                     std::abs(rows[i - 1][seq.tokens[i]] - p["prompt_logprobs"][i].get<double>()));
+  EXPECT_GT(worst, 10 * kTol);
+  std::printf("%s with dense attention: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlaVsTransformers, ::testing::ValuesIn(kFixtures),
