@@ -420,6 +420,47 @@ MoeConfig glm4moe_from_gguf(const GgufFile &g, ModelConfig &c) {
   return m;
 }
 
+// llama.cpp's deepseek2: MLA's ranks and head sizes. Files converted for llama.cpp's MLA
+// path say head_count_kv 1 and key/value_length of the latent (kv_lora + rope, kv_lora),
+// with the per-head sizes in key_length_mla / value_length_mla; older ones give the per-head
+// sizes in key_length / value_length. Rotary pairs are adjacent (llama.cpp's NORM rope, as
+// HF's rope_interleave). yarn_log_multiplier is 0.1 mscale_all_dim.
+void mla_from_gguf(const GgufFile &g, ModelConfig &c) {
+  const std::string &origin = g.path();
+  const std::string a = c.arch_name + ".";
+  MlaConfig m;
+  m.q_lora_rank = g.get_opt_i64(a + "attention.q_lora_rank").value_or(0);
+  m.kv_lora_rank = g.get_i64(a + "attention.kv_lora_rank");
+  m.qk_rope_head_dim = g.get_i64(a + "rope.dimension_count");
+  const std::int64_t qk =
+      g.get_opt_i64(a + "attention.key_length_mla").value_or(g.get_i64(a + "attention.key_length"));
+  m.v_head_dim = g.get_opt_i64(a + "attention.value_length_mla")
+                     .value_or(g.get_i64(a + "attention.value_length"));
+  m.qk_nope_head_dim = qk - m.qk_rope_head_dim;
+  if (m.qk_nope_head_dim <= 0)
+    fail(origin, a + "attention.key_length: not more than rope.dimension_count");
+  if (g.find_tensor("blk.0.attn_k_b.weight"))
+    throw Error(ErrorCode::kUnsupported,
+                origin +
+                    ": blk.N.attn_k_b / attn_v_b (kv_b_proj split for llama.cpp's MLA path) "
+                    "are not supported yet; convert with attn_kv_b");
+  c.head_dim = qk;
+  c.num_kv_heads = c.num_heads;
+  c.partial_rotary_factor = 1.0;
+  c.rope_style = RopeStyle::kInterleaved;
+  c.kv_layout = KvLayout::kLatent;
+  m.softmax_scale = 1.0 / std::sqrt(static_cast<double>(qk));
+  if (auto mul = g.get_opt_f64(a + "rope.scaling.yarn_log_multiplier");
+      mul && *mul != 0 && c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    c.rope_scaling.mscale_all_dim = *mul / 0.1;
+    c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim;  // the releases set both alike
+    c.rope_scaling.attention_factor = 1.0;
+    const double ms = yarn_mscale(c.rope_scaling.factor, *c.rope_scaling.mscale_all_dim);
+    m.softmax_scale *= ms * ms;
+  }
+  c.mla = m;
+}
+
 // llama.cpp's gpt-oss: experts stacked with their biases (ffn_{gate,up,down}_exps.bias, gate
 // and up already apart), a biased router softmaxed over its top k, the clamped SwiGLU with
 // llama.cpp's fixed limit and alpha, sinks in attn_sinks, and a window on every layer but
@@ -470,6 +511,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kGlm4Moe;
   } else if (c.arch_name == "gpt-oss") {
     c.arch = Arch::kGptOss;
+  } else if (c.arch_name == "deepseek2") {
+    c.arch = Arch::kDeepseekV3;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
@@ -544,6 +587,9 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.moe = glm4moe_from_gguf(g, c);
   } else if (c.arch == Arch::kGptOss) {
     c.moe = gpt_oss_from_gguf(g, c);
+  } else if (c.arch == Arch::kDeepseekV3) {
+    c.moe = glm4moe_from_gguf(g, c);  // the same keys: sigmoid groups, shared experts
+    mla_from_gguf(g, c);
   }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {

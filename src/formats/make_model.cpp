@@ -532,6 +532,13 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
         stacked("gate", I, h);
         stacked("up", I, h);
         stacked("down", h, I);
+        if (m.scoring == MoeConfig::Scoring::kSigmoid)  // deepseek2: exp_probs_b.bias, f32
+          add(moe_router_bias_name(m, l), {m.num_experts}, Init::kNormal, 0.1f, 0, DType::kF32);
+        if (const std::int64_t S = m.shared_intermediate; S > 0) {  // ffn_*_shexp
+          add(moe_shared_name(m, l, ExpertMatrix::kGate), {S, h}, Init::kNormal);
+          add(moe_shared_name(m, l, ExpertMatrix::kUp), {S, h}, Init::kNormal);
+          add(moe_shared_name(m, l, ExpertMatrix::kDown), {h, S}, Init::kNormal);
+        }
         continue;
       }
       for (std::int64_t e = 0; e < m.num_experts; ++e) {
@@ -859,9 +866,10 @@ std::uint32_t gguf_file_type(DType t) {
 GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
                            const ModelTokenizer &tok) {
   GgufMetadata m;
-  const std::string arch = c.arch == Arch::kQwen3Moe ? "qwen3moe"  // llama.cpp's names
-                           : c.arch == Arch::kGptOss ? "gpt-oss"
-                                                     : c.arch_name;
+  const std::string arch = c.arch == Arch::kQwen3Moe     ? "qwen3moe"  // llama.cpp's names
+                           : c.arch == Arch::kGptOss     ? "gpt-oss"
+                           : c.arch == Arch::kDeepseekV3 ? "deepseek2"
+                                                         : c.arch_name;
   const std::string a = arch + ".";
   m.add_string("general.architecture", arch);
   m.add_string("general.name", "keel random " + c.arch_name + " " + o.shape);
@@ -877,8 +885,10 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   m.add_u32(a + "attention.head_count", static_cast<std::uint32_t>(c.num_heads));
   m.add_u32(a + "attention.head_count_kv", static_cast<std::uint32_t>(c.num_kv_heads));
   m.add_u32(a + "attention.key_length", static_cast<std::uint32_t>(c.head_dim));
-  m.add_u32(a + "attention.value_length", static_cast<std::uint32_t>(c.head_dim));
-  m.add_u32(a + "rope.dimension_count", static_cast<std::uint32_t>(c.head_dim));
+  m.add_u32(a + "attention.value_length",
+            static_cast<std::uint32_t>(c.mla ? c.mla->v_head_dim : c.head_dim));
+  m.add_u32(a + "rope.dimension_count",
+            static_cast<std::uint32_t>(c.mla ? c.mla->qk_rope_head_dim : c.head_dim));
   m.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
   m.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   if (c.moe) {
@@ -886,6 +896,26 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
     m.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(c.moe->top_k));
     m.add_u32(a + "expert_feed_forward_length",
               static_cast<std::uint32_t>(c.moe->expert_intermediate));
+  }
+  if (c.mla) {  // llama.cpp's deepseek2 keys (per-head sizes, as its converter wrote them)
+    const MlaConfig &x = *c.mla;
+    const MoeConfig &mo = *c.moe;
+    if (x.q_lora_rank > 0)
+      m.add_u32(a + "attention.q_lora_rank", static_cast<std::uint32_t>(x.q_lora_rank));
+    m.add_u32(a + "attention.kv_lora_rank", static_cast<std::uint32_t>(x.kv_lora_rank));
+    std::int64_t dense = 0;
+    while (dense < c.num_layers && !mo.sparse(dense)) ++dense;
+    m.add_u32(a + "leading_dense_block_count", static_cast<std::uint32_t>(dense));
+    m.add_u32(a + "expert_shared_count",
+              static_cast<std::uint32_t>(mo.shared_intermediate / mo.expert_intermediate));
+    m.add_f32(a + "expert_weights_scale", static_cast<float>(mo.routed_scaling_factor));
+    m.add_bool(a + "expert_weights_norm", mo.norm_topk_prob);
+    m.add_u32(a + "expert_gating_func", 2);  // sigmoid
+    m.add_u32(a + "expert_group_count", static_cast<std::uint32_t>(mo.n_group));
+    m.add_u32(a + "expert_group_used_count", static_cast<std::uint32_t>(mo.topk_group));
+    if (c.rope_scaling.mscale_all_dim)
+      m.add_f32(a + "rope.scaling.yarn_log_multiplier",
+                static_cast<float>(0.1 * *c.rope_scaling.mscale_all_dim));
   }
   if (c.sliding_window)
     m.add_u32(a + "attention.sliding_window", static_cast<std::uint32_t>(*c.sliding_window));
@@ -958,11 +988,11 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   if (fp8 && c.arch == Arch::kGptOss)
     throw Error(ErrorCode::kInvalidArgument,
                 "fp8: gpt_oss is written in bf16, f32 or mxfp4 (its released form)");
-  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe && c.arch != Arch::kGptOss)
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        "--format gguf: of the mixture-of-experts models only qwen3_moe and gpt_oss are written "
-        "as GGUF");
+  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe && c.arch != Arch::kGptOss &&
+      c.arch != Arch::kDeepseekV3)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--format gguf: of the mixture-of-experts models only qwen3_moe, gpt_oss and "
+                "deepseek_v3 (llama.cpp's deepseek2) are written as GGUF");
   ModelTokenizer tok =
       o.tokenizer.empty() ? generate_tokenizer(c.vocab_size) : load_tokenizer(o.tokenizer);
   if (tok.size > c.vocab_size) c.vocab_size = tok.size;  // the embedding must cover every token id

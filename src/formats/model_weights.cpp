@@ -17,7 +17,7 @@ namespace keel {
 namespace {
 
 // Per-layer suffixes: GGUF's and HF's.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kLayerNames = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 31> kLayerNames = {{
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -44,6 +44,13 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kLayerNa
     {"post_attention_norm.weight", "post_attention_layernorm.weight"},
     {"attn_sinks.weight", "self_attn.sinks"},
     {"ffn_gate_inp.bias", "mlp.gate.bias"},
+    // deepseek2 (multi-head latent attention; attn_q is q_proj without a q LoRA rank).
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
 }};
 
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kGlobalNames = {{

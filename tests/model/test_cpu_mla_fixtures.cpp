@@ -12,6 +12,9 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "formats/make_model.h"
+#include "formats/model_weights.h"
+#include "formats/safetensors_writer.h"
 #include "model_harness.h"
 #include "support/paths.h"
 #include "unit/formats/temp_dir.h"
@@ -263,6 +266,63 @@ TEST_P(MlaVsTransformers, DenseAttentionMissesTheSparseReference) {
                      std::abs(rows[i - 1][seq.tokens[i]] - p["prompt_logprobs"][i].get<double>()));
   EXPECT_GT(worst, 10 * kTol);
   std::printf("%s with dense attention: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
+}
+
+// A random DeepSeek-V3 written as llama.cpp's deepseek2 GGUF (f32), and the same tensors
+// (as the GGUF loader names them) rewritten as an HF safetensors directory with make-model's
+// config.json of that shape: the CPU runner gives the same logits for both, so the GGUF
+// keys and tensor names mean what the HF config and names do.
+TEST(MlaGguf, Deepseek2GgufMatchesItsSafetensorsForm) {
+  test::TempDir st, gg;
+  MakeModelOptions o;
+  o.arch = "deepseek_v3";
+  o.shape = "tiny";
+  o.dtype = DType::kF32;
+  o.seed = 3;
+  o.threads = 1;
+  o.out = st.path();
+  make_model(o);  // for its config.json and tokenizer
+  o.gguf = true;
+  o.out = gg / "model.gguf";
+  make_model(o);
+  {
+    auto w = ModelWeights::open(gg / "model.gguf");
+    std::vector<TensorSpec> specs;
+    std::vector<const TensorView *> views;
+    for (const std::string &name : w->names()) {
+      const TensorView *t = w->find(name);
+      ASSERT_EQ(t->dtype, DType::kF32) << name;
+      specs.push_back({name, DType::kF32, t->shape});
+      views.push_back(t);
+    }
+    std::filesystem::remove(st / "model.safetensors");
+    SafetensorsWriter out(st / "model.safetensors", specs);
+    for (std::size_t i = 0; i < views.size(); ++i)
+      out.write(i, 0, std::span(views[i]->data, views[i]->nbytes));
+    out.commit();
+  }
+  ExecContext ctx(2);
+  auto a = cpu::CpuModelRunner::open(st.path(), ctx, {16, 16});
+  auto b = cpu::CpuModelRunner::open(gg / "model.gguf", ctx, {16, 16});
+  const auto prompt = other_prompt(5, 37, static_cast<int>(a->config().vocab_size));
+  std::vector<std::vector<float>> rows[2];
+  for (int i = 0; i < 2; ++i) {
+    BlockHandout blocks(16, 1);
+    PagedSeq seq;
+    seq.tokens = prompt;
+    rows[i] = rows_of(
+        run_step(i ? *b : *a, blocks,
+                 {{&seq, static_cast<std::int32_t>(prompt.size()), SequenceSlice::Logits::kAll}}));
+  }
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  double worst = 0, spread = 0;
+  for (std::size_t r = 0; r < rows[0].size(); ++r)
+    for (std::size_t v = 0; v < rows[0][r].size(); ++v) {
+      worst = std::max(worst, static_cast<double>(std::abs(rows[0][r][v] - rows[1][r][v])));
+      spread = std::max(spread, static_cast<double>(std::abs(rows[0][r][v] - rows[0][0][v])));
+    }
+  EXPECT_EQ(worst, 0.0);
+  EXPECT_GT(spread, 1e-3);  // the rows are not all alike
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlaVsTransformers, ::testing::ValuesIn(kFixtures),

@@ -211,5 +211,45 @@ TEST(MlaCheckpoint, MissingIndexerTensorOrWrongRankIsNamed) {
   }
 }
 
+// llama.cpp's deepseek2: make-model writes one, and its config reads back as the
+// safetensors one does (per-head sizes, ranks, yarn's log multiplier, the MoE keys).
+TEST(MlaGguf, Deepseek2ReadsBackAsTheSafetensorsConfig) {
+  test::TempDir st, gg;
+  MakeModelOptions o = tiny("deepseek_v3", st.path());
+  o.dtype = DType::kF32;
+  make_model(o);
+  o.gguf = true;
+  o.out = gg / "model.gguf";
+  make_model(o);
+  auto a = ModelWeights::open(st.path());
+  auto b = ModelWeights::open(gg / "model.gguf");
+  const ModelConfig &x = a->config(), &y = b->config();
+  EXPECT_EQ(y.arch, Arch::kDeepseekV3);
+  EXPECT_EQ(y.arch_name, "deepseek2");
+  ASSERT_TRUE(y.mla && y.moe);
+  EXPECT_EQ(y.kv_layout, KvLayout::kLatent);
+  EXPECT_EQ(y.head_dim, x.head_dim);
+  EXPECT_EQ(y.num_kv_heads, x.num_heads);
+  EXPECT_EQ(y.rope_style, RopeStyle::kInterleaved);
+  EXPECT_EQ(y.mla->q_lora_rank, x.mla->q_lora_rank);
+  EXPECT_EQ(y.mla->kv_lora_rank, x.mla->kv_lora_rank);
+  EXPECT_EQ(y.mla->qk_nope_head_dim, x.mla->qk_nope_head_dim);
+  EXPECT_EQ(y.mla->qk_rope_head_dim, x.mla->qk_rope_head_dim);
+  EXPECT_EQ(y.mla->v_head_dim, x.mla->v_head_dim);
+  EXPECT_NEAR(y.mla->softmax_scale, x.mla->softmax_scale, 1e-12);
+  EXPECT_EQ(y.moe->sparse_layers, x.moe->sparse_layers);
+  EXPECT_EQ(y.moe->n_group, x.moe->n_group);
+  EXPECT_EQ(y.moe->shared_intermediate, x.moe->shared_intermediate);
+  EXPECT_FLOAT_EQ(static_cast<float>(y.moe->routed_scaling_factor),
+                  static_cast<float>(x.moe->routed_scaling_factor));
+  EXPECT_TRUE(b->find("model.layers.1.self_attn.kv_b_proj.weight"));
+  EXPECT_TRUE(b->find("model.layers.2.mlp.experts.7.down_proj.weight"));
+  EXPECT_TRUE(b->find("model.layers.2.mlp.gate.e_score_correction_bias"));
+  EXPECT_TRUE(b->find("model.layers.2.mlp.shared_experts.up_proj.weight"));
+  o.arch = "glm_moe_dsa";  // llama.cpp has no GLM-5 GGUF yet: refused, naming the rule
+  o.out = gg / "glm.gguf";
+  EXPECT_THROW(make_model(o), Error);
+}
+
 }  // namespace
 }  // namespace keel
