@@ -439,11 +439,6 @@ void mla_from_gguf(const GgufFile &g, ModelConfig &c) {
   m.qk_nope_head_dim = qk - m.qk_rope_head_dim;
   if (m.qk_nope_head_dim <= 0)
     fail(origin, a + "attention.key_length: not more than rope.dimension_count");
-  if (g.find_tensor("blk.0.attn_k_b.weight"))
-    throw Error(ErrorCode::kUnsupported,
-                origin +
-                    ": blk.N.attn_k_b / attn_v_b (kv_b_proj split for llama.cpp's MLA path) "
-                    "are not supported yet; convert with attn_kv_b");
   c.head_dim = qk;
   c.num_kv_heads = c.num_heads;
   c.partial_rotary_factor = 1.0;

@@ -883,10 +883,15 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   m.add_u32(a + "block_count", static_cast<std::uint32_t>(c.num_layers));
   m.add_u32(a + "feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
   m.add_u32(a + "attention.head_count", static_cast<std::uint32_t>(c.num_heads));
-  m.add_u32(a + "attention.head_count_kv", static_cast<std::uint32_t>(c.num_kv_heads));
-  m.add_u32(a + "attention.key_length", static_cast<std::uint32_t>(c.head_dim));
-  m.add_u32(a + "attention.value_length",
-            static_cast<std::uint32_t>(c.mla ? c.mla->v_head_dim : c.head_dim));
+  const bool mla_split = c.mla && o.gguf_split_kv_b;
+  m.add_u32(a + "attention.head_count_kv",
+            static_cast<std::uint32_t>(mla_split ? 1 : c.num_kv_heads));
+  m.add_u32(a + "attention.key_length",
+            static_cast<std::uint32_t>(mla_split ? c.mla->kv_lora_rank + c.mla->qk_rope_head_dim
+                                                 : c.head_dim));
+  m.add_u32(a + "attention.value_length", static_cast<std::uint32_t>(mla_split ? c.mla->kv_lora_rank
+                                                                     : c.mla   ? c.mla->v_head_dim
+                                                                               : c.head_dim));
   m.add_u32(a + "rope.dimension_count",
             static_cast<std::uint32_t>(c.mla ? c.mla->qk_rope_head_dim : c.head_dim));
   m.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
@@ -900,6 +905,10 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   if (c.mla) {  // llama.cpp's deepseek2 keys (per-head sizes, as its converter wrote them)
     const MlaConfig &x = *c.mla;
     const MoeConfig &mo = *c.moe;
+    if (o.gguf_split_kv_b) {  // its MLA converter: one latent "head", the sizes in *_mla
+      m.add_u32(a + "attention.key_length_mla", static_cast<std::uint32_t>(x.qk_head_dim()));
+      m.add_u32(a + "attention.value_length_mla", static_cast<std::uint32_t>(x.v_head_dim));
+    }
     if (x.q_lora_rank > 0)
       m.add_u32(a + "attention.q_lora_rank", static_cast<std::uint32_t>(x.q_lora_rank));
     m.add_u32(a + "attention.kv_lora_rank", static_cast<std::uint32_t>(x.kv_lora_rank));
@@ -1003,8 +1012,32 @@ MakeModelReport make_model(const MakeModelOptions &o) {
 
   std::vector<PlannedTensor> plan = plan_tensors(c, o.dtype, o.gguf, o.k_quant_mix);
   if (fp8) plan = plan_fp8(std::move(plan), c, o.fp8_scale);
+  // llama.cpp's MLA files: each kv_b_proj written as attn_k_b [H, kv_lora, nope] and
+  // attn_v_b [H, v, kv_lora] (its converter's split), from the same random values.
+  std::vector<PlannedTensor> split_kv_b;
+  if (o.gguf && c.mla && o.gguf_split_kv_b) {
+    if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16)
+      throw Error(ErrorCode::kInvalidArgument, "the split kv_b is written in f32, f16 or bf16");
+    for (std::size_t i = 0; i < plan.size();) {
+      if (plan[i].hf_name.ends_with("self_attn.kv_b_proj.weight")) {
+        split_kv_b.push_back(std::move(plan[i]));
+        plan.erase(plan.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
   std::vector<TensorSpec> specs;
   for (const auto &t : plan) specs.push_back(t.spec);
+  const std::size_t split_first = specs.size();
+  for (const auto &t : split_kv_b) {
+    const std::string blk = t.spec.name.substr(0, t.spec.name.rfind("attn_kv_b.weight"));
+    const MlaConfig &m = *c.mla;
+    specs.push_back(
+        {blk + "attn_k_b.weight", o.dtype, {c.num_heads, m.kv_lora_rank, m.qk_nope_head_dim}});
+    specs.push_back(
+        {blk + "attn_v_b.weight", o.dtype, {c.num_heads, m.v_head_dim, m.kv_lora_rank}});
+  }
   std::vector<float> rope_factors;
   if (o.gguf && c.arch == Arch::kLlama && c.rope_scaling.type == RopeScaling::Type::kLlama3) {
     rope_factors = llama3_rope_factors(c);
@@ -1022,6 +1055,28 @@ MakeModelReport make_model(const MakeModelOptions &o) {
     if (file.has_parent_path()) fs::create_directories(file.parent_path());
     report.weights = file;
     gg = std::make_unique<GgufWriter>(file, gguf_metadata(c, o, tok), specs);
+    for (std::size_t i = 0; i < split_kv_b.size(); ++i) {
+      const PlannedTensor &t = split_kv_b[i];
+      const MlaConfig &m = *c.mla;
+      const std::int64_t H = c.num_heads, R = m.kv_lora_rank, nope = m.qk_nope_head_dim,
+                         vd = m.v_head_dim, rows = H * (nope + vd);
+      std::vector<float> kv(static_cast<std::size_t>(rows * R)), k, v;
+      generate_rows(t, hash_name(o.seed, t.hf_name), 0, rows, R, rows, kv.data());
+      for (std::int64_t h = 0; h < H; ++h) {
+        const float *src = kv.data() + h * (nope + vd) * R;
+        for (std::int64_t j = 0; j < R; ++j)  // k_b[h] = kv_b's nope rows of head h, transposed
+          for (std::int64_t d = 0; d < nope; ++d) k.push_back(src[d * R + j]);
+        v.insert(v.end(), src + nope * R, src + (nope + vd) * R);
+      }
+      for (int part = 0; part < 2; ++part) {
+        const std::vector<float> &f = part ? v : k;
+        std::vector<std::byte> bytes(
+            static_cast<std::size_t>(dtype_bytes(o.dtype, static_cast<std::int64_t>(f.size()))));
+        quantize_row(o.dtype, f.data(), bytes.data(), static_cast<std::int64_t>(f.size()));
+        gg->write(split_first + 2 * i + part, 0, bytes);
+        report.bytes += bytes.size();
+      }
+    }
     if (!rope_factors.empty())
       gg->write(specs.size() - 1, 0,
                 std::as_bytes(std::span(rope_factors.data(), rope_factors.size())));

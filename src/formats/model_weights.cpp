@@ -1,5 +1,6 @@
 #include "formats/model_weights.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -145,6 +146,7 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
                                 gguf_path.string() + ": " + t.name + ": tensor type " +
                                     std::string(ggml_type_name(t.ggml_type)) + " is not supported");
     }
+    if (w->config_.mla) w->join_split_kv_b();
   } else {
     w->format_ = Format::kSafetensors;
     w->tokenizer_path_ = path;
@@ -235,6 +237,46 @@ void ModelWeights::attach_fp8_scales() {
         throw Error(ErrorCode::kFormat, origin + ": " + sname + ": a scale is not finite");
     sc.data = f.data();
     t.scale = sc;
+  }
+}
+
+void ModelWeights::join_split_kv_b() {
+  const MlaConfig &m = *config_.mla;
+  const std::int64_t H = config_.num_heads, R = m.kv_lora_rank, nope = m.qk_nope_head_dim,
+                     vd = m.v_head_dim;
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string kv_b = mla_name(l, "kv_b_proj.weight");
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    const TensorView *kb = find(blk + "attn_k_b.weight");
+    const TensorView *vb = find(blk + "attn_v_b.weight");
+    if (find(kv_b) || (!kb && !vb)) continue;  // attn_kv_b kept, or missing (named later)
+    const std::string origin = path_.string() + ": " + blk;
+    if (!kb || !vb) throw Error(ErrorCode::kFormat, origin + "attn_k_b and attn_v_b come together");
+    if (kb->shape != std::vector<std::int64_t>{H, R, nope} ||
+        vb->shape != std::vector<std::int64_t>{H, vd, R})
+      throw Error(ErrorCode::kFormat, origin + "attn_k_b " + shape_str(kb->shape) + " / attn_v_b " +
+                                          shape_str(vb->shape) + ": the config implies " +
+                                          shape_str({H, R, nope}) + " / " + shape_str({H, vd, R}));
+    std::vector<float> k(static_cast<std::size_t>(kb->numel())),
+        v(static_cast<std::size_t>(vb->numel()));
+    dequantize_row(kb->dtype, kb->data, k.data(), kb->numel());
+    dequantize_row(vb->dtype, vb->data, v.data(), vb->numel());
+    const std::int64_t rows = H * (nope + vd);
+    owned_.emplace_back(new std::byte[static_cast<std::size_t>(rows * R) * sizeof(float)]);
+    float *out = reinterpret_cast<float *>(owned_.back().get());
+    for (std::int64_t h = 0; h < H; ++h) {
+      float *dst = out + h * (nope + vd) * R;
+      for (std::int64_t i = 0; i < nope; ++i)  // k_b[h] is [R, nope]: transpose
+        for (std::int64_t j = 0; j < R; ++j) dst[i * R + j] = k[(h * R + j) * nope + i];
+      std::copy(v.begin() + h * vd * R, v.begin() + (h + 1) * vd * R, dst + nope * R);
+    }
+    TensorView t;
+    t.name = kv_b;
+    t.dtype = DType::kF32;
+    t.shape = {rows, R};
+    t.data = owned_.back().get();
+    t.nbytes = static_cast<std::size_t>(rows * R) * sizeof(float);
+    tensors_.emplace(kv_b, t);
   }
 }
 

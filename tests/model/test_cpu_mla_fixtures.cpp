@@ -325,6 +325,41 @@ TEST(MlaGguf, Deepseek2GgufMatchesItsSafetensorsForm) {
   EXPECT_GT(spread, 1e-3);  // the rows are not all alike
 }
 
+// llama.cpp's MLA files split kv_b_proj into attn_k_b (transposed) and attn_v_b; the
+// loader joins them back: the same model written both ways gives the same logits.
+TEST(MlaGguf, SplitKvBMatchesTheJoinedOne) {
+  test::TempDir dir;
+  MakeModelOptions o;
+  o.arch = "deepseek_v3";
+  o.shape = "tiny";
+  o.dtype = DType::kF32;
+  o.seed = 4;
+  o.threads = 1;
+  o.gguf = true;
+  o.out = dir / "joined.gguf";
+  make_model(o);
+  o.gguf_split_kv_b = true;
+  o.out = dir / "split.gguf";
+  make_model(o);
+  EXPECT_TRUE(ModelWeights::open(dir / "split.gguf")->find("blk.1.attn_k_b.weight"));
+  EXPECT_FALSE(ModelWeights::open(dir / "joined.gguf")->find("blk.1.attn_k_b.weight"));
+  ExecContext ctx(2);
+  auto a = cpu::CpuModelRunner::open(dir / "joined.gguf", ctx, {16, 16});
+  auto b = cpu::CpuModelRunner::open(dir / "split.gguf", ctx, {16, 16});
+  const auto prompt = other_prompt(8, 29, static_cast<int>(a->config().vocab_size));
+  std::vector<std::vector<float>> rows[2];
+  for (int i = 0; i < 2; ++i) {
+    BlockHandout blocks(16, 1);
+    PagedSeq seq;
+    seq.tokens = prompt;
+    rows[i] = rows_of(
+        run_step(i ? *b : *a, blocks,
+                 {{&seq, static_cast<std::int32_t>(prompt.size()), SequenceSlice::Logits::kAll}}));
+  }
+  ASSERT_EQ(rows[0].size(), rows[1].size());
+  for (std::size_t r = 0; r < rows[0].size(); ++r) ASSERT_EQ(rows[0][r], rows[1][r]) << r;
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, MlaVsTransformers, ::testing::ValuesIn(kFixtures),
                          [](const auto &info) { return info.param; });
 
