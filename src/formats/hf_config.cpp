@@ -229,8 +229,8 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     c.arch = Arch::kGlm4Moe;
   } else if (c.arch_name == "gpt_oss") {
     c.arch = Arch::kGptOss;
-  } else if (c.arch_name == "deepseek_v3") {
-    c.arch = Arch::kDeepseekV3;
+  } else if (c.arch_name == "deepseek_v3" || c.arch_name == "kimi_k2") {
+    c.arch = Arch::kDeepseekV3;  // Kimi K2 is DeepseekV3ForCausalLM under its own name
   } else if (c.arch_name == "glm_moe_dsa") {
     c.arch = Arch::kGlmMoeDsa;
   } else {

@@ -96,6 +96,12 @@ TEST(MlaConfig, ParsesDeepseekV3) {
   const ModelConfig d = parse_hf_config(j.dump(), "config.json");
   EXPECT_EQ(d.rope_style, RopeStyle::kNeox);
   EXPECT_EQ(d.mla->q_lora_rank, 0);
+  j = deepseek_json();
+  j["model_type"] = "kimi_k2";  // Kimi K2: DeepseekV3ForCausalLM by another name
+  const ModelConfig k = parse_hf_config(j.dump(), "config.json");
+  EXPECT_EQ(k.arch, Arch::kDeepseekV3);
+  EXPECT_EQ(k.arch_name, "kimi_k2");
+  EXPECT_EQ(kv_values_per_token_layer(k), 40);
 }
 
 TEST(MlaConfig, ParsesGlm5IndexerAndSharedSelections) {
