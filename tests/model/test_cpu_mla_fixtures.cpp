@@ -135,6 +135,31 @@ TEST_P(MlaVsTransformers, AloneMatchesReference) {
   std::printf("%s alone: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
 }
 
+// Greedy rows sampled inside the lm_head (CpuModelRunner::forward_sample) give the
+// reference's greedy tokens where its margin allows.
+TEST_P(MlaVsTransformers, GreedyHeadGivesTheReferenceTokens) {
+  ExecContext ctx(2);
+  auto runner = cpu::CpuModelRunner::open(dir_, ctx, {64, 16});
+  int checked = 0;
+  for (const auto &p : ref_["prompts"]) {
+    BlockHandout blocks(64, 3);
+    PagedSeq seq;
+    seq.tokens = p["ids"].get<std::vector<TokenId>>();
+    std::int32_t n = static_cast<std::int32_t>(seq.tokens.size());
+    for (const auto &g : p["greedy"]) {
+      const auto o = run_step(*runner, blocks, {{&seq, n, SequenceSlice::Logits::kLast}}, true);
+      ASSERT_EQ(o.sampled.size(), 1u);
+      if (g["margin"].get<double>() > 1e-3) {
+        EXPECT_EQ(o.sampled[0], g["id"].get<TokenId>()) << "at pos " << seq.tokens.size();
+        ++checked;
+      }
+      seq.tokens.push_back(g["id"].get<TokenId>());
+      n = 1;
+    }
+  }
+  EXPECT_GT(checked, 20);
+}
+
 // Each reference prompt in the middle of a batch of 32: the others prefill prompts of
 // other lengths in the same step, then decode a token each step beside it.
 TEST_P(MlaVsTransformers, BatchedWith31OthersMatchesReference) {
