@@ -126,7 +126,7 @@ int main(int argc, char **argv) {
   const std::int32_t blocks = (prompt + decode + block) / block + 1;
   auto runner = keel::cpu::CpuModelRunner::open(model, ctx, {blocks, block});
   const auto &cfg = runner->config();
-  const double weight_bytes = static_cast<double>(runner->model().weight_bytes());
+  const double weight_bytes = static_cast<double>(runner->decode_weight_bytes());
   const double kv_bytes = static_cast<double>(runner->kv().block_bytes()) * blocks;
 
   std::mt19937 rng(3);

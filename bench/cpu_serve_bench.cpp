@@ -123,7 +123,7 @@ void step_part(const std::string &model, int threads, int steps) {
   const double bw = bench::read_bandwidth(probe).first;
   const double kv =
       2.0 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * (prompt + steps / 2.0);
-  const double bytes = static_cast<double>(runner->model().weight_bytes()) + kv;
+  const double bytes = static_cast<double>(runner->decode_weight_bytes()) + kv;
   std::printf(
       "batch-1 decode: forward %.3f ms wall, %.3f ms CPU / threads (medians of %d) = "
       "%.1f tok/s (%.1f by CPU time); read bandwidth %.1f GB/s, %.1f MB/token: roofline "

@@ -42,14 +42,17 @@ int cmd_make_model(int argc, char **argv) {
                vocab = 0;
   bool tie = false, no_tie = false;
   app.add_option("--arch", o.arch,
-                 "llama | qwen2 | qwen3 | qwen3_moe | mixtral | glm4_moe | gpt_oss")
-      ->check(CLI::IsMember(
-          {"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt_oss"}));
+                 "llama | qwen2 | qwen3 | qwen3_moe | mixtral | glm4_moe | gpt_oss | deepseek_v3 | "
+                 "glm_moe_dsa")
+      ->check(CLI::IsMember({"llama", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe",
+                             "gpt_oss", "deepseek_v3", "glm_moe_dsa"}));
   app.add_option("--shape", o.shape,
                  "tiny | 100m | 1b (Llama 3.2 1B) | 8b (Llama 3.1 8B); MoE: tiny | small | "
-                 "qwen3-30b-a3b | mixtral-8x7b | glm-4.5-air | gpt-oss-20b | gpt-oss-120b")
-      ->check(CLI::IsMember({"tiny", "100m", "1b", "8b", "small", "qwen3-30b-a3b", "mixtral-8x7b",
-                             "glm-4.5-air", "gpt-oss-20b", "gpt-oss-120b"}));
+                 "qwen3-30b-a3b | mixtral-8x7b | glm-4.5-air | gpt-oss-20b | gpt-oss-120b | "
+                 "deepseek-v3 (671B) | glm-5 (744B; --layers for fewer)")
+      ->check(
+          CLI::IsMember({"tiny", "100m", "1b", "8b", "small", "qwen3-30b-a3b", "mixtral-8x7b",
+                         "glm-4.5-air", "gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "glm-5"}));
   std::int64_t experts = 0, experts_per_tok = 0, moe_intermediate = 0;
   app.add_option("--experts", experts, "MoE: experts per layer (overrides the shape)");
   app.add_option("--experts-per-tok", experts_per_tok, "MoE: experts chosen per token");

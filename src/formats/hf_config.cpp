@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "formats/gguf.h"
+#include "formats/hf_mla_config.h"
 #include "formats/hf_moe_config.h"
 #include "formats/model_config.h"
 
@@ -108,6 +109,12 @@ RopeScaling parse_rope_scaling(const json &rs, const std::string &origin) {
   if (auto v = opt_num(rs, "beta_slow", where)) r.beta_slow = *v;
   if (auto v = opt_num(rs, "attention_factor", where)) r.attention_factor = *v;
   if (auto v = opt_bool(rs, "truncate", where)) r.truncate = *v;
+  if (auto v = opt_num(rs, "mscale", where)) r.mscale = *v;
+  if (auto v = opt_num(rs, "mscale_all_dim", where)) r.mscale_all_dim = *v;
+  if (r.type == RopeScaling::Type::kYarn && !r.attention_factor && r.mscale.value_or(0) != 0 &&
+      r.mscale_all_dim.value_or(0) != 0)
+    r.attention_factor =
+        yarn_mscale(r.factor, *r.mscale) / yarn_mscale(r.factor, *r.mscale_all_dim);
   if (r.type == RopeScaling::Type::kLlama3 &&
       (r.high_freq_factor <= r.low_freq_factor || r.original_max_position <= 0))
     fail(where, "llama3 needs high_freq_factor > low_freq_factor and a positive original length");
@@ -142,6 +149,10 @@ const char *arch_name(Arch arch) {
       return "glm4_moe";
     case Arch::kGptOss:
       return "gpt_oss";
+    case Arch::kDeepseekV3:
+      return "deepseek_v3";
+    case Arch::kGlmMoeDsa:
+      return "glm_moe_dsa";
   }
   return "?";
 }
@@ -187,6 +198,7 @@ void validate_config(const ModelConfig &c, const std::string &origin) {
   if (c.bos_token_id && *c.bos_token_id >= c.vocab_size)
     fail(origin, "bos_token_id " + std::to_string(*c.bos_token_id) + " >= vocab_size");
   validate_moe(c, origin);
+  validate_mla(c, origin);
 }
 
 ModelConfig parse_hf_config(const std::string &text, const std::string &origin) {
@@ -217,6 +229,10 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     c.arch = Arch::kGlm4Moe;
   } else if (c.arch_name == "gpt_oss") {
     c.arch = Arch::kGptOss;
+  } else if (c.arch_name == "deepseek_v3" || c.arch_name == "kimi_k2") {
+    c.arch = Arch::kDeepseekV3;  // Kimi K2 is DeepseekV3ForCausalLM under its own name
+  } else if (c.arch_name == "glm_moe_dsa") {
+    c.arch = Arch::kGlmMoeDsa;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": model_type \"" + c.arch_name + "\" is not supported");
@@ -227,7 +243,11 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
   c.num_layers = req_int(j, "num_hidden_layers", origin);
   c.num_heads = req_int(j, "num_attention_heads", origin);
   c.num_kv_heads = opt_int(j, "num_key_value_heads", origin).value_or(c.num_heads);
-  if (auto hd = opt_int(j, "head_dim", origin)) {
+  const bool mla = c.arch == Arch::kDeepseekV3 || c.arch == Arch::kGlmMoeDsa;
+  if (mla) {
+    // head_dim is set from the MLA fields below (the released configs' head_dim, where
+    // present, names the rope part).
+  } else if (auto hd = opt_int(j, "head_dim", origin)) {
     c.head_dim = *hd;
   } else {
     if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
@@ -275,6 +295,13 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
       c.attention_bias = attn_bias;
       c.qk_norm = opt_bool(j, "use_qk_norm", origin).value_or(false);
       break;
+    case Arch::kDeepseekV3:
+    case Arch::kGlmMoeDsa:
+      // Biases on q_a_proj, kv_a_proj_with_mqa and o_proj with attention_bias
+      // (hf_mla_config.cpp).
+      c.attention_bias = attn_bias;
+      c.attention_out_bias = attn_bias;
+      break;
     case Arch::kGptOss:
       // q/k/v and o_proj biases with attention_bias (true in the releases); a sink logit
       // per head always.
@@ -295,6 +322,7 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
     throw Error(ErrorCode::kUnsupported, origin + ": mlp_bias is not supported");
   c.tie_word_embeddings = opt_bool(j, "tie_word_embeddings", origin).value_or(false);
   parse_hf_moe(j, c, origin);
+  if (mla) parse_hf_mla(j, c, origin);
   c.fp8 = parse_fp8_config(j, origin);
 
   // Qwen configs carry a sliding_window that is off unless use_sliding_window is set.
@@ -302,7 +330,7 @@ ModelConfig parse_hf_config(const std::string &text, const std::string &origin) 
   const auto use_sw = opt_bool(j, "use_sliding_window", origin);
   if (sw && use_sw.value_or(true)) c.sliding_window = *sw;
   // layer_types says which layers slide (gpt-oss alternates sliding and full layers).
-  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null()) {
+  if (auto it = j.find("layer_types"); it != j.end() && !it->is_null() && !mla) {
     if (!it->is_array()) fail(origin, "layer_types: expected a list");
     for (const auto &t : *it) {
       const std::string type = t.is_string() ? t.get<std::string>() : t.dump();
@@ -392,6 +420,42 @@ MoeConfig glm4moe_from_gguf(const GgufFile &g, ModelConfig &c) {
   return m;
 }
 
+// llama.cpp's deepseek2: MLA's ranks and head sizes. Files converted for llama.cpp's MLA
+// path say head_count_kv 1 and key/value_length of the latent (kv_lora + rope, kv_lora),
+// with the per-head sizes in key_length_mla / value_length_mla; older ones give the per-head
+// sizes in key_length / value_length. Rotary pairs are adjacent (llama.cpp's NORM rope, as
+// HF's rope_interleave). yarn_log_multiplier is 0.1 mscale_all_dim.
+void mla_from_gguf(const GgufFile &g, ModelConfig &c) {
+  const std::string &origin = g.path();
+  const std::string a = c.arch_name + ".";
+  MlaConfig m;
+  m.q_lora_rank = g.get_opt_i64(a + "attention.q_lora_rank").value_or(0);
+  m.kv_lora_rank = g.get_i64(a + "attention.kv_lora_rank");
+  m.qk_rope_head_dim = g.get_i64(a + "rope.dimension_count");
+  const std::int64_t qk =
+      g.get_opt_i64(a + "attention.key_length_mla").value_or(g.get_i64(a + "attention.key_length"));
+  m.v_head_dim = g.get_opt_i64(a + "attention.value_length_mla")
+                     .value_or(g.get_i64(a + "attention.value_length"));
+  m.qk_nope_head_dim = qk - m.qk_rope_head_dim;
+  if (m.qk_nope_head_dim <= 0)
+    fail(origin, a + "attention.key_length: not more than rope.dimension_count");
+  c.head_dim = qk;
+  c.num_kv_heads = c.num_heads;
+  c.partial_rotary_factor = 1.0;
+  c.rope_style = RopeStyle::kInterleaved;
+  c.kv_layout = KvLayout::kLatent;
+  m.softmax_scale = 1.0 / std::sqrt(static_cast<double>(qk));
+  if (auto mul = g.get_opt_f64(a + "rope.scaling.yarn_log_multiplier");
+      mul && *mul != 0 && c.rope_scaling.type == RopeScaling::Type::kYarn) {
+    c.rope_scaling.mscale_all_dim = *mul / 0.1;
+    c.rope_scaling.mscale = c.rope_scaling.mscale_all_dim;  // the releases set both alike
+    c.rope_scaling.attention_factor = 1.0;
+    const double ms = yarn_mscale(c.rope_scaling.factor, *c.rope_scaling.mscale_all_dim);
+    m.softmax_scale *= ms * ms;
+  }
+  c.mla = m;
+}
+
 // llama.cpp's gpt-oss: experts stacked with their biases (ffn_{gate,up,down}_exps.bias, gate
 // and up already apart), a biased router softmaxed over its top k, the clamped SwiGLU with
 // llama.cpp's fixed limit and alpha, sinks in attn_sinks, and a window on every layer but
@@ -442,6 +506,8 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.arch = Arch::kGlm4Moe;
   } else if (c.arch_name == "gpt-oss") {
     c.arch = Arch::kGptOss;
+  } else if (c.arch_name == "deepseek2") {
+    c.arch = Arch::kDeepseekV3;
   } else {
     throw Error(ErrorCode::kUnsupported,
                 origin + ": general.architecture \"" + c.arch_name + "\" is not supported");
@@ -516,6 +582,9 @@ ModelConfig config_from_gguf(const GgufFile &g) {
     c.moe = glm4moe_from_gguf(g, c);
   } else if (c.arch == Arch::kGptOss) {
     c.moe = gpt_oss_from_gguf(g, c);
+  } else if (c.arch == Arch::kDeepseekV3) {
+    c.moe = glm4moe_from_gguf(g, c);  // the same keys: sigmoid groups, shared experts
+    mla_from_gguf(g, c);
   }
 
   if (auto v = g.get_opt_i64(a + "vocab_size")) {

@@ -139,6 +139,8 @@ const char *experts_field(const ModelConfig &c) {
     case Arch::kMixtral:
       return "num_local_experts";
     case Arch::kGlm4Moe:
+    case Arch::kDeepseekV3:
+    case Arch::kGlmMoeDsa:
       return "n_routed_experts";
     default:
       return "num_experts";
@@ -148,7 +150,8 @@ const char *experts_field(const ModelConfig &c) {
 }  // namespace
 
 void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
-  if (c.arch == Arch::kGlm4Moe) {
+  if (c.arch == Arch::kGlm4Moe || c.arch == Arch::kDeepseekV3 || c.arch == Arch::kGlmMoeDsa) {
+    // DeepSeek-V3 and GLM-5 route as GLM-4.5 does (sigmoid, correction bias, groups).
     c.moe = parse_glm4_moe(j, c, origin);
     return;
   }

@@ -15,6 +15,7 @@
 
 #include "core/error.h"
 #include "formats/gguf_writer.h"
+#include "formats/make_mla_model.h"
 #include "formats/model_tokenizer.h"
 #include "formats/model_weights.h"
 #include "formats/mxfp4.h"
@@ -247,17 +248,26 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     c.arch = Arch::kGlm4Moe;
   } else if (o.arch == "gpt_oss") {
     c.arch = Arch::kGptOss;
+  } else if (o.arch == "deepseek_v3") {
+    c.arch = Arch::kDeepseekV3;
+  } else if (o.arch == "glm_moe_dsa") {
+    c.arch = Arch::kGlmMoeDsa;
   } else {
     throw Error(ErrorCode::kInvalidArgument,
-                "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral, glm4_moe or gpt_oss, "
-                "got " +
+                "--arch: expected llama, qwen2, qwen3, qwen3_moe, mixtral, glm4_moe, gpt_oss, "
+                "deepseek_v3 or glm_moe_dsa, got " +
                     o.arch);
   }
+  const bool mla = c.arch == Arch::kDeepseekV3 || c.arch == Arch::kGlmMoeDsa;
   const bool llama = c.arch == Arch::kLlama;
   c.rms_norm_eps = llama ? 1e-5 : 1e-6;
   c.rope_theta = llama ? 500000.0 : 1000000.0;
-  if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe ||
-      c.arch == Arch::kGptOss) {
+  if (mla) {
+    MoeConfig m;
+    apply_mla_shape(c, m, o.shape);
+    c.moe = m;
+  } else if (c.arch == Arch::kQwen3Moe || c.arch == Arch::kMixtral || c.arch == Arch::kGlm4Moe ||
+             c.arch == Arch::kGptOss) {
     apply_moe_shape(c, o.shape);
   } else if (o.shape == "tiny") {
     c.hidden_size = 64, c.intermediate_size = 192, c.num_layers = 2, c.num_heads = 4,
@@ -290,7 +300,11 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   if (o.layers) c.num_layers = *o.layers;
   if (o.heads) c.num_heads = *o.heads;
   if (o.kv_heads) c.num_kv_heads = *o.kv_heads;
-  if (o.head_dim) {
+  if (mla) {
+    if (o.head_dim || o.kv_heads)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--head-dim and --kv-heads do not apply to multi-head latent attention");
+  } else if (o.head_dim) {
     c.head_dim = *o.head_dim;
   } else if (o.hidden || o.heads) {
     if (c.num_heads <= 0 || c.hidden_size % c.num_heads != 0)
@@ -317,6 +331,10 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     if (c.arch == Arch::kGlm4Moe) {  // first_k_dense_replace = 1, one shared expert
       if (!c.moe->sparse_layers.empty()) c.moe->sparse_layers[0] = false;
       c.moe->shared_intermediate = c.moe->expert_intermediate;
+    }
+    if (mla) {
+      c.moe->shared_intermediate = c.moe->expert_intermediate;
+      finish_mla_config(c, o.shape);
     }
   } else if (o.experts || o.experts_per_tok || o.moe_intermediate) {
     throw Error(ErrorCode::kInvalidArgument,
@@ -429,24 +447,53 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     add(p + "input_layernorm.weight", {h}, Init::kOnes);
-    add(p + "self_attn.q_proj.weight", {q, h}, Init::kNormal, 0.02f, c.num_heads);
-    add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal, 0.02f, c.num_kv_heads);
     const std::int64_t n = c.num_layers;
     const bool more_bits = k_quant_mix && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2);
     const DType mixed = more_bits ? DType::kQ6_K : DType::kI32;
-    add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal, 0.02f, 0, mixed);
-    if (c.attention_bias) {
-      add(p + "self_attn.q_proj.bias", {q}, Init::kNormal, 0.02f, c.num_heads);
-      add(p + "self_attn.k_proj.bias", {kv}, Init::kNormal, 0.02f, c.num_kv_heads);
-      add(p + "self_attn.v_proj.bias", {kv}, Init::kNormal);
+    if (c.mla) {  // multi-head latent attention (formats/mla_config.h)
+      const MlaConfig &a = *c.mla;
+      const std::int64_t H = c.num_heads, qk = a.qk_head_dim();
+      if (a.q_lora_rank > 0) {
+        add(mla_name(l, "q_a_proj.weight"), {a.q_lora_rank, h}, Init::kNormal);
+        add(mla_name(l, "q_a_layernorm.weight"), {a.q_lora_rank}, Init::kOnes);
+        add(mla_name(l, "q_b_proj.weight"), {H * qk, a.q_lora_rank}, Init::kNormal);
+      } else {
+        add(mla_name(l, "q_proj.weight"), {H * qk, h}, Init::kNormal);
+      }
+      add(mla_name(l, "kv_a_proj_with_mqa.weight"), {a.kv_lora_rank + a.qk_rope_head_dim, h},
+          Init::kNormal);
+      add(mla_name(l, "kv_a_layernorm.weight"), {a.kv_lora_rank}, Init::kOnes);
+      add(mla_name(l, "kv_b_proj.weight"),
+          {H * (a.qk_nope_head_dim + a.v_head_dim), a.kv_lora_rank}, Init::kNormal);
+      add(mla_name(l, "o_proj.weight"), {h, H * a.v_head_dim}, Init::kNormal);
+      if (a.dsa() && !a.shared_selection(l)) {
+        const std::int64_t Hi = a.index_n_heads, Di = a.index_head_dim;
+        add(mla_name(l, "indexer.wq_b.weight"), {Hi * Di, a.q_lora_rank}, Init::kNormal);
+        add(mla_name(l, "indexer.wk.weight"), {Di, h}, Init::kNormal);
+        add(mla_name(l, "indexer.k_norm.weight"), {Di}, Init::kOnes);
+        add(mla_name(l, "indexer.k_norm.bias"), {Di}, Init::kNormal);
+        // Kept bf16 in the FP8 releases (a 1-D-like router of the heads): not a linear.
+        add(mla_name(l, "indexer.weights_proj.weight"), {Hi, h}, Init::kNormal, 0.02f, 0,
+            dtype == DType::kF8_E4M3 ? DType::kBF16 : DType::kI32);
+      }
     }
-    if (c.qk_norm) {
-      add(p + "self_attn.q_norm.weight", {c.head_dim}, Init::kOnes);
-      add(p + "self_attn.k_norm.weight", {c.head_dim}, Init::kOnes);
+    if (!c.mla) {
+      add(p + "self_attn.q_proj.weight", {q, h}, Init::kNormal, 0.02f, c.num_heads);
+      add(p + "self_attn.k_proj.weight", {kv, h}, Init::kNormal, 0.02f, c.num_kv_heads);
+      add(p + "self_attn.v_proj.weight", {kv, h}, Init::kNormal, 0.02f, 0, mixed);
+      if (c.attention_bias) {
+        add(p + "self_attn.q_proj.bias", {q}, Init::kNormal, 0.02f, c.num_heads);
+        add(p + "self_attn.k_proj.bias", {kv}, Init::kNormal, 0.02f, c.num_kv_heads);
+        add(p + "self_attn.v_proj.bias", {kv}, Init::kNormal);
+      }
+      if (c.qk_norm) {
+        add(p + "self_attn.q_norm.weight", {c.head_dim}, Init::kOnes);
+        add(p + "self_attn.k_norm.weight", {c.head_dim}, Init::kOnes);
+      }
+      add(p + "self_attn.o_proj.weight", {h, q}, Init::kNormal);
+      if (c.attention_out_bias) add(p + "self_attn.o_proj.bias", {h}, Init::kNormal);
+      if (c.attention_sinks) add(attention_sinks_name(l), {c.num_heads}, Init::kNormal, 1.0f);
     }
-    add(p + "self_attn.o_proj.weight", {h, q}, Init::kNormal);
-    if (c.attention_out_bias) add(p + "self_attn.o_proj.bias", {h}, Init::kNormal);
-    if (c.attention_sinks) add(attention_sinks_name(l), {c.num_heads}, Init::kNormal, 1.0f);
     add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
     if (gguf && c.arch == Arch::kGptOss)  // llama.cpp's gpt-oss names it so
       out.back().spec.name = "blk." + std::to_string(l) + ".post_attention_norm.weight";
@@ -494,6 +541,13 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
         stacked("gate", I, h);
         stacked("up", I, h);
         stacked("down", h, I);
+        if (m.scoring == MoeConfig::Scoring::kSigmoid)  // deepseek2: exp_probs_b.bias, f32
+          add(moe_router_bias_name(m, l), {m.num_experts}, Init::kNormal, 0.1f, 0, DType::kF32);
+        if (const std::int64_t S = m.shared_intermediate; S > 0) {  // ffn_*_shexp
+          add(moe_shared_name(m, l, ExpertMatrix::kGate), {S, h}, Init::kNormal);
+          add(moe_shared_name(m, l, ExpertMatrix::kUp), {S, h}, Init::kNormal);
+          add(moe_shared_name(m, l, ExpertMatrix::kDown), {h, S}, Init::kNormal);
+        }
         continue;
       }
       for (std::int64_t e = 0; e < m.num_experts; ++e) {
@@ -644,6 +698,10 @@ const char *hf_architecture(Arch a) {
       return "Glm4MoeForCausalLM";
     case Arch::kGptOss:
       return "GptOssForCausalLM";
+    case Arch::kDeepseekV3:
+      return "DeepseekV3ForCausalLM";
+    case Arch::kGlmMoeDsa:
+      return "GlmMoeDsaForCausalLM";
     case Arch::kLlama:
       break;
   }
@@ -746,6 +804,8 @@ std::string hf_config_json(const ModelConfig &c, DType dtype, const std::string 
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["use_qk_norm"] = c.qk_norm;
     j["num_nextn_predict_layers"] = 0;  // no MTP layer written
+  } else if (c.moe && c.mla) {
+    mla_config_json(c, j);
   } else if (c.moe && c.arch == Arch::kGptOss) {
     j["num_local_experts"] = c.moe->num_experts;
     j["num_experts_per_tok"] = c.moe->top_k;
@@ -815,9 +875,10 @@ std::uint32_t gguf_file_type(DType t) {
 GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
                            const ModelTokenizer &tok) {
   GgufMetadata m;
-  const std::string arch = c.arch == Arch::kQwen3Moe ? "qwen3moe"  // llama.cpp's names
-                           : c.arch == Arch::kGptOss ? "gpt-oss"
-                                                     : c.arch_name;
+  const std::string arch = c.arch == Arch::kQwen3Moe     ? "qwen3moe"  // llama.cpp's names
+                           : c.arch == Arch::kGptOss     ? "gpt-oss"
+                           : c.arch == Arch::kDeepseekV3 ? "deepseek2"
+                                                         : c.arch_name;
   const std::string a = arch + ".";
   m.add_string("general.architecture", arch);
   m.add_string("general.name", "keel random " + c.arch_name + " " + o.shape);
@@ -831,10 +892,17 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
   m.add_u32(a + "block_count", static_cast<std::uint32_t>(c.num_layers));
   m.add_u32(a + "feed_forward_length", static_cast<std::uint32_t>(c.intermediate_size));
   m.add_u32(a + "attention.head_count", static_cast<std::uint32_t>(c.num_heads));
-  m.add_u32(a + "attention.head_count_kv", static_cast<std::uint32_t>(c.num_kv_heads));
-  m.add_u32(a + "attention.key_length", static_cast<std::uint32_t>(c.head_dim));
-  m.add_u32(a + "attention.value_length", static_cast<std::uint32_t>(c.head_dim));
-  m.add_u32(a + "rope.dimension_count", static_cast<std::uint32_t>(c.head_dim));
+  const bool mla_split = c.mla && o.gguf_split_kv_b;
+  m.add_u32(a + "attention.head_count_kv",
+            static_cast<std::uint32_t>(mla_split ? 1 : c.num_kv_heads));
+  m.add_u32(a + "attention.key_length",
+            static_cast<std::uint32_t>(mla_split ? c.mla->kv_lora_rank + c.mla->qk_rope_head_dim
+                                                 : c.head_dim));
+  m.add_u32(a + "attention.value_length", static_cast<std::uint32_t>(mla_split ? c.mla->kv_lora_rank
+                                                                     : c.mla   ? c.mla->v_head_dim
+                                                                               : c.head_dim));
+  m.add_u32(a + "rope.dimension_count",
+            static_cast<std::uint32_t>(c.mla ? c.mla->qk_rope_head_dim : c.head_dim));
   m.add_f32(a + "rope.freq_base", static_cast<float>(c.rope_theta));
   m.add_f32(a + "attention.layer_norm_rms_epsilon", static_cast<float>(c.rms_norm_eps));
   if (c.moe) {
@@ -842,6 +910,30 @@ GgufMetadata gguf_metadata(const ModelConfig &c, const MakeModelOptions &o,
     m.add_u32(a + "expert_used_count", static_cast<std::uint32_t>(c.moe->top_k));
     m.add_u32(a + "expert_feed_forward_length",
               static_cast<std::uint32_t>(c.moe->expert_intermediate));
+  }
+  if (c.mla) {  // llama.cpp's deepseek2 keys (per-head sizes, as its converter wrote them)
+    const MlaConfig &x = *c.mla;
+    const MoeConfig &mo = *c.moe;
+    if (o.gguf_split_kv_b) {  // its MLA converter: one latent "head", the sizes in *_mla
+      m.add_u32(a + "attention.key_length_mla", static_cast<std::uint32_t>(x.qk_head_dim()));
+      m.add_u32(a + "attention.value_length_mla", static_cast<std::uint32_t>(x.v_head_dim));
+    }
+    if (x.q_lora_rank > 0)
+      m.add_u32(a + "attention.q_lora_rank", static_cast<std::uint32_t>(x.q_lora_rank));
+    m.add_u32(a + "attention.kv_lora_rank", static_cast<std::uint32_t>(x.kv_lora_rank));
+    std::int64_t dense = 0;
+    while (dense < c.num_layers && !mo.sparse(dense)) ++dense;
+    m.add_u32(a + "leading_dense_block_count", static_cast<std::uint32_t>(dense));
+    m.add_u32(a + "expert_shared_count",
+              static_cast<std::uint32_t>(mo.shared_intermediate / mo.expert_intermediate));
+    m.add_f32(a + "expert_weights_scale", static_cast<float>(mo.routed_scaling_factor));
+    m.add_bool(a + "expert_weights_norm", mo.norm_topk_prob);
+    m.add_u32(a + "expert_gating_func", 2);  // sigmoid
+    m.add_u32(a + "expert_group_count", static_cast<std::uint32_t>(mo.n_group));
+    m.add_u32(a + "expert_group_used_count", static_cast<std::uint32_t>(mo.topk_group));
+    if (c.rope_scaling.mscale_all_dim)
+      m.add_f32(a + "rope.scaling.yarn_log_multiplier",
+                static_cast<float>(0.1 * *c.rope_scaling.mscale_all_dim));
   }
   if (c.sliding_window)
     m.add_u32(a + "attention.sliding_window", static_cast<std::uint32_t>(*c.sliding_window));
@@ -914,11 +1006,11 @@ MakeModelReport make_model(const MakeModelOptions &o) {
   if (fp8 && c.arch == Arch::kGptOss)
     throw Error(ErrorCode::kInvalidArgument,
                 "fp8: gpt_oss is written in bf16, f32 or mxfp4 (its released form)");
-  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe && c.arch != Arch::kGptOss)
-    throw Error(
-        ErrorCode::kInvalidArgument,
-        "--format gguf: of the mixture-of-experts models only qwen3_moe and gpt_oss are written "
-        "as GGUF");
+  if (o.gguf && c.moe && c.arch != Arch::kQwen3Moe && c.arch != Arch::kGptOss &&
+      c.arch != Arch::kDeepseekV3)
+    throw Error(ErrorCode::kInvalidArgument,
+                "--format gguf: of the mixture-of-experts models only qwen3_moe, gpt_oss and "
+                "deepseek_v3 (llama.cpp's deepseek2) are written as GGUF");
   ModelTokenizer tok =
       o.tokenizer.empty() ? generate_tokenizer(c.vocab_size) : load_tokenizer(o.tokenizer);
   // Qwen3 checkpoints ship their family's ChatML template, which opens a <think> block
@@ -934,8 +1026,32 @@ MakeModelReport make_model(const MakeModelOptions &o) {
 
   std::vector<PlannedTensor> plan = plan_tensors(c, o.dtype, o.gguf, o.k_quant_mix);
   if (fp8) plan = plan_fp8(std::move(plan), c, o.fp8_scale);
+  // llama.cpp's MLA files: each kv_b_proj written as attn_k_b [H, kv_lora, nope] and
+  // attn_v_b [H, v, kv_lora] (its converter's split), from the same random values.
+  std::vector<PlannedTensor> split_kv_b;
+  if (o.gguf && c.mla && o.gguf_split_kv_b) {
+    if (o.dtype != DType::kF32 && o.dtype != DType::kF16 && o.dtype != DType::kBF16)
+      throw Error(ErrorCode::kInvalidArgument, "the split kv_b is written in f32, f16 or bf16");
+    for (std::size_t i = 0; i < plan.size();) {
+      if (plan[i].hf_name.ends_with("self_attn.kv_b_proj.weight")) {
+        split_kv_b.push_back(std::move(plan[i]));
+        plan.erase(plan.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        ++i;
+      }
+    }
+  }
   std::vector<TensorSpec> specs;
   for (const auto &t : plan) specs.push_back(t.spec);
+  const std::size_t split_first = specs.size();
+  for (const auto &t : split_kv_b) {
+    const std::string blk = t.spec.name.substr(0, t.spec.name.rfind("attn_kv_b.weight"));
+    const MlaConfig &m = *c.mla;
+    specs.push_back(
+        {blk + "attn_k_b.weight", o.dtype, {c.num_heads, m.kv_lora_rank, m.qk_nope_head_dim}});
+    specs.push_back(
+        {blk + "attn_v_b.weight", o.dtype, {c.num_heads, m.v_head_dim, m.kv_lora_rank}});
+  }
   std::vector<float> rope_factors;
   if (o.gguf && c.arch == Arch::kLlama && c.rope_scaling.type == RopeScaling::Type::kLlama3) {
     rope_factors = llama3_rope_factors(c);
@@ -953,6 +1069,28 @@ MakeModelReport make_model(const MakeModelOptions &o) {
     if (file.has_parent_path()) fs::create_directories(file.parent_path());
     report.weights = file;
     gg = std::make_unique<GgufWriter>(file, gguf_metadata(c, o, tok), specs);
+    for (std::size_t i = 0; i < split_kv_b.size(); ++i) {
+      const PlannedTensor &t = split_kv_b[i];
+      const MlaConfig &m = *c.mla;
+      const std::int64_t H = c.num_heads, R = m.kv_lora_rank, nope = m.qk_nope_head_dim,
+                         vd = m.v_head_dim, rows = H * (nope + vd);
+      std::vector<float> kv(static_cast<std::size_t>(rows * R)), k, v;
+      generate_rows(t, hash_name(o.seed, t.hf_name), 0, rows, R, rows, kv.data());
+      for (std::int64_t h = 0; h < H; ++h) {
+        const float *src = kv.data() + h * (nope + vd) * R;
+        for (std::int64_t j = 0; j < R; ++j)  // k_b[h] = kv_b's nope rows of head h, transposed
+          for (std::int64_t d = 0; d < nope; ++d) k.push_back(src[d * R + j]);
+        v.insert(v.end(), src + nope * R, src + (nope + vd) * R);
+      }
+      for (int part = 0; part < 2; ++part) {
+        const std::vector<float> &f = part ? v : k;
+        std::vector<std::byte> bytes(
+            static_cast<std::size_t>(dtype_bytes(o.dtype, static_cast<std::int64_t>(f.size()))));
+        quantize_row(o.dtype, f.data(), bytes.data(), static_cast<std::int64_t>(f.size()));
+        gg->write(split_first + 2 * i + part, 0, bytes);
+        report.bytes += bytes.size();
+      }
+    }
     if (!rope_factors.empty())
       gg->write(specs.size() - 1, 0,
                 std::as_bytes(std::span(rope_factors.data(), rope_factors.size())));

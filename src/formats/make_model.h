@@ -37,7 +37,10 @@ struct MakeModelOptions {
   // With q4_k / q5_k: llama.cpp's Q4_K_M / Q5_K_M mix (v_proj and down_proj of the first
   // and last eighth of the layers and every third between, and lm_head, in Q6_K).
   bool k_quant_mix = false;
-  bool gguf = false;                // false: HF directory with model.safetensors
+  bool gguf = false;  // false: HF directory with model.safetensors
+  // GGUF deepseek_v3: kv_b_proj as attn_k_b / attn_v_b, as llama.cpp's MLA converter
+  // writes it (f32 / f16 / bf16), else one attn_kv_b.
+  bool gguf_split_kv_b = false;
   std::filesystem::path tokenizer;  // empty: generate a minimal one
   std::uint64_t seed = 0;
   std::filesystem::path out;  // the directory (safetensors) or the .gguf file

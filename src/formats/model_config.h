@@ -10,13 +10,30 @@
 
 #include "core/ids.h"
 #include "formats/fp8_config.h"
+#include "formats/mla_config.h"
 #include "formats/moe_config.h"
 
 namespace keel {
 
 class GgufFile;
 
-enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kQwen3Moe, kMixtral, kGlm4Moe, kGptOss };
+enum class Arch {
+  kLlama,
+  kMistral,
+  kQwen2,
+  kQwen3,
+  kQwen3Moe,
+  kMixtral,
+  kGlm4Moe,
+  kGptOss,
+  kDeepseekV3,  // DeepSeek-V3 / R1, Kimi K2: MLA + grouped sigmoid MoE
+  kGlmMoeDsa,   // GLM-5: MLA + the DSA indexer + grouped sigmoid MoE
+};
+
+// What a token leaves in the KV cache per layer (ARCHITECTURE, "Seams for the open work"):
+// kSplit: K and V rows of num_kv_heads x head_dim each; kLatent (MLA): one row of
+// kv_lora_rank + qk_rope_head_dim values (+ index_head_dim of the DSA indexer's key), no V.
+enum class KvLayout { kSplit, kLatent };
 
 struct RopeScaling {
   enum class Type { kNone, kLinear, kLlama3, kYarn } type = Type::kNone;
@@ -27,6 +44,9 @@ struct RopeScaling {
   double beta_fast = 32.0;                    // yarn
   double beta_slow = 1.0;                     // yarn
   std::optional<double> attention_factor;     // yarn mscale override
+  // DeepSeek's yarn: with both, attention_factor = mscale(factor, mscale) /
+  // mscale(factor, mscale_all_dim), and MLA's softmax scale gains mscale_all_dim's square.
+  std::optional<double> mscale, mscale_all_dim;
   bool truncate = true;  // yarn: round the correction range to whole dims (gpt-oss: false)
 };
 
@@ -75,6 +95,10 @@ struct ModelConfig {
   std::optional<MoeConfig> moe;
   // FP8 e4m3 linear weights with their scales (quantization_config); absent otherwise.
   std::optional<Fp8Config> fp8;
+  // Multi-head latent attention (deepseek_v3, glm_moe_dsa); absent otherwise. With it,
+  // num_kv_heads == num_heads and head_dim == qk_nope_head_dim + qk_rope_head_dim.
+  std::optional<MlaConfig> mla;
+  KvLayout kv_layout = KvLayout::kSplit;
 
   // The window layer `layer` attends within, or nullopt for full attention.
   std::optional<std::int64_t> window_of(std::int64_t layer) const {
@@ -84,6 +108,11 @@ struct ModelConfig {
   }
 };
 
+// Values one token leaves in the KV cache for one layer: 2 x num_kv_heads x head_dim for
+// kSplit, MlaConfig::latent_values() for kLatent (DeepSeek-V3: 576; GLM-5: 704). The memory
+// plan, the runners, make-model and /api/status all size the cache by it.
+std::int64_t kv_values_per_token_layer(const ModelConfig &config);
+
 // Reads config.json (and generation_config.json when present) of an HF model directory.
 // Throws Error(kFormat) naming the file and field on missing or inconsistent values.
 ModelConfig load_hf_config(const std::filesystem::path &model_dir);
@@ -92,7 +121,8 @@ ModelConfig parse_hf_config(const std::string &config_json, const std::string &o
 // Reads the {arch}.* keys of a GGUF file.
 ModelConfig config_from_gguf(const GgufFile &gguf);
 
-// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt_oss".
+// "llama", "mistral", "qwen2", "qwen3", "qwen3_moe", "mixtral", "glm4_moe", "gpt_oss",
+// "deepseek_v3", "glm_moe_dsa".
 const char *arch_name(Arch arch);
 // Checks dimensions (positive, heads divisible by kv heads, ...); throws Error(kFormat)
 // naming `origin` and the field.

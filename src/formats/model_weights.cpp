@@ -1,5 +1,6 @@
 #include "formats/model_weights.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -17,7 +18,7 @@ namespace keel {
 namespace {
 
 // Per-layer suffixes: GGUF's and HF's.
-constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kLayerNames = {{
+constexpr std::array<std::pair<std::string_view, std::string_view>, 31> kLayerNames = {{
     {"attn_q.weight", "self_attn.q_proj.weight"},
     {"attn_k.weight", "self_attn.k_proj.weight"},
     {"attn_v.weight", "self_attn.v_proj.weight"},
@@ -44,6 +45,13 @@ constexpr std::array<std::pair<std::string_view, std::string_view>, 25> kLayerNa
     {"post_attention_norm.weight", "post_attention_layernorm.weight"},
     {"attn_sinks.weight", "self_attn.sinks"},
     {"ffn_gate_inp.bias", "mlp.gate.bias"},
+    // deepseek2 (multi-head latent attention; attn_q is q_proj without a q LoRA rank).
+    {"attn_q_a.weight", "self_attn.q_a_proj.weight"},
+    {"attn_q_a_norm.weight", "self_attn.q_a_layernorm.weight"},
+    {"attn_q_b.weight", "self_attn.q_b_proj.weight"},
+    {"attn_kv_a_mqa.weight", "self_attn.kv_a_proj_with_mqa.weight"},
+    {"attn_kv_a_norm.weight", "self_attn.kv_a_layernorm.weight"},
+    {"attn_kv_b.weight", "self_attn.kv_b_proj.weight"},
 }};
 
 constexpr std::array<std::pair<std::string_view, std::string_view>, 3> kGlobalNames = {{
@@ -138,6 +146,7 @@ std::unique_ptr<ModelWeights> ModelWeights::open(const std::filesystem::path &pa
                                 gguf_path.string() + ": " + t.name + ": tensor type " +
                                     std::string(ggml_type_name(t.ggml_type)) + " is not supported");
     }
+    if (w->config_.mla) w->join_split_kv_b();
   } else {
     w->format_ = Format::kSafetensors;
     w->tokenizer_path_ = path;
@@ -228,6 +237,46 @@ void ModelWeights::attach_fp8_scales() {
         throw Error(ErrorCode::kFormat, origin + ": " + sname + ": a scale is not finite");
     sc.data = f.data();
     t.scale = sc;
+  }
+}
+
+void ModelWeights::join_split_kv_b() {
+  const MlaConfig &m = *config_.mla;
+  const std::int64_t H = config_.num_heads, R = m.kv_lora_rank, nope = m.qk_nope_head_dim,
+                     vd = m.v_head_dim;
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string kv_b = mla_name(l, "kv_b_proj.weight");
+    const std::string blk = "blk." + std::to_string(l) + ".";
+    const TensorView *kb = find(blk + "attn_k_b.weight");
+    const TensorView *vb = find(blk + "attn_v_b.weight");
+    if (find(kv_b) || (!kb && !vb)) continue;  // attn_kv_b kept, or missing (named later)
+    const std::string origin = path_.string() + ": " + blk;
+    if (!kb || !vb) throw Error(ErrorCode::kFormat, origin + "attn_k_b and attn_v_b come together");
+    if (kb->shape != std::vector<std::int64_t>{H, R, nope} ||
+        vb->shape != std::vector<std::int64_t>{H, vd, R})
+      throw Error(ErrorCode::kFormat, origin + "attn_k_b " + shape_str(kb->shape) + " / attn_v_b " +
+                                          shape_str(vb->shape) + ": the config implies " +
+                                          shape_str({H, R, nope}) + " / " + shape_str({H, vd, R}));
+    std::vector<float> k(static_cast<std::size_t>(kb->numel())),
+        v(static_cast<std::size_t>(vb->numel()));
+    dequantize_row(kb->dtype, kb->data, k.data(), kb->numel());
+    dequantize_row(vb->dtype, vb->data, v.data(), vb->numel());
+    const std::int64_t rows = H * (nope + vd);
+    owned_.emplace_back(new std::byte[static_cast<std::size_t>(rows * R) * sizeof(float)]);
+    float *out = reinterpret_cast<float *>(owned_.back().get());
+    for (std::int64_t h = 0; h < H; ++h) {
+      float *dst = out + h * (nope + vd) * R;
+      for (std::int64_t i = 0; i < nope; ++i)  // k_b[h] is [R, nope]: transpose
+        for (std::int64_t j = 0; j < R; ++j) dst[i * R + j] = k[(h * R + j) * nope + i];
+      std::copy(v.begin() + h * vd * R, v.begin() + (h + 1) * vd * R, dst + nope * R);
+    }
+    TensorView t;
+    t.name = kv_b;
+    t.dtype = DType::kF32;
+    t.shape = {rows, R};
+    t.data = owned_.back().get();
+    t.nbytes = static_cast<std::size_t>(rows * R) * sizeof(float);
+    tensors_.emplace(kv_b, t);
   }
 }
 
@@ -390,17 +439,45 @@ void ModelWeights::check_shapes() const {
   expect("lm_head.weight", {c.vocab_size, h}, true);
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
-    expect(p + "self_attn.q_proj.weight", {q, h}, true);
-    expect(p + "self_attn.k_proj.weight", {kv, h}, true);
-    expect(p + "self_attn.v_proj.weight", {kv, h}, true);
-    expect(p + "self_attn.o_proj.weight", {h, q}, true);
-    expect(p + "self_attn.q_proj.bias", {q}, c.attention_bias);
-    expect(p + "self_attn.k_proj.bias", {kv}, c.attention_bias);
-    expect(p + "self_attn.v_proj.bias", {kv}, c.attention_bias);
-    expect(p + "self_attn.o_proj.bias", {h}, c.attention_out_bias);
-    expect(attention_sinks_name(l), {c.num_heads}, c.attention_sinks);
-    expect(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm);
-    expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
+    if (c.mla) {
+      // Multi-head latent attention (formats/mla_config.h): a LoRA rank that does not match
+      // the file, or a missing indexer tensor, is named here.
+      const MlaConfig &m = *c.mla;
+      const std::int64_t H = c.num_heads, qk = m.qk_head_dim();
+      if (m.q_lora_rank > 0) {
+        expect(mla_name(l, "q_a_proj.weight"), {m.q_lora_rank, h}, true);
+        expect(mla_name(l, "q_a_layernorm.weight"), {m.q_lora_rank}, true);
+        expect(mla_name(l, "q_b_proj.weight"), {H * qk, m.q_lora_rank}, true);
+      } else {
+        expect(mla_name(l, "q_proj.weight"), {H * qk, h}, true);
+      }
+      expect(mla_name(l, "kv_a_proj_with_mqa.weight"), {m.kv_lora_rank + m.qk_rope_head_dim, h},
+             true);
+      expect(mla_name(l, "kv_a_layernorm.weight"), {m.kv_lora_rank}, true);
+      expect(mla_name(l, "kv_b_proj.weight"),
+             {H * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}, true);
+      expect(mla_name(l, "o_proj.weight"), {h, H * m.v_head_dim}, true);
+      if (m.dsa() && !m.shared_selection(l)) {  // a "shared" layer has no indexer
+        const std::int64_t Hi = m.index_n_heads, Di = m.index_head_dim;
+        expect(mla_name(l, "indexer.wq_b.weight"), {Hi * Di, m.q_lora_rank}, true);
+        expect(mla_name(l, "indexer.wk.weight"), {Di, h}, true);
+        expect(mla_name(l, "indexer.k_norm.weight"), {Di}, true);
+        expect(mla_name(l, "indexer.k_norm.bias"), {Di}, true);
+        expect(mla_name(l, "indexer.weights_proj.weight"), {Hi, h}, true);
+      }
+    } else {
+      expect(p + "self_attn.q_proj.weight", {q, h}, true);
+      expect(p + "self_attn.k_proj.weight", {kv, h}, true);
+      expect(p + "self_attn.v_proj.weight", {kv, h}, true);
+      expect(p + "self_attn.o_proj.weight", {h, q}, true);
+      expect(p + "self_attn.q_proj.bias", {q}, c.attention_bias);
+      expect(p + "self_attn.k_proj.bias", {kv}, c.attention_bias);
+      expect(p + "self_attn.v_proj.bias", {kv}, c.attention_bias);
+      expect(p + "self_attn.o_proj.bias", {h}, c.attention_out_bias);
+      expect(attention_sinks_name(l), {c.num_heads}, c.attention_sinks);
+      expect(p + "self_attn.q_norm.weight", {c.head_dim}, c.qk_norm);
+      expect(p + "self_attn.k_norm.weight", {c.head_dim}, c.qk_norm);
+    }
     expect(p + "input_layernorm.weight", {h}, true);
     expect(p + "post_attention_layernorm.weight", {h}, true);
     if (c.moe && c.moe->sparse(l)) {

@@ -71,6 +71,9 @@ class ModelWeights {
   // [E, I, hidden]); registers a view of each expert under its HF name. False when `t`
   // is not such a tensor.
   bool split_stacked_experts(const GgufTensorInfo &t, const std::string &file);
+  // llama.cpp's MLA files split kv_b_proj into attn_k_b [H, kv_lora, nope] and attn_v_b
+  // [H, v, kv_lora]: joined back here into an f32 kv_b_proj [H (nope + v), kv_lora].
+  void join_split_kv_b();
   // transformers 5 keeps experts fused (model.layers.N.mlp.experts.gate_up_proj
   // [E, 2I, hidden], ...down_proj [E, hidden, I]); registers per-expert views likewise.
   bool split_fused_experts(const TensorView &all, const std::string &file);

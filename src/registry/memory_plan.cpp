@@ -33,8 +33,10 @@ std::int64_t weight_file_bytes(const fs::path &path) {
 }
 
 std::int64_t cpu_block_bytes(const ModelConfig &c, std::int64_t block_size) {
-  const std::int64_t head_dim = c.head_dim > 0 ? c.head_dim : c.hidden_size / c.num_heads;
-  return c.num_layers * 2 * block_size * c.num_kv_heads * head_dim *
+  // kv_values_per_token_layer: 2 x kv_heads x head_dim split, or MLA's latent row.
+  ModelConfig sized = c;
+  if (sized.head_dim <= 0 && sized.num_heads > 0) sized.head_dim = c.hidden_size / c.num_heads;
+  return c.num_layers * block_size * kv_values_per_token_layer(sized) *
          static_cast<std::int64_t>(sizeof(float));
 }
 

@@ -50,7 +50,8 @@ struct ModelMemoryPlan {
 ModelConfig read_model_config(const std::filesystem::path &path);
 // Bytes of the weight files (.safetensors, .gguf, .bin) as stored.
 std::int64_t weight_file_bytes(const std::filesystem::path &path);
-// Bytes of one CPU KV block (f32, K and V, every layer; kv/cpu store layout).
+// Bytes of one CPU KV block (f32, every layer; K and V, or MLA's latent row:
+// kv_values_per_token_layer).
 std::int64_t cpu_block_bytes(const ModelConfig &config, std::int64_t block_size);
 // The longest context the CUDA runner takes (CudaRunnerOptions::max_model_len's cap).
 inline constexpr std::int64_t kCudaMaxContext = 131072;

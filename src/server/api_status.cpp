@@ -171,8 +171,11 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
                                     : mem.kv_blocks > 0 ? mem.kv_tokens / mem.kv_blocks
                                                         : 0;
     const std::int64_t pool_blocks = r.engine ? r.engine->kv_blocks_total : mem.kv_blocks;
+    // Bytes a cached token takes (all layers): MLA's latent row makes it small.
+    const std::int64_t pool_tokens = pool_blocks * block_size;
     m["kv_pool"] = {{"blocks", pool_blocks},
                     {"block_size", block_size},
+                    {"bytes_per_token", pool_tokens > 0 ? mem.kv_bytes / pool_tokens : 0},
                     {"tokens", pool_blocks * block_size},
                     {"used_blocks", r.engine ? r.engine->kv_blocks_used : 0},
                     {"cached_blocks", r.engine ? r.engine->kv_blocks_cached : 0},

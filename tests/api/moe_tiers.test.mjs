@@ -1,6 +1,8 @@
 // Mixtures of experts and the SSD tier (issue 19): a tiny gpt_oss (MXFP4 experts, a
-// window of 16 on its sliding layer) and a tiny qwen3_moe served by `keel serve` on the
-// CPU with --cache-dir. A long prompt's full KV blocks go to the SSD tier when the
+// window of 16 on its sliding layer), a tiny qwen3_moe, and the multi-head latent
+// attention models of issue 32 (deepseek_v3, and glm_moe_dsa whose DSA indexer keeps 16
+// of the prompt's positions per query), whose blocks hold the latent row, served by
+// `keel serve` on the CPU with --cache-dir. A long prompt's full KV blocks go to the SSD tier when the
 // server stops; a new server on the same model paths and cache directory restores them
 // (its own counters: SSD hit blocks and restored tokens, the prompt's cached tokens)
 // and gives the same greedy tokens and logprobs as the cold run, through the OpenAI SDK.
@@ -20,7 +22,12 @@ import { startServer, rng } from './wedge_lib.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const tokenizer = path.resolve(here, '../../models/default');
-const MODELS = { oss: ['gpt_oss', 'mxfp4'], qwen: ['qwen3_moe', 'f32'] };
+const MODELS = { oss: ['gpt_oss', 'mxfp4'], qwen: ['qwen3_moe', 'f32'], ds: ['deepseek_v3', 'bf16'],
+  glm5: ['glm_moe_dsa', 'f32'] };
+// /api/status kv_pool.bytes_per_token: f32 values a token leaves, all layers. qwen3_moe tiny:
+// 2 layers x K and V x 2 heads x 32; the latent rows: 3 layers x (32 + 8), and + 16 for
+// GLM-5's index key.
+const BYTES_PER_TOKEN = { qwen: 2 * 2 * 2 * 32 * 4, ds: 3 * 40 * 4, glm5: 3 * 56 * 4 };
 const ARGS = ['--kv-blocks', '64'];
 let work, modelDir, cacheDir;
 
@@ -105,6 +112,7 @@ for (const id of Object.keys(MODELS)) {
       const load = await s.post(`/v1/models/${id}/load`);
       assert.equal(load.status, 200, load.text);
       const m0 = await s.model(id);
+      if (BYTES_PER_TOKEN[id]) assert.equal(m0.kv_pool.bytes_per_token, BYTES_PER_TOKEN[id], JSON.stringify(m0.kv_pool));
       assert.ok(m0.tiers.ssd.blocks >= 20, JSON.stringify(m0.tiers.ssd));
       assert.equal(m0.tiers.ssd.hit_blocks, 0);
       assert.equal(m0.restored_tokens, 0);

@@ -80,6 +80,14 @@ LayerPlan layer_plan(const ModelConfig &c, std::int64_t layer) {
       p.steps.push_back(S::kResidualAdd);
       return p;
     }
+    case Arch::kDeepseekV3:
+    case Arch::kGlmMoeDsa:
+      // Multi-head latent attention has its own forward on the CPU (exec/arch/mla.h);
+      // no backend walks a step list for it yet, so CUDA refuses it here by name.
+      throw Error(ErrorCode::kUnsupported,
+                  std::string(arch_name(c.arch)) +
+                      ": multi-head latent attention runs on the CPU backend only (no CUDA "
+                      "kernels for it yet)");
   }
   throw Error(ErrorCode::kUnsupported,
               std::string("layer plan: no layer sequence for architecture ") + arch_name(c.arch));

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "exec/arch/weight_binding.h"
 #include "exec/cpu/activation.h"
 #include "exec/cpu/norm.h"
 #include "exec/cpu/quant_blocks.h"
@@ -148,43 +149,9 @@ std::int64_t LlamaModel::weight_bytes() const {
 }
 
 void LlamaModel::validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) const {
-  auto bad = [](const std::string &why) {
-    throw Error(ErrorCode::kInvalidArgument, "forward batch: " + why);
-  };
-  const std::int64_t T = batch.total_tokens();
-  const std::int64_t bs = kv.block_size();
   if (kv.row_floats() != shard_.kv_heads * cfg_.head_dim)
     throw Error(ErrorCode::kInternal, "llama: the KV cache is not sized for this model's KV heads");
-  std::int64_t covered = 0;
-  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
-    const SequenceSlice &s = batch.seqs[i];
-    if (s.num_tokens <= 0 || s.token_offset < 0 || s.start_pos < 0 || s.num_blocks < 0 ||
-        s.block_offset < 0)
-      bad("sequence " + std::to_string(i) + " has negative or empty fields");
-    if (static_cast<std::int64_t>(s.token_offset) + s.num_tokens > T)
-      bad("sequence tokens out of range");
-    if (static_cast<std::int64_t>(s.block_offset) + s.num_blocks >
-        static_cast<std::int64_t>(batch.block_table.size()))
-      bad("sequence blocks out of the block table");
-    const std::int64_t end = static_cast<std::int64_t>(s.start_pos) + s.num_tokens;
-    if (end > static_cast<std::int64_t>(s.num_blocks) * bs)
-      bad("sequence " + std::to_string(i) + " needs more blocks");
-    for (std::int32_t b = 0; b < s.num_blocks; ++b) {
-      const std::int32_t id = batch.block_table[s.block_offset + b];
-      if (id < 0 || id >= kv.num_blocks()) bad("block id " + std::to_string(id) + " out of range");
-    }
-    covered += s.num_tokens;
-  }
-  if (covered != T) bad("sequences do not cover the tokens exactly once");
-  // Overlap check: each token belongs to exactly one sequence.
-  std::vector<char> seen(static_cast<std::size_t>(T), 0);
-  for (const auto &s : batch.seqs)
-    for (std::int32_t j = 0; j < s.num_tokens; ++j) {
-      if (seen[s.token_offset + j]++) bad("sequences overlap");
-    }
-  for (TokenId t : batch.tokens)
-    if (t < 0 || t >= cfg_.vocab_size)
-      bad("token id " + std::to_string(t) + " out of the vocabulary");
+  check_forward_batch(batch, kv.num_blocks(), kv.block_size(), cfg_.vocab_size);
 }
 
 void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
@@ -319,21 +286,7 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
 
   // Logits for the rows the batch asks for.
   out.vocab_size = static_cast<std::int32_t>(V);
-  out.row_seq.clear();
-  out.row_pos.clear();
-  std::vector<std::int64_t> rows;
-  for (std::size_t i = 0; i < batch.seqs.size(); ++i) {
-    const auto &s = batch.seqs[i];
-    if (s.logits == SequenceSlice::Logits::kTail &&
-        (s.num_logits < 1 || s.num_logits > s.num_tokens))
-      throw Error(ErrorCode::kInvalidArgument, "llama: num_logits outside the slice");
-    const std::int32_t first = s.first_logits_token();
-    for (std::int32_t j = first; j < s.num_tokens; ++j) {
-      rows.push_back(s.token_offset + j);
-      out.row_seq.push_back(static_cast<std::int32_t>(i));
-      out.row_pos.push_back(s.start_pos + j);
-    }
-  }
+  const std::vector<std::int64_t> rows = logit_rows(batch, out);
   const std::int64_t R = static_cast<std::int64_t>(rows.size());
   const bool greedy_ids = head == Head::kGreedyIds;
   if (greedy_ids && shard_.size != 1)

@@ -11,20 +11,35 @@ CpuModelRunner::CpuModelRunner(const ModelConfig &cfg, const arch::WeightLookup 
                                std::shared_ptr<const void> keepalive, ExecContext &ctx,
                                KvOptions kv, const parallel::ShardPlan *shard,
                                parallel::Communicator *comm)
-    : keepalive_(std::move(keepalive)),
-      ctx_(ctx),
-      comm_(comm),
-      model_(cfg, lookup, shard),
-      kv_(kv.num_blocks, kv.block_size, cfg.num_layers, model_.shard().kv_heads, cfg.head_dim,
-          &ctx) {
+    : keepalive_(std::move(keepalive)), ctx_(ctx), comm_(comm) {
+  if (cfg.kv_layout == KvLayout::kLatent) {
+    if (shard || comm)
+      throw Error(ErrorCode::kUnsupported,
+                  "tensor parallelism is not supported for multi-head latent attention yet");
+    mla_ = std::make_unique<arch::MlaModel>(cfg, lookup);
+    kv_ = CpuKvStore::latent(kv.num_blocks, kv.block_size, cfg.num_layers,
+                             kv_values_per_token_layer(cfg), &ctx);
+  } else {
+    llama_ = std::make_unique<arch::LlamaModel>(cfg, lookup, shard);
+    kv_ = std::make_unique<CpuKvStore>(kv.num_blocks, kv.block_size, cfg.num_layers,
+                                       llama_->shard().kv_heads, cfg.head_dim, &ctx);
+  }
   if (const char *v = std::getenv("KEEL_CPU_GREEDY_HEAD")) greedy_head_ = std::string(v) != "off";
 }
 
-KvBlockStore &CpuModelRunner::kv() { return kv_; }
+KvBlockStore &CpuModelRunner::kv() { return *kv_; }
+
+const arch::LlamaModel &CpuModelRunner::model() const {
+  if (!llama_) throw Error(ErrorCode::kInternal, "cpu runner: not a Llama-family model");
+  return *llama_;
+}
 
 void CpuModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
   ctx_.check_owner("CpuModelRunner::forward");
-  model_.forward(batch, out, kv_, ctx_, comm_);
+  if (mla_)
+    mla_->forward(batch, out, *kv_, ctx_);
+  else
+    llama_->forward(batch, out, *kv_, ctx_, comm_);
 }
 
 bool CpuModelRunner::samples_row_on_device(const SamplingParams &p) const {
@@ -38,7 +53,10 @@ void CpuModelRunner::forward_sample(const ForwardBatch &batch,
   for (const DeviceSampleRow &r : rows)
     if (!r.params || !samples_row_on_device(*r.params) || !r.mask.empty())
       throw Error(ErrorCode::kInternal, "cpu runner: a row it cannot sample in the lm_head");
-  model_.forward(batch, out, kv_, ctx_, comm_, arch::LlamaModel::Head::kGreedyIds);
+  if (mla_)
+    mla_->forward(batch, out, *kv_, ctx_, arch::LlamaModel::Head::kGreedyIds);
+  else
+    llama_->forward(batch, out, *kv_, ctx_, comm_, arch::LlamaModel::Head::kGreedyIds);
   if (out.sampled.size() != rows.size())
     throw Error(ErrorCode::kInternal, "cpu runner: sample rows do not match the batch's");
 }

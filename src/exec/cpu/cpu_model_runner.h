@@ -1,5 +1,6 @@
-// ModelRunner for the CPU backend: a Llama-family model over memory-mapped weights and
-// a paged float32 KV cache, computed with the ExecContext's thread pool. Under tensor
+// ModelRunner for the CPU backend: a Llama-family model (or a multi-head latent attention
+// one, exec/arch/mla.h, over a latent cache) over memory-mapped weights and a paged
+// float32 KV cache, computed with the ExecContext's thread pool. Under tensor
 // parallelism, one rank's runner: its shard of the weights, a KV cache of its KV heads,
 // and the group's communicator (engine/tp/runner.h drives the group).
 #pragma once
@@ -9,6 +10,7 @@
 #include <memory>
 
 #include "exec/arch/llama.h"
+#include "exec/arch/mla.h"
 #include "exec/cpu/kv_store.h"
 #include "exec/exec_context.h"
 #include "exec/model_runner.h"
@@ -34,7 +36,7 @@ class CpuModelRunner final : public ModelRunner {
   static std::unique_ptr<CpuModelRunner> open(const std::filesystem::path &path, ExecContext &ctx,
                                               KvOptions kv, parallel::Communicator *comm = nullptr);
 
-  const ModelConfig &config() const override { return model_.config(); }
+  const ModelConfig &config() const override { return mla_ ? mla_->config() : llama_->config(); }
   // The files' matrix dtypes: the CPU multiplies by the weights as stored (set by open()).
   std::string weight_format() const override { return weight_format_; }
   KvBlockStore &kv() override;
@@ -49,15 +51,22 @@ class CpuModelRunner final : public ModelRunner {
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 
-  const arch::LlamaModel &model() const { return model_; }
-  CpuKvStore &local_kv() { return kv_; }
+  // The Llama-family model (Error kInternal for an MLA model, which has no tensor-parallel
+  // path).
+  const arch::LlamaModel &model() const;
+  CpuKvStore &local_kv() { return *kv_; }
+  // Bytes of weights read per decoded token (LlamaModel / MlaModel::weight_bytes).
+  std::int64_t decode_weight_bytes() const {
+    return mla_ ? mla_->weight_bytes() : llama_->weight_bytes();
+  }
 
  private:
   std::shared_ptr<const void> keepalive_;
   ExecContext &ctx_;
   parallel::Communicator *comm_;
-  arch::LlamaModel model_;
-  CpuKvStore kv_;
+  std::unique_ptr<arch::LlamaModel> llama_;  // one of these two
+  std::unique_ptr<arch::MlaModel> mla_;
+  std::unique_ptr<CpuKvStore> kv_;
   std::string weight_format_;
   bool greedy_head_ = true;
 };

@@ -10,13 +10,25 @@ namespace keel::cpu {
 
 CpuKvStore::CpuKvStore(std::int32_t num_blocks, std::int32_t block_size, std::int64_t layers,
                        std::int64_t kv_heads, std::int64_t head_dim, const ExecContext *owner)
+    : CpuKvStore(num_blocks, block_size, layers, kv_heads * head_dim, 2, owner) {}
+
+std::unique_ptr<CpuKvStore> CpuKvStore::latent(std::int32_t num_blocks, std::int32_t block_size,
+                                               std::int64_t layers, std::int64_t values,
+                                               const ExecContext *owner) {
+  return std::unique_ptr<CpuKvStore>(
+      new CpuKvStore(num_blocks, block_size, layers, values, 1, owner));
+}
+
+CpuKvStore::CpuKvStore(std::int32_t num_blocks, std::int32_t block_size, std::int64_t layers,
+                       std::int64_t row_floats, int planes, const ExecContext *owner)
     : owner_(owner),
       num_blocks_(num_blocks),
       block_size_(block_size),
-      row_floats_(kv_heads * head_dim) {
+      row_floats_(row_floats),
+      planes_(planes) {
   if (num_blocks <= 0 || block_size <= 0 || layers <= 0 || row_floats_ <= 0)
     throw Error(ErrorCode::kInvalidArgument, "kv cache: sizes must be positive");
-  block_floats_ = static_cast<std::size_t>(layers * 2 * block_size * row_floats_);
+  block_floats_ = static_cast<std::size_t>(layers * planes * block_size * row_floats_);
   data_ = static_cast<float *>(
       std::calloc(static_cast<std::size_t>(num_blocks) * block_floats_, sizeof(float)));
   if (!data_)

@@ -63,6 +63,9 @@ void CudaModelRunner::validate_config() const {
   auto fail = [](const std::string &why) {
     throw Error(ErrorCode::kUnsupported, "cuda runner: " + why);
   };
+  if (c.mla || c.kv_layout == keel::KvLayout::kLatent)
+    fail(std::string(arch_name(c.arch)) +
+         ": multi-head latent attention has no CUDA kernels yet (run it with --device cpu)");
   if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
       c.vocab_size <= 0 || c.intermediate_size <= 0 || c.head_dim <= 0)
     throw Error(ErrorCode::kFormat, "cuda runner: config has a non-positive dimension");

@@ -28,6 +28,19 @@ TEST(MemoryPlan, ReadsTheConfigAndSizesACpuBlock) {
   EXPECT_THROW(read_model_config(test::fixtures_dir() / "no-such-model"), Error);
 }
 
+// Multi-head latent attention: a block holds the latent row, not K and V per head.
+TEST(MemoryPlan, LatentBlocksOfTheReleasedMlaShapes) {
+  MakeModelOptions o;
+  o.arch = "deepseek_v3";
+  o.shape = "deepseek-v3";
+  const ModelConfig ds = make_model_config(o);
+  EXPECT_EQ(cpu_block_bytes(ds, 16), std::int64_t{61} * 16 * 576 * 4);  // not 40,960 a token
+  o.arch = "glm_moe_dsa";
+  o.shape = "glm-5";
+  o.layers = 12;
+  EXPECT_EQ(cpu_block_bytes(make_model_config(o), 16), std::int64_t{12} * 16 * 704 * 4);
+}
+
 TEST(MemoryPlan, CpuDefaultIsTheMinimumForAShortContextAndThePartsAddUp) {
   const ModelConfig c = read_model_config(kGqa);
   MemoryPlanOptions o;
