@@ -1,6 +1,7 @@
 #include "exec/cuda/quant_linear.h"
 
 #include "core/error.h"
+#include "exec/cuda/device_weight.h"
 
 namespace keel::cuda {
 
@@ -150,31 +151,41 @@ LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts
   return l;
 }
 
-void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w,
-                const bf16 *x, void *y, bool y_f32, std::int64_t M, void *scratch) {
+DeviceWeight range_weight(const LinearLayout &l, const WeightRange &r, const void *w) {
+  DeviceWeight d;
+  const auto *base = static_cast<const std::byte *>(w);
+  d.rows = r.rows;
+  d.cols = l.K;
+  d.data = base + r.offset;
+  if (r.fp8) {
+    d.format = WeightFormat::kFp8;
+    d.scales = reinterpret_cast<const float *>(base + r.scale_offset);
+    d.scale_block_rows = r.scale_block_rows;
+  } else if (r.format == QuantFormat::kMXFP4) {
+    d.format = WeightFormat::kMxfp4;
+  } else {
+    d.format = WeightFormat::kGguf;
+    d.blocks = r.format;
+  }
+  return d;
+}
+
+void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w, const bf16 *x,
+                void *y, bool y_f32, std::int64_t M, void *scratch) {
   (void)s.get("run_linear");  // owner check naming this launcher; the launches below recheck
   const GemmType out = y_f32 ? GemmType::kF32 : GemmType::kBF16;
   if (!layout.quantized()) {
     gemm.run(s, GemmType::kBF16, out, x, w, y, M, layout.N, layout.K);
     return;
   }
-  const auto *base = static_cast<const std::byte *>(w);
-  auto fp8 = [&](const WeightRange &r) {
-    return Fp8Weight{base + r.offset, reinterpret_cast<const float *>(base + r.scale_offset),
-                     r.scale_block_rows, r.rows, layout.K};
-  };
+  // Few rows: each range's GEMV (every format's max M is at least kQuantGemvMaxM).
   if (M <= kQuantGemvMaxM) {
     std::int64_t n0 = 0;
     for (const auto &r : layout.ranges) {
       void *yr = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
                        : static_cast<void *>(static_cast<bf16 *>(y) + n0);
-      if (r.fp8) {
-        launch_gemv_fp8(s, fp8(r), x, yr, y_f32, layout.N, static_cast<int>(M));
-        n0 += r.rows;
-        continue;
-      }
-      launch_gemv_quant(s, r.format, x, base + r.offset, yr, y_f32, layout.N, static_cast<int>(M),
-                        r.rows, layout.K);
+      device_weight_gemv(s, range_weight(layout, r, w), x, yr, y_f32, layout.N,
+                         static_cast<int>(M));
       n0 += r.rows;
     }
     return;
@@ -182,10 +193,7 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
   bf16 *dq = static_cast<bf16 *>(scratch);
   std::int64_t n0 = 0;
   for (const auto &r : layout.ranges) {
-    if (r.fp8)
-      launch_dequantize_fp8(s, fp8(r), dq + n0 * layout.K);
-    else
-      launch_dequantize(s, r.format, base + r.offset, dq + n0 * layout.K, r.rows * layout.K);
+    device_weight_dequantize(s, range_weight(layout, r, w), dq + n0 * layout.K);
     n0 += r.rows;
   }
   gemm.run(s, GemmType::kBF16, out, x, dq, y, M, layout.N, layout.K);

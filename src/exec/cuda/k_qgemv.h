@@ -1,0 +1,51 @@
+// Integer-dot GEMV over GGUF blocks (issue #29): y = W x for M <= kQgemvMaxM rows with W
+// in Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K blocks as stored. Each block stages its M input rows
+// in shared memory quantized to int8 in blocks of 32 (a scale and the block's sum, as
+// GGML's q8_1), so the inner loop is dp4a on the weights' integer codes, one per 4
+// weights and row, with the block scales applied once per 32: a fraction of the float
+// GEMV's (k_quant.h) arithmetic, which made it compute-bound. The prologue and epilogue
+// are the fused decode GEMV's (k_decode_fused.h: RMSNorm of the residual stream in, bf16 /
+// f32 out, the residual add, SwiGLU of [gate; up]), so the fused decode path keeps its
+// launches with quantized weights; launched as a programmatic dependent when `pdl`.
+// Accuracy: the input's int8 rounding (half a step of max|x| / 127 per 32 values) bounds
+// the error, about 5e-3 of the dot's norm for Gaussian inputs (tests/cuda/qgemv_test.cpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "exec/cuda/k_decode_fused.h"
+#include "exec/cuda/k_quant.h"
+
+namespace keel::cuda {
+
+constexpr int kQgemvMaxM = 8;
+
+struct QgemvParams {
+  QuantFormat format = QuantFormat::kQ8_0;  // not kMXFP4
+  const void *w = nullptr;                  // N rows of K elements in blocks, 16-byte aligned
+  std::int64_t N = 0, K = 0;                // K a multiple of the format's block
+  int M = 0;
+  GemvIn in = GemvIn::kBf16;
+  const bf16 *x = nullptr;          // kBf16: [M, K], rows ldx apart (16-byte aligned, ldx % 8 == 0)
+  std::int64_t ldx = 0;             // 0: K
+  const float *residual = nullptr;  // kRmsNorm: [*, K] f32
+  const std::int32_t *rows = nullptr;  // kRmsNorm: residual row of input m (nullable: m)
+  const bf16 *norm_weight = nullptr;   // kRmsNorm: [K]
+  float eps = 1e-5f;
+  GemvOut out = GemvOut::kBf16;  // as k_decode_fused.h; kSwiglu: N = 2I, y [M, I]
+  void *y = nullptr;             // element (m, n) at m * ldy + n
+  std::int64_t ldy = 0;          // 0: N (N / 2 for kSwiglu)
+  bool pdl = false;
+};
+
+// Shared memory the kernel stages its input in: M x K int8 and M x K / 32 (scale, sum).
+std::size_t qgemv_smem_bytes(int M, std::int64_t K);
+// True when launch_qgemv runs the shape: a GGUF format other than MXFP4, 1 <= M <=
+// kQgemvMaxM, K a positive multiple of the block whose staged input fits smem_per_block.
+bool qgemv_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block);
+// num_sms sizes the persistent grid (CudaContext::num_sms(); 0: the current device's); throws
+// Error(kInvalidArgument) on a shape qgemv_supported rejects or a misaligned pointer.
+void launch_qgemv(StreamRef s, const QgemvParams &p, int num_sms);
+
+}  // namespace keel::cuda

@@ -1,0 +1,214 @@
+// The integer-dot GEMV over GGUF blocks (k_qgemv.h): every format, M = 1..8, each
+// prologue and epilogue of the fused decode path, with and without programmatic launch,
+// against a double-precision reference over the CPU's dequantization of the same blocks
+// (formats/quant.cpp) and the bf16 input the unfused path would feed the GEMM. The bound
+// is the input's int8 rounding (k_qgemv.h): 1.5e-2 of the output's norm, where a wrong
+// scale, nibble or sub-block gives errors of order 1.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <random>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "exec/cuda/k_qgemv.h"
+#include "exec/cuda/quant_linear.h"
+#include "formats/quant.h"
+
+namespace keel::cuda {
+namespace {
+
+using test::download;
+using test::from_bf16;
+using test::rel_err;
+using test::to_bf16;
+using test::upload;
+
+constexpr double kBound = 1.5e-2;
+
+float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
+
+struct QuantMatrix {
+  std::vector<std::uint8_t> bytes;
+  std::vector<float> values;  // the CPU reference's dequantization
+};
+QuantMatrix make_quant(DType t, std::int64_t rows, std::int64_t K, std::mt19937 &rng) {
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> src(rows * K);
+  for (auto &x : src) x = d(rng);
+  QuantMatrix q;
+  q.bytes.resize(dtype_bytes(t, rows * K));
+  quantize_row(t, src.data(), q.bytes.data(), rows * K);
+  q.values.resize(rows * K);
+  dequantize_row(t, q.bytes.data(), q.values.data(), rows * K);
+  return q;
+}
+
+struct Case {
+  GemvIn in = GemvIn::kBf16;
+  GemvOut out = GemvOut::kF32;
+  int M = 1;
+  std::int64_t N = 0, K = 0;
+  bool with_rows = false, pdl = false;
+};
+
+void check(CudaContext &ctx, DType t, const Case &c, std::mt19937 &rng) {
+  SCOPED_TRACE(std::string(dtype_name(t)) + " in " + std::to_string(int(c.in)) + " out " +
+               std::to_string(int(c.out)) + " M " + std::to_string(c.M) + " N " +
+               std::to_string(c.N) + " K " + std::to_string(c.K) + (c.pdl ? " pdl" : ""));
+  const int M = c.M;
+  const std::int64_t N = c.N, K = c.K;
+  const QuantMatrix w = make_quant(t, N, K, rng);
+  const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
+  const int res_rows = M + 3;
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> residual(std::size_t(res_rows) * K);
+  for (auto &v : residual) v = dist(rng);
+  const auto norm_w = test::random_bf16_values(K, rng, 0.5f, 1.5f);
+  std::vector<std::int32_t> rows;
+  if (c.with_rows)
+    for (int m = 0; m < M; ++m) rows.push_back((m * 2 + 1) % res_rows);
+  const float eps = 1e-5f;
+  // The input the kernel stages, as the unfused path's bf16.
+  std::vector<float> xin(std::size_t(M) * K);
+  for (int m = 0; m < M; ++m) {
+    if (c.in == GemvIn::kBf16) {
+      std::copy_n(x.begin() + m * K, K, xin.begin() + m * K);
+      continue;
+    }
+    const float *r = residual.data() + std::size_t(rows.empty() ? m : rows[m]) * K;
+    double ss = 0;
+    for (std::int64_t k = 0; k < K; ++k) ss += double(r[k]) * r[k];
+    const double inv = 1.0 / std::sqrt(ss / K + eps);
+    for (std::int64_t k = 0; k < K; ++k)
+      xin[m * K + k] = round_bf16(static_cast<float>(r[k] * inv * norm_w[k]));
+  }
+  std::vector<double> ref(std::size_t(M) * N);
+  for (int m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) acc += double(xin[m * K + k]) * w.values[n * K + k];
+      ref[m * N + n] = acc;
+    }
+  const DeviceBuffer d_w = upload(ctx, w.bytes), d_x = upload(ctx, to_bf16(x)),
+                     d_res = upload(ctx, residual), d_norm = upload(ctx, to_bf16(norm_w)),
+                     d_rows = upload(ctx, rows.empty() ? std::vector<std::int32_t>{0} : rows);
+  std::vector<float> start(std::size_t(M) * N);
+  for (auto &v : start) v = dist(rng);
+  DeviceBuffer y =
+      c.out == GemvOut::kAddResidual ? upload(ctx, start) : DeviceBuffer(std::size_t(M) * N * 4);
+  if (c.out != GemvOut::kAddResidual) test::poison(ctx, y);
+  QgemvParams p;
+  p.format = *device_quant_format(t);
+  p.w = d_w.data();
+  p.N = N;
+  p.K = K;
+  p.M = M;
+  p.in = c.in;
+  p.x = d_x.as<bf16>();
+  p.residual = d_res.as<float>();
+  p.rows = c.with_rows ? d_rows.as<std::int32_t>() : nullptr;
+  p.norm_weight = d_norm.as<bf16>();
+  p.eps = eps;
+  p.out = c.out;
+  p.y = y.data();
+  p.pdl = c.pdl;
+  launch_qgemv(ctx.compute(), p, ctx.num_sms());
+  std::vector<float> got, want(ref.size());
+  for (std::size_t i = 0; i < ref.size(); ++i) want[i] = static_cast<float>(ref[i]);
+  switch (c.out) {
+    case GemvOut::kF32:
+      got = download<float>(ctx, y, ref.size());
+      break;
+    case GemvOut::kBf16:
+      got = from_bf16(download<std::uint16_t>(ctx, y, ref.size()));
+      break;
+    case GemvOut::kAddResidual:
+      got = download<float>(ctx, y, ref.size());
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        got[i] -= start[i];  // compare the added products
+        want[i] = round_bf16(want[i]);
+      }
+      break;
+    case GemvOut::kSwiglu: {
+      const std::int64_t I = N / 2;
+      got = from_bf16(download<std::uint16_t>(ctx, y, std::size_t(M) * I));
+      want.resize(std::size_t(M) * I);
+      for (int m = 0; m < M; ++m)
+        for (std::int64_t i = 0; i < I; ++i) {
+          const double g = round_bf16(static_cast<float>(ref[m * N + i]));
+          const double u = round_bf16(static_cast<float>(ref[m * N + I + i]));
+          want[m * I + i] = static_cast<float>(g / (1.0 + std::exp(-g)) * u);
+        }
+      break;
+    }
+  }
+  EXPECT_LT(rel_err(got, want), kBound);
+}
+
+class Qgemv : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Qgemv, EveryRowCountMatchesFloatReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(17);
+  // K: one super-block, a few with a partial unrolled pass, many passes (down_proj's
+  // 14336 at M = 8 stages 143 KB); N not a multiple of the warps per block.
+  for (int M = 1; M <= kQgemvMaxM; ++M)
+    for (auto [N, K] : {std::array<std::int64_t, 2>{77, 256}, {45, 2304}})
+      check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kF32, M, N, K}, rng);
+  check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kBf16, 8, 19, 14336}, rng);
+  check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kF32, 3, 33, 14336}, rng);
+}
+
+TEST_P(Qgemv, FusedProloguesAndEpiloguesMatchReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(23);
+  for (bool pdl : {false, true})
+    for (int M : {1, 3, kFusedGemvMaxM}) {
+      check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kBf16, M, 96, 1024, false, pdl}, rng);
+      check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kAddResidual, M, 64, 1536, false, pdl}, rng);
+      check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * 72, 512, false, pdl}, rng);
+    }
+  // The LM head: the norm of selected residual rows, f32 out, more rows than the
+  // persistent grid's warps (each warp loops).
+  check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kF32, 2, 40000, 256, true, true}, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, Qgemv,
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                                           DType::kQ6_K),
+                         [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+TEST(Qgemv, RejectsWhatItCannotRun) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  const std::size_t smem = ctx.features().smem_per_block;
+  EXPECT_FALSE(qgemv_supported(QuantFormat::kMXFP4, 1, 256, smem));
+  EXPECT_FALSE(qgemv_supported(QuantFormat::kQ4_K, 0, 256, smem));
+  EXPECT_FALSE(qgemv_supported(QuantFormat::kQ4_K, kQgemvMaxM + 1, 256, smem));
+  EXPECT_FALSE(qgemv_supported(QuantFormat::kQ4_K, 1, 320, smem));  // not whole super-blocks
+  EXPECT_TRUE(qgemv_supported(QuantFormat::kQ4_0, 1, 320, smem));
+  EXPECT_FALSE(qgemv_supported(QuantFormat::kQ8_0, 8, 1 << 16, smem));  // beyond shared memory
+  DeviceBuffer buf(1 << 16);
+  QgemvParams p;
+  p.format = QuantFormat::kQ4_K;
+  p.w = buf.data();
+  p.x = buf.as<bf16>();
+  p.y = buf.data();
+  p.N = 4;
+  p.K = 320;
+  p.M = 1;
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  p.K = 256;
+  p.x = buf.as<bf16>() + 1;  // misaligned
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  p.x = buf.as<bf16>();
+  p.in = GemvIn::kRmsNorm;  // no residual
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+}
+
+}  // namespace
+}  // namespace keel::cuda
