@@ -127,15 +127,20 @@ class SchemaCompiler {
   ExprId number_expr() {
     ExprId digit = b_.char_class({{'0', '9'}});
     ExprId integer = b_.seq({b_.optional(lit("-")), int_digits()});
-    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, -1)}));
+    // Bounded like whitespace, so a model that likes digits still reaches the end within
+    // max_tokens: 17 fraction digits (a double's round trip), a 3-digit exponent.
+    ExprId frac = b_.optional(b_.seq({lit("."), b_.repeat(digit, 1, 17)}));
     ExprId exp = b_.optional(
         b_.seq({b_.char_class({{'e', 'e'}, {'E', 'E'}}),
-                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, -1)}));
+                b_.optional(b_.char_class({{'+', '+'}, {'-', '-'}})), b_.repeat(digit, 1, 3)}));
     return b_.seq({integer, frac, exp});
   }
+  // A number with no bounds writes at most 20 integer digits (every 64-bit integer):
+  // unbounded digits let a random or weak model write digits until max_tokens. Bounds of
+  // any size, when given, are enforced exactly by integer_range_dec.
   ExprId int_digits() {
     return b_.alt({lit("0"), b_.seq({b_.char_class({{'1', '9'}}),
-                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, -1)})});
+                                     b_.repeat(b_.char_class({{'0', '9'}}), 0, 19)})});
   }
 
   // A generic JSON value (rules, since values nest).

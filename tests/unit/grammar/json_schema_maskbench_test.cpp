@@ -59,11 +59,15 @@ TEST(JsonSchemaMaskBench, ExclusiveAndHugeIntegerBounds) {
   EXPECT_TRUE(matches(fmin, "3"));
   EXPECT_TRUE(matches(fmin, "100000000000000000000"));
   EXPECT_FALSE(matches(fmin, "100000000000000000001"));
-  // Without bounds, any length JSON allows.
+  // Without bounds, bounded like whitespace so a weak model still ends: 20 integer
+  // digits (every 64-bit integer), 17 fraction digits, a 3-digit exponent.
   auto any = schema(R"({"type": "integer"})");
-  EXPECT_TRUE(matches(any, "123456789012345678901234567890"));
+  EXPECT_TRUE(matches(any, "12345678901234567890"));
+  EXPECT_FALSE(matches(any, "123456789012345678901"));
   auto num = schema(R"({"type": "number"})");
-  EXPECT_TRUE(matches(num, "1.2345678901234567890123e-300"));
+  EXPECT_TRUE(matches(num, "-1.2345678901234567e-300"));
+  EXPECT_FALSE(matches(num, "1.2345678901234567890123e-300"));
+  EXPECT_FALSE(matches(num, "1e1000"));
 }
 
 TEST(JsonSchemaMaskBench, BoundedWhitespaceIsWhatJsonDumpsWrites) {
