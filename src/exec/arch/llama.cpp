@@ -15,33 +15,6 @@ namespace keel::arch {
 
 namespace {
 
-TensorView need(const WeightLookup &lookup, const std::string &name,
-                std::vector<std::int64_t> shape) {
-  auto t = lookup(name);
-  if (!t) throw Error(ErrorCode::kFormat, name + ": tensor missing");
-  if (t->shape != shape) {
-    std::string want, got;
-    for (auto d : shape) want += std::to_string(d) + ",";
-    for (auto d : t->shape) got += std::to_string(d) + ",";
-    throw Error(ErrorCode::kFormat,
-                name + ": shape [" + got + "] where [" + want + "] was expected");
-  }
-  if (static_cast<std::int64_t>(t->nbytes) < dtype_bytes(t->dtype, t->numel()) ||
-      (t->cols() % dtype_info(t->dtype).block_elems) != 0)
-    throw Error(ErrorCode::kFormat, name + ": data size does not match shape and dtype");
-  return *t;
-}
-
-std::vector<float> to_f32(const TensorView &t) {
-  std::vector<float> v(static_cast<std::size_t>(t.numel()));
-  cpu::dequantize_row(t.dtype, t.data, v.data(), t.numel());
-  return v;
-}
-
-std::vector<float> need_vec(const WeightLookup &lookup, const std::string &name, std::int64_t n) {
-  return to_f32(need(lookup, name, {n}));
-}
-
 std::vector<float> slice(const std::vector<float> &v, std::int64_t begin, std::int64_t count) {
   return std::vector<float>(v.begin() + begin, v.begin() + begin + count);
 }
@@ -58,49 +31,49 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
     throw Error(ErrorCode::kFormat, "config: inconsistent model dimensions");
   if (cfg.num_layers > 4096 || hidden > (1 << 20) || V > (1 << 24))
     throw Error(ErrorCode::kFormat, "config: model dimensions out of range");
-  embed_ = need(lookup, "model.embed_tokens.weight", {V, hidden});
+  embed_ = need_tensor(lookup, "model.embed_tokens.weight", {V, hidden});
   if (embed_.dtype == DType::kF8_E4M3)
     throw Error(ErrorCode::kUnsupported,
                 "model.embed_tokens.weight: fp8 embeddings are not "
                 "supported (the FP8 releases keep them bf16)");
   if (auto head = lookup("lm_head.weight"); head && !cfg.tie_word_embeddings) {
-    lm_head_ = need(lookup, "lm_head.weight", {V, hidden});
+    lm_head_ = need_tensor(lookup, "lm_head.weight", {V, hidden});
   } else if (head) {
-    lm_head_ = need(lookup, "lm_head.weight", {V, hidden});  // tied, but stored anyway
+    lm_head_ = need_tensor(lookup, "lm_head.weight", {V, hidden});  // tied, but stored anyway
   } else {
     if (!cfg.tie_word_embeddings) throw Error(ErrorCode::kFormat, "lm_head.weight: tensor missing");
     lm_head_ = embed_;
   }
-  final_norm_ = need_vec(lookup, "model.norm.weight", hidden);
+  final_norm_ = need_vector(lookup, "model.norm.weight", hidden);
   layers_.resize(cfg.num_layers);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LlamaLayer &L = layers_[l];
-    L.wq = need(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
-    L.wk = need(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
-    L.wv = need(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
-    L.wo = need(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
+    L.wq = need_tensor(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
+    L.wk = need_tensor(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
+    L.wv = need_tensor(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
+    L.wo = need_tensor(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
     if (cfg.moe && cfg.moe->sparse(l)) {
       L.moe = std::make_unique<MoeFfn>(cfg, l, lookup);
     } else {
-      L.w_gate = need(lookup, p + "mlp.gate_proj.weight", {I, hidden});
-      L.w_up = need(lookup, p + "mlp.up_proj.weight", {I, hidden});
-      L.w_down = need(lookup, p + "mlp.down_proj.weight", {hidden, I});
+      L.w_gate = need_tensor(lookup, p + "mlp.gate_proj.weight", {I, hidden});
+      L.w_up = need_tensor(lookup, p + "mlp.up_proj.weight", {I, hidden});
+      L.w_down = need_tensor(lookup, p + "mlp.down_proj.weight", {hidden, I});
     }
-    L.attn_norm = need_vec(lookup, p + "input_layernorm.weight", hidden);
-    L.ffn_norm = need_vec(lookup, p + "post_attention_layernorm.weight", hidden);
+    L.attn_norm = need_vector(lookup, p + "input_layernorm.weight", hidden);
+    L.ffn_norm = need_vector(lookup, p + "post_attention_layernorm.weight", hidden);
     if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
-      L.bq = need_vec(lookup, p + "self_attn.q_proj.bias", H * D);
-      L.bk = need_vec(lookup, p + "self_attn.k_proj.bias", G * D);
-      L.bv = need_vec(lookup, p + "self_attn.v_proj.bias", G * D);
+      L.bq = need_vector(lookup, p + "self_attn.q_proj.bias", H * D);
+      L.bk = need_vector(lookup, p + "self_attn.k_proj.bias", G * D);
+      L.bv = need_vector(lookup, p + "self_attn.v_proj.bias", G * D);
     }
     if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
-      L.bo = need_vec(lookup, p + "self_attn.o_proj.bias", hidden);
+      L.bo = need_vector(lookup, p + "self_attn.o_proj.bias", hidden);
     if (cfg.attention_sinks || lookup(attention_sinks_name(l)))
-      L.sinks = need_vec(lookup, attention_sinks_name(l), H);
+      L.sinks = need_vector(lookup, attention_sinks_name(l), H);
     if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
-      L.q_norm = need_vec(lookup, p + "self_attn.q_norm.weight", D);
-      L.k_norm = need_vec(lookup, p + "self_attn.k_norm.weight", D);
+      L.q_norm = need_vector(lookup, p + "self_attn.q_norm.weight", D);
+      L.k_norm = need_vector(lookup, p + "self_attn.k_norm.weight", D);
     }
   }
   // The weights decide the optional steps: biases or q/k norms present in the files
