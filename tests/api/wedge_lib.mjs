@@ -215,13 +215,14 @@ export function percentile(xs, p) {
 // not. Resolves to {status, ms, error (the message of an error body or SSE error
 // event), disconnected (we cut it)}; `cutAfterMs` disconnects a stream that long after it
 // was sent. `body` may be JSON text already (built ahead, off the clock).
-export async function rawCompletion(url, body, { cutAfterMs } = {}) {
+export async function rawCompletion(url, body, { cutAfterMs, signal } = {}) {
   const text0 = typeof body === 'string' ? body : JSON.stringify(body);
   if (typeof body === 'string') body = { stream: /"stream":true/.test(body) };
   const t0 = Date.now();
   const ac = new AbortController();
   let timer;
   if (cutAfterMs !== undefined) timer = setTimeout(() => ac.abort(), cutAfterMs);
+  signal?.addEventListener('abort', () => ac.abort());  // the caller's cut, beside the timed one
   try {
     const res = await fetch(`${url}/v1/completions`, {
       method: 'POST', headers: { 'content-type': 'application/json' }, body: text0, signal: ac.signal,

@@ -306,19 +306,39 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     })();
     // The other model, probed back to back all through the stall.
     const jobs = [];
+    const cutAll = new AbortController();
     for (let i = 0; i < N; i++) {
-      jobs.push(rawCompletion(two.url, pile[i].body, { cutAfterMs: pile[i].cut }));
+      jobs.push(rawCompletion(two.url, pile[i].body, { cutAfterMs: pile[i].cut, signal: cutAll.signal }));
       if (i % 10 === 9) await sleep(r.between(0, 20));
+    }
+    // On a loaded machine the pile can still be arriving when the supervisor has already
+    // restarted the engine: those requests are served by the new engine (minutes of
+    // prefill here). Whatever is pending after the stall's window must be held by the new
+    // engine, not by the stopped one; it is then cut by this client (the drain below
+    // checks that the cut requests leave nothing behind).
+    const pending = new Set(jobs.map((_, i) => i));
+    jobs.forEach((j, i) => j.finally(() => pending.delete(i)));
+    await Promise.race([Promise.all(jobs), sleep((IPC_S + 15) * 1000)]);
+    let heldByNew = 0;
+    if (pending.size > 0) {
+      const m = await two.model('stuck');
+      assert.ok(m.pid !== stuck.pid && m.state === 'ready',
+        `${pending.size} requests for the stalled model pending ${IPC_S + 15} s after the stop, and no restart: ${JSON.stringify(m)}`);
+      assert.ok(m.active_requests >= pending.size, `${pending.size} requests pending, ${m.active_requests} held by the new engine`);
+      heldByNew = pending.size;
+      cutAll.abort();
     }
     let timer;
     const res = await Promise.race([Promise.all(jobs), new Promise((_, reject) => {
-      timer = setTimeout(() => reject(new Error('requests for the stalled model did not all end')), (IPC_S + 15) * 1000);
+      timer = setTimeout(() => reject(new Error(`requests for the stalled model did not all end: ${pending.size} pending`)), 30_000);
     })]).finally(() => clearTimeout(timer));
     const tPiled = Date.now() - tStop;
     // Every request for the stalled model ended within the IPC deadline (plus the
     // supervisor's tick and this machine's slack): a 503 (or a stream's error event)
-    // naming the model, or cut by its client.
-    const failed = res.filter((x) => !x.disconnected);
+    // naming the model, or cut by its client; or it came after the restart and was served.
+    const ended = res.filter((x) => !x.disconnected);
+    const served = ended.filter((x) => x.status === 200 && !x.error);
+    const failed = ended.filter((x) => !served.includes(x));
     const reasons = {};
     for (const x of failed) {
       assert.ok(x.error, `a request for the stalled model did not fail: status ${x.status}`);
@@ -335,11 +355,18 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
       const m = await two.model('stuck');
       return m.state === 'ready' && m.pid !== stuck.pid ? m : null;
     }, { timeoutMs: 15_000, what: 'the stalled engine to be restarted' });
-    const tBack = Date.now() - tStop;
+    const tSeen = Date.now();
     assert.ok(back.history.some((h) => h.state === 'stalled'));
+    // When it was ready again, from its history (the pile may have ended long after).
+    const ready = back.history.slice(back.history.findLastIndex((h) => h.state === 'stalled')).find((h) => h.state === 'ready');
+    const tBack = Math.round(tSeen - ready.seconds_ago * 1000 - tStop);
     // The front's own verdict, well before the heartbeat timeout: it reads nothing.
     assert.match(back.last_error, /engine for model 'stuck' stalled: .*(read nothing|did not read its socket)/);
-    assert.ok(tBack < (IPC_S + 1) * 1000, `restarted only after ${tBack} ms`);
+    // The verdict is the promise (within the IPC deadline plus the supervisor's tick);
+    // the reload after it is a model load, slower on a loaded machine.
+    const tVerdict = Math.round(tSeen - back.history.findLast((h) => h.state === 'stalled').seconds_ago * 1000 - tStop);
+    assert.ok(tVerdict < (IPC_S + 1) * 1000, `stalled verdict only after ${tVerdict} ms`);
+    assert.ok(tBack < tVerdict + 10_000, `restarted ${tBack - tVerdict} ms after the verdict`);
     if (alive(stuck.pid)) process.kill(stuck.pid, 'SIGCONT');
     const all = await probes.stop();
     const agoStalled = back.history.findLast((h) => h.state === 'stalled').seconds_ago;
@@ -355,7 +382,7 @@ test('7: one SIGSTOPped engine of two: 503s in time, /health names it, the other
     Object.assign(fig, { unloaded_p50_ms: percentile(unloaded, 50), unloaded_p99_ms: percentile(unloaded, 99), unloaded_n: unloaded.length,
       stalled_p50_ms: percentile(stalled, 50), stalled_p99_ms: percentile(stalled, 99), stalled_n: stalled.length,
       through_restart_p99_ms: percentile(through, 99), through_restart_n: through.length, killed_ms: tKilled - tStop,
-      requests: N, streams_cut: res.length - failed.length, failed_p50_ms: percentile(lat, 50), failed_max_ms: Math.max(...lat),
+      requests: N, streams_cut: res.length - ended.length, served_after_restart: served.length, cut_in_new_engine: heldByNew, failed_p50_ms: percentile(lat, 50), failed_max_ms: Math.max(...lat),
       reasons, health_red_ms: healthRed, piled_ms: tPiled, restarted_ms: tBack,
       slowest_probes: all.filter(([at]) => at >= tStop).sort((a, b) => b[1] - a[1]).slice(0, 4).map(([at, ms]) => [at - tStop, ms]) });
     // Drained: both models idle, no KV block held, probes complete.
