@@ -57,7 +57,9 @@ for k in $(seq 1 "$n"); do
   failed="$(sed -n '/The following tests FAILED/,$p' "$out/run-$k.log" | grep -E '^\s+[0-9]+ - ' |
             sed -E 's/^\s+[0-9]+ - //' | tr '\n' ';')"
   if [ $rc -eq 0 ]; then passes=$((passes + 1)); verdict=pass; else verdict=FAIL; fi
-  echo "run $k: $verdict ($counts) ${secs} s ${failed:+failed: $failed}" | tee -a "$out/summary.txt"
+  # The machine's load over the run: the 15-minute load average at its end.
+  load15="$(cut -d' ' -f3 /proc/loadavg)"
+  echo "run $k: $verdict ($counts) ${secs} s, load15 $load15 ${failed:+failed: $failed}" | tee -a "$out/summary.txt"
 done
 echo "$passes of $n runs passed" | tee -a "$out/summary.txt"
 [ "$passes" -eq "$n" ]
