@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "formats/config_fields.h"
 #include "formats/gguf.h"
 #include "formats/hf_mla_config.h"
 #include "formats/hf_moe_config.h"
@@ -18,37 +19,11 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string &origin, const std::string &why) {
-  throw Error(ErrorCode::kFormat, origin + ": " + why);
-}
-
-// A field that must be a positive integer, or nullopt when absent or null.
-std::optional<std::int64_t> opt_int(const json &j, const char *key, const std::string &origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) fail(origin, std::string(key) + ": expected an integer");
-  return it->get<std::int64_t>();
-}
-
-std::int64_t req_int(const json &j, const char *key, const std::string &origin) {
-  auto v = opt_int(j, key, origin);
-  if (!v) fail(origin, std::string(key) + ": missing");
-  return *v;
-}
-
-std::optional<double> opt_num(const json &j, const char *key, const std::string &origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number()) fail(origin, std::string(key) + ": expected a number");
-  return it->get<double>();
-}
-
-std::optional<bool> opt_bool(const json &j, const char *key, const std::string &origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_boolean()) fail(origin, std::string(key) + ": expected a bool");
-  return it->get<bool>();
-}
+using config_fields::fail;
+using config_fields::opt_bool;
+using config_fields::opt_int;
+using config_fields::opt_num;
+using config_fields::req_int;
 
 // eos_token_id / bos_token_id: an integer, a list of integers, or null.
 std::vector<TokenId> token_ids(const json &j, const char *key, const std::string &origin) {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "formats/config_fields.h"
 
 namespace keel {
 
@@ -11,23 +12,9 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string &origin, const std::string &why) {
-  throw Error(ErrorCode::kFormat, origin + ": " + why);
-}
-
-// An integer field; nullopt when absent or null.
-std::optional<std::int64_t> opt_int(const json &j, const char *key, const std::string &origin) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return std::nullopt;
-  if (!it->is_number_integer()) fail(origin, std::string(key) + ": expected an integer");
-  return it->get<std::int64_t>();
-}
-
-std::int64_t req_int(const json &j, const char *key, const std::string &origin) {
-  auto v = opt_int(j, key, origin);
-  if (!v) fail(origin, std::string(key) + ": missing");
-  return *v;
-}
+using config_fields::fail;
+using config_fields::opt_int;
+using config_fields::req_int;
 
 // "full" / "shared" per layer, from indexer_types, else index_topk_pattern ("FSS..." or a
 // list), else transformers' schedule from index_topk_freq and index_skip_topk_offset.

@@ -1,6 +1,7 @@
 #include "formats/hf_moe_config.h"
 
 #include "core/error.h"
+#include "formats/config_fields.h"
 
 namespace keel {
 
@@ -8,34 +9,11 @@ namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void fail(const std::string &origin, const std::string &why) {
-  throw Error(ErrorCode::kFormat, origin + ": " + why);
-}
-
-std::int64_t get_int(const json &j, const char *key, const std::string &origin,
-                     std::optional<std::int64_t> fallback = std::nullopt) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) {
-    if (!fallback) fail(origin, std::string(key) + ": missing");
-    return *fallback;
-  }
-  if (!it->is_number_integer()) fail(origin, std::string(key) + ": expected an integer");
-  return it->get<std::int64_t>();
-}
-
-double get_num(const json &j, const char *key, const std::string &origin, double fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_number()) fail(origin, std::string(key) + ": expected a number");
-  return it->get<double>();
-}
-
-bool get_bool(const json &j, const char *key, const std::string &origin, bool fallback) {
-  auto it = j.find(key);
-  if (it == j.end() || it->is_null()) return fallback;
-  if (!it->is_boolean()) fail(origin, std::string(key) + ": expected a bool");
-  return it->get<bool>();
-}
+using config_fields::fail;
+using config_fields::opt_bool;
+using config_fields::opt_int;
+using config_fields::opt_num;
+using config_fields::req_int;
 
 // Options of related architectures that change routing; a config that sets them to
 // anything but the softmax top-k keel computes is refused rather than run wrongly.
@@ -80,20 +58,20 @@ MoeConfig parse_glm4_moe(const json &j, const ModelConfig &c, const std::string 
   MoeConfig m;
   m.naming = MoeConfig::Naming::kQwen;
   m.scoring = MoeConfig::Scoring::kSigmoid;
-  m.num_experts = get_int(j, "n_routed_experts", origin);
-  m.top_k = get_int(j, "num_experts_per_tok", origin);
-  m.expert_intermediate = get_int(j, "moe_intermediate_size", origin);
-  m.norm_topk_prob = get_bool(j, "norm_topk_prob", origin, true);
-  m.n_group = get_int(j, "n_group", origin, 1);
-  m.topk_group = get_int(j, "topk_group", origin, 1);
-  m.routed_scaling_factor = get_num(j, "routed_scaling_factor", origin, 1.0);
-  const std::int64_t shared = get_int(j, "n_shared_experts", origin, 1);
+  m.num_experts = req_int(j, "n_routed_experts", origin);
+  m.top_k = req_int(j, "num_experts_per_tok", origin);
+  m.expert_intermediate = req_int(j, "moe_intermediate_size", origin);
+  m.norm_topk_prob = opt_bool(j, "norm_topk_prob", origin).value_or(true);
+  m.n_group = opt_int(j, "n_group", origin).value_or(1);
+  m.topk_group = opt_int(j, "topk_group", origin).value_or(1);
+  m.routed_scaling_factor = opt_num(j, "routed_scaling_factor", origin).value_or(1.0);
+  const std::int64_t shared = opt_int(j, "n_shared_experts", origin).value_or(1);
   if (shared < 0 || shared > 64)
     fail(origin, "n_shared_experts: " + std::to_string(shared) + " is out of range");
   m.shared_intermediate = shared * m.expert_intermediate;
-  m.nextn_predict_layers = get_int(j, "num_nextn_predict_layers", origin, 0);
+  m.nextn_predict_layers = opt_int(j, "num_nextn_predict_layers", origin).value_or(0);
   if (m.nextn_predict_layers < 0) fail(origin, "num_nextn_predict_layers: must not be negative");
-  const std::int64_t dense = get_int(j, "first_k_dense_replace", origin, 1);
+  const std::int64_t dense = opt_int(j, "first_k_dense_replace", origin).value_or(1);
   if (dense < 0) fail(origin, "first_k_dense_replace: must not be negative");
   const std::int64_t L = std::max<std::int64_t>(c.num_layers, 0);
   m.sparse_layers.assign(static_cast<std::size_t>(L), false);
@@ -109,13 +87,13 @@ MoeConfig parse_gpt_oss(const json &j, const ModelConfig &c, const std::string &
   MoeConfig m;
   m.naming = MoeConfig::Naming::kQwen;
   m.scoring = MoeConfig::Scoring::kTopkSoftmax;
-  m.num_experts = get_int(j, "num_local_experts", origin);
+  m.num_experts = req_int(j, "num_local_experts", origin);
   if (j.contains("num_experts_per_tok") || !j.contains("experts_per_token")) {
-    m.top_k = get_int(j, "num_experts_per_tok", origin);
-    if (j.contains("experts_per_token") && get_int(j, "experts_per_token", origin) != m.top_k)
+    m.top_k = req_int(j, "num_experts_per_tok", origin);
+    if (j.contains("experts_per_token") && req_int(j, "experts_per_token", origin) != m.top_k)
       fail(origin, "experts_per_token: differs from num_experts_per_tok");
   } else {
-    m.top_k = get_int(j, "experts_per_token", origin);
+    m.top_k = req_int(j, "experts_per_token", origin);
   }
   m.expert_intermediate = c.intermediate_size;
   m.norm_topk_prob = true;  // the softmax over the chosen k sums to one
@@ -128,7 +106,7 @@ MoeConfig parse_gpt_oss(const json &j, const ModelConfig &c, const std::string &
     if (!limit->is_number()) fail(origin, "swiglu_limit: expected a number");
     m.swiglu_limit = limit->get<double>();
   }
-  m.swiglu_alpha = get_num(j, "swiglu_alpha", origin, 1.702);
+  m.swiglu_alpha = opt_num(j, "swiglu_alpha", origin).value_or(1.702);
   m.sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)), true);
   return m;
 }
@@ -163,8 +141,8 @@ void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
   refuse_other_routing(j, origin);
   if (c.arch == Arch::kMixtral) {
     m.naming = MoeConfig::Naming::kMixtral;
-    m.num_experts = get_int(j, "num_local_experts", origin);
-    m.top_k = get_int(j, "num_experts_per_tok", origin);
+    m.num_experts = req_int(j, "num_local_experts", origin);
+    m.top_k = req_int(j, "num_experts_per_tok", origin);
     m.expert_intermediate = c.intermediate_size;
     m.norm_topk_prob = true;
     m.sparse_layers.assign(static_cast<std::size_t>(std::max<std::int64_t>(c.num_layers, 0)), true);
@@ -172,11 +150,11 @@ void parse_hf_moe(const json &j, ModelConfig &c, const std::string &origin) {
     m.naming = MoeConfig::Naming::kQwen;
     // The released configs say num_experts; transformers 5 saves num_local_experts.
     const bool v5_name = !j.contains("num_experts") && j.contains("num_local_experts");
-    m.num_experts = get_int(j, v5_name ? "num_local_experts" : "num_experts", origin);
-    m.top_k = get_int(j, "num_experts_per_tok", origin);
-    m.expert_intermediate = get_int(j, "moe_intermediate_size", origin);
-    m.norm_topk_prob = get_bool(j, "norm_topk_prob", origin, false);
-    const std::int64_t step = get_int(j, "decoder_sparse_step", origin, 1);
+    m.num_experts = req_int(j, v5_name ? "num_local_experts" : "num_experts", origin);
+    m.top_k = req_int(j, "num_experts_per_tok", origin);
+    m.expert_intermediate = req_int(j, "moe_intermediate_size", origin);
+    m.norm_topk_prob = opt_bool(j, "norm_topk_prob", origin).value_or(false);
+    const std::int64_t step = opt_int(j, "decoder_sparse_step", origin).value_or(1);
     if (step <= 0) fail(origin, "decoder_sparse_step: must be positive");
     const std::int64_t L = std::max<std::int64_t>(c.num_layers, 0);
     m.sparse_layers.assign(static_cast<std::size_t>(L), false);
