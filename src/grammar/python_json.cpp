@@ -4,43 +4,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/python_float.h"
+
 namespace keel::grammar {
 
-std::string python_float_repr(double x) {
-  if (std::isnan(x)) return "NaN";
-  if (std::isinf(x)) return x > 0 ? "Infinity" : "-Infinity";
-  if (x == 0) return std::signbit(x) ? "-0.0" : "0.0";
-  // Shortest round-trip digits and their decimal exponent, from to_chars' scientific form.
-  char buf[64];
-  auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::scientific);
-  std::string sci(buf, r.ptr);
-  std::string out;
-  std::size_t i = 0;
-  if (sci[0] == '-') {
-    out += '-';
-    i = 1;
-  }
-  const std::size_t e = sci.find('e');
-  std::string digits;
-  for (std::size_t k = i; k < e; ++k)
-    if (sci[k] != '.') digits += sci[k];
-  const int exp = std::stoi(sci.substr(e + 1));
-  if (exp >= -4 && exp < 16) {
-    if (exp < 0) {
-      out += "0." + std::string(std::size_t(-exp - 1), '0') + digits;
-    } else if (std::size_t(exp) + 1 >= digits.size()) {
-      out += digits + std::string(std::size_t(exp) + 1 - digits.size(), '0') + ".0";
-    } else {
-      out += digits.substr(0, std::size_t(exp) + 1) + "." + digits.substr(std::size_t(exp) + 1);
-    }
-    return out;
-  }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
-  char ebuf[16];
-  std::snprintf(ebuf, sizeof ebuf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-  return out + ebuf;
-}
+std::string python_float_repr(double x) { return python_json_float(x); }
 
 namespace {
 

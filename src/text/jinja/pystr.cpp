@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/python_float.h"
+
 namespace keel::jinja::py {
 
 std::vector<char32_t> decode(std::string_view s) {
@@ -202,47 +204,7 @@ std::string repr_string(std::string_view s) {
   return out;
 }
 
-std::string repr_float(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof buf, v, std::chars_format::scientific);
-  std::string sci(buf, res.ptr);
-  // sci is "-d.ddde+XX": split into sign, digits and decimal exponent.
-  bool neg = sci[0] == '-';
-  size_t epos = sci.find('e');
-  std::string mant = sci.substr(neg ? 1 : 0, epos - (neg ? 1 : 0));
-  int exp = std::stoi(sci.substr(epos + 1));
-  std::string digits;
-  for (char c : mant)
-    if (c != '.') digits.push_back(c);
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
-  std::string out = neg ? "-" : "";
-  if (exp >= -4 && exp < 16) {
-    if (exp < 0) {
-      out += "0.";
-      out.append(static_cast<size_t>(-exp - 1), '0');
-      out += digits;
-    } else if (static_cast<int>(digits.size()) <= exp + 1) {
-      out += digits;
-      out.append(static_cast<size_t>(exp + 1 - static_cast<int>(digits.size())), '0');
-      out += ".0";
-    } else {
-      out += digits.substr(0, exp + 1);
-      out += '.';
-      out += digits.substr(exp + 1);
-    }
-    return out;
-  }
-  out += digits.substr(0, 1);
-  if (digits.size() > 1) {
-    out += '.';
-    out += digits.substr(1);
-  }
-  std::snprintf(buf, sizeof buf, "e%c%02d", exp < 0 ? '-' : '+', exp < 0 ? -exp : exp);
-  out += buf;
-  return out;
-}
+std::string repr_float(double v) { return python_float_repr(v); }
 
 std::string json_string(std::string_view s) {
   std::string out;
@@ -286,11 +248,7 @@ std::string json_string(std::string_view s) {
   return out;
 }
 
-std::string json_float(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  return repr_float(v);
-}
+std::string json_float(double v) { return python_json_float(v); }
 
 std::string html_escape(std::string_view s) {
   std::string out;
