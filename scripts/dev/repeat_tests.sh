@@ -2,7 +2,9 @@
 # Runs the README's test command N times on a clean clone and writes a summary: the flake
 # hunt of issue 33. Each run is `CI=true bash scripts/test` in a fresh clone of HEAD
 # (committed work only), built once with cmake + ccache.
-#   scripts/dev/repeat_tests.sh N [--load K] [--out DIR]
+#   scripts/dev/repeat_tests.sh N [--load K] [--out DIR] [--cuda]
+# The clone builds without CUDA (as on a fresh Debian 12 machine, which has no nvcc);
+# --cuda configures as CI does (sm_90 only, where nvcc exists).
 # --load K runs K busy loops beside the tests (a loaded machine, as the issue asks).
 # KEEL_TESTDATA is passed through; tests/npm/node_modules is linked from this checkout.
 # The summary (DIR/summary.txt) has one line per run: pass/fail, tests passed of total,
@@ -12,11 +14,13 @@ here="$(cd "$(dirname "$0")/../.." && pwd)"
 n="${1:?usage: repeat_tests.sh N [--load K] [--out DIR]}"
 shift
 load=0
+cuda=(-DKEEL_CUDA=OFF)
 out="/tmp/keel-repeat-$(date +%Y%m%d-%H%M%S)"
 while [ $# -gt 0 ]; do
   case "$1" in
     --load) load="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --cuda) cuda=(-DKEEL_CUDA_ARCHS=90); shift ;;
     *) echo "unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -32,7 +36,7 @@ if [ -n "$modules" ] && [ -d "$modules" ]; then
 fi
 echo "clone of $rev at $clone" | tee "$out/summary.txt"
 t0=$(date +%s)
-(cd "$clone" && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_NATIVE=OFF \
+(cd "$clone" && cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DKEEL_NATIVE=OFF "${cuda[@]}" \
    -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache >"$out/build.log" 2>&1 &&
  nice -n 10 cmake --build build -j2 >>"$out/build.log" 2>&1) ||
   { echo "build failed: $out/build.log" | tee -a "$out/summary.txt"; exit 1; }
