@@ -102,6 +102,7 @@ std::string encode_submit(const GenerationRequest &r) {
           {"logprobs", s.logprobs},
           {"prompt_logprobs", s.prompt_logprobs}};
   if (s.seed) sp["seed"] = *s.seed;
+  if (s.min_tokens != 0) sp["min_tokens"] = s.min_tokens;
   if (!s.speculative) sp["speculative"] = false;
   if (!s.constraint_kind.empty()) {
     sp["constraint_kind"] = s.constraint_kind;
@@ -144,6 +145,7 @@ GenerationRequest decode_submit(const std::string &payload) {
     s.logprobs = sp.at("logprobs").get<std::int32_t>();
     s.prompt_logprobs = sp.at("prompt_logprobs").get<bool>();
     if (sp.contains("seed")) s.seed = sp.at("seed").get<std::uint64_t>();
+    if (sp.contains("min_tokens")) s.min_tokens = sp.at("min_tokens").get<std::int32_t>();
     if (sp.contains("speculative")) s.speculative = sp.at("speculative").get<bool>();
     if (sp.contains("constraint_kind")) {
       s.constraint_kind = sp.at("constraint_kind").get<std::string>();
