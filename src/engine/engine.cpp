@@ -406,7 +406,7 @@ void Engine::admit(Submit &cmd) {
   }
   if (live->deadline) ++num_with_deadline_;
   // Prompt logprobs need a logits row for every prompt token: no prefix reuse.
-  sched_->add_request(req.id, std::move(req.prompt), !req.sampling.prompt_logprobs);
+  sched_->add_request(req.id, std::move(req.prompt), !req.sampling.prompt_logprobs, {}, req.group);
   prompt_tokens_ += n;
   live_.emplace(req.id, std::move(live));
 }

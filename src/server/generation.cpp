@@ -30,6 +30,7 @@ std::shared_ptr<Generation> Generation::start(ModelLease lease, GenerationSpec s
   for (int i = 0; i < total; ++i) {
     GenerationRequest req;
     req.id = g->ids_[i];
+    req.group = g->ids_[0].value;  // one fairness group for all its prompts x n
     req.prompt = g->spec_.prompts[i / g->spec_.n];
     req.sampling = g->spec_.sampling;
     req.sampling.stop_strings.clear();  // stop strings are matched here, on text

@@ -114,6 +114,7 @@ std::string encode_submit(const GenerationRequest &r) {
                       {"end", s.thinking_end},
                       {"open", s.thinking_open}};
   json j{{"id", r.id.value}, {"prompt", r.prompt}, {"sampling", sp}};
+  if (r.group != 0) j["group"] = r.group;
   if (r.deadline) {
     // Deadlines cross the process boundary as a remaining duration: the clocks differ.
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -129,6 +130,7 @@ GenerationRequest decode_submit(const std::string &payload) {
     GenerationRequest r;
     r.id = RequestId(j.at("id").get<std::uint64_t>());
     r.prompt = j.at("prompt").get<std::vector<TokenId>>();
+    if (j.contains("group")) r.group = j.at("group").get<std::uint64_t>();
     const json &sp = j.at("sampling");
     auto &s = r.sampling;
     s.temperature = sp.at("temperature").get<float>();
