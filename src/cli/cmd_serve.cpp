@@ -451,9 +451,11 @@ int cmd_serve(int argc, char **argv) {
           static_cast<unsigned long long>(files.now),
           static_cast<unsigned long long>(files.before));
   server::HttpServer http(
-      ho, [&api](server::HttpRequest req, std::shared_ptr<server::ResponseChannel> ch) {
+      ho,
+      [&api](server::HttpRequest req, std::shared_ptr<server::ResponseChannel> ch) {
         api.handle(std::move(req), std::move(ch));
-      });
+      },
+      [&api](const server::HttpRequest &req) { return api.refuses_on_headers(req); });
   http.start();
   api.set_http_counters(&http.counters());
   bound_port = http.port();

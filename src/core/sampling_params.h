@@ -20,6 +20,9 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;     // OpenAI semantics
   std::optional<std::uint64_t> seed;  // same seed, same output
   int32_t max_tokens = 256;
+  // Output tokens before a stop token (eos, stop_token_ids) or a stop string may end the
+  // request (vLLM's min_tokens): the engine masks stop tokens' logits until then.
+  int32_t min_tokens = 0;
   std::vector<TokenId> stop_token_ids;  // in addition to the model's eos unless ignore_eos
   std::vector<std::string> stop_strings;
   bool ignore_eos = false;

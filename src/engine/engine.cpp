@@ -59,6 +59,7 @@ struct Engine::Live {
   // request (MaskPrefetcher).
   std::shared_ptr<OutputConstraint> constraint;
   std::vector<TokenId> end_ids;            // stop tokens the constraint may allow
+  std::vector<TokenId> stop_ids;           // min_tokens: the stop tokens masked until then
   std::optional<ThinkingBudget> thinking;  // a thinking budget, when asked for
   std::int32_t num_prompt_tokens = 0;
   bool first_event_sent = false;
@@ -68,6 +69,11 @@ struct Engine::Live {
   RequestEvent pending;    // this step's output, sent at the end of the step
   AcceptanceTracker spec;  // speculative decoding: recent acceptance of its drafts
 };
+
+std::span<const TokenId> Engine::stops_masked(const Live &live, std::int32_t num_output) {
+  if (num_output >= live.params.min_tokens) return {};
+  return live.stop_ids;
+}
 
 Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(config)) {
   std::promise<void> ready;
@@ -354,6 +360,7 @@ void Engine::admit(Submit &cmd) {
       return reject("engine: " + rid + ": token id " + std::to_string(t) +
                     " outside the vocabulary of " + std::to_string(model_config_.vocab_size));
   if (req.sampling.max_tokens < 0) return reject("engine: " + rid + ": max_tokens is negative");
+  if (req.sampling.min_tokens < 0) return reject("engine: " + rid + ": min_tokens is negative");
   if (req.deadline && *req.deadline <= std::chrono::steady_clock::now())
     return reject("engine: " + rid + ": deadline passed before admission");
   auto live = std::make_unique<Live>();
@@ -383,6 +390,12 @@ void Engine::admit(Submit &cmd) {
     deliver(cmd.sink, ev);
     return;
   }
+  if (req.sampling.min_tokens > 0) {
+    live->stop_ids = req.sampling.stop_token_ids;
+    if (!req.sampling.ignore_eos)
+      live->stop_ids.insert(live->stop_ids.end(), model_config_.eos_token_ids.begin(),
+                            model_config_.eos_token_ids.end());
+  }
   live->sink = std::move(cmd.sink);
   live->params = req.sampling;
   live->deadline = req.deadline;
@@ -393,7 +406,7 @@ void Engine::admit(Submit &cmd) {
   }
   if (live->deadline) ++num_with_deadline_;
   // Prompt logprobs need a logits row for every prompt token: no prefix reuse.
-  sched_->add_request(req.id, std::move(req.prompt), !req.sampling.prompt_logprobs);
+  sched_->add_request(req.id, std::move(req.prompt), !req.sampling.prompt_logprobs, {}, req.group);
   prompt_tokens_ += n;
   live_.emplace(req.id, std::move(live));
 }
@@ -623,6 +636,12 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
     // Drafted rows on the device: without a mask and penalties only (every row's
     // context would be the drafts before it); the CPU runner samples only such rows.
     const SamplingParams &p = live_.at(plan.seqs[i].id)->params;
+    // min_tokens masks stop tokens on the host, until the request has that many.
+    if (want != SequenceSlice::Logits::kNone &&
+        !stops_masked(*live_.at(plan.seqs[i].id),
+                      sched_->find(plan.seqs[i].id)->num_output_tokens())
+             .empty())
+      return false;
     if (want == SequenceSlice::Logits::kTail &&
         (step_mask_[i] != kNoMask || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
          p.frequency_penalty != 0.0f))
@@ -692,6 +711,7 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     RequestSampler *sampler;
     const OutputConstraint *constraint;  // its mask applies first, when set
     std::span<const TokenId> prompt, generated;
+    std::span<const TokenId> masked_stops;  // min_tokens not reached: masked next
   };
   std::vector<Job> jobs;
   for (std::size_t i = 0; i < rows; ++i) {
@@ -712,7 +732,8 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     jobs.push_back(
         Job{i, live.sampler.get(),
             step_mask_[out_.row_seq[i]] == kMaskAllowed ? live.constraint.get() : nullptr,
-            all.first(r->num_prompt_tokens), all.subspan(r->num_prompt_tokens)});
+            all.first(r->num_prompt_tokens), all.subspan(r->num_prompt_tokens),
+            stops_masked(live, r->num_output_tokens())});
   }
   // One row: its passes split over the pool; more: rows spread over it.
   ThreadPool *pool = backend_.context ? &backend_.context->pool() : nullptr;
@@ -722,6 +743,7 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
       const Job &job = jobs[j];
       const std::span<float> row(out_.logits.data() + job.row * vocab, vocab);
       if (job.constraint) apply_token_mask(row, job.constraint->mask_words());
+      if (!job.masked_stops.empty()) mask_stop_tokens(row, job.masked_stops);
       const std::span<const float> logits(row);
       sampled[job.row] =
           job.sampler->sample(logits, job.prompt, job.generated, n == 1 ? pool : nullptr);
@@ -888,6 +910,10 @@ void Engine::emit_verified(const StepPlan &plan, std::size_t si, std::size_t fir
         apply_token_mask(logits, live.constraint->mask_words());
       }
       const SchedRequest *r = sched_->find(s.id);
+      // Row j follows the drafts before it: a drafted stop token before min_tokens is
+      // masked here, so it is never sampled and never accepted.
+      if (auto stops = stops_masked(live, r->num_output_tokens()); !stops.empty())
+        mask_stop_tokens(logits, stops);
       const std::span<const TokenId> all(r->tokens);
       t = live.sampler->sample(logits, all.first(r->num_prompt_tokens),
                                all.subspan(r->num_prompt_tokens), pool);

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <random>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -172,6 +173,9 @@ class Engine final : public EngineApi {
   void inject_step_faults();
   void fail_step(const StepPlan &plan, const std::string &what);
   void emit_outputs(const StepPlan &plan);
+  // The stop tokens to mask in the request's next row: all of them while it has fewer than
+  // min_tokens output tokens, none after.
+  static std::span<const TokenId> stops_masked(const Live &live, std::int32_t num_output);
   // Takes one sampled token for `s`'s request: thinking budget, stop tokens, the
   // constraint, max_tokens. False when the request finished instead (or with it).
   // `kv_computed`: an accepted draft whose KV this step computed.

@@ -26,6 +26,9 @@ struct GenerationRequest {
   std::vector<TokenId> prompt;
   SamplingParams sampling;
   std::optional<std::chrono::steady_clock::time_point> deadline;
+  // Fair admission (sched/scheduler.h): the requests of one API request (its prompts x n)
+  // share a group, the id of its first request; 0: a group of its own.
+  std::uint64_t group = 0;
 };
 
 // One event per request per step (or fewer): tokens appended, and possibly the finish.

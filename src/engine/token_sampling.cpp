@@ -1,5 +1,8 @@
 #include "engine/token_sampling.h"
 
+#include <cmath>
+#include <limits>
+
 #include "exec/sampler.h"
 
 namespace keel {
@@ -21,6 +24,22 @@ bool RequestSampler::is_stop_token(TokenId token, std::span<const TokenId> eos_i
 double RequestSampler::draw_uniform() { return impl_->draw_uniform(); }
 
 const SamplingParams &RequestSampler::params() const { return impl_->params(); }
+
+bool mask_stop_tokens(std::span<float> logits, std::span<const TokenId> ids) {
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  std::vector<float> kept;
+  kept.reserve(ids.size());
+  const auto vocab = static_cast<TokenId>(logits.size());
+  for (TokenId t : ids) {
+    kept.push_back(t >= 0 && t < vocab ? logits[t] : kNegInf);
+    if (t >= 0 && t < vocab) logits[t] = kNegInf;
+  }
+  for (float v : logits)
+    if (v != kNegInf && !std::isnan(v)) return true;
+  for (std::size_t i = ids.size(); i-- > 0;)  // backwards: a repeated id gets its first value
+    if (ids[i] >= 0 && ids[i] < vocab) logits[ids[i]] = kept[i];
+  return false;
+}
 
 SampledToken logprob_of(std::span<const float> logits, TokenId token, int top_n) {
   return logprobs_of(logits, token, top_n);

@@ -38,6 +38,11 @@ class RequestSampler {
   std::unique_ptr<Sampler> impl_;
 };
 
+// min_tokens: sets the logits ([vocab]) of the stop tokens `ids` to -inf, unless that
+// would leave no token possible (a structured output whose document is complete allows
+// only its end): then the row is left as it was. Returns whether they were masked.
+bool mask_stop_tokens(std::span<float> logits, std::span<const TokenId> ids);
+
 // Log-probability of `token` under `logits` ([vocab]) and the top `top_n` alternatives.
 SampledToken logprob_of(std::span<const float> logits, TokenId token, int top_n);
 

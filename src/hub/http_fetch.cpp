@@ -2,6 +2,7 @@
 
 #include <curl/curl.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -20,7 +21,9 @@ void init_curl_once() {
 
 struct WriteState {
   std::string *text = nullptr;  // collects the body (get, or a failed download)
-  std::FILE *file = nullptr;    // receives the body of a successful download
+  std::size_t text_limit = 0;   // get(): past this many bytes the transfer stops
+  bool text_over = false;
+  std::FILE *file = nullptr;  // receives the body of a successful download
   long status = 0;
   CURL *curl = nullptr;
   int write_errno = 0;
@@ -47,7 +50,15 @@ std::size_t on_write(char *data, std::size_t size, std::size_t n, void *user) {
       return len;
     }
   }
-  if (st->text && st->text->size() < (1u << 20)) st->text->append(data, len);
+  if (st->text_limit > 0) {  // get(): the whole reply, within its limit
+    if (st->text->size() + len > st->text_limit) {
+      st->text_over = true;
+      return 0;  // aborts the transfer
+    }
+    st->text->append(data, len);
+    return len;
+  }
+  if (st->text && st->text->size() < (1u << 20)) st->text->append(data, len);  // a failure's
   return len;
 }
 
@@ -149,14 +160,23 @@ HttpResult HttpFetch::get(const std::string &url) {
   HttpResult r;
   WriteState ws;
   ws.text = &r.body;
+  ws.text_limit = std::max<std::size_t>(limits_.max_reply_bytes, 1);
   ws.curl = c;
   HeaderState hs;
   curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &ws);
   curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
   curl_easy_setopt(c, CURLOPT_HEADERDATA, &hs);
+  // A reply that announces more than the limit is refused before its body is read.
+  curl_easy_setopt(c, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(ws.text_limit));
   const CURLcode rc = curl_easy_perform(c);
   curl_slist_free_all(headers);
+  if (ws.text_over || rc == CURLE_FILESIZE_EXCEEDED) {
+    r.too_large = true;
+    r.body.clear();
+    r.error = "the reply is larger than " + std::to_string(ws.text_limit) + " bytes";
+    return r;
+  }
   if (rc != CURLE_OK) {
     r.error = curl_easy_strerror(rc);
     return r;

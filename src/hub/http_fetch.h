@@ -4,6 +4,7 @@
 // sent to the endpoint's host only (libcurl drops it on a redirect to the CDN's host).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -15,6 +16,8 @@ struct HttpLimits {
   long connect_timeout_s = 15;
   long stall_seconds = 30;  // abort when below stall_bytes_per_s for this long
   long stall_bytes_per_s = 1024;
+  // get(): the most bytes of a reply it reads; past it the transfer stops, too_large.
+  std::size_t max_reply_bytes = 32u << 20;
 };
 
 struct HttpResult {
@@ -22,6 +25,7 @@ struct HttpResult {
   std::string error;       // transport error text when status is 0
   std::string error_code;  // the hub's X-Error-Code header, when it sent one
   std::string body;        // for get(); for download() only the body of a failure
+  bool too_large = false;  // get(): the reply passed HttpLimits::max_reply_bytes (status 0)
 };
 
 // Called with the bytes of this transfer so far; returns false to abort.

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <thread>
 
+#include "core/bounded_json.h"
 #include "core/error.h"
 #include "hub/byte_progress.h"
 #include "hub/file_digest.h"
@@ -93,15 +95,25 @@ struct RepoInfo {
   std::vector<RemoteFile> files;
 };
 
-RepoInfo parse_info(const RepoSpec &spec, const std::string &body) {
-  json j;
-  try {
-    j = json::parse(body);
-  } catch (const json::exception &) {
-    throw Error(ErrorCode::kFormat, "'" + spec.repo + "': the hub's answer is not JSON");
+// The hub's answer is outside input: parsed with the request parser's limits (nesting,
+// keys an object, items an array, bytes a string; core/bounded_json.h), its size bounded
+// by HttpLimits::max_reply_bytes before it is read.
+RepoInfo parse_info(const RepoSpec &spec, const std::string &url, const std::string &body) {
+  JsonParseFailure failure;
+  std::optional<json> parsed = parse_bounded_json<json>(body, JsonLimits{}, &failure);
+  if (!parsed) {
+    if (failure.kind == JsonParseFailure::Kind::kLimit)
+      throw Error(ErrorCode::kFormat, "'" + spec.repo + "': the hub's answer to GET " + url +
+                                          " is refused: " + failure.message);
+    throw Error(ErrorCode::kFormat, "'" + spec.repo + "': the hub's answer to GET " + url +
+                                        " is not JSON (" + failure.message + ")");
   }
+  const json &j = *parsed;
+  if (!j.is_object())
+    throw Error(ErrorCode::kFormat,
+                "'" + spec.repo + "': the hub's answer to GET " + url + " is not a JSON object");
   RepoInfo info;
-  info.commit = j.value("sha", "");
+  info.commit = j.contains("sha") && j["sha"].is_string() ? j["sha"].get<std::string>() : "";
   if (!valid_commit(info.commit))
     throw Error(ErrorCode::kFormat,
                 "'" + spec.repo + "': the hub's answer has no valid commit sha");
@@ -361,6 +373,9 @@ PullResult pull(const RepoSpec &spec, const PullOptions &opt) {
   const std::string info_url = opt.endpoint + "/api/models/" + spec.repo + "/revision/" +
                                url_escape_segment(spec.revision) + "?blobs=true";
   HttpResult r = http.get(info_url);
+  if (r.too_large)
+    throw Error(ErrorCode::kFormat, "'" + spec.repo + "': the hub's answer to GET " + info_url +
+                                        " is refused: " + r.error);
   if (r.status == 0) {
     // The hub is unreachable: a complete cached copy still serves, with a warning.
     try {
@@ -375,7 +390,7 @@ PullResult pull(const RepoSpec &spec, const PullOptions &opt) {
     }
   }
   if (r.status != 200) throw_hub_error(spec, r, !opt.token.empty());
-  const RepoInfo info = parse_info(spec, r.body);
+  const RepoInfo info = parse_info(spec, info_url, r.body);
   const std::vector<RemoteFile> files = select_files(spec, info, opt.include);
 
   RepoLock lock(cache.repo_dir(spec.repo), opt.progress);

@@ -21,7 +21,8 @@ Scheduler::Scheduler(const SchedulerConfig &config, KvCacheManager &kv) : config
 }
 
 SchedRequest &Scheduler::add_request(RequestId id, std::vector<TokenId> prompt,
-                                     bool use_prefix_cache, std::string extra_keys) {
+                                     bool use_prefix_cache, std::string extra_keys,
+                                     std::uint64_t group) {
   if (prompt.empty())
     throw Error(ErrorCode::kInvalidArgument, "scheduler: request prompt is empty");
   if (requests_.count(id))
@@ -30,12 +31,14 @@ SchedRequest &Scheduler::add_request(RequestId id, std::vector<TokenId> prompt,
   auto r = std::make_unique<SchedRequest>();
   r->id = id;
   r->arrival = next_arrival_++;
+  r->group = group != 0 ? group : id.value;
   r->num_prompt_tokens = static_cast<std::int32_t>(prompt.size());
   r->tokens = std::move(prompt);
   r->use_prefix_cache = use_prefix_cache;
   r->extra_keys = std::move(extra_keys);
   SchedRequest &ref = *r;
   requests_.emplace(id, std::move(r));
+  ++groups_[ref.group].members;
   push_waiting(&ref);
   return ref;
 }
@@ -50,27 +53,81 @@ const SchedRequest *Scheduler::find(RequestId id) const {
   return it == requests_.end() ? nullptr : it->second.get();
 }
 
+template <typename Fn>
+void Scheduler::change_group(const SchedRequest *r, Fn change) {
+  Group &g = groups_.at(r->group);
+  if (!g.waiting.empty()) ready_.erase(ReadyKey{g.running, g.waiting.begin()->first, r->group});
+  change(g);
+  if (!g.waiting.empty()) ready_.insert(ReadyKey{g.running, g.waiting.begin()->first, r->group});
+}
+
+std::int32_t Scheduler::group_running(std::uint64_t group) const {
+  auto it = groups_.find(group);
+  return it == groups_.end() ? 0 : it->second.running;
+}
+
 void Scheduler::insert_running(SchedRequest *r) {
   auto pos = std::upper_bound(
       running_.begin(), running_.end(), r,
       [](const SchedRequest *a, const SchedRequest *b) { return a->arrival < b->arrival; });
   running_.insert(pos, r);
+  change_group(r, [](Group &g) { ++g.running; });
 }
 
 void Scheduler::erase_running(SchedRequest *r) {
   auto it = std::find(running_.begin(), running_.end(), r);
   KEEL_CHECK(it != running_.end());
   running_.erase(it);
+  change_group(r, [](Group &g) { --g.running; });
+}
+
+void Scheduler::insert_loading(SchedRequest *r) {
+  loading_.emplace(r->arrival, r);
+  change_group(r, [](Group &g) { ++g.running; });
+}
+
+void Scheduler::erase_loading(SchedRequest *r) {
+  KEEL_CHECK(loading_.erase(r->arrival) == 1);
+  change_group(r, [](Group &g) { --g.running; });
 }
 
 void Scheduler::push_waiting(SchedRequest *r) {
   waiting_.emplace(r->arrival, r);
+  change_group(r, [r](Group &g) { g.waiting.emplace(r->arrival, r); });
   (r->state == RequestState::kPreempted ? num_preempted_waiting_ : num_waiting_)++;
 }
 
 void Scheduler::erase_waiting(SchedRequest *r) {
   KEEL_CHECK(waiting_.erase(r->arrival) == 1);
+  change_group(r, [r](Group &g) { KEEL_CHECK(g.waiting.erase(r->arrival) == 1); });
   (r->state == RequestState::kPreempted ? num_preempted_waiting_ : num_waiting_)--;
+}
+
+SchedRequest *Scheduler::next_waiting() const {
+  if (ready_.empty()) return nullptr;
+  return groups_.at(std::get<2>(*ready_.begin())).waiting.begin()->second;
+}
+
+SchedRequest *Scheduler::pick_victim() const {
+  std::int32_t most = 0;
+  for (const SchedRequest *r : running_) most = std::max(most, groups_.at(r->group).running);
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it)
+    if (groups_.at((*it)->group).running == most) return *it;
+  return nullptr;
+}
+
+SchedRequest *Scheduler::victim_for(const SchedRequest *r, std::uint64_t step) const {
+  const std::int32_t mine = groups_.at(r->group).running;
+  SchedRequest *best = nullptr;
+  std::int32_t most = mine + 1;  // a victim's group must have more than this
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    const std::int32_t n = groups_.at((*it)->group).running;
+    if (n > most && (*it)->admitted_step != step) {
+      best = *it;
+      most = n;
+    }
+  }
+  return best;
 }
 
 bool Scheduler::finish(RequestId id, RequestState finished_state) {
@@ -89,13 +146,14 @@ bool Scheduler::finish(RequestId id, RequestState finished_state) {
       erase_waiting(r);
       break;
     case RequestState::kLoadingCache:
-      loading_.erase(r->arrival);
+      erase_loading(r);
       break;
     default:
       break;
   }
   transition(r->state, finished_state);
   kv_.free(id);
+  if (auto g = groups_.find(r->group); --g->second.members == 0) groups_.erase(g);
   requests_.erase(id);
   return true;
 }
@@ -126,7 +184,7 @@ void Scheduler::schedule_running(SchedRequest *r, StepPlan &plan, std::int32_t &
   const std::int32_t n = std::min({remaining, config_.max_chunk_tokens, budget});
   if (n <= 0) return;
   while (!kv_.allocate_slots(r->id, r->num_computed_tokens + n)) {
-    SchedRequest *victim = running_.back();
+    SchedRequest *victim = pick_victim();  // r itself at the latest
     preempt(victim, plan, budget);
     preempted_any = true;
     if (victim == r) return;
@@ -149,35 +207,56 @@ StepPlan Scheduler::schedule() {
   bool preempted_any = false;
 
   // 1. Decodes first: one token for each running request that has all but one computed.
-  //    Preemption only removes requests from the back, so indices before i stay valid.
-  for (std::size_t i = 0; i < running_.size(); ++i) {
-    SchedRequest *r = running_[i];
-    if (r->num_tokens() - r->num_computed_tokens == 1)
+  //    Over a snapshot: a victim may be any running request, one this loop has passed or
+  //    not reached (then skipped).
+  std::vector<SchedRequest *> snapshot = running_;
+  for (SchedRequest *r : snapshot)
+    if (r->state == RequestState::kRunning && r->num_tokens() - r->num_computed_tokens == 1)
       schedule_running(r, plan, budget, preempted_any);
-  }
-  // 2. Then the next chunk of running requests that are still prefilling.
-  for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
-    SchedRequest *r = running_[i];
+  // 2. Then the next chunk of running requests that are still prefilling, those of the
+  //    groups with the fewest running first (then by arrival).
+  snapshot.clear();
+  for (SchedRequest *r : running_)
     if (r->scheduled_step != plan.step && r->num_tokens() - r->num_computed_tokens > 1)
+      snapshot.push_back(r);
+  std::stable_sort(snapshot.begin(), snapshot.end(),
+                   [this](const SchedRequest *a, const SchedRequest *b) {
+                     return groups_.at(a->group).running < groups_.at(b->group).running;
+                   });
+  for (SchedRequest *r : snapshot) {
+    if (budget <= 0) break;
+    if (r->state == RequestState::kRunning && r->scheduled_step != plan.step)
       schedule_running(r, plan, budget, preempted_any);
   }
-  // 3. Admission, oldest first (preempted requests are older than anything that arrived
-  //    after them). The head of the queue waits for blocks; nothing overtakes it.
+  // 3. Admission, fairly by group (next_waiting). The request it picks waits for blocks
+  //    and a seat, or takes them from a group with at least two more running; nothing
+  //    overtakes it.
   if (preempted_any) {
     add_drafts(plan, budget);
     return plan;
   }
   std::int32_t admitted_now = 0;
   while (!waiting_.empty() && budget > 0 &&
-         static_cast<std::int32_t>(running_.size()) < config_.max_num_seqs &&
          (admission_limit_ < 0 || admitted_now < admission_limit_)) {
-    SchedRequest *r = waiting_.begin()->second;
+    SchedRequest *r = next_waiting();
+    if (static_cast<std::int32_t>(running_.size()) >= config_.max_num_seqs) {
+      SchedRequest *victim = victim_for(r, plan.step);
+      if (victim == nullptr) break;
+      preempt(victim, plan, budget);
+      continue;  // budget and blocks came back; r is still the one to admit
+    }
     PrefixHit hit;
     if (r->use_prefix_cache) hit = kv_.get_computed_blocks(r->tokens, r->extra_keys);
     if (tiers_ != nullptr && r->use_prefix_cache && !r->skip_tiers) {
       const int admitted = admit_loading(r, hit, plan);
-      if (admitted < 0) break;  // no blocks: the head waits
+      if (admitted < 0) {  // no blocks: from a bigger group, or the pick waits
+        SchedRequest *victim = victim_for(r, plan.step);
+        if (victim == nullptr) break;
+        preempt(victim, plan, budget);
+        continue;
+      }
       if (admitted > 0) {
+        r->admitted_step = plan.step;
         ++admitted_now;
         continue;
       }
@@ -185,8 +264,14 @@ StepPlan Scheduler::schedule() {
     const std::int32_t computed = hit.num_tokens;
     const std::int32_t n = std::min({r->num_tokens() - computed, config_.max_chunk_tokens, budget});
     std::optional<BlockCopy> copy;
-    if (!kv_.allocate_slots(r->id, computed + n, &hit, &copy)) break;
+    if (!kv_.allocate_slots(r->id, computed + n, &hit, &copy)) {
+      SchedRequest *victim = victim_for(r, plan.step);
+      if (victim == nullptr) break;  // the pick waits for blocks
+      preempt(victim, plan, budget);
+      continue;  // its freed blocks may change the prefix hit: look again
+    }
     erase_waiting(r);
+    r->admitted_step = plan.step;
     ++admitted_now;
     transition(r->state, RequestState::kRunning);
     r->num_computed_tokens = computed;
@@ -242,7 +327,7 @@ int Scheduler::admit_loading(SchedRequest *r, const PrefixHit &hit, StepPlan &pl
   transition(r->state, RequestState::kLoadingCache);
   r->loading_tokens = tokens;
   r->restoring_tokens = tokens - hit.num_tokens;
-  loading_.emplace(r->arrival, r);
+  insert_loading(r);
   TierLoad load;
   load.id = r->id;
   const auto blocks = kv_.blocks(r->id);
@@ -308,7 +393,7 @@ bool Scheduler::start_loading(RequestId id, std::int32_t num_tokens) {
   transition(r->state, RequestState::kLoadingCache);
   r->loading_tokens = num_tokens;
   r->restoring_tokens = num_tokens;
-  loading_.emplace(r->arrival, r);
+  insert_loading(r);
   return true;
 }
 
@@ -316,7 +401,7 @@ void Scheduler::finish_loading(RequestId id, bool ok, std::int32_t restored_toke
   SchedRequest *r = get(id);
   if (r == nullptr) return;  // aborted while loading
   KEEL_CHECK(r->state == RequestState::kLoadingCache);
-  loading_.erase(r->arrival);
+  erase_loading(r);
   if (ok) {
     if (restored_tokens >= 0 && restored_tokens < r->restoring_tokens) {
       r->loading_tokens -= r->restoring_tokens - restored_tokens;
@@ -363,6 +448,22 @@ void Scheduler::check_invariants() const {
   }
   for (const auto &[arrival, r] : loading_) KEEL_CHECK(r->state == RequestState::kLoadingCache);
   KEEL_CHECK(waiting_.size() + running_.size() + loading_.size() == requests_.size());
+  // Groups: counts and waiting lists rebuilt from the requests, and admission's order.
+  std::unordered_map<std::uint64_t, Group> groups;
+  for (const auto &[id, r] : requests_) ++groups[r->group].members;
+  for (const SchedRequest *r : running_) ++groups[r->group].running;
+  for (const auto &[arrival, r] : loading_) ++groups[r->group].running;
+  for (const auto &[arrival, r] : waiting_) groups[r->group].waiting.emplace(arrival, r);
+  KEEL_CHECK(groups.size() == groups_.size());
+  std::set<ReadyKey> ready;
+  for (const auto &[id, g] : groups) {
+    auto it = groups_.find(id);
+    KEEL_CHECK(it != groups_.end());
+    KEEL_CHECK(it->second.members == g.members && it->second.running == g.running &&
+               it->second.waiting == g.waiting);
+    if (!g.waiting.empty()) ready.insert(ReadyKey{g.running, g.waiting.begin()->first, id});
+  }
+  KEEL_CHECK(ready == ready_);
   KEEL_CHECK(kv_.num_requests() <= static_cast<std::int32_t>(running_.size() + loading_.size()));
 }
 

@@ -1,16 +1,28 @@
 // Continuous batching, vLLM v1 style: each step has a token budget; running requests
 // get their next token first, then partial prefills of running requests, then waiting
-// requests are admitted in arrival order (FCFS) with chunked prefill. There are no
-// prefill and decode phases, only computed-token counts.
+// requests are admitted, fairly by group, with chunked prefill. There are no prefill and
+// decode phases, only computed-token counts.
+//
+// Fairness (issue 31): every request belongs to a group, one per API request (all its
+// prompts x n samples share it). Admission takes the oldest waiting request of the group
+// with the fewest running (RUNNING or LOADING_CACHE) requests, ties to the group whose
+// oldest waiting request arrived first; so a 1,024-sequence completion cannot starve
+// single requests that arrive after it, and a preempted request goes back with its group
+// rather than ahead of everything. Victims, of preemption for blocks and of preemption
+// for admission, are the newest running request of the group with the most running.
 //
 // Guarantees:
 // - every running request that is ready to decode gets its token in every step (the
 //   budget is at least max_num_seqs), so a long prefill delays decodes by at most one
 //   chunk of at most max_chunk_tokens;
-// - admission needs KV blocks; when a running request cannot grow, the newest running
-//   request is preempted (its blocks freed; it recomputes, mostly from the prefix cache,
-//   when it resumes ahead of newer arrivals); no admission happens in a step that
-//   preempted;
+// - admission needs KV blocks and a free seat (max_num_seqs); when a running request
+//   cannot grow, a victim is preempted (its blocks freed; it recomputes, mostly from the
+//   prefix cache, when it resumes); no admission happens in a step that preempted so;
+// - when the request admission picks cannot get blocks or a seat, and some group has at
+//   least two more running than the picked one's, that group's newest running request is
+//   preempted for it (never one admitted in the same step); otherwise it waits, and
+//   nothing overtakes it. Such a swap never reverses: the victim's group keeps at least
+//   as many running as the admitted one's;
 // - requests in LOADING_CACHE (blocks being restored) are skipped, never waited for;
 // - with tiers below the device (set_tiers), admission continues the prefix lookup into
 //   them; a request with a hit there is admitted into LOADING_CACHE (its blocks
@@ -24,8 +36,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -44,7 +58,8 @@ struct SchedulerConfig {
 
 struct SchedRequest {
   RequestId id;
-  std::uint64_t arrival = 0;  // FCFS order
+  std::uint64_t arrival = 0;  // arrival order (ties of fairness, and within a group)
+  std::uint64_t group = 0;    // fairness group: one API request's sequences
   RequestState state = RequestState::kWaiting;
   std::vector<TokenId> tokens;  // prompt, then output
   std::int32_t num_prompt_tokens = 0;
@@ -58,6 +73,7 @@ struct SchedRequest {
   std::int32_t restoring_tokens = 0;  // of those, the ones restored from the tiers
   bool skip_tiers = false;            // a restore failed: recompute instead
   std::uint64_t scheduled_step = 0;
+  std::uint64_t admitted_step = 0;  // last admission (not a victim for admission then)
   // Speculative decoding: tokens proposed to follow `tokens` while it has draft_for
   // tokens (set_draft); taken by the next decode step when blocks and budget are left.
   std::vector<TokenId> draft;
@@ -73,10 +89,11 @@ class Scheduler {
   Scheduler(const Scheduler &) = delete;
   Scheduler &operator=(const Scheduler &) = delete;
 
-  // Queues a request (WAITING). Throws Error(kInvalidArgument) on an empty prompt or a
-  // duplicate id.
+  // Queues a request (WAITING) in fairness group `group` (0: a group of its own, keyed by
+  // its id; give the id of a group's first request to every member). Throws
+  // Error(kInvalidArgument) on an empty prompt or a duplicate id.
   SchedRequest &add_request(RequestId id, std::vector<TokenId> prompt, bool use_prefix_cache = true,
-                            std::string extra_keys = {});
+                            std::string extra_keys = {}, std::uint64_t group = 0);
   // Ends a request in any live state with a finished state and frees its blocks now.
   // Returns false when the id is unknown (already finished).
   bool finish(RequestId id, RequestState finished_state);
@@ -123,6 +140,8 @@ class Scheduler {
   std::int32_t num_waiting() const { return num_waiting_; }
   std::int32_t num_preempted() const { return num_preempted_waiting_; }
   std::int32_t num_loading() const { return static_cast<std::int32_t>(loading_.size()); }
+  // RUNNING and LOADING_CACHE requests of a fairness group (0 for an unknown group).
+  std::int32_t group_running(std::uint64_t group) const;
   std::int32_t num_requests() const { return static_cast<std::int32_t>(requests_.size()); }
   std::int64_t total_preemptions() const { return total_preemptions_; }
   std::uint64_t steps() const { return step_; }
@@ -131,11 +150,32 @@ class Scheduler {
   void check_invariants() const;
 
  private:
+  // A fairness group: its running count and its waiting requests.
+  struct Group {
+    std::int32_t running = 0;                         // RUNNING and LOADING_CACHE
+    std::int32_t members = 0;                         // live requests in any state
+    std::map<std::uint64_t, SchedRequest *> waiting;  // WAITING and PREEMPTED, by arrival
+  };
+  // ready_'s order: fewest running, then oldest waiting arrival, then the group id.
+  using ReadyKey = std::tuple<std::int32_t, std::uint64_t, std::uint64_t>;
+
   SchedRequest *get(RequestId id);
   void insert_running(SchedRequest *r);
   void erase_running(SchedRequest *r);
+  void insert_loading(SchedRequest *r);
+  void erase_loading(SchedRequest *r);
   void push_waiting(SchedRequest *r);
   void erase_waiting(SchedRequest *r);
+  // Applies `change` to r's group, keeping its key in ready_ in step.
+  template <typename Fn>
+  void change_group(const SchedRequest *r, Fn change);
+  // The request admission takes next (null when none waits).
+  SchedRequest *next_waiting() const;
+  // The newest running request of the group with the most running (null when none runs).
+  SchedRequest *pick_victim() const;
+  // For admitting `r`: a victim of a group with at least two more running than r's,
+  // not admitted in step `step`; null when there is none.
+  SchedRequest *victim_for(const SchedRequest *r, std::uint64_t step) const;
   // Admits `r` into LOADING_CACHE when the tiers hold blocks past its device hit: 1
   // admitted, 0 no tier hit (admit normally), -1 too few free blocks.
   int admit_loading(SchedRequest *r, const PrefixHit &hit, StepPlan &plan);
@@ -153,6 +193,8 @@ class Scheduler {
   std::vector<SchedRequest *> running_;              // by arrival; newest at the back
   std::map<std::uint64_t, SchedRequest *> waiting_;  // by arrival: WAITING and PREEMPTED
   std::map<std::uint64_t, SchedRequest *> loading_;  // LOADING_CACHE
+  std::unordered_map<std::uint64_t, Group> groups_;  // groups with live requests
+  std::set<ReadyKey> ready_;                         // groups with waiting requests
   std::int32_t num_waiting_ = 0, num_preempted_waiting_ = 0;
   std::uint64_t next_arrival_ = 0;
   std::uint64_t step_ = 0;

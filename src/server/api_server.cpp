@@ -138,6 +138,15 @@ void ApiServer::run_guarded(const std::shared_ptr<ResponseChannel> &ch, WireForm
   });
 }
 
+bool ApiServer::refuses_on_headers(const HttpRequest &req) const {
+  if (guard_.check(req)) return true;
+  if (req.path == "/health") return false;
+  // The dashboard's files are public (serve_admin_file): their GETs pass to handle().
+  if (req.method == "GET" && (req.path == "/admin" || starts_with(req.path, "/admin/")))
+    return false;
+  return !authorized(req);
+}
+
 void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
   auto logged = std::make_shared<LoggedChannel>(std::move(ch), options_.log, req);
   logged->record_latency_in(latency_);
@@ -161,6 +170,10 @@ void ApiServer::handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
     send_error(
         ch, f,
         {401, "invalid or missing API key (Authorization: Bearer KEY or x-api-key: KEY)", ""});
+    return;
+  }
+  if (req.body_unread) {  // refuses_on_headers and the checks above disagree: never serve it
+    send_error(ch, f, {400, "request refused before its body was read", ""});
     return;
   }
   route(req, ch);

@@ -54,6 +54,9 @@ class ApiServer {
   // Give the server's counters to /metrics and /api/status (optional).
   void set_http_counters(const HttpCounters *counters) { http_counters_ = counters; }
   void handle(HttpRequest req, std::shared_ptr<ResponseChannel> ch);
+  // On a request's headers, before its body is read (HttpHeaderCheck): true when handle()
+  // will refuse it whatever the body (Host 421, Origin 403, Content-Type 415, API key 401).
+  bool refuses_on_headers(const HttpRequest &req) const;
   // Waits for the worker pool to finish the handlers in progress.
   void stop();
   // Shutting down: new generations are refused with 503 (in the endpoint's format).

@@ -30,6 +30,7 @@ std::shared_ptr<Generation> Generation::start(ModelLease lease, GenerationSpec s
   for (int i = 0; i < total; ++i) {
     GenerationRequest req;
     req.id = g->ids_[i];
+    req.group = g->ids_[0].value;  // one fairness group for all its prompts x n
     req.prompt = g->spec_.prompts[i / g->spec_.n];
     req.sampling = g->spec_.sampling;
     req.sampling.stop_strings.clear();  // stop strings are matched here, on text
@@ -100,13 +101,16 @@ void Generation::on_event(int index, const RequestEvent &e) {
         }
         if (std::find(eos.begin(), eos.end(), t) != eos.end())
           continue;  // eos ends; it is not text
-        auto part = stop.push(detok_[index]->push(t));
+        // Before min_tokens no stop string ends the choice (the engine masks stop tokens).
+        const bool match = static_cast<int>(r.tokens.size()) >= spec_.sampling.min_tokens;
+        auto part = stop.push(detok_[index]->push(t), match);
         s.emit += part.emit;
         s.hit = part.hit;
         s.matched = std::move(part.matched);
       }
       if (e.finish && !s.hit) {
-        auto part = stop.push(detok_[index]->flush());
+        auto part = stop.push(detok_[index]->flush(),
+                              static_cast<int>(r.tokens.size()) >= spec_.sampling.min_tokens);
         s.emit += part.emit;
         s.hit = part.hit;
         s.matched = std::move(part.matched);

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 
 #include "core/error.h"
 
@@ -85,6 +86,7 @@ class Session;
 struct HttpServer::Impl {
   HttpOptions opt;
   HttpHandler handler;
+  HttpHeaderCheck refuse_on_headers;  // may be empty
   HttpCounters counters;
   // Open connections per client address (sessions release theirs as they end, possibly
   // while ioc is destroyed: declared before it).
@@ -285,6 +287,18 @@ class Session : public std::enable_shared_from_this<Session> {
       on_read(ec);
       return;
     }
+    if (srv_.refuse_on_headers) {
+      HttpRequest head = request_of(parser_->get());
+      if (srv_.refuse_on_headers(head)) {
+        // Refused on its headers: answered now, the body never read (nor a 100 Continue
+        // sent); the connection closes after the response (linger_close).
+        disarm_timer();
+        head.body_unread = true;
+        keep_alive_ = false;
+        dispatch(std::move(head));
+        return;
+      }
+    }
     if (!beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
       read_body();
       return;
@@ -331,6 +345,20 @@ class Session : public std::enable_shared_from_this<Session> {
       return;
     }
     const auto &msg = parser_->get();
+    HttpRequest head = request_of(msg);
+    head.transport_status = req.transport_status;
+    head.transport_error = std::move(req.transport_error);
+    keep_alive_ = head.transport_status == 0 && msg.keep_alive();
+    if (head.transport_status == 0) {
+      head.body = std::move(parser_->get().body());
+      start_monitor_after_dispatch_ = true;
+    }
+    dispatch(std::move(head));
+  }
+
+  // The method, target and headers (names lower-cased) of a parsed request, no body.
+  static HttpRequest request_of(const http::request_parser<http::string_body>::value_type &msg) {
+    HttpRequest req;
     req.method = std::string(msg.method_string());
     req.target = std::string(msg.target());
     const auto q = req.target.find('?');
@@ -342,12 +370,14 @@ class Session : public std::enable_shared_from_this<Session> {
                      [](unsigned char c) { return std::tolower(c); });
       req.headers.emplace_back(std::move(name), std::string(field.value()));
     }
-    keep_alive_ = req.transport_status == 0 && msg.keep_alive();
-    if (req.transport_status == 0) req.body = std::move(parser_->get().body());
+    return req;
+  }
+
+  void dispatch(HttpRequest req) {
     state_ = State::kHandling;
     channel_ = std::make_shared<Channel>(weak_from_this(), gen_, srv_.opt.max_queued_bytes);
     srv_.counters.requests++;
-    if (req.transport_status == 0) start_monitor();
+    if (std::exchange(start_monitor_after_dispatch_, false)) start_monitor();
     try {
       srv_.handler(std::move(req), channel_);
     } catch (const std::exception &e) {
@@ -479,6 +509,7 @@ class Session : public std::enable_shared_from_this<Session> {
   std::uint64_t timer_gen_ = 0;
   beast::flat_buffer buf_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  bool start_monitor_after_dispatch_ = false;  // the request was read whole
   State state_ = State::kReading;
   std::uint64_t gen_ = 0;
   bool keep_alive_ = true;
@@ -612,9 +643,11 @@ void HttpServer::Impl::release_client(const std::string &key) {
   if (--it->second == 0) clients.erase(it);
 }
 
-HttpServer::HttpServer(HttpOptions options, HttpHandler handler) : impl_(std::make_unique<Impl>()) {
+HttpServer::HttpServer(HttpOptions options, HttpHandler handler, HttpHeaderCheck refuse_on_headers)
+    : impl_(std::make_unique<Impl>()) {
   impl_->opt = std::move(options);
   impl_->handler = std::move(handler);
+  impl_->refuse_on_headers = std::move(refuse_on_headers);
 }
 
 HttpServer::~HttpServer() { stop(); }

@@ -45,7 +45,8 @@ struct HttpCounters {
 
 class HttpServer {
  public:
-  HttpServer(HttpOptions options, HttpHandler handler);
+  // `refuse_on_headers` (optional): see HttpHeaderCheck.
+  HttpServer(HttpOptions options, HttpHandler handler, HttpHeaderCheck refuse_on_headers = {});
   ~HttpServer();
   HttpServer(const HttpServer &) = delete;
   HttpServer &operator=(const HttpServer &) = delete;

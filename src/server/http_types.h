@@ -25,6 +25,9 @@ struct HttpRequest {
   // the handler renders it as an error in the endpoint's own format.
   int transport_status = 0;
   std::string transport_error;
+  // Answered on its headers alone (HttpHeaderCheck refused it): the body was never read,
+  // and the connection closes after the response.
+  bool body_unread = false;
 
   std::string_view header(std::string_view lower_name) const {
     for (const auto &[k, v] : headers)
@@ -56,6 +59,10 @@ class ResponseChannel {
 };
 
 using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<ResponseChannel>)>;
+// Run on a request's headers before its body is read (the request holds no body yet):
+// true hands the request to the handler at once, body unread, to be refused (a wrong
+// Host, Origin, Content-Type or API key costs no read of a body up to the limit).
+using HttpHeaderCheck = std::function<bool(const HttpRequest &)>;
 
 const char *http_reason(int status);
 

@@ -108,6 +108,12 @@ bool RequestGuard::origin_allowed(std::string_view origin_header,
          without_default_port(lower(trim(host_header)), scheme);
 }
 
+bool carries_body(const HttpRequest &req) {
+  if (!req.body.empty() || !req.header("transfer-encoding").empty()) return true;
+  const std::string_view length = trim(req.header("content-length"));
+  return !length.empty() && length.find_first_not_of('0') != std::string_view::npos;
+}
+
 std::optional<ApiError> RequestGuard::check(const HttpRequest &req) const {
   const std::string_view host = req.header("host");
   if (!host_allowed(host))
@@ -125,7 +131,7 @@ std::optional<ApiError> RequestGuard::check(const HttpRequest &req) const {
                     "Origin: '" + shown(origin) +
                         "' is not this server's own page nor one given to --allowed-origins",
                     ""};
-  if (!req.body.empty()) {
+  if (carries_body(req)) {
     const std::string type = media_type_of(req.header("content-type"));
     if (type != "application/json")
       return ApiError{415,

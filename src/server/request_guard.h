@@ -7,7 +7,8 @@
 //  - Origin, when sent (browsers send it on every cross-origin request and every POST),
 //    must be the server's own (its authority equal to the Host header) or one listed in
 //    --allowed-origins ("*": any). Else 403. "null" (sandboxed frames) is refused.
-//  - A POST that carries a body must say Content-Type: application/json; else 415. The
+//  - A request that carries a body (or announces one) must say Content-Type: application/json; else
+//  415. The
 //    media types a page may send without a CORS preflight (text/plain, forms) are so
 //    refused even where an old browser leaves out Origin.
 // A request that no browser sends (curl, SDKs: no Origin, an IP or localhost Host)
@@ -47,6 +48,9 @@ class RequestGuard {
 
 // "example.com:8000" -> "example.com", "[::1]:80" -> "::1" (lower-cased; no port check).
 std::string host_of_authority(std::string_view authority);
+// A body read, or one its headers announce (Content-Length > 0, Transfer-Encoding), so
+// the check holds on headers alone, before the body is read.
+bool carries_body(const HttpRequest &req);
 // "text/plain; charset=utf-8" is text/plain: the media type, lower-cased and trimmed.
 std::string media_type_of(std::string_view content_type);
 

@@ -20,7 +20,16 @@ void parse_sampling_fields(const nlohmann::ordered_json &body, SamplingParams &s
     s.repetition_penalty = static_cast<float>(*v);
   if (auto v = opt_int(body, "seed", INT64_MIN, INT64_MAX)) s.seed = static_cast<std::uint64_t>(*v);
   if (auto v = opt_bool(body, "ignore_eos")) s.ignore_eos = *v;
+  if (auto v = opt_int(body, "min_tokens", 0, 1 << 30)) s.min_tokens = static_cast<int32_t>(*v);
   if (auto v = opt_bool(body, "speculative")) s.speculative = *v;  // opt out of drafting
+}
+
+void check_min_tokens(const SamplingParams &s, std::optional<std::int64_t> max_tokens,
+                      const char *max_field) {
+  if (max_tokens && s.min_tokens > *max_tokens)
+    fail_field("min_tokens", "must be at most " + std::string(max_field) + " (" +
+                                 std::to_string(*max_tokens) + "), got " +
+                                 std::to_string(s.min_tokens));
 }
 
 std::vector<std::string> parse_stop_field(const nlohmann::ordered_json &body, const char *field,

@@ -9,7 +9,7 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) {
     if (!s.empty()) stops_.push_back(std::move(s));
 }
 
-StopMatcher::Result StopMatcher::push(std::string_view text) {
+StopMatcher::Result StopMatcher::push(std::string_view text, bool match) {
   Result r;
   if (hit_) return r;
   held_.append(text);
@@ -21,6 +21,7 @@ StopMatcher::Result StopMatcher::push(std::string_view text) {
   std::size_t best = std::string::npos;
   const std::string *which = nullptr;
   for (const auto &s : stops_) {
+    if (!match) break;
     auto p = held_.find(s);
     if (p != std::string::npos && (best == std::string::npos || p < best)) {
       best = p;

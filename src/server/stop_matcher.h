@@ -17,7 +17,9 @@ class StopMatcher {
     bool hit = false;     // a stop string was found; nothing after it is emitted
     std::string matched;  // which one
   };
-  Result push(std::string_view text);
+  // `match` false (min_tokens not reached yet): the text is not searched for a whole stop
+  // string, only a suffix that may begin one is held back.
+  Result push(std::string_view text, bool match = true);
   Result flush();  // end of output: release what was held back
   bool hit() const { return hit_; }
 

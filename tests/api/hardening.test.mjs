@@ -406,3 +406,36 @@ test('Expect: 100-continue is answered, so large bodies from curl do not stall a
   assert.ok(waited < 500, `100 Continue after ${waited} ms`);
   await assertHealthy(srv, 'expect 100-continue');
 });
+
+// Host, Origin, Content-Type and the API key are checked on the headers: a refused request
+// is answered before its body is read, so a 30 MB Content-Length costs no 30 MB read (nor
+// the wait for it). The body is never sent here: the reply can only come from the headers.
+test('refusals are answered on the headers, before a huge body is read', async () => {
+  const own = `127.0.0.1:${srv.port}`;
+  const cases = [
+    [421, { host: 'evil.example', authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }],
+    [403, { host: own, origin: 'https://evil.example', authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }],
+    [415, { host: own, authorization: `Bearer ${KEY}`, 'content-type': 'text/plain' }],
+    [401, { host: own, 'content-type': 'application/json' }],
+    [401, { host: own, authorization: 'Bearer wrong', 'content-type': 'application/json', expect: '100-continue' }],
+  ];
+  for (const [want, headers] of cases) {
+    const sock = net.connect({ host: srv.host, port: srv.port });
+    sock.on('error', () => {});
+    let got = '';
+    let closed = false;
+    sock.on('data', (d) => { got += d.toString('latin1'); });
+    sock.on('close', () => { closed = true; });
+    await new Promise((r) => sock.once('connect', r));
+    const lines = Object.entries(headers).map(([k, v]) => `${k}: ${v}\r\n`).join('');
+    sock.write(`POST /v1/completions HTTP/1.1\r\n${lines}Content-Length: 30000000\r\n\r\n`);
+    // Bounded by the server's idle timeout (75 s), which is what waiting for the body
+    // would cost: the answer comes without a byte of it.
+    for (let i = 0; i < 400 && !(/\r\n\r\n[\s\S]*\}/.test(got) && closed); i++) await sleep(25);
+    sock.destroy();
+    assert.match(got, new RegExp(`^HTTP/1\\.1 ${want} `), `${JSON.stringify(headers)}: ${JSON.stringify(got.slice(0, 200))}`);
+    assert.doesNotMatch(got, /100 Continue/);
+    assert.ok(closed, `${want}: the connection stays open after a refusal with an unread body`);
+  }
+  await assertHealthy(srv, 'refused on headers');
+});

@@ -102,6 +102,7 @@ std::string encode_submit(const GenerationRequest &r) {
           {"logprobs", s.logprobs},
           {"prompt_logprobs", s.prompt_logprobs}};
   if (s.seed) sp["seed"] = *s.seed;
+  if (s.min_tokens != 0) sp["min_tokens"] = s.min_tokens;
   if (!s.speculative) sp["speculative"] = false;
   if (!s.constraint_kind.empty()) {
     sp["constraint_kind"] = s.constraint_kind;
@@ -113,6 +114,7 @@ std::string encode_submit(const GenerationRequest &r) {
                       {"end", s.thinking_end},
                       {"open", s.thinking_open}};
   json j{{"id", r.id.value}, {"prompt", r.prompt}, {"sampling", sp}};
+  if (r.group != 0) j["group"] = r.group;
   if (r.deadline) {
     // Deadlines cross the process boundary as a remaining duration: the clocks differ.
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -128,6 +130,7 @@ GenerationRequest decode_submit(const std::string &payload) {
     GenerationRequest r;
     r.id = RequestId(j.at("id").get<std::uint64_t>());
     r.prompt = j.at("prompt").get<std::vector<TokenId>>();
+    if (j.contains("group")) r.group = j.at("group").get<std::uint64_t>();
     const json &sp = j.at("sampling");
     auto &s = r.sampling;
     s.temperature = sp.at("temperature").get<float>();
@@ -144,6 +147,7 @@ GenerationRequest decode_submit(const std::string &payload) {
     s.logprobs = sp.at("logprobs").get<std::int32_t>();
     s.prompt_logprobs = sp.at("prompt_logprobs").get<bool>();
     if (sp.contains("seed")) s.seed = sp.at("seed").get<std::uint64_t>();
+    if (sp.contains("min_tokens")) s.min_tokens = sp.at("min_tokens").get<std::int32_t>();
     if (sp.contains("speculative")) s.speculative = sp.at("speculative").get<bool>();
     if (sp.contains("constraint_kind")) {
       s.constraint_kind = sp.at("constraint_kind").get<std::string>();

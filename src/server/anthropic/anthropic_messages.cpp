@@ -329,6 +329,7 @@ MessagesRequest parse_messages(const json &body, bool for_count_tokens) {
   json rest = body;
   rest.erase("temperature");
   parse_sampling_fields(rest, r.sampling);
+  if (!for_count_tokens) check_min_tokens(r.sampling, r.sampling.max_tokens, "max_tokens");
   // An array of strings (a bare string is OpenAI's shape, not Anthropic's).
   if (auto ss = body.find("stop_sequences"); ss != body.end() && !ss->is_null() && !ss->is_array())
     fail_field("stop_sequences", "must be an array of strings");

@@ -41,6 +41,7 @@ void parse_common(const json &body, SamplingParams &s, std::optional<std::int64_
   if (!mt && std::string(max_field) == "max_completion_tokens")
     mt = opt_int(body, "max_tokens", 1, 1 << 30);
   max_tokens = mt;
+  check_min_tokens(s, mt, max_field);
   if (auto v = opt_int(body, "n", 1, 16)) n = static_cast<int>(*v);
   stop = parse_stop_field(body, "stop", 16);
   stream = opt_bool(body, "stream").value_or(false);
@@ -235,6 +236,7 @@ CompletionRequest parse_completion(const json &body) {
   parse_common(body, r.sampling, r.max_tokens, r.n, r.stop, r.stream, r.include_usage,
                "max_tokens");
   if (!r.max_tokens) r.max_tokens = 16;  // the OpenAI default for completions
+  check_min_tokens(r.sampling, r.max_tokens, "max_tokens");
   r.echo = opt_bool(body, "echo").value_or(false);
   if (auto v = opt_int(body, "logprobs", 0, 20)) r.logprobs = static_cast<int>(*v);
   r.sampling.logprobs = r.logprobs;

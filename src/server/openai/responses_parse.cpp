@@ -373,6 +373,7 @@ ResponsesRequest parse_responses(const json &body, const PreviousLookup &previou
   parse_sampling_fields(body, r.chat.sampling);
   r.max_output_tokens = opt_int(body, "max_output_tokens", 1, 1 << 30);
   r.chat.max_tokens = r.max_output_tokens;
+  check_min_tokens(r.chat.sampling, r.max_output_tokens, "max_output_tokens");
   r.chat.stream = opt_bool(body, "stream").value_or(false);
   r.store = opt_bool(body, "store").value_or(true);
   r.background = opt_bool(body, "background").value_or(false);

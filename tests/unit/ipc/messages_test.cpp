@@ -43,6 +43,20 @@ TEST(IpcMessages, ThinkingBudgetFieldsCrossIpc) {
   EXPECT_LT(none.sampling.thinking_budget, 0);
 }
 
+TEST(IpcMessages, MinTokensCrossesIpc) {
+  GenerationRequest r = request(8);
+  r.sampling.min_tokens = 5;
+  EXPECT_EQ(ipc::decode_submit(ipc::encode_submit(r)).sampling.min_tokens, 5);
+  EXPECT_EQ(ipc::decode_submit(ipc::encode_submit(request(9))).sampling.min_tokens, 0);
+}
+
+TEST(IpcMessages, FairnessGroupCrossesIpc) {
+  GenerationRequest r = request(12);
+  r.group = 10;
+  EXPECT_EQ(ipc::decode_submit(ipc::encode_submit(r)).group, 10u);
+  EXPECT_EQ(ipc::decode_submit(ipc::encode_submit(request(13))).group, 0u);
+}
+
 TEST(IpcMessages, LoadProgressCrossesIpc) {
   const LoadProgress p{"reading weights", 3 << 20, 8 << 20, "bytes"};
   const LoadProgress back = ipc::decode_progress(ipc::encode_progress(p));

@@ -74,6 +74,43 @@ TEST(HttpServer, KeepaliveAndBodyLimit) {
   server.stop();
 }
 
+// A request the header check refuses is handed over on its headers, its body unread, and
+// the connection closes after the answer; one it passes is read whole as before.
+TEST(HttpServer, RefusedOnHeadersIsAnsweredBeforeItsBody) {
+  HttpOptions o;
+  o.port = 0;
+  o.body_limit = 1u << 30;
+  std::atomic<int> checked{0};
+  HttpServer server(
+      o,
+      [](HttpRequest req, std::shared_ptr<ResponseChannel> ch) {
+        ch->send(req.body_unread ? 403 : 200, "text/plain",
+                 req.path + " body " + std::to_string(req.body.size()) + ".");
+      },
+      [&](const HttpRequest &req) {
+        ++checked;
+        EXPECT_TRUE(req.body.empty());
+        EXPECT_EQ(req.header("content-length"), "100000000");
+        return req.path == "/refuse";
+      });
+  server.start();
+  int fd = connect_to(server.port());
+  send_all(fd, "POST /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\n");
+  std::string r = read_until(fd, "body 0.");
+  EXPECT_NE(r.find("HTTP/1.1 403"), std::string::npos) << r;
+  char c;
+  EXPECT_EQ(::recv(fd, &c, 1, 0), 0) << "the connection stays open";  // FIN, not a timeout
+  ::close(fd);
+  fd = connect_to(server.port());
+  send_all(fd, "POST /pass HTTP/1.1\r\nHost: x\r\nContent-Length: 100000000\r\n\r\nabc");
+  timeval tv{0, 300'000};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  EXPECT_LT(::recv(fd, &c, 1, 0), 0);  // waits for the rest of its body: no answer yet
+  ::close(fd);
+  EXPECT_EQ(checked.load(), 2);
+  server.stop();
+}
+
 TEST(HttpServer, ClientLeavingAStreamFiresOnClose) {
   HttpOptions o;
   o.port = 0;

@@ -83,6 +83,20 @@ TEST(RequestGuard, BodiesMustBeJson) {
   EXPECT_NE(e->message.find("application/json"), std::string::npos);
 }
 
+// Checked on the headers alone, before the body is read: a body they announce counts.
+TEST(RequestGuard, AnAnnouncedBodyMustBeJsonBeforeItIsRead) {
+  const RequestGuard g = guard();
+  EXPECT_EQ(status_of(g, request({{"content-length", "30000000"}, {"content-type", "text/plain"}})),
+            415);
+  EXPECT_EQ(status_of(g, request({{"transfer-encoding", "chunked"}})), 415);
+  EXPECT_EQ(
+      status_of(g, request({{"content-length", "30000000"}, {"content-type", "application/json"}})),
+      0);
+  EXPECT_EQ(status_of(g, request({{"content-length", " 00 "}})), 0);  // no body
+  EXPECT_FALSE(carries_body(request({{"content-length", "0"}})));
+  EXPECT_TRUE(carries_body(request({{"content-length", "1"}})));
+}
+
 TEST(RequestGuard, HelpersSplitHeaders) {
   EXPECT_EQ(host_of_authority("Example.COM:8000"), "example.com");
   EXPECT_EQ(host_of_authority("[::1]:80"), "::1");

@@ -38,3 +38,15 @@ TEST(StopMatcher, EarliestOfSeveralStopsWins) {
   EXPECT_EQ(r.matched, "b");
   EXPECT_EQ(r.emit, "a");
 }
+
+// min_tokens: text pushed before the request has min_tokens tokens is not searched for a
+// whole stop string; a stop that ends after it still matches.
+TEST(StopMatcher, UnmatchedTextPassesAWholeStopAndHoldsAStart) {
+  StopMatcher m({"END"});
+  auto r = m.push("one END two E", /*match=*/false);
+  EXPECT_FALSE(r.hit);
+  EXPECT_EQ(r.emit, "one END two ");  // "E" may begin "END"
+  r = m.push("ND three");
+  EXPECT_TRUE(r.hit);
+  EXPECT_EQ(r.emit, "");
+}

@@ -1,0 +1,74 @@
+// Fair admission by request (issue 31 item 4): one completion of many prompts x n must
+// not hold a small request that arrives while it runs until the big one drains. A server
+// of its own with 4 seats (--max-concurrent 4): a 32-sequence completion takes them all;
+// a 1-sequence completion sent once the big one streams is admitted at the next step
+// (a seat is swapped from the big request), so it ends while the big one has most of its
+// sequences unfinished. Asserted by counts, not by time (the suite runs on a loaded machine).
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { KEEL_BIN, MODEL_PATH, openai } from './helpers.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+let srv;
+
+before(async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-fairness-'));
+  const logPath = path.join(dir, 'serve.log');
+  const out = fs.openSync(logPath, 'w');
+  const proc = spawn(KEEL_BIN, ['serve', '--port', '0', '--threads', '1', MODEL_PATH, '--pin', 'tiny',
+    '--max-concurrent', '4', '--kv-blocks', '256'], { stdio: ['ignore', out, out] });
+  const log = () => fs.readFileSync(logPath, 'utf8');
+  let url;
+  for (let i = 0; i < 400 && !url; i++) {
+    const m = log().match(/listening on (http:\/\/\S+)/);
+    if (m) url = m[1];
+    else if (proc.exitCode !== null) break;
+    else await sleep(25);
+  }
+  if (!url) throw new Error(`keel serve did not start:\n${log()}`);
+  srv = { url, proc, dir, log };
+});
+
+after(async () => {
+  if (!srv) return;
+  if (srv.proc.exitCode === null) {
+    srv.proc.kill('SIGTERM');
+    await Promise.race([new Promise((r) => srv.proc.once('exit', r)), sleep(10_000)]);
+    if (srv.proc.exitCode === null) srv.proc.kill('SIGKILL');
+  }
+  fs.rmSync(srv.dir, { recursive: true, force: true });
+});
+
+test('a small request is served while a 32-sequence completion still runs (openai@7)', { timeout: 300_000 }, async () => {
+  const client = openai(srv.url, undefined);
+  const prompts = Array.from({ length: 8 }, (_, i) => `prompt number ${i}`);
+  const big = await client.completions.create({
+    model: 'tiny', prompt: prompts, n: 4, max_tokens: 256, temperature: 0, ignore_eos: true, stream: true,
+  });
+  let bigFinished = 0;
+  let started;
+  const firstChunk = new Promise((r) => { started = r; });
+  const bigDone = (async () => {
+    for await (const chunk of big) {
+      started();
+      for (const c of chunk.choices) if (c.finish_reason) bigFinished++;
+    }
+  })();
+  await firstChunk;  // the big request holds every seat now
+  const small = await client.completions.create({
+    model: 'tiny', prompt: 'hello', max_tokens: 4, temperature: 0, ignore_eos: true,
+  });
+  const finishedWhenSmallEnded = bigFinished;
+  assert.equal(small.usage.completion_tokens, 4);
+  await bigDone;
+  assert.equal(bigFinished, 32);
+  // First come first served would have admitted all 32 big sequences first: at least 28
+  // would have finished (4 seats) before the small one could start.
+  assert.ok(finishedWhenSmallEnded < 16, `the small request ended after ${finishedWhenSmallEnded} of 32 big sequences`);
+  const log = srv.log();
+  assert.doesNotMatch(log, /internal error/);
+});
