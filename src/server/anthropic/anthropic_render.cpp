@@ -57,6 +57,7 @@ RenderContext::Stream &stream_state(const RenderContext &ctx) {
     s.reasoning = ReasoningParser::for_format(ctx.output_format, ctx.opens_reasoning);
     s.parser = ToolCallParser(ctx.tool_format, ctx.tool_names);
     s.parser.set_stream_arguments(true);
+    s.reasoning.set_stream_calls(true);
     s.started = true;
   }
   return s;

@@ -213,6 +213,7 @@ DeltaParts delta_parts(const RenderContext &ctx, const ChatRequest &req, const C
                           ReasoningParser::for_format(tool_call_format(ctx), ctx.opens_reasoning)})
              .first;
     it->second.parser.set_stream_arguments(true);
+    it->second.reasoning.set_stream_calls(true);
   }
   DeltaParts p;
   p.stream = &it->second;

@@ -229,6 +229,7 @@ void ResponseBuilder::set_streaming(bool on) {
   // Streamed, a call's arguments come as the model writes them; the response object
   // the stream ends with is built from the same events.
   if (tools_) tools_->set_stream_arguments(on);
+  reasoning_.set_stream_calls(on);
 }
 
 void ResponseBuilder::on_call_start(const std::string &name, std::string &out) {

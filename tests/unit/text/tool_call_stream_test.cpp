@@ -7,6 +7,7 @@
 #include <random>
 
 #include "text/json_args_stream.h"
+#include "text/reasoning_parser.h"
 #include "text/tool_call_parser.h"
 
 using namespace keel;
@@ -274,4 +275,58 @@ TEST(ToolCallStream, RandomPiecesAgreeAcrossChunkings) {
     }
   }
   EXPECT_GT(started, 50);
+}
+
+// gpt-oss: the harmony split passes a call's body on as it comes (stream_calls), so the
+// kHarmony parser streams its arguments; the result is the unstreamed one.
+TEST(ToolCallStream, HarmonyCallsStreamThroughTheChannelSplit) {
+  const std::string text =
+      "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>"
+      "commentary to=functions.get_weather <|constrain|>json<|message|>{\"city\": \"Paris\", "
+      "\"notes\": \"a long enough argument string to come in many pieces\"}<|call|>";
+  auto whole = ReasoningParser::for_format(ToolCallFormat::kHarmony, false);
+  ReasoningSplit w = whole.feed(text);
+  const ReasoningSplit wr = whole.finish();
+  const auto want = parse_tool_calls(w.content + wr.content, ToolCallFormat::kHarmony, kTools);
+  ASSERT_EQ(want.calls.size(), 1u);
+  std::mt19937 rng(8);
+  for (int trial = 0; trial < 100; ++trial) {
+    auto reasoning = ReasoningParser::for_format(ToolCallFormat::kHarmony, false);
+    reasoning.set_stream_calls(true);
+    ToolCallParser calls(ToolCallFormat::kHarmony, kTools);
+    calls.set_stream_arguments(true);
+    std::string reasoning_text, args;
+    int fragments = 0, ends = 0;
+    auto take = [&](const ReasoningSplit &s, bool final) {
+      reasoning_text += s.reasoning;
+      auto evs = calls.feed(s.content);
+      if (final) {
+        auto rest = calls.finish();
+        evs.insert(evs.end(), rest.begin(), rest.end());
+      }
+      for (const auto &e : evs) {
+        if (e.kind == ToolParseEvent::Kind::kCallArgs) {
+          args += e.text;
+          ++fragments;
+        } else if (e.kind == ToolParseEvent::Kind::kCallEnd) {
+          ++ends;
+          EXPECT_TRUE(e.complete);
+          EXPECT_EQ(e.call.name, "get_weather");
+          EXPECT_EQ(e.call.arguments, want.calls[0].arguments);
+        } else {
+          EXPECT_NE(e.kind, ToolParseEvent::Kind::kText) << e.text;
+        }
+      }
+    };
+    for (std::size_t i = 0; i < text.size();) {
+      const std::size_t n = std::uniform_int_distribution<std::size_t>(1, 4)(rng);
+      take(reasoning.feed(std::string_view(text).substr(i, n)), false);
+      i += n;
+    }
+    take(reasoning.finish(), true);
+    EXPECT_EQ(reasoning_text, w.reasoning + wr.reasoning);
+    EXPECT_EQ(ends, 1);
+    EXPECT_EQ(args, want.calls[0].arguments);
+    EXPECT_GT(fragments, 5);
+  }
 }
