@@ -74,7 +74,7 @@ std::vector<HarmonyEvent> HarmonyParser::feed(std::string_view text) {
 std::vector<HarmonyEvent> HarmonyParser::finish() {
   while (step(true)) {
   }
-  if (state_ == State::kBody) end_body();
+  if (state_ == State::kBody) end_body(false);
   state_ = State::kHeader;
   return std::exchange(out_, {});
 }
@@ -150,7 +150,7 @@ bool HarmonyParser::body_step(bool final) {
   const Kind k = kind_;
   auto settle = [&](std::string_view text) {
     if (k == Kind::kCall)
-      body_.append(text);
+      call_body(text);
     else
       emit(k == Kind::kReasoning ? HarmonyEvent::Kind::kReasoning : HarmonyEvent::Kind::kContent,
            text);
@@ -163,14 +163,39 @@ bool HarmonyParser::body_step(bool final) {
   }
   settle(std::string_view(buf_).substr(0, end));
   buf_.erase(0, end + (marker == kStart ? 0 : marker.size()));
-  end_body();
+  end_body(true);
   state_ = State::kHeader;
   after_start_ = false;
   return true;
 }
 
-void HarmonyParser::end_body() {
-  if (kind_ == Kind::kCall) {
+void HarmonyParser::call_body(std::string_view text) {
+  if (call_streaming_) {
+    if (!text.empty()) out_.push_back({HarmonyEvent::Kind::kCallText, std::string(text), {}});
+    return;
+  }
+  body_.append(text);
+  if (!stream_calls_) return;
+  const std::size_t first = body_.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos || body_[first] != '{') return;
+  // The header as harmony_call_text writes it, then the body so far.
+  call_streaming_ = true;
+  out_.push_back({HarmonyEvent::Kind::kCallText,
+                  std::string(kChannel) + "commentary to=functions." + name_ + " " +
+                      std::string(kConstrain) + "json" + std::string(kMessage) +
+                      body_.substr(first),
+                  {}});
+  body_.clear();
+}
+
+// `marker`: the message ended with a marker (else the output ended).
+void HarmonyParser::end_body(bool marker) {
+  if (kind_ == Kind::kCall && call_streaming_) {
+    // The tool-call parser reads a call that ends with the output as it reads the whole
+    // form (unless the output was cut short).
+    if (marker) out_.push_back({HarmonyEvent::Kind::kCallText, std::string(kCall), {}});
+    call_streaming_ = false;
+  } else if (kind_ == Kind::kCall) {
     const std::string_view args = trim(body_);
     // Bounded (depth, keys): the model's text, dumped again below.
     auto j = parse_bounded_json<nlohmann::ordered_json>(args);

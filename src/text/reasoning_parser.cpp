@@ -42,6 +42,7 @@ ReasoningSplit ReasoningParser::from_harmony(std::vector<HarmonyEvent> events) {
       out.reasoning += e.text;
       state_ = State::kReasoning;
     } else {
+      // kCallText: a streamed call's markup and body (harmony_call_text's form).
       out.content += e.kind == HarmonyEvent::Kind::kCall ? harmony_call_text(e.call) : e.text;
       state_ = State::kContent;
       closed_ = true;

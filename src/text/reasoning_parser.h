@@ -47,6 +47,13 @@ class ReasoningParser {
   // The end of the output: everything held back is settled.
   ReasoningSplit finish();
 
+  // Harmony: a call's text comes out as it is generated instead of whole at its end
+  // (HarmonyParser::set_stream_calls), for a stream that passes its arguments on. Set
+  // before the first feed; no effect on other formats.
+  void set_stream_calls(bool on) {
+    if (harmony_) harmony_->set_stream_calls(on);
+  }
+
   // True while the output is inside the thinking block.
   bool in_reasoning() const { return state_ == State::kReasoning; }
   // True once the block has closed (the answer has begun).

@@ -25,6 +25,9 @@ constexpr std::string_view kHarmonyMessage = "<|message|>";
 constexpr std::string_view kHarmonyCall = "<|call|>";
 // Deeper JSON is not taken as a call: re-serializing it recurses.
 constexpr int kMaxDepth = 64;
+// A call object's head ({"name": N, "arguments": {) longer than this is not streamed
+// (the call comes out whole once complete): it bounds the rescans of an unsettled head.
+constexpr std::size_t kMaxHead = 1024;
 
 bool is_ws(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
@@ -79,6 +82,54 @@ std::optional<ParsedToolCall> call_from(const json &obj) {
     }
   }
   return ParsedToolCall{name->get<std::string>(), dump(args)};
+}
+
+enum class Head { kNeedMore, kNo, kYes };
+
+// The head of a call object at s[0]: {"name": N, "arguments"|"parameters": { with N a
+// non-empty string; *args_at is where the arguments' '{' is.
+Head call_head(std::string_view s, std::string *name, std::size_t *args_at) {
+  std::size_t i = 0;
+  auto more = [&] {
+    i = skip_ws(s, i);
+    return i < s.size();
+  };
+  auto punct = [&](char c) {
+    if (!more()) return Head::kNeedMore;
+    if (s[i] != c) return Head::kNo;
+    ++i;
+    return Head::kYes;
+  };
+  auto literal = [&](std::string *out) {
+    if (!more()) return Head::kNeedMore;
+    if (s[i] != '"') return Head::kNo;
+    std::size_t j = i + 1;
+    for (bool esc = false; j < s.size(); ++j) {
+      if (esc)
+        esc = false;
+      else if (s[j] == '\\')
+        esc = true;
+      else if (s[j] == '"')
+        break;
+    }
+    if (j == s.size()) return Head::kNeedMore;
+    const auto v = json::parse(s.substr(i, j + 1 - i), nullptr, false);
+    if (!v.is_string()) return Head::kNo;
+    *out = v.get<std::string>();
+    i = j + 1;
+    return Head::kYes;
+  };
+  std::string key;
+  Head h;
+  if ((h = punct('{')) != Head::kYes || (h = literal(&key)) != Head::kYes) return h;
+  if (key != "name") return Head::kNo;
+  if ((h = punct(':')) != Head::kYes || (h = literal(name)) != Head::kYes) return h;
+  if (name->empty()) return Head::kNo;
+  if ((h = punct(',')) != Head::kYes || (h = literal(&key)) != Head::kYes) return h;
+  if (key != "arguments" && key != "parameters") return Head::kNo;
+  if ((h = punct(':')) != Head::kYes || (h = punct('{')) != Head::kYes) return h;
+  *args_at = i - 1;
+  return Head::kYes;
 }
 
 }  // namespace
@@ -166,6 +217,71 @@ std::size_t ToolCallParser::scan_value(std::size_t from, bool *too_deep) {
 void ToolCallParser::consume(std::size_t n) {
   buf_.erase(0, n);
   scan_ = JsonScan{};
+  head_failed_ = false;
+}
+
+void ToolCallParser::stream_object(std::size_t at, bool need_known) {
+  if (!stream_args_) return;
+  if (!open_.started) {
+    if (head_failed_) return;
+    std::string name;
+    std::size_t args = 0;
+    Head h = call_head(std::string_view(buf_).substr(at), &name, &args);
+    if (h == Head::kNeedMore && buf_.size() - at > kMaxHead) h = Head::kNo;
+    if (h == Head::kYes && need_known && !known(name)) h = Head::kNo;
+    if (h == Head::kNo) head_failed_ = true;
+    if (h != Head::kYes) return;
+    stream_start(std::move(name), at + args);
+  }
+  stream_feed();
+}
+
+void ToolCallParser::stream_start(std::string name, std::size_t args_at) {
+  held_ws_.clear();
+  after_call_ = false;
+  ++calls_;
+  ToolParseEvent ev;
+  ev.kind = ToolParseEvent::Kind::kCallStart;
+  ev.call.name = name;
+  out_.push_back(std::move(ev));
+  open_ = OpenCall{};
+  open_.started = true;
+  open_.name = std::move(name);
+  open_.args_at = args_at;
+}
+
+void ToolCallParser::stream_feed() {
+  if (!open_.started || open_.args.done() || open_.args_at + open_.fed >= buf_.size()) return;
+  open_.fed += open_.args.feed(std::string_view(buf_).substr(open_.args_at + open_.fed));
+  std::string frag = open_.args.take_new();
+  if (frag.empty()) return;
+  if (!out_.empty() && out_.back().kind == ToolParseEvent::Kind::kCallArgs) {
+    out_.back().text += frag;
+    return;
+  }
+  ToolParseEvent ev;
+  ev.kind = ToolParseEvent::Kind::kCallArgs;
+  ev.text = std::move(frag);
+  out_.push_back(std::move(ev));
+}
+
+bool ToolCallParser::end_call(std::optional<ParsedToolCall> call) {
+  if (open_.started) {
+    stream_feed();
+    ToolParseEvent ev;
+    ev.kind = ToolParseEvent::Kind::kCallEnd;
+    ev.complete = call.has_value() && open_.args.done();
+    ev.call.name = std::move(open_.name);
+    ev.call.arguments = open_.args.output();
+    out_.push_back(std::move(ev));
+    open_ = OpenCall{};
+    held_ws_.clear();
+    after_call_ = true;
+    return true;
+  }
+  if (!call) return false;
+  emit_call(std::move(*call));
+  return true;
 }
 
 ToolCallParser::ToolCallParser(ToolCallFormat format, std::vector<std::string> known_tools)
@@ -227,6 +343,19 @@ void ToolCallParser::emit_call(ParsedToolCall call) {
   held_ws_.clear();
   after_call_ = true;
   ++calls_;
+  if (stream_args_) {  // a call not streamed: its three events at once
+    ToolParseEvent start, args, end;
+    start.kind = ToolParseEvent::Kind::kCallStart;
+    start.call.name = call.name;
+    args.kind = ToolParseEvent::Kind::kCallArgs;
+    args.text = call.arguments;
+    end.kind = ToolParseEvent::Kind::kCallEnd;
+    end.call = std::move(call);
+    out_.push_back(std::move(start));
+    out_.push_back(std::move(args));
+    out_.push_back(std::move(end));
+    return;
+  }
   ToolParseEvent ev;
   ev.kind = ToolParseEvent::Kind::kCall;
   ev.call = std::move(call);
@@ -299,9 +428,7 @@ bool ToolCallParser::step(bool final) {
         if (closed || !cut_short_)
           if (auto j = parse_value(std::string_view(buf_).substr(0, body_end)))
             call = call_from(*j);
-        if (call)
-          emit_call(std::move(*call));
-        else
+        if (!end_call(std::move(call)))
           emit_text(std::string(kHermesOpen) + buf_.substr(0, consumed));
         consume(consumed);
         state_ = State::kContent;
@@ -309,6 +436,7 @@ bool ToolCallParser::step(bool final) {
       };
       const std::size_t i = skip_ws(buf_);
       if (i < buf_.size() && buf_[i] == '{') {
+        stream_object(i, false);
         bool deep = false;
         const std::size_t n = scan_value(i, &deep);
         if (n == std::string_view::npos) return final ? settle(buf_.size(), buf_.size()) : false;
@@ -335,7 +463,7 @@ bool ToolCallParser::step(bool final) {
     case State::kMarkedJson: {  // Mistral, after [TOOL_CALLS]
       const std::size_t i = skip_ws(buf_);
       auto give_up = [&](std::size_t upto) {
-        emit_text(std::string(kMistralMarker) + buf_.substr(0, upto));
+        if (!end_call(std::nullopt)) emit_text(std::string(kMistralMarker) + buf_.substr(0, upto));
         consume(upto);
         state_ = State::kContent;
         return true;
@@ -382,22 +510,25 @@ bool ToolCallParser::step(bool final) {
         return final ? give_up(buf_.size()) : false;
       if (a == s.size()) return final ? give_up(buf_.size()) : false;
       if (s[a] != '{') return give_up(i + a);
+      if (stream_args_ && !open_.started) stream_start(std::string(s.substr(0, k)), i + a);
+      stream_feed();
       bool deep = false;
       const std::size_t end = scan_value(i + a, &deep);
       if (end == std::string_view::npos) return final ? give_up(buf_.size()) : false;
       auto j = deep ? std::nullopt : parse_value(s.substr(a, end));
       if (!j || !j->is_object()) return give_up(i + a + end);
-      emit_call({std::string(s.substr(0, k)), dump(*j)});
+      end_call(ParsedToolCall{std::string(s.substr(0, k)), dump(*j)});
       consume(i + a + end);
       state_ = State::kContent;
       return true;
     }
     case State::kBareJson: {  // Llama objects or a Mistral array, at the start of the output
       std::size_t i = skip_ws(buf_);
-      if (marked_ && calls_ == 0 &&
+      const int settled = calls_ - (open_.started ? 1 : 0);  // an open call is still at buf_
+      if (marked_ && settled == 0 &&
           std::string_view(buf_).substr(i, kPythonTag.size()) == kPythonTag)
         i = skip_ws(buf_, i + kPythonTag.size());
-      if (calls_ > 0)
+      if (settled > 0)
         while (i < buf_.size() && (buf_[i] == ';' || is_ws(buf_[i]))) ++i;
       if (i == buf_.size()) {
         if (final) {
@@ -412,10 +543,15 @@ bool ToolCallParser::step(bool final) {
         state_ = State::kPassthrough;
         return true;
       }
+      if (want == '{') stream_object(i, !marked_);
       bool deep = false;
       const std::size_t end = scan_value(i, &deep);
       if (end == std::string_view::npos) {
         if (!final) return false;
+        if (end_call(std::nullopt)) {  // a streamed call cut off: its text is dropped
+          consume(buf_.size());
+          return false;
+        }
         state_ = State::kPassthrough;
         return true;
       }
@@ -439,10 +575,17 @@ bool ToolCallParser::step(bool final) {
         ok = false;
       }
       if (!ok) {
+        if (end_call(std::nullopt)) {
+          consume(i + end);
+          return true;
+        }
         state_ = State::kPassthrough;
         return true;
       }
-      for (auto &c : calls) emit_call(std::move(c));
+      if (open_.started)
+        end_call(std::move(calls[0]));  // a streamed call is one object
+      else
+        for (auto &c : calls) emit_call(std::move(c));
       consume(i + end);
       if (format_ == ToolCallFormat::kMistral) state_ = State::kContent;
       return true;
@@ -472,10 +615,7 @@ ToolParseResult parse_tool_calls(std::string_view text, ToolCallFormat format,
 // end of the output). Anything else is content, marker included.
 bool ToolCallParser::harmony_call_step(bool final) {
   auto settle = [&](std::optional<ParsedToolCall> call, std::size_t consumed) {
-    if (call)
-      emit_call(std::move(*call));
-    else
-      emit_text(std::string(kHarmonyOpen) + buf_.substr(0, consumed));
+    if (!end_call(std::move(call))) emit_text(std::string(kHarmonyOpen) + buf_.substr(0, consumed));
     consume(consumed);
     state_ = State::kContent;
     return true;
@@ -487,6 +627,8 @@ bool ToolCallParser::harmony_call_step(bool final) {
   const std::size_t i = skip_ws(buf_, m + kHarmonyMessage.size());
   if (i == buf_.size()) return final ? settle(std::nullopt, buf_.size()) : false;
   if (name_end == 0 || buf_[i] != '{') return settle(std::nullopt, i);
+  if (stream_args_ && !open_.started) stream_start(buf_.substr(0, name_end), i);
+  stream_feed();
   bool deep = false;
   const std::size_t n = scan_value(i, &deep);
   if (n == std::string_view::npos) return final ? settle(std::nullopt, buf_.size()) : false;

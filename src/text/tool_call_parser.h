@@ -19,13 +19,27 @@
 // the call must name a tool the request declared, so JSON answers stay content.
 // Malformed call text is content, never an error. Whitespace between content and
 // calls is dropped (as vLLM does), so content is not padded with newlines.
+//
+// Streamed arguments (set_stream_arguments): instead of one kCall per call, a call
+// comes out as kCallStart (its name) as soon as the name and the opening brace of its
+// arguments are read, kCallArgs fragments of the arguments' canonical form
+// (text/json_args_stream.h) as the model writes them, and kCallEnd; the fragments
+// concatenate to kCallEnd's arguments. Where the name is not known before the
+// arguments (keys in another order, arguments as a JSON string, Mistral's list form
+// [TOOL_CALLS][{...}, ...]), the three come together once the call is whole. A call
+// that was started cannot be taken back: if it then turns out malformed or is cut
+// short, kCallEnd has complete = false, its arguments are what was streamed (they may
+// not parse), and the rest of its markup is dropped (not content).
 #pragma once
 
 #include <cstddef>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "text/json_args_stream.h"
 
 namespace keel {
 
@@ -47,16 +61,20 @@ struct ParsedToolCall {
 };
 
 struct ToolParseEvent {
-  enum class Kind { kText, kCall };
+  enum class Kind { kText, kCall, kCallStart, kCallArgs, kCallEnd };
   Kind kind = Kind::kText;
-  std::string text;     // kText
-  ParsedToolCall call;  // kCall
+  std::string text;      // kText; kCallArgs: the next fragment of the arguments
+  ParsedToolCall call;   // kCall, kCallEnd; kCallStart: the name only
+  bool complete = true;  // kCallEnd: false when the call was malformed or cut short
 };
 
 class ToolCallParser {
  public:
   // known_tools: the names the request declared (checked only for unmarked calls).
   ToolCallParser(ToolCallFormat format, std::vector<std::string> known_tools);
+
+  // Calls come out as kCallStart, kCallArgs..., kCallEnd (see the top of this file).
+  void set_stream_arguments(bool on) { stream_args_ = on; }
 
   // Feeds more generated text; returns what is now settled, in order. Text that may
   // still turn out to be (part of) a call is held back.
@@ -98,6 +116,23 @@ class ToolCallParser {
   void emit_call(ParsedToolCall call);
   bool known(const std::string &name) const;
 
+  // The call being streamed: its arguments begin at buf_[args_at] (buf_ is not
+  // consumed while a call is open).
+  struct OpenCall {
+    bool started = false;
+    std::string name;
+    std::size_t args_at = 0, fed = 0;
+    JsonArgsStream args;
+  };
+  // Starts streaming the call object at buf_[at] once its head {"name": N,
+  // "arguments"|"parameters": { is read (need_known: N must be a declared tool).
+  void stream_object(std::size_t at, bool need_known);
+  void stream_start(std::string name, std::size_t args_at);
+  void stream_feed();  // passes the open call's new argument bytes on
+  // Settles a call: the open one ends (complete when `call` parsed), else `call` is
+  // emitted whole. Returns false when there was neither (the caller emits text).
+  bool end_call(std::optional<ParsedToolCall> call);
+
   ToolCallFormat format_;
   std::vector<std::string> known_;
   State state_ = State::kStart;
@@ -108,6 +143,9 @@ class ToolCallParser {
   bool marked_ = false;     // <|python_tag|> seen: any tool name counts
   bool cut_short_ = false;  // set by finish(true)
   int calls_ = 0;
+  bool stream_args_ = false;
+  OpenCall open_;
+  bool head_failed_ = false;  // the call object at hand has no streamable head
   std::vector<ToolParseEvent> out_;
 };
 

@@ -252,6 +252,39 @@ test('a random model forced to call a tool answers with a proper call (openai@7 
   assert.equal(m.stop_reason, 'tool_use');
 });
 
+test('a forced call streams its arguments in fragments from the harmony channel (chat, Responses, Anthropic)', { skip }, async () => {
+  const long = [{ type: 'function', function: { name: 'note', parameters: { type: 'object',
+    properties: { text: { type: 'string', minLength: 30, maxLength: 40 } }, required: ['text'], additionalProperties: false } } }];
+  const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
+  const base = { model: 'random', tools: long, tool_choice: 'required', max_tokens: 300, temperature: 1, seed: 9,
+    messages: [{ role: 'user', content: 'Write a note.' }] };
+  const whole = await client.chat.completions.create(base);
+  const want = whole.choices[0].message.tool_calls[0].function.arguments;
+  const fragments = [];
+  let finish;
+  for await (const c of await client.chat.completions.create({ ...base, stream: true })) {
+    for (const tc of c.choices[0]?.delta?.tool_calls ?? []) if (tc.function?.arguments) fragments.push(tc.function.arguments);
+    finish = c.choices[0]?.finish_reason ?? finish;
+  }
+  assert.equal(finish, 'tool_calls');
+  assert.ok(fragments.length > 1, `${fragments.length} fragments`);
+  assert.equal(fragments.join(''), want);
+  const deltas = [];
+  for await (const e of client.responses.stream({ model: 'random', input: 'Write a note.', max_output_tokens: 300,
+    temperature: 1, tools: [{ type: 'function', name: 'note', parameters: long[0].function.parameters, strict: false }],
+    tool_choice: 'required' })) if (e.type === 'response.function_call_arguments.delta') deltas.push(e.delta);
+  assert.ok(deltas.length > 1, `${deltas.length} deltas`);
+  assert.equal(typeof JSON.parse(deltas.join('')).text, 'string');
+  const partials = [];
+  const stream = new Anthropic({ baseURL: server.url, apiKey: 'none', maxRetries: 0 }).messages.stream({
+    model: 'random', max_tokens: 300, temperature: 1, tools: [{ name: 'note', input_schema: long[0].function.parameters }],
+    tool_choice: { type: 'any' }, messages: [{ role: 'user', content: 'Write a note.' }] });
+  stream.on('inputJson', (p) => partials.push(p));
+  const final = await stream.finalMessage();
+  assert.ok(partials.length > 1, `${partials.length} fragments`);
+  assert.deepEqual(JSON.parse(partials.join('')), final.content.find((b) => b.type === 'tool_use').input);
+});
+
 test('response_format json_schema: a random model\'s answer is the JSON document, as content', { skip }, async () => {
   const client = new OpenAI7({ baseURL: `${server.url}/v1`, apiKey: 'none', maxRetries: 0 });
   const schema = { type: 'object', properties: { n: { type: 'integer' } }, required: ['n'], additionalProperties: false };

@@ -56,6 +56,8 @@ RenderContext::Stream &stream_state(const RenderContext &ctx) {
   if (!s.started) {
     s.reasoning = ReasoningParser::for_format(ctx.output_format, ctx.opens_reasoning);
     s.parser = ToolCallParser(ctx.tool_format, ctx.tool_names);
+    s.parser.set_stream_arguments(true);
+    s.reasoning.set_stream_calls(true);
     s.started = true;
   }
   return s;
@@ -91,36 +93,52 @@ std::string thinking_events(const RenderContext &ctx, RenderContext::Stream &s,
   return out;
 }
 
+std::string input_json_delta(int index, const std::string &partial) {
+  return sse_event("content_block_delta",
+                   {{"type", "content_block_delta"},
+                    {"index", index},
+                    {"delta", {{"type", "input_json_delta"}, {"partial_json", partial}}}});
+}
+
 // The events of parsed output as content blocks: text goes into an open text block
-// (opened on demand); each call is a whole tool_use block.
+// (opened on demand); a call is a tool_use block whose input streams as
+// input_json_delta fragments while the model writes its arguments.
 std::string stream_events(const RenderContext &ctx, RenderContext::Stream &s,
                           const std::vector<ToolParseEvent> &events) {
   std::string out;
   for (const auto &e : events) {
-    if (e.kind == ToolParseEvent::Kind::kText) {
-      if (e.text.empty()) continue;
-      if (!s.text_open) {
-        out += block_start(s.next_block, {{"type", "text"}, {"text", ""}});
-        s.text_open = true;
-      }
-      out += text_delta(s.next_block, e.text);
-      continue;
+    switch (e.kind) {
+      case ToolParseEvent::Kind::kText:
+        if (e.text.empty()) break;
+        if (!s.text_open) {
+          out += block_start(s.next_block, {{"type", "text"}, {"text", ""}});
+          s.text_open = true;
+        }
+        out += text_delta(s.next_block, e.text);
+        break;
+      case ToolParseEvent::Kind::kCallStart:
+        if (s.text_open) {
+          out += block_stop(s.next_block++);
+          s.text_open = false;
+        }
+        s.tool_block = s.next_block++;
+        out += block_start(s.tool_block, {{"type", "tool_use"},
+                                          {"id", tool_use_id(ctx, s.calls++)},
+                                          {"name", e.call.name},
+                                          {"input", json::object()}});
+        break;
+      case ToolParseEvent::Kind::kCallArgs:
+        if (s.tool_block >= 0) out += input_json_delta(s.tool_block, e.text);
+        break;
+      case ToolParseEvent::Kind::kCallEnd:
+        // A call cut short (or malformed after it started) ends here too, with the
+        // input streamed so far; stop_reason says max_tokens when it was cut.
+        if (s.tool_block >= 0) out += block_stop(s.tool_block);
+        s.tool_block = -1;
+        break;
+      case ToolParseEvent::Kind::kCall:  // not with streamed arguments
+        break;
     }
-    if (s.text_open) {
-      out += block_stop(s.next_block++);
-      s.text_open = false;
-    }
-    const int index = s.next_block++;
-    out += block_start(index, {{"type", "tool_use"},
-                               {"id", tool_use_id(ctx, s.calls++)},
-                               {"name", e.call.name},
-                               {"input", json::object()}});
-    out +=
-        sse_event("content_block_delta",
-                  {{"type", "content_block_delta"},
-                   {"index", index},
-                   {"delta", {{"type", "input_json_delta"}, {"partial_json", e.call.arguments}}}});
-    out += block_stop(index);
   }
   return out;
 }

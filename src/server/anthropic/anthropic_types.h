@@ -68,6 +68,7 @@ struct RenderContext {
     int next_block = 0;    // index of the next content block
     bool thinking_open = false;
     bool text_open = false;
+    int tool_block = -1;  // the tool_use block whose input is streaming, or -1
     int calls = 0;
     bool started = false;
   };

@@ -193,9 +193,10 @@ namespace {
 
 // What a delta settles for its choice: the reasoning split off first, then the
 // answer's events (through the tool-call parser when the request parses calls). Text
-// that may be the start of a think marker or a call is held back; a call comes out
-// whole once its closing markup arrives, so malformed markup can still turn into
-// content. The choice's state is made on first use.
+// that may be the start of a think marker or a call is held back; a call's arguments
+// stream as the model writes them (kCallStart, kCallArgs..., kCallEnd), so markup
+// that turns out malformed after its call started stays a call (text/tool_call_parser.h).
+// The choice's state is made on first use.
 struct DeltaParts {
   std::string reasoning;
   std::vector<ToolParseEvent> events;
@@ -204,13 +205,16 @@ struct DeltaParts {
 
 DeltaParts delta_parts(const RenderContext &ctx, const ChatRequest &req, const ChoiceDelta &d) {
   auto it = ctx.tool_streams.find(d.index);
-  if (it == ctx.tool_streams.end())
+  if (it == ctx.tool_streams.end()) {
     it = ctx.tool_streams
              .emplace(d.index,
                       ChoiceToolStream{
                           ToolCallParser(tool_call_format(ctx), req.tool_names), 0,
                           ReasoningParser::for_format(tool_call_format(ctx), ctx.opens_reasoning)})
              .first;
+    it->second.parser.set_stream_arguments(true);
+    it->second.reasoning.set_stream_calls(true);
+  }
   DeltaParts p;
   p.stream = &it->second;
   ReasoningSplit split = it->second.reasoning.feed(d.text);
@@ -259,20 +263,45 @@ json delta_logprobs(const RenderContext &ctx, const ChatRequest &req, const Choi
   return {{"content", chat_logprob_entries(ctx, d.tokens, d.logprobs, d.top)}};
 }
 
+// A streamed call's first entry: index, id, type and name, with empty arguments.
+json call_head(const RenderContext &ctx, int choice, int k, const ToolParseEvent &e) {
+  json head = tool_call_json(ctx, choice, k, e.call, true);
+  head["function"]["arguments"] = "";
+  return head;
+}
+
+json call_fragment(int k, const std::string &arguments) {
+  return {{"index", k}, {"function", {{"arguments", arguments}}}};
+}
+
 }  // namespace
 
 std::string chat_chunk_delta(const RenderContext &ctx, const ChatRequest &req,
                              const ChoiceDelta &d) {
-  // One chunk per delta: each call in one entry (id, name and all its arguments).
+  // One chunk per delta: a call's entries as in chat_chunks, a started call's fragments
+  // merged into its last entry.
   DeltaParts p = delta_parts(ctx, req, d);
   json delta = p.reasoning.empty() ? json::object() : reasoning_delta(p.reasoning);
   std::string content;
   json tc = json::array();
   for (const auto &e : p.events) {
-    if (e.kind == ToolParseEvent::Kind::kText)
-      content += e.text;
-    else
-      tc.push_back(tool_call_json(ctx, d.index, p.stream->calls++, e.call, true));
+    switch (e.kind) {
+      case ToolParseEvent::Kind::kText:
+        content += e.text;
+        break;
+      case ToolParseEvent::Kind::kCallStart:
+        tc.push_back(call_head(ctx, d.index, p.stream->calls++, e));
+        break;
+      case ToolParseEvent::Kind::kCallArgs:
+        if (!tc.empty() && tc.back()["index"] == p.stream->calls - 1)
+          tc.back()["function"]["arguments"].get_ref<std::string &>() += e.text;
+        else
+          tc.push_back(call_fragment(p.stream->calls - 1, e.text));
+        break;
+      case ToolParseEvent::Kind::kCall:  // not with streamed arguments
+      case ToolParseEvent::Kind::kCallEnd:
+        break;
+    }
   }
   if (!content.empty()) delta["content"] = content;
   if (!tc.empty()) delta["tool_calls"] = std::move(tc);
@@ -287,18 +316,22 @@ std::vector<std::string> chat_chunks(const RenderContext &ctx, const ChatRequest
   std::vector<json> deltas;
   if (!p.reasoning.empty()) deltas.push_back(reasoning_delta(p.reasoning));
   for (const auto &e : p.events) {
-    if (e.kind == ToolParseEvent::Kind::kText) {
-      deltas.push_back({{"content", e.text}});
-      continue;
+    // As OpenAI streams a call: index, id and name with empty arguments, then the
+    // arguments in fragments as the model writes them; nothing marks its end.
+    switch (e.kind) {
+      case ToolParseEvent::Kind::kText:
+        deltas.push_back({{"content", e.text}});
+        break;
+      case ToolParseEvent::Kind::kCallStart:
+        deltas.push_back({{"tool_calls", json::array({call_head(ctx, d.index, ts->calls++, e)})}});
+        break;
+      case ToolParseEvent::Kind::kCallArgs:
+        deltas.push_back({{"tool_calls", json::array({call_fragment(ts->calls - 1, e.text)})}});
+        break;
+      case ToolParseEvent::Kind::kCall:  // not with streamed arguments
+      case ToolParseEvent::Kind::kCallEnd:
+        break;
     }
-    // As OpenAI streams a call: id and name with empty arguments, then the arguments.
-    const int k = ts->calls++;
-    json head = tool_call_json(ctx, d.index, k, e.call, true);
-    head["function"]["arguments"] = "";
-    deltas.push_back({{"tool_calls", json::array({head})}});
-    deltas.push_back(
-        {{"tool_calls",
-          json::array({{{"index", k}, {"function", {{"arguments", e.call.arguments}}}}})}});
   }
   json lp = delta_logprobs(ctx, req, d);
   if (deltas.empty() && (d.finish || !lp.is_null())) deltas.push_back(json::object());

@@ -1,6 +1,7 @@
 // /v1/responses output: the response object, its output items and the stream events
 // announcing them, built from generated text as it arrives (ResponseBuilder).
 #include <algorithm>
+#include <utility>
 
 #include "server/openai/responses_types.h"
 
@@ -223,6 +224,77 @@ void ResponseBuilder::on_call(const ParsedToolCall &call, std::string &out) {
   out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
 }
 
+void ResponseBuilder::set_streaming(bool on) {
+  streaming_ = on;
+  // Streamed, a call's arguments come as the model writes them; the response object
+  // the stream ends with is built from the same events.
+  if (tools_) tools_->set_stream_arguments(on);
+  reasoning_.set_stream_calls(on);
+}
+
+void ResponseBuilder::on_call_start(const std::string &name, std::string &out) {
+  dropping_call_ = !req_.parallel_tool_calls && calls_ > 0;  // see on_call
+  if (dropping_call_) return;
+  close_reasoning(out);
+  close_message(out);
+  open_call_ = static_cast<int>(output_.size());
+  const std::string call_id =
+      "call_" + ctx_.id.substr(ctx_.id.find('_') + 1) + "_" + std::to_string(calls_++);
+  json item{{"id", item_id("fc_")},
+            {"type", "function_call"},
+            {"status", "in_progress"},
+            {"call_id", call_id},
+            {"name", name},
+            {"arguments", ""}};
+  out += event("response.output_item.added", {{"output_index", open_call_}, {"item", item}});
+  output_.push_back(std::move(item));
+}
+
+void ResponseBuilder::on_call_arguments(const std::string &fragment, std::string &out) {
+  if (dropping_call_ || open_call_ < 0) return;
+  json &item = output_[open_call_];
+  item["arguments"].get_ref<std::string &>() += fragment;
+  out += event("response.function_call_arguments.delta",
+               {{"item_id", item["id"]}, {"output_index", open_call_}, {"delta", fragment}});
+}
+
+void ResponseBuilder::on_call_end(bool complete, std::string &out) {
+  if (dropping_call_ || open_call_ < 0) {
+    dropping_call_ = false;
+    return;
+  }
+  const int index = std::exchange(open_call_, -1);
+  json &item = output_[index];
+  out += event("response.function_call_arguments.done", {{"item_id", item["id"]},
+                                                         {"output_index", index},
+                                                         {"name", item["name"]},
+                                                         {"arguments", item["arguments"]}});
+  // A call that was cut short or turned out malformed after it started: its arguments
+  // are what was streamed.
+  item["status"] = complete ? "completed" : "incomplete";
+  out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
+}
+
+void ResponseBuilder::on_event(const ToolParseEvent &e, std::string &out) {
+  switch (e.kind) {
+    case ToolParseEvent::Kind::kText:
+      on_content(e.text, out);
+      break;
+    case ToolParseEvent::Kind::kCall:
+      on_call(e.call, out);
+      break;
+    case ToolParseEvent::Kind::kCallStart:
+      on_call_start(e.call.name, out);
+      break;
+    case ToolParseEvent::Kind::kCallArgs:
+      on_call_arguments(e.text, out);
+      break;
+    case ToolParseEvent::Kind::kCallEnd:
+      on_call_end(e.complete, out);
+      break;
+  }
+}
+
 std::string ResponseBuilder::feed(const std::string &text) {
   std::string out;
   auto split = reasoning_.feed(text);
@@ -232,12 +304,7 @@ std::string ResponseBuilder::feed(const std::string &text) {
     on_content(split.content, out);
     return out;
   }
-  for (const auto &e : tools_->feed(split.content)) {
-    if (e.kind == ToolParseEvent::Kind::kText)
-      on_content(e.text, out);
-    else
-      on_call(e.call, out);
-  }
+  for (const auto &e : tools_->feed(split.content)) on_event(e, out);
   return out;
 }
 
@@ -254,12 +321,7 @@ std::string ResponseBuilder::finish(FinishReason finish, const std::string &erro
   } else if (!split.content.empty()) {
     events.push_back({ToolParseEvent::Kind::kText, split.content, {}});
   }
-  for (const auto &e : events) {
-    if (e.kind == ToolParseEvent::Kind::kText)
-      on_content(e.text, out);
-    else
-      on_call(e.call, out);
-  }
+  for (const auto &e : events) on_event(e, out);
   // A turn with no output at all still has its (empty) message, so clients that read
   // the message find one.
   const bool failed = finish == FinishReason::kError;

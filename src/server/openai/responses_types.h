@@ -83,7 +83,9 @@ class ResponseBuilder {
   // The output items (after finish).
   const nlohmann::ordered_json &output() const { return output_; }
 
-  void set_streaming(bool on) { streaming_ = on; }
+  // Streamed: the events are written, and a call's arguments come in fragments as the
+  // model writes them. Call before the first feed.
+  void set_streaming(bool on);
 
  private:
   nlohmann::ordered_json base(const char *status) const;
@@ -92,6 +94,10 @@ class ResponseBuilder {
   void open_message(std::string &out);
   void on_content(const std::string &text, std::string &out);
   void on_call(const ParsedToolCall &call, std::string &out);
+  void on_call_start(const std::string &name, std::string &out);
+  void on_call_arguments(const std::string &fragment, std::string &out);
+  void on_call_end(bool complete, std::string &out);
+  void on_event(const ToolParseEvent &e, std::string &out);
   void close_reasoning(std::string &out);
   void close_message(std::string &out);
   std::string item_id(const char *prefix);
@@ -111,6 +117,8 @@ class ResponseBuilder {
   std::string reasoning_text_;  // all reasoning, for the token count
   // The open item (reasoning or message), or -1.
   int open_reasoning_ = -1, open_message_ = -1;
+  int open_call_ = -1;          // the function_call item whose arguments are streaming
+  bool dropping_call_ = false;  // the call streaming is left out (parallel_tool_calls)
   nlohmann::ordered_json output_ = nlohmann::ordered_json::array();
   nlohmann::ordered_json final_;
 };

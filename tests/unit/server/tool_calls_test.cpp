@@ -282,25 +282,37 @@ TEST(ToolCalls, MalformedCallIsContentAndACutOffCallIsLength) {
   OpenAIStreamed acc;
   std::string body = run_script(
       text, bad, 5, 1000,
-      [&](const ChoiceDelta &d) {
-        const json j = json::parse(openai::chat_chunk_delta(ctx, req, d));
-        const json &delta = j["choices"][0]["delta"];
-        if (delta.contains("content")) acc.content += delta["content"].get<std::string>();
-        EXPECT_FALSE(delta.contains("tool_calls"));
-      },
+      [&](const ChoiceDelta &d) { accumulate(acc, openai::chat_chunk_delta(ctx, req, d)); },
       [&](const Generation &g) { return openai::render_chat(ctx, req, g); });
   json j = json::parse(body);
   EXPECT_EQ(j["choices"][0]["message"]["content"], bad);
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
-  EXPECT_EQ(acc.content, bad);
-  // max_tokens ends inside the call: the unfinished markup is content, finish length.
+  // Streamed, the call had started (its name and the arguments' brace were read) before
+  // the markup went wrong: it stays a call with the arguments streamed so far, and its
+  // markup is not content.
+  EXPECT_EQ(acc.content, "Hi");
+  ASSERT_EQ(acc.tool_calls.size(), 1u);
+  EXPECT_EQ(acc.tool_calls[0]["function"]["name"], "get_weather");
+  EXPECT_EQ(acc.tool_calls[0]["function"]["arguments"], "{]");
+  // max_tokens ends inside the call: unstreamed, the unfinished markup is content;
+  // streamed, the call keeps what was streamed; finish length both ways.
   const auto ctx2 = openai_context("chatcmpl-abd", text);
+  const auto ctx3 = openai_context("chatcmpl-abd", text);
+  OpenAIStreamed cut;
+  const std::size_t limit = kHermesScript.find("Paris") + 2;
   body = run_script(
-      text, kHermesScript, 6, 40, [](const ChoiceDelta &) {},
+      text, kHermesScript, 6, static_cast<int>(limit),
+      [&](const ChoiceDelta &d) {
+        for (const auto &p : openai::chat_chunks(ctx3, req, d)) accumulate(cut, p);
+      },
       [&](const Generation &g) { return openai::render_chat(ctx2, req, g); });
   j = json::parse(body);
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
-  EXPECT_EQ(j["choices"][0]["message"]["content"], kHermesScript.substr(0, 40));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], kHermesScript.substr(0, limit));
+  EXPECT_EQ(cut.finish, "length");
+  EXPECT_EQ(cut.content, "I will look.");
+  ASSERT_EQ(cut.tool_calls.size(), 1u);
+  EXPECT_EQ(cut.tool_calls[0]["function"]["arguments"], "{\"city\":\"Pa");
 }
 
 TEST(ToolCalls, LlamaFormatFromTheVocabulary) {
