@@ -13,7 +13,8 @@ constexpr struct {
               {FaultKind::kCrashEngine, "crash-engine"},
               {FaultKind::kSsdWriteError, "ssd-write-error"},
               {FaultKind::kSsdReadCorrupt, "ssd-read-corrupt"},
-              {FaultKind::kSlowStore, "slow-store"}};
+              {FaultKind::kSlowStore, "slow-store"},
+              {FaultKind::kMaskError, "mask-error"}};
 }  // namespace
 
 const char *fault_kind_name(FaultKind kind) {
@@ -66,6 +67,7 @@ std::optional<double> FaultInjector::take_stall() {
 
 bool FaultInjector::take_crash() { return take(FaultKind::kCrashEngine).has_value(); }
 bool FaultInjector::take_ssd_write_error() { return take(FaultKind::kSsdWriteError).has_value(); }
+bool FaultInjector::take_mask_error() { return take(FaultKind::kMaskError).has_value(); }
 bool FaultInjector::take_ssd_read_corrupt() { return take(FaultKind::kSsdReadCorrupt).has_value(); }
 
 double FaultInjector::take_slow_store() {

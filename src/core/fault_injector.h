@@ -21,6 +21,7 @@ enum class FaultKind {
   kSsdWriteError,   // the next `count` SSD cache writes fail
   kSsdReadCorrupt,  // the next `count` SSD cache reads return corrupted bytes
   kSlowStore,       // the next `count` cache stores each take `seconds` longer
+  kMaskError,       // the next `count` structured-output masks throw while computed
 };
 
 struct FaultSpec {
@@ -48,6 +49,7 @@ class FaultInjector {
   bool take_ssd_read_corrupt();
   // Extra seconds this store should take (0 when not armed).
   double take_slow_store();
+  bool take_mask_error();
 
  private:
   std::optional<FaultSpec> take(FaultKind kind);

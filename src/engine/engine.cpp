@@ -672,15 +672,37 @@ bool Engine::device_sample_rows(const StepPlan &plan, std::vector<DeviceSampleRo
   return true;
 }
 
+namespace {
+
+// Fault injection (mask-error): the constraint whose compute_mask throws, as a broken
+// grammar would, so that the path from the prefetcher to the client is tested served.
+class FailingMask final : public OutputConstraint {
+ public:
+  explicit FailingMask(std::shared_ptr<OutputConstraint> inner) : inner_(std::move(inner)) {}
+  bool compute_mask(std::span<const TokenId>) override {
+    throw Error(ErrorCode::kInternal, "fault injection: mask-error");
+  }
+  std::span<const std::uint32_t> mask_words() const override { return inner_->mask_words(); }
+  bool accept(TokenId token) override { return inner_->accept(token); }
+
+ private:
+  std::shared_ptr<OutputConstraint> inner_;
+};
+
+}  // namespace
+
 void Engine::post_masks(const StepPlan &plan) {
   step_mask_.assign(plan.seqs.size(), kNoMask);
+  step_mask_error_.assign(plan.seqs.size(), std::string());
   std::vector<MaskPrefetcher::Job> jobs;
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const ScheduledSeq &s = plan.seqs[i];
     const Live &live = *live_.at(s.id);
     if (!s.samples || !live.constraint || live.params.max_tokens == 0) continue;
     step_mask_[i] = kMaskPending;
-    jobs.push_back(MaskPrefetcher::Job{live.constraint, live.end_ids});
+    std::shared_ptr<OutputConstraint> c = live.constraint;
+    if (faults_.take_mask_error()) c = std::make_shared<FailingMask>(std::move(c));
+    jobs.push_back(MaskPrefetcher::Job{std::move(c), live.end_ids, false, {}});
   }
   if (jobs.empty()) return;
   if (!mask_prefetcher_) mask_prefetcher_ = std::make_unique<MaskPrefetcher>();
@@ -694,8 +716,29 @@ void Engine::finish_masks() {
   const auto &jobs =
       mask_prefetcher_->finish(pool, std::chrono::steady_clock::now() + config_.mask_timeout);
   std::size_t j = 0;
-  for (auto &m : step_mask_)
-    if (m == kMaskPending) m = jobs[j++].allowed ? kMaskAllowed : kMaskDeadEnd;
+  for (std::size_t i = 0; i < step_mask_.size(); ++i) {
+    if (step_mask_[i] != kMaskPending) continue;
+    const MaskPrefetcher::Job &job = jobs[j++];
+    if (!job.error.empty()) {
+      step_mask_[i] = kMaskFailed;
+      step_mask_error_[i] = job.error;
+    } else {
+      step_mask_[i] = job.allowed ? kMaskAllowed : kMaskDeadEnd;
+    }
+  }
+}
+
+void Engine::finish_mask_failure(RequestId id, const std::string &error) {
+  std::string why =
+      error.empty()
+          ? std::string(
+                "engine: structured output reached a dead end: no token of the "
+                "vocabulary continues the document")
+          : "engine: structured output failed: computing the mask of allowed tokens threw: " +
+                error;
+  std::fprintf(stderr, "keel engine: request %llu: %s\n", static_cast<unsigned long long>(id.value),
+               why.c_str());
+  finish(id, FinishReason::kError, std::move(why));
 }
 
 // The rows of a step are independent (each request samples once, with its own sampler
@@ -723,7 +766,7 @@ std::vector<SampledToken> Engine::sample_host_rows(const StepPlan &plan) {
     // The mask (computed during the forward: finish_masks) applies to the row in place,
     // which is not read again.
     Live &live = *it->second;
-    if (step_mask_[out_.row_seq[i]] == kMaskDeadEnd) {
+    if (step_mask_[out_.row_seq[i]] == kMaskDeadEnd || step_mask_[out_.row_seq[i]] == kMaskFailed) {
       sampled[i].token = -1;  // emit_outputs finishes the request with an error
       continue;
     }
@@ -816,8 +859,9 @@ void Engine::emit_outputs(const StepPlan &plan) {
     const std::span<const TokenId> all(r->tokens);
     SampledToken t;
     if (sampled_on_device_) {
-      if (step_mask_[out_.row_seq[i]] == kMaskDeadEnd) {
-        finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+      if (step_mask_[out_.row_seq[i]] == kMaskDeadEnd ||
+          step_mask_[out_.row_seq[i]] == kMaskFailed) {
+        finish_mask_failure(s.id, step_mask_error_[out_.row_seq[i]]);
         continue;
       }
       t.token = out_.sampled[i];
@@ -825,7 +869,7 @@ void Engine::emit_outputs(const StepPlan &plan) {
     } else {
       t = std::move(host_samples[i]);
       if (t.token < 0) {  // the row's constraint left no token (sample_host_rows)
-        finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+        finish_mask_failure(s.id, step_mask_error_[out_.row_seq[i]]);
         continue;
       }
     }
@@ -857,9 +901,24 @@ bool Engine::take_token(const ScheduledSeq &s, Live &live, SampledToken t, bool 
     finish(s.id, FinishReason::kStop);
     return false;
   }
-  if (live.constraint && !live.constraint->accept(t.token)) {
-    finish(s.id, FinishReason::kError, "engine: sampled a token the structured output forbids");
-    return false;
+  if (live.constraint) {
+    // Its mask allowed the token, so a refusal (or a throw) is a grammar bug: said, and
+    // logged, with the token.
+    std::string error;
+    try {
+      if (!live.constraint->accept(t.token))
+        error = "sampled token " + std::to_string(t.token) +
+                " is one the structured output forbids (its mask allowed it)";
+    } catch (const std::exception &e) {
+      error = "advancing on sampled token " + std::to_string(t.token) + " threw: " + e.what();
+    }
+    if (!error.empty()) {
+      error = "engine: structured output failed: " + error;
+      std::fprintf(stderr, "keel engine: request %llu: %s\n",
+                   static_cast<unsigned long long>(s.id.value), error.c_str());
+      finish(s.id, FinishReason::kError, std::move(error));
+      return false;
+    }
   }
   sched_->append_token(s.id, t.token, kv_computed);
   live.pending.tokens.push_back(t.token);
@@ -900,10 +959,19 @@ void Engine::emit_verified(const StepPlan &plan, std::size_t si, std::size_t fir
       if (live.constraint) {
         // Row 0's mask was made during the forward; a later row's only now, after the
         // drafts before it were accepted (one mask per drafted position).
-        const bool allowed =
-            j == 0 ? step_mask_[si] == kMaskAllowed : live.constraint->compute_mask(live.end_ids);
+        bool allowed = false;
+        std::string error = j == 0 ? step_mask_error_[si] : std::string();
+        if (j == 0) {
+          allowed = step_mask_[si] == kMaskAllowed;
+        } else {
+          try {
+            allowed = live.constraint->compute_mask(live.end_ids);
+          } catch (const std::exception &e) {
+            error = *e.what() ? e.what() : "an exception without a message";
+          }
+        }
         if (!allowed) {
-          finish(s.id, FinishReason::kError, "engine: structured output reached a dead end");
+          finish_mask_failure(s.id, error);
           live_on = false;
           break;
         }

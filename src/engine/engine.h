@@ -195,6 +195,9 @@ class Engine final : public EngineApi {
   // (or, sampling on the device, when the runner calls mask_ready_).
   void post_masks(const StepPlan &plan);
   void finish_masks();
+  // Ends request `id` whose mask allowed no token: a dead end, or `error` (what
+  // compute_mask threw), logged and carried to the client in either case.
+  void finish_mask_failure(RequestId id, const std::string &error);
   void publish_status();
   void settle_restores();  // tier restores that finished: their requests run or recompute
   void flush_tiers();      // device-cached blocks into the SSD tier (on stop)
@@ -245,9 +248,12 @@ class Engine final : public EngineApi {
   ForwardOutput out_;
   std::vector<DeviceSampleRow> sample_rows_;  // this step's, when sampled on the device
   bool sampled_on_device_ = false;            // out_ holds tokens, not logits
-  // Per plan sequence: whether its mask is being computed, allows a token, or is a dead end.
-  static constexpr std::int8_t kNoMask = 0, kMaskPending = 1, kMaskAllowed = 2, kMaskDeadEnd = 3;
+  // Per plan sequence: whether its mask is being computed, allows a token, is a dead end
+  // (no token continues the document), or failed (compute_mask threw: step_mask_error_).
+  static constexpr std::int8_t kNoMask = 0, kMaskPending = 1, kMaskAllowed = 2, kMaskDeadEnd = 3,
+                               kMaskFailed = 4;
   std::vector<std::int8_t> step_mask_;
+  std::vector<std::string> step_mask_error_;         // per plan sequence: the kMaskFailed text
   std::unique_ptr<MaskPrefetcher> mask_prefetcher_;  // made at the first constrained step
   std::function<void()> mask_ready_ = [this] { finish_masks(); };
   std::int64_t prompt_tokens_ = 0, prefill_tokens_ = 0, decode_tokens_ = 0;

@@ -1,6 +1,7 @@
 #include "engine/mask_prefetcher.h"
 
 #include <atomic>
+#include <exception>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
@@ -21,10 +22,16 @@ void MaskPrefetcher::run_jobs(Batch &b) {
     const std::size_t i = b.next.fetch_add(1);
     if (i >= b.jobs.size()) return;
     Job &job = b.jobs[i];
+    job.allowed = false;
+    job.error.clear();
     try {
       job.allowed = job.constraint->compute_mask(job.end_ids);
+    } catch (const std::exception &e) {
+      // Not a dead end: the engine ends the request with this text (never hidden).
+      job.error = e.what();
+      if (job.error.empty()) job.error = "an exception without a message";
     } catch (...) {
-      job.allowed = false;  // the engine ends the request as at a dead end
+      job.error = "an exception that is not a std::exception";
     }
     std::lock_guard lk(b.mu);
     if (++b.done == b.jobs.size()) b.cv.notify_all();

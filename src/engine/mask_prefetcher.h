@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -31,6 +32,9 @@ class MaskPrefetcher {
     std::shared_ptr<OutputConstraint> constraint;
     std::vector<TokenId> end_ids;
     bool allowed = false;  // compute_mask's answer: false for a dead end (or a throw)
+    // compute_mask's exception text when it threw (allowed is then false); empty when it
+    // returned. The engine ends the request with it: a failure is never a silent mask.
+    std::string error;
   };
 
   MaskPrefetcher();

@@ -67,7 +67,20 @@ const std::map<std::string, std::string, std::less<>> kFormats = {
     {"hostname",
      R"([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?){0,8})"},
     {"uri", R"([A-Za-z][A-Za-z0-9+.-]*:[^\s]+)"},
+    // An IRI is a URI that may hold non-ASCII characters, which [^\s] already allows.
+    {"iri", R"([A-Za-z][A-Za-z0-9+.-]*:[^\s]+)"},
+    // RFC 4291 text forms without the embedded IPv4 ones (those are refused, not accepted).
+    {"ipv6",
+     R"(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:(:[0-9a-fA-F]{1,4}){1,6}|:((:[0-9a-fA-F]{1,4}){1,7}|:))"},
 };
+
+// Formats that validators check (Python's jsonschema FormatChecker, ajv-formats) but
+// that no regular language here writes exactly: refused with a 400 naming the path,
+// never silently accepted as any string. Formats outside both lists are annotations
+// (no validator checks them) and are ignored.
+const std::set<std::string, std::less<>> kRefusedFormats = {
+    "regex",        "uri-reference",         "iri-reference", "idn-email", "idn-hostname",
+    "json-pointer", "relative-json-pointer", "uri-template",  "duration"};
 
 class SchemaCompiler {
  public:
@@ -257,16 +270,8 @@ class SchemaCompiler {
     }
     if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
     if (s.contains("$ref")) return ref(s, path, depth);
-    if (s.contains("const")) return lit(s["const"].dump());
-    if (s.contains("enum")) {
-      const json &e = s["enum"];
-      if (!e.is_array() || e.empty()) fail(join(path, "enum"), "must be a non-empty array");
-      std::vector<std::string> lits;
-      for (const auto &v : e)
-        if (enum_value_has_type(s, v)) lits.push_back(v.dump());
-      if (lits.empty()) fail(join(path, "enum"), "no value has the schema's type");
-      return b_.literals(lits);
-    }
+    // anyOf / oneOf first: each branch carries the parent's other keywords, an enum or
+    // const of both intersected (merged), so neither side's values are lost.
     for (const char *k : {"anyOf", "oneOf"}) {
       if (!s.contains(k)) continue;
       const json &list = s[k];
@@ -278,9 +283,26 @@ class SchemaCompiler {
       if (std::string(k) == "oneOf" && list.size() > 1 && !disjoint_types(s, list))
         fail(p, "with branches that may overlap is not supported");
       std::vector<ExprId> options;
-      for (std::size_t i = 0; i < list.size(); ++i)
-        options.push_back(value(merged(s, list[i], k), join(p, std::to_string(i)), depth + 1));
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        json br = merged(s, list[i], k);
+        if (matches_nothing(br)) continue;  // its values contradict the parent's
+        options.push_back(value(br, join(p, std::to_string(i)), depth + 1));
+      }
+      if (options.empty()) fail(p, "no branch can match (their enum/const values contradict)");
       return b_.alt(std::move(options));
+    }
+    if (s.contains("const") || s.contains("enum")) {
+      // The values that every keyword here allows: const within enum, of the type.
+      const bool has_const = s.contains("const");
+      const std::string p = join(path, has_const ? "const" : "enum");
+      if (!has_const && (!s["enum"].is_array() || s["enum"].empty()))
+        fail(p, "must be a non-empty array");
+      std::vector<std::string> lits;
+      for (const auto &v : enum_values(s)) lits.push_back(v.dump());
+      if (lits.empty())
+        fail(p, has_const ? "the value has not the schema's type (or is not in its enum)"
+                          : "no value has the schema's type");
+      return b_.literals(lits);
     }
     if (s.contains("allOf")) {
       const json &list = s["allOf"];
@@ -293,6 +315,8 @@ class SchemaCompiler {
         fail(join(path, "allOf"), "a $ref nested deeper than 8 references is not supported");
       return value(out, path, depth + 1);
     }
+    if (s.contains("dependencies") && !(s["dependencies"].is_object() && s["dependencies"].empty()))
+      fail(join(path, "dependencies"), "is not supported");
     for (const char *k : {"not", "if", "then", "else", "dependentRequired", "dependentSchemas",
                           "propertyNames", "minProperties", "maxProperties", "contains",
                           "minContains", "maxContains", "unevaluatedItems"})
@@ -352,6 +376,34 @@ class SchemaCompiler {
         if (!seen.insert(x).second) return false;
     }
     return true;
+  }
+
+  // The values a schema with const and/or enum allows: const (when in the enum, if any),
+  // else the enum's values, each only when it has the schema's type.
+  static std::vector<json> enum_values(const json &s) {
+    std::vector<json> out;
+    const bool has_enum = s.contains("enum") && s["enum"].is_array();
+    auto in_enum = [&](const json &v) {
+      return !has_enum || std::find(s["enum"].begin(), s["enum"].end(), v) != s["enum"].end();
+    };
+    if (s.contains("const")) {
+      if (in_enum(s["const"]) && enum_value_has_type(s, s["const"])) out.push_back(s["const"]);
+      return out;
+    }
+    if (has_enum)
+      for (const auto &v : s["enum"])
+        if (enum_value_has_type(s, v)) out.push_back(v);
+    return out;
+  }
+  // A schema no value can match because its const/enum values do not survive its type
+  // (a branch of anyOf whose values contradict the parent's).
+  static bool matches_nothing(const json &s) {
+    if (s.is_boolean()) return !s.get<bool>();
+    if (!s.is_object() || s.contains("anyOf") || s.contains("oneOf") || s.contains("allOf") ||
+        s.contains("$ref"))
+      return false;
+    if (!s.contains("const") && !(s.contains("enum") && s["enum"].is_array())) return false;
+    return enum_values(s).empty();
   }
 
   // An enum value is valid only when it has the schema's type too (when one is given).
@@ -469,12 +521,31 @@ class SchemaCompiler {
   }
 
   // `sub` with the parent's other keywords (anyOf branches often omit the shared type).
+  // An enum or const on both sides is intersected (the branch must hold both).
   static json merged(const json &parent, const json &sub, const char *drop) {
     if (!sub.is_object()) return sub;
     json out = sub;
     for (auto it = parent.begin(); it != parent.end(); ++it)
       if (it.key() != drop && !kIgnored.count(it.key()) && !out.contains(it.key()))
         out[it.key()] = it.value();
+    const bool parent_values = parent.contains("const") || parent.contains("enum");
+    const bool sub_values = sub.contains("const") || sub.contains("enum");
+    if (parent_values && sub_values) {
+      auto values = [](const json &x) {
+        json l = json::array();
+        if (x.contains("const"))
+          l.push_back(x["const"]);
+        else if (x["enum"].is_array())
+          l = x["enum"];
+        return l;
+      };
+      const json mine = values(sub), theirs = values(parent);
+      json both = json::array();
+      for (const auto &v : mine)
+        if (std::find(theirs.begin(), theirs.end(), v) != theirs.end()) both.push_back(v);
+      out.erase("const");
+      out["enum"] = both;  // maybe empty: matches_nothing
+    }
     return out;
   }
 
@@ -587,7 +658,8 @@ class SchemaCompiler {
       if (!s["pattern"].is_string()) fail(join(path, "pattern"), "must be a string");
       // Both would have to hold: the grammar cannot intersect the two languages.
       if (s.contains("format") && s["format"].is_string() &&
-          kFormats.count(s["format"].get<std::string>()))
+          (kFormats.count(s["format"].get<std::string>()) ||
+           kRefusedFormats.count(s["format"].get<std::string>())))
         fail(join(path, "format"), "beside a pattern is not supported");
       std::string p = s["pattern"].get<std::string>();
       RegexLengths len;
@@ -613,10 +685,22 @@ class SchemaCompiler {
       return quoted;
     }
     if (s.contains("format") && s["format"].is_string()) {
-      auto it = kFormats.find(s["format"].get<std::string>());
-      if (it != kFormats.end())
-        return b_.seq(
-            {lit("\""), compile_regex(b_, it->second, join(path, "format"), true), lit("\"")});
+      const std::string f = s["format"].get<std::string>();
+      if (kRefusedFormats.count(f)) fail(join(path, "format"), "'" + f + "' is not supported");
+      auto it = kFormats.find(f);
+      if (it != kFormats.end()) {
+        RegexLengths len;
+        ExprId body = compile_regex(b_, it->second, join(path, "format"), true, &len);
+        // Lengths beside a format: kept when every string of the format has a length
+        // within them (the grammar cannot intersect the two languages).
+        if ((s.contains("minLength") || s.contains("maxLength")) &&
+            (len.min < min || (max >= 0 && (len.max < 0 || len.max > max))))
+          fail(join(path, "format"),
+               "'" + f +
+                   "' with minLength/maxLength is supported only when every string of the "
+                   "format has a length within them");
+        return b_.seq({lit("\""), body, lit("\"")});
+      }
     }
     return string_expr(int(min), int(max));
   }

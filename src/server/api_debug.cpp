@@ -19,7 +19,8 @@ json fault_json(const FaultSpec &f) {
 }
 
 constexpr const char *kFaultKinds =
-    "stall-step, crash-engine, ssd-write-error, ssd-read-corrupt, slow-store (and the front's "
+    "stall-step, crash-engine, ssd-write-error, ssd-read-corrupt, slow-store, mask-error (and "
+    "the front's "
     "stall-worker)";
 
 }  // namespace

@@ -56,3 +56,25 @@ test('while a hostile grammar compiles, other requests are answered', async () =
   assert.equal(plain.status, 200, JSON.stringify(plain.json));
   for (const r of await Promise.all(hostile)) assert.ok(r.status < 500, `${r.status}`);
 });
+
+// Keywords the grammar cannot enforce are refused with a 400 naming the keyword's path
+// (docs/structured-output.md), never ignored: an ignored keyword lets invalid documents
+// through (MaskBench's invalid instances).
+const refused = [
+  ['minProperties', { type: 'object', minProperties: 1 }],
+  ['maxProperties', { type: 'object', maxProperties: 2 }],
+  ['not', { not: { type: 'string' } }],
+  ['if', { if: { type: 'string' }, then: { minLength: 2 } }],
+  ['uniqueItems', { type: 'array', items: { type: 'integer' }, uniqueItems: true }],
+  ['dependencies', { type: 'object', properties: { a: {}, b: {} }, dependencies: { a: ['b'] } }],
+  ['format', { type: 'string', format: 'regex' }],
+];
+for (const [keyword, sub] of refused)
+  test(`${keyword}: refused with a 400 naming properties.x.${keyword}`, async () => {
+    const r = await http('POST', '/v1/chat/completions', {
+      body: chat(schemaFormat({ type: 'object', properties: { x: sub }, required: ['x'] })),
+    });
+    assert.equal(r.status, 400, JSON.stringify(r.json));
+    assert.match(r.json.error.message, new RegExp(`properties\\.x\\.${keyword}`), JSON.stringify(r.json));
+    assert.match(r.json.error.message, /not supported/, JSON.stringify(r.json));
+  });

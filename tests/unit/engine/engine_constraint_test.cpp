@@ -100,6 +100,54 @@ TEST(EngineConstraint, DeadEndAndRefusedConstraintsFinishWithErrors) {
   EXPECT_NE(c2.get(1).error.find("structured output"), std::string::npos);
 }
 
+// A mask whose computation throws ends its request with the exception's text (a grammar
+// bug is not reported as a dead end, nor hidden), on the host and on the device alike;
+// fault injection (mask-error) takes the same path, for a served test.
+TEST(EngineConstraint, AThrowingMaskEndsTheRequestWithItsText) {
+  struct Throwing final : OutputConstraint {
+    ScriptedConstraint inner{7, 3, 1000};
+    bool compute_mask(std::span<const TokenId> end_ids) override {
+      if (++calls == 3) throw Error(ErrorCode::kInternal, "grammar: state 12 has no token table");
+      return inner.compute_mask(end_ids);
+    }
+    std::span<const std::uint32_t> mask_words() const override { return inner.mask_words(); }
+    bool accept(TokenId t) override { return inner.accept(t); }
+    int calls = 0;
+  };
+  for (const bool device : {false, true}) {
+    EngineConfig cfg = small_config();
+    cfg.make_constraint = [](const SamplingParams &) -> std::unique_ptr<OutputConstraint> {
+      return std::make_unique<Throwing>();
+    };
+    ToyEngine e(128, 4, cfg, [device](ToyRunner &r) {
+      r.device_sampling = device;
+      r.device_masks = device;
+    });
+    Collector c;
+    e->submit(constrained(1, "7", 0.0f), c.sink());
+    e->submit(greedy_request(2, random_prompt(2, 9), 5), c.sink());  // unharmed beside it
+    ASSERT_TRUE(c.wait_finished(1) && c.wait_finished(2));
+    EXPECT_EQ(c.get(1).finish, FinishReason::kError);
+    EXPECT_NE(c.get(1).error.find("grammar: state 12 has no token table"), std::string::npos)
+        << c.get(1).error;
+    EXPECT_EQ(c.get(1).error.find("dead end"), std::string::npos) << c.get(1).error;
+    EXPECT_EQ(c.get(1).tokens, (std::vector<TokenId>{7, 7})) << device;
+    EXPECT_EQ(c.get(2).finish, FinishReason::kLength);
+  }
+  ToyEngine e(128, 4, with_factory(1000));
+  e->inject_fault(FaultSpec{FaultKind::kMaskError, std::nullopt, 1});
+  Collector c;
+  e->submit(constrained(1, "7", 0.0f), c.sink());
+  ASSERT_TRUE(c.wait_finished(1));
+  EXPECT_EQ(c.get(1).finish, FinishReason::kError);
+  EXPECT_NE(c.get(1).error.find("fault injection: mask-error"), std::string::npos)
+      << c.get(1).error;
+  Collector c2;  // one shot: the next request is served as usual
+  e->submit(constrained(2, "7", 0.0f), c2.sink());
+  ASSERT_TRUE(c2.wait_finished(1));
+  EXPECT_EQ(c2.get(2).tokens, (std::vector<TokenId>{7, 7, 7}));
+}
+
 // A runner that samples on its device and applies the masks there gets the constrained
 // rows (no fallback to the host), with the same tokens; one that cannot gets a host step.
 TEST(EngineConstraint, DeviceMasksSampleOnTheDevice) {

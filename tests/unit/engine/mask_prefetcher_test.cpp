@@ -62,6 +62,47 @@ TEST(MaskPrefetcher, ResultsInPostedOrderOnAnyThread) {
   }
 }
 
+// compute_mask throws: the job carries the exception's text (not a silent all-false
+// mask that reads as a dead end), on the worker, the engine thread or the pool alike.
+class ThrowingConstraint final : public OutputConstraint {
+ public:
+  bool compute_mask(std::span<const TokenId>) override {
+    throw Error(ErrorCode::kInternal, "grammar: token table missing for state 7");
+  }
+  std::span<const std::uint32_t> mask_words() const override { return words_; }
+  bool accept(TokenId) override { return true; }
+
+ private:
+  std::vector<std::uint32_t> words_ = std::vector<std::uint32_t>(4, 0);
+};
+
+TEST(MaskPrefetcher, AThrowingMaskCarriesItsTextAndIsNoDeadEnd) {
+  ThreadPool pool(2);
+  MaskPrefetcher p;
+  for (int step = 0; step < 20; ++step) {
+    std::vector<MaskPrefetcher::Job> jobs;
+    for (int i = 0; i < 5; ++i) {
+      std::shared_ptr<OutputConstraint> c;
+      if (i == 1)
+        c = std::make_shared<ThrowingConstraint>();
+      else
+        c = std::make_shared<IdConstraint>(i == 3 ? -1 : i);
+      jobs.push_back({c, {}});
+    }
+    p.start(std::move(jobs));
+    const auto &done = p.finish(step % 2 ? &pool : nullptr, std::chrono::steady_clock::now() + 10s);
+    ASSERT_EQ(done.size(), 5u);
+    EXPECT_FALSE(done[1].allowed);
+    EXPECT_EQ(done[1].error, "grammar: token table missing for state 7");
+    EXPECT_FALSE(done[3].allowed);  // a true dead end has no error text
+    EXPECT_TRUE(done[3].error.empty());
+    for (int i : {0, 2, 4}) {
+      EXPECT_TRUE(done[i].allowed);
+      EXPECT_TRUE(done[i].error.empty()) << done[i].error;
+    }
+  }
+}
+
 TEST(MaskPrefetcher, AMaskPastTheDeadlineIsATimeoutAndAbandonIsSafe) {
   auto gate = std::make_shared<std::atomic<bool>>(true);
   MaskPrefetcher p;

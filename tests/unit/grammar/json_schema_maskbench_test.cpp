@@ -178,6 +178,77 @@ TEST(JsonSchemaMaskBench, OneOfOnlyWithDisjointBranches) {
             std::string::npos);
 }
 
+// MaskBench's invalid instances that were accepted (issue 28): each keyword is now
+// enforced or refused, never ignored.
+TEST(JsonSchemaMaskBench, ConstMustHaveTheTypeAndBeInTheEnum) {
+  EXPECT_TRUE(matches(schema(R"({"type": "integer", "const": 3})"), "3"));
+  // No value is both a string and 5: refused, not "5" accepted.
+  EXPECT_NE(
+      compile_error(K::kJsonSchema, R"({"properties": {"v": {"type": "string", "const": 5}}})")
+          .find("properties.v.const"),
+      std::string::npos);
+  EXPECT_NE(compile_error(K::kJsonSchema, R"({"const": "a", "enum": ["b", "c"]})").find("const"),
+            std::string::npos);
+  auto both = schema(R"({"const": "b", "enum": ["b", "c"]})");
+  EXPECT_TRUE(matches(both, R"("b")"));
+  EXPECT_FALSE(matches(both, R"("c")"));
+}
+
+TEST(JsonSchemaMaskBench, EnumsOfAnAnyOfBranchAndItsParentIntersect) {
+  // The parent's enum holds for every branch; the branch's for itself.
+  auto g = schema(R"({"enum": ["eq", "gt", "or", 1], "anyOf": [{"type": "string",
+      "enum": ["or", "and"]}, {"type": "integer"}]})");
+  EXPECT_TRUE(matches(g, R"("or")"));
+  EXPECT_TRUE(matches(g, "1"));
+  EXPECT_FALSE(matches(g, R"("gt")"));   // in the parent's enum, not the string branch's
+  EXPECT_FALSE(matches(g, R"("and")"));  // in the branch's, not the parent's
+  EXPECT_FALSE(matches(g, "2"));
+  // A branch whose values the parent's type excludes matches nothing: left out.
+  auto t = schema(R"({"type": "string", "anyOf": [{"const": 5}, {"enum": ["a", 6]}]})");
+  EXPECT_TRUE(matches(t, R"("a")"));
+  EXPECT_FALSE(matches(t, "5"));
+  EXPECT_FALSE(matches(t, "6"));
+  EXPECT_NE(
+      compile_error(K::kJsonSchema, R"({"type": "string", "anyOf": [{"const": 5}]})").find("anyOf"),
+      std::string::npos);
+}
+
+TEST(JsonSchemaMaskBench, CheckedFormatsAreEnforcedOrRefused) {
+  auto iri = schema(R"({"type": "string", "format": "iri"})");
+  EXPECT_TRUE(matches(iri, R"("https://例え.jp/パス")"));
+  EXPECT_FALSE(matches(iri, R"("not-an-iri")"));
+  auto v6 = schema(R"({"type": "string", "format": "ipv6"})");
+  for (const char *ok : {R"("::1")", R"("2001:db8::8a2e:370:7334")", R"("fe80::")", R"("::")"})
+    EXPECT_TRUE(matches(v6, ok)) << ok;
+  for (const char *bad : {R"("1::2::3")", R"("12345::")", R"("g::1")", R"(":1")"})
+    EXPECT_FALSE(matches(v6, bad)) << bad;
+  // Formats validators check that no regular language here writes: a 400 naming them.
+  for (const char *f : {"regex", "uri-reference", "duration", "json-pointer"}) {
+    const std::string err = compile_error(
+        K::kJsonSchema,
+        std::string(R"x({"properties": {"r": {"type": "string", "format": ")x") + f + R"x("}}})x");
+    EXPECT_NE(err.find("properties.r.format"), std::string::npos) << err;
+    EXPECT_NE(err.find(f), std::string::npos) << err;
+  }
+  // A format whose strings may be longer than maxLength: refused, not the bound ignored.
+  EXPECT_NE(
+      compile_error(K::kJsonSchema, R"({"type": "string", "format": "email", "maxLength": 20})")
+          .find("format"),
+      std::string::npos);
+  auto date = schema(R"({"type": "string", "format": "date", "maxLength": 10})");
+  EXPECT_TRUE(matches(date, R"("2026-12-05")"));
+}
+
+TEST(JsonSchemaMaskBench, DependenciesAreRefused) {
+  // Draft 4's dependencies ({"favoriteTopic": ["tags"]}) make one key require another:
+  // refused with its path, not ignored.
+  const std::string err = compile_error(K::kJsonSchema, R"({"type": "object", "properties":
+      {"tags": {"type": "array"}, "favoriteTopic": {"type": "string"}},
+      "dependencies": {"favoriteTopic": ["tags"]}})");
+  EXPECT_NE(err.find("dependencies"), std::string::npos) << err;
+  EXPECT_TRUE(matches(schema(R"({"type": "object", "dependencies": {}})"), "{}"));
+}
+
 TEST(JsonSchemaMaskBench, ForcedToolCallsGenerateDeclaredParametersOnly) {
   TaggedJson t;
   t.begin = "<tool_call>\n";
