@@ -1,14 +1,15 @@
 // Integer-dot GEMV over GGUF blocks (issue #29): y = W x for M <= kQgemvMaxM rows with W
 // in Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K blocks as stored. Each block stages its M input rows
 // in shared memory quantized to int8 in blocks of 32 (a scale and the block's sum, as
-// GGML's q8_1), so the inner loop is dp4a on the weights' integer codes, one per 4
-// weights and row, with the block scales applied once per 32: a fraction of the float
-// GEMV's (k_quant.h) arithmetic, which made it compute-bound. The prologue and epilogue
-// are the fused decode GEMV's (k_decode_fused.h: RMSNorm of the residual stream in, bf16 /
-// f32 out, the residual add, SwiGLU of [gate; up]), so the fused decode path keeps its
-// launches with quantized weights; launched as a programmatic dependent when `pdl`.
-// Accuracy: the input's int8 rounding (half a step of max|x| / 127 per 32 values) bounds
-// the error, about 5e-3 of the dot's norm for Gaussian inputs (tests/cuda/qgemv_test.cpp).
+// GGML's q8_1, but the sum of the int8 codes so the K-quant min term cancels exactly), so the inner
+// loop is dp4a on the weights' integer codes, one per 4 weights and row, with the block scales
+// applied once per 32: a fraction of the float GEMV's (k_quant.h) arithmetic, which made it
+// compute-bound. The prologue and epilogue are the fused decode GEMV's (k_decode_fused.h: RMSNorm
+// of the residual stream in, bf16 / f32 out, the residual add, SwiGLU of [gate; up]), so the fused
+// decode path keeps its launches with quantized weights; launched as a programmatic dependent when
+// `pdl`. Accuracy: the input's int8 rounding (half a step of max|x| / 127 per 32 values) bounds the
+// error, about 5e-3 of the dot's norm for Gaussian inputs (tests/cuda/qgemv_test.cpp): the kernel
+// computes the exact dot of the dequantized weights with the rounded input.
 #pragma once
 
 #include <cstddef>
