@@ -6,31 +6,14 @@
 // sequences unfinished. Asserted by counts, not by time (the suite runs on a loaded machine).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
-import { KEEL_BIN, MODEL_PATH, openai } from './helpers.mjs';
+import { MODEL_PATH, openai, serveKeel } from './helpers.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 let srv;
 
 before(async () => {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-fairness-'));
-  const logPath = path.join(dir, 'serve.log');
-  const out = fs.openSync(logPath, 'w');
-  const proc = spawn(KEEL_BIN, ['serve', '--port', '0', '--threads', '1', MODEL_PATH, '--pin', 'tiny',
-    '--max-concurrent', '4', '--kv-blocks', '256'], { stdio: ['ignore', out, out] });
-  const log = () => fs.readFileSync(logPath, 'utf8');
-  let url;
-  for (let i = 0; i < 400 && !url; i++) {
-    const m = log().match(/listening on (http:\/\/\S+)/);
-    if (m) url = m[1];
-    else if (proc.exitCode !== null) break;
-    else await sleep(25);
-  }
-  if (!url) throw new Error(`keel serve did not start:\n${log()}`);
-  srv = { url, proc, dir, log };
+  srv = await serveKeel(['--port', '0', '--threads', '1', MODEL_PATH, '--pin', 'tiny', '--max-concurrent', '4',
+    '--kv-blocks', '256']);
 });
 
 after(async () => {
@@ -40,7 +23,6 @@ after(async () => {
     await Promise.race([new Promise((r) => srv.proc.once('exit', r)), sleep(10_000)]);
     if (srv.proc.exitCode === null) srv.proc.kill('SIGKILL');
   }
-  fs.rmSync(srv.dir, { recursive: true, force: true });
 });
 
 test('a small request is served while a 32-sequence completion still runs (openai@7)', { timeout: 300_000 }, async () => {

@@ -1,4 +1,5 @@
 // Shared setup for the API tests: SDK clients bound to the servers run.sh started.
+import { spawn } from 'node:child_process';
 import { createRequire } from 'node:module';
 import path from 'node:path';
 
@@ -52,6 +53,34 @@ export async function status(url = URL_MAIN) {
   const r = await http('GET', '/api/status', { url });
   if (r.status !== 200) throw new Error(`/api/status: ${r.status} ${r.text}`);
   return r.json;
+}
+
+// Starts a `keel serve ARGS` of a test's own and resolves once it says where it listens:
+// {url, proc, log()} (log: its stdout and stderr so far); rejects with the log if it exits
+// first or does not listen within timeoutMs (then it is killed). The caller stops it.
+export function serveKeel(args, { what = 'keel serve', timeoutMs = 60_000 } = {}) {
+  const proc = spawn(KEEL_BIN, ['serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let log = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`${what} did not listen within ${timeoutMs} ms: ${log}`));
+    }, timeoutMs);
+    const on = (d) => {
+      log += d;
+      const m = /listening on (http\S+)/.exec(log);
+      if (m) {
+        clearTimeout(timer);
+        resolve({ url: m[1], proc, log: () => log });
+      }
+    };
+    proc.stdout.on('data', on);
+    proc.stderr.on('data', on);
+    proc.on('exit', (c) => {
+      clearTimeout(timer);
+      reject(new Error(`${what} exited ${c}: ${log}`));
+    });
+  });
 }
 
 export function modelStatus(st, id) {

@@ -11,12 +11,12 @@
 //   KEEL_STRUCTURED_SEEDS (default 6, the issue's 12 requests per kind) sets the seeds.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { KEEL_BIN } from './helpers.mjs';
+import { KEEL_BIN, serveKeel } from './helpers.mjs';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
 const OpenAI7 = require('openai7').OpenAI;
@@ -44,18 +44,8 @@ before(async () => {
   const dir = path.join(work, 'qwen3');
   execFileSync(KEEL_BIN, ['make-model', '--arch', 'qwen3', '--shape', 'tiny', '--dtype', 'f32', '--format',
     'safetensors', '--tokenizer', tokenizer, '--seed', '3', '--out', dir], { stdio: 'pipe' });
-  const proc = spawn(KEEL_BIN, ['serve', dir, '--port', '0', '--threads', '1', '--kv-blocks', '512',
-    '--enable-fault-injection'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const url = await new Promise((resolve, reject) => {
-    proc.stderr.on('data', (d) => {
-      log += d;
-      const m = log.match(/listening on (http\S+)/);
-      if (m) resolve(m[1]);
-    });
-    proc.on('exit', (c) => reject(new Error(`server exited ${c}: ${log}`)));
-  });
-  server = { url, proc, log: () => log };
+  server = await serveKeel([dir, '--port', '0', '--threads', '1', '--kv-blocks', '512', '--enable-fault-injection'],
+    { what: 'the qwen3 server' });
 });
 after(() => {
   server?.proc.kill('SIGTERM');

@@ -11,12 +11,12 @@
 //   temperature.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { createRequire } from 'node:module';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { KEEL_BIN } from './helpers.mjs';
+import { KEEL_BIN, serveKeel } from './helpers.mjs';
 
 const require = createRequire(path.join(process.env.NODE_PATH, 'noop.js'));
 const OpenAI7 = require('openai7').OpenAI;
@@ -69,18 +69,9 @@ async function startServer(name) {
   execFileSync(KEEL_BIN, ['make-model', '--arch', 'llama', '--shape', 'tiny', '--hidden', '32', '--heads', '2',
     '--kv-heads', '1', '--head-dim', '16', '--layers', '1', '--dtype', 'f32', '--format', gguf ? 'gguf' : 'safetensors',
     '--tokenizer', tok, '--seed', '3', '--out', gguf ? `${dir}.gguf` : dir], { stdio: 'pipe' });
-  const proc = spawn(KEEL_BIN, ['serve', gguf ? `${dir}.gguf` : dir, '--port', '0', '--threads', '1', '--kv-blocks', '512'],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
-  let log = '';
-  const url = await new Promise((resolve, reject) => {
-    proc.stderr.on('data', (d) => {
-      log += d;
-      const m = log.match(/listening on (http\S+)/);
-      if (m) resolve(m[1]);
-    });
-    proc.on('exit', (c) => reject(new Error(`${name} server exited ${c}: ${log}`)));
-  });
-  const s = { name, url, proc, model: name, log: () => log };
+  const served = await serveKeel([gguf ? `${dir}.gguf` : dir, '--port', '0', '--threads', '1', '--kv-blocks', '512'],
+    { what: `the ${name} server` });
+  const s = { name, ...served, model: name };
   servers.push(s);
   return s;
 }
