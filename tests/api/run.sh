@@ -155,6 +155,13 @@ wait "${pids[-1]}" || true
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 if [ $ms -lt 5000 ]; then echo "ok - SIGTERM teardown took $ms ms"; else echo "not ok - SIGTERM teardown took $ms ms" >&2; status=1; fi
 if [ $status -ne 0 ]; then
-  for f in "$work"/*.log; do echo "== $f"; tail -n 40 "$f"; done >&2
+  # The engine lines first (a flake's cause is often an engine that ended early, whose
+  # lines the tail alone would have lost), then each log's tail.
+  for f in "$work"/*.log; do
+    echo "== $f: engine lifecycle"
+    grep -nE "keel engine|engine pid|died|stalled|exited|killing|restart" "$f" | tail -n 80
+    echo "== $f: tail"
+    tail -n 40 "$f"
+  done >&2
 fi
 exit $status
