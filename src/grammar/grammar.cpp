@@ -110,8 +110,56 @@ GrammarBuilder::ExprId GrammarBuilder::alt(std::vector<ExprId> options) {
   return push(std::move(e));
 }
 
+namespace {
+// A counted repeat is expanded into copies of its body: x{0,5000} (a string's
+// maxLength) would be 5,000 copies of a UTF-8 character's states, past the node cap,
+// and each copy a node of its own whose token table the matcher builds on first use.
+// Past kBlockedAbove it is written with rules instead: a rule B1 = x{kBlock}, B2 =
+// B1{kBlock}, ..., so the copies share their nodes, O(kBlock log n) states in all.
+constexpr int kBlock = 16;
+constexpr int kBlockedAbove = 64;
+}  // namespace
+
+// A call of the rule x{kBlock}, one rule for each x.
+GrammarBuilder::ExprId GrammarBuilder::block_of(ExprId x) {
+  for (const auto &[from, call_expr] : blocks_)
+    if (from == x) return call_expr;
+  Expr body;
+  body.kind = Kind::kRepeat;
+  body.min = body.max = kBlock;
+  body.kids = {x};
+  const ExprId b = push(std::move(body));
+  const std::uint32_t r = add_rule("repeat block " + std::to_string(x));
+  set_body(r, b);
+  const ExprId c = call(r);
+  blocks_.emplace_back(x, c);
+  return c;
+}
+
+// x exactly n times: n / kBlock blocks (themselves blocked), then the rest.
+GrammarBuilder::ExprId GrammarBuilder::exact_repeat(ExprId x, int n) {
+  if (n <= kBlockedAbove) return repeat(x, n, n);
+  return seq({exact_repeat(block_of(x), n / kBlock), repeat(x, n % kBlock, n % kBlock)});
+}
+
+// x 0 to m times, m = q * kBlock + r: either at most q - 1 blocks and then at most
+// kBlock - 1 more (0 to q * kBlock - 1 in all), or q blocks and at most r more. Each
+// length has one parse, so the matcher keeps few live stacks.
+GrammarBuilder::ExprId GrammarBuilder::upto_repeat(ExprId x, int m) {
+  if (m <= kBlockedAbove) return repeat(x, 0, m);
+  const int q = m / kBlock, r = m % kBlock;
+  const ExprId b = block_of(x);
+  return alt({seq({upto_repeat(b, q - 1), repeat(x, 0, kBlock - 1)}),
+              seq({exact_repeat(b, q), repeat(x, 0, r)})});
+}
+
 GrammarBuilder::ExprId GrammarBuilder::repeat(ExprId x, int min, int max) {
   if (min < 0 || (max >= 0 && max < min)) fail("a repetition with bad bounds");
+  if (min > kBlockedAbove || max > kBlockedAbove) {
+    const ExprId head = exact_repeat(x, min);
+    if (max < 0) return seq({head, repeat(x, 0, -1)});
+    return seq({head, upto_repeat(x, max - min)});
+  }
   Expr e;
   e.kind = Kind::kRepeat;
   e.min = min, e.max = max;

@@ -106,10 +106,15 @@ class GrammarBuilder {
   friend class NfaBuilder;
 
   ExprId push(Expr e);
+  // Counted repeats past kBlockedAbove, as rules of blocks (see grammar.cpp).
+  ExprId exact_repeat(ExprId x, int n);
+  ExprId upto_repeat(ExprId x, int m);
+  ExprId block_of(ExprId x);
 
   GrammarLimits limits_;
   std::vector<Expr> exprs_;
   std::vector<RuleDef> rules_;
+  std::vector<std::pair<ExprId, ExprId>> blocks_;  // x -> a call of the rule x{kBlock}
 };
 
 }  // namespace keel::grammar

@@ -24,7 +24,7 @@ namespace {
 using json = nlohmann::ordered_json;
 using ExprId = GrammarBuilder::ExprId;
 
-constexpr int kMaxStringLength = 10'000;  // min/maxLength past this are refused
+constexpr int kMaxStringLength = 1'000'000'000;  // min/maxLength past this are refused
 constexpr std::int64_t kMaxItems = 10'000;
 constexpr int kMaxIndent = 40;  // spaces after a newline between tokens (bounded whitespace)
 
@@ -226,7 +226,11 @@ class SchemaCompiler {
                                                   {'t', 't'}}),
                                    b_.seq({lit("u00"), b_.char_class({{'0', '1'}}), hex})})});
     ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
-    ExprId rest = b_.repeat(b_.alt({plain, esc}), 0, -1);
+    // The rest of a key once it has left the trie: one rule, called from every trie
+    // node, not a copy at each (hundreds of listed names would pass the node cap).
+    const auto rest_rule = b_.add_rule("other key rest");
+    b_.set_body(rest_rule, b_.repeat(b_.alt({plain, esc}), 0, -1));
+    ExprId rest = b_.call(rest_rule);
     std::function<ExprId(std::size_t)> walk = [&](std::size_t at) -> ExprId {
       std::vector<ExprId> options;
       if (!trie[at].name) options.push_back(b_.empty());
@@ -257,6 +261,22 @@ class SchemaCompiler {
     return b_.seq({lit("\""), walk(0), lit("\"")});
   }
 
+  // A format's regex as one rule for the whole schema: each use is a call, not a copy
+  // of its states (dozens of date-time fields would pass the node cap).
+  ExprId format_rule(const std::string &name, const std::string &regex, const std::string &path,
+                     RegexLengths *len) {
+    auto it = format_rules_.find(name);
+    if (it == format_rules_.end()) {
+      RegexLengths l;
+      ExprId body = compile_regex(b_, regex, join(path, "format"), true, &l);
+      const auto rule = b_.add_rule("format " + name);
+      b_.set_body(rule, body);
+      it = format_rules_.emplace(name, std::make_pair(rule, l)).first;
+    }
+    *len = it->second.second;
+    return b_.call(it->second.first);
+  }
+
   ExprId string_expr(int min, int max) {
     return b_.seq({lit("\""), b_.repeat(string_char(), min, max), lit("\"")});
   }
@@ -284,7 +304,7 @@ class SchemaCompiler {
         fail(p, "with branches that may overlap is not supported");
       std::vector<ExprId> options;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        json br = merged(s, list[i], k);
+        json br = merged(s, list[i], k, join(p, std::to_string(i)));
         if (matches_nothing(br)) continue;  // its values contradict the parent's
         options.push_back(value(br, join(p, std::to_string(i)), depth + 1));
       }
@@ -339,12 +359,23 @@ class SchemaCompiler {
       }
     } else {
       // No type: infer it from the keywords, else any value.
-      if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required"))
+      // Every keyword that constrains a type must infer one: falling back to any value
+      // beside one (patternProperties alone, say) would accept what it forbids.
+      auto any_of = [&](std::initializer_list<const char *> ks) {
+        for (const char *k : ks)
+          if (s.contains(k)) return true;
+        return false;
+      };
+      if (any_of({"properties", "additionalProperties", "required", "patternProperties",
+                  "propertyNames", "minProperties", "maxProperties", "dependencies",
+                  "dependentRequired", "dependentSchemas"}))
         types.push_back("object");
-      else if (s.contains("items") || s.contains("prefixItems"))
+      else if (any_of({"items", "prefixItems", "minItems", "maxItems", "uniqueItems", "contains"}))
         types.push_back("array");
-      else if (s.contains("pattern") || s.contains("minLength") || s.contains("maxLength"))
+      else if (any_of({"pattern", "minLength", "maxLength", "format"}))
         types.push_back("string");
+      else if (any_of({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"}))
+        types.push_back("number");
       else
         return any_value();  // a null is a value too
     }
@@ -355,27 +386,122 @@ class SchemaCompiler {
     return b_.alt(std::move(options));
   }
 
-  // The JSON types each branch's explicit "type" allows ("integer" within "number");
-  // false when a branch has none or two branches share one.
+  // oneOf is anyOf when no value matches two branches. Each pair of branches (each
+  // with the parent, whose keywords both must meet too) is shown disjoint from a
+  // subset of their constraints, so a "disjoint" answer is always true; an unproven
+  // pair is refused by the caller.
   bool disjoint_types(const json &parent, const json &list) const {
-    std::set<std::string> seen;
-    for (const auto &raw : list) {
-      const json br = resolved(merged(parent, raw, "oneOf"), 0);
-      if (!br.is_object() || !br.contains("type")) return false;
-      std::set<std::string> mine;
-      const json &t = br["type"];
-      if (t.is_string())
-        mine.insert(t.get<std::string>());
-      else if (t.is_array())
-        for (const auto &x : t)
-          if (x.is_string()) mine.insert(x.get<std::string>());
-      if (mine.empty()) return false;
-      if (mine.count("integer")) mine.insert("number");
-      if (mine.count("number")) mine.insert("integer");
-      for (const auto &x : mine)
-        if (!seen.insert(x).second) return false;
-    }
+    json rest = parent;
+    rest.erase("oneOf");
+    for (std::size_t i = 0; i < list.size(); ++i)
+      for (std::size_t j = i + 1; j < list.size(); ++j)
+        if (!disjoint({rest, list[i]}, {rest, list[j]}, 0)) return false;
     return true;
+  }
+
+  // The JSON types a schema's values may have ("integer" counted as "number"): its
+  // "type" intersected with its const/enum values' types; all seven when unsaid.
+  static std::set<std::string> value_types(const json &s) {
+    static const std::set<std::string> all = {"null",   "boolean", "string",
+                                              "number", "object",  "array"};
+    if (s.is_boolean()) return s.get<bool>() ? all : std::set<std::string>{};
+    if (!s.is_object()) return all;
+    std::set<std::string> out = all;
+    if (s.contains("type")) {
+      std::set<std::string> t;
+      auto add = [&](const json &x) {
+        if (!x.is_string()) return;
+        const std::string n = x.get<std::string>();
+        t.insert(n == "integer" ? "number" : n);
+      };
+      if (s["type"].is_array())
+        for (const auto &x : s["type"]) add(x);
+      else
+        add(s["type"]);
+      out = t;
+    }
+    if (s.contains("const") || (s.contains("enum") && s["enum"].is_array())) {
+      std::set<std::string> t;
+      for (const auto &v : enum_values(s)) t.insert(type_of(v));
+      std::set<std::string> both;
+      for (const auto &x : out)
+        if (t.count(x)) both.insert(x);
+      out = both;
+    }
+    return out;
+  }
+  static std::string type_of(const json &v) {
+    if (v.is_null()) return "null";
+    if (v.is_boolean()) return "boolean";
+    if (v.is_string()) return "string";
+    if (v.is_number()) return "number";
+    if (v.is_object()) return "object";
+    return "array";
+  }
+
+  // True only when no value can match both sides, each a conjunction of schemas
+  // ($refs resolved here): no type in common; no const/enum value in common; or, as
+  // objects only, a property one side requires whose schemas on the two sides are
+  // disjoint (a discriminator like {"kind": {"const": "circle"}}, or a key the other
+  // side's additionalProperties: false forbids). Each schema's properties and
+  // additionalProperties are read together, as JSON Schema scopes them.
+  bool disjoint(const std::vector<json> &a0, const std::vector<json> &b0, int depth) const {
+    if (depth > 8) return false;
+    std::vector<json> a, b;
+    for (const auto &x : a0) a.push_back(resolved(x, 0));
+    for (const auto &x : b0) b.push_back(resolved(x, 0));
+    auto types = [](const std::vector<json> &side) {
+      std::set<std::string> t = value_types(json(true));
+      for (const auto &x : side) {
+        std::set<std::string> both;
+        for (const auto &y : value_types(x))
+          if (t.count(y)) both.insert(y);
+        t = both;
+      }
+      return t;
+    };
+    const auto ta = types(a), tb = types(b);
+    std::set<std::string> common;
+    for (const auto &x : ta)
+      if (tb.count(x)) common.insert(x);
+    if (common.empty()) return true;
+    // The first const/enum on a side: a superset of the side's values.
+    auto values = [](const std::vector<json> &side) -> std::optional<std::vector<json>> {
+      for (const auto &x : side)
+        if (x.is_object() && (x.contains("const") || (x.contains("enum") && x["enum"].is_array())))
+          return enum_values(x);
+      return std::nullopt;
+    };
+    const auto va = values(a), vb = values(b);
+    if (va && vb) {
+      bool shared = false;
+      for (const auto &v : *va) shared |= std::find(vb->begin(), vb->end(), v) != vb->end();
+      if (!shared) return true;
+    }
+    if (common != std::set<std::string>{"object"}) return false;
+    // The schema one schema gives a key's value: its property schema, else its
+    // additionalProperties (true when absent); unknown (nullopt) beside patterns.
+    auto key_schema = [](const json &x, const std::string &k) -> std::optional<json> {
+      if (!x.is_object()) return std::nullopt;
+      if (x.contains("properties") && x["properties"].is_object() && x["properties"].contains(k))
+        return x["properties"][k];
+      if (x.contains("patternProperties")) return std::nullopt;
+      return x.contains("additionalProperties") ? x["additionalProperties"] : json(true);
+    };
+    for (const auto *side : {&a, &b})
+      for (const auto &x : *side) {
+        if (!x.is_object() || !x.contains("required") || !x["required"].is_array()) continue;
+        for (const auto &r : x["required"]) {
+          if (!r.is_string()) continue;
+          const std::string k = r.get<std::string>();
+          for (const auto &xa : a)
+            for (const auto &xb : b) {
+              const auto sa = key_schema(xa, k), sb = key_schema(xb, k);
+              if (sa && sb && disjoint({*sa}, {*sb}, depth + 1)) return true;
+            }
+        }
+      }
+    return false;
   }
 
   // The values a schema with const and/or enum allows: const (when in the enum, if any),
@@ -520,16 +646,24 @@ class SchemaCompiler {
     return out;
   }
 
-  // `sub` with the parent's other keywords (anyOf branches often omit the shared type).
-  // An enum or const on both sides is intersected (the branch must hold both).
-  static json merged(const json &parent, const json &sub, const char *drop) {
+  // `sub` with the parent's other keywords, both to be met (anyOf branches often omit
+  // the shared type, or add to the shared properties and required): intersected as
+  // allOf is, so a branch never drops a parent's constraint (a refusal where that is
+  // not exact). A $ref branch beside such keywords is resolved first (a lone $ref stays
+  // a call, so recursive schemas stay rules). An enum or const on both sides becomes
+  // the values in both.
+  json merged(const json &parent, const json &sub, const char *drop,
+              const std::string &path) const {
     if (!sub.is_object()) return sub;
-    json out = sub;
+    json rest = json::object();
     for (auto it = parent.begin(); it != parent.end(); ++it)
-      if (it.key() != drop && !kIgnored.count(it.key()) && !out.contains(it.key()))
-        out[it.key()] = it.value();
-    const bool parent_values = parent.contains("const") || parent.contains("enum");
-    const bool sub_values = sub.contains("const") || sub.contains("enum");
+      if (it.key() != drop && !kIgnored.count(it.key())) rest[it.key()] = it.value();
+    if (rest.empty()) return sub;
+    json mine = resolved(sub, 0);
+    if (!mine.is_object()) return mine;
+    const bool parent_values = rest.contains("const") || rest.contains("enum");
+    const bool sub_values = mine.contains("const") || mine.contains("enum");
+    json both = json::array();
     if (parent_values && sub_values) {
       auto values = [](const json &x) {
         json l = json::array();
@@ -539,13 +673,16 @@ class SchemaCompiler {
           l = x["enum"];
         return l;
       };
-      const json mine = values(sub), theirs = values(parent);
-      json both = json::array();
-      for (const auto &v : mine)
+      const json theirs = values(rest);
+      for (const auto &v : values(mine))
         if (std::find(theirs.begin(), theirs.end(), v) != theirs.end()) both.push_back(v);
-      out.erase("const");
-      out["enum"] = both;  // maybe empty: matches_nothing
+      for (json *x : {&rest, &mine}) {
+        x->erase("const");
+        x->erase("enum");
+      }
     }
+    json out = intersect(rest, mine, path);
+    if (parent_values && sub_values) out["enum"] = both;  // maybe empty: matches_nothing
     return out;
   }
 
@@ -690,7 +827,7 @@ class SchemaCompiler {
       auto it = kFormats.find(f);
       if (it != kFormats.end()) {
         RegexLengths len;
-        ExprId body = compile_regex(b_, it->second, join(path, "format"), true, &len);
+        ExprId body = format_rule(f, it->second, path, &len);
         // Lengths beside a format: kept when every string of the format has a length
         // within them (the grammar cannot intersect the two languages).
         if ((s.contains("minLength") || s.contains("maxLength")) &&
@@ -922,6 +1059,9 @@ class SchemaCompiler {
       }
       body = parts.empty() ? b_.empty() : b_.seq(std::move(parts));
     } else {
+      // Each member is read from two rules (after a comma or first): one rule each, so
+      // its states are not built twice.
+      for (auto &i : items) i.first = as_rule(i.first, "member " + path);
       body = members(items, 0, false, extra.has_value(), path);
     }
     return b_.seq({lit("{"), ws(), body, ws(), lit("}")});
@@ -1006,6 +1146,7 @@ class SchemaCompiler {
   const JsonSchemaOptions &opts_;
   GrammarBuilder &b_;
   int any_value_rule_ = -1;
+  std::map<std::string, std::pair<std::uint32_t, RegexLengths>> format_rules_;
   int ws_rule_ = -1;
   std::map<std::string, std::uint32_t> refs_;
   std::map<std::tuple<std::string, std::size_t, bool>, std::uint32_t> member_rules_;

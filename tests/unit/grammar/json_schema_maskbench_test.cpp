@@ -321,3 +321,92 @@ TEST(JsonSchemaMaskBench, CaseWalksTheTokenMasks) {
 
 }  // namespace
 }  // namespace keel::grammar::test
+
+namespace keel::grammar::test {
+namespace {
+
+std::shared_ptr<const CompiledGrammar> compiled(std::string_view text) {
+  return compile(ConstraintKind::kJsonSchema, text);
+}
+
+// oneOf whose branches are told apart by a required property with disjoint values (a
+// discriminator), or by a key the other branch's additionalProperties: false forbids,
+// is anyOf: no value can match two branches. MaskBench's GeoJSON-style unions.
+TEST(JsonSchemaMaskBench, OneOfWithADiscriminatorIsCompiled) {
+  auto g = compiled(R"({"oneOf": [
+      {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "number"}},
+       "required": ["kind", "r"], "additionalProperties": false},
+      {"type": "object", "properties": {"kind": {"enum": ["square", "box"]},
+       "side": {"type": "number"}}, "required": ["kind", "side"], "additionalProperties": false}]})");
+  EXPECT_TRUE(matches(g, R"({"kind": "circle", "r": 1})"));
+  EXPECT_TRUE(matches(g, R"({"kind": "box", "side": 2})"));
+  EXPECT_FALSE(matches(g, R"({"kind": "circle", "side": 2})"));
+  EXPECT_FALSE(matches(g, R"({"kind": "triangle", "side": 2})"));
+  auto forbids = compiled(R"({"type": "object", "oneOf": [
+      {"properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false},
+      {"properties": {"b": {"type": "integer"}}, "required": ["b"], "additionalProperties": false}]})");
+  EXPECT_TRUE(matches(forbids, R"({"a": 1})"));
+  EXPECT_TRUE(matches(forbids, R"({"b": 1})"));
+  EXPECT_FALSE(matches(forbids, R"({"a": 1, "b": 1})"));
+  // Same discriminator value on both sides: a value may match both, still refused.
+  EXPECT_NE(compile_error(ConstraintKind::kJsonSchema, R"({"oneOf": [
+      {"type": "object", "properties": {"k": {"const": "x"}}, "required": ["k"]},
+      {"type": "object", "properties": {"k": {"enum": ["x", "y"]}}, "required": ["k"]}]})")
+                .find("oneOf"),
+            std::string::npos);
+  // Disjoint const/enum values.
+  auto vals = compiled(R"({"oneOf": [{"enum": ["a", "b"]}, {"const": "c"}]})");
+  EXPECT_TRUE(matches(vals, R"("c")"));
+  EXPECT_FALSE(matches(vals, R"("d")"));
+}
+
+// A branch keeps its parent's constraints: the parent's required and properties are
+// united with the branch's, not replaced by them.
+TEST(JsonSchemaMaskBench, BranchesKeepTheParentsRequiredAndProperties) {
+  auto g = compiled(R"({"type": "object", "required": ["name"],
+      "properties": {"name": {"type": "string"}, "kind": {"type": "string"}},
+      "additionalProperties": false,
+      "anyOf": [{"properties": {"kind": {"const": "a"}}},
+                {"required": ["kind"], "properties": {"kind": {"const": "b"}}}]})");
+  EXPECT_TRUE(matches(g, R"({"name": "x", "kind": "a"})"));
+  EXPECT_TRUE(matches(g, R"({"name": "x", "kind": "b"})"));
+  EXPECT_TRUE(matches(g, R"({"name": "x"})"));
+  EXPECT_FALSE(matches(g, R"({"kind": "b"})"));  // name is required by the parent
+  EXPECT_FALSE(matches(g, R"({"name": "x", "kind": "c"})"));
+}
+
+// A schema without "type" whose keywords constrain one type (patternProperties alone,
+// say) is that type, never any value.
+TEST(JsonSchemaMaskBench, KeywordsWithoutTypeInferIt) {
+  auto g = compiled(R"({"patternProperties": {"^x": {"type": "integer"}},
+                        "additionalProperties": false})");
+  EXPECT_TRUE(matches(g, R"({"x1": 3})"));
+  EXPECT_FALSE(matches(g, R"({"x1": "s"})"));
+  EXPECT_FALSE(matches(g, R"({"y": 3})"));
+  auto n = compiled(R"({"minimum": 5})");
+  EXPECT_TRUE(matches(n, "7"));
+  EXPECT_FALSE(matches(n, "4"));
+}
+
+// Long strings: maxLength past the old 10,000 cap and many bounded strings are rules of
+// blocks, exact at the bound.
+TEST(JsonSchemaMaskBench, LongLengthBoundsAreExact) {
+  auto g = compiled(R"({"type": "string", "minLength": 300, "maxLength": 32767})");
+  EXPECT_FALSE(matches(g, "\"" + std::string(299, 'a') + "\""));
+  EXPECT_TRUE(matches(g, "\"" + std::string(300, 'a') + "\""));
+  EXPECT_TRUE(matches(g, "\"" + std::string(32767, 'b') + "\""));
+  EXPECT_FALSE(matches(g, "\"" + std::string(32768, 'b') + "\""));
+  EXPECT_TRUE(matches(g, "\"" + std::string(1000, 'c') + "\""));
+  // Two hundred fields of maxLength 1024: over the 200,000-state cap when expanded.
+  std::string many = R"({"type": "object", "properties": {)";
+  for (int i = 0; i < 200; ++i)
+    many += (i ? ", " : "") + std::string("\"f") + std::to_string(i) +
+            R"(": {"type": "string", "maxLength": 1024, "format": "date-time"})";
+  many += "}}";
+  auto m = compiled(many);
+  EXPECT_TRUE(matches(m, R"({"f7": "2024-02-29T10:00:00Z"})"));
+  EXPECT_FALSE(matches(m, R"({"f7": "2023-02-29T10:00:00Z"})"));
+}
+
+}  // namespace
+}  // namespace keel::grammar::test

@@ -251,11 +251,10 @@ TEST(JsonSchema, HostileSchemasAreBounded) {
   EXPECT_NE(schema_error(R"({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})"), "");
   EXPECT_NE(schema_error(R"({"anyOf": [{"$ref": "#"}, {"type": "null"}]})").find("left recursion"),
             std::string::npos);
-  // Many copies of a large item: bounded by the state limit, not memory.
-  EXPECT_NE(
-      schema_error(
-          R"({"type": "array", "items": {"type": "string", "maxLength": 5000}, "minItems": 5000})"),
-      "");
+  // Many copies of a large item: counted repeats are rules of blocks (grammar.cpp), so
+  // this compiles in bounded time and memory (or is refused), never blows up.
+  (void)schema_error(
+      R"({"type": "array", "items": {"type": "string", "maxLength": 5000}, "minItems": 5000})");
   auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_LT(secs, 10.0);
 }
