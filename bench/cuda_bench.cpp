@@ -8,6 +8,9 @@
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
 //     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
+//   cuda_bench --model 1b|8b --make-gguf FILE [--gguf-dtype q4_k_m|q5_k_m|q4_k|q5_k|q6_k|q8_0|
+//     q4_0] [--keep-quantized on|off]   (writes that file first unless it exists, as keel
+//     make-model --shape M --dtype D --format gguf --seed 1 does, then benches it)
 //   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
@@ -81,6 +84,29 @@ ModelConfig llama_config(const std::string &name) {
     throw Error(ErrorCode::kInvalidArgument, "--model: 1b or 8b");
   }
   return c;
+}
+
+// --gguf-dtype: keel make-model's GGUF dtypes (q4_k_m / q5_k_m: llama.cpp's mixes).
+MakeModelOptions gguf_make_options(const std::string &model, const std::string &dtype) {
+  MakeModelOptions mo;
+  mo.shape = model;
+  mo.gguf = true;
+  mo.seed = 1;
+  mo.k_quant_mix = dtype == "q4_k_m" || dtype == "q5_k_m";
+  if (dtype == "q4_k" || dtype == "q4_k_m")
+    mo.dtype = DType::kQ4_K;
+  else if (dtype == "q5_k" || dtype == "q5_k_m")
+    mo.dtype = DType::kQ5_K;
+  else if (dtype == "q6_k")
+    mo.dtype = DType::kQ6_K;
+  else if (dtype == "q8_0")
+    mo.dtype = DType::kQ8_0;
+  else if (dtype == "q4_0")
+    mo.dtype = DType::kQ4_0;
+  else
+    throw Error(ErrorCode::kInvalidArgument,
+                "--gguf-dtype: q4_k_m, q5_k_m, q4_k, q5_k, q6_k, q8_0 or q4_0");
+  return mo;
 }
 
 // The mixture-of-experts shapes of make_model (random bf16 weights on the device); also
@@ -471,12 +497,14 @@ int run(int argc, char **argv) {
   bool graphs = true;  // CUDA graphs for decode steps
   int gemv_max_m = 1;  // linear layers with <= this many rows on the GEMV kernel
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
-  int split_cap = 0;           // attention split-K cap (0: auto)
-  bool pdl = true;             // programmatic dependent launch of the fused kernels
-  bool gemv = false;           // --gemv-bench: cuBLASLt vs GEMV kernel alone
-  int block_size = 16;         // tokens per KV block
-  std::string model_dir;       // --make-model DIR: weights written by keel make-model (bf16)
-  std::string weights_path;    // --weights FILE|DIR: an existing model of --model's shape
+  int split_cap = 0;         // attention split-K cap (0: auto)
+  bool pdl = true;           // programmatic dependent launch of the fused kernels
+  bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int block_size = 16;       // tokens per KV block
+  std::string model_dir;     // --make-model DIR: weights written by keel make-model (bf16)
+  std::string weights_path;  // --weights FILE|DIR: an existing model of --model's shape
+  std::string gguf_path;     // --make-gguf FILE: --model's shape as GGUF, written if absent
+  std::string gguf_dtype = "q4_k_m";  // --gguf-dtype: its block format
   bool keep_quantized = true;  // --keep-quantized on|off: GGUF blocks stay quantized on device
   int transfer_tokens = 8192;
   int layers = 0;  // --layers N: a MoE shape with fewer layers
@@ -516,6 +544,10 @@ int run(int argc, char **argv) {
       graphs = false;
     else if (a == "--weights")
       weights_path = val();
+    else if (a == "--make-gguf")
+      gguf_path = val();
+    else if (a == "--gguf-dtype")
+      gguf_dtype = val();
     else if (a == "--keep-quantized")
       keep_quantized = choice("on", "off") == "on";
     else if (a == "--make-model")
@@ -597,6 +629,17 @@ int run(int argc, char **argv) {
     }
     cfg = make_model_config(mo);
     weights = model_dir;
+  }
+  if (!gguf_path.empty()) {
+    if (moe_model(model)) throw Error(ErrorCode::kInvalidArgument, "--make-gguf: --model 1b or 8b");
+    MakeModelOptions mo = gguf_make_options(model, gguf_dtype);
+    mo.out = gguf_path;
+    if (!std::filesystem::exists(gguf_path)) {
+      const auto r = make_model(mo);
+      std::printf("# make-model %s (%s): %.2f GB in %.1f s\n", gguf_path.c_str(),
+                  gguf_dtype.c_str(), r.bytes / 1e9, r.seconds);
+    }
+    weights_path = gguf_path;
   }
   if (!weights_path.empty()) {
     // e.g. `keel make-model --shape 8b --dtype q4_k_m --format gguf`: its config is the file's.

@@ -1,17 +1,21 @@
 // The fused decode kernels (k_decode_fused.h): the GEMV with each prologue/epilogue
 // against a double-precision host reference, the qkv/RoPE/KV-write kernel against the
 // three kernels it replaces (bit for bit), both with and without programmatic dependent
-// launch; then whole runners with the fused path against the unfused one.
+// launch; then whole runners with the fused path against the unfused one, with bf16
+// weights and with GGUF blocks kept quantized (the integer-dot GEMV, fused_linear.h).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <string>
 
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/k_decode_fused.h"
+#include "formats/make_model.h"
 
 namespace keel::cuda {
 namespace {
@@ -380,6 +384,78 @@ TEST(CudaFusedRunner, DecodeMatchesUnfusedPath) {
         EXPECT_GE(fused.graphs_captured(), 3u);
       }
     }
+}
+
+// GGUF weights kept quantized: the fused path stays on (it was off for any quantized
+// weight) and runs every linear layer on the integer-dot GEMV with the norm in its
+// prologue and the residual add / SwiGLU in its epilogue, q|k|v as two ranges (Q4_K_M puts
+// v_proj in Q6_K) and the LM head Q6_K; or Q8_0 with a tied bf16 head. Against the same
+// file's unfused runner, whose few-row steps take the same GEMV after separate norm and
+// SwiGLU kernels: both stage the same bf16 inputs as int8, so the logits agree to the
+// rounding of those kernels (1e-2, as the bf16 runners above).
+TEST(CudaFusedRunner, QuantizedDecodeMatchesUnfusedPath) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  namespace fs = std::filesystem;
+  CudaContext ctx;
+  for (auto [dtype, mix] : {std::pair{DType::kQ4_K, true}, std::pair{DType::kQ8_0, false}}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)) + (mix ? "_m" : ""));
+    const fs::path dir =
+        fs::temp_directory_path() / ("keel_fused_quant_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    MakeModelOptions mo;
+    mo.arch = "llama";
+    mo.hidden = 256;
+    mo.intermediate = 768;
+    mo.layers = 2;
+    mo.heads = 4;
+    mo.kv_heads = 2;
+    mo.head_dim = 64;
+    mo.vocab = 512;
+    mo.tie = !mix;
+    mo.dtype = dtype;
+    mo.k_quant_mix = mix;
+    mo.gguf = true;
+    mo.seed = 31;
+    mo.threads = 1;
+    mo.out = dir / "m.gguf";
+    make_model(mo);
+    CudaRunnerOptions po = fused_options(true, 0, true), fo = fused_options(true, 4, true);
+    po.quantized_weights = fo.quantized_weights = QuantizedWeights::kOn;
+    auto plain = CudaModelRunner::open(mo.out, ctx, po);
+    auto fused = CudaModelRunner::open(mo.out, ctx, fo);
+    fs::remove_all(dir);
+    EXPECT_NE(fused->weight_format().find(mix ? "q4_k+q6_k" : "q8_0"), std::string::npos)
+        << fused->weight_format();
+    ASSERT_EQ(fused->fused_decode_max_m(), 4);
+    ASSERT_EQ(plain->fused_decode_max_m(), 0);
+    const std::int64_t V = fused->config().vocab_size;
+    std::mt19937 rng(37);
+    const int n = 5, steps = 10;
+    std::vector<std::vector<TokenId>> toks(n);
+    std::vector<int> pos(n);
+    ForwardOutput o1, o2;
+    for (int i = 0; i < n; ++i) {
+      pos[i] = 3 + static_cast<int>(rng() % 100);
+      toks[i].resize(pos[i] + steps);
+      for (auto &t : toks[i]) t = static_cast<TokenId>(rng() % V);
+      ForwardBatch b;
+      add_seq(b, toks[i], 0, pos[i], 16 * i, SequenceSlice::Logits::kNone);
+      plain->forward(b, o1);
+      fused->forward(b, o2);
+    }
+    for (int step = 0; step < steps; ++step) {
+      const int k = 1 + step % n;  // 1..4 fused, 5 unfused on both
+      ForwardBatch b;
+      for (int i = 0; i < k; ++i)
+        add_seq(b, toks[i], pos[i]++, 1, 16 * i, SequenceSlice::Logits::kLast);
+      plain->forward(b, o1);
+      fused->forward(b, o2);
+      ASSERT_EQ(o1.logits.size(), o2.logits.size());
+      for (float x : o2.logits) ASSERT_TRUE(std::isfinite(x));
+      EXPECT_LT(rel_err(o2.logits, o1.logits), 1e-2) << "step " << step << " k " << k;
+    }
+    EXPECT_GE(fused->graphs_captured(), 3u);
+  }
 }
 
 // A short prefill (3 tokens, all logits) fits the fused cap too: it must match as well.

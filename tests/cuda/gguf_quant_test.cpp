@@ -2,7 +2,8 @@
 // (CudaRunnerOptions::quantized_weights) or dequantized to bf16 at load: a model that
 // `keel make-model` writes as quantized GGUF gives, dequantized at load, the same logits
 // as the runner fed the same tensors dequantized to f32 on the host; kept quantized,
-// logits within bf16 rounding of those and the same greedy tokens.
+// prefill logits within bf16 rounding of those and the same greedy tokens where the
+// margin exceeds the decode GEMV's error.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -90,7 +91,11 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
   // logits agree to the GEMM's rounding; decode steps (1 row) take the quantized GEMV.
   EXPECT_LT(test::rel_err(ok.logits, orf.logits), 1e-2);
   // Greedy decode, both fed the dequantized-at-load runner's tokens: the same argmax
-  // wherever that runner's top two logits are not within the bf16 weight rounding.
+  // wherever that runner's top two logits are further apart than the kept runner's error.
+  // That was the bf16 weight rounding (1e-2 of the top logit); GGUF blocks now decode on the
+  // integer-dot GEMV, which rounds every linear layer's input to int8 (k_qgemv.h: ~5e-3 of
+  // each product's norm, compounding over the layers), so 5e-2. MXFP4 keeps the float GEMV.
+  const float margin = GetParam() == DType::kMXFP4 ? 1e-2f : 5e-2f;
   ForwardBatch d;
   d.tokens = {7};
   d.seqs.push_back({0, 1, 20, 0, 2, SequenceSlice::Logits::kLast});
@@ -105,7 +110,7 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
     float second = -1e30f;
     for (std::size_t i = 0; i < la.logits.size(); ++i)
       if (static_cast<std::ptrdiff_t>(i) != ia) second = std::max(second, la.logits[i]);
-    if (la.logits[ia] - second > 1e-2f * std::abs(la.logits[ia]) + 1e-3f) {
+    if (la.logits[ia] - second > margin * std::abs(la.logits[ia]) + 1e-3f) {
       EXPECT_EQ(ia, ib) << "step " << step;
       ++compared;
     }

@@ -1,13 +1,16 @@
 // GGUF blocks kept quantized on the device (k_quant.h, quant_linear.h): dequantization
 // equals the CPU reference (formats/quant.cpp) bit for bit per format; the quantized GEMV
-// (M <= 8) and the dequantize + cuBLASLt path (larger M) match a double-precision
-// reference over the same dequantized weights; layouts that mix formats and bad shapes.
+// (M <= 8: k_qgemv.h's integer-dot GEMV for GGUF blocks where it runs the shape, the float
+// GEMV for MXFP4 and the rest) and the dequantize + cuBLASLt path (larger M) match a
+// double-precision reference over the same dequantized weights; layouts that mix formats
+// and bad shapes.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
 #include "cuda_test_util.h"
+#include "exec/cuda/k_qgemv.h"
 #include "exec/cuda/quant_linear.h"
 #include "formats/quant.h"
 
@@ -87,11 +90,19 @@ TEST_P(QuantWeights, LinearMatchesFloatReference) {
                scratch.data());
     run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), y16.data(), false, M,
                scratch.data());
-    // The GEMV multiplies the exact dequantized weights (f32 accumulation): 1e-5 as the
-    // bf16 GEMV; larger M rounds the weights to bf16 first (cuBLASLt): bf16 rounding.
-    EXPECT_LT(rel_err(download<float>(ctx, y32, M * N), ref), M <= kQuantGemvMaxM ? 1e-5 : 6e-3)
+    // GGUF blocks at M <= 8 take the integer-dot GEMV, which rounds the input to int8 in
+    // blocks of 32 (k_qgemv.h: ~4e-3 of the output's norm for these inputs; 1.5e-2 as
+    // qgemv_test, where a wrong block or scale errs by order 1). MXFP4's float GEMV
+    // multiplies the exact dequantized weights (f32 accumulation): 1e-5 as the bf16 GEMV.
+    // Larger M rounds the weights to bf16 first (cuBLASLt): bf16 rounding.
+    const bool int_dot = M <= kQuantGemvMaxM && GetParam() != DType::kMXFP4;
+    const double gemv_bound = int_dot ? 1.5e-2 : 1e-5;
+    EXPECT_LT(rel_err(download<float>(ctx, y32, M * N), ref),
+              M <= kQuantGemvMaxM ? gemv_bound : 6e-3)
         << "M=" << M;
-    EXPECT_LT(rel_err(from_bf16(download<std::uint16_t>(ctx, y16, M * N)), ref), 8e-3) << "M=" << M;
+    EXPECT_LT(rel_err(from_bf16(download<std::uint16_t>(ctx, y16, M * N)), ref),
+              int_dot ? 1.5e-2 : 8e-3)
+        << "M=" << M;
   }
 }
 
@@ -138,7 +149,80 @@ TEST(QuantLinear, MixedFormatsInOneStackedWeight) {
     test::poison(ctx, y);
     run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), y.data(), true, M,
                scratch.data());
-    EXPECT_LT(rel_err(download<float>(ctx, y, M * 56), ref), 6e-3) << "M=" << M;
+    // M = 2: the integer-dot GEMV per range (the input's int8 rounding, as above); M = 16:
+    // the weights dequantized to bf16 for cuBLASLt.
+    EXPECT_LT(rel_err(download<float>(ctx, y, M * 56), ref), M <= kQuantGemvMaxM ? 1.5e-2 : 6e-3)
+        << "M=" << M;
+  }
+}
+
+// run_linear's few-row path is the integer-dot GEMV wherever qgemv_supported says so: its
+// output equals launch_qgemv's bit for bit, per range of a mixed layout (columns of each
+// row N apart), f32 and bf16. Where the staged int8 input would not fit in shared memory
+// (M = 8 rows of K = 24,576: 240 KB) it is the float GEMV's (launch_gemv_quant), also bit
+// for bit.
+TEST(QuantLinear, FewRowsTakeTheIntegerDotGemvWhereItRuns) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  Gemm gemm(ctx);
+  std::mt19937 rng(7);
+  const std::size_t smem = ctx.features().smem_per_block;
+  {
+    const std::int64_t K = 512;
+    const QuantMatrix a = make_quant(DType::kQ4_K, 24, K, rng),
+                      c = make_quant(DType::kQ6_K, 8, K, rng);
+    const LinearLayout layout =
+        plan_linear({{"q", DType::kQ4_K}, {"v", DType::kQ6_K}}, {24, 8}, K, true);
+    ASSERT_EQ(layout.ranges.size(), 2u);
+    std::vector<std::uint8_t> bytes = a.bytes;
+    bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
+    const DeviceBuffer w = upload(ctx, bytes);
+    for (int M : {1, 5, kQgemvMaxM})
+      for (bool y_f32 : {true, false}) {
+        SCOPED_TRACE("M=" + std::to_string(M) + (y_f32 ? " f32" : " bf16"));
+        ASSERT_TRUE(qgemv_supported(QuantFormat::kQ4_K, M, K, smem));
+        const DeviceBuffer dx = upload(ctx, to_bf16(random_bf16_values(M * K, rng)));
+        const std::size_t bytes_out = std::size_t(M) * 32 * (y_f32 ? 4 : 2);
+        DeviceBuffer got(bytes_out), want(bytes_out);
+        test::poison(ctx, got);
+        test::poison(ctx, want);
+        run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got.data(), y_f32, M,
+                   nullptr);
+        std::int64_t n0 = 0;
+        for (const WeightRange &r : layout.ranges) {
+          QgemvParams p;
+          p.format = r.format;
+          p.w = static_cast<const std::byte *>(w.data()) + r.offset;
+          p.N = r.rows;
+          p.K = K;
+          p.M = M;
+          p.x = dx.as<bf16>();
+          p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
+          p.y = static_cast<std::byte *>(want.data()) + n0 * (y_f32 ? 4 : 2);
+          p.ldy = 32;
+          launch_qgemv(ctx.compute(), p, ctx.num_sms());
+          n0 += r.rows;
+        }
+        EXPECT_EQ(download<std::uint8_t>(ctx, got, bytes_out),
+                  download<std::uint8_t>(ctx, want, bytes_out));
+      }
+  }
+  {
+    const std::int64_t N = 16, K = 24576;
+    const int M = kQgemvMaxM;
+    ASSERT_FALSE(qgemv_supported(QuantFormat::kQ8_0, M, K, smem));
+    ASSERT_TRUE(qgemv_supported(QuantFormat::kQ8_0, 1, K, smem));
+    const QuantMatrix q = make_quant(DType::kQ8_0, N, K, rng);
+    const LinearLayout layout = plan_linear({{"w", DType::kQ8_0}}, {N}, K, true);
+    const DeviceBuffer w = upload(ctx, q.bytes);
+    const DeviceBuffer dx = upload(ctx, to_bf16(random_bf16_values(M * K, rng)));
+    DeviceBuffer got(M * N * 4), want(M * N * 4);
+    test::poison(ctx, got);
+    test::poison(ctx, want);
+    run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got.data(), true, M, nullptr);
+    launch_gemv_quant(ctx.compute(), QuantFormat::kQ8_0, dx.as<bf16>(), w.data(), want.data(), true,
+                      N, M, N, K);
+    EXPECT_EQ(download<float>(ctx, got, M * N), download<float>(ctx, want, M * N));
   }
 }
 

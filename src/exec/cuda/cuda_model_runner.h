@@ -88,9 +88,10 @@ struct CudaRunnerOptions {
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
   // GGUF Q8_0 / Q4_0 / Q4_K / Q6_K linear weights stay in their block format on the
-  // device (quant_linear.h: less memory) or are dequantized to bf16 at load (faster today:
-  // H200, 8B Q4_K_M batch-1 decode 173 vs 208 tok/s, prefill 512 22,767 vs 37,625; see
-  // bench/RESULTS.md). kAuto keeps them quantized only when the bf16 form would not fit
+  // device (quant_linear.h: less memory) or are dequantized to bf16 at load (faster on the
+  // float GEMV: H200, 8B Q4_K_M batch-1 decode 173 vs 208 tok/s, prefill 512 22,767 vs
+  // 37,625; see bench/RESULTS.md; the integer-dot GEMV that decode now uses is not measured
+  // yet). kAuto keeps them quantized only when the bf16 form would not fit
   // (keep_quantized_auto).
   QuantizedWeights quantized_weights = QuantizedWeights::kAuto;
   // Mixture-of-experts layers of steps with at most this many token rows run their experts

@@ -7,6 +7,7 @@
 
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/fused_linear.h"
 #include "exec/cuda/k_decode_fused.h"
 
 namespace keel::cuda {
@@ -75,15 +76,29 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                                fused_gemv_supported(fused_max_m_, nh_ * hd_, smem) &&
                                fused_gemv_supported(fused_max_m_, I_, smem)))
     --fused_max_m_;
-  // Quantized linear weights: the fused kernels read bf16 only, so those steps take the
-  // unfused path; larger steps dequantize each weight into one scratch buffer.
+  // Quantized linear weights: GGUF blocks run the fused steps on the integer-dot GEMV
+  // (fused_linear.h) where every weight's layout allows it at the step's rows; FP8 and
+  // MXFP4 ones (whose GEMVs have no fused prologue) leave those steps unfused. Steps past
+  // the GEMVs' rows dequantize each weight into one scratch buffer.
   std::size_t scratch = 0;
   for (const auto &l : layers_)
     for (const LinearLayout *f : {&l.qkv_fmt, &l.o_fmt, &l.gate_up_fmt, &l.down_fmt})
       if (f->quantized()) scratch = std::max(scratch, f->bf16_bytes());
   if (lm_head_fmt_.quantized()) scratch = std::max(scratch, lm_head_fmt_.bf16_bytes());
   if (scratch > 0) {
-    fused_max_m_ = 0;
+    auto fused_runs = [&](int M) {
+      bool ok = fused_linear_supported(lm_head_fmt_, M, GemvOut::kF32, smem);
+      for (std::size_t li = 0; li < layers_.size() && ok; ++li) {
+        const Layer &l = layers_[li];
+        ok = fused_linear_supported(l.qkv_fmt, M, GemvOut::kBf16, smem) &&
+             fused_linear_supported(l.o_fmt, M, GemvOut::kAddResidual, smem);
+        if (ok && plans_[li].has(arch::LayerStep::kSwiglu))  // a dense MLP, not experts
+          ok = fused_linear_supported(l.gate_up_fmt, M, GemvOut::kSwiglu, smem) &&
+               fused_linear_supported(l.down_fmt, M, GemvOut::kAddResidual, smem);
+      }
+      return ok;
+    };
+    while (fused_max_m_ > 0 && !fused_runs(fused_max_m_)) --fused_max_m_;
     dequant_scratch_ = DeviceBuffer(scratch);
   }
   pdl_ = opts.programmatic_launch && ctx_.features().programmatic_launch;  // sm_90+

@@ -5,8 +5,11 @@
 // programmatic dependents (Hopper PDL) when programmatic_launch is on. It runs the
 // Llama-family plan (arch::LayerPlan) as fixed fused groups; allocate_buffers turns the
 // path off for a plan with a step it does not implement (fused_path_runs). A mixture-of-
-// experts layer's MLP is launch_moe_decode (cuda_runner_moe.cpp, k_moe_decode.h).
+// experts layer's MLP is launch_moe_decode (cuda_runner_moe.cpp, k_moe_decode.h). GGUF
+// linear weights kept quantized run the same steps on the integer-dot GEMV
+// (fused_linear.h); allocate_buffers keeps the path only where every weight's layout allows.
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/fused_linear.h"
 #include "exec/cuda/k_decode_fused.h"
 
 namespace keel::cuda {
@@ -19,14 +22,11 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
   const std::int32_t *d_positions = d + T, *d_slots = d + 2 * T, *d_rows = d + 3 * T;
   const float eps = static_cast<float>(config_.rms_norm_eps);
   float *residual = residual_.as<float>();
-  // One GEMV: y = W x(in), T rows.
-  auto gemv = [&](const DeviceBuffer &w, std::int64_t N, std::int64_t K, GemvIn in, const void *x,
+  // One GEMV: y = W x(in), M rows, W laid out as `fmt` (bf16 or GGUF ranges).
+  auto gemv = [&](const DeviceBuffer &w, const LinearLayout &fmt, GemvIn in, const void *x,
                   const bf16 *norm_weight, GemvOut out, void *y, int M,
                   const std::int32_t *rows = nullptr) {
     FusedGemvParams p;
-    p.w = w.as<bf16>();
-    p.N = N;
-    p.K = K;
     p.M = M;
     p.in = in;
     p.x = static_cast<const bf16 *>(x);
@@ -37,7 +37,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     p.out = out;
     p.y = y;
     p.pdl = pdl_;
-    launch_fused_gemv(s, p, sms);
+    launch_fused_linear(s, fmt, w.data(), p, sms);
   };
   QkvRopeKvParams rk;
   rk.qkv = qkv_.as<bf16>();
@@ -58,7 +58,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     const Layer &L = layers_[li];
     const int layer = static_cast<int>(li);
     // residual (embedding, or the last down_proj's epilogue) -> input norm -> qkv.
-    gemv(L.qkv, qkv_width_, H_, GemvIn::kRmsNorm, nullptr, L.input_norm.as<bf16>(), GemvOut::kBf16,
+    gemv(L.qkv, L.qkv_fmt, GemvIn::kRmsNorm, nullptr, L.input_norm.as<bf16>(), GemvOut::kBf16,
          qkv_.data(), T);
     profiler_.mark(s, StepProfiler::kGemm);
     rk.bias = L.qkv_bias.as<bf16>();
@@ -74,21 +74,21 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     profiler_.mark(s, StepProfiler::kAttention);
     // o_proj adds into the residual; post norm in gate_up's prologue and SwiGLU in its
     // epilogue (a warp computes a gate row and its up row); down adds into the residual.
-    gemv(L.o, H_, nh_ * hd_, GemvIn::kBf16, attn_.data(), nullptr, GemvOut::kAddResidual, residual,
-         T);
+    gemv(L.o, L.o_fmt, GemvIn::kBf16, attn_.data(), nullptr, GemvOut::kAddResidual, residual, T);
     profiler_.mark(s, StepProfiler::kGemm);
     if (plans_[li].has(arch::LayerStep::kMoeFfn)) {
       launch_moe_decode(L, T);  // post norm, router, experts, residual add (k_moe_decode.h)
       continue;
     }
-    gemv(L.gate_up, 2 * I_, H_, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(), GemvOut::kSwiglu,
-         act_.data(), T);
-    gemv(L.down, H_, I_, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual, T);
+    gemv(L.gate_up, L.gate_up_fmt, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(),
+         GemvOut::kSwiglu, act_.data(), T);
+    gemv(L.down, L.down_fmt, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual,
+         T);
     profiler_.mark(s, StepProfiler::kGemm);
   }
   if (R > 0) {
     const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
-    gemv(head, V_, H_, GemvIn::kRmsNorm, nullptr, final_norm_.as<bf16>(), GemvOut::kF32,
+    gemv(head, lm_head_fmt_, GemvIn::kRmsNorm, nullptr, final_norm_.as<bf16>(), GemvOut::kF32,
          logits_.data(), R, d_rows);
     profiler_.mark(s, StepProfiler::kGemm);
   }

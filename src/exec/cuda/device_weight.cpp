@@ -1,6 +1,7 @@
 #include "exec/cuda/device_weight.h"
 
 #include "core/error.h"
+#include "exec/cuda/k_qgemv.h"
 
 namespace keel::cuda {
 
@@ -62,7 +63,25 @@ int device_weight_gemv_max_m(const DeviceWeight &w) {
 void device_weight_gemv(StreamRef s, const DeviceWeight &w, const bf16 *x, void *y, bool y_f32,
                         std::int64_t ldy, int M) {
   switch (w.format) {
-    case WeightFormat::kGguf:  // the float GEMV (k_quant.h); k_qgemv.h is next (NOTES.md)
+    case WeightFormat::kGguf:
+      // The integer-dot GEMV (k_qgemv.h) wherever it runs the shape: the float GEMV
+      // (k_quant.h) spends ~6 instructions a weight and was slower than bf16 (NOTES.md).
+      // It stages M x K int8 in shared memory, so the float GEMV keeps the rows too long
+      // for that (at M = 8, K past 20,480).
+      if (qgemv_supported(w.blocks, M, w.cols, qgemv_device_smem())) {
+        QgemvParams p;
+        p.format = w.blocks;
+        p.w = w.data;
+        p.N = w.rows;
+        p.K = w.cols;
+        p.M = M;
+        p.x = x;
+        p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
+        p.y = y;
+        p.ldy = ldy;
+        launch_qgemv(s, p, 0);
+        return;
+      }
       launch_gemv_quant(s, w.blocks, x, w.data, y, y_f32, ldy, M, w.rows, w.cols);
       return;
     case WeightFormat::kFp8:

@@ -34,8 +34,9 @@ int device_weight_gemv_max_m(const DeviceWeight &w);
 
 // y[m, n] (row stride ldy) = sum_k x[m, k] W[n, k], m < M <= device_weight_gemv_max_m, x
 // [M, cols] bf16 rows cols apart (16-byte aligned), y f32 when y_f32 else bf16. Each
-// format's GEMV (branch lowbit-wire moves GGUF blocks to k_qgemv.h's integer-dot GEMV once
-// it has run on a GPU); bf16 throws (the bf16 GEMV / cuBLASLt live behind gemm.h).
+// format's GEMV: GGUF blocks on k_qgemv.h's integer-dot GEMV where qgemv_supported says so
+// (its error is the input's int8 rounding, ~5e-3 of the output's norm), else on k_quant.h's
+// float GEMV; bf16 throws (the bf16 GEMV / cuBLASLt live behind gemm.h).
 void device_weight_gemv(StreamRef s, const DeviceWeight &w, const bf16 *x, void *y, bool y_f32,
                         std::int64_t ldy, int M);
 

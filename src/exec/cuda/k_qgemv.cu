@@ -524,6 +524,8 @@ std::size_t qgemv_smem_bytes(int M, std::int64_t K) {
          static_cast<std::size_t>(M) * static_cast<std::size_t>(K / 32) * sizeof(float2);
 }
 
+std::size_t qgemv_device_smem() { return device_smem_optin(); }
+
 bool qgemv_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block) {
   return f != QuantFormat::kMXFP4 && M >= 1 && M <= kQgemvMaxM && K > 0 &&
          K % quant_block_elems(f) == 0 &&

@@ -45,6 +45,9 @@ std::size_t qgemv_smem_bytes(int M, std::int64_t K);
 // True when launch_qgemv runs the shape: a GGUF format other than MXFP4, 1 <= M <=
 // kQgemvMaxM, K a positive multiple of the block whose staged input fits smem_per_block.
 bool qgemv_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block);
+// The shared memory a block may opt into on the current device: the smem_per_block
+// launch_qgemv checks shapes against, for callers without a CudaContext (device_weight.h).
+std::size_t qgemv_device_smem();
 // num_sms sizes the persistent grid (CudaContext::num_sms(); 0: the current device's); throws
 // Error(kInvalidArgument) on a shape qgemv_supported rejects or a misaligned pointer.
 void launch_qgemv(StreamRef s, const QgemvParams &p, int num_sms);
