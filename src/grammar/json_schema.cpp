@@ -568,9 +568,12 @@ class SchemaCompiler {
     }
     if (!root_.contains(ptr)) return s;
     json out = resolved(root_[ptr], hops + 1);
-    if (!out.is_object()) return s;
     json rest = s;
     rest.erase("$ref");
+    // A reference to `true` is the keywords beside it (a $ref kept beside them would
+    // be called alone, dropping them); to `false`, nothing.
+    if (out.is_boolean()) return out == true && !rest.empty() ? rest : out;
+    if (!out.is_object()) return s;
     return rest.empty() ? out : intersect(out, rest, "$ref");
   }
 
@@ -654,13 +657,16 @@ class SchemaCompiler {
   // the values in both.
   json merged(const json &parent, const json &sub, const char *drop,
               const std::string &path) const {
-    if (!sub.is_object()) return sub;
     json rest = json::object();
-    for (auto it = parent.begin(); it != parent.end(); ++it)
-      if (it.key() != drop && !kIgnored.count(it.key())) rest[it.key()] = it.value();
+    if (parent.is_object())
+      for (auto it = parent.begin(); it != parent.end(); ++it)
+        if (it.key() != drop && !kIgnored.count(it.key())) rest[it.key()] = it.value();
+    // A `true` branch (written or reached through $ref) allows what the parent allows,
+    // not any value: returning it alone would drop the parent's keywords.
+    if (!sub.is_object()) return sub == true && !rest.empty() ? rest : sub;
     if (rest.empty()) return sub;
     json mine = resolved(sub, 0);
-    if (!mine.is_object()) return mine;
+    if (!mine.is_object()) return mine == true ? rest : mine;
     const bool parent_values = rest.contains("const") || rest.contains("enum");
     const bool sub_values = mine.contains("const") || mine.contains("enum");
     json both = json::array();

@@ -194,6 +194,21 @@ TEST(JsonSchemaMaskBench, ConstMustHaveTheTypeAndBeInTheEnum) {
   EXPECT_FALSE(matches(both, R"("c")"));
 }
 
+TEST(JsonSchemaMaskBench, ATrueBranchKeepsTheParentsKeywords) {
+  // `true` allows what the parent allows, not any value (written or through $ref).
+  for (const char *text :
+       {R"({"type": "integer", "maximum": 9, "anyOf": [true, {"minimum": 5}]})",
+        R"({"$defs": {"t": true}, "type": "integer", "maximum": 9,
+            "anyOf": [{"$ref": "#/$defs/t"}, {"minimum": 5}]})"}) {
+    auto g = schema(text);
+    EXPECT_TRUE(matches(g, "7")) << text;
+    EXPECT_TRUE(matches(g, "-3")) << text;  // through the true branch
+    EXPECT_FALSE(matches(g, "12")) << text;      // past the parent's maximum
+    EXPECT_FALSE(matches(g, R"("x")")) << text;  // not the parent's type
+    EXPECT_FALSE(matches(g, "[]")) << text;
+  }
+}
+
 TEST(JsonSchemaMaskBench, EnumsOfAnAnyOfBranchAndItsParentIntersect) {
   // The parent's enum holds for every branch; the branch's for itself.
   auto g = schema(R"({"enum": ["eq", "gt", "or", 1], "anyOf": [{"type": "string",
