@@ -289,7 +289,19 @@ class SchemaCompiler {
       return any_value();
     }
     if (!s.is_object()) fail(path, "a schema must be an object or a boolean");
-    if (s.contains("$ref")) return ref(s, path, depth);
+    if (s.contains("$ref")) {
+      // Keywords beside a $ref hold too (draft 2019+; and never loosen the schema): the
+      // target merged with them, as allOf. A lone $ref stays a call, so recursion works.
+      bool siblings = false;
+      for (auto it = s.begin(); it != s.end() && !siblings; ++it)
+        siblings = it.key() != "$ref" && !kIgnored.count(it.key());
+      if (!siblings) return ref(s, path, depth);
+      json both = resolved(s, 0);
+      if (both.is_object() && both.contains("$ref"))
+        fail(join(path, "$ref"),
+             "beside other keywords, to a target that cannot be merged, is not supported");
+      return value(both, path, depth + 1);
+    }
     // anyOf / oneOf first: each branch carries the parent's other keywords, an enum or
     // const of both intersected (merged), so neither side's values are lost.
     for (const char *k : {"anyOf", "oneOf"}) {

@@ -196,17 +196,36 @@ TEST(JsonSchemaMaskBench, ConstMustHaveTheTypeAndBeInTheEnum) {
 
 TEST(JsonSchemaMaskBench, ATrueBranchKeepsTheParentsKeywords) {
   // `true` allows what the parent allows, not any value (written or through $ref).
-  for (const char *text :
-       {R"({"type": "integer", "maximum": 9, "anyOf": [true, {"minimum": 5}]})",
-        R"({"$defs": {"t": true}, "type": "integer", "maximum": 9,
+  for (const char *text : {R"({"type": "integer", "maximum": 9, "anyOf": [true, {"minimum": 5}]})",
+                           R"({"$defs": {"t": true}, "type": "integer", "maximum": 9,
             "anyOf": [{"$ref": "#/$defs/t"}, {"minimum": 5}]})"}) {
     auto g = schema(text);
     EXPECT_TRUE(matches(g, "7")) << text;
-    EXPECT_TRUE(matches(g, "-3")) << text;  // through the true branch
+    EXPECT_TRUE(matches(g, "-3")) << text;       // through the true branch
     EXPECT_FALSE(matches(g, "12")) << text;      // past the parent's maximum
     EXPECT_FALSE(matches(g, R"("x")")) << text;  // not the parent's type
     EXPECT_FALSE(matches(g, "[]")) << text;
   }
+}
+
+TEST(JsonSchemaMaskBench, KeywordsBesideARefHoldToo) {
+  // {"$ref": X, "maximum": 3} is X and maximum 3, at the root and in a property.
+  auto root = schema(R"({"$defs": {"x": {"type": "integer"}}, "$ref": "#/$defs/x",
+      "maximum": 3})");
+  EXPECT_TRUE(matches(root, "2"));
+  EXPECT_FALSE(matches(root, "7"));
+  EXPECT_FALSE(matches(root, R"("2")"));
+  auto prop = schema(R"({"type": "object", "properties": {"a": {"$ref": "#/$defs/x",
+      "maximum": 3}}, "required": ["a"], "additionalProperties": false,
+      "$defs": {"x": {"type": "integer"}}})");
+  EXPECT_TRUE(matches(prop, R"({"a": 2})"));
+  EXPECT_FALSE(matches(prop, R"({"a": 7})"));
+  // A lone recursive $ref is still a rule call.
+  auto tree = schema(R"({"$defs": {"n": {"type": "object", "properties": {"kids": {"type":
+      "array", "items": {"$ref": "#/$defs/n"}}}, "additionalProperties": false}},
+      "$ref": "#/$defs/n"})");
+  EXPECT_TRUE(matches(tree, R"({"kids": [{"kids": []}, {}]})"));
+  EXPECT_FALSE(matches(tree, R"({"kids": [{"kid": []}]})"));
 }
 
 TEST(JsonSchemaMaskBench, EnumsOfAnAnyOfBranchAndItsParentIntersect) {
