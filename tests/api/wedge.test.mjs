@@ -159,9 +159,15 @@ test('/debug/faults: validation, listing, disarming; off unless enabled; /v1/cac
   const armed = await inject(srv, { model: 'tiny', kind: 'ssd-write-error', count: 3 });
   assert.deepEqual(armed.armed, [{ kind: 'ssd-write-error', seconds: null, count: 3 }]);
   await inject(srv, { model: 'tiny', kind: 'slow-store', seconds: 0.5, count: 2 });
-  const list = await srv.get('/debug/faults');
-  assert.equal(list.status, 200);
-  const kinds = list.json.models.find((m) => m.id === 'tiny').armed.map((f) => f.kind).sort();
+  // The list comes from the engine's heartbeat (sent when it changes, every 100 ms):
+  // wait for the beat after the second fault instead of hoping it came already.
+  let kinds = [];
+  await waitFor(async () => {
+    const list = await srv.get('/debug/faults');
+    assert.equal(list.status, 200);
+    kinds = list.json.models.find((m) => m.id === 'tiny').armed.map((f) => f.kind).sort();
+    return kinds.length === 2;
+  }, { timeoutMs: 3000, what: 'both faults listed' });
   assert.deepEqual(kinds, ['slow-store', 'ssd-write-error']);
   const del = await srv.del('/debug/faults?model=tiny');
   assert.equal(del.status, 200);
