@@ -48,9 +48,18 @@ async function streamCompletion(server, body) {
   return { text, finish };
 }
 
-async function specStatus(server) {
-  const m = await server.model();
-  return m.speculative;
+// The counters come with the engine's heartbeat (sent when something changes, every
+// 100 ms): read them from a beat sent after `sinceMs` with nothing running, so a count is
+// never one beat behind the request that just ended (seen on a loaded CI machine).
+async function specStatus(server, sinceMs = Date.now()) {
+  const deadline = Date.now() + 10000;
+  for (;;) {
+    const asked = Date.now();
+    const m = await server.model();
+    if (m.running === 0 && asked - m.heartbeat_age_seconds * 1000 > sinceMs) return m.speculative;
+    if (Date.now() > deadline) throw new Error(`no heartbeat after the request: ${JSON.stringify(m)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 test('streamed greedy output is the same with and without speculation', async () => {
