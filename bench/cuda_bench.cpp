@@ -3,7 +3,8 @@
 // aggregate decode at 8..256 concurrent sequences (512-token prompts, 128 new tokens),
 // each beside its roofline (measured copy bandwidth and bf16 GEMM rate, given by flags).
 //
-//   cuda_bench --model 8b [--decode-steps 128] [--bw 4.3e12] [--flops 8.0e14] [--seqs 8,32,...]
+//   cuda_bench --model 8b [--decode-steps 128] [--verify K] [--bw 4.3e12] [--flops 8.0e14] [--seqs
+//   8,32,...]
 //     [--gemv-max-m N] [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off]
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
@@ -238,6 +239,36 @@ class Bench {
       }
       runner_->forward_greedy(b, next);
       for (int s = 0; s < n; ++s) last_[s] = next[s];
+    }
+    return seconds(t0, Clock::now());
+  }
+
+  // Speculative verify steps (issue 30): `steps` forwards of 1 + k tokens for each of the
+  // sequences [0, n) (the last token, then k drafts), every row's logits sampled (kTail),
+  // advancing one position a step (as if no draft were accepted; the timing is the
+  // same). Returns seconds.
+  double verify(int n, int pos, int steps, int k) {
+    std::vector<TokenId> next;
+    const auto t0 = Clock::now();
+    for (int step = 0; step < steps; ++step) {
+      ForwardBatch b;
+      for (int s = 0; s < n; ++s) {
+        SequenceSlice q;
+        q.token_offset = b.total_tokens();
+        q.num_tokens = 1 + k;
+        q.start_pos = pos + step;
+        q.block_offset = static_cast<int>(b.block_table.size());
+        q.num_blocks = (pos + step + 1 + k + bs_ - 1) / bs_;
+        q.logits = SequenceSlice::Logits::kTail;
+        q.num_logits = 1 + k;
+        b.tokens.push_back(last_[s]);
+        for (int j = 0; j < k; ++j) b.tokens.push_back(prompt_[(pos + step + j) % prompt_.size()]);
+        b.block_table.insert(b.block_table.end(), blocks_[s].begin(),
+                             blocks_[s].begin() + q.num_blocks);
+        b.seqs.push_back(q);
+      }
+      runner_->forward_greedy(b, next);
+      for (int s = 0; s < n; ++s) last_[s] = next[std::size_t(s) * (1 + k)];
     }
     return seconds(t0, Clock::now());
   }
@@ -489,6 +520,7 @@ int kv_transfer_bench(const ModelConfig &cfg, const std::string &model, int toke
 int run(int argc, char **argv) {
   std::string model = "8b";
   int steps = 128;
+  int verify_k = 0;  // --verify K: also time verify steps of 1 + K tokens a sequence
   Rates rates{4.3e12, 8.0e14};
   std::vector<int> seqs = {8, 32, 64, 128, 256};
   bool long_prefill = true;
@@ -530,6 +562,8 @@ int run(int argc, char **argv) {
       model = val();
     else if (a == "--decode-steps")
       steps = std::stoi(val());
+    else if (a == "--verify")
+      verify_k = std::stoi(val());
     else if (a == "--bw")
       rates.bw = std::stod(val());
     else if (a == "--flops")
@@ -592,7 +626,7 @@ int run(int argc, char **argv) {
   o.block_size = block_size;
   o.max_batch_tokens = 8192;
   o.max_seqs = 256;
-  o.max_logits_rows = 256;
+  o.max_logits_rows = 256 * (1 + verify_k);
   o.max_model_len = 8192 + 16;
   o.profile = profile;
   o.cuda_graphs = graphs;
@@ -611,8 +645,9 @@ int run(int argc, char **argv) {
   o.quantized_weights = keep_quantized ? cuda::QuantizedWeights::kOn : cuda::QuantizedWeights::kOff;
   const int max_seqs = *std::max_element(seqs.begin(), seqs.end());
   const int prompt = 512;
-  const int len0 = std::max(prompt + steps, long_prefill ? 8192 : 0);
-  o.num_kv_blocks = Bench::blocks_needed(std::max(max_seqs, 1), len0, prompt + steps, o.block_size);
+  const int len0 = std::max(prompt + steps + verify_k, long_prefill ? 8192 : 0);
+  o.num_kv_blocks =
+      Bench::blocks_needed(std::max(max_seqs, 1), len0, prompt + steps + verify_k, o.block_size);
   const auto t_load = Clock::now();
   std::string weights;
   if (!model_dir.empty()) {
@@ -687,7 +722,7 @@ int run(int argc, char **argv) {
         (free_b + pool) / 1e9);
   }
   bench.init_tokens(std::max(max_seqs, 1));
-  bench.assign_blocks(std::max(max_seqs, 1), len0, prompt + steps);
+  bench.assign_blocks(std::max(max_seqs, 1), len0, prompt + steps + verify_k);
 
   std::printf("| %-5s | %-36s | %12s | %12s | %6s |\n", "model", "measure", "tok/s", "roofline",
               "% roof");
@@ -741,6 +776,16 @@ int run(int argc, char **argv) {
     const double roof_step = std::max(bytes / rates.bw, flops / rates.flops);
     row("decode " + std::to_string(n) + " seq x " + std::to_string(steps) + " tok", n * steps / t,
         n / roof_step, steps);
+    if (verify_k > 0) {
+      // Same positions, 1 + K tokens a sequence: the step time against the one-token
+      // step's (what a speculative step costs; the goal is <= 1.15x at batch 1, K = 3).
+      bench.verify(n, prompt, 2, verify_k);
+      const double tv = bench.verify(n, prompt, steps, verify_k);
+      std::printf(
+          "| %-5s | verify %d seq x (1+%d) tok: %.3f ms a step, %.2fx the one-token step |\n",
+          model.c_str(), n, verify_k, tv / steps * 1e3, tv / t);
+      std::fflush(stdout);
+    }
   }
   return 0;
 }

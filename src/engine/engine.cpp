@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <utility>
@@ -1005,6 +1006,10 @@ void Engine::emit_verified(const StepPlan &plan, std::size_t si, std::size_t fir
 void Engine::propose_drafts(const StepPlan &plan) {
   const SpeculativeConfig &sc = config_.speculative;
   if (sc.max_running > 0 && sched_->num_running() >= sc.max_running) return;
+  // Every running sequence may ask for a row next step; drafts take only the rows left.
+  const std::int32_t max_rows = backend_.runner->max_logits_rows();
+  std::int32_t rows_left =
+      max_rows > 0 ? max_rows - sched_->num_running() : std::numeric_limits<std::int32_t>::max();
   std::vector<TokenId> draft;
   for (const ScheduledSeq &s : plan.seqs) {
     if (!s.samples) continue;
@@ -1021,12 +1026,15 @@ void Engine::propose_drafts(const StepPlan &plan) {
     const std::int32_t room = std::min(live.params.max_tokens - r->num_output_tokens(),
                                        max_model_len_ - r->num_tokens()) -
                               1;
-    const std::int32_t k = std::min(sc.num_speculative_tokens, room);
+    const std::int32_t k = std::min({sc.num_speculative_tokens, room, rows_left});
     if (k <= 0) continue;
     draft.clear();
     drafter_->propose(s.id, r->tokens, k, draft);
     if (static_cast<std::int32_t>(draft.size()) > k) draft.resize(k);
-    if (!draft.empty()) sched_->set_draft(s.id, draft);
+    if (!draft.empty()) {
+      rows_left -= static_cast<std::int32_t>(draft.size());
+      sched_->set_draft(s.id, draft);
+    }
   }
 }
 

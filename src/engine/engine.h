@@ -96,7 +96,7 @@ struct EngineConfig {
   // on the engine thread before the constructor returns. May be empty.
   LoadProgressSink on_load_progress;
   // Speculative decoding (engine/speculative.h): off unless a method is named; used only
-  // with a runner that verifies drafts (ModelRunner::verifies_drafts: the CPU runner).
+  // with a runner that verifies drafts (ModelRunner::verifies_drafts: CPU and CUDA).
   SpeculativeConfig speculative;
 };
 

@@ -53,6 +53,9 @@ class ModelRunner {
   // Whether forward() returns SequenceSlice::Logits::kTail rows (a speculative verify:
   // docs/ARCHITECTURE.md, "The verify shape"); the engine drafts only for runners that do.
   virtual bool verifies_drafts() const { return false; }
+  // The most logits rows one forward may return (0: no limit); the engine drafts no more
+  // rows than this leaves room for.
+  virtual std::int32_t max_logits_rows() const { return 0; }
   // ... and which requests' rows it samples there (a step with any other samples on the
   // host); all of them unless it says otherwise.
   virtual bool samples_row_on_device(const SamplingParams &) const { return true; }

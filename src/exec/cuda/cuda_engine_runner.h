@@ -33,6 +33,8 @@ class OwningCudaRunner final : public ModelRunner {
   }
   std::string weight_format() const override { return runner_->weight_format(); }
   bool samples_on_device() const override { return runner_->samples_on_device(); }
+  bool verifies_drafts() const override { return runner_->verifies_drafts(); }
+  std::int32_t max_logits_rows() const override { return runner_->max_logits_rows(); }
   bool masks_on_device() const override { return runner_->masks_on_device(); }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override {

@@ -155,6 +155,11 @@ class CudaModelRunner : public ModelRunner {
   // semantics): only the tokens and their raw-logit logprobs come back, not the logits.
   // Needs CudaRunnerOptions::gpu_sampling.
   bool samples_on_device() const override { return sample_scratch_.bytes() != 0; }
+  // A verify (SequenceSlice::Logits::kTail) is a ragged slice of 1 + k tokens like a
+  // prefill chunk; its rows are logits rows like any other (eager: graphs are captured
+  // for one-token decodes only).
+  bool verifies_drafts() const override { return true; }
+  std::int32_t max_logits_rows() const override { return max_rows_; }
   // ... applying the rows' structured-output masks there (one upload per step).
   bool masks_on_device() const override { return sample_scratch_.bytes() != 0; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,

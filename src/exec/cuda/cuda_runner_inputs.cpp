@@ -70,9 +70,12 @@ CudaModelRunner::StepShape CudaModelRunner::stage_inputs(const ForwardBatch &b, 
       slots[t] = b.block_table[q.block_offset + pos / bs] * bs + pos % bs;
     }
     attn.add_sequence(q.token_offset, q.num_tokens, q.start_pos, q.block_offset);
-    const bool all = q.logits == SequenceSlice::Logits::kAll;
-    if (q.num_tokens > 0 && q.logits != SequenceSlice::Logits::kNone)
-      for (std::int32_t j = all ? 0 : q.num_tokens - 1; j < q.num_tokens; ++j) {
+    // kLast, kAll, or a verify's kTail rows (its last accepted token, then each draft).
+    if (q.logits == SequenceSlice::Logits::kTail &&
+        (q.num_logits < 1 || q.num_logits > q.num_tokens))
+      throw bad_batch("sequence " + std::to_string(s) + ": num_logits outside the slice");
+    if (q.num_tokens > 0)
+      for (std::int32_t j = q.first_logits_token(); j < q.num_tokens; ++j) {
         if (static_cast<std::int32_t>(row_seq.size()) >= max_rows_)
           throw bad_batch("more than max_logits_rows " + std::to_string(max_rows_) +
                           " logits rows requested");

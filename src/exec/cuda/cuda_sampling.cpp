@@ -93,9 +93,8 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
   // The row count is checked before the pass is enqueued, so a mismatch writes no KV.
   std::size_t want = 0;
   for (const SequenceSlice &q : batch.seqs)
-    want += q.logits == SequenceSlice::Logits::kLast  ? 1
-            : q.logits == SequenceSlice::Logits::kAll ? static_cast<std::size_t>(q.num_tokens)
-                                                      : 0;
+    if (q.num_tokens > 0 && q.first_logits_token() >= 0)
+      want += static_cast<std::size_t>(q.num_tokens - q.first_logits_token());
   if (want != rows.size())
     throw Error(ErrorCode::kInvalidArgument, "sampling: " + std::to_string(rows.size()) +
                                                  " rows given for " + std::to_string(want) +

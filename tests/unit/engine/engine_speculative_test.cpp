@@ -135,6 +135,19 @@ TEST(EngineSpeculative, DeviceSampledGreedyRowsVerifyToo) {
   EXPECT_GT(e->status().spec_accepted, 0);
 }
 
+// A runner with a cap on logits rows a forward (the CUDA runner's max_logits_rows) gets
+// no more drafts than the running sequences leave room for.
+TEST(EngineSpeculative, DraftsFitTheRunnersLogitsRows) {
+  ToyEngine e(512, 4, spec_config(4), [](ToyRunner &r) { r.max_rows = 11; });
+  Collector c;
+  for (int i = 0; i < 8; ++i) e->submit(greedy_request(i + 1, prompt_of(i), 20), c.sink());
+  ASSERT_TRUE(c.wait_finished(8));
+  for (int i = 0; i < 8; ++i)
+    EXPECT_EQ(c.get(i + 1).tokens, toy_greedy(prompt_of(i), 20, kToyVocab)) << i;
+  EXPECT_LE(e.runner->most_rows.load(), 11);
+  EXPECT_GT(e->status().spec_drafted, 0);
+}
+
 TEST(EngineSpeculative, OptOutAndRunnersThatCannotVerifyNeverDraft) {
   {
     ToyEngine e(256, 4, spec_config());

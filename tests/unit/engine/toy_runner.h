@@ -158,12 +158,15 @@ class ToyRunner final : public ModelRunner {
         out.row_pos.push_back(pos);
       }
     }
+    const auto rows = static_cast<std::int32_t>(out.row_seq.size());
+    if (rows > most_rows) most_rows = rows;
   }
 
   // Device sampling as a GPU runner does it, here on the host: the host Sampler's
   // choice for the engine's draw u, with no logits returned.
   bool samples_on_device() const override { return device_sampling; }
   bool verifies_drafts() const override { return verify; }
+  std::int32_t max_logits_rows() const override { return max_rows; }
   bool masks_on_device() const override { return device_masks; }
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override {
@@ -196,6 +199,8 @@ class ToyRunner final : public ModelRunner {
   bool device_sampling = false;                // set before the engine starts (setup)
   bool device_masks = false;                   // and whether it applies structured-output masks
   bool verify = true;                          // returns kTail rows (speculative verify)
+  std::int32_t max_rows = 0;                   // max_logits_rows (0: no limit)
+  std::atomic<std::int32_t> most_rows{0};      // the most logits rows one forward returned
   std::atomic<std::int64_t> verify_slices{0};  // kTail slices computed
   std::atomic<std::int64_t> masked_rows{0};    // rows masked "on the device"
   TokenId sample_offset = 0;                   // a broken device sampler: tokens shifted by this

@@ -1,0 +1,100 @@
+// Speculative decoding on the CUDA runner (issue 30): a verify is a ragged slice of
+// 1 + k tokens whose kTail rows come back as logits rows (or device-sampled rows). With
+// n-gram drafts on a copy-heavy prompt, greedy output of the built-in default model is
+// the output without drafts, one request at a time and eight at once, sampled on the
+// device and on the host, and drafts are accepted.
+#include <gtest/gtest.h>
+
+#include "cuda_test_util.h"
+#include "engine/engine.h"
+#include "exec/cuda/cuda_engine_runner.h"
+#include "support/paths.h"
+#include "unit/engine/collector.h"
+
+namespace keel::cuda {
+namespace {
+
+GenerationRequest greedy(std::uint64_t id, int variant) {
+  GenerationRequest r;
+  r.id = RequestId{id};
+  // A phrase said three times: the lookup finds what followed it before.
+  std::vector<TokenId> phrase;
+  for (int k = 0; k < 17 + variant; ++k) phrase.push_back(5 + (k * 53 + variant * 211) % 3000);
+  for (int rep = 0; rep < 3; ++rep) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
+  r.sampling.max_tokens = 40;
+  r.sampling.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  return r;
+}
+
+struct Outputs {
+  std::vector<keel::test::Collected> out;
+  EngineStatus status;
+};
+
+Outputs run(const std::filesystem::path &dir, bool speculative, bool device_sampling, int at_once) {
+  EngineConfig cfg;
+  cfg.device_sampling = device_sampling;
+  cfg.scheduler.max_num_seqs = 8;
+  cfg.scheduler.max_num_batched_tokens = 256;
+  if (speculative) {
+    cfg.speculative.method = "ngram";
+    cfg.speculative.num_speculative_tokens = 4;
+    cfg.speculative.max_running = 0;  // draft at any batch size
+  }
+  Engine e(
+      [&] {
+        CudaRunnerOptions o;
+        o.num_kv_blocks = 256;
+        o.max_batch_tokens = 256;
+        o.max_seqs = 8;
+        o.max_logits_rows = 24;  // fewer than 8 x (1 + 4): the engine must fit its drafts
+        o.max_model_len = 512;
+        o.gpu_sampling = device_sampling;
+        EngineBackend b;
+        b.runner = OwningCudaRunner::open(dir, 0, o);
+        return b;
+      },
+      cfg);
+  keel::test::Collector c;
+  Outputs r;
+  const int n = 8;
+  for (int i = 0; i < n; i += at_once) {
+    for (int j = i; j < i + at_once; ++j) e.submit(greedy(j + 1, j), c.sink());
+    EXPECT_TRUE(c.wait_finished(i + at_once));
+  }
+  for (int i = 0; i < n; ++i) r.out.push_back(c.get(i + 1));
+  r.status = e.status();
+  return r;
+}
+
+TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = keel::test::source_dir() / "models" / "default";
+  if (!std::filesystem::exists(dir / "model.safetensors"))
+    GTEST_SKIP() << "no default model at " << dir;
+  for (const bool device : {true, false}) {
+    for (const int at_once : {1, 8}) {
+      const Outputs off = run(dir, false, device, at_once);
+      const Outputs on = run(dir, true, device, at_once);
+      for (std::size_t i = 0; i < off.out.size(); ++i) {
+        ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
+        EXPECT_EQ(on.out[i].tokens, off.out[i].tokens)
+            << "request " << i << (device ? ", device" : ", host") << " sampling, " << at_once
+            << " at once";
+      }
+      EXPECT_EQ(off.status.spec_drafted, 0);
+      EXPECT_GT(on.status.spec_steps, 0);
+      EXPECT_GT(on.status.spec_accepted, 0);
+      std::printf(
+          "[ spec ] %s sampling, %d at once: %lld verify steps, %lld of %lld drafts "
+          "accepted\n",
+          device ? "device" : "host", at_once, static_cast<long long>(on.status.spec_steps),
+          static_cast<long long>(on.status.spec_accepted),
+          static_cast<long long>(on.status.spec_drafted));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace keel::cuda
