@@ -18,6 +18,7 @@
 #include "loadgen/report_html.h"
 #include "loadgen/results.h"
 #include "loadgen/runner.h"
+#include "loadgen/spec_counters.h"
 #include "loadgen/workload.h"
 
 namespace keel::cli {
@@ -110,6 +111,14 @@ void print_level(const LevelSummary &l) {
       level_label(l).c_str(), l.completed, l.requests, l.request_throughput,
       l.output_token_throughput, l.total_token_throughput, l.cached_share * 100, l.ttft_ms.p50,
       l.ttft_ms.p99, l.itl_ms.p50, l.itl_ms.p99, l.e2e_ms.p50, l.e2e_ms.p99);
+  if (l.speculative) {
+    const SpecCounters &c = *l.speculative;
+    std::printf(
+        "           speculative %s: acceptance length %.2f (%lld of %lld drafts accepted, "
+        "%lld verify steps)\n",
+        c.method.c_str(), c.acceptance_length(), static_cast<long long>(c.accepted),
+        static_cast<long long>(c.drafted), static_cast<long long>(c.verify_steps));
+  }
   for (const auto &[msg, n] : l.errors) std::printf("           %d failed: %s\n", n, msg.c_str());
   std::fflush(stdout);
 }
@@ -203,9 +212,19 @@ int cmd_bench(int argc, char **argv) {
     label_only.request_rate = ro.request_rate;
     Progress progress(stderr, level_label(label_only), workload.total_turns());
     ro.on_progress = [&](int done, int nfailed) { progress.update(done, nfailed); };
+    const auto spec_before = read_spec_counters(
+        ep, o.api_key, model, std::chrono::steady_clock::now(), std::chrono::seconds(2));
     LevelRun run = run_level(workload, ro);
     progress.finish();
     results.levels.push_back(summarize_level(run, ro.concurrency, ro.request_rate));
+    {
+      // None before: a keel model whose engine loads with this level's first request
+      // (its counters start there), or a server that reports none (then none after).
+      const auto spec_after = read_spec_counters(
+          ep, o.api_key, model, std::chrono::steady_clock::now(), std::chrono::seconds(2));
+      if (spec_after)
+        results.levels.back().speculative = spec_before ? *spec_after - *spec_before : *spec_after;
+    }
     results.runs.push_back(std::move(run));
     print_level(results.levels.back());
     failed += results.levels.back().failed;

@@ -88,6 +88,22 @@ std::string summary_table(const BenchResults &r) {
   return o + "</table>";
 }
 
+// Each level's speculative decoding, where the server reported it.
+std::string speculative_list(const BenchResults &r) {
+  std::string o;
+  for (const auto &l : r.levels) {
+    if (!l.speculative) continue;
+    const SpecCounters &c = *l.speculative;
+    std::string at;
+    for (const std::int64_t n : c.accepted_at) at += (at.empty() ? "" : ", ") + std::to_string(n);
+    o += "<li>" + html_escape(level_label(l)) + ": " + html_escape(c.method) +
+         ", acceptance length " + fmt(c.acceptance_length()) + " (" + std::to_string(c.accepted) +
+         " of " + std::to_string(c.drafted) + " drafts accepted in " +
+         std::to_string(c.verify_steps) + " verify steps; by position: " + at + ")</li>";
+  }
+  return o.empty() ? "" : "<h2>Speculative decoding</h2><ul>" + o + "</ul>";
+}
+
 std::string errors_list(const BenchResults &r) {
   std::string o;
   for (const auto &l : r.levels)
@@ -136,7 +152,7 @@ std::string report_html(const BenchResults &r) {
   o += latency_chart(r, "Inter-token latency", &LevelSummary::itl_ms);
   o += latency_chart(r, "End-to-end latency", &LevelSummary::e2e_ms);
   o += cache_chart(r);
-  o += "</div><h2>Errors</h2>" + errors_list(r);
+  o += "</div>" + speculative_list(r) + "<h2>Errors</h2>" + errors_list(r);
   o += "<h2>Configuration</h2><pre>" + html_escape(r.config.dump(2)) + "</pre></body></html>\n";
   return o;
 }

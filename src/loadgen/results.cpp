@@ -83,6 +83,16 @@ ojson level_json(const LevelSummary &s, const LevelRun &run) {
   ojson errors = ojson::array();
   for (const auto &[msg, n] : s.errors) errors.push_back({{"message", msg}, {"count", n}});
   j["errors"] = std::move(errors);
+  if (s.speculative) {
+    const SpecCounters &c = *s.speculative;
+    j["speculative"] = {{"method", c.method},
+                        {"verify_steps", c.verify_steps},
+                        {"drafted_tokens", c.drafted},
+                        {"accepted_tokens", c.accepted},
+                        {"acceptance_rate", c.acceptance_rate()},
+                        {"acceptance_length", c.acceptance_length()},
+                        {"accepted_per_position", c.accepted_at}};
+  }
   ojson reqs = ojson::array();
   for (const RequestRecord &r : run.records) {
     ojson x = {{"session", r.session},

@@ -4,10 +4,12 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "loadgen/runner.h"
+#include "loadgen/spec_counters.h"
 #include "loadgen/stats.h"
 
 namespace keel::loadgen {
@@ -28,6 +30,8 @@ struct LevelSummary {
   double cached_share = 0;                          // cached prompt tokens / prompt tokens
   Summary ttft_ms, itl_ms, e2e_ms;                  // of completed requests
   std::vector<std::pair<std::string, int>> errors;  // message -> count, most common first
+  // The server's speculative decoding over the level (keel with a drafter only).
+  std::optional<SpecCounters> speculative;
 };
 
 // Inter-token latency of one request: the time after its first token over the tokens

@@ -150,9 +150,27 @@ test('--self starts keel serve on the default model, runs, and stops it', async 
   const results = checkFiles(dir, 2);
   assert.equal(results.config.model, 'default');
   for (const l of results.levels) checkLevel(l, { numPrompts: 3, outputLen: 3 });
+  for (const l of results.levels) assert.equal(l.speculative, undefined);  // no drafter there
   assert.match(fs.readFileSync(path.join(dir, 'server.log'), 'utf8'), /listening on/);
   // The server is gone once bench has exited.
   await assert.rejects(fetch(`http://${results.config.server}/health`));
+});
+
+test('--self with speculative decoding: each level reports the drafts it verified', async () => {
+  const dir = outDir('spec');
+  const r = await bench(['--self', '--serve-arg=--threads=1', '--serve-arg=--speculative=ngram',
+    '--workload', 'edit', '--prompt-format', 'text', '--num-prompts', '2', '--concurrency', '1',
+    '--input-len', '128', '--output-len', '48', '--timeout', '120', '--out', dir]);
+  assert.equal(r.code, 0, r.stderr);
+  const results = checkFiles(dir, 1);
+  const s = results.levels[0].speculative;
+  assert.ok(s, JSON.stringify(results.levels[0]));
+  assert.equal(s.method, 'ngram');
+  assert.ok(s.verify_steps > 0 && s.drafted_tokens >= s.accepted_tokens && s.accepted_tokens >= 0, JSON.stringify(s));
+  assert.equal(s.accepted_per_position.reduce((a, b) => a + b, 0), s.accepted_tokens);
+  assert.ok(Math.abs(s.acceptance_length - (1 + s.accepted_tokens / s.verify_steps)) < 1e-9);
+  assert.match(r.stdout, /speculative ngram: acceptance length \d/);
+  assert.match(fs.readFileSync(path.join(dir, 'report.html'), 'utf8'), /Speculative decoding/);
 });
 
 async function closedPort() {

@@ -22,7 +22,7 @@ const skip = !CHROMIUM && !process.env.CI ? 'chromium is not installed (apt-get 
 
 async function startServer(dir) {
   const proc = spawn(KEEL_BIN, ['serve', '--port', '0', '--threads', '1', '--workers', '8', '--api-key', KEY,
-    '--model-dir', dir, '--kv-blocks', '128'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    '--model-dir', dir, '--kv-blocks', '128', '--speculative', 'ngram'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   proc.stderr.on('data', (d) => { log += d; });
   try {
@@ -117,6 +117,10 @@ test('dashboard in headless chromium', { skip, timeout: 600_000 }, async (t) => 
   await waitFor(async () => (await stateOf('tiny')).state === 'ready', { timeoutMs: 60_000, what: 'tiny to load' });
   await page.waitFor(`document.querySelector('${rowSel} .state').textContent === 'ready'`);
   await page.waitFor(`document.querySelector('${rowSel} .liveness').textContent.includes(' s / ')`, { what: 'step age against the deadline' });
+  // The server drafts by n-gram lookup: a loaded model shows its acceptance, an unloaded one none.
+  await page.waitFor(`document.querySelector('${rowSel} .spec').textContent.startsWith('ngram: length ')`,
+    { what: 'the speculative decoding cell' });
+  assert.equal(await page.eval(`document.querySelector('#models tbody tr:not([data-model="tiny"]) .spec').textContent`), '—');
   await shot('3-loaded');
   await page.click(`${rowSel} button[data-action="unload"]`);
   await waitFor(async () => (await stateOf('tiny')).state === 'available', { timeoutMs: 30_000, what: 'tiny to unload' });

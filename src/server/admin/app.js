@@ -177,6 +177,10 @@ function modelRow(m) {
     : `${kv.blocks} blocks planned`, 'kv');
   kvCell.dataset.total = m.kv_blocks ? m.kv_blocks.total : kv.blocks;
   td(m.prefix_cache_hit_rate !== undefined ? pct(m.prefix_cache_hit_rate) : '—', 'hit-rate');
+  // Speculative decoding: tokens a verify step emits on average, and drafts accepted.
+  const sp = m.speculative;
+  td(sp ? `${sp.method}: length ${sp.acceptance_length.toFixed(2)}, ${sp.accepted_tokens}/${sp.drafted_tokens} drafts accepted`
+    : (m.speculative === null ? 'off' : '—'), 'spec');
   const tier = (t) => t && t.capacity_bytes
     ? `${bytes(t.used_bytes)} / ${bytes(t.capacity_bytes)}, ${t.blocks} blocks, ${t.hit_blocks} hits, ${t.errors} errors`
     : 'off';

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "loadgen/report_html.h"
+#include "loadgen/spec_counters.h"
 #include "loadgen/svg_chart.h"
 
 namespace keel::loadgen {
@@ -100,6 +101,50 @@ TEST(Report, ChartPlotsEveryPoint) {
   for (std::size_t at = 0; (at = svg.find("<circle", at)) != std::string::npos; ++at) ++circles;
   EXPECT_EQ(circles, 3u);
   EXPECT_EQ(html_escape("a<b>&\"'"), "a&lt;b&gt;&amp;&#34;&#39;");
+}
+
+}  // namespace
+}  // namespace keel::loadgen
+
+namespace keel::loadgen {
+namespace {
+
+TEST(SpecCounters, ParsedFromApiStatusAndDifferenced) {
+  const std::string status = R"({"models": [
+    {"id": "other", "speculative": null},
+    {"id": "m", "running": 0, "speculative": {"method": "ngram", "verify_steps": 10,
+      "drafted_tokens": 40, "accepted_tokens": 25, "accepted_per_position": [9, 7, 5, 4]}}]})";
+  EXPECT_FALSE(parse_spec_counters(status, "other"));  // no drafter
+  EXPECT_FALSE(parse_spec_counters(status, "absent"));
+  EXPECT_FALSE(parse_spec_counters("not json", "m"));
+  const auto after = parse_spec_counters(status, "m");
+  ASSERT_TRUE(after);
+  EXPECT_EQ(after->method, "ngram");
+  EXPECT_EQ(after->accepted_at, (std::vector<std::int64_t>{9, 7, 5, 4}));
+  SpecCounters before;
+  before.verify_steps = 4;
+  before.drafted = 16;
+  before.accepted = 5;
+  before.accepted_at = {3, 1, 1, 0};
+  const SpecCounters d = *after - before;
+  EXPECT_EQ(d.verify_steps, 6);
+  EXPECT_EQ(d.drafted, 24);
+  EXPECT_EQ(d.accepted, 20);
+  EXPECT_EQ(d.accepted_at, (std::vector<std::int64_t>{6, 6, 4, 4}));
+  EXPECT_DOUBLE_EQ(d.acceptance_length(), 1.0 + 20.0 / 6.0);
+  EXPECT_DOUBLE_EQ(d.acceptance_rate(), 20.0 / 24.0);
+  EXPECT_EQ(SpecCounters{}.acceptance_length(), 0.0);
+
+  LevelSummary s = summarize_level(LevelRun{}, 1, 0);
+  s.speculative = d;
+  BenchResults r;
+  r.config = {{"workload", "edit"}};
+  r.levels.push_back(s);
+  r.runs.emplace_back();
+  const auto j = results_json(r);
+  EXPECT_EQ(j["levels"][0]["speculative"]["accepted_tokens"], 20);
+  EXPECT_EQ(j["levels"][0]["speculative"]["accepted_per_position"][3], 4);
+  EXPECT_NE(report_html(r).find("acceptance length 4.33"), std::string::npos);
 }
 
 }  // namespace
