@@ -136,6 +136,79 @@ TEST(CudaGraphs, GeneralKernelPathMatchesEager) {
   graphs_match_eager(eager, graphed, m.cfg.vocab_size);
 }
 
+// Speculative verify steps (1 + k tokens a sequence, every token a logits row: kTail)
+// replay graphs too: a changing subset of sequences with 0..4 drafts each, a changing
+// number of them accepted (the rest overwritten by the next step), graph against eager.
+void verify_graphs_match_eager(CudaModelRunner &eager, CudaModelRunner &graphed,
+                               std::int64_t vocab) {
+  std::mt19937 rng(23);
+  const int n = 5, steps = 20, span = 5 * steps + 8;
+  std::vector<Seq> seqs(n);
+  std::vector<int> pos(n);
+  int next_block = 0;
+  for (int i = 0; i < n; ++i) {
+    pos[i] = 3 + static_cast<int>(rng() % 200);
+    seqs[i].tokens.resize(pos[i] + span);
+    for (auto &t : seqs[i].tokens) t = static_cast<TokenId>(rng() % vocab);
+    for (int j = 0; j < (pos[i] + span + 15) / 16; ++j) seqs[i].blocks.push_back(next_block++);
+  }
+  ASSERT_LE(next_block, 256);
+  ForwardOutput o1, o2;
+  for (int i = 0; i < n; ++i) {
+    ForwardBatch b;
+    add(b, seqs[i], 0, pos[i], SequenceSlice::Logits::kNone);
+    eager.forward(b, o1);
+    graphed.forward(b, o2);
+  }
+  const std::size_t before = graphed.graphs_captured();
+  for (int step = 0; step < steps; ++step) {
+    std::vector<int> order(n);
+    for (int i = 0; i < n; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), rng);
+    order.resize(1 + step % n);
+    ForwardBatch b;
+    std::vector<int> width;
+    for (int i : order) {
+      width.push_back(1 + static_cast<int>(rng() % 5));
+      add(b, seqs[i], pos[i], width.back(), SequenceSlice::Logits::kTail);
+      b.seqs.back().num_logits = width.back();
+    }
+    eager.forward(b, o1);
+    graphed.forward(b, o2);
+    ASSERT_EQ(o1.row_seq, o2.row_seq);
+    ASSERT_EQ(o1.row_pos, o2.row_pos);
+    ASSERT_EQ(o1.logits.size(), o2.logits.size());
+    ASSERT_EQ(o1.row_pos.size(), static_cast<std::size_t>(b.total_tokens()));
+    for (std::size_t r = 0; r < o1.row_pos.size(); ++r) {
+      const std::vector<float> a(o1.logits.begin() + r * vocab,
+                                 o1.logits.begin() + (r + 1) * vocab);
+      const std::vector<float> g(o2.logits.begin() + r * vocab,
+                                 o2.logits.begin() + (r + 1) * vocab);
+      EXPECT_LT(rel_err(g, a), 1e-2) << "step " << step << " row " << r;
+    }
+    for (std::size_t k = 0; k < order.size(); ++k)
+      pos[order[k]] += 1 + static_cast<int>(rng() % width[k]);  // accepted: 1..width
+  }
+  EXPECT_EQ(eager.graphs_captured(), 0u);
+  EXPECT_GT(graphed.graphs_captured(), before);
+}
+
+TEST(CudaGraphs, VerifyStepsMatchEager) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  const ModelConfig cfg = decode_kernel_config();
+  CudaRunnerOptions on = options(true), off = options(false);
+  on.max_logits_rows = off.max_logits_rows = 64;
+  CudaModelRunner eager(ctx, cfg, std::uint64_t{81}, off);
+  CudaModelRunner graphed(ctx, cfg, std::uint64_t{81}, on);
+  verify_graphs_match_eager(eager, graphed, cfg.vocab_size);
+  test::TinyLlama m(83);  // head_dim 32: the general kernel
+  auto weights = [&](const std::string &nm) { return m.view(nm); };
+  CudaModelRunner eager2(ctx, m.cfg, weights, off);
+  CudaModelRunner graphed2(ctx, m.cfg, weights, on);
+  verify_graphs_match_eager(eager2, graphed2, m.cfg.vocab_size);
+}
+
 // The runner with the tensor-core prefill kernel against the CUDA-core one: a long
 // chunked prefill (chunks on cached prefixes) and a mixed step.
 TEST(CudaFlashRunner, PrefillMatchesGeneralKernel) {

@@ -334,7 +334,11 @@ class CudaModelRunner : public ModelRunner {
   AttentionPathConfig attn_path_;  // set by allocate_buffers
   StepProfiler profiler_;
   bool graphs_enabled_ = true;
-  std::map<std::uint64_t, GraphExec> graphs_;  // key: bucket, splits x 4
+  // Key: bucket, attention tiles (single, multi, flash), split-K factors x 4.
+  using GraphKey = std::array<std::int32_t, 8>;
+  std::map<GraphKey, GraphExec> graphs_;
+  // A verify step replays a graph with at most this many drafts a sequence.
+  static constexpr std::int32_t kMaxGraphDrafts = 8;
 
   // A shared expert's scratch (GLM-4.5; cuda_runner_moe_route.cpp), max_batch_tokens rows.
   std::int64_t moe_S_ = 0;       // its intermediate size; 0: none

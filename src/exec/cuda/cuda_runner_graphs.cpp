@@ -1,7 +1,8 @@
-// CudaModelRunner's CUDA graphs: a decode-only step (one token per sequence) is padded
-// to a bucket size and replays the graph captured for its shape (bucket and split-K
-// factors), captured on first use; every other step, and every profiled one, runs
-// eagerly.
+// CudaModelRunner's CUDA graphs: a decode step (one token per sequence, or a speculative
+// verify's 1 + k, every token a logits row) is padded to a bucket size and replays the
+// graph captured for its shape (bucket, attention tiles per kernel and split-K factors),
+// captured on first use; every other step (prefill chunks, prompt logprobs), and every
+// profiled one, runs eagerly.
 #include <algorithm>
 
 #include "exec/cuda/cuda_model_runner.h"
@@ -11,10 +12,17 @@ namespace keel::cuda {
 bool CudaModelRunner::graph_eligible(const ForwardBatch &b) const {
   const std::int32_t T = b.total_tokens();
   const std::int32_t S = static_cast<std::int32_t>(b.seqs.size());
-  bool graph = graphs_enabled_ && !profiler_.enabled() && T > 0 && S == T;
-  for (std::int32_t i = 0; graph && i < S; ++i)
-    graph = b.seqs[i].num_tokens == 1 && b.seqs[i].token_offset == i &&
-            b.seqs[i].logits != SequenceSlice::Logits::kNone;
+  bool graph = graphs_enabled_ && !profiler_.enabled() && T > 0 && S > 0;
+  // Every token a logits row, in batch order (so the padded rows are 0..Tp-1): one-token
+  // decodes and verifies of at most 1 + kMaxGraphDrafts tokens.
+  std::int32_t at = 0;
+  for (std::int32_t i = 0; graph && i < S; ++i) {
+    const SequenceSlice &q = b.seqs[i];
+    graph = q.num_tokens >= 1 && q.num_tokens <= 1 + kMaxGraphDrafts && q.token_offset == at &&
+            q.first_logits_token() == 0 && q.logits != SequenceSlice::Logits::kAll;
+    at += q.num_tokens;
+  }
+  graph = graph && at == T;
   // Mixture-of-experts layers capture only on their fixed-shape GEMV path.
   if (graph && has_moe_ && graph_bucket(T) > moe_gemv_max_) graph = false;
   return graph;
@@ -33,10 +41,10 @@ void CudaModelRunner::run_step(const StepShape &shape, bool graph) {
   // 2 x SMs a graph step splits into) run eagerly.
   const int sp[] = {shape.splits_single, shape.splits_multi, shape.splits_single_narrow,
                     shape.splits_multi_narrow};
-  std::uint64_t key = std::uint64_t(shape.T);
-  for (const int f : sp) {
-    graph = graph && f > 0 && f < 1024;
-    key = (key << 10) | std::uint64_t(f & 1023);
+  GraphKey key{shape.T, shape.n_single, shape.n_multi, shape.n_flash, 0, 0, 0, 0};
+  for (int i = 0; i < 4; ++i) {
+    graph = graph && sp[i] > 0 && sp[i] < 1024;
+    key[4 + i] = sp[i];
   }
   if (!graph) {
     launch_step(shape);
