@@ -15,6 +15,8 @@ bool CudaModelRunner::graph_eligible(const ForwardBatch &b) const {
   for (std::int32_t i = 0; graph && i < S; ++i)
     graph = b.seqs[i].num_tokens == 1 && b.seqs[i].token_offset == i &&
             b.seqs[i].logits != SequenceSlice::Logits::kNone;
+  // Multi-head latent attention runs eagerly for now (cuda_runner_mla.cpp).
+  if (mla_) graph = false;
   // Mixture-of-experts layers capture only on their fixed-shape GEMV path.
   if (graph && has_moe_ && graph_bucket(T) > moe_gemv_max_) graph = false;
   return graph;
