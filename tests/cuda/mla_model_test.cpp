@@ -10,6 +10,7 @@
 // - a prompt prefilled in chunks after a cached prefix, then decode; the same prefix
 //   moved through copy_block, and through save_block / load_block into a second runner,
 //   gives the same logits as computing it (the latent block image round-trips);
+// - the committed transformers fixtures of deepseek_v3 (YaRN, both rope styles, no q_lora);
 // - glm_moe_dsa refused by name (its DSA indexer is not on CUDA).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -18,7 +19,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -27,6 +30,7 @@
 #include "formats/make_model.h"
 #include "model/model_harness.h"
 #include "moe_vs_cpu.h"
+#include "support/paths.h"
 
 namespace keel::cuda {
 namespace {
@@ -190,6 +194,62 @@ TEST_F(CudaMlaVsCpu, ChunkedPrefillAfterCachedPrefixCopiedAndRestored) {
     ASSERT_EQ(skip.blocks, gwarm.blocks);
     same(rest(*second, sb, moved), "save/load into a second runner");
   }
+}
+
+// The committed transformers fixtures (tests/fixtures/mla_models, float64 references of
+// the saved files; scripts/ref/mla_fixtures.py): YaRN with DeepSeek's mscale and the
+// interleaved rope (deepseek_v3_*), q_proj without q_lora and the halves rope (noqlora).
+// Every prompt logprob and each teacher-forced greedy step's top logprobs within the
+// CUDA-vs-CPU bound kLogprobTol (bf16 activations and cache against float64), the
+// reference's greedy token where its margin is over kMargin.
+class CudaMlaVsTransformers : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMlaVsTransformers,
+                         ::testing::Values("deepseek_v3_f32", "deepseek_v3_bf16",
+                                           "deepseek_v3_noqlora_f32"));
+
+TEST_P(CudaMlaVsTransformers, PromptLogprobsAndGreedyAlone) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = keel::test::fixtures_dir() / "mla_models" / GetParam();
+  if (!std::filesystem::exists(dir / "reference.json"))
+    GTEST_SKIP() << "fixture absent: " << dir << " (scripts/ref/mla_fixtures.py)";
+  nlohmann::json ref;
+  std::ifstream(dir / "reference.json") >> ref;
+  CudaContext ctx;
+  auto gpu = CudaModelRunner::open(dir, ctx, mla_options());
+  double worst = 0;
+  std::uint32_t seed = 7;
+  for (const auto &p : ref["prompts"]) {
+    BlockHandout blocks(kBlocks, seed++);
+    PagedSeq seq;
+    seq.tokens = p["ids"].get<std::vector<TokenId>>();
+    const auto n = static_cast<std::int32_t>(seq.tokens.size());
+    auto out = run_step(*gpu, blocks, {{&seq, n, Logits::kAll}});
+    ASSERT_EQ(out.row_seq.size(), static_cast<std::size_t>(n));
+    const auto &plp = p["prompt_logprobs"];
+    for (std::int32_t i = 1; i < n; ++i) {
+      const auto row = keel::test::log_softmax_row(out, i - 1);
+      const double err = std::abs(row[seq.tokens[i]] - plp[i].get<double>());
+      worst = std::max(worst, err);
+      EXPECT_LT(err, moe_vs_cpu::kLogprobTol) << GetParam() << " prompt token " << i;
+    }
+    auto last = keel::test::log_softmax_row(out, n - 1);
+    for (const auto &g : p["greedy"]) {
+      const TokenId want = g["id"].get<TokenId>();
+      if (g["margin"].get<double>() > moe_vs_cpu::kMargin)
+        EXPECT_EQ(moe_vs_cpu::argmax(last), want)
+            << GetParam() << " greedy step at pos " << seq.tokens.size();
+      for (const auto &t : g["top"]) {
+        const double err = std::abs(last[t[0].get<int>()] - t[1].get<double>());
+        worst = std::max(worst, err);
+        EXPECT_LT(err, moe_vs_cpu::kLogprobTol)
+            << GetParam() << " top logprob of " << t[0] << " at pos " << seq.tokens.size();
+      }
+      seq.tokens.push_back(want);
+      out = run_step(*gpu, blocks, {{&seq, 1, Logits::kLast}});
+      last = keel::test::log_softmax_row(out, 0);
+    }
+  }
+  std::printf("cuda %s vs transformers: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
 }
 
 TEST(CudaMla, RefusesTheDsaIndexerByName) {
