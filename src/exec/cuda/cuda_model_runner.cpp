@@ -76,8 +76,9 @@ void CudaModelRunner::validate_config() const {
     if (m.kv_lora_rank <= 0 || m.qk_nope_head_dim <= 0 || m.v_head_dim <= 0 ||
         m.qk_rope_head_dim <= 0 || m.qk_rope_head_dim % 2 != 0 || m.q_lora_rank < 0)
       throw Error(ErrorCode::kFormat, "cuda runner: bad multi-head latent attention sizes");
+    // Every projection's rows and columns (cuBLASLt's 16-byte alignment of bf16 rows).
     if (m.kv_lora_rank % 8 != 0 || m.q_lora_rank % 8 != 0 || m.qk_head_dim() % 8 != 0 ||
-        (c.num_heads * m.v_head_dim) % 8 != 0)
+        (m.kv_lora_rank + m.qk_rope_head_dim) % 8 != 0 || (c.num_heads * m.v_head_dim) % 8 != 0)
       fail("MLA ranks and head sizes must be multiples of 8");
     if (m.kv_lora_rank > 4096 || m.qk_head_dim() > 1024 || m.v_head_dim > 1024)
       fail("MLA sizes beyond the attention kernel's shared memory");

@@ -101,6 +101,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Floats of the attention kernel's shared memory before its i64 offsets, rounded up to even.
+__host__ __device__ int smem_floats(int qk, int kv_lora) {
+  return (qk + 2 * kv_lora + 2 * kChunk + 1) / 2 * 2;
+}
+
 __global__ void __launch_bounds__(kThreads) mla_attention_kernel(MlaAttnParams p) {
   extern __shared__ float smem[];
   const int R = p.kv_lora, qk = p.nope + p.rope, H = p.num_heads;
@@ -110,7 +115,8 @@ __global__ void __launch_bounds__(kThreads) mla_attention_kernel(MlaAttnParams p
   float *lat = qa + R;      // [R]
   float *sc = lat + R;      // [kChunk] scores, then probabilities
   float *pr = sc + kChunk;  // [kChunk]
-  auto *row_at = reinterpret_cast<std::int64_t *>(pr + kChunk);  // [kChunk] cache offsets
+  // [kChunk] cache offsets, 8-byte aligned after the floats (attention_smem).
+  auto *row_at = reinterpret_cast<std::int64_t *>(smem + smem_floats(p.nope + p.rope, R));
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const AttnTile tile = p.tiles[blockIdx.x];
   const int h = blockIdx.y;
@@ -189,7 +195,7 @@ __global__ void __launch_bounds__(kThreads) mla_attention_kernel(MlaAttnParams p
 }
 
 std::size_t attention_smem(const MlaAttnParams &p) {
-  return static_cast<std::size_t>(p.nope + p.rope + 2 * p.kv_lora + 2 * kChunk) * sizeof(float) +
+  return static_cast<std::size_t>(smem_floats(p.nope + p.rope, p.kv_lora)) * sizeof(float) +
          kChunk * sizeof(std::int64_t);
 }
 
