@@ -63,9 +63,27 @@ void CudaModelRunner::validate_config() const {
   auto fail = [](const std::string &why) {
     throw Error(ErrorCode::kUnsupported, "cuda runner: " + why);
   };
-  if (c.mla || c.kv_layout == keel::KvLayout::kLatent)
-    fail(std::string(arch_name(c.arch)) +
-         ": multi-head latent attention has no CUDA kernels yet (run it with --device cpu)");
+  if (c.mla || c.kv_layout == keel::KvLayout::kLatent) {
+    // deepseek_v3 / kimi_k2 (cuda_runner_mla.cpp); GLM-5's indexer is not on CUDA.
+    if (!c.mla || c.kv_layout != keel::KvLayout::kLatent)
+      throw Error(ErrorCode::kFormat, "cuda runner: a latent KV layout without MLA fields");
+    const MlaConfig &m = *c.mla;
+    if (m.dsa())
+      fail(std::string(arch_name(c.arch)) +
+           ": DSA sparse attention is not on CUDA yet (run it with --device cpu)");
+    if (c.attention_bias || c.attention_out_bias || c.attention_sinks || c.qk_norm)
+      fail("multi-head latent attention with attention biases, sinks or q/k norms");
+    if (m.kv_lora_rank <= 0 || m.qk_nope_head_dim <= 0 || m.v_head_dim <= 0 ||
+        m.qk_rope_head_dim <= 0 || m.qk_rope_head_dim % 2 != 0 || m.q_lora_rank < 0)
+      throw Error(ErrorCode::kFormat, "cuda runner: bad multi-head latent attention sizes");
+    // Every projection's rows and columns (cuBLASLt's 16-byte alignment of bf16 rows).
+    if (m.kv_lora_rank % 8 != 0 || m.q_lora_rank % 8 != 0 || m.qk_head_dim() % 8 != 0 ||
+        (m.kv_lora_rank + m.qk_rope_head_dim) % 8 != 0 || (c.num_heads * m.v_head_dim) % 8 != 0)
+      fail("MLA ranks and head sizes must be multiples of 8");
+    if (m.kv_lora_rank > 4096 || m.qk_head_dim() > 1024 || m.v_head_dim > 1024)
+      fail("MLA sizes beyond the attention kernel's shared memory");
+    if (c.num_heads > 65535) fail("more than 65535 heads");
+  }
   if (c.hidden_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 ||
       c.vocab_size <= 0 || c.intermediate_size <= 0 || c.head_dim <= 0)
     throw Error(ErrorCode::kFormat, "cuda runner: config has a non-positive dimension");
@@ -91,9 +109,11 @@ void CudaModelRunner::validate_config() const {
       fail("n_group / routed_scaling_factor without sigmoid scoring");
     if (m.shared_intermediate % 8 != 0) fail("the shared expert's size must be a multiple of 8");
   }
-  if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
-    fail("head_dim " + std::to_string(c.head_dim));
-  if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");
+  if (!c.mla) {  // the split K/V attention kernels' limits (MLA runs k_mla_attention.h)
+    if (c.head_dim > kAttnMaxHeadDim || c.head_dim % 8 != 0)
+      fail("head_dim " + std::to_string(c.head_dim));
+    if (c.num_heads / c.num_kv_heads > kAttnMaxRows) fail("more than 32 query heads per kv head");
+  }
   if (c.hidden_size % 8 != 0) fail("hidden_size must be a multiple of 8");
   if (c.vocab_size > (1ll << 31) - 1 || c.hidden_size > (1 << 20) ||
       c.intermediate_size > (1 << 22))

@@ -37,6 +37,7 @@
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
+#include "exec/cuda/k_mla_attention.h"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
@@ -208,6 +209,15 @@ class CudaModelRunner : public ModelRunner {
     // gpt-oss's expert biases (MoeConfig::expert_bias), f32; else empty.
     DeviceBuffer experts_gate_up_bias;  // [E, 2 Ie]: each expert's gate bias, then its up bias
     DeviceBuffer experts_down_bias;     // [E, H]
+    // Multi-head latent attention (deepseek_v3; cuda_runner_mla.cpp) instead of qkv, q/k
+    // norms and biases; o is o_proj [H, nh v]. bf16 (o_fmt as planned):
+    DeviceBuffer mla_q_a;        // [q_lora, H] (q_lora_rank > 0)
+    DeviceBuffer mla_q_a_norm;   // [q_lora]
+    DeviceBuffer mla_q;          // q_b_proj [nh qk, q_lora] or q_proj [nh qk, H]
+    DeviceBuffer mla_kv_a;       // kv_a_proj_with_mqa [kv_lora + rope, H]
+    DeviceBuffer mla_kv_a_norm;  // [kv_lora]
+    DeviceBuffer mla_kv_b;       // kv_b_proj [nh (nope + v), kv_lora], read by the kernel
+    LinearLayout mla_q_a_fmt, mla_q_fmt, mla_kv_a_fmt;  // bf16 [N, K]
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -273,6 +283,16 @@ class CudaModelRunner : public ModelRunner {
                          float *weights);
   void allocate_moe_shared_buffers();
   void launch_moe_shared(const Layer &L, std::int32_t T);
+  // cuda_runner_mla.cpp: proj_ = layer L's latent attention over normed_'s T rows (the
+  // kQkvProj step of an MLA layer stands for the whole block, o_proj included); its
+  // scratch and the latent cache layout (its weights: cuda_runner_weights.cpp). MLA models
+  // run eagerly (no fused path, no graphs).
+  // An MLA layer's steps: input norm, kQkvProj (the latent attention block), residual add,
+  // post norm, the MLP or the experts, residual add (arch::layer_plan has none for MLA).
+  arch::LayerPlan mla_layer_plan(std::int64_t layer) const;
+  void allocate_mla_buffers();
+  KvLayout mla_kv_layout(std::int32_t block_size) const;
+  void launch_mla_attention_block(const Layer &L, int layer, const StepShape &shape);
 
   CudaContext &ctx_;
   ModelConfig config_;
@@ -348,6 +368,13 @@ class CudaModelRunner : public ModelRunner {
 
   // Mixture-of-experts scratch (cuda_runner_moe.cpp), sized for max_batch_tokens rows;
   // empty for a dense model. S = T k slots, rows = moe_rows_cap(S, E, align).
+  // Multi-head latent attention (config_.mla): its rope over qk_rope_head_dim is inv_freq_,
+  // rope_mscale_; scratch sized for max_batch_tokens rows (q goes to qkv_).
+  bool mla_ = false;
+  DeviceBuffer mla_qlat_;  // [T, q_lora] bf16
+  DeviceBuffer mla_ckv_;   // [T, kv_lora + rope] bf16
+  DeviceBuffer mla_attn_;  // [T, nh v] bf16
+
   bool has_moe_ = false;
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
   int moe_gemv_max_ = 0;

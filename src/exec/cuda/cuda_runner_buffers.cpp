@@ -57,7 +57,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   max_table_ = max_seqs_ * blocks_per_seq;
   const std::int64_t G = nh_ / nkv_;
   tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kAttnMaxRows / G));
-  flash_ = opts.flash_attention &&
+  flash_ = !mla_ && opts.flash_attention &&
            flash_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
                                      static_cast<int>(hd_));
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
@@ -71,6 +71,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
       if (!fused_path_runs(step)) fused_max_m_ = 0;
   // Nor does its qkv_rope_kv know a partial rotary factor or attention sinks.
   if (rot_dim_ != hd_ || config_.attention_sinks) fused_max_m_ = 0;
+  if (mla_) fused_max_m_ = 0;  // no fused latent attention yet: MLA steps run eagerly
   const std::size_t smem = ctx_.features().smem_per_block;
   while (fused_max_m_ > 0 && !(fused_gemv_supported(fused_max_m_, H_, smem) &&
                                fused_gemv_supported(fused_max_m_, nh_ * hd_, smem) &&
@@ -121,6 +122,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   gate_up_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(2 * I_) : 0);
   act_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(I_) : 0);
   allocate_moe_buffers(opts);
+  if (mla_) allocate_mla_buffers();
   partial_o_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
   partial_ml_ =
@@ -150,8 +152,10 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
     host_mask_in_ = PinnedBuffer(mask_bytes);
   }
 
-  KvLayout layout{static_cast<int>(config_.num_layers), opts.block_size, static_cast<int>(nkv_),
-                  static_cast<int>(hd_)};
+  // A latent cache (MLA) holds one row of kv_values_per_token_layer values a token and layer.
+  const KvLayout layout = mla_ ? mla_kv_layout(opts.block_size)
+                               : KvLayout{static_cast<int>(config_.num_layers), opts.block_size,
+                                          static_cast<int>(nkv_), static_cast<int>(hd_)};
   std::int32_t blocks = opts.num_kv_blocks;
   DeviceMemory mem = device_memory();
   mem.free_at_open = free_at_open_;
@@ -171,8 +175,9 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                   "cuda runner: no device memory left for the KV cache");
   }
   kv_ = std::make_unique<CudaKvStore>(ctx_, layout, blocks);
-  decode_kernel_ = decode_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
-                                              static_cast<int>(hd_));
+  decode_kernel_ =
+      !mla_ && decode_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
+                                          static_cast<int>(hd_));
   attn_path_.decode_kernel = decode_kernel_;
   attn_path_.flash = flash_;
   attn_path_.tile_q = tile_q_;

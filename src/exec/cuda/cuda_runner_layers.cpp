@@ -100,6 +100,10 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           profiler_.mark(s, StepProfiler::kOther);
           break;
         case S::kQkvProj:
+          if (mla_) {  // the whole latent attention block, o_proj included
+            launch_mla_attention_block(L, layer, shape);
+            break;
+          }
           run_linear(gemm_, s, L.qkv_fmt, L.qkv.data(), normed, qkv, false, T,
                      dequant_scratch_.data());
           profiler_.mark(s, StepProfiler::kGemm);

@@ -13,6 +13,7 @@
 #include "exec/cuda/cuda_runner_detail.h"
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/rope_table.h"
+#include "formats/mla_config.h"
 #include "formats/quant.h"
 #include "kv/kv_sizing.h"
 
@@ -45,14 +46,17 @@ std::string layer_name(std::int64_t i, const char *rest) {
 
 void CudaModelRunner::allocate_weights() {
   const auto &c = config_;
-  for (std::int64_t l = 0; l < c.num_layers; ++l) plans_.push_back(arch::layer_plan(c, l));
+  mla_ = c.mla.has_value();
+  for (std::int64_t l = 0; l < c.num_layers; ++l)
+    plans_.push_back(mla_ ? mla_layer_plan(l) : arch::layer_plan(c, l));
   H_ = c.hidden_size;
   I_ = c.intermediate_size;
   nh_ = c.num_heads;
   nkv_ = c.num_kv_heads;
   hd_ = c.head_dim;
   V_ = c.vocab_size;
-  qkv_width_ = (nh_ + 2 * nkv_) * hd_;
+  // MLA: qkv_ holds q alone, [nh, nope + rope] a row (head_dim is nope + rope).
+  qkv_width_ = mla_ ? nh_ * hd_ : (nh_ + 2 * nkv_) * hd_;
   // Two passes over the same shapes: the first only counts the bytes, so that weights the
   // device cannot hold are refused naming the bytes they need (a 507 from the registry)
   // rather than failing half-way through the upload.
@@ -81,16 +85,32 @@ void CudaModelRunner::allocate_weights() {
     final_norm_ = alloc(H_);
     for (auto &l : layers_) {
       l.input_norm = alloc(H_);
-      l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
-      if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
-      if (c.qk_norm) {
-        l.q_norm = alloc(hd_);
-        l.k_norm = alloc(hd_);
-      }
-      l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
-      if (c.attention_out_bias) l.o_bias = alloc(H_);
-      if (c.attention_sinks) l.sinks = buffer(nh_ * sizeof(float));
       l.post_norm = alloc(H_);
+      if (mla_) {
+        const MlaConfig &m = *c.mla;
+        const std::int64_t R = m.kv_lora_rank, rope = m.qk_rope_head_dim;
+        if (m.q_lora_rank > 0) {
+          l.mla_q_a = alloc_linear(l.mla_q_a_fmt, m.q_lora_rank, H_);
+          l.mla_q_a_norm = alloc(m.q_lora_rank);
+          l.mla_q = alloc_linear(l.mla_q_fmt, nh_ * m.qk_head_dim(), m.q_lora_rank);
+        } else {
+          l.mla_q = alloc_linear(l.mla_q_fmt, nh_ * m.qk_head_dim(), H_);
+        }
+        l.mla_kv_a = alloc_linear(l.mla_kv_a_fmt, R + rope, H_);
+        l.mla_kv_a_norm = alloc(R);
+        l.mla_kv_b = alloc(nh_ * (m.qk_nope_head_dim + m.v_head_dim) * R);
+        l.o = alloc_linear(l.o_fmt, H_, nh_ * m.v_head_dim);
+      } else {
+        l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
+        if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
+        if (c.qk_norm) {
+          l.q_norm = alloc(hd_);
+          l.k_norm = alloc(hd_);
+        }
+        l.o = alloc_linear(l.o_fmt, H_, nh_ * hd_);
+        if (c.attention_out_bias) l.o_bias = alloc(H_);
+        if (c.attention_sinks) l.sinks = buffer(nh_ * sizeof(float));
+      }
       const std::int64_t li = &l - layers_.data();
       if (c.moe && c.moe->sparse(li)) {  // every expert, stacked (cuda_runner_moe.cpp)
         const std::int64_t E = c.moe->num_experts, Ie = c.moe->expert_intermediate;
@@ -144,7 +164,14 @@ void CudaModelRunner::allocate_weights() {
                         describe_bytes(free_now) + " is free");
     }
   }
-  const RopeTable rope = make_rope_table(c);
+  // MLA rotates only the qk_rope_head_dim part of a head (and of the latent row), with
+  // DeepSeek's yarn as the CPU's MlaModel does.
+  ModelConfig rope_cfg = c;
+  if (mla_) {
+    rope_cfg.head_dim = c.mla->qk_rope_head_dim;
+    rope_cfg.partial_rotary_factor = 1.0;
+  }
+  const RopeTable rope = make_rope_table(rope_cfg);
   inv_freq_ = DeviceBuffer(rope.inv_freq.size() * sizeof(float));
   rope_mscale_ = rope.mscale;
   rot_dim_ = static_cast<int>(2 * rope.inv_freq.size());
@@ -327,25 +354,44 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
   for (std::int64_t i = 0; i < config_.num_layers; ++i) {
     Layer &l = layers_[i];
     put(layer_name(i, "input_layernorm.weight"), H_, 0, l.input_norm, 0);
-    put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0, &l.qkv_fmt, 0);
-    put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv, bf16_bytes(nh_ * hd_ * H_),
-        &l.qkv_fmt, 1);
-    put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
-        bf16_bytes((nh_ + nkv_) * hd_ * H_), &l.qkv_fmt, 2);
-    if (config_.attention_bias) {
-      put(layer_name(i, "self_attn.q_proj.bias"), nh_ * hd_, 0, l.qkv_bias, 0);
-      put(layer_name(i, "self_attn.k_proj.bias"), nkv_ * hd_, 0, l.qkv_bias, bf16_bytes(nh_ * hd_));
-      put(layer_name(i, "self_attn.v_proj.bias"), nkv_ * hd_, 0, l.qkv_bias,
-          bf16_bytes((nh_ + nkv_) * hd_));
-    }
-    if (config_.qk_norm) {
-      put(layer_name(i, "self_attn.q_norm.weight"), hd_, 0, l.q_norm, 0);
-      put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
-    }
-    put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
-    if (config_.attention_out_bias) put(layer_name(i, "self_attn.o_proj.bias"), H_, 0, l.o_bias, 0);
-    if (config_.attention_sinks) put_f32(attention_sinks_name(i), nh_, l.sinks, 0);
     put(layer_name(i, "post_attention_layernorm.weight"), H_, 0, l.post_norm, 0);
+    if (mla_) {  // formats/mla_config.h names them
+      const MlaConfig &m = *config_.mla;
+      const std::int64_t R = m.kv_lora_rank, qk = m.qk_head_dim();
+      if (m.q_lora_rank > 0) {
+        put(mla_name(i, "q_a_proj.weight"), m.q_lora_rank, H_, l.mla_q_a, 0);
+        put(mla_name(i, "q_a_layernorm.weight"), m.q_lora_rank, 0, l.mla_q_a_norm, 0);
+        put(mla_name(i, "q_b_proj.weight"), nh_ * qk, m.q_lora_rank, l.mla_q, 0);
+      } else {
+        put(mla_name(i, "q_proj.weight"), nh_ * qk, H_, l.mla_q, 0);
+      }
+      put(mla_name(i, "kv_a_proj_with_mqa.weight"), R + m.qk_rope_head_dim, H_, l.mla_kv_a, 0);
+      put(mla_name(i, "kv_a_layernorm.weight"), R, 0, l.mla_kv_a_norm, 0);
+      put(mla_name(i, "kv_b_proj.weight"), nh_ * (m.qk_nope_head_dim + m.v_head_dim), R, l.mla_kv_b,
+          0);
+      put(mla_name(i, "o_proj.weight"), H_, nh_ * m.v_head_dim, l.o, 0);
+    } else {
+      put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0, &l.qkv_fmt, 0);
+      put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv,
+          bf16_bytes(nh_ * hd_ * H_), &l.qkv_fmt, 1);
+      put(layer_name(i, "self_attn.v_proj.weight"), nkv_ * hd_, H_, l.qkv,
+          bf16_bytes((nh_ + nkv_) * hd_ * H_), &l.qkv_fmt, 2);
+      if (config_.attention_bias) {
+        put(layer_name(i, "self_attn.q_proj.bias"), nh_ * hd_, 0, l.qkv_bias, 0);
+        put(layer_name(i, "self_attn.k_proj.bias"), nkv_ * hd_, 0, l.qkv_bias,
+            bf16_bytes(nh_ * hd_));
+        put(layer_name(i, "self_attn.v_proj.bias"), nkv_ * hd_, 0, l.qkv_bias,
+            bf16_bytes((nh_ + nkv_) * hd_));
+      }
+      if (config_.qk_norm) {
+        put(layer_name(i, "self_attn.q_norm.weight"), hd_, 0, l.q_norm, 0);
+        put(layer_name(i, "self_attn.k_norm.weight"), hd_, 0, l.k_norm, 0);
+      }
+      put(layer_name(i, "self_attn.o_proj.weight"), H_, nh_ * hd_, l.o, 0, &l.o_fmt);
+      if (config_.attention_out_bias)
+        put(layer_name(i, "self_attn.o_proj.bias"), H_, 0, l.o_bias, 0);
+      if (config_.attention_sinks) put_f32(attention_sinks_name(i), nh_, l.sinks, 0);
+    }
     if (config_.moe && config_.moe->sparse(i)) {
       const MoeConfig &m = *config_.moe;
       const std::int64_t E = m.num_experts, Ie = m.expert_intermediate;
@@ -424,11 +470,26 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
   fill(final_norm_, 0);
   for (auto &l : layers_) {
     fill(l.input_norm, 0);
-    fill(l.qkv, H_);
-    if (l.qkv_bias.bytes()) fill(l.qkv_bias, H_);
-    if (l.q_norm.bytes()) fill(l.q_norm, 0);
-    if (l.k_norm.bytes()) fill(l.k_norm, 0);
-    fill(l.o, nh_ * hd_);
+    if (mla_) {  // unit-variance rows for every projection; norms all ones
+      const MlaConfig &m = *config_.mla;
+      if (l.mla_q_a.bytes()) {
+        fill(l.mla_q_a, H_);
+        fill(l.mla_q_a_norm, 0);
+        fill(l.mla_q, m.q_lora_rank);
+      } else {
+        fill(l.mla_q, H_);
+      }
+      fill(l.mla_kv_a, H_);
+      fill(l.mla_kv_a_norm, 0);
+      fill(l.mla_kv_b, m.kv_lora_rank);
+      fill(l.o, nh_ * m.v_head_dim);
+    } else {
+      fill(l.qkv, H_);
+      if (l.qkv_bias.bytes()) fill(l.qkv_bias, H_);
+      if (l.q_norm.bytes()) fill(l.q_norm, 0);
+      if (l.k_norm.bytes()) fill(l.k_norm, 0);
+      fill(l.o, nh_ * hd_);
+    }
     if (l.o_bias.bytes()) fill(l.o_bias, H_);
     if (l.sinks.bytes())  // f32: zeros, a sink at logit 0
       KEEL_CUDA_CHECK(

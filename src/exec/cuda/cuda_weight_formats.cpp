@@ -119,11 +119,13 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
   }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
     Layer &l = layers_[i];
-    l.qkv_fmt = plan(
-        {layer_tensor(i, "self_attn.q_proj.weight"), layer_tensor(i, "self_attn.k_proj.weight"),
-         layer_tensor(i, "self_attn.v_proj.weight")},
-        {q, kv, kv}, H);
-    l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
+    if (!c.mla) {  // MLA's projections stay bf16 for now (cuda_runner_mla.cpp)
+      l.qkv_fmt = plan(
+          {layer_tensor(i, "self_attn.q_proj.weight"), layer_tensor(i, "self_attn.k_proj.weight"),
+           layer_tensor(i, "self_attn.v_proj.weight")},
+          {q, kv, kv}, H);
+      l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
+    }
     if (c.moe && c.moe->sparse(i)) continue;  // experts: experts_mxfp4_ or bf16
     l.gate_up_fmt =
         plan({layer_tensor(i, "mlp.gate_proj.weight"), layer_tensor(i, "mlp.up_proj.weight")},

@@ -67,17 +67,21 @@ void launch_swiglu(StreamRef s, const bf16 *gate_up, bf16 *out, int T, int I);
 // ---- paged KV cache layout (k_kv_write.cu, k_attention.cu) ----
 // One allocation of [num_blocks][num_layers][K|V][block_size][num_kv_heads][head_dim] bf16,
 // so one block's bytes (all layers) are contiguous, as KvBlockStore promises.
+// A block image: [layers][planes][block_size][num_kv_heads x head_dim] bf16. Split K/V
+// (planes 2: K then V); the latent layout of MLA (KvLayout::kLatent, planes 1, one "head"
+// of kv_values_per_token_layer values: [c | k_rope]) is [layers][block_size][values].
 struct KvLayout {
   int num_layers = 0, block_size = 0, num_kv_heads = 0, head_dim = 0;
+  int planes = 2;  // 2: K and V; 1: one latent row a token (MLA)
   __host__ __device__ std::int64_t slot_elems() const {
     return std::int64_t(num_kv_heads) * head_dim;
   }
   __host__ __device__ std::int64_t block_elems() const {
-    return std::int64_t(num_layers) * 2 * block_size * slot_elems();
+    return std::int64_t(num_layers) * planes * block_size * slot_elems();
   }
-  // Element offset of (block, layer, kv = 0 for K / 1 for V, slot in block).
+  // Element offset of (block, layer, kv = 0 for K or the latent row / 1 for V, slot in block).
   __host__ __device__ std::int64_t offset(std::int64_t block, int layer, int kv, int slot) const {
-    return ((block * num_layers + layer) * 2 + kv) * block_size * slot_elems() +
+    return ((block * num_layers + layer) * planes + kv) * block_size * slot_elems() +
            std::int64_t(slot) * slot_elems();
   }
 };

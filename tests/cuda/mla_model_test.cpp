@@ -1,0 +1,274 @@
+// deepseek_v3 (multi-head latent attention over the latent KV cache, dense first layer,
+// grouped sigmoid MoE with a shared expert) on the CUDA runner against the CPU runner on
+// make_model's tiny shape (exec/arch/mla.h on both sides; the CPU's is checked against
+// transformers in tests/model/test_cpu_mla_fixtures.cpp):
+// - alone (prefill then decode) and batched with 31 others of other lengths, with the
+//   bounds of moe_vs_cpu.h (the MoE CUDA-vs-CPU test's: bf16 activations and a bf16
+//   latent cache against the CPU's f32 ones; each row's top-20 logprobs within 0.2, the
+//   same greedy token where the CPU's margin is over 0.1, the whole-row error's median
+//   and 90th percentile);
+// - a prompt prefilled in chunks after a cached prefix, then decode; the same prefix
+//   moved through copy_block, and through save_block / load_block into a second runner,
+//   gives the same logits as computing it (the latent block image round-trips);
+// - the committed transformers fixtures of deepseek_v3 (YaRN, both rope styles, no q_lora);
+// - glm_moe_dsa refused by name (its DSA indexer is not on CUDA).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "exec/cpu/cpu_model_runner.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "formats/make_model.h"
+#include "model/model_harness.h"
+#include "moe_vs_cpu.h"
+#include "support/paths.h"
+
+namespace keel::cuda {
+namespace {
+
+using keel::test::BlockHandout;
+using keel::test::PagedSeq;
+using keel::test::run_step;
+using Logits = SequenceSlice::Logits;
+constexpr int kBlocks = 512, kBs = 16;
+
+CudaRunnerOptions mla_options() {
+  CudaRunnerOptions o;
+  o.block_size = kBs;
+  o.num_kv_blocks = kBlocks;
+  o.max_batch_tokens = 1024;
+  o.max_seqs = 32;
+  o.max_logits_rows = 128;
+  o.max_model_len = 1024;
+  return o;
+}
+
+// A tiny deepseek_v3 written by make_model, removed when the test ends.
+class CudaMlaVsCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KEEL_REQUIRE_CUDA_DEVICE();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("keel-cuda-mla-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    MakeModelOptions o;
+    o.arch = "deepseek_v3";
+    o.shape = "tiny";
+    o.seed = 5;
+    o.out = dir_;
+    o.threads = 2;
+    make_model(o);
+    cctx_ = std::make_unique<CudaContext>();  // after the device check: none without one
+    gpu_ = CudaModelRunner::open(dir_, *cctx_, mla_options());
+    cpu_ = cpu::CpuModelRunner::open(dir_, xctx_, {kBlocks, kBs});
+    V_ = static_cast<int>(gpu_->config().vocab_size);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<CudaContext> cctx_;
+  ExecContext xctx_{2};
+  std::unique_ptr<CudaModelRunner> gpu_;
+  std::unique_ptr<cpu::CpuModelRunner> cpu_;
+  int V_ = 0;
+};
+
+void expect_row_bounds(moe_vs_cpu::RowErrors &e, std::size_t min_rows, const char *what) {
+  std::vector<double> &r = e.rows;
+  ASSERT_GE(r.size(), min_rows) << what;
+  std::sort(r.begin(), r.end());
+  const double median = r[r.size() / 2], p90 = r[r.size() * 9 / 10];
+  EXPECT_LT(median, moe_vs_cpu::kRowErrMedian) << what;
+  EXPECT_LT(p90, moe_vs_cpu::kRowErrP90) << what;
+  std::printf(
+      "cuda deepseek_v3 vs cpu, %s: %zu rows (%d decisive), row error median %.3g, p90 %.3g, "
+      "worst %.3g; worst top-20 |logprob error| %.3g\n",
+      what, r.size(), e.decisive, median, p90, r.back(), e.worst);
+}
+
+TEST_F(CudaMlaVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
+  EXPECT_EQ(gpu_->kv_store().layout().planes, 1);
+  EXPECT_EQ(gpu_->kv_store().layout().slot_elems(), kv_values_per_token_layer(gpu_->config()));
+  EXPECT_EQ(gpu_->kv().block_bytes(), static_cast<std::size_t>(gpu_->config().num_layers) * kBs *
+                                          kv_values_per_token_layer(gpu_->config()) * 2);
+  EXPECT_EQ(gpu_->fused_decode_max_m(), 0);
+  moe_vs_cpu::RowErrors e;
+  moe_vs_cpu::alone_and_batched(*gpu_, *cpu_, V_, kBlocks, e);
+  if (HasFatalFailure()) return;
+  expect_row_bounds(e, 150, "alone and batched");
+  EXPECT_EQ(gpu_->graphs_captured(), 0u);  // MLA runs eagerly for now
+}
+
+// A 45-token prompt: the first 32 (two blocks) computed and cached, then the rest in
+// chunks of 5 and 3 decode steps, on the CPU and three ways on the GPU: over the prefix
+// as computed, over copies of its blocks (copy_block), and in a second runner that loaded
+// the prefix's block images (save_block / load_block).
+TEST_F(CudaMlaVsCpu, ChunkedPrefillAfterCachedPrefixCopiedAndRestored) {
+  constexpr int kLen = 45, kCached = 32;
+  const auto prompt = moe_vs_cpu::pseudo_prompt(7, kLen, V_);
+  BlockHandout gb(kBlocks, 21), cb(kBlocks, 22);
+  PagedSeq gwarm, cwarm;
+  gwarm.tokens.assign(prompt.begin(), prompt.begin() + kCached);
+  cwarm.tokens = gwarm.tokens;
+  moe_vs_cpu::RowErrors e;
+  {
+    auto go = run_step(*gpu_, gb, {{&gwarm, kCached, Logits::kLast}});
+    auto co = run_step(*cpu_, cb, {{&cwarm, kCached, Logits::kLast}});
+    moe_vs_cpu::compare(go, co, V_, "warm prefix", e);
+    if (HasFatalFailure()) return;
+  }
+  // The rest of the prompt in chunks of 5 (logits of every row), then 3 decode steps of
+  // fixed tokens, over `seq` (its first kCached tokens already in `r`'s cache).
+  auto rest = [&](ModelRunner &r, BlockHandout &bh, PagedSeq seq) {
+    std::vector<ForwardOutput> outs;
+    seq.tokens = prompt;
+    for (int done = kCached; done < kLen;) {
+      const int k = std::min(5, kLen - done);
+      outs.push_back(run_step(r, bh, {{&seq, k, Logits::kAll}}));
+      done += k;
+    }
+    for (int step = 0; step < 3; ++step) {
+      seq.tokens.push_back(static_cast<TokenId>(3 + (step * 37 + 11) % (V_ - 3)));
+      outs.push_back(run_step(r, bh, {{&seq, 1, Logits::kLast}}));
+    }
+    return outs;
+  };
+  const auto cpu_outs = rest(*cpu_, cb, cwarm);
+  const auto computed = rest(*gpu_, gb, gwarm);
+  ASSERT_EQ(computed.size(), cpu_outs.size());
+  for (std::size_t i = 0; i < computed.size(); ++i) {
+    moe_vs_cpu::compare(computed[i], cpu_outs[i], V_, "chunk after cached prefix", e);
+    if (HasFatalFailure()) return;
+  }
+  expect_row_bounds(e, 16, "chunked after a cached prefix");
+
+  // The GPU's own outputs over a moved prefix must equal those over the computed one
+  // (same kernels, same shapes: deterministic).
+  auto same = [&](const std::vector<ForwardOutput> &got, const char *what) {
+    ASSERT_EQ(got.size(), computed.size()) << what;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].logits.size(), computed[i].logits.size()) << what << " step " << i;
+      double worst = 0;
+      std::size_t at = 0;
+      for (std::size_t j = 0; j < got[i].logits.size(); ++j) {
+        const double d = std::abs(double(got[i].logits[j]) - computed[i].logits[j]);
+        if (!(d <= worst)) worst = d, at = j;
+      }
+      EXPECT_LT(worst, 1e-3) << what << " step " << i << ": max |logit diff| " << worst
+                             << " at row " << at / V_ << " token " << at % V_;
+    }
+  };
+  {  // copy_block: the prefix's two blocks to fresh ids of the same runner
+    PagedSeq copied;
+    gb.ensure(copied, kCached, kBs);
+    ASSERT_EQ(copied.blocks.size(), gwarm.blocks.size());
+    for (std::size_t i = 0; i < copied.blocks.size(); ++i)
+      gpu_->kv().copy_block(gwarm.blocks[i], copied.blocks[i]);
+    copied.computed = kCached;
+    same(rest(*gpu_, gb, copied), "copy_block");
+  }
+  {  // save_block / load_block: the block images into a second runner, same ids
+    auto second = CudaModelRunner::open(dir_, *cctx_, mla_options());
+    ASSERT_EQ(second->kv().block_bytes(), gpu_->kv().block_bytes());
+    std::vector<std::byte> img(gpu_->kv().block_bytes());
+    for (const std::int32_t b : gwarm.blocks) {
+      gpu_->kv().save_block(b, img);
+      second->kv().load_block(b, img);
+    }
+    BlockHandout sb(kBlocks, 21);  // the same ids as gb gave, the prefix's skipped below
+    PagedSeq moved = gwarm;
+    PagedSeq skip;
+    sb.ensure(skip, kCached, kBs);  // hands out the prefix's ids again: keep them taken
+    ASSERT_EQ(skip.blocks, gwarm.blocks);
+    same(rest(*second, sb, moved), "save/load into a second runner");
+  }
+}
+
+// The committed transformers fixtures (tests/fixtures/mla_models, float64 references of
+// the saved files; scripts/ref/mla_fixtures.py): YaRN with DeepSeek's mscale and the
+// interleaved rope (deepseek_v3_*), q_proj without q_lora and the halves rope (noqlora).
+// Every prompt logprob and each teacher-forced greedy step's top logprobs within the
+// CUDA-vs-CPU bound kLogprobTol (bf16 activations and cache against float64), the
+// reference's greedy token where its margin is over kMargin.
+class CudaMlaVsTransformers : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMlaVsTransformers,
+                         ::testing::Values("deepseek_v3_f32", "deepseek_v3_bf16",
+                                           "deepseek_v3_noqlora_f32"));
+
+TEST_P(CudaMlaVsTransformers, PromptLogprobsAndGreedyAlone) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = keel::test::fixtures_dir() / "mla_models" / GetParam();
+  if (!std::filesystem::exists(dir / "reference.json"))
+    GTEST_SKIP() << "fixture absent: " << dir << " (scripts/ref/mla_fixtures.py)";
+  nlohmann::json ref;
+  std::ifstream(dir / "reference.json") >> ref;
+  CudaContext ctx;
+  auto gpu = CudaModelRunner::open(dir, ctx, mla_options());
+  double worst = 0;
+  std::uint32_t seed = 7;
+  for (const auto &p : ref["prompts"]) {
+    BlockHandout blocks(kBlocks, seed++);
+    PagedSeq seq;
+    seq.tokens = p["ids"].get<std::vector<TokenId>>();
+    const auto n = static_cast<std::int32_t>(seq.tokens.size());
+    auto out = run_step(*gpu, blocks, {{&seq, n, Logits::kAll}});
+    ASSERT_EQ(out.row_seq.size(), static_cast<std::size_t>(n));
+    const auto &plp = p["prompt_logprobs"];
+    for (std::int32_t i = 1; i < n; ++i) {
+      const auto row = keel::test::log_softmax_row(out, i - 1);
+      const double err = std::abs(row[seq.tokens[i]] - plp[i].get<double>());
+      worst = std::max(worst, err);
+      EXPECT_LT(err, moe_vs_cpu::kLogprobTol) << GetParam() << " prompt token " << i;
+    }
+    auto last = keel::test::log_softmax_row(out, n - 1);
+    for (const auto &g : p["greedy"]) {
+      const TokenId want = g["id"].get<TokenId>();
+      if (g["margin"].get<double>() > moe_vs_cpu::kMargin)
+        EXPECT_EQ(moe_vs_cpu::argmax(last), want)
+            << GetParam() << " greedy step at pos " << seq.tokens.size();
+      for (const auto &t : g["top"]) {
+        const double err = std::abs(last[t[0].get<int>()] - t[1].get<double>());
+        worst = std::max(worst, err);
+        EXPECT_LT(err, moe_vs_cpu::kLogprobTol)
+            << GetParam() << " top logprob of " << t[0] << " at pos " << seq.tokens.size();
+      }
+      seq.tokens.push_back(want);
+      out = run_step(*gpu, blocks, {{&seq, 1, Logits::kLast}});
+      last = keel::test::log_softmax_row(out, 0);
+    }
+  }
+  std::printf("cuda %s vs transformers: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
+}
+
+TEST(CudaMla, RefusesTheDsaIndexerByName) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  MakeModelOptions o;
+  o.arch = "glm_moe_dsa";
+  o.shape = "tiny";
+  const ModelConfig c = make_model_config(o);
+  CudaContext ctx;
+  try {
+    CudaModelRunner runner(ctx, c, 1, mla_options());
+    FAIL() << "glm_moe_dsa loaded on CUDA";
+  } catch (const Error &err) {
+    EXPECT_EQ(err.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(std::string(err.what()).find("DSA sparse attention is not on CUDA yet"),
+              std::string::npos)
+        << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace keel::cuda
