@@ -1011,8 +1011,10 @@ void Engine::observe_hidden(const StepPlan &plan) {
   if (out_.hidden.size() != static_cast<std::size_t>(batch_.total_tokens()) * width) return;
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const SequenceSlice &slice = batch_.seqs[i];
+    const SchedRequest *r = sched_->find(plan.seqs[i].id);
+    if (r == nullptr) continue;
     drafter_->observe_hidden(
-        plan.seqs[i].id, slice.start_pos, slice.num_tokens,
+        plan.seqs[i].id, r->tokens, slice.start_pos, slice.num_tokens,
         std::span<const float>(out_.hidden.data() + slice.token_offset * width,
                                static_cast<std::size_t>(slice.num_tokens) * width));
   }

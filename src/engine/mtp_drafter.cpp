@@ -7,23 +7,42 @@ namespace keel {
 MtpDrafter::MtpDrafter(ModelRunner &runner)
     : runner_(runner), hidden_(runner.config().hidden_size) {}
 
-void MtpDrafter::observe_hidden(RequestId id, std::int32_t start_pos, std::int32_t n,
+std::int32_t MtpDrafter::pending_rows(RequestId id) const {
+  auto it = state_.find(id);
+  return it == state_.end() ? 0 : it->second.pending_rows;
+}
+
+void MtpDrafter::observe_hidden(RequestId id, std::span<const TokenId> tokens,
+                                std::int32_t start_pos, std::int32_t n,
                                 std::span<const float> rows) {
   State &s = state_[id];
   const std::int32_t base = s.cache.length;
   for (std::int32_t j = 0; j < n; ++j) {
     const std::int32_t at = start_pos + j - base;  // row index in `pending`
-    if (at < 0) continue;  // consumed already (a preempted request computes it again)
-    // Positions the target never computed (a prefix-cache hit) have no hidden state:
-    // zero rows stand in, so the layer's context there is approximate. Drafts stay
-    // proposals the target verifies, so output is unchanged; only acceptance may drop.
-    if (at >= s.pending_rows) {
+    if (at < 0) continue;        // consumed already (a preempted request computes it again)
+    if (at >= s.pending_rows) {  // zero rows for positions never computed (see the header)
       s.pending_rows = at + 1;
       s.pending.resize(static_cast<std::size_t>(s.pending_rows * hidden_), 0.0f);
     }
     std::copy(rows.begin() + j * hidden_, rows.begin() + (j + 1) * hidden_,
               s.pending.begin() + at * hidden_);
   }
+  // Positions whose next token is known: consumed now, so `pending` stays one step's.
+  advance(s, tokens, static_cast<std::int32_t>(tokens.size()) - 1, false);
+}
+
+bool MtpDrafter::advance(State &s, std::span<const TokenId> tokens, std::int32_t end, bool head) {
+  const std::int32_t start = s.cache.length, rows = std::min(end - start, s.pending_rows);
+  if (rows <= 0) return false;
+  MtpInput in;
+  in.start_pos = start;
+  in.hidden = std::span<const float>(s.pending.data(), static_cast<std::size_t>(rows * hidden_));
+  in.tokens = tokens.subspan(static_cast<std::size_t>(start + 1), static_cast<std::size_t>(rows));
+  in.head = head ? MtpInput::Head::kLast : MtpInput::Head::kNone;
+  runner_.mtp_forward(s.cache, in, out_);
+  s.pending.erase(s.pending.begin(), s.pending.begin() + rows * hidden_);
+  s.pending_rows -= rows;
+  return true;
 }
 
 void MtpDrafter::propose(RequestId id, std::span<const TokenId> tokens, std::int32_t max_tokens,
@@ -32,14 +51,11 @@ void MtpDrafter::propose(RequestId id, std::span<const TokenId> tokens, std::int
   if (it == state_.end() || max_tokens <= 0) return;
   State &s = it->second;
   const auto n = static_cast<std::int32_t>(tokens.size());
-  // Positions [cache.length, n - 1) have their h_t (computed by the target) and x_{t+1}.
-  const std::int32_t start = s.cache.length, rows = n - 1 - start;
-  if (rows <= 0 || s.pending_rows < rows) return;
-  MtpInput in;
-  in.start_pos = start;
-  in.hidden = std::span<const float>(s.pending.data(), static_cast<std::size_t>(rows * hidden_));
-  in.tokens = tokens.subspan(static_cast<std::size_t>(start + 1), static_cast<std::size_t>(rows));
-  runner_.mtp_forward(s.cache, in, out_);
+  // Position n - 2 (h_{n-2} from the last step, x_{n-1} just sampled) must be the last
+  // one left; its head row guesses x_n.
+  if (s.cache.length + s.pending_rows < n - 1 || !advance(s, tokens, n - 1, true) ||
+      s.cache.length != n - 1)
+    return;
   // Rows past n - 2 were the target's over drafts it may have rejected: computed again.
   s.pending.clear();
   s.pending_rows = 0;

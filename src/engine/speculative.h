@@ -61,9 +61,11 @@ class Drafter {
   // asks the runner for every token's (ForwardBatch::want_hidden) and hands each
   // sequence's rows here after the forward: positions [start_pos, start_pos + n),
   // [n, hidden_size] values, drafted positions included (rejected ones are computed
-  // again, and their rows given again, before a draft may read them).
+  // again, and their rows given again, before a draft may read them); `tokens` are the
+  // request's tokens known so far (this step's sampled one not yet among them).
   virtual bool wants_hidden() const { return false; }
-  virtual void observe_hidden(RequestId, std::int32_t /*start_pos*/, std::int32_t /*n*/,
+  virtual void observe_hidden(RequestId, std::span<const TokenId> /*tokens*/,
+                              std::int32_t /*start_pos*/, std::int32_t /*n*/,
                               std::span<const float> /*rows*/) {}
 };
 

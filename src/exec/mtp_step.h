@@ -24,13 +24,16 @@ struct MtpInput {
   std::int32_t start_pos = 0;       // position of the first row
   std::span<const float> hidden;    // [n, hidden_size]: h_t, before the final norm
   std::span<const TokenId> tokens;  // [n]: x_{t+1}
-  bool want_logits = false;         // also return the head's logits (tests)
+  // Which rows go through the head: none (catching up over confirmed positions), the
+  // last (a draft), or all (tests).
+  enum class Head : std::uint8_t { kNone, kLast, kAll } head = Head::kLast;
+  bool want_logits = false;  // also return the head's logits of those rows (tests)
 };
 
 struct MtpOutput {
   std::vector<float> hidden;    // [n, hidden_size]: h'_t, before the head's norm
-  std::vector<TokenId> argmax;  // [n]
-  std::vector<float> logits;    // [n, vocab] when asked
+  std::vector<TokenId> argmax;  // [head rows]
+  std::vector<float> logits;    // [head rows, vocab] when asked
 };
 
 }  // namespace keel

@@ -75,7 +75,11 @@ TEST(CpuMtp, MatchesTheFloat64Reference) {
   // All positions in one step.
   MtpCache cache;
   MtpOutput out;
-  MtpInput in{0, rows, tokens, true};
+  MtpInput in;
+  in.hidden = rows;
+  in.tokens = tokens;
+  in.head = MtpInput::Head::kAll;
+  in.want_logits = true;
   runner->mtp_forward(cache, in, out);
   ASSERT_EQ(out.argmax.size(), n);
   for (std::size_t t = 0; t < n; ++t) {
@@ -89,9 +93,12 @@ TEST(CpuMtp, MatchesTheFloat64Reference) {
   MtpCache split;
   MtpOutput o2;
   auto step = [&](std::size_t begin, std::size_t count) {
-    MtpInput part{static_cast<std::int32_t>(begin),
-                  std::span<const float>(rows).subspan(begin * hidden, count * hidden),
-                  std::span<const TokenId>(tokens).subspan(begin, count), true};
+    MtpInput part;
+    part.start_pos = static_cast<std::int32_t>(begin);
+    part.hidden = std::span<const float>(rows).subspan(begin * hidden, count * hidden);
+    part.tokens = std::span<const TokenId>(tokens).subspan(begin, count);
+    part.head = MtpInput::Head::kAll;
+    part.want_logits = true;
     runner->mtp_forward(split, part, o2);
   };
   step(0, 2);
@@ -106,7 +113,11 @@ TEST(CpuMtp, MatchesTheFloat64Reference) {
   std::vector<float> h = last_hidden;
   TokenId guess = out.argmax.back();
   for (std::size_t i = 0; i < fx["chain"].size(); ++i) {
-    MtpInput c{cache.length, h, std::span<const TokenId>(&guess, 1), true};
+    MtpInput c;  // the head's last row only, as the drafter asks
+    c.start_pos = cache.length;
+    c.hidden = h;
+    c.tokens = std::span<const TokenId>(&guess, 1);
+    c.want_logits = true;
     runner->mtp_forward(cache, c, out);
     EXPECT_EQ(out.argmax[0], fx["chain"][i]["argmax"].get<TokenId>()) << "chain " << i;
     expect_logits(out.logits, 0, V, fx["chain"][i]["logits"], "chain " + std::to_string(i));

@@ -182,15 +182,20 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
   }
   for (std::int64_t i = 0; i < n * hidden; ++i) x[i] += y[i];
 
-  // The head over shared_head.norm(h').
+  // The head over shared_head.norm(h') of the rows asked for.
   out.hidden.assign(x, x + n * hidden);
-  cpu::rmsnorm(x, head_norm_.data(), h, n, hidden, eps);
-  out.argmax.assign(static_cast<std::size_t>(n), 0);
-  cpu::linear_argmax(head_, h, n, out.argmax.data(), pool, scratch_);
+  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
+                             : in.head == MtpInput::Head::kLast ? n - 1
+                                                                : n;
+  const std::int64_t R = n - first;
+  out.argmax.assign(static_cast<std::size_t>(R), 0);
   out.logits.clear();
+  if (R == 0) return;
+  cpu::rmsnorm(x + first * hidden, head_norm_.data(), h, R, hidden, eps);
+  cpu::linear_argmax(head_, h, R, out.argmax.data(), pool, scratch_);
   if (in.want_logits) {
-    out.logits.resize(static_cast<std::size_t>(n * V));
-    cpu::linear(head_, h, n, out.logits.data(), pool, scratch_);
+    out.logits.resize(static_cast<std::size_t>(R * V));
+    cpu::linear(head_, h, R, out.logits.data(), pool, scratch_);
   }
 }
 

@@ -121,11 +121,14 @@ TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   runner->forward(b, out);
   ASSERT_EQ(out.hidden.size(), tokens.size() * hidden);
   const RequestId id{5};
-  d.observe_hidden(id, 0, s.num_tokens, out.hidden);
-  tokens.push_back(7);  // the sampled token: the layer runs positions 0..11
+  d.observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+  // Positions 0..10 (next tokens known) consumed at once: one row held.
+  EXPECT_EQ(d.pending_rows(id), 1);
+  tokens.push_back(7);  // the sampled token: position 11 runs through the head
   std::vector<TokenId> draft;
   d.propose(id, tokens, 3, draft);
   EXPECT_EQ(draft.size(), 3u);
+  EXPECT_EQ(d.pending_rows(id), 0);
   // Proposing again with nothing new computed: no draft (no hidden row for position 12).
   std::vector<TokenId> again;
   tokens.push_back(draft[0]);
@@ -133,11 +136,33 @@ TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   EXPECT_TRUE(again.empty());
   // The same draft from a fresh drafter over the same rows: deterministic.
   MtpDrafter d2(*runner);
-  d2.observe_hidden(id, 0, s.num_tokens, out.hidden);
   tokens.pop_back();
+  d2.observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, s.num_tokens, out.hidden);
   std::vector<TokenId> draft2;
   d2.propose(id, tokens, 3, draft2);
   EXPECT_EQ(draft2, draft);
+  // ... and the one computed directly: positions 0..11 in one step (h_t, x_{t+1}), then
+  // two chained steps on h' and the guess.
+  {
+    MtpCache cache;
+    MtpOutput o;
+    MtpInput in;
+    in.hidden = out.hidden;
+    in.tokens = std::span<const TokenId>(tokens).subspan(1, 12);
+    runner->mtp_forward(cache, in, o);
+    std::vector<TokenId> want{o.argmax.back()};
+    std::vector<float> h(o.hidden.end() - static_cast<std::ptrdiff_t>(hidden), o.hidden.end());
+    for (int i = 1; i < 3; ++i) {
+      MtpInput c;
+      c.start_pos = cache.length;
+      c.hidden = h;
+      c.tokens = std::span<const TokenId>(&want.back(), 1);
+      runner->mtp_forward(cache, c, o);
+      h = o.hidden;
+      want.push_back(o.argmax.back());
+    }
+    EXPECT_EQ(draft, want);
+  }
   EXPECT_EQ(d.num_tracked(), 1u);
   d.forget(id);
   EXPECT_EQ(d.num_tracked(), 0u);
