@@ -43,12 +43,12 @@ const std::filesystem::path &mtp_model() {
 
 struct CpuEngine {
   std::unique_ptr<Engine> engine;
-  explicit CpuEngine(EngineConfig cfg) {
+  explicit CpuEngine(EngineConfig cfg, std::int32_t blocks = 256) {
     engine = std::make_unique<Engine>(
-        [] {
+        [blocks] {
           EngineBackend b;
           b.context = std::make_unique<ExecContext>(2);
-          b.runner = cpu::CpuModelRunner::open(mtp_model(), *b.context, {256, 16});
+          b.runner = cpu::CpuModelRunner::open(mtp_model(), *b.context, {blocks, 16});
           return b;
         },
         cfg);
@@ -98,6 +98,32 @@ TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
     for (const auto n : s.spec_accepted_at) at += n;
     EXPECT_EQ(at, s.spec_accepted);
   }
+}
+
+TEST(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
+  // Every prompt shares 40 tokens: later requests start past cached blocks, whose
+  // positions bring the drafter no hidden state (zero rows stand in). 24 blocks of 16
+  // for 8 requests of ~60 tokens: preemptions too.
+  auto prompt = [](int i) {
+    std::vector<TokenId> p = random_prompt(77, 40);
+    auto tail = random_prompt(200 + i, 3 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  std::map<bool, std::map<int, std::vector<TokenId>>> runs;
+  for (const bool on : {false, true}) {
+    EngineConfig cfg = mtp_config(on);
+    CpuEngine e(cfg, 24);
+    for (int round = 0; round < 2; ++round) {
+      Collector c;
+      for (int i = 0; i < 8; ++i)
+        e->submit(greedy_request(100 * round + i + 1, prompt(i), 20), c.sink());
+      ASSERT_TRUE(c.wait_finished(8, std::chrono::seconds(120)));
+      for (int i = 0; i < 8; ++i) runs[on][100 * round + i] = c.get(100 * round + i + 1).tokens;
+    }
+    EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
+  }
+  EXPECT_EQ(runs[true], runs[false]);
 }
 
 TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
