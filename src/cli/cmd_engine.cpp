@@ -103,7 +103,7 @@ int cmd_engine(int argc, char **argv) {
   std::string speculative;
   int num_speculative_tokens = 4, spec_max_running = 4;
   app.add_option("--speculative", speculative,
-                 "draft tokens to verify several per step: off or ngram (CPU runner only)");
+                 "draft tokens to verify several per step: off, ngram or mtp (CPU runner only)");
   app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
       ->check(CLI::Range(1, 16));
   app.add_option("--speculative-max-running", spec_max_running,

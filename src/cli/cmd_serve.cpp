@@ -86,8 +86,9 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--max-concurrent", max_concurrent, "running requests per engine")
       ->envname("KEEL_MAX_CONCURRENT");
   app.add_option("--speculative", speculative,
-                 "speculative decoding: off, or ngram (prompt lookup: drafts copied from the "
-                 "prompt and output, verified several tokens a step; CPU runner only)")
+                 "speculative decoding: off, ngram (prompt lookup: drafts copied from the "
+                 "prompt and output) or mtp (the checkpoint's multi-token-prediction layer: "
+                 "GLM-4.5); verified several tokens a step; CPU runner only")
       ->envname("KEEL_SPECULATIVE");
   app.add_option("--num-speculative-tokens", num_speculative_tokens,
                  "drafted tokens verified per step at most")

@@ -97,8 +97,10 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
                                       default_fingerprint(model_config_, store));
       kv_ = std::make_unique<KvCacheManager>(kc);
       sched_ = std::make_unique<Scheduler>(config_.scheduler, *kv_);
-      if (backend_.runner->verifies_drafts()) {
-        drafter_ = make_drafter(config_.speculative);
+      // MTP heads refuse a runner that cannot run them (make_drafter says why); other
+      // drafters are simply off there.
+      if (backend_.runner->verifies_drafts() || config_.speculative.method == "mtp") {
+        drafter_ = make_drafter(config_.speculative, backend_.runner.get());
         if (drafter_) spec_accepted_at_.assign(config_.speculative.num_speculative_tokens, 0);
       }
       const std::int64_t capacity = static_cast<std::int64_t>(kc.num_blocks) * kc.block_size;
@@ -551,6 +553,7 @@ bool Engine::run_step() {
     batch_.tokens.clear();
     batch_.seqs.clear();
     batch_.block_table.clear();
+    batch_.want_hidden = drafter_ && drafter_->wants_hidden();
     for (const ScheduledSeq &s : plan.seqs) {
       const SchedRequest *r = sched_->find(s.id);
       KEEL_CHECK(r != nullptr);
@@ -607,6 +610,7 @@ bool Engine::run_step() {
     return true;
   }
   sched_->on_step_done(plan);
+  if (batch_.want_hidden) observe_hidden(plan);
   emit_outputs(plan);
   if (drafter_) propose_drafts(plan);
   ++steps_;
@@ -1001,6 +1005,20 @@ void Engine::emit_verified(const StepPlan &plan, std::size_t si, std::size_t fir
   if (!live_on) return;  // finished: `live` is gone, its blocks freed
   live.spec.record(k, accepted);
   sched_->settle_drafts(s.id);
+}
+
+void Engine::observe_hidden(const StepPlan &plan) {
+  const auto width = static_cast<std::size_t>(model_config_.hidden_size);
+  if (out_.hidden.size() != static_cast<std::size_t>(batch_.total_tokens()) * width) return;
+  for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
+    const SequenceSlice &slice = batch_.seqs[i];
+    const SchedRequest *r = sched_->find(plan.seqs[i].id);
+    if (r == nullptr) continue;
+    drafter_->observe_hidden(
+        plan.seqs[i].id, r->tokens, slice.start_pos, slice.num_tokens,
+        std::span<const float>(out_.hidden.data() + slice.token_offset * width,
+                               static_cast<std::size_t>(slice.num_tokens) * width));
+  }
 }
 
 void Engine::propose_drafts(const StepPlan &plan) {

@@ -184,6 +184,8 @@ class Engine final : public EngineApi {
   // (or read, when sampled on the device) like an ordinary row, accepted while equal
   // to the draft; then the KV of rejected drafts is rolled back.
   void emit_verified(const StepPlan &plan, std::size_t seq, std::size_t first_row);
+  // Hands each sequence's hidden rows of this step to a drafter that reads them.
+  void observe_hidden(const StepPlan &plan);
   // After a step's outputs: the next drafts of the requests that decode.
   void propose_drafts(const StepPlan &plan);
   // Every row the host samples this step ([rows], empty entries for rows that do not).

@@ -3,23 +3,40 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/mtp_drafter.h"
 #include "engine/ngram_drafter.h"
+#include "exec/model_runner.h"
 
 namespace keel {
 
 std::string parse_speculative_method(const std::string &method) {
   if (method.empty() || method == "off") return "";
-  if (method == "ngram") return method;
+  if (method == "ngram" || method == "mtp") return method;
   throw Error(ErrorCode::kInvalidArgument,
-              "speculative: unknown method '" + method + "' (off or ngram)");
+              "speculative: unknown method '" + method + "' (off, ngram or mtp)");
 }
 
-std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config) {
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunner *runner) {
   const std::string method = parse_speculative_method(config.method);
   if (config.num_speculative_tokens > 16)
     throw Error(ErrorCode::kInvalidArgument, "speculative: num_speculative_tokens above 16");
   if (!config.enabled()) return nullptr;
   if (config.make_drafter) return config.make_drafter();
+  if (method == "mtp") {
+    const std::string model =
+        runner ? std::string(arch_name(runner->config().arch)) : std::string("no model");
+    if (runner == nullptr || !runner->verifies_drafts())
+      throw Error(ErrorCode::kUnsupported,
+                  "--speculative mtp: " + model +
+                      ": this runner does not verify drafts (MTP heads run on the CPU runner "
+                      "only; the CUDA and tensor-parallel runners cannot run them yet)");
+    try {
+      runner->load_mtp();
+    } catch (const Error &e) {
+      throw Error(e.code(), "--speculative mtp: " + model + ": " + e.what());
+    }
+    return std::make_unique<MtpDrafter>(*runner);
+  }
   return std::make_unique<NgramDrafter>(config.ngram_max, config.ngram_min);
 }
 

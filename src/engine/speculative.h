@@ -25,9 +25,11 @@
 namespace keel {
 
 class Drafter;
+class ModelRunner;
 
 struct SpeculativeConfig {
-  // "" (off), "ngram" (prompt lookup); parse_speculative_method checks a name.
+  // "" (off), "ngram" (prompt lookup), "mtp" (the checkpoint's multi-token-prediction
+  // layer, engine/mtp_drafter.h); parse_speculative_method checks a name.
   std::string method;
   std::int32_t num_speculative_tokens = 4;  // drafts per step at most
   // Adaptive: no drafts while this many sequences or more are running (0: no limit).
@@ -39,7 +41,8 @@ struct SpeculativeConfig {
   bool enabled() const { return (!method.empty() || make_drafter) && num_speculative_tokens > 0; }
 };
 
-// Throws Error(kInvalidArgument) naming the value unless `method` is "", "off" or "ngram";
+// Throws Error(kInvalidArgument) naming the value unless `method` is "", "off", "ngram"
+// or "mtp";
 // returns the canonical name ("" for off).
 std::string parse_speculative_method(const std::string &method);
 
@@ -54,10 +57,22 @@ class Drafter {
                        std::vector<TokenId> &out) = 0;
   // The request ended: drop what is kept for it.
   virtual void forget(RequestId) {}
+  // Drafters that read the target's hidden states (MTP heads) say so; the engine then
+  // asks the runner for every token's (ForwardBatch::want_hidden) and hands each
+  // sequence's rows here after the forward: positions [start_pos, start_pos + n),
+  // [n, hidden_size] values, drafted positions included (rejected ones are computed
+  // again, and their rows given again, before a draft may read them); `tokens` are the
+  // request's tokens known so far (this step's sampled one not yet among them).
+  virtual bool wants_hidden() const { return false; }
+  virtual void observe_hidden(RequestId, std::span<const TokenId> /*tokens*/,
+                              std::int32_t /*start_pos*/, std::int32_t /*n*/,
+                              std::span<const float> /*rows*/) {}
 };
 
-// The drafter `config` names, or null when speculation is off.
-std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config);
+// The drafter `config` names, or null when speculation is off. "mtp" needs `runner`,
+// whose MTP layer it loads (ModelRunner::load_mtp's errors, prefixed with the flag).
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config,
+                                      ModelRunner *runner = nullptr);
 
 // One request's recent acceptance: drafting pauses, for a doubling number of steps,
 // while fewer than a quarter of its drafts are accepted.

@@ -44,6 +44,9 @@ struct ForwardBatch {
   std::vector<std::int32_t>
       block_table;  // concatenated block ids; position p of a sequence
                     // lives in block table[p / block_size], slot p % block_size
+  // Also return every token's final hidden state, before the final norm
+  // (ForwardOutput::hidden): what an MTP drafter consumes.
+  bool want_hidden = false;
   std::int32_t total_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
 };
 
@@ -57,6 +60,8 @@ struct ForwardOutput {
   // from each row and its log-probability under the raw logits.
   std::vector<TokenId> sampled;
   std::vector<float> sampled_logprobs;
+  // ForwardBatch::want_hidden only: [total_tokens, hidden_size], batch token order.
+  std::vector<float> hidden;
 };
 
 }  // namespace keel

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/sampling_params.h"
 #include "exec/forward_batch.h"
+#include "exec/mtp_step.h"
 #include "formats/model_config.h"
 #include "kv/block_store.h"
 
@@ -69,6 +70,19 @@ class ModelRunner {
   virtual void forward_sample(const ForwardBatch &, std::span<const DeviceSampleRow>,
                               ForwardOutput &) {
     throw Error(ErrorCode::kUnsupported, "model runner: no device sampling");
+  }
+
+  // The checkpoint's multi-token-prediction layer as a drafter (exec/mtp_step.h).
+  // load_mtp binds it; throws Error(kUnsupported) naming why when the model has none or
+  // this runner cannot run it, Error(kFormat) naming a malformed tensor. A runner that
+  // can also fills ForwardOutput::hidden when ForwardBatch::want_hidden asks.
+  virtual void load_mtp() {
+    throw Error(ErrorCode::kUnsupported, "this runner cannot run MTP heads yet");
+  }
+  // One MTP step over input.tokens.size() consecutive positions of one sequence; its
+  // keys and values go into `cache` at input.start_pos (<= cache.length) onwards.
+  virtual void mtp_forward(MtpCache &, const MtpInput &, MtpOutput &) {
+    throw Error(ErrorCode::kUnsupported, "this runner cannot run MTP heads yet");
   }
 };
 

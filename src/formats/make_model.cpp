@@ -340,6 +340,15 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     throw Error(ErrorCode::kInvalidArgument,
                 "--experts, --experts-per-tok and --moe-intermediate need a MoE --arch");
   }
+  if (o.mtp_layers != 0) {
+    if (o.mtp_layers < 0 || o.mtp_layers > 4)
+      throw Error(ErrorCode::kInvalidArgument, "--mtp-layers: expected 0 to 4");
+    if (c.arch != Arch::kGlm4Moe || o.gguf || o.dtype == DType::kF8_E4M3 ||
+        o.dtype == DType::kMXFP4)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--mtp-layers: glm4_moe safetensors (f32, f16, bf16) only for now");
+    c.moe->nextn_predict_layers = o.mtp_layers;
+  }
   if (dtype_is_quantized(o.dtype)) {
     const std::int64_t blk = dtype_info(o.dtype).block_elems;
     if (c.hidden_size % blk || c.intermediate_size % blk || (c.num_heads * c.head_dim) % blk)
@@ -444,8 +453,19 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     out.push_back(std::move(t));
   };
   add("model.embed_tokens.weight", {c.vocab_size, h}, Init::kNormal);
-  for (std::int64_t l = 0; l < c.num_layers; ++l) {
+  // GLM-4.5's MTP layers follow the decoder layers: a sparse layer plus the MTP tensors
+  // (its own shared_head.head; the target's embedding, as embed_tokens is not written).
+  const std::int64_t mtp = c.moe ? c.moe->nextn_predict_layers : 0;
+  for (std::int64_t l = 0; l < c.num_layers + mtp; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
+    const bool sparse = c.moe && (l >= c.num_layers || c.moe->sparse(l));
+    if (l >= c.num_layers) {
+      add(p + "enorm.weight", {h}, Init::kOnes);
+      add(p + "hnorm.weight", {h}, Init::kOnes);
+      add(p + "eh_proj.weight", {h, 2 * h}, Init::kNormal, 0.1f);
+      add(p + "shared_head.norm.weight", {h}, Init::kOnes);
+      add(p + "shared_head.head.weight", {c.vocab_size, h}, Init::kNormal);
+    }
     add(p + "input_layernorm.weight", {h}, Init::kOnes);
     const std::int64_t n = c.num_layers;
     const bool more_bits = k_quant_mix && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2);
@@ -497,11 +517,11 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     add(p + "post_attention_layernorm.weight", {h}, Init::kOnes);
     if (gguf && c.arch == Arch::kGptOss)  // llama.cpp's gpt-oss names it so
       out.back().spec.name = "blk." + std::to_string(l) + ".post_attention_norm.weight";
-    if (c.moe && c.moe->sparse(l) && c.arch == Arch::kGptOss) {
+    if (sparse && c.arch == Arch::kGptOss) {
       plan_gpt_oss_experts(c, l, dtype, gguf, add, out);
       continue;
     }
-    if (c.moe && c.moe->sparse(l)) {
+    if (sparse) {
       const MoeConfig &m = *c.moe;
       const std::int64_t I = m.expert_intermediate;
       // A router far from uniform, so that random tokens spread over the experts.
@@ -803,7 +823,7 @@ std::string hf_config_json(const ModelConfig &c, DType dtype, const std::string 
     j["norm_topk_prob"] = m.norm_topk_prob;
     j["partial_rotary_factor"] = c.partial_rotary_factor;
     j["use_qk_norm"] = c.qk_norm;
-    j["num_nextn_predict_layers"] = 0;  // no MTP layer written
+    j["num_nextn_predict_layers"] = m.nextn_predict_layers;  // written after the layers
   } else if (c.moe && c.mla) {
     mla_config_json(c, j);
   } else if (c.moe && c.arch == Arch::kGptOss) {

@@ -257,6 +257,12 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     }
   }
 
+  if (batch.want_hidden) {
+    if (shard_.size != 1) throw Error(ErrorCode::kInternal, "llama: hidden rows from a shard");
+    out.hidden.assign(x, x + T * hidden);
+  } else {
+    out.hidden.clear();
+  }
   // Logits for the rows the batch asks for.
   out.vocab_size = static_cast<std::int32_t>(V);
   const std::vector<std::int64_t> rows = logit_rows(batch, out);

@@ -61,12 +61,17 @@ class LlamaModel {
   std::int64_t weight_bytes() const;
 
   const parallel::ShardPlan &shard() const { return shard_; }
+  // The token embeddings and the output head (an MTP layer falls back to them).
+  const TensorView &embed() const { return embed_; }
+  const TensorView &lm_head() const { return lm_head_; }
 
   // Validates `batch` against the cache, computes it and fills `out`. A sharded model
   // sums its row-parallel outputs and its vocab blocks of the logits over `comm` (all
   // ranks call forward with the same batch, and all end with the same `out`).
   // With kGreedyIds (unsharded only) the head yields each row's argmax in out.sampled
   // (out.sampled_logprobs zero, out.logits empty) without computing a logits row to keep.
+  // With batch.want_hidden (unsharded only), out.hidden gets every token's final hidden
+  // state before the final norm.
   enum class Head { kLogits, kGreedyIds };
   void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv, ExecContext &ctx,
                parallel::Communicator *comm = nullptr, Head head = Head::kLogits);

@@ -11,7 +11,7 @@ CpuModelRunner::CpuModelRunner(const ModelConfig &cfg, const arch::WeightLookup 
                                std::shared_ptr<const void> keepalive, ExecContext &ctx,
                                KvOptions kv, const parallel::ShardPlan *shard,
                                parallel::Communicator *comm)
-    : keepalive_(std::move(keepalive)), ctx_(ctx), comm_(comm) {
+    : keepalive_(std::move(keepalive)), ctx_(ctx), comm_(comm), lookup_(lookup) {
   if (cfg.kv_layout == KvLayout::kLatent) {
     if (shard || comm)
       throw Error(ErrorCode::kUnsupported,
@@ -28,6 +28,26 @@ CpuModelRunner::CpuModelRunner(const ModelConfig &cfg, const arch::WeightLookup 
 }
 
 KvBlockStore &CpuModelRunner::kv() { return *kv_; }
+
+void CpuModelRunner::load_mtp() {
+  ctx_.check_owner("CpuModelRunner::load_mtp");
+  if (mtp_) return;
+  const ModelConfig &cfg = config();
+  if (mla_)
+    throw Error(ErrorCode::kUnsupported,
+                std::string(arch_name(cfg.arch)) +
+                    ": MTP drafting on multi-head latent attention is not built yet (the CPU "
+                    "runs GLM-4.5's MTP layer only)");
+  if (comm_)
+    throw Error(ErrorCode::kUnsupported, "MTP drafting under tensor parallelism is not built yet");
+  mtp_ = std::make_unique<arch::MtpHead>(cfg, lookup_, llama_->embed(), llama_->lm_head());
+}
+
+void CpuModelRunner::mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) {
+  ctx_.check_owner("CpuModelRunner::mtp_forward");
+  if (!mtp_) throw Error(ErrorCode::kInternal, "cpu runner: mtp_forward before load_mtp");
+  mtp_->forward(cache, in, out, ctx_);
+}
 
 const arch::LlamaModel &CpuModelRunner::model() const {
   if (!llama_) throw Error(ErrorCode::kInternal, "cpu runner: not a Llama-family model");

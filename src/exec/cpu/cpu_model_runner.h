@@ -11,6 +11,7 @@
 
 #include "exec/arch/llama.h"
 #include "exec/arch/mla.h"
+#include "exec/arch/mtp_head.h"
 #include "exec/cpu/kv_store.h"
 #include "exec/exec_context.h"
 #include "exec/model_runner.h"
@@ -51,6 +52,11 @@ class CpuModelRunner final : public ModelRunner {
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 
+  // The MTP layer of a Llama-family MoE (GLM-4.5); MLA models (DeepSeek-V3, GLM-5) and
+  // tensor-parallel ranks refuse by name for now.
+  void load_mtp() override;
+  void mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override;
+
   // The Llama-family model (Error kInternal for an MLA model, which has no tensor-parallel
   // path).
   const arch::LlamaModel &model() const;
@@ -67,6 +73,8 @@ class CpuModelRunner final : public ModelRunner {
   std::unique_ptr<arch::LlamaModel> llama_;  // one of these two
   std::unique_ptr<arch::MlaModel> mla_;
   std::unique_ptr<CpuKvStore> kv_;
+  arch::WeightLookup lookup_;           // kept for load_mtp (views into keepalive_)
+  std::unique_ptr<arch::MtpHead> mtp_;  // after load_mtp
   std::string weight_format_;
   bool greedy_head_ = true;
 };

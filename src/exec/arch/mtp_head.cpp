@@ -1,0 +1,202 @@
+#include "exec/arch/mtp_head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "exec/arch/weight_binding.h"
+#include "exec/cpu/activation.h"
+#include "exec/cpu/norm.h"
+#include "exec/cpu/quant_blocks.h"
+
+namespace keel::arch {
+
+namespace {
+
+// The layer's own tensor when stored (any shape mismatch is an error), else the target's.
+TensorView own_or(const WeightLookup &lookup, const std::string &name,
+                  std::vector<std::int64_t> shape, const TensorView &fallback) {
+  if (lookup(name)) return need_tensor(lookup, name, std::move(shape));
+  return fallback;
+}
+
+void add_bias(float *y, const std::vector<float> &b, std::int64_t rows) {
+  const std::int64_t n = static_cast<std::int64_t>(b.size());
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+}
+
+}  // namespace
+
+MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const TensorView &target_embed,
+                 const TensorView &target_head)
+    : cfg_(cfg), layer_(cfg.num_layers) {
+  if (!cfg.moe || cfg.moe->nextn_predict_layers <= 0)
+    throw Error(ErrorCode::kUnsupported,
+                std::string(arch_name(cfg.arch)) +
+                    ": the model has no MTP layer (num_nextn_predict_layers is 0)");
+  const std::int64_t hidden = cfg.hidden_size, H = cfg.num_heads, G = cfg.num_kv_heads,
+                     D = cfg.head_dim, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const std::string p = "model.layers." + std::to_string(layer_) + ".";
+  enorm_ = need_vector(lookup, p + "enorm.weight", hidden);
+  hnorm_ = need_vector(lookup, p + "hnorm.weight", hidden);
+  eh_proj_ = need_tensor(lookup, p + "eh_proj.weight", {hidden, 2 * hidden});
+  head_norm_ = need_vector(lookup, p + "shared_head.norm.weight", hidden);
+  embed_ = own_or(lookup, p + "embed_tokens.weight", {V, hidden}, target_embed);
+  head_ = own_or(lookup, p + "shared_head.head.weight", {V, hidden}, target_head);
+  LlamaLayer &L = block_;
+  L.wq = need_tensor(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
+  L.wk = need_tensor(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
+  L.wv = need_tensor(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
+  L.wo = need_tensor(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
+  L.attn_norm = need_vector(lookup, p + "input_layernorm.weight", hidden);
+  L.ffn_norm = need_vector(lookup, p + "post_attention_layernorm.weight", hidden);
+  if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
+    L.bq = need_vector(lookup, p + "self_attn.q_proj.bias", H * D);
+    L.bk = need_vector(lookup, p + "self_attn.k_proj.bias", G * D);
+    L.bv = need_vector(lookup, p + "self_attn.v_proj.bias", G * D);
+  }
+  if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
+    L.bo = need_vector(lookup, p + "self_attn.o_proj.bias", hidden);
+  if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
+    L.q_norm = need_vector(lookup, p + "self_attn.q_norm.weight", D);
+    L.k_norm = need_vector(lookup, p + "self_attn.k_norm.weight", D);
+  }
+  // The MTP layer is a sparse one when its router is stored (GLM-4.5's is).
+  if (lookup(moe_router_name(*cfg.moe, layer_))) {
+    L.moe = std::make_unique<MoeFfn>(cfg, layer_, lookup);
+  } else {
+    L.w_gate = need_tensor(lookup, p + "mlp.gate_proj.weight", {I, hidden});
+    L.w_up = need_tensor(lookup, p + "mlp.up_proj.weight", {I, hidden});
+    L.w_down = need_tensor(lookup, p + "mlp.down_proj.weight", {hidden, I});
+  }
+  rope_ = cpu::make_rope_table(cfg);
+}
+
+void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecContext &ctx) {
+  const std::int64_t n = static_cast<std::int64_t>(in.tokens.size());
+  const std::int64_t hidden = cfg_.hidden_size, H = cfg_.num_heads, G = cfg_.num_kv_heads,
+                     D = cfg_.head_dim, I = cfg_.intermediate_size, V = cfg_.vocab_size;
+  const std::int64_t row = cache_row_floats();
+  if (static_cast<std::int64_t>(in.hidden.size()) != n * hidden)
+    throw Error(ErrorCode::kInvalidArgument, "mtp: hidden rows do not match the tokens");
+  if (in.start_pos < 0 || in.start_pos > cache.length)
+    throw Error(ErrorCode::kInvalidArgument, "mtp: start_pos past the cached positions");
+  for (const TokenId t : in.tokens)
+    if (t < 0 || t >= V) throw Error(ErrorCode::kInvalidArgument, "mtp: token id out of range");
+  ThreadPool &pool = ctx.pool();
+  Workspace &ws = ctx.workspace();
+  ws.reset();
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < n; ++t) pos[t] = in.start_pos + static_cast<std::int32_t>(t);
+
+  // u = eh_proj([enorm(embed(x)) ; hnorm(h)])
+  float *cat = ws.floats(n * 2 * hidden);
+  float *e = ws.floats(n * hidden);
+  const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (pos[t] == 0)
+      std::fill(e + t * hidden, e + (t + 1) * hidden, 0.0f);
+    else
+      cpu::dequantize_row(embed_.dtype, embed_.data + in.tokens[t] * row_bytes, e + t * hidden,
+                          hidden);
+  }
+  cpu::rmsnorm(e, enorm_.data(), e, n, hidden, eps);
+  float *g = ws.floats(n * hidden);
+  cpu::rmsnorm(in.hidden.data(), hnorm_.data(), g, n, hidden, eps);
+  for (std::int64_t t = 0; t < n; ++t) {
+    std::copy(e + t * hidden, e + (t + 1) * hidden, cat + t * 2 * hidden);
+    std::copy(g + t * hidden, g + (t + 1) * hidden, cat + t * 2 * hidden + hidden);
+  }
+  float *x = ws.floats(n * hidden);
+  cpu::linear(eh_proj_, cat, n, x, pool, scratch_);
+
+  // The decoder block: attention over this layer's own positions [0, pos].
+  const LlamaLayer &L = block_;
+  float *h = ws.floats(n * hidden);
+  float *q = ws.floats(n * H * D), *k = ws.floats(n * G * D), *v = ws.floats(n * G * D);
+  cpu::rmsnorm(x, L.attn_norm.data(), h, n, hidden, eps);
+  const cpu::LinearJob qkv[] = {{&L.wq, q}, {&L.wk, k}, {&L.wv, v}};
+  cpu::linear_multi(qkv, h, n, pool, scratch_);
+  if (!L.bq.empty()) {
+    add_bias(q, L.bq, n);
+    add_bias(k, L.bk, n);
+    add_bias(v, L.bv, n);
+  }
+  if (!L.q_norm.empty()) {
+    cpu::rmsnorm(q, L.q_norm.data(), q, n * H, D, eps);
+    cpu::rmsnorm(k, L.k_norm.data(), k, n * G, D, eps);
+  }
+  cpu::apply_rope(rope_, q, n, H, D, pos.data());
+  cpu::apply_rope(rope_, k, n, G, D, pos.data());
+  cache.length = in.start_pos + static_cast<std::int32_t>(n);
+  cache.rows.resize(static_cast<std::size_t>(cache.length * row));
+  for (std::int64_t t = 0; t < n; ++t) {
+    float *dst = cache.rows.data() + pos[t] * row;
+    std::copy(k + t * G * D, k + (t + 1) * G * D, dst);
+    std::copy(v + t * G * D, v + (t + 1) * G * D, dst + G * D);
+  }
+  float *att = ws.floats(n * H * D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> score;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t len = pos[t] + 1;
+    score.resize(static_cast<std::size_t>(len));
+    for (std::int64_t hd = 0; hd < H; ++hd) {
+      const std::int64_t kvh = hd / (H / G);
+      const float *qh = q + (t * H + hd) * D;
+      float mx = -INFINITY;
+      for (std::int64_t j = 0; j < len; ++j) {
+        const float *kj = cache.rows.data() + j * row + kvh * D;
+        float s = 0;
+        for (std::int64_t d = 0; d < D; ++d) s += qh[d] * kj[d];
+        score[j] = s * scale;
+        mx = std::max(mx, score[j]);
+      }
+      float sum = 0;
+      for (std::int64_t j = 0; j < len; ++j) sum += score[j] = std::exp(score[j] - mx);
+      float *o = att + (t * H + hd) * D;
+      std::fill(o, o + D, 0.0f);
+      for (std::int64_t j = 0; j < len; ++j) {
+        const float *vj = cache.rows.data() + j * row + G * D + kvh * D;
+        const float w = score[j] / sum;
+        for (std::int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
+      }
+    }
+  }
+  cpu::linear(L.wo, att, n, h, pool, scratch_);
+  if (!L.bo.empty()) add_bias(h, L.bo, n);
+  for (std::int64_t i = 0; i < n * hidden; ++i) x[i] += h[i];
+  cpu::rmsnorm(x, L.ffn_norm.data(), h, n, hidden, eps);
+  float *y = ws.floats(n * hidden);
+  if (L.moe) {
+    L.moe->forward(h, n, y, pool, scratch_, ws);
+  } else {
+    float *gate = ws.floats(n * I), *up = ws.floats(n * I);
+    const cpu::LinearJob gate_up[] = {{&L.w_gate, gate}, {&L.w_up, up}};
+    cpu::linear_multi(gate_up, h, n, pool, scratch_);
+    cpu::swiglu(gate, up, gate, n * I);
+    cpu::linear(L.w_down, gate, n, y, pool, scratch_);
+  }
+  for (std::int64_t i = 0; i < n * hidden; ++i) x[i] += y[i];
+
+  // The head over shared_head.norm(h') of the rows asked for.
+  out.hidden.assign(x, x + n * hidden);
+  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
+                             : in.head == MtpInput::Head::kLast ? n - 1
+                                                                : n;
+  const std::int64_t R = n - first;
+  out.argmax.assign(static_cast<std::size_t>(R), 0);
+  out.logits.clear();
+  if (R == 0) return;
+  cpu::rmsnorm(x + first * hidden, head_norm_.data(), h, R, hidden, eps);
+  cpu::linear_argmax(head_, h, R, out.argmax.data(), pool, scratch_);
+  if (in.want_logits) {
+    out.logits.resize(static_cast<std::size_t>(R * V));
+    cpu::linear(head_, h, R, out.logits.data(), pool, scratch_);
+  }
+}
+
+}  // namespace keel::arch

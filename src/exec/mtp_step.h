@@ -1,0 +1,39 @@
+// One step of a checkpoint's multi-token-prediction (MTP) layer over consecutive
+// positions of one sequence (docs/ARCHITECTURE.md, "The verify shape"): the drafter
+// hands the runner the target's pre-norm hidden state h_t and the token x_{t+1} of each
+// position t, and gets back the layer's pre-norm output h'_t and its head's argmax (the
+// guess for x_{t+2}). The layer attends over its own earlier positions, whose keys and
+// values the caller keeps in an MtpCache per sequence (opaque to it: the runner's
+// layout) and rolls back by lowering `length`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "core/ids.h"
+
+namespace keel {
+
+struct MtpCache {
+  std::vector<float> rows;  // the runner's per-position entries, positions [0, length)
+  std::int32_t length = 0;  // positions held; a step at start_pos <= length drops the rest
+};
+
+struct MtpInput {
+  std::int32_t start_pos = 0;       // position of the first row
+  std::span<const float> hidden;    // [n, hidden_size]: h_t, before the final norm
+  std::span<const TokenId> tokens;  // [n]: x_{t+1}
+  // Which rows go through the head: none (catching up over confirmed positions), the
+  // last (a draft), or all (tests).
+  enum class Head : std::uint8_t { kNone, kLast, kAll } head = Head::kLast;
+  bool want_logits = false;  // also return the head's logits of those rows (tests)
+};
+
+struct MtpOutput {
+  std::vector<float> hidden;    // [n, hidden_size]: h'_t, before the head's norm
+  std::vector<TokenId> argmax;  // [head rows]
+  std::vector<float> logits;    // [head rows, vocab] when asked
+};
+
+}  // namespace keel

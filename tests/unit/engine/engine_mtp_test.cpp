@@ -1,0 +1,218 @@
+// `--speculative mtp` (engine/mtp_drafter.h) in the engine over the CPU runner and a tiny
+// random GLM-4.5 with an MTP layer (make_model --mtp-layers 1): greedy output is token
+// for token the output without drafts, alone and batched, the counters agree, the KV of
+// rejected drafts is freed, forget() drops a request's state; runners and models that
+// cannot draft this way refuse by name.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+
+#include "collector.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "engine/mtp_drafter.h"
+#include "engine_test_util.h"
+#include "exec/cpu/cpu_model_runner.h"
+#include "formats/make_model.h"
+#include "toy_runner.h"
+
+namespace keel::test {
+namespace {
+
+// A tiny glm4_moe with one MTP layer, made once per process.
+const std::filesystem::path &mtp_model() {
+  static const std::filesystem::path dir = [] {
+    const auto d =
+        std::filesystem::temp_directory_path() / ("keel-engine-mtp-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(d);
+    MakeModelOptions o;
+    o.arch = "glm4_moe";
+    o.shape = "tiny";
+    o.layers = 2;
+    o.mtp_layers = 1;
+    o.seed = 3;
+    o.out = d;
+    o.threads = 2;
+    make_model(o);
+    return d;
+  }();
+  return dir;
+}
+
+struct CpuEngine {
+  std::unique_ptr<Engine> engine;
+  explicit CpuEngine(EngineConfig cfg, std::int32_t blocks = 256) {
+    engine = std::make_unique<Engine>(
+        [blocks] {
+          EngineBackend b;
+          b.context = std::make_unique<ExecContext>(2);
+          b.runner = cpu::CpuModelRunner::open(mtp_model(), *b.context, {blocks, 16});
+          return b;
+        },
+        cfg);
+  }
+  Engine *operator->() { return engine.get(); }
+};
+
+EngineConfig mtp_config(bool on, std::int32_t k = 3) {
+  EngineConfig cfg = small_config(256, 16, 64);
+  if (on) {
+    cfg.speculative.method = "mtp";
+    cfg.speculative.num_speculative_tokens = k;
+    cfg.speculative.max_running = 0;  // draft at any batch size
+  }
+  return cfg;
+}
+
+std::vector<TokenId> prompt_of(int i) { return random_prompt(40 + i, 5 + (i * 13) % 40); }
+
+std::map<int, std::vector<TokenId>> run(bool on, int requests, int tokens, EngineStatus *status) {
+  CpuEngine e(mtp_config(on));
+  Collector c;
+  for (int i = 0; i < requests; ++i)
+    e->submit(greedy_request(i + 1, prompt_of(i), tokens), c.sink());
+  EXPECT_TRUE(c.wait_finished(requests, std::chrono::seconds(120)));
+  std::map<int, std::vector<TokenId>> out;
+  for (int i = 0; i < requests; ++i) out[i] = c.get(i + 1).tokens;
+  EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
+  if (status) *status = e->status();
+  return out;
+}
+
+TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
+  for (const int requests : {1, 6}) {
+    EngineStatus s;
+    const auto off = run(false, requests, 24, nullptr);
+    const auto on = run(true, requests, 24, &s);
+    for (int i = 0; i < requests; ++i)
+      EXPECT_EQ(on.at(i), off.at(i)) << "request " << i << " of " << requests;
+    std::printf("%d requests: %lld drafted, %lld accepted\n", requests,
+                static_cast<long long>(s.spec_drafted), static_cast<long long>(s.spec_accepted));
+    EXPECT_EQ(s.spec_method, "mtp");
+    EXPECT_GT(s.spec_drafted, 0);
+    EXPECT_GE(s.spec_accepted, 0);
+    EXPECT_LE(s.spec_accepted, s.spec_drafted);
+    std::int64_t at = 0;
+    for (const auto n : s.spec_accepted_at) at += n;
+    EXPECT_EQ(at, s.spec_accepted);
+  }
+}
+
+TEST(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
+  // Every prompt shares 40 tokens: later requests start past cached blocks, whose
+  // positions bring the drafter no hidden state (zero rows stand in). 24 blocks of 16
+  // for 8 requests of ~60 tokens: preemptions too.
+  auto prompt = [](int i) {
+    std::vector<TokenId> p = random_prompt(77, 40);
+    auto tail = random_prompt(200 + i, 3 + i);
+    p.insert(p.end(), tail.begin(), tail.end());
+    return p;
+  };
+  std::map<bool, std::map<int, std::vector<TokenId>>> runs;
+  for (const bool on : {false, true}) {
+    EngineConfig cfg = mtp_config(on);
+    CpuEngine e(cfg, 24);
+    for (int round = 0; round < 2; ++round) {
+      Collector c;
+      for (int i = 0; i < 8; ++i)
+        e->submit(greedy_request(100 * round + i + 1, prompt(i), 20), c.sink());
+      ASSERT_TRUE(c.wait_finished(8, std::chrono::seconds(120)));
+      for (int i = 0; i < 8; ++i) runs[on][100 * round + i] = c.get(100 * round + i + 1).tokens;
+    }
+    EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
+  }
+  EXPECT_EQ(runs[true], runs[false]);
+}
+
+TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
+  // The drafter alone over the runner: hidden rows of a prefill, a draft, a rejected
+  // detour, and forget.
+  ExecContext ctx(2);
+  auto runner = cpu::CpuModelRunner::open(mtp_model(), ctx, {64, 16});
+  runner->load_mtp();
+  MtpDrafter d(*runner);
+  const std::size_t hidden = static_cast<std::size_t>(runner->config().hidden_size);
+  std::vector<TokenId> tokens = random_prompt(9, 12);
+  ForwardBatch b;
+  b.tokens = tokens;
+  b.want_hidden = true;
+  SequenceSlice s;
+  s.num_tokens = static_cast<std::int32_t>(tokens.size());
+  s.num_blocks = 1;
+  b.seqs.push_back(s);
+  b.block_table = {0};
+  ForwardOutput out;
+  runner->forward(b, out);
+  ASSERT_EQ(out.hidden.size(), tokens.size() * hidden);
+  const RequestId id{5};
+  d.observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+  // Positions 0..10 (next tokens known) consumed at once: one row held.
+  EXPECT_EQ(d.pending_rows(id), 1);
+  tokens.push_back(7);  // the sampled token: position 11 runs through the head
+  std::vector<TokenId> draft;
+  d.propose(id, tokens, 3, draft);
+  EXPECT_EQ(draft.size(), 3u);
+  EXPECT_EQ(d.pending_rows(id), 0);
+  // Proposing again with nothing new computed: no draft (no hidden row for position 12).
+  std::vector<TokenId> again;
+  tokens.push_back(draft[0]);
+  d.propose(id, tokens, 3, again);
+  EXPECT_TRUE(again.empty());
+  // The same draft from a fresh drafter over the same rows: deterministic.
+  MtpDrafter d2(*runner);
+  tokens.pop_back();
+  d2.observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, s.num_tokens, out.hidden);
+  std::vector<TokenId> draft2;
+  d2.propose(id, tokens, 3, draft2);
+  EXPECT_EQ(draft2, draft);
+  // ... and the one computed directly: positions 0..11 in one step (h_t, x_{t+1}), then
+  // two chained steps on h' and the guess.
+  {
+    MtpCache cache;
+    MtpOutput o;
+    MtpInput in;
+    in.hidden = out.hidden;
+    in.tokens = std::span<const TokenId>(tokens).subspan(1, 12);
+    runner->mtp_forward(cache, in, o);
+    std::vector<TokenId> want{o.argmax.back()};
+    std::vector<float> h(o.hidden.end() - static_cast<std::ptrdiff_t>(hidden), o.hidden.end());
+    for (int i = 1; i < 3; ++i) {
+      MtpInput c;
+      c.start_pos = cache.length;
+      c.hidden = h;
+      c.tokens = std::span<const TokenId>(&want.back(), 1);
+      runner->mtp_forward(cache, c, o);
+      h = o.hidden;
+      want.push_back(o.argmax.back());
+    }
+    EXPECT_EQ(draft, want);
+  }
+  EXPECT_EQ(d.num_tracked(), 1u);
+  d.forget(id);
+  EXPECT_EQ(d.num_tracked(), 0u);
+}
+
+TEST(EngineMtp, RefusesRunnersAndModelsThatCannotDraftSo) {
+  auto expect_refusal = [](auto make, const std::string &needle) {
+    try {
+      make();
+      ADD_FAILURE() << "no refusal (" << needle << ")";
+    } catch (const std::exception &e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("--speculative mtp"), std::string::npos) << what;
+      EXPECT_NE(what.find(needle), std::string::npos) << what;
+    }
+  };
+  // A runner that does not verify drafts (as CUDA and tensor parallelism today).
+  expect_refusal(
+      [] { ToyEngine e(64, 4, mtp_config(true), [](ToyRunner &r) { r.verify = false; }); },
+      "does not verify drafts");
+  // One that verifies but has no MTP layer to run.
+  expect_refusal([] { ToyEngine e(64, 4, mtp_config(true)); }, "cannot run MTP heads");
+  EXPECT_EQ(parse_speculative_method("mtp"), "mtp");
+}
+
+}  // namespace
+}  // namespace keel::test
