@@ -21,6 +21,41 @@ std::vector<float> slice(const std::vector<float> &v, std::int64_t begin, std::i
 
 }  // namespace
 
+LlamaLayer bind_llama_layer(const ModelConfig &cfg, const WeightLookup &lookup, std::int64_t l,
+                            bool sparse) {
+  const std::int64_t hidden = cfg.hidden_size, H = cfg.num_heads, G = cfg.num_kv_heads,
+                     D = cfg.head_dim, I = cfg.intermediate_size;
+  const std::string p = "model.layers." + std::to_string(l) + ".";
+  LlamaLayer L;
+  L.wq = need_tensor(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
+  L.wk = need_tensor(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
+  L.wv = need_tensor(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
+  L.wo = need_tensor(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
+  if (sparse) {
+    L.moe = std::make_unique<MoeFfn>(cfg, l, lookup);
+  } else {
+    L.w_gate = need_tensor(lookup, p + "mlp.gate_proj.weight", {I, hidden});
+    L.w_up = need_tensor(lookup, p + "mlp.up_proj.weight", {I, hidden});
+    L.w_down = need_tensor(lookup, p + "mlp.down_proj.weight", {hidden, I});
+  }
+  L.attn_norm = need_vector(lookup, p + "input_layernorm.weight", hidden);
+  L.ffn_norm = need_vector(lookup, p + "post_attention_layernorm.weight", hidden);
+  if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
+    L.bq = need_vector(lookup, p + "self_attn.q_proj.bias", H * D);
+    L.bk = need_vector(lookup, p + "self_attn.k_proj.bias", G * D);
+    L.bv = need_vector(lookup, p + "self_attn.v_proj.bias", G * D);
+  }
+  if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
+    L.bo = need_vector(lookup, p + "self_attn.o_proj.bias", hidden);
+  if (cfg.attention_sinks || lookup(attention_sinks_name(l)))
+    L.sinks = need_vector(lookup, attention_sinks_name(l), H);
+  if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
+    L.q_norm = need_vector(lookup, p + "self_attn.q_norm.weight", D);
+    L.k_norm = need_vector(lookup, p + "self_attn.k_norm.weight", D);
+  }
+  return L;
+}
+
 LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
                        const parallel::ShardPlan *shard)
     : cfg_(cfg) {
@@ -47,34 +82,7 @@ LlamaModel::LlamaModel(const ModelConfig &cfg, const WeightLookup &lookup,
   final_norm_ = need_vector(lookup, "model.norm.weight", hidden);
   layers_.resize(cfg.num_layers);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
-    LlamaLayer &L = layers_[l];
-    L.wq = need_tensor(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
-    L.wk = need_tensor(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
-    L.wv = need_tensor(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
-    L.wo = need_tensor(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
-    if (cfg.moe && cfg.moe->sparse(l)) {
-      L.moe = std::make_unique<MoeFfn>(cfg, l, lookup);
-    } else {
-      L.w_gate = need_tensor(lookup, p + "mlp.gate_proj.weight", {I, hidden});
-      L.w_up = need_tensor(lookup, p + "mlp.up_proj.weight", {I, hidden});
-      L.w_down = need_tensor(lookup, p + "mlp.down_proj.weight", {hidden, I});
-    }
-    L.attn_norm = need_vector(lookup, p + "input_layernorm.weight", hidden);
-    L.ffn_norm = need_vector(lookup, p + "post_attention_layernorm.weight", hidden);
-    if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
-      L.bq = need_vector(lookup, p + "self_attn.q_proj.bias", H * D);
-      L.bk = need_vector(lookup, p + "self_attn.k_proj.bias", G * D);
-      L.bv = need_vector(lookup, p + "self_attn.v_proj.bias", G * D);
-    }
-    if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
-      L.bo = need_vector(lookup, p + "self_attn.o_proj.bias", hidden);
-    if (cfg.attention_sinks || lookup(attention_sinks_name(l)))
-      L.sinks = need_vector(lookup, attention_sinks_name(l), H);
-    if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
-      L.q_norm = need_vector(lookup, p + "self_attn.q_norm.weight", D);
-      L.k_norm = need_vector(lookup, p + "self_attn.k_norm.weight", D);
-    }
+    layers_[l] = bind_llama_layer(cfg, lookup, l, cfg.moe && cfg.moe->sparse(l));
   }
   // The weights decide the optional steps: biases or q/k norms present in the files
   // are applied even when the config does not name them.

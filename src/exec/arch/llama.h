@@ -47,6 +47,12 @@ struct LlamaLayer {
   std::unique_ptr<MoeFfn> moe;             // a MoE block instead of w_gate/w_up/w_down
 };
 
+// Binds decoder layer l's attention, norms and MLP (a MoeFfn when `sparse`) by their HF
+// names; throws Error(kFormat) naming a missing or mis-shaped tensor. Shared by the
+// model's layers and the MTP head's block.
+LlamaLayer bind_llama_layer(const ModelConfig &cfg, const WeightLookup &lookup, std::int64_t l,
+                            bool sparse);
+
 class LlamaModel {
  public:
   // Binds and checks every tensor's presence, shape and dtype; throws Error(kFormat)

@@ -36,8 +36,7 @@ MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const Tenso
     throw Error(ErrorCode::kUnsupported,
                 std::string(arch_name(cfg.arch)) +
                     ": the model has no MTP layer (num_nextn_predict_layers is 0)");
-  const std::int64_t hidden = cfg.hidden_size, H = cfg.num_heads, G = cfg.num_kv_heads,
-                     D = cfg.head_dim, I = cfg.intermediate_size, V = cfg.vocab_size;
+  const std::int64_t hidden = cfg.hidden_size, V = cfg.vocab_size;
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   enorm_ = need_vector(lookup, p + "enorm.weight", hidden);
   hnorm_ = need_vector(lookup, p + "hnorm.weight", hidden);
@@ -45,32 +44,9 @@ MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const Tenso
   head_norm_ = need_vector(lookup, p + "shared_head.norm.weight", hidden);
   embed_ = own_or(lookup, p + "embed_tokens.weight", {V, hidden}, target_embed);
   head_ = own_or(lookup, p + "shared_head.head.weight", {V, hidden}, target_head);
-  LlamaLayer &L = block_;
-  L.wq = need_tensor(lookup, p + "self_attn.q_proj.weight", {H * D, hidden});
-  L.wk = need_tensor(lookup, p + "self_attn.k_proj.weight", {G * D, hidden});
-  L.wv = need_tensor(lookup, p + "self_attn.v_proj.weight", {G * D, hidden});
-  L.wo = need_tensor(lookup, p + "self_attn.o_proj.weight", {hidden, H * D});
-  L.attn_norm = need_vector(lookup, p + "input_layernorm.weight", hidden);
-  L.ffn_norm = need_vector(lookup, p + "post_attention_layernorm.weight", hidden);
-  if (cfg.attention_bias || lookup(p + "self_attn.q_proj.bias")) {
-    L.bq = need_vector(lookup, p + "self_attn.q_proj.bias", H * D);
-    L.bk = need_vector(lookup, p + "self_attn.k_proj.bias", G * D);
-    L.bv = need_vector(lookup, p + "self_attn.v_proj.bias", G * D);
-  }
-  if (cfg.attention_out_bias || lookup(p + "self_attn.o_proj.bias"))
-    L.bo = need_vector(lookup, p + "self_attn.o_proj.bias", hidden);
-  if (cfg.qk_norm || lookup(p + "self_attn.q_norm.weight")) {
-    L.q_norm = need_vector(lookup, p + "self_attn.q_norm.weight", D);
-    L.k_norm = need_vector(lookup, p + "self_attn.k_norm.weight", D);
-  }
   // The MTP layer is a sparse one when its router is stored (GLM-4.5's is).
-  if (lookup(moe_router_name(*cfg.moe, layer_))) {
-    L.moe = std::make_unique<MoeFfn>(cfg, layer_, lookup);
-  } else {
-    L.w_gate = need_tensor(lookup, p + "mlp.gate_proj.weight", {I, hidden});
-    L.w_up = need_tensor(lookup, p + "mlp.up_proj.weight", {I, hidden});
-    L.w_down = need_tensor(lookup, p + "mlp.down_proj.weight", {hidden, I});
-  }
+  block_ =
+      bind_llama_layer(cfg, lookup, layer_, lookup(moe_router_name(*cfg.moe, layer_)).has_value());
   rope_ = cpu::make_rope_table(cfg);
 }
 
