@@ -19,6 +19,14 @@ std::optional<std::filesystem::path> draft_model_path(const std::string &method)
   return std::filesystem::path(method.substr(kDraftPrefix.size()));
 }
 
+void check_draft_device(const std::string &method, const std::string &device) {
+  if (draft_model_path(method) && device != "cpu")
+    throw Error(ErrorCode::kUnsupported,
+                "--speculative " + method + ": --device " + device +
+                    ": a draft model runs beside the CPU runner only (the CUDA runner cannot "
+                    "run one yet)");
+}
+
 std::string parse_speculative_method(const std::string &method) {
   if (method.empty() || method == "off") return "";
   if (method == "ngram" || method == "mtp") return method;

@@ -53,6 +53,9 @@ struct SpeculativeConfig {
 std::string parse_speculative_method(const std::string &method);
 // The model a "draft:PATH" method names; none for any other method.
 std::optional<std::filesystem::path> draft_model_path(const std::string &method);
+// Throws Error(kUnsupported) naming the flag when `method` is a draft model and `device`
+// ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot run one beside it yet.
+void check_draft_device(const std::string &method, const std::string &device);
 
 // One interface for every way of drafting (engine thread only).
 class Drafter {
