@@ -61,21 +61,9 @@ async function chat(server, content) {
   return r.choices[0].message.content;
 }
 
-// The speculative counters of a heartbeat sent after `sinceMs` with nothing running.
-async function specStatus(server, sinceMs) {
-  const deadline = Date.now() + 10000;
-  for (;;) {
-    const asked = Date.now();
-    const m = await server.model('tiny');
-    if (m.running === 0 && asked - m.heartbeat_age_seconds * 1000 > sinceMs) return m.speculative;
-    if (Date.now() > deadline) throw new Error(`no heartbeat after the request: ${JSON.stringify(m)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 test('greedy output is the same with a draft model as without, streamed and not', async () => {
   await chat(spec, 'warm up');  // loads the model, so the counters exist
-  const before = await specStatus(spec, Date.now());
+  const before = await spec.speculative('tiny', Date.now());
   assert.equal(before.method, 'draft');
   for (const prompt of ['Write a short poem about the sea.', 'Count: one two three four']) {
     const ref = await streamChat(plain, prompt);
@@ -84,7 +72,7 @@ test('greedy output is the same with a draft model as without, streamed and not'
     assert.equal(await chat(plain, prompt), ref);
     assert.equal(await chat(spec, prompt), ref);
   }
-  const s = await specStatus(spec, Date.now());
+  const s = await spec.speculative('tiny', Date.now());
   assert.equal(s.method, 'draft');
   assert.ok(s.drafted_tokens > before.drafted_tokens, JSON.stringify({ before, s }));
   assert.ok(s.verify_steps > before.verify_steps, JSON.stringify({ before, s }));

@@ -12,12 +12,9 @@
 #include <cstdio>
 #include <map>
 
-#include "collector.h"
 #include "core/error.h"
+#include "cpu_engine_util.h"
 #include "engine/draft_model_drafter.h"
-#include "engine/engine.h"
-#include "engine_test_util.h"
-#include "exec/cpu/cpu_model_runner.h"
 #include "formats/make_model.h"
 #include "toy_runner.h"
 
@@ -56,21 +53,6 @@ const std::filesystem::path &one_layer_draft() {
   return p;
 }
 
-struct CpuEngine {
-  std::unique_ptr<Engine> engine;
-  explicit CpuEngine(EngineConfig cfg, std::int32_t blocks = 256) {
-    engine = std::make_unique<Engine>(
-        [blocks] {
-          EngineBackend b;
-          b.context = std::make_unique<ExecContext>(2);
-          b.runner = cpu::CpuModelRunner::open(target(), *b.context, {blocks, 16});
-          return b;
-        },
-        cfg);
-  }
-  Engine *operator->() { return engine.get(); }
-};
-
 EngineConfig draft_config(const std::filesystem::path &draft, std::int32_t k = 4) {
   EngineConfig cfg = small_config(256, 16, 64);
   if (!draft.empty()) {
@@ -85,25 +67,11 @@ std::vector<TokenId> prompt_of(int i) { return random_prompt(40 + i, 5 + (i * 13
 
 std::map<int, std::vector<TokenId>> run(const std::filesystem::path &draft, int requests,
                                         int tokens, EngineStatus *status) {
-  CpuEngine e(draft_config(draft));
-  Collector c;
-  for (int i = 0; i < requests; ++i)
-    e->submit(greedy_request(i + 1, prompt_of(i), tokens), c.sink());
-  EXPECT_TRUE(c.wait_finished(requests, std::chrono::seconds(120)));
-  std::map<int, std::vector<TokenId>> out;
-  for (int i = 0; i < requests; ++i) out[i] = c.get(i + 1).tokens;
-  EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
-  if (status) *status = e->status();
-  return out;
+  return run_greedy(target(), draft_config(draft), requests, tokens, prompt_of, status);
 }
 
 void expect_counters(const EngineStatus &s) {
-  EXPECT_EQ(s.spec_method, "draft");
-  EXPECT_GT(s.spec_drafted, 0);
-  EXPECT_LE(s.spec_accepted, s.spec_drafted);
-  std::int64_t at = 0;
-  for (const auto n : s.spec_accepted_at) at += n;
-  EXPECT_EQ(at, s.spec_accepted);
+  expect_spec_counters(s, "draft");
   EXPECT_GT(s.spec_draft_weights_bytes, 0);
   EXPECT_GT(s.spec_draft_kv_bytes, 0);
 }
@@ -145,26 +113,10 @@ TEST(EngineDraftModel, PrefixCacheHitsAndPreemptionKeepTheOutput) {
   // Every prompt shares 40 tokens: later requests start past cached target blocks (the
   // drafter computes them itself). 24 blocks of 16 for 8 requests of ~60 tokens:
   // preemptions in the target, and a draft pool (as large) too full for some.
-  auto prompt = [](int i) {
-    std::vector<TokenId> p = random_prompt(77, 40);
-    auto tail = random_prompt(200 + i, 3 + i);
-    p.insert(p.end(), tail.begin(), tail.end());
-    return p;
-  };
-  std::map<bool, std::map<int, std::vector<TokenId>>> runs;
-  for (const bool on : {false, true}) {
-    CpuEngine e(draft_config(on ? one_layer_draft() : std::filesystem::path{}), 24);
-    for (int round = 0; round < 2; ++round) {
-      Collector c;
-      for (int i = 0; i < 8; ++i)
-        e->submit(greedy_request(100 * round + i + 1, prompt(i), 20), c.sink());
-      ASSERT_TRUE(c.wait_finished(8, std::chrono::seconds(120)));
-      for (int i = 0; i < 8; ++i) runs[on][100 * round + i] = c.get(100 * round + i + 1).tokens;
-    }
-    EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
-    if (on) EXPECT_GT(e->status().spec_drafted, 0);
-  }
-  EXPECT_EQ(runs[true], runs[false]);
+  EngineStatus s;
+  EXPECT_EQ(run_two_rounds(target(), draft_config(one_layer_draft()), 24, shared_prefix_prompt, &s),
+            run_two_rounds(target(), draft_config({}), 24, shared_prefix_prompt));
+  EXPECT_GT(s.spec_drafted, 0);
 }
 
 // The drafter alone: what its KV holds after a draft, after a rejection, and after
@@ -232,32 +184,25 @@ TEST(EngineDraftModel, DrafterTruncatesRejectedDraftsAndForgets) {
 }
 
 TEST(EngineDraftModel, RefusalsNameTheFlag) {
-  auto expect_refusal = [](auto make, const std::string &needle) {
-    try {
-      make();
-      ADD_FAILURE() << "no refusal (" << needle << ")";
-    } catch (const std::exception &e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("--speculative draft"), std::string::npos) << what;
-      EXPECT_NE(what.find(needle), std::string::npos) << what;
-    }
+  auto refused = [](auto make, const std::string &needle) {
+    expect_refusal(make, "--speculative draft:", needle);
   };
   const auto missing = std::filesystem::temp_directory_path() / "keel-no-such-draft-model";
-  expect_refusal([&] { parse_speculative_method("draft:" + missing.string()); },
-                 missing.string() + ": no such file or directory");
-  expect_refusal([] { parse_speculative_method("draft:"); }, "draft:PATH");
+  refused([&] { parse_speculative_method("draft:" + missing.string()); },
+          missing.string() + ": no such file or directory");
+  refused([] { parse_speculative_method("draft:"); }, "draft:PATH");
   // A path that holds no model.
   const auto empty = target().parent_path() / "empty";
   std::filesystem::create_directories(empty);
-  expect_refusal([&] { CpuEngine e(draft_config(empty)); }, empty.string());
+  refused([&] { CpuEngine e(target(), draft_config(empty)); }, empty.string());
   // Another vocabulary: both sizes named.
   const auto wide = model("wide", 9, 1, 640);
-  expect_refusal([&] { CpuEngine e(draft_config(wide)); }, "has 640 tokens, the target's 512");
+  refused([&] { CpuEngine e(target(), draft_config(wide)); }, "has 640 tokens, the target's 512");
   // Runners that cannot run a draft model beside them.
-  expect_refusal(
+  refused(
       [] { ToyEngine e(64, 4, draft_config(target()), [](ToyRunner &r) { r.verify = false; }); },
       "does not verify drafts");
-  expect_refusal([] { ToyEngine e(64, 4, draft_config(target())); }, "CPU runner only");
+  refused([] { ToyEngine e(64, 4, draft_config(target())); }, "CPU runner only");
   // The canonical name is absolute, so an engine started elsewhere finds the model.
   EXPECT_EQ(parse_speculative_method("draft:" + target().string()),
             "draft:" + target().lexically_normal().string());
