@@ -3,7 +3,7 @@
 // seed) gives the same greedy text, streamed and not, through the official openai SDK
 // as a server without drafts; /api/status names the method, counts its drafts and shows
 // the draft model's memory; a target whose tokenizer is not the draft's is refused
-// naming the flag, and so is a draft path that does not exist.
+// naming the flag, and so are a draft path that does not exist and --device cuda.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -100,4 +100,12 @@ test('a draft path that does not exist is refused at startup naming the flag and
     '--speculative', `draft:${missing}`], { encoding: 'utf8', timeout: 10000 });
   assert.notEqual(r.status, 0);
   assert.ok(r.stderr.includes(`--speculative draft:${missing}: no such file or directory`), r.stderr);
+});
+
+test('a draft model with --device cuda is refused at startup naming the flag', () => {
+  const r = spawnSync(KEEL_BIN, ['serve', '--port', '0', '--model-dir', work, '--device', 'cuda',
+    '--speculative', `draft:${draft}`], { encoding: 'utf8', timeout: 10000 });
+  assert.notEqual(r.status, 0);
+  assert.ok(r.stderr.includes(`--speculative draft:${draft}: --device cuda: a draft model runs `
+    + 'beside the CPU runner only'), r.stderr);
 });
