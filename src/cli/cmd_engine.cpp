@@ -68,8 +68,10 @@ std::string fingerprint_of(const std::string &model, const std::string &device) 
   return s.str();
 }
 
-// A draft model must spell every token as the target does. Where either has no
-// tokenizer to read, make_drafter still compares the vocabularies' sizes.
+}  // namespace
+
+// Where either model has no tokenizer to read, make_drafter still compares the
+// vocabularies' sizes.
 void check_draft_tokenizer(const std::filesystem::path &model, const std::string &method) {
   std::unique_ptr<Tokenizer> target, draft;
   try {
@@ -84,8 +86,6 @@ void check_draft_tokenizer(const std::filesystem::path &model, const std::string
                                                  "target's (" +
                                                  diff + ")");
 }
-
-}  // namespace
 
 int cmd_engine(int argc, char **argv) {
   CLI::App app{"keel engine: one engine process (started by keel serve)"};

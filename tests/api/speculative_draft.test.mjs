@@ -3,7 +3,8 @@
 // seed) gives the same greedy text, streamed and not, through the official openai SDK
 // as a server without drafts; /api/status names the method, counts its drafts and shows
 // the draft model's memory; a target whose tokenizer is not the draft's is refused
-// naming the flag, and so are a draft path that does not exist and --device cuda.
+// naming the flag, and so are a draft path that does not exist and --device cuda; keel
+// run prints the same text with drafts as without.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
@@ -16,7 +17,7 @@ import { startServer } from './wedge_lib.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const tokenizer = path.resolve(here, '../../models/default');
-let plain, spec, work, draft;
+let plain, spec, work, draft, target;
 
 function makeLlama(dir, layers, extra = ['--tokenizer', tokenizer]) {
   execFileSync(KEEL_BIN, ['make-model', '--arch', 'llama', '--shape', 'tiny', '--dtype', 'f32',
@@ -25,7 +26,7 @@ function makeLlama(dir, layers, extra = ['--tokenizer', tokenizer]) {
 
 before(async () => {
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-draft-'));
-  const target = path.join(work, 'target');
+  target = path.join(work, 'target');
   const other = path.join(work, 'other-tokenizer');
   draft = path.join(work, 'draft');
   makeLlama(target, 2);
@@ -108,4 +109,23 @@ test('a draft model with --device cuda is refused at startup naming the flag', (
   assert.notEqual(r.status, 0);
   assert.ok(r.stderr.includes(`--speculative draft:${draft}: --device cuda: a draft model runs `
     + 'beside the CPU runner only'), r.stderr);
+});
+
+test('keel run prints the same text with a draft model as without, greedy and seeded', () => {
+  const run = (...extra) => spawnSync(KEEL_BIN, ['run', '-m', target, '-p', 'Once upon a time',
+    '-n', '40', '--ignore-eos', '--threads', '1', ...extra], { encoding: 'utf8', timeout: 60000 });
+  for (const sampling of [[], ['--temperature', '0.8', '--seed', '3']]) {
+    const ref = run(...sampling);
+    assert.equal(ref.status, 0, ref.stderr);
+    assert.ok(ref.stdout.trim().length > 0);
+    for (const d of [draft, target]) {
+      const got = run(...sampling, '--speculative', `draft:${d}`);
+      assert.equal(got.status, 0, got.stderr);
+      assert.equal(got.stdout, ref.stdout);
+      const m = got.stderr.match(/speculative draft: (\d+) of (\d+) drafts accepted/);
+      assert.ok(m && Number(m[2]) > 0, got.stderr);
+      // The target drafting for itself, greedy: every draft accepted.
+      if (d === target && sampling.length === 0) assert.equal(m[1], m[2], got.stderr);
+    }
+  }
 });
