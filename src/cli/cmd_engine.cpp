@@ -27,6 +27,8 @@
 #include "registry/log.h"
 #include "registry/memory_plan.h"
 #include "registry/model_registry.h"
+#include "text/tokenizer.h"
+#include "text/vocab_match.h"
 #ifdef KEEL_WITH_CUDA
 #include "exec/cuda/cuda_engine_runner.h"
 #include "exec/cuda/cuda_info.h"
@@ -68,6 +70,23 @@ std::string fingerprint_of(const std::string &model, const std::string &device) 
 
 }  // namespace
 
+// Where either model has no tokenizer to read, make_drafter still compares the
+// vocabularies' sizes.
+void check_draft_tokenizer(const std::filesystem::path &model, const std::string &method) {
+  std::unique_ptr<Tokenizer> target, draft;
+  try {
+    target = Tokenizer::load(model);
+    draft = Tokenizer::load(*draft_model_path(method));
+  } catch (const Error &) {
+    return;
+  }
+  if (const std::string diff = vocab_difference(*target, *draft); !diff.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--speculative " + method +
+                                                 ": the draft model's tokenizer is not the "
+                                                 "target's (" +
+                                                 diff + ")");
+}
+
 int cmd_engine(int argc, char **argv) {
   CLI::App app{"keel engine: one engine process (started by keel serve)"};
   int fd = -1;
@@ -103,7 +122,8 @@ int cmd_engine(int argc, char **argv) {
   std::string speculative;
   int num_speculative_tokens = 4, spec_max_running = 4;
   app.add_option("--speculative", speculative,
-                 "draft tokens to verify several per step: off, ngram or mtp (CPU runner only)");
+                 "draft tokens to verify several per step: off, ngram, mtp or draft:PATH (CPU "
+                 "runner only)");
   app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
       ->check(CLI::Range(1, 16));
   app.add_option("--speculative-max-running", spec_max_running,
@@ -159,6 +179,10 @@ int cmd_engine(int argc, char **argv) {
     cfg.max_model_len = max_model_len;
     cfg.device_sampling = !host_sampling;
     cfg.speculative.method = parse_speculative_method(speculative);
+    if (draft_model_path(cfg.speculative.method)) {
+      check_draft_device(cfg.speculative.method, device);
+      check_draft_tokenizer(model, cfg.speculative.method);
+    }
     cfg.speculative.num_speculative_tokens = num_speculative_tokens;
     cfg.speculative.max_running = spec_max_running;
     cfg.make_constraint = grammar::output_constraint_factory(model);

@@ -10,6 +10,7 @@
 #include "core/default_model.h"
 #include "core/error.h"
 #include "core/progress_bar.h"
+#include "engine/speculative.h"
 #include "engine/tp/group.h"
 #include "engine/tp/runner.h"
 #include "engine/weight_prefetch.h"
@@ -123,6 +124,15 @@ int cmd_run(int argc, char **argv) {
   app.add_flag("--ignore-eos", ignore_eos, "keep generating past end-of-sequence tokens");
   app.add_option("--threads", threads, "compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  std::string speculative;
+  int num_speculative_tokens = 4;
+  app.add_option("--speculative", speculative,
+                 "speculative decoding: off, ngram (prompt lookup) or draft:PATH (a smaller "
+                 "model with the same tokenizer); the same output, several tokens a step");
+  app.add_option("--num-speculative-tokens", num_speculative_tokens,
+                 "drafted tokens verified per step at most")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   int tensor_parallel = 1;
   app.add_option("--tensor-parallel", tensor_parallel,
                  "split the model over N processes (CPU tensor parallelism)")
@@ -207,6 +217,20 @@ int cmd_run(int argc, char **argv) {
   } else {
     runner = cpu::CpuModelRunner::open(model_path, ctx, kvo);
   }
+  // Drafts, verified like the engine's (engine/speculative.h): every row sampled as
+  // without them, drafts kept while they equal the sampled token.
+  SpeculativeConfig spec;
+  spec.method = parse_speculative_method(speculative);
+  spec.num_speculative_tokens = num_speculative_tokens;
+  if (spec.method == "mtp")
+    throw Error(ErrorCode::kUnsupported,
+                "--speculative mtp: keel run does not hand the MTP layer the model's hidden "
+                "states (keel serve does)");
+  if (draft_model_path(spec.method)) check_draft_tokenizer(model_path, spec.method);
+  // As in the engine, n-gram lookup is simply off where the runner cannot verify.
+  std::unique_ptr<Drafter> drafter;
+  if (runner->verifies_drafts() || draft_model_path(spec.method))
+    drafter = make_drafter(spec, runner.get(), &ctx);
   const ModelConfig &cfg = runner->config();
   for (TokenId t : ids)
     if (t < 0 || t >= cfg.vocab_size)
@@ -266,9 +290,8 @@ int cmd_run(int argc, char **argv) {
 
   TextStream stream(tok.get());
   std::vector<TokenId> generated;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int step = 0; step < max_tokens; ++step) {
-    SampledToken r = sampler.sample(logits, ids, generated);
+  // Emits a sampled token; true when generation ends with it.
+  auto take = [&](const SampledToken &r) {
     generated.push_back(r.token);
     const bool stop = sampler.is_stop_token(r.token, eos);
     std::string text = stop ? "" : stream.push(r.token);
@@ -280,16 +303,58 @@ int cmd_run(int argc, char **argv) {
       std::fputs(text.c_str(), stdout);
       std::fflush(stdout);
     }
-    if (stop || step + 1 == max_tokens) break;
-    logits = seq.append(std::span<const TokenId>(&r.token, 1), false);
+    return stop || static_cast<int>(generated.size()) >= max_tokens;
+  };
+  std::vector<TokenId> draft, all = ids, step_tokens;
+  std::int64_t drafted = 0, accepted = 0;
+  AcceptanceTracker tracker;  // drafting pauses while few drafts are accepted
+  const auto t0 = std::chrono::steady_clock::now();
+  // `logits` holds a row per position of the last append that may be sampled: the last
+  // token's, then one after each draft.
+  for (bool done = max_tokens <= 0; !done;) {
+    TokenId next = 0;
+    std::int32_t kept = 0;
+    for (std::size_t j = 0; j <= draft.size(); ++j) {
+      const SampledToken r =
+          sampler.sample(std::span<const float>(logits.data() + j * V, V), ids, generated);
+      done = take(r);
+      const bool match = j < draft.size() && r.token == draft[j];
+      kept += match;
+      if (done) break;
+      if (match) continue;
+      seq.truncate(seq.length() - static_cast<std::int64_t>(draft.size() - j));
+      next = r.token;
+      break;
+    }
+    accepted += kept;
+    if (!draft.empty()) tracker.record(static_cast<std::int32_t>(draft.size()), kept);
+    if (done) break;
+    step_tokens.assign(1, next);
+    draft.clear();
+    if (drafter && tracker.should_draft()) {
+      all.assign(ids.begin(), ids.end());
+      all.insert(all.end(), generated.begin(), generated.end());
+      // k drafts may emit k + 1 tokens: never past max_tokens.
+      const auto k = std::min<std::int64_t>(
+          num_speculative_tokens, max_tokens - static_cast<std::int64_t>(generated.size()) - 1);
+      if (k > 0) drafter->propose(RequestId{1}, all, static_cast<std::int32_t>(k), draft);
+      if (static_cast<std::int64_t>(draft.size()) > k) draft.resize(static_cast<std::size_t>(k));
+      drafted += static_cast<std::int64_t>(draft.size());
+      step_tokens.insert(step_tokens.end(), draft.begin(), draft.end());
+    }
+    logits = seq.append(step_tokens, !draft.empty());
   }
   if (!json) {
     std::fputs((stream.flush() + "\n").c_str(), stdout);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string weights = runner->weight_format();
-    std::fprintf(stderr, "[%zu prompt tokens, %zu generated, %.2f tokens/s; weights %s]\n",
+    std::string spec_line;
+    if (drafter)
+      spec_line = "; speculative " + std::string(drafter->name()) + ": " +
+                  std::to_string(accepted) + " of " + std::to_string(drafted) + " drafts accepted";
+    std::fprintf(stderr, "[%zu prompt tokens, %zu generated, %.2f tokens/s; weights %s%s]\n",
                  ids.size(), generated.size(), generated.empty() ? 0.0 : generated.size() / s,
-                 weights.c_str());
+                 weights.c_str(), spec_line.c_str());
   }
   return 0;
 }

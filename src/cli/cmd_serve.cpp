@@ -87,8 +87,10 @@ int cmd_serve(int argc, char **argv) {
       ->envname("KEEL_MAX_CONCURRENT");
   app.add_option("--speculative", speculative,
                  "speculative decoding: off, ngram (prompt lookup: drafts copied from the "
-                 "prompt and output) or mtp (the checkpoint's multi-token-prediction layer: "
-                 "GLM-4.5); verified several tokens a step; CPU runner only")
+                 "prompt and output), mtp (the checkpoint's multi-token-prediction layer: "
+                 "GLM-4.5) or draft:PATH (a smaller model with the same tokenizer, HF "
+                 "directory or GGUF, drafting greedily with its own KV cache); verified "
+                 "several tokens a step; CPU runner only")
       ->envname("KEEL_SPECULATIVE");
   app.add_option("--num-speculative-tokens", num_speculative_tokens,
                  "drafted tokens verified per step at most")
@@ -280,6 +282,7 @@ int cmd_serve(int argc, char **argv) {
     else
       model_fractions.emplace_back(spec.substr(0, eq), f);
   }
+  check_draft_device(parse_speculative_method(speculative), device);
   if (!parse_speculative_method(speculative).empty())
     ro.engine_args.insert(ro.engine_args.end(),
                           {"--speculative", parse_speculative_method(speculative),

@@ -2,6 +2,9 @@
 // receives argv with the subcommand name at argv[0].
 #pragma once
 
+#include <filesystem>
+#include <string>
+
 namespace keel::cli {
 
 int cmd_serve(int argc, char **argv);       // the server (front process)
@@ -15,5 +18,9 @@ int cmd_detokenize(int argc, char **argv);
 int cmd_template(int argc, char **argv);       // render a chat template
 int cmd_perplexity(int argc, char **argv);     // perplexity of a model on a text file
 int cmd_grammar_check(int argc, char **argv);  // MaskBench conformance of the JSON Schema grammars
+
+// `--speculative draft:PATH` (keel engine, keel run): throws Error naming the flag when
+// the draft model's tokenizer is not the target model's; nothing when either has none.
+void check_draft_tokenizer(const std::filesystem::path &model, const std::string &method);
 
 }  // namespace keel::cli

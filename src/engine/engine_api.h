@@ -73,6 +73,8 @@ struct EngineStatus {
   std::string spec_method;
   std::int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
   std::vector<std::int64_t> spec_accepted_at;
+  // A draft model's memory beside the target's (its weights' files, its own KV pool).
+  std::int64_t spec_draft_weights_bytes = 0, spec_draft_kv_bytes = 0;
 };
 
 using EventSink = std::function<void(const RequestEvent &)>;

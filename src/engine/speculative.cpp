@@ -3,25 +3,62 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "engine/draft_model_drafter.h"
 #include "engine/mtp_drafter.h"
 #include "engine/ngram_drafter.h"
 #include "exec/model_runner.h"
 
 namespace keel {
 
+namespace {
+constexpr std::string_view kDraftPrefix = "draft:";
+}  // namespace
+
+std::optional<std::filesystem::path> draft_model_path(const std::string &method) {
+  if (!method.starts_with(kDraftPrefix)) return std::nullopt;
+  return std::filesystem::path(method.substr(kDraftPrefix.size()));
+}
+
+void check_draft_device(const std::string &method, const std::string &device) {
+  if (draft_model_path(method) && device != "cpu")
+    throw Error(ErrorCode::kUnsupported,
+                "--speculative " + method + ": --device " + device +
+                    ": a draft model runs beside the CPU runner only (the CUDA runner cannot "
+                    "run one yet)");
+}
+
 std::string parse_speculative_method(const std::string &method) {
   if (method.empty() || method == "off") return "";
   if (method == "ngram" || method == "mtp") return method;
+  if (auto path = draft_model_path(method)) {
+    if (path->empty())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--speculative draft: needs the draft model's path (draft:PATH)");
+    std::error_code ec;
+    if (!std::filesystem::exists(*path, ec))
+      throw Error(ErrorCode::kNotFound, "--speculative " + method + ": no such file or directory");
+    const std::filesystem::path abs = std::filesystem::absolute(*path, ec);
+    return std::string(kDraftPrefix) + (ec ? *path : abs).lexically_normal().string();
+  }
   throw Error(ErrorCode::kInvalidArgument,
-              "speculative: unknown method '" + method + "' (off, ngram or mtp)");
+              "speculative: unknown method '" + method + "' (off, ngram, mtp or draft:PATH)");
 }
 
-std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunner *runner) {
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunner *runner,
+                                      ExecContext *ctx) {
   const std::string method = parse_speculative_method(config.method);
   if (config.num_speculative_tokens > 16)
     throw Error(ErrorCode::kInvalidArgument, "speculative: num_speculative_tokens above 16");
   if (!config.enabled()) return nullptr;
   if (config.make_drafter) return config.make_drafter();
+  if (auto path = draft_model_path(method)) {
+    if (runner == nullptr || !runner->verifies_drafts())
+      throw Error(ErrorCode::kUnsupported,
+                  "--speculative " + method +
+                      ": this runner does not verify drafts (a draft model runs beside the CPU "
+                      "runner only; the tensor-parallel runner cannot verify drafts yet)");
+    return DraftModelDrafter::open(*path, *runner, ctx, config.draft_kv_blocks);
+  }
   if (method == "mtp") {
     const std::string model =
         runner ? std::string(arch_name(runner->config().arch)) : std::string("no model");

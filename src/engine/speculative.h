@@ -14,8 +14,10 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -25,26 +27,35 @@
 namespace keel {
 
 class Drafter;
+class ExecContext;
 class ModelRunner;
 
 struct SpeculativeConfig {
   // "" (off), "ngram" (prompt lookup), "mtp" (the checkpoint's multi-token-prediction
-  // layer, engine/mtp_drafter.h); parse_speculative_method checks a name.
+  // layer, engine/mtp_drafter.h), "draft:PATH" (a smaller model sharing the target's
+  // tokenizer, engine/draft_model_drafter.h); parse_speculative_method checks a name.
   std::string method;
   std::int32_t num_speculative_tokens = 4;  // drafts per step at most
   // Adaptive: no drafts while this many sequences or more are running (0: no limit).
   std::int32_t max_running = 4;
   // N-gram lookup: the longest and shortest suffix of the sequence to look up.
   std::int32_t ngram_max = 4, ngram_min = 2;
+  // Draft model: KV blocks of its own pool (0: as many as the target's).
+  std::int32_t draft_kv_blocks = 0;
   // Makes the drafter instead of `method` when set (tests; drafters built outside).
   std::function<std::unique_ptr<Drafter>()> make_drafter;
   bool enabled() const { return (!method.empty() || make_drafter) && num_speculative_tokens > 0; }
 };
 
-// Throws Error(kInvalidArgument) naming the value unless `method` is "", "off", "ngram"
-// or "mtp";
-// returns the canonical name ("" for off).
+// Throws Error(kInvalidArgument) naming the value unless `method` is "", "off", "ngram",
+// "mtp" or "draft:PATH" with an existing PATH; returns the canonical name ("" for off;
+// "draft:" with PATH made absolute, so an engine started elsewhere finds it).
 std::string parse_speculative_method(const std::string &method);
+// The model a "draft:PATH" method names; none for any other method.
+std::optional<std::filesystem::path> draft_model_path(const std::string &method);
+// Throws Error(kUnsupported) naming the flag when `method` is a draft model and `device`
+// ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot run one beside it yet.
+void check_draft_device(const std::string &method, const std::string &device);
 
 // One interface for every way of drafting (engine thread only).
 class Drafter {
@@ -57,6 +68,9 @@ class Drafter {
                        std::vector<TokenId> &out) = 0;
   // The request ended: drop what is kept for it.
   virtual void forget(RequestId) {}
+  // Memory the drafter holds beside the target's (a draft model's weights and KV pool).
+  virtual std::int64_t weights_bytes() const { return 0; }
+  virtual std::int64_t kv_bytes() const { return 0; }
   // Drafters that read the target's hidden states (MTP heads) say so; the engine then
   // asks the runner for every token's (ForwardBatch::want_hidden) and hands each
   // sequence's rows here after the forward: positions [start_pos, start_pos + n),
@@ -71,8 +85,10 @@ class Drafter {
 
 // The drafter `config` names, or null when speculation is off. "mtp" needs `runner`,
 // whose MTP layer it loads (ModelRunner::load_mtp's errors, prefixed with the flag).
+// "draft:PATH" needs the target's CPU runner and its context `ctx`, on which the draft
+// model runs (errors name the flag and the path).
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config,
-                                      ModelRunner *runner = nullptr);
+                                      ModelRunner *runner = nullptr, ExecContext *ctx = nullptr);
 
 // One request's recent acceptance: drafting pauses, for a doubling number of steps,
 // while fewer than a quarter of its drafts are accepted.

@@ -4,6 +4,7 @@
 // its own scheduler instead.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -21,6 +22,11 @@ class SingleSequence {
   std::int64_t capacity() const;
   std::int64_t length() const { return length_; }
   void reset() { length_ = 0; }
+  // Forgets the positions from `length` on (drafts the model rejected); their KV slots
+  // are written again by the next append.
+  void truncate(std::int64_t length) {
+    length_ = std::min(length_, std::max<std::int64_t>(length, 0));
+  }
 
   // Appends `tokens`. With all_logits, returns [tokens.size(), vocab] logits (row i
   // predicts the token after tokens[i]); otherwise only the last row [1, vocab].

@@ -231,7 +231,9 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
                                      s.spec_steps > 0 ? 1.0 + static_cast<double>(s.spec_accepted) /
                                                                   static_cast<double>(s.spec_steps)
                                                       : 0.0},
-                                    {"accepted_per_position", s.spec_accepted_at}};
+                                    {"accepted_per_position", s.spec_accepted_at},
+                                    {"draft_weights_bytes", s.spec_draft_weights_bytes},
+                                    {"draft_kv_bytes", s.spec_draft_kv_bytes}};
       running += s.running;
       waiting += s.waiting;
       preempted += s.preempted;

@@ -69,6 +69,18 @@ export async function startServer({ models = { tiny: WEDGE_MODEL }, modelDir, ar
       return r.json;
     },
     async model(id = 'tiny') { return (await server.status()).models.find((m) => m.id === id); },
+    // The model's /api/status `speculative` from a heartbeat sent after `sinceMs` with
+    // nothing running (so the counters include every request finished before then).
+    async speculative(id, sinceMs) {
+      const deadline = Date.now() + 10000;
+      for (;;) {
+        const asked = Date.now();
+        const m = await server.model(id);
+        if (m.running === 0 && asked - m.heartbeat_age_seconds * 1000 > sinceMs) return m.speculative;
+        if (Date.now() > deadline) throw new Error(`no heartbeat after the request: ${JSON.stringify(m)}`);
+        await sleep(50);
+      }
+    },
     // SIGTERM and wait; then no engine it ever had may be left.
     async stop() {
       if (proc.exitCode === null) proc.kill('SIGTERM');

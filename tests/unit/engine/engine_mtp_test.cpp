@@ -9,12 +9,9 @@
 #include <cstdio>
 #include <map>
 
-#include "collector.h"
 #include "core/error.h"
-#include "engine/engine.h"
+#include "cpu_engine_util.h"
 #include "engine/mtp_drafter.h"
-#include "engine_test_util.h"
-#include "exec/cpu/cpu_model_runner.h"
 #include "formats/make_model.h"
 #include "toy_runner.h"
 
@@ -41,21 +38,6 @@ const std::filesystem::path &mtp_model() {
   return dir;
 }
 
-struct CpuEngine {
-  std::unique_ptr<Engine> engine;
-  explicit CpuEngine(EngineConfig cfg, std::int32_t blocks = 256) {
-    engine = std::make_unique<Engine>(
-        [blocks] {
-          EngineBackend b;
-          b.context = std::make_unique<ExecContext>(2);
-          b.runner = cpu::CpuModelRunner::open(mtp_model(), *b.context, {blocks, 16});
-          return b;
-        },
-        cfg);
-  }
-  Engine *operator->() { return engine.get(); }
-};
-
 EngineConfig mtp_config(bool on, std::int32_t k = 3) {
   EngineConfig cfg = small_config(256, 16, 64);
   if (on) {
@@ -69,16 +51,7 @@ EngineConfig mtp_config(bool on, std::int32_t k = 3) {
 std::vector<TokenId> prompt_of(int i) { return random_prompt(40 + i, 5 + (i * 13) % 40); }
 
 std::map<int, std::vector<TokenId>> run(bool on, int requests, int tokens, EngineStatus *status) {
-  CpuEngine e(mtp_config(on));
-  Collector c;
-  for (int i = 0; i < requests; ++i)
-    e->submit(greedy_request(i + 1, prompt_of(i), tokens), c.sink());
-  EXPECT_TRUE(c.wait_finished(requests, std::chrono::seconds(120)));
-  std::map<int, std::vector<TokenId>> out;
-  for (int i = 0; i < requests; ++i) out[i] = c.get(i + 1).tokens;
-  EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
-  if (status) *status = e->status();
-  return out;
+  return run_greedy(mtp_model(), mtp_config(on), requests, tokens, prompt_of, status);
 }
 
 TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
@@ -90,13 +63,7 @@ TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
       EXPECT_EQ(on.at(i), off.at(i)) << "request " << i << " of " << requests;
     std::printf("%d requests: %lld drafted, %lld accepted\n", requests,
                 static_cast<long long>(s.spec_drafted), static_cast<long long>(s.spec_accepted));
-    EXPECT_EQ(s.spec_method, "mtp");
-    EXPECT_GT(s.spec_drafted, 0);
-    EXPECT_GE(s.spec_accepted, 0);
-    EXPECT_LE(s.spec_accepted, s.spec_drafted);
-    std::int64_t at = 0;
-    for (const auto n : s.spec_accepted_at) at += n;
-    EXPECT_EQ(at, s.spec_accepted);
+    expect_spec_counters(s, "mtp");
   }
 }
 
@@ -104,26 +71,8 @@ TEST(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
   // Every prompt shares 40 tokens: later requests start past cached blocks, whose
   // positions bring the drafter no hidden state (zero rows stand in). 24 blocks of 16
   // for 8 requests of ~60 tokens: preemptions too.
-  auto prompt = [](int i) {
-    std::vector<TokenId> p = random_prompt(77, 40);
-    auto tail = random_prompt(200 + i, 3 + i);
-    p.insert(p.end(), tail.begin(), tail.end());
-    return p;
-  };
-  std::map<bool, std::map<int, std::vector<TokenId>>> runs;
-  for (const bool on : {false, true}) {
-    EngineConfig cfg = mtp_config(on);
-    CpuEngine e(cfg, 24);
-    for (int round = 0; round < 2; ++round) {
-      Collector c;
-      for (int i = 0; i < 8; ++i)
-        e->submit(greedy_request(100 * round + i + 1, prompt(i), 20), c.sink());
-      ASSERT_TRUE(c.wait_finished(8, std::chrono::seconds(120)));
-      for (int i = 0; i < 8; ++i) runs[on][100 * round + i] = c.get(100 * round + i + 1).tokens;
-    }
-    EXPECT_TRUE(eventually([&] { return e->status().kv_blocks_used == 0; }));
-  }
-  EXPECT_EQ(runs[true], runs[false]);
+  EXPECT_EQ(run_two_rounds(mtp_model(), mtp_config(true), 24, shared_prefix_prompt),
+            run_two_rounds(mtp_model(), mtp_config(false), 24, shared_prefix_prompt));
 }
 
 TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
@@ -195,22 +144,14 @@ TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
 }
 
 TEST(EngineMtp, RefusesRunnersAndModelsThatCannotDraftSo) {
-  auto expect_refusal = [](auto make, const std::string &needle) {
-    try {
-      make();
-      ADD_FAILURE() << "no refusal (" << needle << ")";
-    } catch (const std::exception &e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("--speculative mtp"), std::string::npos) << what;
-      EXPECT_NE(what.find(needle), std::string::npos) << what;
-    }
+  auto refused = [](auto make, const std::string &needle) {
+    expect_refusal(make, "--speculative mtp", needle);
   };
   // A runner that does not verify drafts (as CUDA and tensor parallelism today).
-  expect_refusal(
-      [] { ToyEngine e(64, 4, mtp_config(true), [](ToyRunner &r) { r.verify = false; }); },
-      "does not verify drafts");
+  refused([] { ToyEngine e(64, 4, mtp_config(true), [](ToyRunner &r) { r.verify = false; }); },
+          "does not verify drafts");
   // One that verifies but has no MTP layer to run.
-  expect_refusal([] { ToyEngine e(64, 4, mtp_config(true)); }, "cannot run MTP heads");
+  refused([] { ToyEngine e(64, 4, mtp_config(true)); }, "cannot run MTP heads");
   EXPECT_EQ(parse_speculative_method("mtp"), "mtp");
 }
 
