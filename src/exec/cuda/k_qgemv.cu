@@ -1,8 +1,9 @@
 // Integer-dot GEMV over GGUF blocks (see k_qgemv.h). A warp computes whole output rows;
 // lane l takes units l, l + 32, ... of the row (a unit is 32 weights: a Q8_0 / Q4_0
 // block, an eighth of a K-quant super-block), kUnroll units' loads in flight before the
-// first dot. Per unit and row: the weights' integer codes as packed bytes, dp4a against
-// the staged int8 input, the block scales applied to the integer sums.
+// first dot, the next chunk's loads issued before this one's dots. Per unit and row: the weights'
+// integer codes as packed bytes, dp4a against the staged int8 input, the block scales applied to
+// the integer sums.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -20,14 +21,50 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kUnroll = 4;                    // units in flight per lane
 constexpr std::size_t kMaxSmem = 200 * 1024;  // of the H200's 227 KB per block
-constexpr int kWaves = 4;                     // persistent grid: blocks per SM slot
+// Default grid cap, in blocks per SM slot: one wave, so every block stages its input once
+// and its warps loop over rows (bench/RESULTS.md: 1 beat 2 and 4 at every shape and M).
+constexpr int kWaves = 1;
 
 // The staged input: xq [M][K] int8, then xds [M][K / 32] (scale d, d x the sum of the
 // 32 int8 codes).
+// The staged int8 input of one row is unit-major, not in element order: a lane reads its
+// unit's codes as consecutive 16-byte halves (8-byte runs for Q6_K), so the 8 lanes of a
+// shared-memory phase read 128 consecutive bytes, free of bank conflicts (in element order
+// lanes 0 and 4 of a K-quant super-block hit the same banks: 2-way conflicts, and the
+// M > 1 GEMV is bound by shared-memory bandwidth). Per row of K values, kb = K / 32 units:
+//   Q8_0 / Q4_0 / Q4_K / Q5_K: half h (0: the low nibbles' / first 16 values, 1: the high
+//     nibbles' / last 16) of unit u at h * 16 kb + 16 u;
+//   Q6_K: run r (0..3, the values 32 r + [0, 8) of the unit's 128-value half) of unit u at
+//     r * 8 kb + 8 u.
+// staged_pos<F>(e, kb) is where the 8 values from element e (a multiple of 8) go.
+template <QuantFormat F>
+__device__ __forceinline__ int staged_pos(int e, int kb) {
+  if constexpr (F == QuantFormat::kQ8_0 || F == QuantFormat::kQ4_0) {
+    const int u = e / 32, h = (e % 32) / 16, sub = (e % 16) / 8;
+    return h * 16 * kb + 16 * u + 8 * sub;
+  } else if constexpr (F == QuantFormat::kQ6_K) {
+    const int blk = e / 256, eb = e % 256, n = eb / 128, r = eb % 128;
+    const int u = blk * 8 + 4 * n + (r % 32) / 8;
+    return (r / 32) * 8 * kb + 8 * u;
+  } else {  // Q4_K / Q5_K: unit 2g + h of a super-block, values 64 g + 32 hi + 16 h + [0, 16)
+    const int blk = e / 256, eb = e % 256, g = eb / 64, r = eb % 64;
+    const int hi = r / 32, h = (r % 32) / 16, sub = (r % 16) / 8;
+    return hi * 16 * kb + 16 * (blk * 8 + 2 * g + h) + 8 * sub;
+  }
+}
+
+// K fits 32 bits (the staged input is at most kMaxSmem bytes): the offsets into it are
+// 32-bit integer math in the inner loop.
 struct Staged {
   const std::int8_t *xq;
   const float2 *xds;
-  std::int64_t K;
+  int K, kb;  // kb = K / 32
+  __device__ int4 half(int m, int h, int u) const {
+    return *reinterpret_cast<const int4 *>(xq + m * K + h * 16 * kb + 16 * u);
+  }
+  __device__ int2 run(int m, int r, int u) const {
+    return *reinterpret_cast<const int2 *>(xq + m * K + r * 8 * kb + 8 * u);
+  }
 };
 
 __device__ __forceinline__ float f16_bits(unsigned bits) {
@@ -68,8 +105,7 @@ struct QDot<QuantFormat::kQ8_0> {
     const float d = f16_bits(r.d);
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const int4 *xv = reinterpret_cast<const int4 *>(x.xq + m * x.K + u * 32);
-      const int4 a = xv[0], b = xv[1];
+      const int4 a = x.half(m, 0, static_cast<int>(u)), b = x.half(m, 1, static_cast<int>(u));
       int s = __dp4a(r.q[0], a.x, 0);
       s = __dp4a(r.q[1], a.y, s);
       s = __dp4a(r.q[2], a.z, s);
@@ -78,7 +114,7 @@ struct QDot<QuantFormat::kQ8_0> {
       s = __dp4a(r.q[5], b.y, s);
       s = __dp4a(r.q[6], b.z, s);
       s = __dp4a(r.q[7], b.w, s);
-      acc[m] += d * x.xds[m * (x.K / 32) + u].x * static_cast<float>(s);
+      acc[m] += d * x.xds[m * x.kb + static_cast<int>(u)].x * static_cast<float>(s);
     }
   }
 };
@@ -110,8 +146,7 @@ struct QDot<QuantFormat::kQ4_0> {
     }
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      const int4 *xv = reinterpret_cast<const int4 *>(x.xq + m * x.K + u * 32);
-      const int4 a = xv[0], b = xv[1];
+      const int4 a = x.half(m, 0, static_cast<int>(u)), b = x.half(m, 1, static_cast<int>(u));
       int s = __dp4a(lo[0], a.x, 0);
       s = __dp4a(lo[1], a.y, s);
       s = __dp4a(lo[2], a.z, s);
@@ -120,7 +155,7 @@ struct QDot<QuantFormat::kQ4_0> {
       s = __dp4a(hi[1], b.y, s);
       s = __dp4a(hi[2], b.z, s);
       s = __dp4a(hi[3], b.w, s);
-      acc[m] += d * x.xds[m * (x.K / 32) + u].x * static_cast<float>(s);
+      acc[m] += d * x.xds[m * x.kb + static_cast<int>(u)].x * static_cast<float>(s);
     }
   }
 };
@@ -145,7 +180,7 @@ __device__ __forceinline__ void k_scale_min(const uint4 &head, int j, int &sc, i
 template <int M>
 __device__ __forceinline__ void k4_dot(const uint4 &head, const int lo[4], const int hi[4],
                                        std::int64_t u, const Staged &x, float acc[M]) {
-  const std::int64_t blk = u / 8;
+  const int blk = static_cast<int>(u / 8);
   const int k = static_cast<int>(u % 8), g = k / 2, h = k % 2;
   const float d = f16_bits(head.x), dmin = f16_bits(head.x >> 16);
   int sc0, m0, sc1, m1;
@@ -154,11 +189,10 @@ __device__ __forceinline__ void k4_dot(const uint4 &head, const int lo[4], const
   const float d0 = d * static_cast<float>(sc0), d1 = d * static_cast<float>(sc1);
   const float n0 = h == 0 ? dmin * static_cast<float>(m0) : 0.0f;
   const float n1 = h == 0 ? dmin * static_cast<float>(m1) : 0.0f;
-  const std::int64_t off = blk * 256 + 64 * g + 16 * h, xb = blk * 8 + 2 * g;
+  const int xb = blk * 8 + 2 * g;
 #pragma unroll
   for (int m = 0; m < M; ++m) {
-    const int4 a = *reinterpret_cast<const int4 *>(x.xq + m * x.K + off);
-    const int4 b = *reinterpret_cast<const int4 *>(x.xq + m * x.K + off + 32);
+    const int4 a = x.half(m, 0, static_cast<int>(u)), b = x.half(m, 1, static_cast<int>(u));
     int sl = __dp4a(lo[0], a.x, 0);
     sl = __dp4a(lo[1], a.y, sl);
     sl = __dp4a(lo[2], a.z, sl);
@@ -167,7 +201,7 @@ __device__ __forceinline__ void k4_dot(const uint4 &head, const int lo[4], const
     sh = __dp4a(hi[1], b.y, sh);
     sh = __dp4a(hi[2], b.z, sh);
     sh = __dp4a(hi[3], b.w, sh);
-    const float2 xl = x.xds[m * (x.K / 32) + xb], xh = x.xds[m * (x.K / 32) + xb + 1];
+    const float2 xl = x.xds[m * x.kb + xb], xh = x.xds[m * x.kb + xb + 1];
     acc[m] += d0 * xl.x * static_cast<float>(sl) + d1 * xh.x * static_cast<float>(sh) -
               (n0 * xl.y + n1 * xh.y);
   }
@@ -252,7 +286,7 @@ struct QDot<QuantFormat::kQ6_K> {
   }
   template <int M>
   __device__ static void dot(const Raw &r, std::int64_t u, const Staged &x, float acc[M]) {
-    const std::int64_t blk = u / 8;
+    const int blk = static_cast<int>(u / 8);
     const int k = static_cast<int>(u % 8), n = k / 4, l0 = 8 * (k % 4), is = l0 / 16;
     const float d = f16_bits(r.d);
     int q[4][2];
@@ -272,15 +306,15 @@ struct QDot<QuantFormat::kQ6_K> {
       const int s = static_cast<std::int8_t>(byte_of(w, is + 2 * (rr % 2)));
       ds[rr] = d * static_cast<float>(s);
     }
-    const std::int64_t off = blk * 256 + 128 * n + l0, xb = blk * 8 + 4 * n;
+    const int xb = blk * 8 + 4 * n;
 #pragma unroll
     for (int m = 0; m < M; ++m) {
       float t = 0.0f;
 #pragma unroll
       for (int rr = 0; rr < 4; ++rr) {
-        const int2 xv = *reinterpret_cast<const int2 *>(x.xq + m * x.K + off + 32 * rr);
+        const int2 xv = x.run(m, rr, static_cast<int>(u));
         const int s = __dp4a(q[rr][1], xv.y, __dp4a(q[rr][0], xv.x, 0));
-        t += ds[rr] * x.xds[m * (x.K / 32) + xb + rr].x * static_cast<float>(s);
+        t += ds[rr] * x.xds[m * x.kb + xb + rr].x * static_cast<float>(s);
       }
       acc[m] += t;
     }
@@ -299,9 +333,10 @@ __device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
 
 // Stages the M input rows as int8 blocks of 32 (all threads of the block). Values are the
 // bf16 the unfused path would feed the GEMM (a norm rounded as launch_add_rmsnorm does).
-template <int M>
+template <QuantFormat F, int M>
 __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, float (*red)[M]) {
   const std::int64_t K = p.K, kv = K / 8;
+  const int kb = static_cast<int>(K / 32);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const bool norm = p.in == GemvIn::kRmsNorm;
   const float *rrow[M];
@@ -385,7 +420,8 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, 
 #pragma unroll
       for (int o = 1; o < 4; o <<= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
       if (ok) {
-        *reinterpret_cast<uint2 *>(xq + m * K + 8 * j) = make_uint2(packed[0], packed[1]);
+        *reinterpret_cast<uint2 *>(xq + m * K + staged_pos<F>(static_cast<int>(8 * j), kb)) =
+            make_uint2(packed[0], packed[1]);
         if (lane % 4 == 0) xds[m * (K / 32) + j / 4] = make_float2(d, d * static_cast<float>(isum));
       }
     }
@@ -428,41 +464,83 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const QgemvParams p) {
   const std::int64_t units = K / T::kElems * T::kUnits;
   const std::size_t row_bytes = static_cast<std::size_t>(K / T::kElems) * T::kBytes;
   const auto *w = static_cast<const std::uint8_t *>(p.w);
+  const std::int64_t first = std::int64_t(blockIdx.x) * kWarps + warp;
+  const std::int64_t stride = std::int64_t(gridDim.x) * kWarps;
+  // A warp's work is a sequence of chunks (kUnroll units a lane): over its rows n =
+  // first, first + stride, ..., over the gate and up row of each for SwiGLU, over the
+  // row's units. Chunk q + 1's loads are issued before chunk q's dot products, so a
+  // warp's loads stay in flight while it computes, across row boundaries too; chunk 0's
+  // are issued before the PDL wait and the staging (weights never depend on the previous
+  // kernel), so their latency overlaps both.
+  const int parts = swiglu ? 2 : 1;
+  const std::int64_t per_chunk = 32 * kUnroll;
+  const std::int64_t chunks_per_row = (units + per_chunk - 1) / per_chunk;
+  const std::int64_t my_rows = first < rows ? (rows - 1 - first) / stride + 1 : 0;
+  const std::int64_t total = my_rows * parts * chunks_per_row;
+  // Chunk position (row index in the warp's sequence, part, chunk in the row), advanced
+  // by counting: no 64-bit division per chunk.
+  struct At {
+    std::int64_t row = 0, c = 0;
+    int part = 0;
+  };
+  auto advance = [&](At &a) {
+    if (++a.c < chunks_per_row) return;
+    a.c = 0;
+    if (++a.part < parts) return;
+    a.part = 0;
+    ++a.row;
+  };
+  auto load_chunk = [&](const At &a, typename T::Raw(&dst)[kUnroll]) {
+    const std::int64_t n = first + a.row * stride + a.part * rows;
+    const std::uint8_t *wr = w + static_cast<std::size_t>(n) * row_bytes;
+    const std::int64_t u0 = lane + a.c * per_chunk;
+#pragma unroll
+    for (int i = 0; i < kUnroll; ++i)
+      if (u0 + 32 * i < units) dst[i] = T::load(wr, u0 + 32 * i);
+  };
+  typename T::Raw cur[kUnroll], nxt[kUnroll];
+  if (total > 0) load_chunk(At{}, cur);
   wait_for_previous_kernel();
   allow_next_kernel();
-  stage_input<M>(p, xq, xds, red);
+  stage_input<F, M>(p, xq, xds, red);
   __syncthreads();
-  const Staged x{xq, xds, K};
-  const std::int64_t stride = std::int64_t(gridDim.x) * kWarps;
-  for (std::int64_t n = std::int64_t(blockIdx.x) * kWarps + warp; n < rows; n += stride) {
-    float out[2][M];
-    for (int r = 0; r < (swiglu ? 2 : 1); ++r) {
-      const std::uint8_t *wr = w + static_cast<std::size_t>(n + r * rows) * row_bytes;
-      float acc[M];
+  const Staged x{xq, xds, static_cast<int>(K), static_cast<int>(K / 32)};
+  float acc[M], gate[M];
 #pragma unroll
-      for (int m = 0; m < M; ++m) acc[m] = 0.0f;
-      for (std::int64_t u0 = lane; u0 < units; u0 += 32 * kUnroll) {
-        typename T::Raw raw[kUnroll];
+  for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.0f;
+  At at, next;
+  advance(next);
+  for (std::int64_t q = 0; q < total; ++q) {
+    if (q + 1 < total) load_chunk(next, nxt);
+    const std::int64_t u0 = lane + at.c * per_chunk;
 #pragma unroll
-        for (int i = 0; i < kUnroll; ++i)
-          if (u0 + 32 * i < units) raw[i] = T::load(wr, u0 + 32 * i);
+    for (int i = 0; i < kUnroll; ++i)
+      if (u0 + 32 * i < units) T::template dot<M>(cur[i], u0 + 32 * i, x, acc);
 #pragma unroll
-        for (int i = 0; i < kUnroll; ++i)
-          if (u0 + 32 * i < units) T::template dot<M>(raw[i], u0 + 32 * i, x, acc);
-      }
+    for (int i = 0; i < kUnroll; ++i) cur[i] = nxt[i];
+    const At done = at;
+    at = next;
+    advance(next);
+    if (done.c + 1 < chunks_per_row) continue;
+      // The row (or SwiGLU part) is complete: its sums over the warp.
 #pragma unroll
-      for (int m = 0; m < M; ++m) {
-        for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
-        out[r][m] = acc[m];
-      }
+    for (int m = 0; m < M; ++m)
+      for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+    if (swiglu && done.part == 0) {  // the gate row: kept for its up row
+#pragma unroll
+      for (int m = 0; m < M; ++m) gate[m] = acc[m], acc[m] = 0.0f;
+      continue;
     }
+    const std::int64_t n = first + done.row * stride;
     if (lane < M) {
-      float a = out[0][0], b = out[1][0];
+      float a = swiglu ? gate[0] : acc[0], b = acc[0];
 #pragma unroll
       for (int m = 1; m < M; ++m)
-        if (lane == m) a = out[0][m], b = out[1][m];
+        if (lane == m) a = swiglu ? gate[m] : acc[m], b = acc[m];
       store_output(p, std::int64_t(lane) * ldy + n, a, swiglu ? b : 0.0f);
     }
+#pragma unroll
+    for (int m = 0; m < M; ++m) acc[m] = 0.0f;
   }
 }
 
@@ -490,7 +568,8 @@ void launch_fm(cudaStream_t s, const QgemvParams &p, int num_sms) {
     KEEL_CUDA_CHECK(cudaGetDevice(&device));
     KEEL_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
   }
-  const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * kWaves;
+  const int waves = p.max_waves > 0 ? p.max_waves : kWaves;
+  const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * waves;
   launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(std::min(need, fit))), dim3(kThreads), smem,
                    s, p.pdl, p);
 }

@@ -38,6 +38,9 @@ struct QgemvParams {
   void *y = nullptr;             // element (m, n) at m * ldy + n
   std::int64_t ldy = 0;          // 0: N (N / 2 for kSwiglu)
   bool pdl = false;
+  // Grid: one output row per warp, capped at max_waves times the blocks that fit at once
+  // (then warps loop over rows, and the per-block staging is paid fewer times); 0: 1.
+  int max_waves = 0;
 };
 
 // Shared memory the kernel stages its input in: M x K int8 and M x K / 32 (scale, sum).

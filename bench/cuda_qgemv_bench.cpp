@@ -1,0 +1,175 @@
+// The integer-dot GEMV over GGUF blocks (k_qgemv.h, issue 29) on the Llama 3.1 8B linear
+// shapes at decode widths: microseconds and TB/s of weight bytes per launch, by format, M
+// and grid cap (QgemvParams::max_waves), against the device's copy bandwidth. The weights
+// are rotated over enough copies (>= 400 MB) that no launch reads from L2.
+//
+//   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8] [--waves 0,1,2] [--norm on|off]
+//     (--norm on: the input is RMSNorm of an f32 residual row, as the fused decode path
+//     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap)
+#include <cstdio>
+
+#if !defined(KEEL_WITH_CUDA)
+int main() {
+  std::puts("cuda_qgemv_bench: built without CUDA");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench_args.h"
+#include "core/error.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_context.h"
+#include "exec/cuda/cuda_resources.h"
+#include "exec/cuda/k_fill.h"
+#include "exec/cuda/k_qgemv.h"
+
+namespace {
+using namespace keel;
+
+struct Shape {
+  const char *name;
+  std::int64_t N, K;
+  cuda::GemvOut out;
+};
+
+cuda::QuantFormat parse_format(const std::string &f) {
+  if (f == "q4_k") return cuda::QuantFormat::kQ4_K;
+  if (f == "q5_k") return cuda::QuantFormat::kQ5_K;
+  if (f == "q6_k") return cuda::QuantFormat::kQ6_K;
+  if (f == "q8_0") return cuda::QuantFormat::kQ8_0;
+  if (f == "q4_0") return cuda::QuantFormat::kQ4_0;
+  throw Error(ErrorCode::kInvalidArgument, "--formats: q4_k, q5_k, q6_k, q8_0 or q4_0, not " + f);
+}
+
+// Device-to-device copy bandwidth (bytes/s), the roofline of a weight-streaming kernel.
+double copy_bandwidth(cuda::StreamRef s) {
+  const std::size_t bytes = std::size_t(1) << 30;
+  cuda::DeviceBuffer a(bytes), b(bytes);
+  cuda::Event t0(true), t1(true);
+  std::vector<double> gbs;
+  for (int r = 0; r < 6; ++r) {
+    t0.record(s);
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice,
+                                    s.get("copy bandwidth")));
+    t1.record(s);
+    t1.wait(std::chrono::seconds(30), "copy bandwidth");
+    if (r > 0) gbs.push_back(2.0 * bytes / (cuda::Event::elapsed_ms(t0, t1) * 1e-3));
+  }
+  std::sort(gbs.begin(), gbs.end());
+  return gbs[gbs.size() / 2];
+}
+
+int run(int argc, char **argv) {
+  std::vector<std::string> formats = {"q4_k", "q6_k", "q8_0"};
+  std::vector<int> ms = {1, 2, 4, 8}, waves = {0, 1, 2};
+  bool norm = true;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, a + " needs a value");
+    const std::string v = argv[++i];
+    if (a == "--formats")
+      formats = bench::comma_list(v);
+    else if (a == "--m")
+      ms = bench::int_list(v);
+    else if (a == "--waves")
+      waves = bench::int_list(v);
+    else if (a == "--norm")
+      norm = v == "on";
+    else
+      throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
+  }
+  cuda::CudaContext ctx;
+  const cuda::StreamRef s = ctx.compute();
+  const double bw = copy_bandwidth(s);
+  // Llama 3.1 8B: hidden 4096, intermediate 14336, 32 + 2 x 8 heads of 128, vocab 128,256.
+  const Shape shapes[] = {{"qkv 6144x4096", 6144, 4096, cuda::GemvOut::kBf16},
+                          {"o_proj 4096x4096 +res", 4096, 4096, cuda::GemvOut::kAddResidual},
+                          {"gate_up 28672x4096 swiglu", 28672, 4096, cuda::GemvOut::kSwiglu},
+                          {"down 4096x14336 +res", 4096, 14336, cuda::GemvOut::kAddResidual},
+                          {"lm_head 128256x4096 f32", 128256, 4096, cuda::GemvOut::kF32}};
+  std::printf(
+      "# k_qgemv on %s, copy bandwidth %.2f TB/s, input %s; median of 30 spans of 8 launches\n",
+      ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
+  std::printf("| %-4s | %-26s | %2s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M", "waves",
+              "us", "TB/s", "% copy");
+  std::printf("|------|----------------------------|----|-------|-----------|--------|--------|\n");
+  for (const std::string &fname : formats) {
+    const cuda::QuantFormat f = parse_format(fname);
+    for (const Shape &sh : shapes) {
+      const std::size_t wbytes =
+          std::size_t(sh.N) * (sh.K / cuda::quant_block_elems(f)) * cuda::quant_block_bytes(f);
+      const std::size_t stride = (wbytes + 255) / 256 * 256;
+      const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
+      cuda::DeviceBuffer w(stride * copies), x(std::size_t(8) * sh.K * 2),
+          res(std::size_t(8) * sh.K * 4), nw(std::size_t(sh.K) * 2), y(std::size_t(8) * sh.N * 4);
+      // Small random values everywhere: the blocks' f16 scales stay finite.
+      cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(stride / 2) * copies, 7, -0.05f,
+                                0.05f);
+      cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
+      // f32 rows whose high halves are bf16 in [-1, 1]: floats close to those values.
+      cuda::launch_fill_uniform(s, res.as<cuda::bf16>(), 16 * sh.K, 9, -1.0f, 1.0f);
+      cuda::launch_fill_uniform(s, nw.as<cuda::bf16>(), sh.K, 10, 0.5f, 1.5f);
+      KEEL_CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+      for (const int M : ms) {
+        for (const int wv : waves) {
+          auto launch = [&](int r) {
+            cuda::QgemvParams p;
+            p.format = f;
+            p.w = w.as<unsigned char>() + std::size_t(r % copies) * stride;
+            p.N = sh.N;
+            p.K = sh.K;
+            p.M = M;
+            if (norm && sh.out != cuda::GemvOut::kAddResidual) {
+              p.in = cuda::GemvIn::kRmsNorm;
+              p.residual = res.as<float>();
+              p.norm_weight = nw.as<cuda::bf16>();
+            } else {
+              p.in = cuda::GemvIn::kBf16;
+              p.x = x.as<cuda::bf16>();
+            }
+            p.out = sh.out;
+            p.y = y.data();
+            p.pdl = ctx.features().programmatic_launch;
+            p.max_waves = wv;
+            cuda::launch_qgemv(s, p, ctx.num_sms());
+          };
+          // 8 launches back to back per timed span, as a decode step chains them (PDL
+          // overlaps one's prologue with the previous one's tail).
+          constexpr int kPer = 8;
+          std::vector<double> t;
+          cuda::Event a(true), b(true);
+          for (int r = 0; r < 33; ++r) {
+            a.record(s);
+            for (int i = 0; i < kPer; ++i) launch(r * kPer + i);
+            b.record(s);
+            b.wait(std::chrono::seconds(30), "qgemv bench");
+            if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / kPer);
+          }
+          std::sort(t.begin(), t.end());
+          const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
+          std::printf("| %-4s | %-26s | %2d | %5d | %9.1f | %6.2f | %5.1f%% |\n", fname.c_str(),
+                      sh.name, M, wv, us, tbs, 100.0 * tbs * 1e12 / bw);
+          std::fflush(stdout);
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "cuda_qgemv_bench: %s\n", e.what());
+    return 2;
+  }
+}
+#endif
