@@ -252,6 +252,54 @@ TEST_P(CudaMlaVsTransformers, PromptLogprobsAndGreedyAlone) {
   std::printf("cuda %s vs transformers: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
 }
 
+// One setting at a time changed in the q-LoRA fixture's config (same weights), CUDA
+// against the CPU runner, and the no-q-LoRA fixture as saved: each setting the failing
+// noqlora transformers comparison differs in (halves rope, no YaRN, unnormalized top-k
+// weights, one expert group), so a failure names the setting the CUDA path gets wrong.
+class CudaMlaConfigVariants : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Variants, CudaMlaConfigVariants,
+                         ::testing::Values("as_saved", "halves_rope", "no_yarn",
+                                           "unnormalized_topk", "one_group", "noqlora_fixture"));
+
+TEST_P(CudaMlaConfigVariants, MatchesTheCpuRunner) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const std::string v = GetParam();
+  const auto src = keel::test::fixtures_dir() / "mla_models" /
+                   (v == "noqlora_fixture" ? "deepseek_v3_noqlora_f32" : "deepseek_v3_f32");
+  if (!std::filesystem::exists(src / "model.safetensors"))
+    GTEST_SKIP() << "fixture absent: " << src << " (scripts/ref/mla_fixtures.py)";
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("keel-cuda-mla-variant-" + std::to_string(::getpid()) + "-" + v);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(src / "model.safetensors", dir / "model.safetensors");
+  nlohmann::json cfg;
+  std::ifstream(src / "config.json") >> cfg;
+  if (v == "halves_rope") {
+    cfg["rope_interleave"] = false;
+  } else if (v == "no_yarn") {
+    cfg.erase("rope_scaling");
+    cfg["rope_parameters"] = {{"rope_theta", 10000.0}, {"rope_type", "default"}};
+  } else if (v == "unnormalized_topk") {
+    cfg["norm_topk_prob"] = false;
+  } else if (v == "one_group") {
+    cfg["n_group"] = 1;
+    cfg["topk_group"] = 1;
+  }
+  std::ofstream(dir / "config.json") << cfg.dump(2);
+  {
+    CudaContext ctx;
+    auto gpu = CudaModelRunner::open(dir, ctx, mla_options());
+    ExecContext xctx(2);
+    auto cpu = cpu::CpuModelRunner::open(dir, xctx, {kBlocks, kBs});
+    moe_vs_cpu::RowErrors e;
+    moe_vs_cpu::alone_and_batched(*gpu, *cpu, static_cast<int>(gpu->config().vocab_size), kBlocks,
+                                  e);
+    if (!HasFatalFailure()) expect_row_bounds(e, 150, v.c_str());
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CudaMla, RefusesTheDsaIndexerByName) {
   KEEL_REQUIRE_CUDA_DEVICE();
   MakeModelOptions o;
