@@ -1,8 +1,9 @@
 // `--speculative mtp` (engine/mtp_drafter.h) in the engine over the CPU runner and a tiny
-// random GLM-4.5 with an MTP layer (make_model --mtp-layers 1): greedy output is token
-// for token the output without drafts, alone and batched, the counters agree, the KV of
-// rejected drafts is freed, forget() drops a request's state; runners and models that
-// cannot draft this way refuse by name.
+// random GLM-4.5 (GQA) or DeepSeek-V3 (MLA) with an MTP layer (make_model --mtp-layers 1):
+// greedy output is token for token the output without drafts, alone and batched and
+// with prefix cache hits, the counters agree, the KV of rejected drafts is freed,
+// forget() drops a request's state; runners and models that cannot draft this way refuse
+// by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,14 +19,16 @@
 namespace keel::test {
 namespace {
 
-// A tiny glm4_moe with one MTP layer, made once per process.
-const std::filesystem::path &mtp_model() {
-  static const std::filesystem::path dir = [] {
-    const auto d =
-        std::filesystem::temp_directory_path() / ("keel-engine-mtp-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(d);
+// A tiny model of `arch` with one MTP layer, made once per process and arch.
+std::filesystem::path mtp_model(const std::string &arch) {
+  static std::map<std::string, std::filesystem::path> made;
+  if (auto it = made.find(arch); it != made.end()) return it->second;
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("keel-engine-mtp-" + arch + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  {
     MakeModelOptions o;
-    o.arch = "glm4_moe";
+    o.arch = arch;
     o.shape = "tiny";
     o.layers = 2;
     o.mtp_layers = 1;
@@ -33,9 +36,8 @@ const std::filesystem::path &mtp_model() {
     o.out = d;
     o.threads = 2;
     make_model(o);
-    return d;
-  }();
-  return dir;
+  }
+  return made[arch] = d;
 }
 
 EngineConfig mtp_config(bool on, std::int32_t k = 3) {
@@ -50,11 +52,19 @@ EngineConfig mtp_config(bool on, std::int32_t k = 3) {
 
 std::vector<TokenId> prompt_of(int i) { return random_prompt(40 + i, 5 + (i * 13) % 40); }
 
-std::map<int, std::vector<TokenId>> run(bool on, int requests, int tokens, EngineStatus *status) {
-  return run_greedy(mtp_model(), mtp_config(on), requests, tokens, prompt_of, status);
-}
+class EngineMtp : public ::testing::TestWithParam<const char *> {
+ protected:
+  std::filesystem::path model() const { return mtp_model(GetParam()); }
+  std::map<int, std::vector<TokenId>> run(bool on, int requests, int tokens,
+                                          EngineStatus *status) const {
+    return run_greedy(model(), mtp_config(on), requests, tokens, prompt_of, status);
+  }
+};
 
-TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
+INSTANTIATE_TEST_SUITE_P(Models, EngineMtp, ::testing::Values("glm4_moe", "deepseek_v3"),
+                         [](const auto &info) { return std::string(info.param); });
+
+TEST_P(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
   for (const int requests : {1, 6}) {
     EngineStatus s;
     const auto off = run(false, requests, 24, nullptr);
@@ -67,19 +77,22 @@ TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
   }
 }
 
-TEST(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
+TEST_P(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
   // Every prompt shares 40 tokens: later requests start past cached blocks, whose
   // positions bring the drafter no hidden state (zero rows stand in). 24 blocks of 16
   // for 8 requests of ~60 tokens: preemptions too.
-  EXPECT_EQ(run_two_rounds(mtp_model(), mtp_config(true), 24, shared_prefix_prompt),
-            run_two_rounds(mtp_model(), mtp_config(false), 24, shared_prefix_prompt));
+  EngineStatus s;
+  EXPECT_EQ(run_two_rounds(model(), mtp_config(true), 24, shared_prefix_prompt, &s),
+            run_two_rounds(model(), mtp_config(false), 24, shared_prefix_prompt));
+  EXPECT_GT(s.prefix_hit_tokens, 0);
+  EXPECT_GT(s.spec_drafted, 0);
 }
 
-TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
+TEST_P(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   // The drafter alone over the runner: hidden rows of a prefill, a draft, a rejected
   // detour, and forget.
   ExecContext ctx(2);
-  auto runner = cpu::CpuModelRunner::open(mtp_model(), ctx, {64, 16});
+  auto runner = cpu::CpuModelRunner::open(model(), ctx, {64, 16});
   runner->load_mtp();
   MtpDrafter d(*runner);
   const std::size_t hidden = static_cast<std::size_t>(runner->config().hidden_size);
@@ -143,7 +156,7 @@ TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   EXPECT_EQ(d.num_tracked(), 0u);
 }
 
-TEST(EngineMtp, RefusesRunnersAndModelsThatCannotDraftSo) {
+TEST(EngineMtpRefusal, RefusesRunnersAndModelsThatCannotDraftSo) {
   auto refused = [](auto make, const std::string &needle) {
     expect_refusal(make, "--speculative mtp", needle);
   };
