@@ -1,7 +1,8 @@
-// `keel serve --speculative mtp` (issues 30 and 32): a tiny random GLM-4.5 with an MTP
-// layer (`keel make-model --mtp-layers 1`) streams the same greedy text with the MTP
-// drafter as without it, /api/status names the method and counts its drafts, and a
-// model with no MTP layer is refused naming the flag and the model's architecture.
+// `keel serve --speculative mtp` (issues 30 and 32): a tiny random GLM-4.5 (GQA) and a
+// tiny random DeepSeek-V3 (multi-head latent attention), each with an MTP layer (`keel
+// make-model --mtp-layers 1`), stream the same greedy text with the MTP drafter as
+// without it, /api/status names the method and counts its drafts, and a model with no
+// MTP layer is refused naming the flag and the model's architecture.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -16,8 +17,8 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const tokenizer = path.resolve(here, '../../models/default');
 let plain, spec, work;
 
-function makeGlm(dir, mtpLayers) {
-  execFileSync(KEEL_BIN, ['make-model', '--arch', 'glm4_moe', '--shape', 'tiny', '--layers', '2',
+function makeModel(arch, dir, mtpLayers) {
+  execFileSync(KEEL_BIN, ['make-model', '--arch', arch, '--shape', 'tiny', '--layers', '2',
     '--mtp-layers', String(mtpLayers), '--tokenizer', tokenizer, '--seed', '11', '--out', dir],
   { stdio: 'pipe' });
 }
@@ -26,9 +27,11 @@ before(async () => {
   work = fs.mkdtempSync(path.join(os.tmpdir(), 'keel-mtp-'));
   const withHead = path.join(work, 'glm-mtp');
   const without = path.join(work, 'glm-plain');
-  makeGlm(withHead, 1);
-  makeGlm(without, 0);
-  const models = { mtp: withHead, nohead: without };
+  const deepseek = path.join(work, 'deepseek-mtp');
+  makeModel('glm4_moe', withHead, 1);
+  makeModel('glm4_moe', without, 0);
+  makeModel('deepseek_v3', deepseek, 1);
+  const models = { mtp: withHead, nohead: without, 'deepseek-mtp': deepseek };
   plain = await startServer({ name: 'mtp-off', models });
   spec = await startServer({ name: 'mtp-on', models,
     args: ['--speculative', 'mtp', '--num-speculative-tokens', '3', '--speculative-max-running', '0'] });
@@ -40,9 +43,9 @@ after(async () => {
   fs.rmSync(work, { recursive: true, force: true });
 });
 
-async function streamChat(server, content) {
+async function streamChat(server, content, model = 'mtp') {
   const stream = await server.client.chat.completions.create({
-    model: 'mtp', messages: [{ role: 'user', content }], temperature: 0, max_tokens: 48,
+    model, messages: [{ role: 'user', content }], temperature: 0, max_tokens: 48,
     ignore_eos: true, stream: true,
   });
   let text = '';
@@ -60,6 +63,19 @@ test('greedy output is the same with the MTP drafter as without', async () => {
   const s = await spec.speculative('mtp', Date.now());
   assert.equal(s.method, 'mtp');
   assert.ok(s.drafted_tokens > 0, JSON.stringify(s));
+  assert.ok(s.accepted_tokens <= s.drafted_tokens, JSON.stringify(s));
+});
+
+test('DeepSeek-V3 (MLA): greedy output is the same with the MTP drafter as without', async () => {
+  for (const prompt of ['Write a short poem about the sea.', 'Count: one two three four']) {
+    const ref = await streamChat(plain, prompt, 'deepseek-mtp');
+    const got = await streamChat(spec, prompt, 'deepseek-mtp');
+    assert.ok(ref.length > 0);
+    assert.equal(got, ref);
+  }
+  const s = await spec.speculative('deepseek-mtp', Date.now());
+  assert.equal(s.method, 'mtp');
+  assert.ok(s.drafted_tokens > 0, JSON.stringify(s));  // its own engine's count
   assert.ok(s.accepted_tokens <= s.drafted_tokens, JSON.stringify(s));
 });
 
