@@ -58,8 +58,8 @@ int cmd_make_model(int argc, char **argv) {
   app.add_option("--experts-per-tok", experts_per_tok, "MoE: experts chosen per token");
   app.add_option("--moe-intermediate", moe_intermediate, "MoE: one expert's MLP width");
   app.add_option("--mtp-layers", o.mtp_layers,
-                 "glm4_moe (safetensors): multi-token-prediction layers after the decoder "
-                 "layers, for --speculative mtp (default 0)");
+                 "glm4_moe or deepseek_v3 (safetensors): multi-token-prediction layers "
+                 "after the decoder layers, for --speculative mtp (default 0)");
   app.add_option("--hidden", hidden, "hidden size (overrides the shape)");
   app.add_option("--intermediate", intermediate, "MLP intermediate size");
   app.add_option("--layers", layers, "number of layers");
