@@ -14,6 +14,7 @@
 #include "cpu_engine_util.h"
 #include "engine/mtp_drafter.h"
 #include "formats/make_model.h"
+#include "support/rewrite_safetensors.h"
 #include "toy_runner.h"
 
 namespace keel::test {
@@ -32,12 +33,43 @@ std::filesystem::path mtp_model(const std::string &arch) {
     o.shape = "tiny";
     o.layers = 2;
     o.mtp_layers = 1;
+    o.dtype = DType::kF32;  // (rewritable: copying_mtp_model)
     o.seed = 3;
     o.out = d;
     o.threads = 2;
     make_model(o);
   }
   return made[arch] = d;
+}
+
+// mtp_model(arch) with its MTP layer rewired to copy the target: eh_proj passes hnorm(h_t)
+// through, the block adds nothing (o_proj and every down_proj zero) and the head is the
+// target's lm_head (shared_head.head dropped, so the fallback is used): its guess for
+// x_{t+2} is the target's own for x_{t+1}, i.e. drafts repeat the last token, and the
+// target's repetitions accept them.
+std::filesystem::path copying_mtp_model(const std::string &arch) {
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("keel-engine-mtp-copy-" + arch + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::copy(mtp_model(arch), d);
+  const std::string p = "model.layers.2.";  // the MTP layer of the 2-layer model
+  rewrite_safetensors(d / "model.safetensors", [&](const std::string &name, StoredTensor &t) {
+    if (name == p + "shared_head.head.weight") return false;
+    std::vector<float> v = f32_values(t);
+    if (name == p + "eh_proj.weight") {
+      const std::int64_t h = t.shape[0];
+      std::fill(v.begin(), v.end(), 0.0f);
+      for (std::int64_t i = 0; i < h; ++i) v[static_cast<std::size_t>(i * 2 * h + h + i)] = 1.0f;
+    } else if (name == p + "self_attn.o_proj.weight" ||
+               (name.starts_with(p + "mlp.") && name.ends_with("down_proj.weight"))) {
+      std::fill(v.begin(), v.end(), 0.0f);
+    } else {
+      return true;
+    }
+    set_f32_values(t, v);
+    return true;
+  });
+  return d;
 }
 
 EngineConfig mtp_config(bool on, std::int32_t k = 3) {
@@ -86,6 +118,30 @@ TEST_P(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
             run_two_rounds(model(), mtp_config(false), 24, shared_prefix_prompt));
   EXPECT_GT(s.prefix_hit_tokens, 0);
   EXPECT_GT(s.spec_drafted, 0);
+}
+
+TEST_P(EngineMtp, AcceptedDraftsKeepTheOutput) {
+  const auto dir = copying_mtp_model(GetParam());
+  std::int64_t accepted = 0;
+  for (const int requests : {1, 4}) {
+    EngineStatus s;
+    const auto off = run_greedy(dir, mtp_config(false), requests, 32, prompt_of, nullptr);
+    const auto on = run_greedy(dir, mtp_config(true), requests, 32, prompt_of, &s);
+    for (int i = 0; i < requests; ++i)
+      EXPECT_EQ(on.at(i), off.at(i)) << "request " << i << " of " << requests;
+    std::printf("copying head, %d requests: %lld drafted, %lld accepted\n", requests,
+                static_cast<long long>(s.spec_drafted), static_cast<long long>(s.spec_accepted));
+    expect_spec_counters(s, "mtp");
+    accepted += s.spec_accepted;
+  }
+  // ... and over prefix cache hits and preemptions (as PrefixCacheHitsAndPreemption...).
+  EngineStatus s;
+  EXPECT_EQ(run_two_rounds(dir, mtp_config(true), 24, shared_prefix_prompt, &s),
+            run_two_rounds(dir, mtp_config(false), 24, shared_prefix_prompt));
+  EXPECT_GT(s.prefix_hit_tokens, 0);
+  accepted += s.spec_accepted;
+  EXPECT_GT(accepted, 0);  // drafts were kept, not only rejected
+  std::filesystem::remove_all(dir);
 }
 
 TEST_P(EngineMtp, DrafterFollowsTheTargetAndForgets) {
