@@ -2,7 +2,8 @@
 // tiny random DeepSeek-V3 (multi-head latent attention), each with an MTP layer (`keel
 // make-model --mtp-layers 1`), stream the same greedy text with the MTP drafter as
 // without it, /api/status names the method and counts its drafts, and a model with no
-// MTP layer is refused naming the flag and the model's architecture.
+// MTP layer, or GLM-5's (DSA) layer, is refused naming the flag and the model's
+// architecture.
 import test, { after, before } from 'node:test';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
@@ -31,7 +32,13 @@ before(async () => {
   makeModel('glm4_moe', withHead, 1);
   makeModel('glm4_moe', without, 0);
   makeModel('deepseek_v3', deepseek, 1);
-  const models = { mtp: withHead, nohead: without, 'deepseek-mtp': deepseek };
+  // GLM-5 (DSA) with an MTP layer announced: refused by name before its tensors are read.
+  const dsa = path.join(work, 'glm5-mtp');
+  makeModel('glm_moe_dsa', dsa, 0);
+  const cfgPath = path.join(dsa, 'config.json');
+  const cfg = JSON.parse(fs.readFileSync(cfgPath, 'utf8'));
+  fs.writeFileSync(cfgPath, JSON.stringify({ ...cfg, num_nextn_predict_layers: 1 }));
+  const models = { mtp: withHead, nohead: without, 'deepseek-mtp': deepseek, 'glm5-mtp': dsa };
   plain = await startServer({ name: 'mtp-off', models });
   spec = await startServer({ name: 'mtp-on', models,
     args: ['--speculative', 'mtp', '--num-speculative-tokens', '3', '--speculative-max-running', '0'] });
@@ -79,13 +86,19 @@ test('DeepSeek-V3 (MLA): greedy output is the same with the MTP drafter as witho
   assert.ok(s.accepted_tokens <= s.drafted_tokens, JSON.stringify(s));
 });
 
-test('a model without an MTP layer is refused naming the flag', async () => {
+test('a model without an MTP layer, or GLM-5 with one, is refused naming the flag', async () => {
   const r = await spec.post('/v1/chat/completions', {
     model: 'nohead', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4,
   });
   assert.ok(r.status >= 400, `status ${r.status}`);
   const msg = r.json?.error?.message ?? '';
   assert.match(msg, /--speculative mtp: glm4_moe: .*no MTP layer/, r.text);
+  const dsa = await spec.post('/v1/chat/completions', {
+    model: 'glm5-mtp', messages: [{ role: 'user', content: 'Hello' }], max_tokens: 4,
+  });
+  assert.ok(dsa.status >= 400, `status ${dsa.status}`);
+  assert.match(dsa.json?.error?.message ?? '',
+    /--speculative mtp: glm_moe_dsa: .*MTP drafting with DeepSeek Sparse Attention/, dsa.text);
   // The same model serves without the flag.
   const ok = await plain.client.chat.completions.create({
     model: 'nohead', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2,
