@@ -12,6 +12,12 @@ tests/model/test_cpu_mtp_fixtures.cpp.
         {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
          "beta_fast": 32, "beta_slow": 1, "mscale": 40.0, "mscale_all_dim": 20.0}}' \
         > tests/fixtures/mtp/deepseek_v3_tiny.json
+    keel make-model --arch deepseek_v3 --shape tiny --layers 2 --mtp-layers 1 --dtype f32 \
+        --q-lora-rank 0 --seed 9 --out /tmp/mtp_dsq
+    python3 scripts/ref/mtp_fixtures.py /tmp/mtp_dsq 9 '{"rope_interleave": false,
+        "rope_theta": 100.0, "rope_scaling": {"type": "yarn", "factor": 16.0,
+        "original_max_position_embeddings": 32, "mscale": 30.0, "mscale_all_dim": 20.0}}' \
+        > tests/fixtures/mtp/deepseek_v3_noqlora_tiny.json
 (The overrides exaggerate YaRN's attention factor and mscale and the rope's speed so that
 the attention, which random tiny weights leave nearly uniform, moves the logits: a wrong
 rope style or a missing scale fails the 1e-4 check by about 100x.)
@@ -339,6 +345,8 @@ def main():
         "make_model": {"arch": cfg["model_type"], "shape": "tiny", "layers": cfg["num_hidden_layers"],
                        "mtp_layers": cfg["num_nextn_predict_layers"], "dtype": "f32", "seed": seed},
     }
+    if cfg.get("kv_lora_rank") is not None and cfg.get("q_lora_rank") is None:
+        out["make_model"]["q_lora_rank"] = 0  # --q-lora-rank 0: a plain q_proj
     if overrides:
         out["config_overrides"] = overrides
     out.update({

@@ -300,6 +300,12 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   if (o.layers) c.num_layers = *o.layers;
   if (o.heads) c.num_heads = *o.heads;
   if (o.kv_heads) c.num_kv_heads = *o.kv_heads;
+  if (o.q_lora_rank) {
+    if (c.arch != Arch::kDeepseekV3 || *o.q_lora_rank < 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--q-lora-rank: deepseek_v3 only, 0 (a plain q_proj) or more");
+    c.mla->q_lora_rank = *o.q_lora_rank;
+  }
   if (mla) {
     if (o.head_dim || o.kv_heads)
       throw Error(ErrorCode::kInvalidArgument,

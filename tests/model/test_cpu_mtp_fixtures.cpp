@@ -1,6 +1,7 @@
 // The CPU runner's MTP layer (exec/arch/mtp_head.h) against a float64 reference of the
 // saved files (scripts/ref/mtp_fixtures.py, pure Python; tests/fixtures/mtp), GLM-4.5's
-// (GQA) and DeepSeek-V3's (MLA, with YaRN rope from the fixture's config overrides):
+// (GQA) and DeepSeek-V3's (MLA: q through its latent or a plain q_proj, interleaved or
+// half rope, YaRN from the fixture's config overrides):
 // every position's logits and argmax within 1e-4 relative, the same whether the
 // positions come in one step or several (the layer's cache carries them), and k = 3
 // chained drafts. Plus the refusals: a model with no MTP layer, GLM-5 (DSA) by name,
@@ -53,6 +54,7 @@ std::unique_ptr<cpu::CpuModelRunner> open_fixture_model(const nlohmann::json &fx
   o.mtp_layers = m["mtp_layers"];
   o.dtype = m["dtype"] == "f32" ? DType::kF32 : DType::kBF16;
   o.seed = m["seed"];
+  if (m.contains("q_lora_rank")) o.q_lora_rank = m["q_lora_rank"].get<std::int64_t>();
   o.out = temp_dir("fx");
   o.threads = 2;
   std::filesystem::remove_all(o.out);
@@ -143,10 +145,11 @@ TEST_P(CpuMtpFixture, MatchesTheFloat64Reference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, CpuMtpFixture,
-                         ::testing::Values("glm4_moe_tiny.json", "deepseek_v3_tiny.json"),
+                         ::testing::Values("glm4_moe_tiny.json", "deepseek_v3_tiny.json",
+                                           "deepseek_v3_noqlora_tiny.json"),
                          [](const auto &info) {
                            const std::string n = info.param;
-                           return n.substr(0, n.find('_', n.find('_') + 1));
+                           return n.substr(0, n.find("_tiny"));
                          });
 
 TEST(CpuMtp, RefusesAModelWithoutAnMtpLayer) {
