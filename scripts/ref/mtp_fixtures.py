@@ -1,18 +1,39 @@
 #!/usr/bin/env python3
-"""Float64 reference of a GLM-4.5 (glm4_moe) multi-token-prediction layer, in plain Python
-(standard library only), for tests/model/test_cpu_mtp_fixtures.cpp.
+"""Float64 reference of a multi-token-prediction layer, GLM-4.5's (glm4_moe) or DeepSeek-V3's
+(deepseek_v3), in plain Python (standard library only), for
+tests/model/test_cpu_mtp_fixtures.cpp.
 
     keel make-model --arch glm4_moe --shape tiny --layers 2 --mtp-layers 1 --dtype f32 \
         --seed 7 --out /tmp/mtp_tiny
-    python3 scripts/ref/mtp_fixtures.py /tmp/mtp_tiny > tests/fixtures/mtp/glm4_moe_tiny.json
+    python3 scripts/ref/mtp_fixtures.py /tmp/mtp_tiny 7 > tests/fixtures/mtp/glm4_moe_tiny.json
+    keel make-model --arch deepseek_v3 --shape tiny --layers 2 --mtp-layers 1 --dtype f32 \
+        --seed 5 --out /tmp/mtp_ds
+    python3 scripts/ref/mtp_fixtures.py /tmp/mtp_ds 5 '{"rope_theta": 100.0, "rope_scaling":
+        {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+         "beta_fast": 32, "beta_slow": 1, "mscale": 40.0, "mscale_all_dim": 20.0}}' \
+        > tests/fixtures/mtp/deepseek_v3_tiny.json
+    keel make-model --arch deepseek_v3 --shape tiny --layers 2 --mtp-layers 1 --dtype f32 \
+        --q-lora-rank 0 --seed 9 --out /tmp/mtp_dsq
+    python3 scripts/ref/mtp_fixtures.py /tmp/mtp_dsq 9 '{"rope_interleave": false,
+        "rope_theta": 100.0, "rope_scaling": {"type": "yarn", "factor": 16.0,
+        "original_max_position_embeddings": 32, "mscale": 30.0, "mscale_all_dim": 20.0}}' \
+        > tests/fixtures/mtp/deepseek_v3_noqlora_tiny.json
+(The overrides exaggerate YaRN's attention factor and mscale and the rope's speed so that
+the attention, which random tiny weights leave nearly uniform, moves the logits: a wrong
+rope style or a missing scale fails the 1e-4 check by about 100x.)
 
 Reads config.json and model.safetensors as saved (the header parsed with json + struct;
 f32 or bf16) and computes, for the MTP layer stored as decoder layer num_hidden_layers:
 for position t with the target's pre-norm hidden state h_t and the next token x_{t+1},
   e = enorm(embed(x_{t+1})) (zero at position 0, as vLLM / SGLang mask it),
-  u = eh_proj([e ; hnorm(h_t)]), h' = decoder block(u) (attention over the MTP positions,
-  q/k/v biases, q/k RMSNorm, partial neox rope; GLM's grouped sigmoid MoE with a shared
-  expert), logits = shared_head.head(shared_head.norm(h')).
+  u = eh_proj([e ; hnorm(h_t)]), h' = decoder block(u) (attention over the MTP positions:
+  GLM's q/k/v biases, q/k RMSNorm, partial neox rope; or DeepSeek-V3's multi-head latent
+  attention as transformers computes it, keys and values expanded through kv_b_proj, not
+  absorbed: q via q_a / q_a_layernorm / q_b or q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
+  a decoupled rope part, interleaved with rope_interleave, YaRN with mscale when the config
+  has rope_scaling; then the grouped sigmoid MoE with e_score_correction_bias,
+  norm_topk_prob, routed_scaling_factor and shared experts),
+  logits = shared_head.head(shared_head.norm(h')).
 The inputs (tokens, hidden rows) are drawn from a fixed LCG and written with the outputs:
 `rows` over positions 0..n-1, then `chain`: k steps from the last row, each feeding the
 previous step's h' and argmax at the next position.
@@ -87,14 +108,76 @@ class Lcg:
         return round((self.next() / float(1 << 53)) * 2.0 - 1.0, 6)
 
 
+def yarn_get_mscale(scale, mscale=1.0):
+    return 1.0 if scale <= 1 else 0.1 * mscale * math.log(scale) + 1.0
+
+
+class MlaRope:
+    """transformers' DeepseekV3 rotary embedding over qk_rope_head_dim: default or YaRN
+    frequencies (with its attention factor on cos / sin); pairs (2i, 2i + 1) with
+    rope_interleave (transformers de-interleaves q and k alike, which leaves their dot
+    products as rotating those pairs), halves otherwise."""
+
+    def __init__(self, cfg):
+        d = cfg["qk_rope_head_dim"]
+        theta = cfg.get("rope_theta", 10000.0)
+        self.d = d
+        self.interleave = cfg.get("rope_interleave", True)
+        pos_freq = [theta ** (2 * i / d) for i in range(d // 2)]
+        self.inv_freq = [1.0 / f for f in pos_freq]
+        self.att = 1.0
+        rs = cfg.get("rope_scaling")
+        if rs and rs.get("type", rs.get("rope_type")) == "yarn":
+            factor = rs["factor"]
+            orig = rs["original_max_position_embeddings"]
+            fast, slow = rs.get("beta_fast", 32), rs.get("beta_slow", 1)
+
+            def corr(rot):
+                return d * math.log(orig / (rot * 2 * math.pi)) / (2 * math.log(theta))
+
+            low, high = corr(fast), corr(slow)
+            if rs.get("truncate", True):
+                low, high = math.floor(low), math.ceil(high)
+            low, high = max(low, 0), min(high, d - 1)
+            if low == high:
+                high += 0.001
+            for i in range(d // 2):
+                ramp = min(max((i - low) / (high - low), 0.0), 1.0)
+                extrap = 1.0 - ramp
+                self.inv_freq[i] = (1.0 / (factor * pos_freq[i])) * (1 - extrap) + (1.0 / pos_freq[i]) * extrap
+            if "mscale" in rs and "mscale_all_dim" in rs:
+                self.att = yarn_get_mscale(factor, rs["mscale"]) / yarn_get_mscale(factor, rs["mscale_all_dim"])
+            else:
+                self.att = yarn_get_mscale(factor)
+
+    def __call__(self, x, pos):
+        out = list(x)
+        for i in range(self.d // 2):
+            c = math.cos(pos * self.inv_freq[i]) * self.att
+            s = math.sin(pos * self.inv_freq[i]) * self.att
+            a, b = (2 * i, 2 * i + 1) if self.interleave else (i, i + self.d // 2)
+            out[a] = x[a] * c - x[b] * s
+            out[b] = x[b] * c + x[a] * s
+        return out
+
+
 class Mtp:
     def __init__(self, cfg, get):
         self.cfg = cfg
         self.get = get
         L = cfg["num_hidden_layers"]
         self.p = "model.layers.%d." % L
+        self.mla = cfg.get("kv_lora_rank") is not None
+        if self.mla:
+            self.mla_rope = MlaRope(cfg)
+            qk = cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"]
+            self.scaling = qk ** -0.5
+            rs = cfg.get("rope_scaling")
+            if rs and rs.get("mscale_all_dim"):
+                m = yarn_get_mscale(rs["factor"], rs["mscale_all_dim"])
+                self.scaling *= m * m
         self.H = cfg["num_attention_heads"]
-        self.G = cfg["num_key_value_heads"]
+        self.G = cfg.get("num_key_value_heads", self.H)
         self.D = cfg.get("head_dim") or cfg["hidden_size"] // self.H
         self.eps = cfg["rms_norm_eps"]
         rot = int(self.D * cfg.get("partial_rotary_factor", 1.0))
@@ -150,15 +233,8 @@ class Mtp:
         d = matvec(self.w("mlp.shared_experts.down_proj.weight"), [silu(a) * b for a, b in zip(g, u)])
         return [a + b for a, b in zip(y, d)]
 
-    def step(self, pos, hidden, token):
-        """One position; appends its K/V (positions must come in order)."""
-        assert pos == len(self.keys)
+    def gqa_attention(self, pos, h):
         eps, H, G, D = self.eps, self.H, self.G, self.D
-        emb = [0.0] * len(hidden) if pos == 0 else list(self.embed[token])
-        e = rmsnorm(emb, self.w("enorm.weight"), eps)
-        g = rmsnorm(hidden, self.w("hnorm.weight"), eps)
-        x = matvec(self.w("eh_proj.weight"), e + g)
-        h = rmsnorm(x, self.w("input_layernorm.weight"), eps)
         q = [a + b for a, b in zip(matvec(self.w("self_attn.q_proj.weight"), h),
                                    self.w("self_attn.q_proj.bias"))]
         k = [a + b for a, b in zip(matvec(self.w("self_attn.k_proj.weight"), h),
@@ -177,18 +253,64 @@ class Mtp:
         self.keys.append(kh)
         self.values.append(vh)
         att = []
-        scale = 1.0 / math.sqrt(D)
         for i in range(H):
-            gi = i // (H // G)
-            sc = [sum(a * b for a, b in zip(qh[i], self.keys[j][gi])) * scale for j in range(pos + 1)]
-            m = max(sc)
-            ex = [math.exp(a - m) for a in sc]
-            tot = sum(ex)
-            o = [0.0] * D
-            for j in range(pos + 1):
-                wj = ex[j] / tot
-                o = [a + wj * b for a, b in zip(o, self.values[j][gi])]
-            att += o
+            att += self.attend(qh[i], i // (H // G), 1.0 / math.sqrt(D))
+        return att
+
+    def attend(self, q, head, scale):
+        """softmax(q . k_j * scale) over the positions j so far, times their values."""
+        keys = [k[head] for k in self.keys]
+        values = [v[head] for v in self.values]
+        sc = [sum(a * b for a, b in zip(q, k)) * scale for k in keys]
+        m = max(sc)
+        ex = [math.exp(a - m) for a in sc]
+        tot = sum(ex)
+        o = [0.0] * len(values[0])
+        for e, v in zip(ex, values):
+            o = [a + (e / tot) * b for a, b in zip(o, v)]
+        return o
+
+    def mla_attention(self, pos, h):
+        """transformers' DeepseekV3Attention for one position; appends its expanded key and
+        value per head."""
+        cfg, eps, H = self.cfg, self.eps, self.H
+        nope, rope, vd, R = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"],
+                             cfg["kv_lora_rank"])
+        qk = nope + rope
+        if cfg.get("q_lora_rank"):
+            qa = rmsnorm(matvec(self.w("self_attn.q_a_proj.weight"), h),
+                         self.w("self_attn.q_a_layernorm.weight"), eps)
+            q = matvec(self.w("self_attn.q_b_proj.weight"), qa)
+        else:
+            q = matvec(self.w("self_attn.q_proj.weight"), h)
+        ckv = matvec(self.w("self_attn.kv_a_proj_with_mqa.weight"), h)
+        c = rmsnorm(ckv[:R], self.w("self_attn.kv_a_layernorm.weight"), eps)
+        k_pe = self.mla_rope(ckv[R:], pos)
+        kv = matvec(self.w("self_attn.kv_b_proj.weight"), c)  # [H, nope + v]
+        keys, values = [], []
+        for i in range(H):
+            blk = kv[i * (nope + vd):(i + 1) * (nope + vd)]
+            keys.append(blk[:nope] + k_pe)
+            values.append(blk[nope:])
+        self.keys.append(keys)
+        self.values.append(values)
+        att = []
+        for i in range(H):
+            qh = q[i * qk:(i + 1) * qk]
+            qh = qh[:nope] + self.mla_rope(qh[nope:], pos)
+            att += self.attend(qh, i, self.scaling)
+        return att
+
+    def step(self, pos, hidden, token):
+        """One position; appends its K/V (positions must come in order)."""
+        assert pos == len(self.keys)
+        eps = self.eps
+        emb = [0.0] * len(hidden) if pos == 0 else list(self.embed[token])
+        e = rmsnorm(emb, self.w("enorm.weight"), eps)
+        g = rmsnorm(hidden, self.w("hnorm.weight"), eps)
+        x = matvec(self.w("eh_proj.weight"), e + g)
+        h = rmsnorm(x, self.w("input_layernorm.weight"), eps)
+        att = self.mla_attention(pos, h) if self.mla else self.gqa_attention(pos, h)
         x = [a + b for a, b in zip(x, matvec(self.w("self_attn.o_proj.weight"), att))]
         h = rmsnorm(x, self.w("post_attention_layernorm.weight"), eps)
         x = [a + b for a, b in zip(x, self.moe(h))]
@@ -198,7 +320,13 @@ class Mtp:
 
 
 def main():
+    """mtp_fixtures.py MODEL_DIR SEED [CONFIG_OVERRIDES_JSON]: SEED is make-model's (recorded
+    for the test to make the same files); the overrides are merged into config.json's
+    values here and by the test before it opens the model."""
     cfg, get = load(sys.argv[1])
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 7
+    overrides = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
+    cfg.update(overrides)
     mtp = Mtp(cfg, get)
     hidden_size, vocab = cfg["hidden_size"], cfg["vocab_size"]
     rng = Lcg(20261206)
@@ -214,13 +342,19 @@ def main():
         h, logits, tok = mtp.step(N_ROWS + i, h, tok)
         chain.append({"argmax": tok, "logits": logits})
     out = {
-        "make_model": {"arch": "glm4_moe", "shape": "tiny", "layers": 2, "mtp_layers": 1,
-                       "dtype": "f32", "seed": 7},
+        "make_model": {"arch": cfg["model_type"], "shape": "tiny", "layers": cfg["num_hidden_layers"],
+                       "mtp_layers": cfg["num_nextn_predict_layers"], "dtype": "f32", "seed": seed},
+    }
+    if cfg.get("kv_lora_rank") is not None and cfg.get("q_lora_rank") is None:
+        out["make_model"]["q_lora_rank"] = 0  # --q-lora-rank 0: a plain q_proj
+    if overrides:
+        out["config_overrides"] = overrides
+    out.update({
         "tokens": tokens,
         "hidden": hidden,
         "rows": [{"argmax": r["argmax"], "logits": [round(v, 9) for v in r["logits"]]} for r in rows],
         "chain": [{"argmax": c["argmax"], "logits": [round(v, 9) for v in c["logits"]]} for c in chain],
-    }
+    })
     json.dump(out, sys.stdout)
     sys.stdout.write("\n")
 

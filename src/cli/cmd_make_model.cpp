@@ -58,8 +58,11 @@ int cmd_make_model(int argc, char **argv) {
   app.add_option("--experts-per-tok", experts_per_tok, "MoE: experts chosen per token");
   app.add_option("--moe-intermediate", moe_intermediate, "MoE: one expert's MLP width");
   app.add_option("--mtp-layers", o.mtp_layers,
-                 "glm4_moe (safetensors): multi-token-prediction layers after the decoder "
-                 "layers, for --speculative mtp (default 0)");
+                 "glm4_moe or deepseek_v3 (safetensors): multi-token-prediction layers "
+                 "after the decoder layers, for --speculative mtp (default 0)");
+  std::int64_t q_lora_rank = 0;
+  app.add_option("--q-lora-rank", q_lora_rank,
+                 "deepseek_v3: the q latent's rank (overrides the shape; 0: a plain q_proj)");
   app.add_option("--hidden", hidden, "hidden size (overrides the shape)");
   app.add_option("--intermediate", intermediate, "MLP intermediate size");
   app.add_option("--layers", layers, "number of layers");
@@ -107,6 +110,7 @@ int cmd_make_model(int argc, char **argv) {
   opt("--experts", experts, o.experts);
   opt("--experts-per-tok", experts_per_tok, o.experts_per_tok);
   opt("--moe-intermediate", moe_intermediate, o.moe_intermediate);
+  if (app.count("--q-lora-rank")) o.q_lora_rank = q_lora_rank;
   if (tie) o.tie = true;
   if (no_tie) o.tie = false;
   o.dtype = parse_dtype(dtype);

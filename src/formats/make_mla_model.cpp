@@ -107,7 +107,7 @@ void mla_config_json(const ModelConfig &c, nlohmann::ordered_json &j) {
   j["norm_topk_prob"] = m.norm_topk_prob;
   j["scoring_func"] = "sigmoid";
   j["topk_method"] = "noaux_tc";
-  j["num_nextn_predict_layers"] = 0;  // no MTP layer written
+  j["num_nextn_predict_layers"] = m.nextn_predict_layers;  // written after the layers
   if (a.dsa()) {
     j["index_topk"] = a.index_topk;
     j["index_n_heads"] = a.index_n_heads;

@@ -300,6 +300,12 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   if (o.layers) c.num_layers = *o.layers;
   if (o.heads) c.num_heads = *o.heads;
   if (o.kv_heads) c.num_kv_heads = *o.kv_heads;
+  if (o.q_lora_rank) {
+    if (c.arch != Arch::kDeepseekV3 || *o.q_lora_rank < 0)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--q-lora-rank: deepseek_v3 only, 0 (a plain q_proj) or more");
+    c.mla->q_lora_rank = *o.q_lora_rank;
+  }
   if (mla) {
     if (o.head_dim || o.kv_heads)
       throw Error(ErrorCode::kInvalidArgument,
@@ -343,10 +349,11 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   if (o.mtp_layers != 0) {
     if (o.mtp_layers < 0 || o.mtp_layers > 4)
       throw Error(ErrorCode::kInvalidArgument, "--mtp-layers: expected 0 to 4");
-    if (c.arch != Arch::kGlm4Moe || o.gguf || o.dtype == DType::kF8_E4M3 ||
-        o.dtype == DType::kMXFP4)
-      throw Error(ErrorCode::kInvalidArgument,
-                  "--mtp-layers: glm4_moe safetensors (f32, f16, bf16) only for now");
+    if ((c.arch != Arch::kGlm4Moe && c.arch != Arch::kDeepseekV3) || o.gguf ||
+        o.dtype == DType::kF8_E4M3 || o.dtype == DType::kMXFP4)
+      throw Error(
+          ErrorCode::kInvalidArgument,
+          "--mtp-layers: glm4_moe or deepseek_v3 safetensors (f32, f16, bf16) only for now");
     c.moe->nextn_predict_layers = o.mtp_layers;
   }
   if (dtype_is_quantized(o.dtype)) {
@@ -453,8 +460,9 @@ std::vector<PlannedTensor> plan_tensors(const ModelConfig &c, DType dtype, bool 
     out.push_back(std::move(t));
   };
   add("model.embed_tokens.weight", {c.vocab_size, h}, Init::kNormal);
-  // GLM-4.5's MTP layers follow the decoder layers: a sparse layer plus the MTP tensors
-  // (its own shared_head.head; the target's embedding, as embed_tokens is not written).
+  // GLM-4.5's and DeepSeek-V3's MTP layers follow the decoder layers: a sparse layer plus
+  // the MTP tensors (its own shared_head.head; the target's embedding, as embed_tokens is
+  // not written).
   const std::int64_t mtp = c.moe ? c.moe->nextn_predict_layers : 0;
   for (std::int64_t l = 0; l < c.num_layers + mtp; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";

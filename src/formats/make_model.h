@@ -25,9 +25,12 @@ struct MakeModelOptions {
   std::optional<std::int64_t> hidden, intermediate, layers, heads, kv_heads, head_dim, vocab;
   // Mixture-of-experts overrides: experts, experts per token, one expert's MLP width.
   std::optional<std::int64_t> experts, experts_per_tok, moe_intermediate;
-  // glm4_moe safetensors: multi-token-prediction layers written after the decoder layers
-  // (num_nextn_predict_layers; the drafter of `--speculative mtp`).
+  // glm4_moe or deepseek_v3 safetensors: multi-token-prediction layers written after the
+  // decoder layers (num_nextn_predict_layers; the drafter of `--speculative mtp`).
   std::int64_t mtp_layers = 0;
+  // deepseek_v3: the q latent's rank (overrides the shape); 0 for a plain q_proj, as
+  // DeepSeek-V2-Lite's q_lora_rank: null.
+  std::optional<std::int64_t> q_lora_rank;
   std::optional<bool> tie;
   // f32 | f16 | bf16 (both formats), q8_0 | q4_0 | q4_k | q5_k | q6_k (GGUF), mxfp4 (GGUF: linear
   // weights; safetensors: MoE experts only, as gpt-oss's _blocks / _scales pairs), f8_e4m3

@@ -46,9 +46,9 @@ struct MoeConfig {
   // out = (up + 1) * gate * sigmoid(alpha * gate). Plain SwiGLU when absent.
   std::optional<double> swiglu_limit;
   double swiglu_alpha = 1.702;
-  // GLM-4.5's multi-token-prediction layers (num_nextn_predict_layers), stored after the
-  // last decoder layer as model.layers.{num_hidden_layers + i}: left unread (speculative
-  // decoding would use them).
+  // The multi-token-prediction layers (num_nextn_predict_layers) of GLM-4.5, DeepSeek-V3
+  // and GLM-5, stored after the last decoder layer as model.layers.{num_hidden_layers + i}:
+  // read only by `--speculative mtp` (exec/arch/mtp_head.h).
   std::int64_t nextn_predict_layers = 0;
   // Per layer: true for a MoE block, false for a dense MLP of intermediate_size
   // (Qwen3-MoE's mlp_only_layers and decoder_sparse_step).

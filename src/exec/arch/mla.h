@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -50,26 +51,60 @@ struct MlaLayer {
   std::vector<float> attn_norm, ffn_norm;  // [hidden]
 };
 
+// Binds and checks layer `l`'s tensors (a MoE block when `sparse`); throws Error(kFormat)
+// naming a missing or mis-shaped one. The MTP head binds its layer (num_hidden_layers) so.
+MlaLayer bind_mla_layer(const ModelConfig &cfg, const WeightLookup &lookup, std::int64_t l,
+                        bool sparse);
+// The rope table over qk_rope_head_dim (the indexer's rope part too).
+cpu::RopeTable make_mla_rope(const ModelConfig &cfg);
+
+// The latent row (latent_values() floats) of position p of token t's sequence: a layer
+// writes it at t's own position and reads every earlier one. The model's paged cache, or
+// the MTP head's own rows.
+using LatentRowFn = std::function<float *(std::int64_t t, std::int32_t p)>;
+
+// One step of a decoder layer over T tokens (their positions `pos`): x += attention(x);
+// x += MLP or MoE. Buffers come from `ws` (one set a step, made by the constructor).
+class MlaLayerStep {
+ public:
+  MlaLayerStep(const ModelConfig &cfg, const cpu::RopeTable &rope, std::int64_t T,
+               const std::int32_t *pos, LatentRowFn row, Workspace &ws);
+  // `selection` ([T]) carries a DSA layer's choice to the "shared" layers after it.
+  void run(const MlaLayer &L, float *x, std::vector<std::vector<std::int32_t>> &selection,
+           ThreadPool &pool, cpu::LinearScratch &scratch);
+
+ private:
+  void attend(const MlaLayer &L, std::vector<std::vector<std::int32_t>> &selection, bool select,
+              ThreadPool &pool);
+
+  const ModelConfig &cfg_;
+  const MlaConfig &m_;
+  const cpu::RopeTable &rope_;
+  std::int64_t T_;
+  const std::int32_t *pos_;
+  LatentRowFn row_;
+  Workspace &ws_;
+  float *h_, *qr_, *q_, *c_, *att_, *gate_, *up_, *moe_out_, *ik_, *iq_, *iw_;
+};
+
 class MlaModel {
  public:
   // Binds and checks every tensor; throws Error(kFormat) naming a missing or mis-shaped one.
   MlaModel(const ModelConfig &cfg, const WeightLookup &lookup);
 
   const ModelConfig &config() const { return cfg_; }
+  const TensorView &embed() const { return embed_; }
+  const TensorView &lm_head() const { return lm_head_; }
   // Values a token leaves in the cache per layer (kv_values_per_token_layer).
   std::int64_t latent_values() const { return cfg_.mla->latent_values(); }
   std::int64_t weight_bytes() const;
 
-  // As LlamaModel::forward (unsharded): kv is a latent store of latent_values() a row.
+  // As LlamaModel::forward (unsharded, with batch.want_hidden too): kv is a latent store
+  // of latent_values() a row.
   void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv, ExecContext &ctx,
                LlamaModel::Head head = LlamaModel::Head::kLogits);
 
  private:
-  void attend(std::int64_t l, const ForwardBatch &batch, const std::vector<std::int32_t> &token_seq,
-              const std::vector<std::int32_t> &token_pos, const float *q, const float *idx_q,
-              const float *idx_w, std::vector<std::vector<std::int32_t>> &selection, bool select,
-              cpu::CpuKvStore &kv, float *att, ThreadPool &pool);
-
   ModelConfig cfg_;
   MlaConfig m_;
   TensorView embed_, lm_head_;

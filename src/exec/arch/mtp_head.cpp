@@ -36,6 +36,11 @@ MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const Tenso
     throw Error(ErrorCode::kUnsupported,
                 std::string(arch_name(cfg.arch)) +
                     ": the model has no MTP layer (num_nextn_predict_layers is 0)");
+  if (cfg.mla && cfg.mla->dsa())
+    throw Error(ErrorCode::kUnsupported,
+                std::string(arch_name(cfg.arch)) +
+                    ": MTP drafting with DeepSeek Sparse Attention is not built yet (the MTP "
+                    "layer would need its own indexer)");
   const std::int64_t hidden = cfg.hidden_size, V = cfg.vocab_size;
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   enorm_ = need_vector(lookup, p + "enorm.weight", hidden);
@@ -44,52 +49,25 @@ MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const Tenso
   head_norm_ = need_vector(lookup, p + "shared_head.norm.weight", hidden);
   embed_ = own_or(lookup, p + "embed_tokens.weight", {V, hidden}, target_embed);
   head_ = own_or(lookup, p + "shared_head.head.weight", {V, hidden}, target_head);
-  // The MTP layer is a sparse one when its router is stored (GLM-4.5's is).
-  block_ =
-      bind_llama_layer(cfg, lookup, layer_, lookup(moe_router_name(*cfg.moe, layer_)).has_value());
-  rope_ = cpu::make_rope_table(cfg);
+  // The MTP layer is a sparse one when its router is stored (GLM-4.5's and DeepSeek-V3's are).
+  const bool sparse = lookup(moe_router_name(*cfg.moe, layer_)).has_value();
+  if (cfg.mla) {
+    mla_ = std::make_unique<MlaLayer>(bind_mla_layer(cfg, lookup, layer_, sparse));
+    rope_ = make_mla_rope(cfg);
+  } else {
+    block_ = bind_llama_layer(cfg, lookup, layer_, sparse);
+    rope_ = cpu::make_rope_table(cfg);
+  }
 }
 
-void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecContext &ctx) {
-  const std::int64_t n = static_cast<std::int64_t>(in.tokens.size());
+void MtpHead::gqa_block(MtpCache &cache, float *x, std::int64_t n, const std::int32_t *pos,
+                        ExecContext &ctx) {
   const std::int64_t hidden = cfg_.hidden_size, H = cfg_.num_heads, G = cfg_.num_kv_heads,
-                     D = cfg_.head_dim, I = cfg_.intermediate_size, V = cfg_.vocab_size;
+                     D = cfg_.head_dim, I = cfg_.intermediate_size;
   const std::int64_t row = cache_row_floats();
-  if (static_cast<std::int64_t>(in.hidden.size()) != n * hidden)
-    throw Error(ErrorCode::kInvalidArgument, "mtp: hidden rows do not match the tokens");
-  if (in.start_pos < 0 || in.start_pos > cache.length)
-    throw Error(ErrorCode::kInvalidArgument, "mtp: start_pos past the cached positions");
-  for (const TokenId t : in.tokens)
-    if (t < 0 || t >= V) throw Error(ErrorCode::kInvalidArgument, "mtp: token id out of range");
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
   ThreadPool &pool = ctx.pool();
   Workspace &ws = ctx.workspace();
-  ws.reset();
-  const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
-  for (std::int64_t t = 0; t < n; ++t) pos[t] = in.start_pos + static_cast<std::int32_t>(t);
-
-  // u = eh_proj([enorm(embed(x)) ; hnorm(h)])
-  float *cat = ws.floats(n * 2 * hidden);
-  float *e = ws.floats(n * hidden);
-  const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
-  for (std::int64_t t = 0; t < n; ++t) {
-    if (pos[t] == 0)
-      std::fill(e + t * hidden, e + (t + 1) * hidden, 0.0f);
-    else
-      cpu::dequantize_row(embed_.dtype, embed_.data + in.tokens[t] * row_bytes, e + t * hidden,
-                          hidden);
-  }
-  cpu::rmsnorm(e, enorm_.data(), e, n, hidden, eps);
-  float *g = ws.floats(n * hidden);
-  cpu::rmsnorm(in.hidden.data(), hnorm_.data(), g, n, hidden, eps);
-  for (std::int64_t t = 0; t < n; ++t) {
-    std::copy(e + t * hidden, e + (t + 1) * hidden, cat + t * 2 * hidden);
-    std::copy(g + t * hidden, g + (t + 1) * hidden, cat + t * 2 * hidden + hidden);
-  }
-  float *x = ws.floats(n * hidden);
-  cpu::linear(eh_proj_, cat, n, x, pool, scratch_);
-
-  // The decoder block: attention over this layer's own positions [0, pos].
   const LlamaLayer &L = block_;
   float *h = ws.floats(n * hidden);
   float *q = ws.floats(n * H * D), *k = ws.floats(n * G * D), *v = ws.floats(n * G * D);
@@ -105,10 +83,8 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
     cpu::rmsnorm(q, L.q_norm.data(), q, n * H, D, eps);
     cpu::rmsnorm(k, L.k_norm.data(), k, n * G, D, eps);
   }
-  cpu::apply_rope(rope_, q, n, H, D, pos.data());
-  cpu::apply_rope(rope_, k, n, G, D, pos.data());
-  cache.length = in.start_pos + static_cast<std::int32_t>(n);
-  cache.rows.resize(static_cast<std::size_t>(cache.length * row));
+  cpu::apply_rope(rope_, q, n, H, D, pos);
+  cpu::apply_rope(rope_, k, n, G, D, pos);
   for (std::int64_t t = 0; t < n; ++t) {
     float *dst = cache.rows.data() + pos[t] * row;
     std::copy(k + t * G * D, k + (t + 1) * G * D, dst);
@@ -157,6 +133,63 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
     cpu::linear(L.w_down, gate, n, y, pool, scratch_);
   }
   for (std::int64_t i = 0; i < n * hidden; ++i) x[i] += y[i];
+}
+
+void MtpHead::mla_block(MtpCache &cache, float *x, std::int64_t n, const std::int32_t *pos,
+                        ExecContext &ctx) {
+  const std::int64_t row = cache_row_floats();
+  std::vector<std::vector<std::int32_t>> selection(static_cast<std::size_t>(n));  // (no DSA)
+  MlaLayerStep step(
+      cfg_, rope_, n, pos,
+      [&](std::int64_t, std::int32_t p) { return cache.rows.data() + p * row; }, ctx.workspace());
+  step.run(*mla_, x, selection, ctx.pool(), scratch_);
+}
+
+void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecContext &ctx) {
+  const std::int64_t n = static_cast<std::int64_t>(in.tokens.size());
+  const std::int64_t hidden = cfg_.hidden_size, V = cfg_.vocab_size;
+  const std::int64_t row = cache_row_floats();
+  if (static_cast<std::int64_t>(in.hidden.size()) != n * hidden)
+    throw Error(ErrorCode::kInvalidArgument, "mtp: hidden rows do not match the tokens");
+  if (in.start_pos < 0 || in.start_pos > cache.length)
+    throw Error(ErrorCode::kInvalidArgument, "mtp: start_pos past the cached positions");
+  for (const TokenId t : in.tokens)
+    if (t < 0 || t >= V) throw Error(ErrorCode::kInvalidArgument, "mtp: token id out of range");
+  ThreadPool &pool = ctx.pool();
+  Workspace &ws = ctx.workspace();
+  ws.reset();
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < n; ++t) pos[t] = in.start_pos + static_cast<std::int32_t>(t);
+
+  // u = eh_proj([enorm(embed(x)) ; hnorm(h)])
+  float *cat = ws.floats(n * 2 * hidden);
+  float *e = ws.floats(n * hidden);
+  const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (pos[t] == 0)
+      std::fill(e + t * hidden, e + (t + 1) * hidden, 0.0f);
+    else
+      cpu::dequantize_row(embed_.dtype, embed_.data + in.tokens[t] * row_bytes, e + t * hidden,
+                          hidden);
+  }
+  cpu::rmsnorm(e, enorm_.data(), e, n, hidden, eps);
+  float *g = ws.floats(n * hidden);
+  cpu::rmsnorm(in.hidden.data(), hnorm_.data(), g, n, hidden, eps);
+  for (std::int64_t t = 0; t < n; ++t) {
+    std::copy(e + t * hidden, e + (t + 1) * hidden, cat + t * 2 * hidden);
+    std::copy(g + t * hidden, g + (t + 1) * hidden, cat + t * 2 * hidden + hidden);
+  }
+  float *x = ws.floats(n * hidden);
+  cpu::linear(eh_proj_, cat, n, x, pool, scratch_);
+
+  // The decoder block: attention over this layer's own positions [0, pos].
+  cache.length = in.start_pos + static_cast<std::int32_t>(n);
+  cache.rows.resize(static_cast<std::size_t>(cache.length * row));
+  if (mla_)
+    mla_block(cache, x, n, pos.data(), ctx);
+  else
+    gqa_block(cache, x, n, pos.data(), ctx);
 
   // The head over shared_head.norm(h') of the rows asked for.
   out.hidden.assign(x, x + n * hidden);
@@ -167,6 +200,7 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
   out.argmax.assign(static_cast<std::size_t>(R), 0);
   out.logits.clear();
   if (R == 0) return;
+  float *h = ws.floats(R * hidden);
   cpu::rmsnorm(x + first * hidden, head_norm_.data(), h, R, hidden, eps);
   cpu::linear_argmax(head_, h, R, out.argmax.data(), pool, scratch_);
   if (in.want_logits) {

@@ -32,15 +32,11 @@ KvBlockStore &CpuModelRunner::kv() { return *kv_; }
 void CpuModelRunner::load_mtp() {
   ctx_.check_owner("CpuModelRunner::load_mtp");
   if (mtp_) return;
-  const ModelConfig &cfg = config();
-  if (mla_)
-    throw Error(ErrorCode::kUnsupported,
-                std::string(arch_name(cfg.arch)) +
-                    ": MTP drafting on multi-head latent attention is not built yet (the CPU "
-                    "runs GLM-4.5's MTP layer only)");
   if (comm_)
     throw Error(ErrorCode::kUnsupported, "MTP drafting under tensor parallelism is not built yet");
-  mtp_ = std::make_unique<arch::MtpHead>(cfg, lookup_, llama_->embed(), llama_->lm_head());
+  mtp_ =
+      mla_ ? std::make_unique<arch::MtpHead>(config(), lookup_, mla_->embed(), mla_->lm_head())
+           : std::make_unique<arch::MtpHead>(config(), lookup_, llama_->embed(), llama_->lm_head());
 }
 
 void CpuModelRunner::mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) {

@@ -52,8 +52,8 @@ class CpuModelRunner final : public ModelRunner {
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 
-  // The MTP layer of a Llama-family MoE (GLM-4.5); MLA models (DeepSeek-V3, GLM-5) and
-  // tensor-parallel ranks refuse by name for now.
+  // The MTP layer of GLM-4.5 or DeepSeek-V3 / Kimi K2 (exec/arch/mtp_head.h); GLM-5's
+  // (DSA) and tensor-parallel ranks refuse by name for now.
   void load_mtp() override;
   void mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override;
 

@@ -1,8 +1,9 @@
 // `--speculative mtp` (engine/mtp_drafter.h) in the engine over the CPU runner and a tiny
-// random GLM-4.5 with an MTP layer (make_model --mtp-layers 1): greedy output is token
-// for token the output without drafts, alone and batched, the counters agree, the KV of
-// rejected drafts is freed, forget() drops a request's state; runners and models that
-// cannot draft this way refuse by name.
+// random GLM-4.5 (GQA) or DeepSeek-V3 (MLA) with an MTP layer (make_model --mtp-layers 1):
+// greedy output is token for token the output without drafts, alone and batched and
+// with prefix cache hits, the counters agree, the KV of rejected drafts is freed,
+// forget() drops a request's state; runners and models that cannot draft this way refuse
+// by name.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -13,29 +14,62 @@
 #include "cpu_engine_util.h"
 #include "engine/mtp_drafter.h"
 #include "formats/make_model.h"
+#include "support/rewrite_safetensors.h"
 #include "toy_runner.h"
 
 namespace keel::test {
 namespace {
 
-// A tiny glm4_moe with one MTP layer, made once per process.
-const std::filesystem::path &mtp_model() {
-  static const std::filesystem::path dir = [] {
-    const auto d =
-        std::filesystem::temp_directory_path() / ("keel-engine-mtp-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(d);
+// A tiny model of `arch` with one MTP layer, made once per process and arch.
+std::filesystem::path mtp_model(const std::string &arch) {
+  static std::map<std::string, std::filesystem::path> made;
+  if (auto it = made.find(arch); it != made.end()) return it->second;
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("keel-engine-mtp-" + arch + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  {
     MakeModelOptions o;
-    o.arch = "glm4_moe";
+    o.arch = arch;
     o.shape = "tiny";
     o.layers = 2;
     o.mtp_layers = 1;
+    o.dtype = DType::kF32;  // (rewritable: copying_mtp_model)
     o.seed = 3;
     o.out = d;
     o.threads = 2;
     make_model(o);
-    return d;
-  }();
-  return dir;
+  }
+  return made[arch] = d;
+}
+
+// mtp_model(arch) with its MTP layer rewired to copy the target: eh_proj passes hnorm(h_t)
+// through, the block adds nothing (o_proj and every down_proj zero) and the head is the
+// target's lm_head (shared_head.head dropped, so the fallback is used): its guess for
+// x_{t+2} is the target's own for x_{t+1}, i.e. drafts repeat the last token, and the
+// target's repetitions accept them.
+std::filesystem::path copying_mtp_model(const std::string &arch) {
+  const auto d = std::filesystem::temp_directory_path() /
+                 ("keel-engine-mtp-copy-" + arch + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(d);
+  std::filesystem::copy(mtp_model(arch), d);
+  const std::string p = "model.layers.2.";  // the MTP layer of the 2-layer model
+  rewrite_safetensors(d / "model.safetensors", [&](const std::string &name, StoredTensor &t) {
+    if (name == p + "shared_head.head.weight") return false;
+    std::vector<float> v = f32_values(t);
+    if (name == p + "eh_proj.weight") {
+      const std::int64_t h = t.shape[0];
+      std::fill(v.begin(), v.end(), 0.0f);
+      for (std::int64_t i = 0; i < h; ++i) v[static_cast<std::size_t>(i * 2 * h + h + i)] = 1.0f;
+    } else if (name == p + "self_attn.o_proj.weight" ||
+               (name.starts_with(p + "mlp.") && name.ends_with("down_proj.weight"))) {
+      std::fill(v.begin(), v.end(), 0.0f);
+    } else {
+      return true;
+    }
+    set_f32_values(t, v);
+    return true;
+  });
+  return d;
 }
 
 EngineConfig mtp_config(bool on, std::int32_t k = 3) {
@@ -50,11 +84,19 @@ EngineConfig mtp_config(bool on, std::int32_t k = 3) {
 
 std::vector<TokenId> prompt_of(int i) { return random_prompt(40 + i, 5 + (i * 13) % 40); }
 
-std::map<int, std::vector<TokenId>> run(bool on, int requests, int tokens, EngineStatus *status) {
-  return run_greedy(mtp_model(), mtp_config(on), requests, tokens, prompt_of, status);
-}
+class EngineMtp : public ::testing::TestWithParam<const char *> {
+ protected:
+  std::filesystem::path model() const { return mtp_model(GetParam()); }
+  std::map<int, std::vector<TokenId>> run(bool on, int requests, int tokens,
+                                          EngineStatus *status) const {
+    return run_greedy(model(), mtp_config(on), requests, tokens, prompt_of, status);
+  }
+};
 
-TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
+INSTANTIATE_TEST_SUITE_P(Models, EngineMtp, ::testing::Values("glm4_moe", "deepseek_v3"),
+                         [](const auto &info) { return std::string(info.param); });
+
+TEST_P(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
   for (const int requests : {1, 6}) {
     EngineStatus s;
     const auto off = run(false, requests, 24, nullptr);
@@ -67,19 +109,46 @@ TEST(EngineMtp, GreedyOutputIsTheSameAloneAndBatched) {
   }
 }
 
-TEST(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
+TEST_P(EngineMtp, PrefixCacheHitsAndPreemptionKeepTheOutput) {
   // Every prompt shares 40 tokens: later requests start past cached blocks, whose
   // positions bring the drafter no hidden state (zero rows stand in). 24 blocks of 16
   // for 8 requests of ~60 tokens: preemptions too.
-  EXPECT_EQ(run_two_rounds(mtp_model(), mtp_config(true), 24, shared_prefix_prompt),
-            run_two_rounds(mtp_model(), mtp_config(false), 24, shared_prefix_prompt));
+  EngineStatus s;
+  EXPECT_EQ(run_two_rounds(model(), mtp_config(true), 24, shared_prefix_prompt, &s),
+            run_two_rounds(model(), mtp_config(false), 24, shared_prefix_prompt));
+  EXPECT_GT(s.prefix_hit_tokens, 0);
+  EXPECT_GT(s.spec_drafted, 0);
 }
 
-TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
+TEST_P(EngineMtp, AcceptedDraftsKeepTheOutput) {
+  const auto dir = copying_mtp_model(GetParam());
+  std::int64_t accepted = 0;
+  for (const int requests : {1, 4}) {
+    EngineStatus s;
+    const auto off = run_greedy(dir, mtp_config(false), requests, 32, prompt_of, nullptr);
+    const auto on = run_greedy(dir, mtp_config(true), requests, 32, prompt_of, &s);
+    for (int i = 0; i < requests; ++i)
+      EXPECT_EQ(on.at(i), off.at(i)) << "request " << i << " of " << requests;
+    std::printf("copying head, %d requests: %lld drafted, %lld accepted\n", requests,
+                static_cast<long long>(s.spec_drafted), static_cast<long long>(s.spec_accepted));
+    expect_spec_counters(s, "mtp");
+    accepted += s.spec_accepted;
+  }
+  // ... and over prefix cache hits and preemptions (as PrefixCacheHitsAndPreemption...).
+  EngineStatus s;
+  EXPECT_EQ(run_two_rounds(dir, mtp_config(true), 24, shared_prefix_prompt, &s),
+            run_two_rounds(dir, mtp_config(false), 24, shared_prefix_prompt));
+  EXPECT_GT(s.prefix_hit_tokens, 0);
+  accepted += s.spec_accepted;
+  EXPECT_GT(accepted, 0);  // drafts were kept, not only rejected
+  std::filesystem::remove_all(dir);
+}
+
+TEST_P(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   // The drafter alone over the runner: hidden rows of a prefill, a draft, a rejected
   // detour, and forget.
   ExecContext ctx(2);
-  auto runner = cpu::CpuModelRunner::open(mtp_model(), ctx, {64, 16});
+  auto runner = cpu::CpuModelRunner::open(model(), ctx, {64, 16});
   runner->load_mtp();
   MtpDrafter d(*runner);
   const std::size_t hidden = static_cast<std::size_t>(runner->config().hidden_size);
@@ -143,7 +212,7 @@ TEST(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   EXPECT_EQ(d.num_tracked(), 0u);
 }
 
-TEST(EngineMtp, RefusesRunnersAndModelsThatCannotDraftSo) {
+TEST(EngineMtpRefusal, RefusesRunnersAndModelsThatCannotDraftSo) {
   auto refused = [](auto make, const std::string &needle) {
     expect_refusal(make, "--speculative mtp", needle);
   };
