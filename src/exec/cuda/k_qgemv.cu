@@ -450,7 +450,7 @@ __device__ __forceinline__ void store_output(const QgemvParams &p, std::int64_t 
 }
 
 template <QuantFormat F, int M>
-__global__ void __launch_bounds__(kThreads) qgemv_kernel(const QgemvParams p) {
+__device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
   using T = QDot<F>;
   extern __shared__ uint4 smem_raw[];
   __shared__ float red[kWarps][M];
@@ -544,6 +544,28 @@ __global__ void __launch_bounds__(kThreads) qgemv_kernel(const QgemvParams p) {
   }
 }
 
+template <QuantFormat F, int M>
+__global__ void __launch_bounds__(kThreads) qgemv_kernel(const QgemvParams p) {
+  qgemv_body<F, M>(p);
+}
+// The same with registers capped for two blocks an SM: Q6_K at M = 2 took 153 registers
+// otherwise (one block an SM) and ran 1.3x slower than before the staged input went
+// unit-major (bench/RESULTS.md, session 15); capped, ptxas spills nothing. The other
+// instantiations measured best with the compiler's own choice or spill when capped.
+template <QuantFormat F, int M>
+__global__ void __launch_bounds__(kThreads, 2) qgemv_kernel_two_blocks(const QgemvParams p) {
+  qgemv_body<F, M>(p);
+}
+
+// The kernel a shape launches (only the one chosen is instantiated).
+template <QuantFormat F, int M>
+constexpr auto qgemv_entry() {
+  if constexpr (F == QuantFormat::kQ6_K && M == 2)
+    return qgemv_kernel_two_blocks<F, M>;
+  else
+    return qgemv_kernel<F, M>;
+}
+
 std::size_t device_smem_optin() {
   int device = 0, optin = 0;
   KEEL_CUDA_CHECK(cudaGetDevice(&device));
@@ -553,7 +575,7 @@ std::size_t device_smem_optin() {
 
 template <QuantFormat F, int M>
 void launch_fm(cudaStream_t s, const QgemvParams &p, int num_sms) {
-  const auto kernel = qgemv_kernel<F, M>;
+  const auto kernel = qgemv_entry<F, M>();
   const std::size_t smem = qgemv_smem_bytes(M, p.K);
   // The same value for every launch on this device, so two engines' threads never race
   // over the attribute.
