@@ -23,10 +23,17 @@ the attention, which random tiny weights leave nearly uniform, moves the logits:
 rope style or a missing scale fails the 1e-4 check by about 100x.)
 
 Reads config.json and model.safetensors as saved (the header parsed with json + struct;
-f32 or bf16) and computes, for the MTP layer stored as decoder layer num_hidden_layers:
-for position t with the target's pre-norm hidden state h_t and the next token x_{t+1},
+f32 or bf16), except the target's final norm: make-model writes model.norm.weight as ones,
+under which RMSNorm barely moves a unit-RMS row, so the reference draws its own weights
+(0.5..1.5, from the fixed LCG, f32-exact) and records them as `final_norm`; the test
+writes them into model.norm.weight before it opens the model. It computes, for the MTP
+layer stored as decoder layer num_hidden_layers: for position t with the target's last
+hidden state h_t (before the final norm, as the runner returns it) and the next token
+x_{t+1},
   e = enorm(embed(x_{t+1})) (zero at position 0, as vLLM / SGLang mask it),
-  u = eh_proj([e ; hnorm(h_t)]), h' = decoder block(u) (attention over the MTP positions:
+  g = hnorm(model.norm(h_t)) (the MTP layer reads what the target's LM head reads, as
+  vLLM, SGLang and Megatron give it),
+  u = eh_proj([e ; g]), h' = decoder block(u) (attention over the MTP positions:
   GLM's q/k/v biases, q/k RMSNorm, partial neox rope; or DeepSeek-V3's multi-head latent
   attention as transformers computes it, keys and values expanded through kv_b_proj, not
   absorbed: q via q_a / q_a_layernorm / q_b or q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
@@ -36,7 +43,8 @@ for position t with the target's pre-norm hidden state h_t and the next token x_
   logits = shared_head.head(shared_head.norm(h')).
 The inputs (tokens, hidden rows) are drawn from a fixed LCG and written with the outputs:
 `rows` over positions 0..n-1, then `chain`: k steps from the last row, each feeding the
-previous step's h' and argmax at the next position.
+previous step's h' and argmax at the next position (g = hnorm(h'), no model.norm: vLLM
+chains its MTP layer's output so).
 """
 import json
 import math
@@ -86,6 +94,11 @@ def rmsnorm(x, w, eps):
     ms = sum(v * v for v in x) / len(x)
     r = 1.0 / math.sqrt(ms + eps)
     return [v * r * wi for v, wi in zip(x, w)]
+
+
+def f32(v):
+    """v rounded to float32, as the test stores it."""
+    return struct.unpack("<f", struct.pack("<f", v))[0]
 
 
 def matvec(w, x):
@@ -162,8 +175,9 @@ class MlaRope:
 
 
 class Mtp:
-    def __init__(self, cfg, get):
+    def __init__(self, cfg, get, final_norm):
         self.cfg = cfg
+        self.final_norm = final_norm  # the target's model.norm.weight
         self.get = get
         L = cfg["num_hidden_layers"]
         self.p = "model.layers.%d." % L
@@ -301,12 +315,15 @@ class Mtp:
             att += self.attend(qh, i, self.scaling)
         return att
 
-    def step(self, pos, hidden, token):
-        """One position; appends its K/V (positions must come in order)."""
+    def step(self, pos, hidden, token, chained=False):
+        """One position; appends its K/V (positions must come in order). `hidden` is the
+        target's row before its final norm, or with `chained` the layer's own h'."""
         assert pos == len(self.keys)
         eps = self.eps
         emb = [0.0] * len(hidden) if pos == 0 else list(self.embed[token])
         e = rmsnorm(emb, self.w("enorm.weight"), eps)
+        if not chained:
+            hidden = rmsnorm(hidden, self.final_norm, eps)
         g = rmsnorm(hidden, self.w("hnorm.weight"), eps)
         x = matvec(self.w("eh_proj.weight"), e + g)
         h = rmsnorm(x, self.w("input_layernorm.weight"), eps)
@@ -327,11 +344,12 @@ def main():
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else 7
     overrides = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
     cfg.update(overrides)
-    mtp = Mtp(cfg, get)
     hidden_size, vocab = cfg["hidden_size"], cfg["vocab_size"]
     rng = Lcg(20261206)
     tokens = [rng.next() % vocab for _ in range(N_ROWS)]
     hidden = [[rng.uniform() * 2.0 for _ in range(hidden_size)] for _ in range(N_ROWS)]
+    final_norm = [f32(1.0 + 0.5 * rng.uniform()) for _ in range(hidden_size)]
+    mtp = Mtp(cfg, get, final_norm)
     rows = []
     for t in range(N_ROWS):
         x, logits, best = mtp.step(t, hidden[t], tokens[t])
@@ -339,7 +357,7 @@ def main():
     chain = []
     h, tok = rows[-1]["hidden_out"], rows[-1]["argmax"]
     for i in range(CHAIN):
-        h, logits, tok = mtp.step(N_ROWS + i, h, tok)
+        h, logits, tok = mtp.step(N_ROWS + i, h, tok, chained=True)
         chain.append({"argmax": tok, "logits": logits})
     out = {
         "make_model": {"arch": cfg["model_type"], "shape": "tiny", "layers": cfg["num_hidden_layers"],
@@ -352,6 +370,7 @@ def main():
     out.update({
         "tokens": tokens,
         "hidden": hidden,
+        "final_norm": final_norm,
         "rows": [{"argmax": r["argmax"], "logits": [round(v, 9) for v in r["logits"]]} for r in rows],
         "chain": [{"argmax": c["argmax"], "logits": [round(v, 9) for v in c["logits"]]} for c in chain],
     })

@@ -67,6 +67,7 @@ void MtpDrafter::propose(RequestId id, std::span<const TokenId> tokens, std::int
     MtpInput chain;
     chain.start_pos = s.cache.length;
     chain.hidden = h;
+    chain.chained = true;
     chain.tokens = std::span<const TokenId>(&guess, 1);
     runner_.mtp_forward(s.cache, chain, out_);
     h.assign(out_.hidden.begin(), out_.hidden.end());

@@ -6,8 +6,9 @@
 // token is known, so what it holds stays one step's rows, whether or not it drafts.
 // When asked to draft for a request of n tokens, the one position left, n - 2, runs with
 // the head: its argmax guesses x_n. Further drafts chain: the layer's own output h' and
-// its guess feed the next position. Those chained positions never stay in the cache
-// (their input is a guess, not the target's h), so nothing needs rolling back when the
+// its guess feed the next position (MtpInput::chained: the target's final norm, which the
+// layer applies to the target's rows, is not applied to h'). Those chained positions never stay in
+// the cache (their input is a guess, not the target's h), so nothing needs rolling back when the
 // target rejects a draft. Positions served from the prefix cache bring no hidden state;
 // zero rows stand in for them (approximate drafts, never wrong output: the target
 // verifies every draft).

@@ -1,10 +1,13 @@
 // One step of a checkpoint's multi-token-prediction (MTP) layer over consecutive
 // positions of one sequence (docs/ARCHITECTURE.md, "The verify shape"): the drafter
-// hands the runner the target's pre-norm hidden state h_t and the token x_{t+1} of each
-// position t, and gets back the layer's pre-norm output h'_t and its head's argmax (the
-// guess for x_{t+2}). The layer attends over its own earlier positions, whose keys and
-// values the caller keeps in an MtpCache per sequence (opaque to it: the runner's
-// layout) and rolls back by lowering `length`.
+// hands the runner the target's hidden state h_t as the runner returns it
+// (ForwardOutput::hidden, before the target's final norm, which the layer applies: it
+// reads the vector the target's LM head reads) and the token x_{t+1} of each position t,
+// and gets back the layer's output h'_t (before the head's own norm) and its head's argmax
+// (the guess for x_{t+2}). A chained draft feeds h'_t back as the next position's h
+// (`chained`: no target norm on it, as vLLM chains its MTP layer). The layer attends over
+// its own earlier positions, whose keys and values the caller keeps in an MtpCache per
+// sequence (opaque to it: the runner's layout) and rolls back by lowering `length`.
 #pragma once
 
 #include <cstdint>
@@ -21,8 +24,11 @@ struct MtpCache {
 };
 
 struct MtpInput {
-  std::int32_t start_pos = 0;       // position of the first row
-  std::span<const float> hidden;    // [n, hidden_size]: h_t, before the final norm
+  std::int32_t start_pos = 0;     // position of the first row
+  std::span<const float> hidden;  // [n, hidden_size]: h_t, before the final norm
+  // `hidden` holds the layer's own h' (a chained draft), not the target's rows: the
+  // target's final norm is not applied to it.
+  bool chained = false;
   std::span<const TokenId> tokens;  // [n]: x_{t+1}
   // Which rows go through the head: none (catching up over confirmed positions), the
   // last (a draft), or all (tests).

@@ -1,7 +1,8 @@
 // The CPU runner's MTP layer (exec/arch/mtp_head.h) against a float64 reference of the
 // saved files (scripts/ref/mtp_fixtures.py, pure Python; tests/fixtures/mtp), GLM-4.5's
 // (GQA) and DeepSeek-V3's (MLA: q through its latent or a plain q_proj, interleaved or
-// half rope, YaRN from the fixture's config overrides):
+// half rope, YaRN from the fixture's config overrides), the target's final norm rewritten
+// to the fixture's weights (not ones) so that the head's input, hnorm(norm(h)), shows:
 // every position's logits and argmax within 1e-4 relative, the same whether the
 // positions come in one step or several (the layer's cache carries them), and k = 3
 // chained drafts. Plus the refusals: a model with no MTP layer, GLM-5 (DSA) by name,
@@ -60,6 +61,13 @@ std::unique_ptr<cpu::CpuModelRunner> open_fixture_model(const nlohmann::json &fx
   std::filesystem::remove_all(o.out);
   make_model(o);
   if (fx.contains("config_overrides")) patch_config(o.out, fx["config_overrides"]);
+  // The target's final norm as the reference drew it (make-model writes ones, which leave
+  // a unit-RMS row nearly as it was: the head's input norm could not be told apart).
+  const std::vector<float> final_norm = fx["final_norm"].get<std::vector<float>>();
+  rewrite_safetensors(o.out / "model.safetensors", [&](const std::string &name, StoredTensor &t) {
+    if (name == "model.norm.weight") set_f32_values(t, final_norm);
+    return true;
+  });
   auto runner = cpu::CpuModelRunner::open(o.out, ctx, {64, 16});
   std::filesystem::remove_all(o.out);  // the mapping keeps the bytes
   return runner;
@@ -134,6 +142,7 @@ TEST_P(CpuMtpFixture, MatchesTheFloat64Reference) {
     MtpInput c;  // the head's last row only, as the drafter asks
     c.start_pos = cache.length;
     c.hidden = h;
+    c.chained = true;  // h' without the target's norm
     c.tokens = std::span<const TokenId>(&guess, 1);
     c.want_logits = true;
     runner->mtp_forward(cache, c, out);

@@ -45,6 +45,7 @@ MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const Tenso
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   enorm_ = need_vector(lookup, p + "enorm.weight", hidden);
   hnorm_ = need_vector(lookup, p + "hnorm.weight", hidden);
+  target_norm_ = need_vector(lookup, "model.norm.weight", hidden);
   eh_proj_ = need_tensor(lookup, p + "eh_proj.weight", {hidden, 2 * hidden});
   head_norm_ = need_vector(lookup, p + "shared_head.norm.weight", hidden);
   embed_ = own_or(lookup, p + "embed_tokens.weight", {V, hidden}, target_embed);
@@ -162,7 +163,8 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
   std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
   for (std::int64_t t = 0; t < n; ++t) pos[t] = in.start_pos + static_cast<std::int32_t>(t);
 
-  // u = eh_proj([enorm(embed(x)) ; hnorm(h)])
+  // u = eh_proj([enorm(embed(x)) ; hnorm(norm(h))]), norm the target's final one (the
+  // vector its LM head reads) for the target's rows, none for a chained h'.
   float *cat = ws.floats(n * 2 * hidden);
   float *e = ws.floats(n * hidden);
   const std::int64_t row_bytes = dtype_bytes(embed_.dtype, hidden);
@@ -175,7 +177,12 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
   }
   cpu::rmsnorm(e, enorm_.data(), e, n, hidden, eps);
   float *g = ws.floats(n * hidden);
-  cpu::rmsnorm(in.hidden.data(), hnorm_.data(), g, n, hidden, eps);
+  if (in.chained) {
+    cpu::rmsnorm(in.hidden.data(), hnorm_.data(), g, n, hidden, eps);
+  } else {
+    cpu::rmsnorm(in.hidden.data(), target_norm_.data(), g, n, hidden, eps);
+    cpu::rmsnorm(g, hnorm_.data(), g, n, hidden, eps);
+  }
   for (std::int64_t t = 0; t < n; ++t) {
     std::copy(e + t * hidden, e + (t + 1) * hidden, cat + t * 2 * hidden);
     std::copy(g + t * hidden, g + (t + 1) * hidden, cat + t * 2 * hidden + hidden);

@@ -200,6 +200,7 @@ TEST_P(EngineMtp, DrafterFollowsTheTargetAndForgets) {
       MtpInput c;
       c.start_pos = cache.length;
       c.hidden = h;
+      c.chained = true;
       c.tokens = std::span<const TokenId>(&want.back(), 1);
       runner->mtp_forward(cache, c, o);
       h = o.hidden;
