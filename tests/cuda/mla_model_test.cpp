@@ -10,7 +10,10 @@
 // - a prompt prefilled in chunks after a cached prefix, then decode; the same prefix
 //   moved through copy_block, and through save_block / load_block into a second runner,
 //   gives the same logits as computing it (the latent block image round-trips);
-// - the committed transformers fixtures of deepseek_v3 (YaRN, both rope styles, no q_lora);
+// - the committed transformers fixture whose weights are bf16 as saved, against its float64
+//   reference; the f32 fixtures (and one config setting of them changed at a time: both rope
+//   styles, YaRN or not, q_lora or not, routing settings) against the CPU runner on the same
+//   weights rounded to bf16, what the device holds (see CudaMlaFixturesVsCpu);
 // - glm_moe_dsa refused by name (its DSA indexer is not on CUDA).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -24,6 +27,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "core/half.h"
 #include "cuda_test_util.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/cuda/cuda_model_runner.h"
@@ -31,6 +35,7 @@
 #include "model/model_harness.h"
 #include "moe_vs_cpu.h"
 #include "support/paths.h"
+#include "support/rewrite_safetensors.h"
 
 namespace keel::cuda {
 namespace {
@@ -196,20 +201,20 @@ TEST_F(CudaMlaVsCpu, ChunkedPrefillAfterCachedPrefixCopiedAndRestored) {
   }
 }
 
-// The committed transformers fixtures (tests/fixtures/mla_models, float64 references of
-// the saved files; scripts/ref/mla_fixtures.py): YaRN with DeepSeek's mscale and the
-// interleaved rope (deepseek_v3_*), q_proj without q_lora and the halves rope (noqlora).
-// Every prompt logprob and each teacher-forced greedy step's top logprobs within the
-// CUDA-vs-CPU bound kLogprobTol (bf16 activations and cache against float64), the
-// reference's greedy token where its margin is over kMargin.
-class CudaMlaVsTransformers : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMlaVsTransformers,
-                         ::testing::Values("deepseek_v3_f32", "deepseek_v3_bf16",
-                                           "deepseek_v3_noqlora_f32"));
-
-TEST_P(CudaMlaVsTransformers, PromptLogprobsAndGreedyAlone) {
+// The committed transformers fixture whose weights are bf16 as saved (float64 reference of
+// the saved file, scripts/ref/mla_fixtures.py: q LoRA, YaRN with DeepSeek's mscale, the
+// interleaved rope): every prompt logprob and each teacher-forced greedy step's top
+// logprobs within the CUDA-vs-CPU bound kLogprobTol (bf16 activations and cache against
+// float64), the reference's greedy token where its margin is over kMargin. The f32
+// fixtures are not compared with their references here: the device holds bf16 weights,
+// and rounding these transformers-initialized weights to bf16 moves the CPU runner's own
+// logprobs by up to 2.2 (q LoRA fixture) and 5.3 (no-q-LoRA fixture): their grouped
+// routers have near-ties that the rounding flips (with one expert group the same
+// rounding moves them by 0.09; bench/RESULTS.md, session 16). CudaMlaFixturesVsCpu
+// covers them.
+TEST(CudaMlaVsTransformers, Bf16FixturePromptLogprobsAndGreedyAlone) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const auto dir = keel::test::fixtures_dir() / "mla_models" / GetParam();
+  const auto dir = keel::test::fixtures_dir() / "mla_models" / "deepseek_v3_bf16";
   if (!std::filesystem::exists(dir / "reference.json"))
     GTEST_SKIP() << "fixture absent: " << dir << " (scripts/ref/mla_fixtures.py)";
   nlohmann::json ref;
@@ -230,38 +235,45 @@ TEST_P(CudaMlaVsTransformers, PromptLogprobsAndGreedyAlone) {
       const auto row = keel::test::log_softmax_row(out, i - 1);
       const double err = std::abs(row[seq.tokens[i]] - plp[i].get<double>());
       worst = std::max(worst, err);
-      EXPECT_LT(err, moe_vs_cpu::kLogprobTol) << GetParam() << " prompt token " << i;
+      EXPECT_LT(err, moe_vs_cpu::kLogprobTol) << "prompt token " << i;
     }
     auto last = keel::test::log_softmax_row(out, n - 1);
     for (const auto &g : p["greedy"]) {
       const TokenId want = g["id"].get<TokenId>();
       if (g["margin"].get<double>() > moe_vs_cpu::kMargin)
-        EXPECT_EQ(moe_vs_cpu::argmax(last), want)
-            << GetParam() << " greedy step at pos " << seq.tokens.size();
+        EXPECT_EQ(moe_vs_cpu::argmax(last), want) << "greedy step at pos " << seq.tokens.size();
       for (const auto &t : g["top"]) {
         const double err = std::abs(last[t[0].get<int>()] - t[1].get<double>());
         worst = std::max(worst, err);
         EXPECT_LT(err, moe_vs_cpu::kLogprobTol)
-            << GetParam() << " top logprob of " << t[0] << " at pos " << seq.tokens.size();
+            << "top logprob of " << t[0] << " at pos " << seq.tokens.size();
       }
       seq.tokens.push_back(want);
       out = run_step(*gpu, blocks, {{&seq, 1, Logits::kLast}});
       last = keel::test::log_softmax_row(out, 0);
     }
   }
-  std::printf("cuda %s vs transformers: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
+  std::printf("cuda deepseek_v3_bf16 vs transformers: max |logprob error| = %.3g\n", worst);
 }
 
-// One setting at a time changed in the q-LoRA fixture's config (same weights), CUDA
-// against the CPU runner, and the no-q-LoRA fixture as saved: each setting the failing
-// noqlora transformers comparison differs in (halves rope, no YaRN, unnormalized top-k
-// weights, one expert group), so a failure names the setting the CUDA path gets wrong.
-class CudaMlaConfigVariants : public ::testing::TestWithParam<std::string> {};
-INSTANTIATE_TEST_SUITE_P(Variants, CudaMlaConfigVariants,
+// The f32 fixtures with their weights rounded to bf16 (what the device holds), CUDA against
+// the CPU runner on the same rounded file (the CPU runner matches the fixtures' float64
+// references within 1e-3: tests/model/test_cpu_mla_fixtures.cpp), alone and batched with
+// 31: the q-LoRA fixture as saved (interleaved rope, YaRN) and with one config setting
+// changed at a time (the halves rope, no YaRN, unnormalized top-k weights, one expert
+// group), and the no-q-LoRA fixture (halves rope, no YaRN, every layer MoE). These
+// transformers-initialized routers score every expert near sigmoid(0) = 0.5, so bf16
+// activations flip a near-tie in a few rows (4-11 of 189 per variant on an H100, each
+// with a median row error under 0.01); those rows are counted, at most 1 in 10, and the row
+// errors' median and 90th percentile hold the rest to the MoE CUDA-vs-CPU bounds. A wrong pair
+// index, frequency or scale in either rope style moves every row past position 0 and fails the
+// median.
+class CudaMlaFixturesVsCpu : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Variants, CudaMlaFixturesVsCpu,
                          ::testing::Values("as_saved", "halves_rope", "no_yarn",
                                            "unnormalized_topk", "one_group", "noqlora_fixture"));
 
-TEST_P(CudaMlaConfigVariants, MatchesTheCpuRunner) {
+TEST_P(CudaMlaFixturesVsCpu, MatchesTheCpuRunnerOnTheSameBf16Weights) {
   KEEL_REQUIRE_CUDA_DEVICE();
   const std::string v = GetParam();
   const auto src = keel::test::fixtures_dir() / "mla_models" /
@@ -273,6 +285,14 @@ TEST_P(CudaMlaConfigVariants, MatchesTheCpuRunner) {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::filesystem::copy_file(src / "model.safetensors", dir / "model.safetensors");
+  keel::test::rewrite_safetensors(dir / "model.safetensors",
+                                  [](const std::string &, keel::test::StoredTensor &t) {
+                                    if (t.dtype != DType::kF32) return true;
+                                    auto x = keel::test::f32_values(t);
+                                    for (float &f : x) f = bf16_to_f32(f32_to_bf16(f));
+                                    keel::test::set_f32_values(t, x);
+                                    return true;
+                                  });
   nlohmann::json cfg;
   std::ifstream(src / "config.json") >> cfg;
   if (v == "halves_rope") {
@@ -293,9 +313,18 @@ TEST_P(CudaMlaConfigVariants, MatchesTheCpuRunner) {
     ExecContext xctx(2);
     auto cpu = cpu::CpuModelRunner::open(dir, xctx, {kBlocks, kBs});
     moe_vs_cpu::RowErrors e;
+    e.count_outliers = true;
     moe_vs_cpu::alone_and_batched(*gpu, *cpu, static_cast<int>(gpu->config().vocab_size), kBlocks,
                                   e);
-    if (!HasFatalFailure()) expect_row_bounds(e, 150, v.c_str());
+    if (!HasFatalFailure()) {
+      const auto n = static_cast<int>(e.rows.size());
+      expect_row_bounds(e, 150, v.c_str());
+      EXPECT_LE(e.rows_over_tol * 10, n) << e.rows_over_tol << " of " << n << " rows";
+      EXPECT_LE(e.argmax_misses * 20, std::max(e.decisive, 20))
+          << e.argmax_misses << " of " << e.decisive << " decisive rows";
+      std::printf("%s: %d of %d rows over the top-20 bound, %d of %d decisive argmaxes differ\n",
+                  v.c_str(), e.rows_over_tol, n, e.argmax_misses, e.decisive);
+    }
   }
   std::filesystem::remove_all(dir);
 }

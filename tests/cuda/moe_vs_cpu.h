@@ -60,6 +60,11 @@ struct RowErrors {
   std::vector<double> rows;
   double worst = 0;
   int decisive = 0;
+  // Count rows whose top-20 error passes kLogprobTol, and decisive rows whose argmax
+  // differs, instead of failing on them (models whose routers have near-ties that bf16
+  // activations flip; the caller bounds the counts).
+  bool count_outliers = false;
+  int rows_over_tol = 0, argmax_misses = 0;
 };
 
 inline void compare(const ForwardOutput &go, const ForwardOutput &co, int V, const char *what,
@@ -72,14 +77,19 @@ inline void compare(const ForwardOutput &go, const ForwardOutput &co, int V, con
     std::iota(idx.begin(), idx.end(), 0);
     std::partial_sort(idx.begin(), idx.begin() + 20, idx.end(),
                       [&](int a, int b) { return lc[a] > lc[b]; });
+    double row_worst = 0;
     for (int i = 0; i < 20; ++i) {
       const double err = std::abs(lg[idx[i]] - lc[idx[i]]);
       e.worst = std::max(e.worst, err);
-      ASSERT_LT(err, kLogprobTol) << what << " row " << r << " token " << idx[i];
+      row_worst = std::max(row_worst, err);
+      if (!e.count_outliers)
+        ASSERT_LT(err, kLogprobTol) << what << " row " << r << " token " << idx[i];
     }
+    if (row_worst >= kLogprobTol) ++e.rows_over_tol;
     if (lc[idx[0]] - lc[idx[1]] > kMargin) {
       ++e.decisive;
-      EXPECT_EQ(argmax(lg), idx[0]) << what << " row " << r;
+      if (argmax(lg) != idx[0]) ++e.argmax_misses;
+      if (!e.count_outliers) EXPECT_EQ(argmax(lg), idx[0]) << what << " row " << r;
     }
   }
 }
