@@ -6,14 +6,17 @@
 //   cuda_bench --model 8b [--decode-steps 128] [--verify K] [--bw 4.3e12] [--flops 8.0e14] [--seqs
 //   8,32,...]
 //     [--gemv-max-m N] [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off]
+//     [--fused-mma 0|1] [--fused-waves N]   (the fused GEMV's kernel and grid, A/B)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
 //     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
 //   cuda_bench --model 1b|8b --make-gguf FILE [--gguf-dtype q4_k_m|q5_k_m|q4_k|q5_k|q6_k|q8_0|
 //     q4_0] [--keep-quantized on|off]   (writes that file first unless it exists, as keel
 //     make-model --shape M --dtype D --format gguf --seed 1 does, then benches it)
-//   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off]   (linear layers at M 1/2/4:
-//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV, alone and 8 back to back)
+//   cuda_bench --gemv-bench [--model 1b|8b] [--pdl on|off] [--gemv-waves N]   (linear layers at M
+//   1-5, 8:
+//     cuBLASLt vs the GEMV kernel vs the fused decode GEMV on CUDA cores and on tensor
+//     cores, alone, and as the runner picks 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|gpt-oss-20b|gpt-oss-120b
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
@@ -111,7 +114,8 @@ MakeModelOptions gguf_make_options(const std::string &model, const std::string &
 }
 
 // The mixture-of-experts shapes of make_model (random bf16 weights on the device); also
-// --model glm-4.5-air (with --layers N: the whole model is 212 GB in bf16).
+// --model glm-4.5-air (with --layers N: the whole model is 212 GB in bf16), --model
+// deepseek-v3 (MLA; with --layers N: 671B).
 // --model gpt-oss-20b|gpt-oss-120b: the experts in MXFP4 as released (random codes made on
 // the device; --experts bf16 for the bf16 form, which for 120b does not fit one GPU).
 bool gpt_oss_model(const std::string &name) {
@@ -119,12 +123,13 @@ bool gpt_oss_model(const std::string &name) {
 }
 bool moe_model(const std::string &name) {
   return name == "qwen3-30b-a3b" || name == "qwen3-moe-small" || name == "mixtral-8x7b" ||
-         name == "glm-4.5-air" || gpt_oss_model(name);
+         name == "glm-4.5-air" || name == "deepseek-v3" || gpt_oss_model(name);
 }
 MakeModelOptions moe_make_options(const std::string &name, int layers) {
   MakeModelOptions mo;
   mo.arch = name == "mixtral-8x7b"  ? "mixtral"
             : name == "glm-4.5-air" ? "glm4_moe"
+            : name == "deepseek-v3" ? "deepseek_v3"
             : gpt_oss_model(name)   ? "gpt_oss"
                                     : "qwen3_moe";
   mo.shape = name == "qwen3-moe-small" ? "small" : name;
@@ -160,8 +165,16 @@ struct Rates {
 // over `ctx` keys.
 double flops_per_token(const ModelConfig &c, double ctx, bool lm_head) {
   const double H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
-  const double attn = 2.0 * (H * (c.num_heads + 2 * c.num_kv_heads) * hd + c.num_heads * hd * H) +
-                      4.0 * c.num_heads * hd * ctx;
+  double attn = 2.0 * (H * (c.num_heads + 2 * c.num_kv_heads) * hd + c.num_heads * hd * H) +
+                4.0 * c.num_heads * hd * ctx;
+  if (c.mla) {  // the absorbed form: projections, W_kb q, scores and sums over the latent, W_vb
+    const MlaConfig &m = *c.mla;
+    const double nh = c.num_heads, R = m.kv_lora_rank, rope = m.qk_rope_head_dim;
+    const double q = m.q_lora_rank > 0 ? H * m.q_lora_rank + m.q_lora_rank * nh * m.qk_head_dim()
+                                       : H * nh * m.qk_head_dim();
+    attn = 2.0 * (q + H * (R + rope) + nh * m.v_head_dim * H) +
+           2.0 * nh * (m.qk_nope_head_dim * R + ctx * (2 * R + rope) + R * m.v_head_dim);
+  }
   double total = 0;
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     const bool sparse = c.moe && c.moe->sparse(l);
@@ -173,7 +186,7 @@ double flops_per_token(const ModelConfig &c, double ctx, bool lm_head) {
   return total + (lm_head ? 2.0 * H * c.vocab_size : 0.0);
 }
 double kv_bytes_per_token(const ModelConfig &c) {
-  return 2.0 * c.num_layers * c.num_kv_heads * c.head_dim * 2;
+  return 2.0 * c.num_layers * kv_values_per_token_layer(c);  // bf16 (MLA: the latent row)
 }
 
 class Bench {
@@ -306,12 +319,13 @@ class Bench {
 // Host wall time of batched KV block transfers (begin_* .. transfer_done polled), the time
 // the engine waits for a restore, for `tokens` tokens of KV in blocks of 16, against one
 // plain pinned cudaMemcpyAsync of the same bytes (the PCIe ceiling).
-// Linear layers at M = 1..4 (decode with few sequences): cuBLASLt against the GEMV kernel
-// (k_gemv.h) and the fused decode GEMV (k_decode_fused.h, plain bf16 input), the model's
+// Linear layers at M = 1..5, 8 (decode with few sequences, verify steps): cuBLASLt against
+// the GEMV kernel (k_gemv.h) and the fused decode GEMV (k_decode_fused.h, plain bf16 input,
+// its CUDA-core and its tensor-core kernel), the model's
 // shapes, bytes/s against the copy bandwidth. Weights rotate over enough copies that every
 // launch reads from HBM, not the 50 MB L2. "fused x8": 8 launches back to back (each on
 // the next weight copy), time per launch: with PDL each overlaps its predecessor's tail.
-int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
+int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) {
   cuda::CudaContext ctx;
   const cuda::StreamRef s = ctx.compute();
   struct Shape {
@@ -334,12 +348,12 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       "# linear layers at small M on %s: cuBLASLt vs GEMV kernel vs fused GEMV (median of 30 "
       "us; TB/s of weights), PDL %s\n",
       ctx.device_name().c_str(), pdl ? "on" : "off");
-  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n", "shape",
-              "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused", "TB/s", "fused x8", "TB/s",
-              "max rel d");
+  std::printf("| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s | %5s | %9s |\n",
+              "shape", "M", "cuBLAS", "TB/s", "GEMV", "TB/s", "fused core", "TB/s", "fused mma",
+              "TB/s", "fused x8", "TB/s", "max rel d");
   std::printf(
       "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
-      "-------|-----------|-------|-----------|\n");
+      "-------|-----------|-------|-----------|-------|-----------|\n");
   for (const Shape &sh : shapes) {
     const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
     const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
@@ -350,11 +364,12 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
                               0.05f);
     cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
     const cuda::GemmType out = sh.f32 ? cuda::GemmType::kF32 : cuda::GemmType::kBF16;
-    for (int M : {1, 2, 4}) {
+    for (int M : {1, 2, 3, 4, 5, 8}) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
       auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
-      auto fused = [&](int r, void *y, int waves = 0) {
+      // mma: the fused kernel's tensor-core variant (-1 as the runner picks, 0 / 1 forced).
+      auto fused = [&](int r, void *y, int mma = -1) {
         cuda::FusedGemvParams p;
         p.w = reinterpret_cast<const cuda::bf16 *>(copy_at(r));
         p.N = sh.N;
@@ -364,6 +379,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
         p.out = sh.f32 ? cuda::GemvOut::kF32 : cuda::GemvOut::kBf16;
         p.y = y;
         p.pdl = pdl && ctx.features().programmatic_launch;
+        p.mma = mma;
         p.max_waves = waves;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
@@ -386,11 +402,17 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       // The timed loops end on copy (32 * per + per - 1) % copies: rerun all three on copy 0.
       const double us_lt = time([&](int r) { run_gemm(lt, y1.data(), r); }, 1);
       const double us_gv = time([&](int r) { run_gemm(gv, y2.data(), r); }, 1);
-      const double us_fu = time([&](int r) { fused(r, y3.data()); }, 1);
-      const double us_f8 = time([&](int r) { fused(r, y3.data()); }, 8);
+      const std::size_t smem = std::min<std::size_t>(ctx.features().smem_per_block, 200 << 10);
+      const bool core_ok = M <= cuda::kFusedGemvCoreMaxM &&
+                           cuda::fused_gemv_staged_bytes(M, sh.K, cuda::GemvIn::kBf16, 0) <= smem,
+                 mma_ok = cuda::fused_gemv_uses_mma(M, sh.K, 1),
+                 auto_ok = cuda::fused_gemv_supported(M, sh.K, smem, cuda::GemvIn::kBf16);
+      const double us_fc = core_ok ? time([&](int r) { fused(r, y3.data(), 0); }, 1) : NAN;
+      const double us_fm = mma_ok ? time([&](int r) { fused(r, y3.data(), 1); }, 1) : NAN;
+      const double us_f8 = auto_ok ? time([&](int r) { fused(r, y3.data()); }, 8) : NAN;
       run_gemm(lt, y1.data(), 0);
       run_gemm(gv, y2.data(), 0);
-      fused(0, y3.data());
+      if (auto_ok) fused(0, y3.data());
       const std::size_t n = std::size_t(M) * sh.N;
       auto fetch = [&](cuda::DeviceBuffer &y) {
         std::vector<float> h(n);
@@ -407,16 +429,107 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl) {
       const auto h1 = fetch(y1), h2 = fetch(y2), h3 = fetch(y3);
       double num = 0, den = 0;
       for (std::size_t i = 0; i < n; ++i) {
-        const double d = std::max(std::abs(double(h1[i]) - h2[i]), std::abs(double(h1[i]) - h3[i]));
+        const double d = std::max(std::abs(double(h1[i]) - h2[i]),
+                                  auto_ok ? std::abs(double(h1[i]) - h3[i]) : 0.0);
         num = std::max(num, d);
         den = std::max(den, std::abs(double(h1[i])));
       }
       auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
       std::printf(
           "| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f | "
-          "%9.2e |\n",
-          sh.name.c_str(), M, us_lt, tbs(us_lt), us_gv, tbs(us_gv), us_fu, tbs(us_fu), us_f8,
-          tbs(us_f8), num / std::max(den, 1e-30));
+          "%9.1f | %5.2f | %9.2e |\n",
+          sh.name.c_str(), M, us_lt, tbs(us_lt), us_gv, tbs(us_gv), us_fc, tbs(us_fc), us_fm,
+          tbs(us_fm), us_f8, tbs(us_f8), num / std::max(den, 1e-30));
+      std::fflush(stdout);
+    }
+  }
+  // The fused GEMV as the decode path calls it (cuda_runner_fused.cpp): qkv and gate_up
+  // with the RMSNorm prologue (staged), gate_up with the SwiGLU epilogue, o_proj and down
+  // adding into the f32 residual, the LM head on selected rows; CUDA cores vs tensor cores
+  // (its default grid and 4 waves).
+  std::printf(
+      "\n# fused GEMV as the decode path calls it (median us; TB/s of weights)\n"
+      "| %-30s | %2s | %9s | %5s | %9s | %5s | %9s | %5s |\n"
+      "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
+      "-------|\n",
+      "call", "M", "core", "TB/s", "mma", "TB/s", "mma 4 w", "TB/s");
+  struct Call {
+    std::string name;
+    std::int64_t N, K;
+    cuda::GemvIn in;
+    cuda::GemvOut out;
+  };
+  using GI = cuda::GemvIn;
+  using GO = cuda::GemvOut;
+  const Call calls[] = {{"qkv norm->bf16", qkv, H, GI::kRmsNorm, GO::kBf16},
+                        {"o_proj ->+residual", H, q, GI::kBf16, GO::kAddResidual},
+                        {"gate_up norm->swiglu", 2 * I, H, GI::kRmsNorm, GO::kSwiglu},
+                        {"down ->+residual", H, I, GI::kBf16, GO::kAddResidual},
+                        {"lm_head norm->f32 (rows)", cfg.vocab_size, H, GI::kRmsNorm, GO::kF32}};
+  const std::int64_t Kmax = std::max({H, q, I});
+  cuda::DeviceBuffer residual(std::size_t(8) * Kmax * 4), norm_w(std::size_t(Kmax) * 2),
+      xin(std::size_t(8) * Kmax * 2), rows_d(8 * sizeof(std::int32_t));
+  cuda::launch_fill_uniform(s, xin.as<cuda::bf16>(), 8 * Kmax, 9, -1.0f, 1.0f);
+  cuda::launch_fill_uniform(s, norm_w.as<cuda::bf16>(), Kmax, 10, 0.5f, 1.5f);
+  {
+    std::vector<float> r(std::size_t(8) * Kmax);
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+    for (auto &v : r) v = d(rng);
+    const std::int32_t rows_h[8] = {7, 6, 5, 4, 3, 2, 1, 0};
+    KEEL_CUDA_CHECK(cudaMemcpy(residual.data(), r.data(), r.size() * 4, cudaMemcpyHostToDevice));
+    KEEL_CUDA_CHECK(cudaMemcpy(rows_d.data(), rows_h, sizeof rows_h, cudaMemcpyHostToDevice));
+  }
+  const std::size_t smem = std::min<std::size_t>(ctx.features().smem_per_block, 200 << 10);
+  for (const Call &c : calls) {
+    const std::size_t wbytes = std::size_t(c.N) * c.K * 2;
+    const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
+    cuda::DeviceBuffer w(wbytes * copies), y(std::size_t(8) * c.N * 4);
+    cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
+                              0.05f);
+    for (int M : {1, 2, 4, 8}) {
+      auto launch = [&](int r, int mma, int waves) {
+        cuda::FusedGemvParams p;
+        p.w = reinterpret_cast<const cuda::bf16 *>(w.as<unsigned char>() + (r % copies) * wbytes);
+        p.N = c.N;
+        p.K = c.K;
+        p.M = M;
+        p.in = c.in;
+        p.x = xin.as<cuda::bf16>();
+        p.residual = residual.as<float>();
+        p.rows = c.out == GO::kF32 ? rows_d.as<std::int32_t>() : nullptr;
+        p.norm_weight = norm_w.as<cuda::bf16>();
+        p.out = c.out;
+        // The residual add writes its input rows' buffer: a separate one here.
+        p.y = y.data();
+        p.pdl = pdl && ctx.features().programmatic_launch;
+        p.mma = mma;
+        p.max_waves = waves;
+        cuda::launch_fused_gemv(s, p, ctx.num_sms());
+      };
+      auto time = [&](int mma, int waves) {
+        std::vector<double> t;
+        cuda::Event a(true), b(true);
+        for (int r = 0; r < 33; ++r) {
+          a.record(s);
+          launch(r, mma, waves);
+          b.record(s);
+          b.wait(std::chrono::seconds(30), "gemv bench");
+          if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3);
+        }
+        std::sort(t.begin(), t.end());
+        return t[t.size() / 2];
+      };
+      const bool core_ok =
+          M <= cuda::kFusedGemvCoreMaxM && cuda::fused_gemv_staged_bytes(M, c.K, c.in, 0) <= smem;
+      const bool mma_ok = cuda::fused_gemv_uses_mma(M, c.K, 1) &&
+                          cuda::fused_gemv_staged_bytes(M, c.K, c.in, 1) <= smem;
+      const double us_c = core_ok ? time(0, 0) : NAN;
+      const double us_m = mma_ok ? time(1, 0) : NAN;
+      const double us_m4 = mma_ok ? time(1, 4) : NAN;
+      auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
+      std::printf("| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f |\n",
+                  c.name.c_str(), M, us_c, tbs(us_c), us_m, tbs(us_m), us_m4, tbs(us_m4));
       std::fflush(stdout);
     }
   }
@@ -529,9 +642,11 @@ int run(int argc, char **argv) {
   bool graphs = true;  // CUDA graphs for decode steps
   int gemv_max_m = 1;  // linear layers with <= this many rows on the GEMV kernel
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
-  int split_cap = 0;         // attention split-K cap (0: auto)
-  bool pdl = true;           // programmatic dependent launch of the fused kernels
-  bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
+  int split_cap = 0;                    // attention split-K cap (0: auto)
+  bool pdl = true;                      // programmatic dependent launch of the fused kernels
+  bool gemv = false;                    // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int gemv_waves = 0;        // --gemv-waves N: the fused GEMV's grid cap (0: its default)
   int block_size = 16;       // tokens per KV block
   std::string model_dir;     // --make-model DIR: weights written by keel make-model (bf16)
   std::string weights_path;  // --weights FILE|DIR: an existing model of --model's shape
@@ -592,12 +707,18 @@ int run(int argc, char **argv) {
       gemv_max_m = std::stoi(val());
     } else if (a == "--fused-max-m") {
       fused_max_m = std::stoi(val());
+    } else if (a == "--fused-mma") {
+      fused_mma = std::stoi(val());
+    } else if (a == "--fused-waves") {
+      fused_waves = std::stoi(val());
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
       pdl = choice("on", "off") == "on";
     } else if (a == "--gemv-bench") {
       gemv = true;
+    } else if (a == "--gemv-waves") {
+      gemv_waves = std::stoi(val());
     } else if (a == "--kv-transfer")
       kv_transfer = true;
     else if (a == "--tokens")
@@ -620,7 +741,7 @@ int run(int argc, char **argv) {
   ModelConfig cfg =
       moe_model(model) ? make_model_config(moe_make_options(model, layers)) : llama_config(model);
   if (kv_transfer) return kv_transfer_bench(cfg, model, transfer_tokens);
-  if (gemv) return gemv_bench(rates, cfg, pdl);
+  if (gemv) return gemv_bench(rates, cfg, pdl, gemv_waves);
   cuda::CudaContext ctx;
   cuda::CudaRunnerOptions o;
   o.block_size = block_size;
@@ -632,6 +753,8 @@ int run(int argc, char **argv) {
   o.cuda_graphs = graphs;
   o.gemv_max_m = gemv_max_m;
   o.fused_decode_max_m = fused_max_m;
+  o.fused_gemv_mma = fused_mma;
+  o.fused_gemv_waves = fused_waves;
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
   o.moe_gemv_max_tokens = moe_gemv_max;

@@ -50,10 +50,10 @@ std::vector<float> reference_input(GemvIn in, const std::vector<float> &x,
 }
 
 void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, bool with_rows,
-                bool pdl, std::mt19937 &rng) {
+                bool pdl, std::mt19937 &rng, int mma = -1) {
   SCOPED_TRACE("in " + std::to_string(int(in)) + " out " + std::to_string(int(out)) + " M " +
                std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) +
-               (pdl ? " pdl" : ""));
+               (pdl ? " pdl" : "") + (fused_gemv_uses_mma(M, K, mma) ? " mma" : " cuda cores"));
   const int res_rows = M + 3;
   const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
   const auto w = test::random_bf16_values(std::size_t(N) * K, rng);
@@ -108,6 +108,7 @@ void check_gemv(CudaContext &ctx, GemvIn in, GemvOut out, int M, int N, int K, b
   p.out = out;
   p.y = y.data();
   p.pdl = pdl;
+  p.mma = mma;
   launch_fused_gemv(ctx.compute(), p, ctx.num_sms());
   std::vector<float> got, want(ref.size());
   if (out == GemvOut::kBf16) {
@@ -142,19 +143,38 @@ TEST(CudaFusedGemv, EveryPrologueAndEpilogueMatchesReference) {
   CudaContext ctx;
   std::mt19937 rng(21);
   // K: inside one unrolled pass (40), exactly 8 x 256 (2048), a tail (4104), and many
-  // unrolled passes with a tail (16400); N not a multiple of the warps per block, and
-  // larger than the persistent grid's warps.
+  // unrolled passes with a tail (16400), one more 32-value span than the 8 warps split
+  // evenly (16416); N not a multiple of the warps per block nor of the tensor-core
+  // kernel's 16-row groups, and larger than the persistent grid's warps. M <= 4 on both
+  // kernels (mma 0 and 1; K not a multiple of 32 always on the CUDA cores), M > 4 on the
+  // tensor cores only (so K a multiple of 32).
   for (bool pdl : {false, true})
     for (int M = 1; M <= kFusedGemvMaxM; ++M)
-      for (auto [N, K] : {std::array<int, 2>{77, 40}, {333, 2048}, {129, 4104}, {35, 16400}}) {
-        check_gemv(ctx, GemvIn::kBf16, GemvOut::kBf16, M, N, K, false, pdl, rng);
-        check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kBf16, M, N, K, false, pdl, rng);
-        check_gemv(ctx, GemvIn::kBf16, GemvOut::kAddResidual, M, N, K, false, pdl, rng);
-        check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * N, K, false, pdl, rng);
-      }
+      for (auto [N, K] :
+           {std::array<int, 2>{77, 40}, {333, 2048}, {129, 4104}, {35, 16400}, {35, 16416}})
+        for (int mma : {0, 1}) {
+          if (M > kFusedGemvCoreMaxM && (mma == 0 || K % 32 != 0)) continue;
+          // A staged (normed) input of M x K beyond shared memory is refused (M >= 7 at K =
+          // 16416); a bf16 one on the tensor cores is read from L2 and runs.
+          const bool staged_fits = fused_gemv_staged_bytes(M, K, GemvIn::kRmsNorm, mma) <=
+                                   std::min<std::size_t>(ctx.features().smem_per_block, 200 << 10);
+          check_gemv(ctx, GemvIn::kBf16, GemvOut::kBf16, M, N, K, false, pdl, rng, mma);
+          check_gemv(ctx, GemvIn::kBf16, GemvOut::kAddResidual, M, N, K, false, pdl, rng, mma);
+          if (!staged_fits) continue;
+          check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kBf16, M, N, K, false, pdl, rng, mma);
+          check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * N, K, false, pdl, rng, mma);
+        }
   // The LM head: norm of selected residual rows, f32 out, more rows than the grid's warps.
   check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 3, 40000, 256, true, true, rng);
   check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 1, 40000, 256, true, false, rng);
+  check_gemv(ctx, GemvIn::kRmsNorm, GemvOut::kF32, 8, 40000, 256, true, true, rng);
+  // Which kernel runs: M > 4 and (by default) M >= 2 on the tensor cores where K allows.
+  EXPECT_FALSE(fused_gemv_uses_mma(1, 4096));
+  EXPECT_TRUE(fused_gemv_uses_mma(1, 4096, 1));
+  EXPECT_TRUE(fused_gemv_uses_mma(2, 4096));
+  EXPECT_FALSE(fused_gemv_uses_mma(3, 4096, 0));
+  EXPECT_TRUE(fused_gemv_uses_mma(6, 4096, 0));
+  EXPECT_FALSE(fused_gemv_uses_mma(2, 4104, 1));
 }
 
 TEST(CudaFusedGemv, RejectsWhatItCannotRun) {
@@ -165,6 +185,14 @@ TEST(CudaFusedGemv, RejectsWhatItCannotRun) {
   EXPECT_FALSE(fused_gemv_supported(0, 64, smem));
   EXPECT_FALSE(fused_gemv_supported(kFusedGemvMaxM + 1, 64, smem));
   EXPECT_FALSE(fused_gemv_supported(1, 60, smem));
+  EXPECT_TRUE(fused_gemv_supported(4, 4104, smem));
+  EXPECT_FALSE(fused_gemv_supported(5, 4104, smem));  // the tensor-core kernel: K in spans of 32
+  EXPECT_TRUE(fused_gemv_supported(5, 4128, smem));
+  // The 8B down projection at 8 rows: a bf16 input on the tensor cores stages nothing.
+  EXPECT_TRUE(fused_gemv_supported(8, 14336, smem, GemvIn::kBf16));
+  EXPECT_FALSE(fused_gemv_supported(8, 14336, smem, GemvIn::kRmsNorm));
+  EXPECT_EQ(fused_gemv_staged_bytes(8, 14336, GemvIn::kBf16), 0u);
+  EXPECT_EQ(fused_gemv_staged_bytes(2, 14336, GemvIn::kBf16, 0), 2u * 14336 * 2);
   EXPECT_FALSE(fused_gemv_supported(4, 1 << 20, smem));  // staged input beyond shared memory
   // 4 x 14336 bf16 = 112 KB: within Hopper's 227 KB per block, beyond the 99 KB of an
   // sm_86/89/120 GPU (the baseline), where 2 rows (56 KB) still fit.

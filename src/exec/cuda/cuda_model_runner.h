@@ -74,11 +74,13 @@ struct CudaRunnerOptions {
   // of cuBLASLt (Gemm::set_gemv_max_m; 0: always cuBLASLt). 1: on the H200 the GEMV kernel
   // is 1.01-1.22x cuBLASLt at M = 1 on the 8B shapes, slower at M >= 2 for large N.
   int gemv_max_m = 1;
-  // Decode steps with at most this many token rows (capped at kFusedGemvMaxM) run the fused
-  // kernels of k_decode_fused.h (cuda_runner_fused.cpp): 6-7 launches per layer instead of
-  // 10-11. 0: off. The fused GEMV at 4 rows is slower than cuBLASLt, so the default stops
-  // at 2 (H200: 8B batch 1 182 -> 205 tok/s, 2 seqs 329 -> 384; bench/RESULTS.md).
-  int fused_decode_max_m = 2;
+  // Decode and verify steps with at most this many token rows (capped at kFusedGemvMaxM and
+  // by shared memory) run the fused kernels of k_decode_fused.h (cuda_runner_fused.cpp):
+  // 6-7 launches per layer instead of 10-11. 0: off. From 2 rows on their GEMV runs on the
+  // tensor cores, about as fast at 8 rows as at 1 (H100, 8B: decode 2 / 4 / 8 seqs 314 /
+  // 557 / 1,078 -> 321 / 633 / 1,214 tok/s against a limit of 2; a 1 + 3 verify step
+  // 1.28x -> 1.16x the one-token step; bench/RESULTS.md).
+  int fused_decode_max_m = 8;
   // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
   // starts streaming its weights while the kernel before it drains. Off: plain launches.
   bool programmatic_launch = true;
@@ -115,6 +117,10 @@ struct CudaRunnerOptions {
   // The fused MoE decode's down kernel with the k experts of a column split over warps
   // (MoeDecodeParams::split_down): not measured yet, so off.
   bool moe_split_down = false;
+  // Kernel variants of the fused GEMV, for cuda_bench's comparisons only
+  // (FusedGemvParams::mma and max_waves): -1 / 0 are the kernels' own choices.
+  int fused_gemv_mma = -1;
+  int fused_gemv_waves = 0;
   // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
   // release format) instead of bf16, as a model file with MXFP4 experts loads.
   bool random_experts_mxfp4 = false;
@@ -345,10 +351,11 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_mask_in_;  // staging of mask_in_
   std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
-  bool decode_kernel_ = false;     // the decode attention kernel supports this shape
-  bool flash_ = false;             // the flash kernel runs multi-query tiles
-  std::int32_t flash_tile_q_ = 1;  // query tokens per flash tile
-  int fused_max_m_ = 0;            // steps of <= this many rows take the fused kernels
+  bool decode_kernel_ = false;            // the decode attention kernel supports this shape
+  bool flash_ = false;                    // the flash kernel runs multi-query tiles
+  std::int32_t flash_tile_q_ = 1;         // query tokens per flash tile
+  int fused_max_m_ = 0;                   // steps of <= this many rows take the fused kernels
+  int fused_mma_ = -1, fused_waves_ = 0;  // CudaRunnerOptions::fused_gemv_mma / _waves
   bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
   int split_cap_ = 0;  // CudaRunnerOptions::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers

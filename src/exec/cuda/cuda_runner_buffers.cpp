@@ -62,8 +62,11 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                                      static_cast<int>(hd_));
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
   gemm_.set_gemv_max_m(opts.gemv_max_m);
-  // The fused path stages M rows of H, nh hd and I bf16 in shared memory.
+  // The fused path stages M rows of H bf16 in shared memory (and of nh hd and I on the CUDA
+  // cores).
   fused_max_m_ = std::clamp(opts.fused_decode_max_m, 0, kFusedGemvMaxM);
+  fused_mma_ = opts.fused_gemv_mma;
+  fused_waves_ = std::max(0, opts.fused_gemv_waves);
   // Every step of today's plans has a fused kernel; a plan with other steps (a
   // mixture-of-experts block) runs unfused until the fused path learns them.
   for (const arch::LayerPlan &p : plans_)
@@ -73,9 +76,10 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   if (rot_dim_ != hd_ || config_.attention_sinks) fused_max_m_ = 0;
   if (mla_) fused_max_m_ = 0;  // no fused latent attention yet: MLA steps run eagerly
   const std::size_t smem = ctx_.features().smem_per_block;
+  // qkv, gate_up and the LM head read a normed (staged) input; o_proj and down a bf16 one.
   while (fused_max_m_ > 0 && !(fused_gemv_supported(fused_max_m_, H_, smem) &&
-                               fused_gemv_supported(fused_max_m_, nh_ * hd_, smem) &&
-                               fused_gemv_supported(fused_max_m_, I_, smem)))
+                               fused_gemv_supported(fused_max_m_, nh_ * hd_, smem, GemvIn::kBf16) &&
+                               fused_gemv_supported(fused_max_m_, I_, smem, GemvIn::kBf16)))
     --fused_max_m_;
   // Quantized linear weights: GGUF blocks run the fused steps on the integer-dot GEMV
   // (fused_linear.h) where every weight's layout allows it at the step's rows; FP8 and

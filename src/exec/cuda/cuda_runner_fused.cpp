@@ -37,6 +37,8 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     p.out = out;
     p.y = y;
     p.pdl = pdl_;
+    p.mma = fused_mma_;
+    p.max_waves = fused_waves_;
     launch_fused_linear(s, fmt, w.data(), p, sms);
   };
   QkvRopeKvParams rk;

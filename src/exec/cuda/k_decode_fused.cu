@@ -195,6 +195,147 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_kernel(const FusedGemvPar
   }
 }
 
+// ---- Tensor-core variant (M >= 2 by default) ----
+// The CUDA-core kernel above converts and multiplies every weight once per input row, so
+// its cost grows with M (at M = 4 it was slower than cuBLASLt). Here a block computes a
+// group of 32 output rows (16 gate + 16 up rows for kSwiglu) for all M inputs with
+// mma.sync m16n8k16: the weights are the A operand (two tiles of 16 rows x 16 k), the
+// inputs the B operand (16 k x 8 columns; columns >= M are computed and dropped), f32
+// accumulators; so a weight costs the same instructions whatever M is, and each input
+// fragment serves both tiles. The block's 8 warps take contiguous slices of K (in
+// 32-value spans) and sum their fragments through shared memory. A lane loads 16 bytes of
+// one row (8 consecutive k) and of the row 8 below it: logical k (2t + e, 2t + 8 + e) of
+// the first MMA are physical k (8t + e, 8t + 2 + e) of the span, the second MMA takes
+// (8t + 4 + e, 8t + 6 + e); A and B use the same permutation, so the dot products are
+// unchanged. A kBf16 input is read from global memory (L2) as each warp needs its slice,
+// not staged: staging M x K in shared memory limited the blocks an SM holds (one at
+// M = 4, K = 14336) and so the loads in flight.
+constexpr int kMmaUnroll = 4;  // spans in flight per lane (four 16-byte weight loads each)
+constexpr int kMmaTiles = 2;   // 16-row tiles a warp computes, sharing each input fragment
+// Grid: the blocks that fit at once, looping over groups (each block stages a normed
+// input once, whatever the number of groups it computes).
+constexpr int kMmaDefaultWaves = 1;
+
+__device__ __forceinline__ void mma_16816(float c[4], unsigned a0, unsigned a1, unsigned a2,
+                                          unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// Rows of output a block-iteration of the tensor-core kernel computes.
+template <GemvOut Out>
+constexpr int mma_group_rows() {
+  return (Out == GemvOut::kSwiglu ? 8 : 16) * kMmaTiles;
+}
+
+template <int M, GemvIn In, GemvOut Out>
+__global__ void __launch_bounds__(kThreads) fused_gemv_mma_kernel(const FusedGemvParams p) {
+  constexpr bool kGlu = Out == GemvOut::kSwiglu;
+  constexpr int kGroupRows = mma_group_rows<Out>();
+  constexpr int kTileRows = kGroupRows / kMmaTiles;  // output rows of one 16-row MMA tile
+  extern __shared__ uint4 smem_raw[];
+  bf16 *xs = reinterpret_cast<bf16 *>(smem_raw);  // kRmsNorm: [M][K]
+  __shared__ float red[kWarps][M];
+  __shared__ float4 part[kWarps][kMmaTiles][32];  // each warp's accumulator fragments
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const std::int64_t K = p.K, rows = kGlu ? p.N / 2 : p.N;
+  const std::int64_t groups = (rows + kGroupRows - 1) / kGroupRows;
+  const int spans = static_cast<int>(K / 32);
+  const int s_begin = warp * spans / kWarps, s_end = (warp + 1) * spans / kWarps;
+  // This lane's two weight rows of tile i in group `grp` (row g and the row 8 below; for
+  // kSwiglu gate row g and its up row), as 16-byte vectors at k = 8t of span 0. A row
+  // past the end reads row 0 (its outputs are never stored).
+  const uint4 *ra[kMmaTiles], *rb[kMmaTiles];
+  auto rows_of = [&](std::int64_t grp) {
+#pragma unroll
+    for (int i = 0; i < kMmaTiles; ++i) {
+      std::int64_t a = grp * kGroupRows + i * kTileRows + g, b = kGlu ? a + rows : a + 8;
+      if (a >= rows) a = 0, b = kGlu ? rows : 0;
+      if (b >= (kGlu ? 2 * rows : rows)) b = 0;
+      ra[i] = reinterpret_cast<const uint4 *>(p.w + a * K) + t;
+      rb[i] = reinterpret_cast<const uint4 *>(p.w + b * K) + t;
+    }
+  };
+  uint4 wa[kMmaTiles][kMmaUnroll], wb[kMmaTiles][kMmaUnroll];
+  auto load = [&](int s0) {
+#pragma unroll
+    for (int u = 0; u < kMmaUnroll; ++u)
+      if (s0 + u < s_end)
+#pragma unroll
+        for (int i = 0; i < kMmaTiles; ++i) {
+          wa[i][u] = __ldcs(ra[i] + 4 * (s0 + u));
+          wb[i][u] = __ldcs(rb[i] + 4 * (s0 + u));
+        }
+  };
+  // The first loads go out before the staging (and before the PDL wait, a no-op as
+  // launch_variant launches this kernel).
+  bool loaded = false;
+  if (blockIdx.x < groups) {
+    rows_of(blockIdx.x);
+    load(s_begin);
+    loaded = true;
+  }
+  wait_for_previous_kernel();
+  allow_next_kernel();
+  // B operand: input row g (a column past M reads row M - 1 and is dropped).
+  const uint4 *xr;
+  if constexpr (In == GemvIn::kRmsNorm) {
+    stage_input<M, In>(p, xs, red);
+    __syncthreads();
+    xr = reinterpret_cast<const uint4 *>(xs + std::int64_t(min(g, M - 1)) * K) + t;
+  } else {
+    xr = reinterpret_cast<const uint4 *>(p.x + std::int64_t(min(g, M - 1)) * K) + t;
+  }
+  for (std::int64_t grp = blockIdx.x; grp < groups; grp += gridDim.x) {
+    float c[kMmaTiles][4] = {};
+    for (int s0 = s_begin; s0 < s_end; s0 += kMmaUnroll) {
+      if (!loaded) load(s0);
+      loaded = false;
+#pragma unroll
+      for (int u = 0; u < kMmaUnroll; ++u)
+        if (s0 + u < s_end) {
+          const uint4 x = xr[4 * (s0 + u)];
+#pragma unroll
+          for (int i = 0; i < kMmaTiles; ++i) {
+            mma_16816(c[i], wa[i][u].x, wb[i][u].x, wa[i][u].y, wb[i][u].y, x.x, x.y);
+            mma_16816(c[i], wa[i][u].z, wb[i][u].z, wa[i][u].w, wb[i][u].w, x.z, x.w);
+          }
+        }
+    }
+    // The next group's first loads go out before this group's reduction and stores.
+    if (grp + gridDim.x < groups) {
+      rows_of(grp + gridDim.x);
+      load(s_begin);
+      loaded = true;
+    }
+#pragma unroll
+    for (int i = 0; i < kMmaTiles; ++i)
+      part[warp][i][lane] = make_float4(c[i][0], c[i][1], c[i][2], c[i][3]);
+    __syncthreads();
+    // Fragment: c0, c1 = (row g, columns 2t, 2t + 1), c2, c3 = (row g + 8, same columns);
+    // for kSwiglu row g + 8 is the up row of gate row g.
+    constexpr int kPerLane = kGlu ? 2 : 4;  // outputs a lane's fragment holds
+    constexpr int kOutputs = kMmaTiles * 32 * kPerLane;
+    for (int o = threadIdx.x; o < kOutputs; o += kThreads) {
+      const int i = o / (32 * kPerLane), src = o / kPerLane % 32, e = o % kPerLane;
+      const int m = 2 * (src % 4) + (e & 1);
+      const std::int64_t n = grp * kGroupRows + i * kTileRows + src / 4 + (kGlu ? 0 : (e >> 1) * 8);
+      float a = 0.0f, b = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) {
+        const float *f = reinterpret_cast<const float *>(&part[w][i][src]);
+        a += f[e];
+        if constexpr (kGlu) b += f[e + 2];
+      }
+      if (m < M && n < rows) store_output<Out>(p, std::int64_t(m) * rows + n, a, b);
+    }
+    __syncthreads();  // part is rewritten by the next group
+  }
+}
+
 // The current device's opt-in shared memory per block.
 std::size_t device_smem_optin() {
   int device = 0, optin = 0;
@@ -203,12 +344,17 @@ std::size_t device_smem_optin() {
   return static_cast<std::size_t>(optin);
 }
 
-// One output row per warp: a block works on kWarps rows at once.
+// The CUDA-core kernel (one output row per warp, a block on kWarps rows at once) or the
+// tensor-core one (a block on a group of 32 rows, 16 for kSwiglu), as fused_gemv_uses_mma.
 template <int M, GemvIn In, GemvOut Out>
 void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
-  const auto kernel = fused_gemv_kernel<M, In, Out>;
-  constexpr int rows_per_block = kWarps;
-  const std::size_t smem = fused_gemv_smem_bytes(M, p.K);
+  const bool mma = fused_gemv_uses_mma(p.M, p.K, p.mma);
+  auto kernel = fused_gemv_mma_kernel<M, In, Out>;
+  if constexpr (M <= kFusedGemvCoreMaxM)
+    if (!mma) kernel = fused_gemv_kernel<M, In, Out>;
+  const int rows_per_block = mma ? mma_group_rows<Out>() : kWarps;
+  // The tensor-core kernel stages only a normed input; it reads a bf16 one from L2.
+  const std::size_t smem = fused_gemv_staged_bytes(M, p.K, In, p.mma);
   // The same value for every launch on this device (kMaxSmem or the device's opt-in
   // limit, whichever is less), so two engines' threads never race over the attribute.
   KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -217,10 +363,14 @@ void launch_variant(cudaStream_t s, const FusedGemvParams &p, int num_sms) {
   KEEL_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const std::int64_t rows = p.out == GemvOut::kSwiglu ? p.N / 2 : p.N;
   const std::int64_t need = (rows + rows_per_block - 1) / rows_per_block;
-  const int waves = p.max_waves > 0 ? p.max_waves : kDefaultWaves;
+  const int waves = p.max_waves > 0 ? p.max_waves : mma ? kMmaDefaultWaves : kDefaultWaves;
   const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * waves;
+  // The tensor-core kernel is launched as a plain dependent even under PDL: launched early
+  // it made 8B decode at 2 / 4 / 8 seqs 227 / 441 / 884 tok/s on an H100, plainly 321 /
+  // 633 / 1,214 (bench/RESULTS.md, session 16). It still lets the kernel after it start
+  // early (allow_next_kernel).
   launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(std::min(need, fit))), dim3(kThreads), smem,
-                   s, p.pdl, p);
+                   s, p.pdl && !mma, p);
 }
 
 template <int M>
@@ -318,9 +468,20 @@ std::size_t fused_gemv_smem_bytes(int M, std::int64_t K) {
   return static_cast<std::size_t>(M) * static_cast<std::size_t>(K) * sizeof(bf16);
 }
 
-bool fused_gemv_supported(int M, std::int64_t K, std::size_t smem_per_block) {
+bool fused_gemv_uses_mma(int M, std::int64_t K, int mma) {
+  if (K % 32 != 0) return false;
+  if (M > kFusedGemvCoreMaxM) return true;
+  return mma > 0 || (mma < 0 && M >= kFusedGemvMmaMinM);
+}
+
+std::size_t fused_gemv_staged_bytes(int M, std::int64_t K, GemvIn in, int mma) {
+  return in == GemvIn::kBf16 && fused_gemv_uses_mma(M, K, mma) ? 0 : fused_gemv_smem_bytes(M, K);
+}
+
+bool fused_gemv_supported(int M, std::int64_t K, std::size_t smem_per_block, GemvIn in) {
   return M >= 1 && M <= kFusedGemvMaxM && K > 0 && K % 8 == 0 &&
-         fused_gemv_smem_bytes(M, K) <= std::min(kMaxSmem, smem_per_block);
+         (M <= kFusedGemvCoreMaxM || K % 32 == 0) &&
+         fused_gemv_staged_bytes(M, K, in, -1) <= std::min(kMaxSmem, smem_per_block);
 }
 
 void launch_fused_gemv(StreamRef s_ref, const FusedGemvParams &p, int num_sms) {
@@ -330,23 +491,29 @@ void launch_fused_gemv(StreamRef s_ref, const FusedGemvParams &p, int num_sms) {
   const bool in_ok = p.in == GemvIn::kRmsNorm ? p.residual && p.norm_weight &&
                                                     aligned(p.residual) && aligned(p.norm_weight)
                                               : p.x && aligned(p.x);
-  if (!fused_gemv_supported(p.M, p.K, device_smem_optin()) || !p.w || !aligned(p.w) || !in_ok ||
-      !p.y || (p.out == GemvOut::kSwiglu && p.N % 2 != 0) || p.N > (std::int64_t(1) << 40))
+  if (!fused_gemv_supported(p.M, p.K, device_smem_optin(), p.in) ||
+      fused_gemv_staged_bytes(p.M, p.K, p.in, p.mma) > std::min(kMaxSmem, device_smem_optin()) ||
+      !p.w || !aligned(p.w) || !in_ok || !p.y || (p.out == GemvOut::kSwiglu && p.N % 2 != 0) ||
+      p.N > (std::int64_t(1) << 40))
     throw Error(ErrorCode::kInvalidArgument, "fused_gemv: unsupported shape M=" +
                                                  std::to_string(p.M) + " K=" + std::to_string(p.K));
   switch (p.M) {
     case 1:
-      launch_m<1>(s, p, num_sms);
-      break;
+      return launch_m<1>(s, p, num_sms);
     case 2:
-      launch_m<2>(s, p, num_sms);
-      break;
+      return launch_m<2>(s, p, num_sms);
     case 3:
-      launch_m<3>(s, p, num_sms);
-      break;
+      return launch_m<3>(s, p, num_sms);
+    case 4:
+      return launch_m<4>(s, p, num_sms);
+    case 5:
+      return launch_m<5>(s, p, num_sms);
+    case 6:
+      return launch_m<6>(s, p, num_sms);
+    case 7:
+      return launch_m<7>(s, p, num_sms);
     default:
-      launch_m<4>(s, p, num_sms);
-      break;
+      return launch_m<8>(s, p, num_sms);
   }
 }
 

@@ -20,7 +20,12 @@
 
 namespace keel::cuda {
 
-constexpr int kFusedGemvMaxM = 4;
+constexpr int kFusedGemvMaxM = 8;
+// Rows the CUDA-core GEMV kernel takes (its cost grows with M); more run on the tensor
+// cores. From kFusedGemvMmaMinM rows on (and for every M when the tensor-core kernel is
+// asked for) the tensor-core kernel runs where K is a multiple of 32.
+constexpr int kFusedGemvCoreMaxM = 4;
+constexpr int kFusedGemvMmaMinM = 2;
 
 enum class GemvIn : std::uint8_t {
   kBf16,     // x [M, K] bf16
@@ -48,17 +53,30 @@ struct FusedGemvParams {
   GemvOut out = GemvOut::kBf16;
   void *y = nullptr;
   bool pdl = false;  // programmatic dependent launch
-  // Grid size: one output row per warp, capped at max_waves times the blocks that fit on
-  // the device at once (beyond that warps loop over rows); 0: the default (4).
+  // Grid size: one output row per warp (a group of rows per block on the tensor cores),
+  // capped at max_waves times the blocks that fit on the device at once (beyond that
+  // warps loop over rows); 0: the default (4 on the CUDA cores, 1 on the tensor cores).
   int max_waves = 0;
+  // The tensor-core kernel: -1 as fused_gemv_uses_mma decides, 0 never (M <= 4), 1 always
+  // where K allows (bench comparisons).
+  int mma = -1;
 };
 
+// True when a launch of M rows over K runs the tensor-core kernel (`mma` as
+// FusedGemvParams::mma): K a multiple of 32, and M > kFusedGemvCoreMaxM, or
+// M >= kFusedGemvMmaMinM unless mma is 0, or mma is 1.
+bool fused_gemv_uses_mma(int M, std::int64_t K, int mma = -1);
 // Dynamic shared memory the kernel stages its input in: M x K bf16.
 std::size_t fused_gemv_smem_bytes(int M, std::int64_t K);
+// Shared memory a launch stages its input in: none for a bf16 input on the tensor cores
+// (read from L2), else M x K bf16.
+std::size_t fused_gemv_staged_bytes(int M, std::int64_t K, GemvIn in, int mma = -1);
 // True when launch_fused_gemv runs the shape: 1 <= M <= kFusedGemvMaxM, K a positive
-// multiple of 8 whose staged input fits in smem_per_block bytes of shared memory
-// (CudaFeatures::smem_per_block) and in the kernel's own cap.
-bool fused_gemv_supported(int M, std::int64_t K, std::size_t smem_per_block);
+// multiple of 8 (of 32 for M > kFusedGemvCoreMaxM) whose staged input (`in`, with the
+// kernel fused_gemv_uses_mma picks by default) fits in smem_per_block bytes of shared
+// memory (CudaFeatures::smem_per_block) and in the kernel's own cap.
+bool fused_gemv_supported(int M, std::int64_t K, std::size_t smem_per_block,
+                          GemvIn in = GemvIn::kRmsNorm);
 // num_sms sizes the persistent grid (CudaContext::num_sms()).
 void launch_fused_gemv(StreamRef s, const FusedGemvParams &p, int num_sms);
 
