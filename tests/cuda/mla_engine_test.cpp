@@ -1,6 +1,6 @@
 // A tiny deepseek_v3 (make_model: multi-head latent attention over the latent KV cache)
-// served by the engine on the CUDA runner, prefix cache on, eager steps (MLA has no CUDA
-// graphs yet), as moe_engine_test does for qwen3_moe: requests run one at a time, so each
+// served by the engine on the CUDA runner, prefix cache on, decode steps on CUDA graphs,
+// as moe_engine_test does for qwen3_moe: requests run one at a time, so each
 // step's batch -- and so its logits -- is the same whether the GPU or the host samples;
 // the GPU sampler must then give the host's tokens and logprobs, the later requests must
 // find their shared prompt prefix (latent blocks) in the cache, and every request must

@@ -23,8 +23,6 @@ bool CudaModelRunner::graph_eligible(const ForwardBatch &b) const {
     at += q.num_tokens;
   }
   graph = graph && at == T;
-  // Multi-head latent attention runs eagerly for now (cuda_runner_mla.cpp).
-  if (mla_) graph = false;
   // Mixture-of-experts layers capture only on their fixed-shape GEMV path.
   if (graph && has_moe_ && graph_bucket(T) > moe_gemv_max_) graph = false;
   return graph;

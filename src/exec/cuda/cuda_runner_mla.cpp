@@ -6,8 +6,9 @@
 //   attn = absorbed attention over the latent cache     -> mla_attn_ [T, nh, v]
 //   proj_ = o_proj attn
 // through the same staged inputs (positions, slots, tiles, block table) as the split K/V
-// attention. MLA models run eagerly: no fused decode kernels and no CUDA graphs yet
-// (graph_eligible, allocate_buffers).
+// attention. Decode and verify steps replay CUDA graphs like every model's (a padding
+// row's tile reads position 0 of the step's first block table entry; its output is never
+// used); no fused decode kernels yet (allocate_buffers).
 #include <string>
 
 #include "core/error.h"
