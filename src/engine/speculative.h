@@ -74,10 +74,14 @@ class Drafter {
   // Drafters that read the target's hidden states (MTP heads) say so; the engine then
   // asks the runner for every token's (ForwardBatch::want_hidden) and hands each
   // sequence's rows here after the forward: positions [start_pos, start_pos + n),
-  // [n, hidden_size] values, drafted positions included (rejected ones are computed
-  // again, and their rows given again, before a draft may read them); `tokens` are the
-  // request's tokens known so far (this step's sampled one not yet among them).
+  // [n, hidden_size] values (or [n, hidden_size x hidden_layers().size()]: the outputs of
+  // the target layers hidden_layers() names, concatenated; EAGLE-3), drafted positions included
+  // (rejected ones are computed again, and their rows given again, before a draft may read them);
+  // `tokens` are the request's tokens known so far (this step's sampled one not yet among them).
   virtual bool wants_hidden() const { return false; }
+  // With wants_hidden: the target layers whose outputs a row concatenates
+  // (ForwardBatch::hidden_layers); empty: the final hidden state.
+  virtual std::vector<std::int32_t> hidden_layers() const { return {}; }
   virtual void observe_hidden(RequestId, std::span<const TokenId> /*tokens*/,
                               std::int32_t /*start_pos*/, std::int32_t /*n*/,
                               std::span<const float> /*rows*/) {}
