@@ -130,10 +130,10 @@ TEST(KeelRun, Eagle3HeadKeepsTheOutput) {
   const std::string err = (work / "stderr.txt").string();
   auto run = [&](const std::string &extra, std::string *log) {
     int status = 0;
-    const std::string out = run_cmd(
-        keel_binary().string() + " run --model " + m.out.string() +
-            " --prompt-ids 7,7,7,7 -n 40 --ignore-eos --threads 1 " + extra + " 2>" + err,
-        &status);
+    const std::string out =
+        run_cmd(keel_binary().string() + " run --model " + m.out.string() +
+                    " --prompt-ids 7,7,7,7 -n 40 --ignore-eos --threads 1 " + extra + " 2>" + err,
+                &status);
     std::ifstream f(err);
     std::stringstream ss;
     ss << f.rdbuf();

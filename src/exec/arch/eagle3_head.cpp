@@ -58,6 +58,14 @@ Eagle3Head::Eagle3Head(const std::filesystem::path &dir, const ModelConfig &targ
   } catch (const Error &e) {
     bad(e.what());
   }
+  std::error_code ec;
+  if (std::filesystem::exists(dir / "pytorch_model.bin", ec) &&
+      !std::filesystem::exists(dir / "model.safetensors", ec) &&
+      !std::filesystem::exists(dir / "model.safetensors.index.json", ec))
+    throw Error(ErrorCode::kUnsupported,
+                (dir / "pytorch_model.bin").string() +
+                    ": the head's weights are a PyTorch pickle; keel reads safetensors only "
+                    "(convert it, e.g. with safetensors.torch.save_file)");
   files_ = SafetensorsModel::open(dir);
   WeightLookup lookup = [this](const std::string &name) -> std::optional<TensorView> {
     const SafetensorsTensor *t = find_any(*files_, name);

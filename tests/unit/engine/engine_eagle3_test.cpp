@@ -309,6 +309,10 @@ TEST(EngineEagle3, BadHeadsAreRefusedNamingTheFault) {
                  o.aux_layers = {0, 1, 9};
                }),
           "layer 9 is outside the target's 2 layers");
+  // Weights as a PyTorch pickle (as some releases ship them): named, not guessed at.
+  const auto pickle = head("pickle");
+  std::filesystem::rename(pickle / "model.safetensors", pickle / "pytorch_model.bin");
+  refused(pickle, "keel reads safetensors only");
   // Not a head: a model directory.
   refused(target(), "is not an EAGLE-3 head");
 }
