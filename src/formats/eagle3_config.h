@@ -3,7 +3,9 @@
 // one Llama decoder layer's shape (hidden_size, heads, head_dim, intermediate_size,
 // rms_norm_eps, rope_theta / rope_scaling), vocab_size (the target's), draft_vocab_size
 // (the head's own, smaller output vocabulary), and optionally target_hidden_size and
-// eagle_config.eagle_aux_hidden_state_layer_ids (the target layers whose outputs feed fc).
+// eagle_config.eagle_aux_hidden_state_layer_ids (the target layers whose outputs feed fc);
+// vLLM's speculators format too (the layer's fields in transformer_layer_config, the aux
+// ids at the top level in vLLM's indexing).
 #pragma once
 
 #include <cstdint>
@@ -19,8 +21,11 @@ struct Eagle3Config {
   ModelConfig layer;  // the head's decoder layer (num_layers 1), vocab_size the target's
   std::int64_t draft_vocab_size = 0;    // lm_head rows; vocab_size when absent
   std::int64_t target_hidden_size = 0;  // fc takes aux_layers x this; hidden_size when absent
-  // eagle_config.eagle_aux_hidden_state_layer_ids: target layers whose outputs (the
-  // residual stream after layer l) fc concatenates, in order; empty: the default.
+  // The target layers whose outputs (the residual stream after layer l) fc concatenates,
+  // in order; empty: the default. From eagle_config.eagle_aux_hidden_state_layer_ids
+  // (SGLang / SpecForge: ids are layer outputs) or a top-level
+  // eagle_aux_hidden_state_layer_ids (vLLM's speculators format: id j is the input of layer
+  // j, so the output of j - 1), which wins when both are present.
   std::vector<std::int32_t> aux_layer_ids;
   // SpecForge's norm_before_residual: the layer's residual is hidden_norm(fc(...)), not
   // fc(...) itself.

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "exec/arch/eagle3_head.h"
 #include "exec/cpu/cpu_model_runner.h"
+#include "formats/eagle3_config.h"
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
 #include "support/paths.h"
@@ -204,6 +205,67 @@ TEST(CpuEagle3Fixture, RunnerReturnsTheAuxLayersOutputs) {
         << e.what();
   }
   for (const auto &d : {three, one, two}) std::filesystem::remove_all(d);
+}
+
+// config.json as the releases write it: SGLang / SpecForge's eagle_config ids are layer
+// outputs; vLLM's speculators format nests the layer in transformer_layer_config and
+// indexes its top-level ids by the layer whose input it captures (one more); without ids,
+// the inputs of layers 2, L/2 and L-3. Wrong fields are named.
+TEST(CpuEagle3Config, LayerIdConventionsAndLayouts) {
+  const std::string layer =
+      R"("hidden_size": 64, "intermediate_size": 192, "num_attention_heads": 4,
+      "num_key_value_heads": 2, "vocab_size": 512, "draft_vocab_size": 128, "rms_norm_eps": 1e-5)";
+  const Eagle3Config sglang = parse_eagle3_config(
+      R"({"architectures": ["LlamaForCausalLMEagle3"], )" + layer +
+          R"(, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28]}})",
+      "sglang");
+  EXPECT_EQ(sglang.aux_layer_ids, (std::vector<std::int32_t>{1, 15, 28}));
+  EXPECT_EQ(sglang.layer.hidden_size, 64);
+  EXPECT_EQ(sglang.layer.head_dim, 16);
+  EXPECT_EQ(sglang.draft_vocab_size, 128);
+  EXPECT_EQ(sglang.target_hidden_size, 64);
+  const Eagle3Config vllm = parse_eagle3_config(
+      R"({"architectures": ["Eagle3Speculator"], "transformer_layer_config": {"model_type": "llama", )" +
+          layer + R"(}, "draft_vocab_size": 128, "target_hidden_size": 96,
+          "norm_before_residual": true, "eagle_aux_hidden_state_layer_ids": [2, 16, 29]})",
+      "vllm");
+  EXPECT_EQ(vllm.aux_layer_ids, (std::vector<std::int32_t>{1, 15, 28}));
+  EXPECT_EQ(vllm.layer.intermediate_size, 192);
+  EXPECT_EQ(vllm.target_hidden_size, 96);
+  EXPECT_TRUE(vllm.norm_before_residual);
+  // No ids: the default for a 32-layer target, the outputs of 1, 15 and 28.
+  const Eagle3Config none = parse_eagle3_config("{" + layer + "}", "none");
+  EXPECT_TRUE(none.aux_layer_ids.empty());
+  EXPECT_EQ(eagle3_aux_layers(none, 32), (std::vector<std::int32_t>{1, 15, 28}));
+  auto refused = [](const std::string &text, const std::string &needle) {
+    try {
+      parse_eagle3_config(text, "cfg");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error &e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  refused("{" + layer + R"(, "eagle_aux_hidden_state_layer_ids": [0, 16, 29]})",
+          "eagle_aux_hidden_state_layer_ids: 0");
+  // yuhuili's EAGLE3-LLaMA3.1-Instruct-8B names LlamaForCausalLM, with a draft_vocab_size;
+  // a model's config has none.
+  EXPECT_EQ(parse_eagle3_config(R"({"architectures": ["LlamaForCausalLM"], )" + layer + "}", "y")
+                .draft_vocab_size,
+            128);
+  refused(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 192,
+      "num_attention_heads": 4, "vocab_size": 512})",
+          "is not an EAGLE-3 head");
+  refused(R"({"hidden_size": 64, "intermediate_size": 192, "num_attention_heads": 4,
+      "vocab_size": 512, "draft_vocab_size": 1024})",
+          "draft_vocab_size 1024");
+  try {
+    eagle3_aux_layers(none, 4);  // 4 layers: the default's L - 4 is layer 0, L/2 - 1 is 1: fine
+    eagle3_aux_layers(none, 3);
+    ADD_FAILURE() << "a 3-layer target has no default aux layers";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("is outside the target's 3 layers"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace
