@@ -122,8 +122,8 @@ int cmd_engine(int argc, char **argv) {
   std::string speculative;
   int num_speculative_tokens = 4, spec_max_running = 4;
   app.add_option("--speculative", speculative,
-                 "draft tokens to verify several per step: off, ngram, mtp or draft:PATH (CPU "
-                 "runner only)");
+                 "draft tokens to verify several per step: off, ngram, mtp, draft:PATH or "
+                 "eagle3:PATH (CPU runner only)");
   app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
       ->check(CLI::Range(1, 16));
   app.add_option("--speculative-max-running", spec_max_running,
@@ -179,10 +179,9 @@ int cmd_engine(int argc, char **argv) {
     cfg.max_model_len = max_model_len;
     cfg.device_sampling = !host_sampling;
     cfg.speculative.method = parse_speculative_method(speculative);
-    if (draft_model_path(cfg.speculative.method)) {
-      check_draft_device(cfg.speculative.method, device);
+    check_draft_device(cfg.speculative.method, device);
+    if (draft_model_path(cfg.speculative.method))
       check_draft_tokenizer(model, cfg.speculative.method);
-    }
     cfg.speculative.num_speculative_tokens = num_speculative_tokens;
     cfg.speculative.max_running = spec_max_running;
     cfg.make_constraint = grammar::output_constraint_factory(model);

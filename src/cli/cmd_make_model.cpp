@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/progress_bar.h"
+#include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
 
 namespace keel::cli {
@@ -88,11 +89,25 @@ int cmd_make_model(int argc, char **argv) {
   app.add_option("--seed", o.seed, "random seed (same seed, same bytes)");
   app.add_option("--threads", o.threads,
                  "worker threads (default: all cores; output does not depend on it)");
+  std::string eagle3_for;
+  app.add_option("--eagle3-for", eagle3_for,
+                 "instead of a model, write a random EAGLE-3 head (for --speculative eagle3:PATH) "
+                 "for the HF model directory TARGET (its shapes; f32; --seed applies)");
   app.add_option("--out", out, "output directory (safetensors) or .gguf file")->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError &e) {
     return app.exit(e);
+  }
+  if (!eagle3_for.empty()) {
+    MakeEagle3Options e;
+    e.target = load_hf_config(eagle3_for);
+    e.seed = o.seed;
+    e.out = out;
+    const std::int64_t bytes = make_eagle3_head(e);
+    std::printf("wrote %s: an EAGLE-3 head for %s, %.1f MB of tensors\n", out.c_str(),
+                eagle3_for.c_str(), static_cast<double>(bytes) / 1e6);
+    return 0;
   }
   if (tie && no_tie) throw Error(ErrorCode::kInvalidArgument, "--tie and --no-tie are exclusive");
   auto opt = [&](const char *name, std::int64_t v, std::optional<std::int64_t> &dst) {

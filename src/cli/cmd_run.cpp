@@ -127,8 +127,9 @@ int cmd_run(int argc, char **argv) {
   std::string speculative;
   int num_speculative_tokens = 4;
   app.add_option("--speculative", speculative,
-                 "speculative decoding: off, ngram (prompt lookup) or draft:PATH (a smaller "
-                 "model with the same tokenizer); the same output, several tokens a step");
+                 "speculative decoding: off, ngram (prompt lookup), draft:PATH (a smaller "
+                 "model with the same tokenizer) or eagle3:PATH (an EAGLE-3 head); the same "
+                 "output, several tokens a step");
   app.add_option("--num-speculative-tokens", num_speculative_tokens,
                  "drafted tokens verified per step at most")
       ->check(CLI::Range(1, 16))
@@ -229,7 +230,7 @@ int cmd_run(int argc, char **argv) {
   if (draft_model_path(spec.method)) check_draft_tokenizer(model_path, spec.method);
   // As in the engine, n-gram lookup is simply off where the runner cannot verify.
   std::unique_ptr<Drafter> drafter;
-  if (runner->verifies_drafts() || draft_model_path(spec.method))
+  if (runner->verifies_drafts() || draft_model_path(spec.method) || eagle3_head_path(spec.method))
     drafter = make_drafter(spec, runner.get(), &ctx);
   const ModelConfig &cfg = runner->config();
   for (TokenId t : ids)
@@ -264,7 +265,18 @@ int cmd_run(int argc, char **argv) {
                stdout);
     std::fflush(stdout);
   };
+  // A drafter that reads the target's hidden states (EAGLE-3) gets each append's rows, as
+  // the engine hands them over (Engine::observe_hidden): positions [start, start + n), and
+  // the tokens known so far (the one about to be sampled not among them).
+  const bool hidden = drafter && drafter->wants_hidden();
+  if (hidden) seq.keep_hidden(drafter->hidden_layers());
+  auto observe = [&](std::int64_t start, std::size_t n, std::span<const TokenId> known) {
+    if (hidden)
+      drafter->observe_hidden(RequestId{1}, known, static_cast<std::int32_t>(start),
+                              static_cast<std::int32_t>(n), seq.hidden());
+  };
   std::vector<float> logits = seq.append(ids, echo);
+  observe(0, ids.size(), ids);
   if (echo) {
     for (std::size_t i = 0; i < ids.size(); ++i) {
       const std::string piece = tok ? tok->decode(std::span<const TokenId>(&ids[i], 1)) : "";
@@ -342,7 +354,13 @@ int cmd_run(int argc, char **argv) {
       drafted += static_cast<std::int64_t>(draft.size());
       step_tokens.insert(step_tokens.end(), draft.begin(), draft.end());
     }
+    const std::int64_t start = seq.length();
     logits = seq.append(step_tokens, !draft.empty());
+    if (hidden) {
+      all.assign(ids.begin(), ids.end());
+      all.insert(all.end(), generated.begin(), generated.end());
+      observe(start, step_tokens.size(), all);
+    }
   }
   if (!json) {
     std::fputs((stream.flush() + "\n").c_str(), stdout);

@@ -556,6 +556,7 @@ bool Engine::run_step() {
     batch_.seqs.clear();
     batch_.block_table.clear();
     batch_.want_hidden = drafter_ && drafter_->wants_hidden();
+    if (batch_.want_hidden) batch_.hidden_layers = drafter_->hidden_layers();
     for (const ScheduledSeq &s : plan.seqs) {
       const SchedRequest *r = sched_->find(s.id);
       KEEL_CHECK(r != nullptr);
@@ -1012,7 +1013,8 @@ void Engine::emit_verified(const StepPlan &plan, std::size_t si, std::size_t fir
 }
 
 void Engine::observe_hidden(const StepPlan &plan) {
-  const auto width = static_cast<std::size_t>(model_config_.hidden_size);
+  const auto width = static_cast<std::size_t>(model_config_.hidden_size) *
+                     std::max<std::size_t>(1, batch_.hidden_layers.size());
   if (out_.hidden.size() != static_cast<std::size_t>(batch_.total_tokens()) * width) return;
   for (std::size_t i = 0; i < plan.seqs.size(); ++i) {
     const SequenceSlice &slice = batch_.seqs[i];

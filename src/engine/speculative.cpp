@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "engine/draft_model_drafter.h"
+#include "engine/eagle3_drafter.h"
 #include "engine/mtp_drafter.h"
 #include "engine/ngram_drafter.h"
 #include "exec/model_runner.h"
@@ -12,6 +13,23 @@ namespace keel {
 
 namespace {
 constexpr std::string_view kDraftPrefix = "draft:";
+constexpr std::string_view kEagle3Prefix = "eagle3:";
+
+// "PREFIX:PATH" with PATH made absolute; throws naming the method when PATH is empty or
+// missing.
+std::string canonical_path_method(const std::string &method, std::string_view prefix,
+                                  const char *what) {
+  const std::filesystem::path path(method.substr(prefix.size()));
+  if (path.empty())
+    throw Error(ErrorCode::kInvalidArgument, "--speculative " + std::string(prefix) +
+                                                 " needs the " + what + "'s path (" +
+                                                 std::string(prefix) + "PATH)");
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(ErrorCode::kNotFound, "--speculative " + method + ": no such file or directory");
+  const std::filesystem::path abs = std::filesystem::absolute(path, ec);
+  return std::string(prefix) + (ec ? path : abs).lexically_normal().string();
+}
 }  // namespace
 
 std::optional<std::filesystem::path> draft_model_path(const std::string &method) {
@@ -19,29 +37,32 @@ std::optional<std::filesystem::path> draft_model_path(const std::string &method)
   return std::filesystem::path(method.substr(kDraftPrefix.size()));
 }
 
+std::optional<std::filesystem::path> eagle3_head_path(const std::string &method) {
+  if (!method.starts_with(kEagle3Prefix)) return std::nullopt;
+  return std::filesystem::path(method.substr(kEagle3Prefix.size()));
+}
+
 void check_draft_device(const std::string &method, const std::string &device) {
-  if (draft_model_path(method) && device != "cpu")
+  if (device == "cpu") return;
+  if (draft_model_path(method))
     throw Error(ErrorCode::kUnsupported,
                 "--speculative " + method + ": --device " + device +
                     ": a draft model runs beside the CPU runner only (the CUDA runner cannot "
                     "run one yet)");
+  if (eagle3_head_path(method))
+    throw Error(ErrorCode::kUnsupported,
+                "--speculative " + method + ": --device " + device +
+                    ": an EAGLE-3 head runs beside the CPU runner only (the CUDA runner cannot "
+                    "return its layers' hidden states yet)");
 }
 
 std::string parse_speculative_method(const std::string &method) {
   if (method.empty() || method == "off") return "";
   if (method == "ngram" || method == "mtp") return method;
-  if (auto path = draft_model_path(method)) {
-    if (path->empty())
-      throw Error(ErrorCode::kInvalidArgument,
-                  "--speculative draft: needs the draft model's path (draft:PATH)");
-    std::error_code ec;
-    if (!std::filesystem::exists(*path, ec))
-      throw Error(ErrorCode::kNotFound, "--speculative " + method + ": no such file or directory");
-    const std::filesystem::path abs = std::filesystem::absolute(*path, ec);
-    return std::string(kDraftPrefix) + (ec ? *path : abs).lexically_normal().string();
-  }
-  throw Error(ErrorCode::kInvalidArgument,
-              "speculative: unknown method '" + method + "' (off, ngram, mtp or draft:PATH)");
+  if (draft_model_path(method)) return canonical_path_method(method, kDraftPrefix, "draft model");
+  if (eagle3_head_path(method)) return canonical_path_method(method, kEagle3Prefix, "EAGLE-3 head");
+  throw Error(ErrorCode::kInvalidArgument, "speculative: unknown method '" + method +
+                                               "' (off, ngram, mtp, draft:PATH or eagle3:PATH)");
 }
 
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunner *runner,
@@ -58,6 +79,14 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunn
                       ": this runner does not verify drafts (a draft model runs beside the CPU "
                       "runner only; the tensor-parallel runner cannot verify drafts yet)");
     return DraftModelDrafter::open(*path, *runner, ctx, config.draft_kv_blocks);
+  }
+  if (auto path = eagle3_head_path(method)) {
+    if (runner == nullptr || !runner->verifies_drafts())
+      throw Error(ErrorCode::kUnsupported,
+                  "--speculative " + method +
+                      ": this runner does not verify drafts (an EAGLE-3 head runs beside the CPU "
+                      "runner only; the tensor-parallel runner cannot verify drafts yet)");
+    return Eagle3Drafter::open(*path, *runner, ctx);
   }
   if (method == "mtp") {
     const std::string model =

@@ -33,7 +33,8 @@ class ModelRunner;
 struct SpeculativeConfig {
   // "" (off), "ngram" (prompt lookup), "mtp" (the checkpoint's multi-token-prediction
   // layer, engine/mtp_drafter.h), "draft:PATH" (a smaller model sharing the target's
-  // tokenizer, engine/draft_model_drafter.h); parse_speculative_method checks a name.
+  // tokenizer, engine/draft_model_drafter.h), "eagle3:PATH" (an EAGLE-3 head,
+  // engine/eagle3_drafter.h); parse_speculative_method checks a name.
   std::string method;
   std::int32_t num_speculative_tokens = 4;  // drafts per step at most
   // Adaptive: no drafts while this many sequences or more are running (0: no limit).
@@ -48,13 +49,17 @@ struct SpeculativeConfig {
 };
 
 // Throws Error(kInvalidArgument) naming the value unless `method` is "", "off", "ngram",
-// "mtp" or "draft:PATH" with an existing PATH; returns the canonical name ("" for off;
-// "draft:" with PATH made absolute, so an engine started elsewhere finds it).
+// "mtp", "draft:PATH" or "eagle3:PATH" with an existing PATH; returns the canonical name
+// ("" for off; "draft:" / "eagle3:" with PATH made absolute, so an engine started
+// elsewhere finds it).
 std::string parse_speculative_method(const std::string &method);
 // The model a "draft:PATH" method names; none for any other method.
 std::optional<std::filesystem::path> draft_model_path(const std::string &method);
-// Throws Error(kUnsupported) naming the flag when `method` is a draft model and `device`
-// ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot run one beside it yet.
+// The head an "eagle3:PATH" method names; none for any other method.
+std::optional<std::filesystem::path> eagle3_head_path(const std::string &method);
+// Throws Error(kUnsupported) naming the flag when `method` is a draft model or an EAGLE-3
+// head and `device` ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot run one
+// beside it yet.
 void check_draft_device(const std::string &method, const std::string &device);
 
 // One interface for every way of drafting (engine thread only).
@@ -74,10 +79,14 @@ class Drafter {
   // Drafters that read the target's hidden states (MTP heads) say so; the engine then
   // asks the runner for every token's (ForwardBatch::want_hidden) and hands each
   // sequence's rows here after the forward: positions [start_pos, start_pos + n),
-  // [n, hidden_size] values, drafted positions included (rejected ones are computed
-  // again, and their rows given again, before a draft may read them); `tokens` are the
-  // request's tokens known so far (this step's sampled one not yet among them).
+  // [n, hidden_size] values (or [n, hidden_size x hidden_layers().size()]: the outputs of
+  // the target layers hidden_layers() names, concatenated; EAGLE-3), drafted positions included
+  // (rejected ones are computed again, and their rows given again, before a draft may read them);
+  // `tokens` are the request's tokens known so far (this step's sampled one not yet among them).
   virtual bool wants_hidden() const { return false; }
+  // With wants_hidden: the target layers whose outputs a row concatenates
+  // (ForwardBatch::hidden_layers); empty: the final hidden state.
+  virtual std::vector<std::int32_t> hidden_layers() const { return {}; }
   virtual void observe_hidden(RequestId, std::span<const TokenId> /*tokens*/,
                               std::int32_t /*start_pos*/, std::int32_t /*n*/,
                               std::span<const float> /*rows*/) {}
@@ -85,8 +94,8 @@ class Drafter {
 
 // The drafter `config` names, or null when speculation is off. "mtp" needs `runner`,
 // whose MTP layer it loads (ModelRunner::load_mtp's errors, prefixed with the flag).
-// "draft:PATH" needs the target's CPU runner and its context `ctx`, on which the draft
-// model runs (errors name the flag and the path).
+// "draft:PATH" and "eagle3:PATH" need the target's CPU runner and its context `ctx`, on
+// which the draft model or head runs (errors name the flag and the path).
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config,
                                       ModelRunner *runner = nullptr, ExecContext *ctx = nullptr);
 

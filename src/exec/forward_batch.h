@@ -47,6 +47,11 @@ struct ForwardBatch {
   // Also return every token's final hidden state, before the final norm
   // (ForwardOutput::hidden): what an MTP drafter consumes.
   bool want_hidden = false;
+  // With want_hidden: when not empty, each token's row is instead the concatenation, in
+  // this order, of the outputs of these decoder layers (the residual stream after layer l,
+  // i.e. the input of layer l + 1; ids in [0, num_layers), repeats allowed): what an EAGLE-3
+  // head consumes (its aux layers). Runners that cannot give them throw Error(kUnsupported).
+  std::vector<std::int32_t> hidden_layers;
   std::int32_t total_tokens() const { return static_cast<std::int32_t>(tokens.size()); }
 };
 
@@ -60,7 +65,8 @@ struct ForwardOutput {
   // from each row and its log-probability under the raw logits.
   std::vector<TokenId> sampled;
   std::vector<float> sampled_logprobs;
-  // ForwardBatch::want_hidden only: [total_tokens, hidden_size], batch token order.
+  // ForwardBatch::want_hidden only: [total_tokens, hidden_size * max(1, hidden_layers)],
+  // batch token order.
   std::vector<float> hidden;
 };
 

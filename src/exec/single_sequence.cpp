@@ -35,6 +35,8 @@ ForwardOutput SingleSequence::step(std::span<const TokenId> tokens, SequenceSlic
   s.logits = logits;
   b.seqs.push_back(s);
   b.block_table.assign(table_.begin(), table_.begin() + s.num_blocks);
+  b.want_hidden = want_hidden_;
+  b.hidden_layers = hidden_layers_;
   ForwardOutput out;
   runner_.forward(b, out);
   length_ = end;
@@ -43,6 +45,7 @@ ForwardOutput SingleSequence::step(std::span<const TokenId> tokens, SequenceSlic
 
 std::vector<float> SingleSequence::append(std::span<const TokenId> tokens, bool all_logits) {
   std::vector<float> rows;
+  hidden_.clear();
   if (tokens.empty()) return rows;
   for (std::size_t i = 0; i < tokens.size(); i += static_cast<std::size_t>(chunk_)) {
     const auto n = std::min<std::size_t>(chunk_, tokens.size() - i);
@@ -52,6 +55,7 @@ std::vector<float> SingleSequence::append(std::span<const TokenId> tokens, bool 
                           : (last ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone);
     ForwardOutput o = step(tokens.subspan(i, n), mode);
     rows.insert(rows.end(), o.logits.begin(), o.logits.end());
+    hidden_.insert(hidden_.end(), o.hidden.begin(), o.hidden.end());
   }
   return rows;
 }

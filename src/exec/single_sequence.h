@@ -33,6 +33,16 @@ class SingleSequence {
   // Throws Error(kResourceExhausted) when the KV store would overflow.
   std::vector<float> append(std::span<const TokenId> tokens, bool all_logits);
 
+  // From now on every append also asks for each token's hidden rows
+  // (ForwardBatch::want_hidden, `layers` as ForwardBatch::hidden_layers), for a drafter
+  // that reads them (keel run --speculative eagle3:PATH); hidden() then holds the last
+  // append's, [tokens, row width].
+  void keep_hidden(std::vector<std::int32_t> layers) {
+    want_hidden_ = true;
+    hidden_layers_ = std::move(layers);
+  }
+  const std::vector<float> &hidden() const { return hidden_; }
+
   // Like append(all_logits = true) but hands each chunk's rows to `sink(first_index,
   // rows, n)` instead of collecting them (perplexity over long texts).
   template <class Sink>
@@ -45,6 +55,9 @@ class SingleSequence {
   std::int32_t chunk_;
   std::int64_t length_ = 0;
   std::vector<std::int32_t> table_;
+  bool want_hidden_ = false;
+  std::vector<std::int32_t> hidden_layers_;
+  std::vector<float> hidden_;
 };
 
 template <class Sink>

@@ -1,14 +1,20 @@
 // keel run and keel perplexity end to end: --json/--echo output against the
-// transformers reference of a fixture, and perplexity consistent with those logprobs.
+// transformers reference of a fixture, and perplexity consistent with those logprobs;
+// keel run --speculative eagle3:PATH prints what it prints without drafts.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "formats/make_eagle3_head.h"
+#include "formats/make_model.h"
+#include "formats/model_weights.h"
 #include "support/paths.h"
 
 namespace keel::test {
@@ -75,6 +81,86 @@ TEST(KeelRun, BadInputIsAnErrorNotACrash) {
   EXPECT_NE(status, 0);
   run_cmd(keel_binary().string() + " run --model /nonexistent --prompt-ids 1 2>&1", &status);
   EXPECT_NE(status, 0);
+}
+
+// keel run --speculative eagle3:PATH over a tiny random llama: a random head and one wired
+// to copy the target's prediction (engine_eagle3_test's copying head: fc passes the last aux
+// layer, the target's final hidden state, through, the block adds nothing, lm_head is the
+// target's) print the same text as no drafts, greedy and seeded; the copying head's
+// drafts are accepted where the target repeats itself (as it does after this prompt).
+TEST(KeelRun, Eagle3HeadKeepsTheOutput) {
+  if (!std::filesystem::exists(keel_binary())) GTEST_SKIP() << "keel binary not built";
+  const auto work =
+      std::filesystem::temp_directory_path() / ("keel-run-eagle3-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(work);
+  MakeModelOptions m;
+  m.arch = "llama";
+  m.shape = "tiny";
+  m.dtype = DType::kF32;
+  m.seed = 11;
+  m.out = work / "target";
+  m.threads = 2;
+  make_model(m);
+  auto weights = ModelWeights::open(m.out);
+  const TensorView &lm = weights->get("lm_head.weight");
+  std::vector<float> lm_head(static_cast<std::size_t>(lm.numel()));
+  std::memcpy(lm_head.data(), lm.data, lm_head.size() * sizeof(float));
+  MakeEagle3Options e;
+  e.target = weights->config();
+  e.seed = 5;
+  e.out = work / "random";
+  make_eagle3_head(e);
+  const std::int64_t H = e.target.hidden_size;
+  e.out = work / "copying";
+  e.draft_vocab = e.target.vocab_size;
+  e.edit = [&](const std::string &name, std::vector<float> &v) {
+    if (name == "fc.weight") {
+      std::fill(v.begin(), v.end(), 0.0f);
+      for (std::int64_t i = 0; i < H; ++i) v[static_cast<std::size_t>(i * 3 * H + 2 * H + i)] = 1;
+    } else if (name == "midlayer.self_attn.o_proj.weight" ||
+               name == "midlayer.mlp.down_proj.weight") {
+      std::fill(v.begin(), v.end(), 0.0f);
+    } else if (name == "norm.weight") {
+      std::fill(v.begin(), v.end(), 1.0f);  // make_model's model.norm.weight is ones
+    } else if (name == "lm_head.weight") {
+      v = lm_head;
+    }
+  };
+  make_eagle3_head(e);
+  const std::string err = (work / "stderr.txt").string();
+  auto run = [&](const std::string &extra, std::string *log) {
+    int status = 0;
+    const std::string out =
+        run_cmd(keel_binary().string() + " run --model " + m.out.string() +
+                    " --prompt-ids 7,7,7,7 -n 40 --ignore-eos --threads 1 " + extra + " 2>" + err,
+                &status);
+    std::ifstream f(err);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    if (log) *log = ss.str();
+    EXPECT_EQ(status, 0) << ss.str();
+    return out;
+  };
+  std::int64_t accepted = 0;
+  for (const std::string sampling : {"", "--temperature 0.8 --seed 3"}) {
+    const std::string ref = run(sampling, nullptr);
+    ASSERT_FALSE(ref.empty());
+    for (const char *h : {"random", "copying"}) {
+      std::string log;
+      EXPECT_EQ(run(sampling + " --speculative eagle3:" + (work / h).string(), &log), ref)
+          << h << " " << sampling;
+      const auto at = log.find("speculative eagle3: ");
+      ASSERT_NE(at, std::string::npos) << log;
+      long long kept = 0, drafted = 0;
+      ASSERT_EQ(std::sscanf(log.c_str() + at, "speculative eagle3: %lld of %lld", &kept, &drafted),
+                2)
+          << log;
+      EXPECT_GT(drafted, 0) << log;
+      if (std::string(h) == "copying") accepted += kept;
+    }
+  }
+  EXPECT_GT(accepted, 0);
+  std::filesystem::remove_all(work);
 }
 
 }  // namespace

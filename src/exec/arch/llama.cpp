@@ -133,6 +133,11 @@ void LlamaModel::validate(const ForwardBatch &batch, const cpu::CpuKvStore &kv) 
   if (kv.row_floats() != shard_.kv_heads * cfg_.head_dim)
     throw Error(ErrorCode::kInternal, "llama: the KV cache is not sized for this model's KV heads");
   check_forward_batch(batch, kv.num_blocks(), kv.block_size(), cfg_.vocab_size);
+  for (const std::int32_t l : batch.hidden_layers)
+    if (l < 0 || l >= cfg_.num_layers)
+      throw Error(ErrorCode::kInvalidArgument, "forward batch: hidden_layers names layer " +
+                                                   std::to_string(l) + " of " +
+                                                   std::to_string(cfg_.num_layers));
 }
 
 void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv,
@@ -189,6 +194,22 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
     const std::int64_t n = static_cast<std::int64_t>(b.size());
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t i = 0; i < n; ++i) y[r * n + i] += b[i];
+  };
+
+  // The outputs of the decoder layers batch.hidden_layers names (an EAGLE-3 head's aux
+  // rows), copied as each of them ends; nothing is kept otherwise.
+  const auto aux_n = static_cast<std::int64_t>(batch.want_hidden ? batch.hidden_layers.size() : 0);
+  if (aux_n > 0) {
+    if (shard_.size != 1) throw Error(ErrorCode::kInternal, "llama: hidden rows from a shard");
+    out.hidden.assign(static_cast<std::size_t>(T * hidden * aux_n), 0.0f);
+  }
+  auto keep_layer_output = [&](std::int64_t l) {
+    for (std::int64_t j = 0; j < aux_n; ++j) {
+      if (batch.hidden_layers[j] != l) continue;
+      for (std::int64_t t = 0; t < T; ++t)
+        std::copy(x + t * hidden, x + (t + 1) * hidden,
+                  out.hidden.data() + (t * aux_n + j) * hidden);
+    }
   };
 
   using S = LayerStep;
@@ -263,12 +284,13 @@ void LlamaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::Cpu
           break;
       }
     }
+    if (aux_n > 0) keep_layer_output(l);
   }
 
-  if (batch.want_hidden) {
+  if (aux_n == 0 && batch.want_hidden) {
     if (shard_.size != 1) throw Error(ErrorCode::kInternal, "llama: hidden rows from a shard");
     out.hidden.assign(x, x + T * hidden);
-  } else {
+  } else if (aux_n == 0) {
     out.hidden.clear();
   }
   // Logits for the rows the batch asks for.

@@ -77,7 +77,9 @@ class LlamaModel {
   // With kGreedyIds (unsharded only) the head yields each row's argmax in out.sampled
   // (out.sampled_logprobs zero, out.logits empty) without computing a logits row to keep.
   // With batch.want_hidden (unsharded only), out.hidden gets every token's final hidden
-  // state before the final norm.
+  // state before the final norm, or, when batch.hidden_layers names layers, the
+  // concatenation of those layers' outputs (an EAGLE-3 head's aux rows; copied as each
+  // layer ends, at no cost to a batch that does not ask).
   enum class Head { kLogits, kGreedyIds };
   void forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKvStore &kv, ExecContext &ctx,
                parallel::Communicator *comm = nullptr, Head head = Head::kLogits);

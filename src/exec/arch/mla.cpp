@@ -267,6 +267,10 @@ void MlaModel::forward(const ForwardBatch &batch, ForwardOutput &out, cpu::CpuKv
   if (kv.row_floats() != W || kv.planes() != 1)
     throw Error(ErrorCode::kInternal, "mla: the KV cache is not a latent cache of this model");
   check_forward_batch(batch, kv.num_blocks(), kv.block_size(), cfg_.vocab_size);
+  if (batch.want_hidden && !batch.hidden_layers.empty())
+    throw Error(ErrorCode::kUnsupported,
+                "mla: multi-head latent attention models do not return chosen layers' hidden "
+                "rows yet (EAGLE-3)");
   ThreadPool &pool = ctx.pool();
   Workspace &ws = ctx.workspace();
   ws.reset();

@@ -1,0 +1,252 @@
+#include "exec/arch/eagle3_head.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "core/error.h"
+#include "exec/cpu/activation.h"
+#include "exec/cpu/norm.h"
+#include "exec/cpu/quant_blocks.h"
+#include "formats/safetensors.h"
+
+namespace keel::arch {
+
+namespace {
+
+// Checkpoints name the layer midlayer.* (EAGLE, SpecForge) or layers.0.*, with or without
+// a model. prefix (vLLM reads all of them); keel asks by the first form.
+std::vector<std::string> aliases(const std::string &name) {
+  std::vector<std::string> out{name, "model." + name};
+  if (name.starts_with("midlayer.")) {
+    const std::string l0 = "layers.0." + name.substr(9);
+    out.push_back(l0);
+    out.push_back("model." + l0);
+  }
+  return out;
+}
+
+const SafetensorsTensor *find_any(const SafetensorsModel &m, const std::string &name) {
+  for (const std::string &n : aliases(name))
+    if (const SafetensorsTensor *t = m.find(n)) return t;
+  return nullptr;
+}
+
+}  // namespace
+
+Eagle3Head::~Eagle3Head() = default;
+
+Eagle3Head::Eagle3Head(const std::filesystem::path &dir, const ModelConfig &target,
+                       const TensorView &target_embed)
+    : cfg_(load_eagle3_config(dir)) {
+  const std::string origin = (dir / "config.json").string();
+  const ModelConfig &c = cfg_.layer;
+  auto bad = [&](const std::string &why) { throw Error(ErrorCode::kFormat, origin + ": " + why); };
+  if (c.vocab_size != target.vocab_size)
+    bad("vocab_size " + std::to_string(c.vocab_size) + " is not the target's " +
+        std::to_string(target.vocab_size));
+  if (cfg_.target_hidden_size != target.hidden_size)
+    bad("target_hidden_size (or hidden_size) " + std::to_string(cfg_.target_hidden_size) +
+        " is not the target's hidden_size " + std::to_string(target.hidden_size));
+  if (c.hidden_size != target.hidden_size)
+    bad("hidden_size " + std::to_string(c.hidden_size) + " is not the target's " +
+        std::to_string(target.hidden_size));
+  try {
+    aux_ = eagle3_aux_layers(cfg_, target.num_layers);
+  } catch (const Error &e) {
+    bad(e.what());
+  }
+  std::error_code ec;
+  if (std::filesystem::exists(dir / "pytorch_model.bin", ec) &&
+      !std::filesystem::exists(dir / "model.safetensors", ec) &&
+      !std::filesystem::exists(dir / "model.safetensors.index.json", ec))
+    throw Error(ErrorCode::kUnsupported,
+                (dir / "pytorch_model.bin").string() +
+                    ": the head's weights are a PyTorch pickle; keel reads safetensors only "
+                    "(convert it, e.g. with safetensors.torch.save_file)");
+  files_ = SafetensorsModel::open(dir);
+  WeightLookup lookup = [this](const std::string &name) -> std::optional<TensorView> {
+    const SafetensorsTensor *t = find_any(*files_, name);
+    if (!t) return std::nullopt;
+    if (!t->dtype)
+      throw Error(ErrorCode::kFormat, name + ": dtype " + t->dtype_name + " is not supported");
+    return SafetensorsModel::view(*t, files_->origin());
+  };
+  const std::int64_t H = c.hidden_size, NH = c.num_heads, G = c.num_kv_heads, D = c.head_dim,
+                     I = c.intermediate_size, V = c.vocab_size, Vd = cfg_.draft_vocab_size;
+  const auto A = static_cast<std::int64_t>(aux_.size());
+  fc_ = need_tensor(lookup, "fc.weight", {H, A * cfg_.target_hidden_size});
+  input_norm_ = need_vector(lookup, "midlayer.input_layernorm.weight", H);
+  hidden_norm_ = need_vector(lookup, "midlayer.hidden_norm.weight", H);
+  wq_ = need_tensor(lookup, "midlayer.self_attn.q_proj.weight", {NH * D, 2 * H});
+  wk_ = need_tensor(lookup, "midlayer.self_attn.k_proj.weight", {G * D, 2 * H});
+  wv_ = need_tensor(lookup, "midlayer.self_attn.v_proj.weight", {G * D, 2 * H});
+  wo_ = need_tensor(lookup, "midlayer.self_attn.o_proj.weight", {H, NH * D});
+  post_norm_ = need_vector(lookup, "midlayer.post_attention_layernorm.weight", H);
+  w_gate_ = need_tensor(lookup, "midlayer.mlp.gate_proj.weight", {I, H});
+  w_up_ = need_tensor(lookup, "midlayer.mlp.up_proj.weight", {I, H});
+  w_down_ = need_tensor(lookup, "midlayer.mlp.down_proj.weight", {H, I});
+  norm_ = need_vector(lookup, "norm.weight", H);
+  lm_head_ = need_tensor(lookup, "lm_head.weight", {Vd, H});
+  if (lookup("embed_tokens.weight"))
+    embed_ = need_tensor(lookup, "embed_tokens.weight", {V, H});
+  else if (target_embed.shape == std::vector<std::int64_t>{V, H})
+    embed_ = target_embed;
+  else
+    throw Error(ErrorCode::kFormat,
+                "embed_tokens.weight: tensor missing, and the target's embedding is not [vocab, "
+                "hidden]");
+  // d2t: the target id of draft id d is d + d2t[d] (int64).
+  const SafetensorsTensor *d2t = find_any(*files_, "d2t");
+  if (d2t == nullptr) {
+    if (Vd != V)
+      throw Error(ErrorCode::kFormat, "d2t: tensor missing (draft_vocab_size < vocab_size)");
+    d2t_.assign(static_cast<std::size_t>(V), 0);
+  } else {
+    if (d2t->dtype_name != "I64")
+      throw Error(ErrorCode::kFormat, "d2t: dtype " + d2t->dtype_name + " where I64 was expected");
+    if (d2t->shape != std::vector<std::int64_t>{Vd})
+      throw Error(ErrorCode::kFormat,
+                  "d2t: shape [" +
+                      (d2t->shape.size() == 1 ? std::to_string(d2t->shape[0]) : std::string("?")) +
+                      "] where [" + std::to_string(Vd) + "] (draft_vocab_size) was expected");
+    if (d2t->nbytes != static_cast<std::size_t>(Vd) * 8)
+      throw Error(ErrorCode::kFormat, "d2t: data size does not match its shape");
+    d2t_.resize(static_cast<std::size_t>(Vd));
+    std::memcpy(d2t_.data(), d2t->data, d2t->nbytes);
+    for (std::int64_t d = 0; d < Vd; ++d) {
+      const std::int64_t id = d + d2t_[static_cast<std::size_t>(d)];
+      if (id < 0 || id >= V)
+        throw Error(ErrorCode::kFormat, "d2t: draft id " + std::to_string(d) + " maps to " +
+                                            std::to_string(id) + ", outside the vocabulary");
+    }
+  }
+  for (const TensorView *t : {&fc_, &wq_, &wk_, &wv_, &wo_, &w_gate_, &w_up_, &w_down_, &lm_head_})
+    weights_bytes_ += static_cast<std::int64_t>(t->nbytes);
+  weights_bytes_ += 4 * (4 * H) + static_cast<std::int64_t>(d2t_.size()) * 8;
+  if (embed_.data != target_embed.data) weights_bytes_ += static_cast<std::int64_t>(embed_.nbytes);
+  rope_ = cpu::make_rope_table(c);
+}
+
+void Eagle3Head::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecContext &ctx) {
+  const ModelConfig &c = cfg_.layer;
+  const std::int64_t n = static_cast<std::int64_t>(in.tokens.size());
+  const std::int64_t H = c.hidden_size, NH = c.num_heads, G = c.num_kv_heads, D = c.head_dim,
+                     I = c.intermediate_size, V = c.vocab_size;
+  const std::int64_t width = in.chained ? H : aux_width();
+  const std::int64_t row = cache_row_floats();
+  if (static_cast<std::int64_t>(in.hidden.size()) != n * width)
+    throw Error(ErrorCode::kInvalidArgument, "eagle3: hidden rows do not match the tokens");
+  if (in.start_pos < 0 || in.start_pos > cache.length)
+    throw Error(ErrorCode::kInvalidArgument, "eagle3: start_pos past the cached positions");
+  for (const TokenId t : in.tokens)
+    if (t < 0 || t >= V) throw Error(ErrorCode::kInvalidArgument, "eagle3: token id out of range");
+  if (n == 0) {
+    out.hidden.clear();
+    out.argmax.clear();
+    out.logits.clear();
+    return;
+  }
+  ThreadPool &pool = ctx.pool();
+  Workspace &ws = ctx.workspace();
+  ws.reset();
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  std::vector<std::int32_t> pos(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < n; ++t) pos[t] = in.start_pos + static_cast<std::int32_t>(t);
+
+  // g = fc(aux rows), or the chained h'; cat = [input_layernorm(embed) ; hidden_norm(g)].
+  float *g = ws.floats(n * H);
+  if (in.chained)
+    std::copy(in.hidden.begin(), in.hidden.end(), g);
+  else
+    cpu::linear(fc_, in.hidden.data(), n, g, pool, scratch_);
+  float *e = ws.floats(n * H);
+  const std::int64_t row_bytes = dtype_bytes(embed_.dtype, H);
+  for (std::int64_t t = 0; t < n; ++t)
+    cpu::dequantize_row(embed_.dtype, embed_.data + in.tokens[t] * row_bytes, e + t * H, H);
+  cpu::rmsnorm(e, input_norm_.data(), e, n, H, eps);
+  float *gn = ws.floats(n * H);
+  cpu::rmsnorm(g, hidden_norm_.data(), gn, n, H, eps);
+  float *cat = ws.floats(n * 2 * H);
+  for (std::int64_t t = 0; t < n; ++t) {
+    std::copy(e + t * H, e + (t + 1) * H, cat + t * 2 * H);
+    std::copy(gn + t * H, gn + (t + 1) * H, cat + t * 2 * H + H);
+  }
+  float *x = ws.floats(n * H);  // the residual
+  std::copy(cfg_.norm_before_residual ? gn : g, (cfg_.norm_before_residual ? gn : g) + n * H, x);
+
+  // Attention over the head's own positions [0, pos].
+  float *q = ws.floats(n * NH * D), *k = ws.floats(n * G * D), *v = ws.floats(n * G * D);
+  const cpu::LinearJob qkv[] = {{&wq_, q}, {&wk_, k}, {&wv_, v}};
+  cpu::linear_multi(qkv, cat, n, pool, scratch_);
+  cpu::apply_rope(rope_, q, n, NH, D, pos.data());
+  cpu::apply_rope(rope_, k, n, G, D, pos.data());
+  cache.length = in.start_pos + static_cast<std::int32_t>(n);
+  cache.rows.resize(static_cast<std::size_t>(cache.length * row));
+  for (std::int64_t t = 0; t < n; ++t) {
+    float *dst = cache.rows.data() + pos[t] * row;
+    std::copy(k + t * G * D, k + (t + 1) * G * D, dst);
+    std::copy(v + t * G * D, v + (t + 1) * G * D, dst + G * D);
+  }
+  float *att = ws.floats(n * NH * D);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  std::vector<float> score;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const std::int64_t len = pos[t] + 1;
+    score.resize(static_cast<std::size_t>(len));
+    for (std::int64_t hd = 0; hd < NH; ++hd) {
+      const std::int64_t kvh = hd / (NH / G);
+      const float *qh = q + (t * NH + hd) * D;
+      float mx = -INFINITY;
+      for (std::int64_t j = 0; j < len; ++j) {
+        const float *kj = cache.rows.data() + j * row + kvh * D;
+        float s = 0;
+        for (std::int64_t d = 0; d < D; ++d) s += qh[d] * kj[d];
+        score[j] = s * scale;
+        mx = std::max(mx, score[j]);
+      }
+      float sum = 0;
+      for (std::int64_t j = 0; j < len; ++j) sum += score[j] = std::exp(score[j] - mx);
+      float *o = att + (t * NH + hd) * D;
+      std::fill(o, o + D, 0.0f);
+      for (std::int64_t j = 0; j < len; ++j) {
+        const float *vj = cache.rows.data() + j * row + G * D + kvh * D;
+        const float w = score[j] / sum;
+        for (std::int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
+      }
+    }
+  }
+  float *h = ws.floats(n * H);
+  cpu::linear(wo_, att, n, h, pool, scratch_);
+  for (std::int64_t i = 0; i < n * H; ++i) x[i] += h[i];
+  // The MLP.
+  cpu::rmsnorm(x, post_norm_.data(), h, n, H, eps);
+  float *gate = ws.floats(n * I), *up = ws.floats(n * I);
+  const cpu::LinearJob gate_up[] = {{&w_gate_, gate}, {&w_up_, up}};
+  cpu::linear_multi(gate_up, h, n, pool, scratch_);
+  cpu::swiglu(gate, up, gate, n * I);
+  cpu::linear(w_down_, gate, n, h, pool, scratch_);
+  for (std::int64_t i = 0; i < n * H; ++i) x[i] += h[i];
+
+  // h' before the norm; the head over norm(h') of the rows asked for.
+  out.hidden.assign(x, x + n * H);
+  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
+                             : in.head == MtpInput::Head::kLast ? n - 1
+                                                                : n;
+  const std::int64_t R = n - first;
+  out.argmax.assign(static_cast<std::size_t>(R), 0);
+  out.logits.clear();
+  if (R == 0) return;
+  float *hn = ws.floats(R * H);
+  cpu::rmsnorm(x + first * H, norm_.data(), hn, R, H, eps);
+  cpu::linear_argmax(lm_head_, hn, R, out.argmax.data(), pool, scratch_);
+  for (TokenId &id : out.argmax) id = target_id(id);
+  if (in.want_logits) {
+    out.logits.resize(static_cast<std::size_t>(R * cfg_.draft_vocab_size));
+    cpu::linear(lm_head_, hn, R, out.logits.data(), pool, scratch_);
+  }
+}
+
+}  // namespace keel::arch
