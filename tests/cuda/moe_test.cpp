@@ -15,7 +15,9 @@
 #include "exec/arch/moe_ffn.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/cuda/cuda_model_runner.h"
+#include "exec/cuda/k_decode_fused.h"
 #include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_moe_decode.h"
 #include "formats/make_model.h"
 #include "model/model_harness.h"
 #include "moe_vs_cpu.h"
@@ -238,6 +240,10 @@ TEST_P(CudaMoeVsCpu, PromptLogprobsAndGreedyAloneAndBatchedWith31) {
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(gpu->config().moe);
   const int V = static_cast<int>(gpu->config().vocab_size);
+  // Softmax routing, no router bias, no shared expert, bf16 experts: decode steps up to the
+  // MoE decode kernels' rows take the fused path (a larger fused GEMV limit must not turn
+  // it off for every step).
+  EXPECT_EQ(gpu->fused_decode_max_m(), std::min(kMoeDecodeMaxT, kFusedGemvMaxM));
 
   moe_vs_cpu::RowErrors e;
   moe_vs_cpu::alone_and_batched(*gpu, *cpu, V, 256, e);

@@ -74,7 +74,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
       if (!fused_path_runs(step)) fused_max_m_ = 0;
   // Nor does its qkv_rope_kv know a partial rotary factor or attention sinks.
   if (rot_dim_ != hd_ || config_.attention_sinks) fused_max_m_ = 0;
-  if (mla_) fused_max_m_ = 0;  // no fused latent attention yet: MLA steps run eagerly
+  if (mla_) fused_max_m_ = 0;  // no fused latent attention yet: MLA steps run unfused
   const std::size_t smem = ctx_.features().smem_per_block;
   // qkv, gate_up and the LM head read a normed (staged) input; o_proj and down a bf16 one.
   while (fused_max_m_ > 0 && !(fused_gemv_supported(fused_max_m_, H_, smem) &&

@@ -72,12 +72,16 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   // The fused decode path runs a MoE layer on k_moe_decode.h's kernels: softmax top-k
   // routing without a router bias, no shared expert. Other models decode unfused.
   // Its kernels read bf16 experts only.
+  // Its row limit (kMoeDecodeMaxT) is below the dense fused GEMV's: steps of more rows run
+  // unfused rather than every step losing the fused path.
+  auto moe_rows_fit = [&](int rows) {
+    return moe_decode_supported(rows, static_cast<int>(H_), static_cast<int>(moe_E_),
+                                static_cast<int>(moe_k_), static_cast<int>(moe_I_));
+  };
   const bool fused_moe = !experts_lowbit() && m.scoring == MoeConfig::Scoring::kSoftmax &&
-                         !m.router_bias && m.shared_intermediate == 0 &&
-                         moe_decode_supported(std::max(fused_max_m_, 1), static_cast<int>(H_),
-                                              static_cast<int>(moe_E_), static_cast<int>(moe_k_),
-                                              static_cast<int>(moe_I_));
+                         !m.router_bias && m.shared_intermediate == 0 && moe_rows_fit(1);
   if (!fused_moe) fused_max_m_ = 0;
+  while (fused_max_m_ > 0 && !moe_rows_fit(fused_max_m_)) --fused_max_m_;
   allocate_moe_shared_buffers();  // GLM-4.5's shared expert (cuda_runner_moe_route.cpp)
 }
 
