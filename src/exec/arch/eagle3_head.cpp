@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "exec/arch/head_cache_attention.h"
 #include "exec/cpu/activation.h"
 #include "exec/cpu/norm.h"
 #include "exec/cpu/quant_blocks.h"
@@ -185,39 +186,8 @@ void Eagle3Head::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, Ex
   cpu::apply_rope(rope_, k, n, G, D, pos.data());
   cache.length = in.start_pos + static_cast<std::int32_t>(n);
   cache.rows.resize(static_cast<std::size_t>(cache.length * row));
-  for (std::int64_t t = 0; t < n; ++t) {
-    float *dst = cache.rows.data() + pos[t] * row;
-    std::copy(k + t * G * D, k + (t + 1) * G * D, dst);
-    std::copy(v + t * G * D, v + (t + 1) * G * D, dst + G * D);
-  }
   float *att = ws.floats(n * NH * D);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::vector<float> score;
-  for (std::int64_t t = 0; t < n; ++t) {
-    const std::int64_t len = pos[t] + 1;
-    score.resize(static_cast<std::size_t>(len));
-    for (std::int64_t hd = 0; hd < NH; ++hd) {
-      const std::int64_t kvh = hd / (NH / G);
-      const float *qh = q + (t * NH + hd) * D;
-      float mx = -INFINITY;
-      for (std::int64_t j = 0; j < len; ++j) {
-        const float *kj = cache.rows.data() + j * row + kvh * D;
-        float s = 0;
-        for (std::int64_t d = 0; d < D; ++d) s += qh[d] * kj[d];
-        score[j] = s * scale;
-        mx = std::max(mx, score[j]);
-      }
-      float sum = 0;
-      for (std::int64_t j = 0; j < len; ++j) sum += score[j] = std::exp(score[j] - mx);
-      float *o = att + (t * NH + hd) * D;
-      std::fill(o, o + D, 0.0f);
-      for (std::int64_t j = 0; j < len; ++j) {
-        const float *vj = cache.rows.data() + j * row + G * D + kvh * D;
-        const float w = score[j] / sum;
-        for (std::int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
-      }
-    }
-  }
+  head_cache_attention(q, k, v, n, NH, G, D, pos.data(), cache.rows, att);
   float *h = ws.floats(n * H);
   cpu::linear(wo_, att, n, h, pool, scratch_);
   for (std::int64_t i = 0; i < n * H; ++i) x[i] += h[i];

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "exec/arch/head_cache_attention.h"
 #include "exec/arch/weight_binding.h"
 #include "exec/cpu/activation.h"
 #include "exec/cpu/norm.h"
@@ -65,7 +66,6 @@ void MtpHead::gqa_block(MtpCache &cache, float *x, std::int64_t n, const std::in
                         ExecContext &ctx) {
   const std::int64_t hidden = cfg_.hidden_size, H = cfg_.num_heads, G = cfg_.num_kv_heads,
                      D = cfg_.head_dim, I = cfg_.intermediate_size;
-  const std::int64_t row = cache_row_floats();
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   ThreadPool &pool = ctx.pool();
   Workspace &ws = ctx.workspace();
@@ -86,39 +86,8 @@ void MtpHead::gqa_block(MtpCache &cache, float *x, std::int64_t n, const std::in
   }
   cpu::apply_rope(rope_, q, n, H, D, pos);
   cpu::apply_rope(rope_, k, n, G, D, pos);
-  for (std::int64_t t = 0; t < n; ++t) {
-    float *dst = cache.rows.data() + pos[t] * row;
-    std::copy(k + t * G * D, k + (t + 1) * G * D, dst);
-    std::copy(v + t * G * D, v + (t + 1) * G * D, dst + G * D);
-  }
   float *att = ws.floats(n * H * D);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  std::vector<float> score;
-  for (std::int64_t t = 0; t < n; ++t) {
-    const std::int64_t len = pos[t] + 1;
-    score.resize(static_cast<std::size_t>(len));
-    for (std::int64_t hd = 0; hd < H; ++hd) {
-      const std::int64_t kvh = hd / (H / G);
-      const float *qh = q + (t * H + hd) * D;
-      float mx = -INFINITY;
-      for (std::int64_t j = 0; j < len; ++j) {
-        const float *kj = cache.rows.data() + j * row + kvh * D;
-        float s = 0;
-        for (std::int64_t d = 0; d < D; ++d) s += qh[d] * kj[d];
-        score[j] = s * scale;
-        mx = std::max(mx, score[j]);
-      }
-      float sum = 0;
-      for (std::int64_t j = 0; j < len; ++j) sum += score[j] = std::exp(score[j] - mx);
-      float *o = att + (t * H + hd) * D;
-      std::fill(o, o + D, 0.0f);
-      for (std::int64_t j = 0; j < len; ++j) {
-        const float *vj = cache.rows.data() + j * row + G * D + kvh * D;
-        const float w = score[j] / sum;
-        for (std::int64_t d = 0; d < D; ++d) o[d] += w * vj[d];
-      }
-    }
-  }
+  head_cache_attention(q, k, v, n, H, G, D, pos, cache.rows, att);
   cpu::linear(L.wo, att, n, h, pool, scratch_);
   if (!L.bo.empty()) add_bias(h, L.bo, n);
   for (std::int64_t i = 0; i < n * hidden; ++i) x[i] += h[i];
