@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "exec/arch/head_cache_attention.h"
+#include "exec/arch/head_output.h"
 #include "exec/cpu/activation.h"
 #include "exec/cpu/norm.h"
 #include "exec/cpu/quant_blocks.h"
@@ -200,23 +201,9 @@ void Eagle3Head::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, Ex
   cpu::linear(w_down_, gate, n, h, pool, scratch_);
   for (std::int64_t i = 0; i < n * H; ++i) x[i] += h[i];
 
-  // h' before the norm; the head over norm(h') of the rows asked for.
-  out.hidden.assign(x, x + n * H);
-  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
-                             : in.head == MtpInput::Head::kLast ? n - 1
-                                                                : n;
-  const std::int64_t R = n - first;
-  out.argmax.assign(static_cast<std::size_t>(R), 0);
-  out.logits.clear();
-  if (R == 0) return;
-  float *hn = ws.floats(R * H);
-  cpu::rmsnorm(x + first * H, norm_.data(), hn, R, H, eps);
-  cpu::linear_argmax(lm_head_, hn, R, out.argmax.data(), pool, scratch_);
+  // h', and the head over norm(h') of the rows asked for, its ids mapped to the target's.
+  head_output(x, n, H, in, norm_, eps, lm_head_, cfg_.draft_vocab_size, ctx, scratch_, out);
   for (TokenId &id : out.argmax) id = target_id(id);
-  if (in.want_logits) {
-    out.logits.resize(static_cast<std::size_t>(R * cfg_.draft_vocab_size));
-    cpu::linear(lm_head_, hn, R, out.logits.data(), pool, scratch_);
-  }
 }
 
 }  // namespace keel::arch

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "exec/arch/head_cache_attention.h"
+#include "exec/arch/head_output.h"
 #include "exec/arch/weight_binding.h"
 #include "exec/cpu/activation.h"
 #include "exec/cpu/norm.h"
@@ -167,22 +168,8 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
   else
     gqa_block(cache, x, n, pos.data(), ctx);
 
-  // The head over shared_head.norm(h') of the rows asked for.
-  out.hidden.assign(x, x + n * hidden);
-  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
-                             : in.head == MtpInput::Head::kLast ? n - 1
-                                                                : n;
-  const std::int64_t R = n - first;
-  out.argmax.assign(static_cast<std::size_t>(R), 0);
-  out.logits.clear();
-  if (R == 0) return;
-  float *h = ws.floats(R * hidden);
-  cpu::rmsnorm(x + first * hidden, head_norm_.data(), h, R, hidden, eps);
-  cpu::linear_argmax(head_, h, R, out.argmax.data(), pool, scratch_);
-  if (in.want_logits) {
-    out.logits.resize(static_cast<std::size_t>(R * V));
-    cpu::linear(head_, h, R, out.logits.data(), pool, scratch_);
-  }
+  // h', and the head over shared_head.norm(h') of the rows asked for.
+  head_output(x, n, hidden, in, head_norm_, eps, head_, V, ctx, scratch_, out);
 }
 
 }  // namespace keel::arch

@@ -1,0 +1,28 @@
+#include "exec/arch/head_output.h"
+
+#include "exec/cpu/norm.h"
+
+namespace keel::arch {
+
+void head_output(const float *x, std::int64_t n, std::int64_t hidden, const MtpInput &in,
+                 const std::vector<float> &norm, float eps, const TensorView &head,
+                 std::int64_t vocab, ExecContext &ctx, cpu::LinearScratch &scratch,
+                 MtpOutput &out) {
+  out.hidden.assign(x, x + n * hidden);
+  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
+                             : in.head == MtpInput::Head::kLast ? n - 1
+                                                                : n;
+  const std::int64_t R = n - first;
+  out.argmax.assign(static_cast<std::size_t>(R), 0);
+  out.logits.clear();
+  if (R == 0) return;
+  float *h = ctx.workspace().floats(R * hidden);
+  cpu::rmsnorm(x + first * hidden, norm.data(), h, R, hidden, eps);
+  cpu::linear_argmax(head, h, R, out.argmax.data(), ctx.pool(), scratch);
+  if (in.want_logits) {
+    out.logits.resize(static_cast<std::size_t>(R * vocab));
+    cpu::linear(head, h, R, out.logits.data(), ctx.pool(), scratch);
+  }
+}
+
+}  // namespace keel::arch

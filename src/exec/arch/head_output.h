@@ -1,0 +1,22 @@
+// The output of a drafting head's step (an MTP layer, an EAGLE-3 head), both heads the same
+// way: h' of every row before the norm (what a chained draft is fed), and over norm(h') of
+// the rows MtpInput::head asks for (none, the last, all), the argmax of `head` (and its
+// logits when MtpInput::want_logits).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor_view.h"
+#include "exec/cpu/linear.h"
+#include "exec/exec_context.h"
+#include "exec/mtp_step.h"
+
+namespace keel::arch {
+
+// x: [n, hidden] h'; norm: [hidden]; head: [vocab, hidden].
+void head_output(const float *x, std::int64_t n, std::int64_t hidden, const MtpInput &in,
+                 const std::vector<float> &norm, float eps, const TensorView &head,
+                 std::int64_t vocab, ExecContext &ctx, cpu::LinearScratch &scratch, MtpOutput &out);
+
+}  // namespace keel::arch
