@@ -12,6 +12,7 @@
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_decode_fused.h"
+#include "exec/cuda/k_mma.cuh"
 #include "exec/cuda/k_pdl.cuh"
 
 namespace keel::cuda {
@@ -216,15 +217,6 @@ constexpr int kMmaTiles = 2;   // 16-row tiles a warp computes, sharing each inp
 // input once, whatever the number of groups it computes).
 constexpr int kMmaDefaultWaves = 1;
 
-__device__ __forceinline__ void mma_16816(float c[4], unsigned a0, unsigned a1, unsigned a2,
-                                          unsigned a3, unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // Rows of output a block-iteration of the tensor-core kernel computes.
 template <GemvOut Out>
 constexpr int mma_group_rows() {
@@ -300,8 +292,10 @@ __global__ void __launch_bounds__(kThreads) fused_gemv_mma_kernel(const FusedGem
           const uint4 x = xr[4 * (s0 + u)];
 #pragma unroll
           for (int i = 0; i < kMmaTiles; ++i) {
-            mma_16816(c[i], wa[i][u].x, wb[i][u].x, wa[i][u].y, wb[i][u].y, x.x, x.y);
-            mma_16816(c[i], wa[i][u].z, wb[i][u].z, wa[i][u].w, wb[i][u].w, x.z, x.w);
+            const std::uint32_t lo[4] = {wa[i][u].x, wb[i][u].x, wa[i][u].y, wb[i][u].y};
+            const std::uint32_t hi[4] = {wa[i][u].z, wb[i][u].z, wa[i][u].w, wb[i][u].w};
+            mma_bf16(c[i], lo, x.x, x.y);
+            mma_bf16(c[i], hi, x.z, x.w);
           }
         }
     }
