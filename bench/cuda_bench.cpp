@@ -319,6 +319,39 @@ class Bench {
 // Host wall time of batched KV block transfers (begin_* .. transfer_done polled), the time
 // the engine waits for a restore, for `tokens` tokens of KV in blocks of 16, against one
 // plain pinned cudaMemcpyAsync of the same bytes (the PCIe ceiling).
+// bf16 weights [N, K] in enough copies (at least 9, over 400 MB) that launches rotating
+// over them read from HBM, not the 50 MB L2 (gemv_bench).
+struct RotatingWeights {
+  RotatingWeights(const cuda::StreamRef &s, std::int64_t N, std::int64_t K)
+      : bytes(std::size_t(N) * K * 2),
+        copies(static_cast<int>(std::max<std::size_t>(9, (400u << 20) / bytes + 1))),
+        w(bytes * copies) {
+    cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(bytes / 2) * copies, 7, -0.05f,
+                              0.05f);
+  }
+  const unsigned char *at(int r) const { return w.as<unsigned char>() + (r % copies) * bytes; }
+  std::size_t bytes;
+  int copies;
+  cuda::DeviceBuffer w;
+};
+
+// Median over 30 timed rounds (3 warm-up) of `per` launches back to back on `s`, in us a
+// launch; launch(i) gets the running launch index.
+template <class Launch>
+double median_launch_us(const cuda::StreamRef &s, Launch &&launch, int per) {
+  std::vector<double> t;
+  cuda::Event a(true), b(true);
+  for (int r = 0; r < 33; ++r) {
+    a.record(s);
+    for (int i = 0; i < per; ++i) launch(r * per + i);
+    b.record(s);
+    b.wait(std::chrono::seconds(30), "gemv bench");
+    if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / per);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
 // Linear layers at M = 1..5, 8 (decode with few sequences, verify steps): cuBLASLt against
 // the GEMV kernel (k_gemv.h) and the fused decode GEMV (k_decode_fused.h, plain bf16 input,
 // its CUDA-core and its tensor-core kernel), the model's
@@ -328,6 +361,8 @@ class Bench {
 int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) {
   cuda::CudaContext ctx;
   const cuda::StreamRef s = ctx.compute();
+  // The fused GEMV's shared memory per block: the device's, within the kernel's own cap.
+  const std::size_t smem = std::min<std::size_t>(ctx.features().smem_per_block, 200 << 10);
   struct Shape {
     std::string name;
     std::int64_t N, K;
@@ -355,19 +390,17 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) 
       "|--------------------------------|----|-----------|-------|-----------|-------|-----------|"
       "-------|-----------|-------|-----------|-------|-----------|\n");
   for (const Shape &sh : shapes) {
-    const std::size_t wbytes = std::size_t(sh.N) * sh.K * 2;
-    const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
-    cuda::DeviceBuffer w(wbytes * copies), x(std::size_t(8) * sh.K * 2);
+    const RotatingWeights w(s, sh.N, sh.K);
+    const std::size_t wbytes = w.bytes;
+    cuda::DeviceBuffer x(std::size_t(8) * sh.K * 2);
     cuda::DeviceBuffer y1(std::size_t(8) * sh.N * 4), y2(std::size_t(8) * sh.N * 4),
         y3(std::size_t(8) * sh.N * 4);
-    cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
-                              0.05f);
     cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
     const cuda::GemmType out = sh.f32 ? cuda::GemmType::kF32 : cuda::GemmType::kBF16;
     for (int M : {1, 2, 3, 4, 5, 8}) {
       cuda::Gemm lt(ctx), gv(ctx);
       gv.set_gemv_max_m(M);
-      auto copy_at = [&](int r) { return w.as<unsigned char>() + (r % copies) * wbytes; };
+      auto copy_at = [&](int r) { return w.at(r); };
       // mma: the fused kernel's tensor-core variant (-1 as the runner picks, 0 / 1 forced).
       auto fused = [&](int r, void *y, int mma = -1) {
         cuda::FusedGemvParams p;
@@ -383,26 +416,13 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) 
         p.max_waves = waves;
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
-      auto time = [&](auto &&launch, int per) {
-        std::vector<double> t;
-        cuda::Event a(true), b(true);
-        for (int r = 0; r < 33; ++r) {
-          a.record(s);
-          for (int i = 0; i < per; ++i) launch(r * per + i);
-          b.record(s);
-          b.wait(std::chrono::seconds(30), "gemv bench");
-          if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / per);
-        }
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
-      };
+      auto time = [&](auto &&launch, int per) { return median_launch_us(s, launch, per); };
       auto run_gemm = [&](cuda::Gemm &g, void *y, int r) {
         g.run(s, cuda::GemmType::kBF16, out, x.data(), copy_at(r), y, M, sh.N, sh.K);
       };
       // The timed loops end on copy (32 * per + per - 1) % copies: rerun all three on copy 0.
       const double us_lt = time([&](int r) { run_gemm(lt, y1.data(), r); }, 1);
       const double us_gv = time([&](int r) { run_gemm(gv, y2.data(), r); }, 1);
-      const std::size_t smem = std::min<std::size_t>(ctx.features().smem_per_block, 200 << 10);
       const bool core_ok = M <= cuda::kFusedGemvCoreMaxM &&
                            cuda::fused_gemv_staged_bytes(M, sh.K, cuda::GemvIn::kBf16, 0) <= smem,
                  mma_ok = cuda::fused_gemv_uses_mma(M, sh.K, 1),
@@ -480,17 +500,13 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) 
     KEEL_CUDA_CHECK(cudaMemcpy(residual.data(), r.data(), r.size() * 4, cudaMemcpyHostToDevice));
     KEEL_CUDA_CHECK(cudaMemcpy(rows_d.data(), rows_h, sizeof rows_h, cudaMemcpyHostToDevice));
   }
-  const std::size_t smem = std::min<std::size_t>(ctx.features().smem_per_block, 200 << 10);
   for (const Call &c : calls) {
-    const std::size_t wbytes = std::size_t(c.N) * c.K * 2;
-    const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
-    cuda::DeviceBuffer w(wbytes * copies), y(std::size_t(8) * c.N * 4);
-    cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(wbytes / 2) * copies, 7, -0.05f,
-                              0.05f);
+    const RotatingWeights w(s, c.N, c.K);
+    cuda::DeviceBuffer y(std::size_t(8) * c.N * 4);
     for (int M : {1, 2, 4, 8}) {
       auto launch = [&](int r, int mma, int waves) {
         cuda::FusedGemvParams p;
-        p.w = reinterpret_cast<const cuda::bf16 *>(w.as<unsigned char>() + (r % copies) * wbytes);
+        p.w = reinterpret_cast<const cuda::bf16 *>(w.at(r));
         p.N = c.N;
         p.K = c.K;
         p.M = M;
@@ -508,17 +524,8 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) 
         cuda::launch_fused_gemv(s, p, ctx.num_sms());
       };
       auto time = [&](int mma, int waves) {
-        std::vector<double> t;
-        cuda::Event a(true), b(true);
-        for (int r = 0; r < 33; ++r) {
-          a.record(s);
-          launch(r, mma, waves);
-          b.record(s);
-          b.wait(std::chrono::seconds(30), "gemv bench");
-          if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3);
-        }
-        std::sort(t.begin(), t.end());
-        return t[t.size() / 2];
+        return median_launch_us(
+            s, [&](int r) { launch(r, mma, waves); }, 1);
       };
       const bool core_ok =
           M <= cuda::kFusedGemvCoreMaxM && cuda::fused_gemv_staged_bytes(M, c.K, c.in, 0) <= smem;
@@ -527,7 +534,7 @@ int gemv_bench(const Rates &rates, const ModelConfig &cfg, bool pdl, int waves) 
       const double us_c = core_ok ? time(0, 0) : NAN;
       const double us_m = mma_ok ? time(1, 0) : NAN;
       const double us_m4 = mma_ok ? time(1, 4) : NAN;
-      auto tbs = [&](double us) { return wbytes / (us * 1e-6) / 1e12; };
+      auto tbs = [&](double us) { return w.bytes / (us * 1e-6) / 1e12; };
       std::printf("| %-30s | %2d | %9.1f | %5.2f | %9.1f | %5.2f | %9.1f | %5.2f |\n",
                   c.name.c_str(), M, us_c, tbs(us_c), us_m, tbs(us_m), us_m4, tbs(us_m4));
       std::fflush(stdout);
