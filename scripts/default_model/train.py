@@ -297,6 +297,13 @@ def chat_samples(docs, rng, fraction):
     return out
 
 
+def load_docs(path):
+    """The training text made by prepare_data.py (xz): documents are separated by blank lines."""
+    with lzma.open(path, "rt", encoding="utf-8") as f:
+        text = f.read()
+    return text, [d for d in text.split("\n\n") if d.strip()]
+
+
 def build_stream(tok, docs, chats):
     """[BOS] doc [EOS] for each document; chat samples are encoded with their special tokens."""
     import numpy as np
@@ -309,6 +316,68 @@ def build_stream(tok, docs, chats):
     random.Random(1).shuffle(parts)
     flat = np.fromiter((t for p in parts for t in p), dtype=np.int32)
     return torch.from_numpy(flat.astype("int64"))
+
+
+def make_batcher(stream, seq, batch_size, device):
+    """Random windows of seq+1 tokens from the stream (on device): returns (inputs, targets)."""
+    offs = torch.arange(seq + 1, device=device)
+
+    def batch():
+        starts = torch.randint(0, len(stream) - seq - 1, (batch_size,), device=device)
+        b = stream[starts[:, None] + offs]
+        return b[:, :-1], b[:, 1:]
+    return batch
+
+
+# ---------------------------------------------------------------- training helpers
+
+
+def make_optimizer(model, lr, device):
+    """AdamW, betas 0.9/0.95, weight decay 0.1 on matrices only."""
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if device == "cuda" else {}))
+
+
+def lr_at(base_lr, step, frac, warmup=150):
+    """Linear warm-up over `warmup` steps, then cosine decay to 10% over the wall-clock fraction `frac`."""
+    return base_lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def maybe_compile(model, device):
+    """torch.compile on CUDA (with TF32 matmuls), the eager model otherwise or if compile is unavailable."""
+    if device != "cuda":
+        return model
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        return torch.compile(model)
+    except Exception as e:  # noqa: BLE001 - eager still trains
+        log(f"torch.compile unavailable ({e}); eager")
+        return model
+
+
+def hf_config(c):
+    """config.json for transformers' LlamaForCausalLM from this file's model config dict."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", **c,
+        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
+        "tie_word_embeddings": True, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
+        "pad_token_id": EOS_ID, "use_cache": True,
+        "torch_dtype": "bfloat16", "dtype": "bfloat16",
+    }
+
+
+def transformers_check(out, ref, held_ids, device):
+    """Reload the directory `out` with transformers' LlamaForCausalLM in float32 and check that it
+    computes the logits of `ref` (this file's Llama on the same weights); returns the HF model."""
+    from transformers import LlamaForCausalLM
+    hf = LlamaForCausalLM.from_pretrained(str(out), dtype=torch.float32).to(device).eval()
+    probe = torch.tensor([[BOS_ID] + held_ids[:200]], device=device)
+    diff = (hf(probe).logits - ref(probe)).abs().max().item()
+    log(f"transformers vs own implementation: max |logit diff| {diff:.2e}")
+    assert diff < 1e-3, "transformers computes other logits than the trained model"
+    return hf
 
 
 # ---------------------------------------------------------------- main
@@ -344,9 +413,7 @@ def main():
     rng = random.Random(0)
     args.out.mkdir(parents=True, exist_ok=True)
 
-    with lzma.open(args.train, "rt", encoding="utf-8") as f:
-        text = f.read()
-    docs = [d for d in text.split("\n\n") if d.strip()]
+    text, docs = load_docs(args.train)
     if args.smoke:
         docs = docs[:200]
     log(f"{len(docs)} training documents, {len(text) / 1e6:.1f} MB")
@@ -373,26 +440,12 @@ def main():
     n_params = sum(p.numel() for p in model.parameters())
     log(f"model: {n_params / 1e6:.2f}M parameters, config {c}")
 
-    decay = [p for p in model.parameters() if p.dim() == 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if device == "cuda" else {}))
-    step_fn = model
-    if device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            step_fn = torch.compile(model)
-        except Exception as e:  # noqa: BLE001 - eager still trains
-            log(f"torch.compile unavailable ({e}); eager")
+    opt = make_optimizer(model, args.lr, device)
+    step_fn = maybe_compile(model, device)
     stream = stream.to(device)
     held_eval = torch.tensor(held_ids[: 64 * args.seq], device=device)
-    offs = torch.arange(args.seq + 1, device=device)
     amp = torch.autocast(device_type=device, dtype=torch.bfloat16, enabled=device == "cuda")
-
-    def batch():
-        starts = torch.randint(0, len(stream) - args.seq - 1, (args.batch,), device=device)
-        b = stream[starts[:, None] + offs]
-        return b[:, :-1], b[:, 1:]
+    batch = make_batcher(stream, args.seq, args.batch, device)
 
     def train_step(x, y):
         with amp:
@@ -438,7 +491,7 @@ def main():
         frac = (time.time() - t_start) / budget
         if frac >= 1.0:
             break
-        lr = args.lr * min(1.0, (step + 1) / warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+        lr = lr_at(args.lr, step, frac, warmup)
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = batch()
@@ -461,13 +514,7 @@ def main():
     ref = Llama(c).to(device)
     ref.load_state_dict({k: v.float() for k, v in state.items()})
     ref.eval()
-    config = {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", **c,
-        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
-        "tie_word_embeddings": True, "bos_token_id": BOS_ID, "eos_token_id": EOS_ID,
-        "pad_token_id": EOS_ID, "use_cache": True,
-        "torch_dtype": "bfloat16", "dtype": "bfloat16",
-    }
+    config = hf_config(c)
     (args.out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     (args.out / "generation_config.json").write_text(json.dumps({
         "bos_token_id": BOS_ID, "eos_token_id": EOS_ID, "pad_token_id": EOS_ID,
@@ -483,12 +530,7 @@ def main():
 
     forward = ref
     try:  # the reference figure comes from transformers itself when it loads the directory
-        from transformers import AutoTokenizer, LlamaForCausalLM
-        hf = LlamaForCausalLM.from_pretrained(str(args.out), dtype=torch.float32).to(device).eval()
-        probe = torch.tensor([[BOS_ID] + held_ids[:200]], device=device)
-        diff = (hf(probe).logits - ref(probe)).abs().max().item()
-        log(f"transformers vs own implementation: max |logit diff| {diff:.2e}")
-        assert diff < 1e-3, "transformers computes other logits than the trained model"
+        hf = transformers_check(args.out, ref, held_ids, device)
         forward = lambda ids: hf(ids).logits  # noqa: E731
         reference = "transformers LlamaForCausalLM, float32, on the saved bf16 weights"
     except Exception as e:  # noqa: BLE001 - keep the model; say which reference was used
