@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "engine/weight_prefetch.h"
-#include "exec/cpu/cpu_model_runner.h"
 
 namespace keel {
 
@@ -28,22 +27,15 @@ std::int64_t files_bytes(const std::filesystem::path &path) {
 }  // namespace
 
 std::unique_ptr<DraftModelDrafter> DraftModelDrafter::open(const std::filesystem::path &path,
-                                                           ModelRunner &target, ExecContext *ctx,
+                                                           ModelRunner &target,
                                                            std::int32_t num_blocks) {
   const std::string flag = "--speculative draft:" + path.string();
-  if (ctx == nullptr || dynamic_cast<cpu::CpuModelRunner *>(&target) == nullptr)
-    throw Error(ErrorCode::kUnsupported,
-                flag + ": " + arch_name(target.config().arch) +
-                    ": a draft model runs beside the CPU runner only (the CUDA and "
-                    "tensor-parallel runners cannot run one yet)");
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
     throw Error(ErrorCode::kNotFound, flag + ": no such file or directory");
-  const KvBlockStore &kv = target.kv();
-  std::unique_ptr<cpu::CpuModelRunner> runner;
+  std::unique_ptr<ModelRunner> runner;
   try {
-    runner = cpu::CpuModelRunner::open(
-        path, *ctx, cpu::KvOptions{num_blocks > 0 ? num_blocks : kv.num_blocks(), kv.block_size()});
+    runner = target.open_sibling(path, num_blocks);
   } catch (const Error &e) {
     throw Error(e.code(), flag + ": " + e.what());
   }

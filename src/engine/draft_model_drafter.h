@@ -24,15 +24,14 @@ namespace keel {
 
 class DraftModelDrafter final : public Drafter {
  public:
-  // Opens the model at `path` on `ctx` with a pool of `num_blocks` KV blocks of the
-  // target's block size. The draft runs on the target's CPU context (the engine thread
-  // drafts between the target's steps, so both share its threads and workspace).
-  // Throws Error naming `--speculative draft:PATH` when the path cannot be read, the
-  // target runner is not the CPU runner (or `ctx` is null), or the vocabularies differ
-  // in size.
+  // Opens the model at `path` beside `target`, on its device (ModelRunner::open_sibling:
+  // the CPU runner's threads, the CUDA runner's context and stream; the engine thread
+  // drafts between the target's steps), with a pool of `num_blocks` KV blocks of the
+  // target's block size (0: the target runner's choice). Throws Error naming
+  // `--speculative draft:PATH` when the path cannot be read, the target's runner cannot
+  // host a second model (tensor-parallel), or the vocabularies differ in size.
   static std::unique_ptr<DraftModelDrafter> open(const std::filesystem::path &path,
-                                                 ModelRunner &target, ExecContext *ctx,
-                                                 std::int32_t num_blocks);
+                                                 ModelRunner &target, std::int32_t num_blocks);
   // `runner` is the draft model with a KV cache of its own; `weights_bytes` its files.
   DraftModelDrafter(std::unique_ptr<ModelRunner> runner, std::int64_t weights_bytes);
 

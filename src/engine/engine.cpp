@@ -130,6 +130,7 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
       publish_status();
     } catch (...) {
       tiers_.reset();
+      drafter_.reset();  // a draft model lives on the backend's device
       backend_ = EngineBackend{};
       p.set_exception(std::current_exception());
       return;
@@ -266,6 +267,7 @@ void Engine::thread_main() {
   tiers_.reset();
   sched_.reset();
   kv_.reset();
+  drafter_.reset();  // before the backend: a draft model lives on its device
   backend_ = EngineBackend{};
   step_start_ns_.store(0);
   {

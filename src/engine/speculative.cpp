@@ -44,11 +44,6 @@ std::optional<std::filesystem::path> eagle3_head_path(const std::string &method)
 
 void check_draft_device(const std::string &method, const std::string &device) {
   if (device == "cpu") return;
-  if (draft_model_path(method))
-    throw Error(ErrorCode::kUnsupported,
-                "--speculative " + method + ": --device " + device +
-                    ": a draft model runs beside the CPU runner only (the CUDA runner cannot "
-                    "run one yet)");
   if (eagle3_head_path(method))
     throw Error(ErrorCode::kUnsupported,
                 "--speculative " + method + ": --device " + device +
@@ -76,9 +71,9 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunn
     if (runner == nullptr || !runner->verifies_drafts())
       throw Error(ErrorCode::kUnsupported,
                   "--speculative " + method +
-                      ": this runner does not verify drafts (a draft model runs beside the CPU "
-                      "runner only; the tensor-parallel runner cannot verify drafts yet)");
-    return DraftModelDrafter::open(*path, *runner, ctx, config.draft_kv_blocks);
+                      ": this runner does not verify drafts (the tensor-parallel runner cannot "
+                      "verify drafts yet)");
+    return DraftModelDrafter::open(*path, *runner, config.draft_kv_blocks);
   }
   if (auto path = eagle3_head_path(method)) {
     if (runner == nullptr || !runner->verifies_drafts())

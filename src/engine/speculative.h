@@ -57,9 +57,9 @@ std::string parse_speculative_method(const std::string &method);
 std::optional<std::filesystem::path> draft_model_path(const std::string &method);
 // The head an "eagle3:PATH" method names; none for any other method.
 std::optional<std::filesystem::path> eagle3_head_path(const std::string &method);
-// Throws Error(kUnsupported) naming the flag when `method` is a draft model or an EAGLE-3
-// head and `device` ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot run one
-// beside it yet.
+// Throws Error(kUnsupported) naming the flag when `method` is an EAGLE-3 head and
+// `device` ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot return its layers'
+// hidden states yet. (A draft model runs on either.)
 void check_draft_device(const std::string &method, const std::string &device);
 
 // One interface for every way of drafting (engine thread only).
@@ -94,8 +94,9 @@ class Drafter {
 
 // The drafter `config` names, or null when speculation is off. "mtp" needs `runner`,
 // whose MTP layer it loads (ModelRunner::load_mtp's errors, prefixed with the flag).
-// "draft:PATH" and "eagle3:PATH" need the target's CPU runner and its context `ctx`, on
-// which the draft model or head runs (errors name the flag and the path).
+// "draft:PATH" opens the draft model beside `runner` (ModelRunner::open_sibling: CPU or
+// CUDA); "eagle3:PATH" needs the target's CPU runner and its context `ctx`, on which the
+// head runs (errors name the flag and the path).
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config,
                                       ModelRunner *runner = nullptr, ExecContext *ctx = nullptr);
 

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <span>
@@ -70,6 +71,18 @@ class ModelRunner {
   virtual void forward_sample(const ForwardBatch &, std::span<const DeviceSampleRow>,
                               ForwardOutput &) {
     throw Error(ErrorCode::kUnsupported, "model runner: no device sampling");
+  }
+
+  // Opens the model at `path` on this runner's device (its context, threads and stream)
+  // with a KV pool of its own: `num_blocks` blocks of this runner's block size, or, for
+  // 0, as many as this runner's pool has (the CPU) or as half the free device memory
+  // holds, capped there (CUDA). A draft model (engine/draft_model_drafter.h) runs on it
+  // between this runner's steps, on the same thread. Throws Error(kUnsupported) where
+  // this runner cannot host one; the errors of opening the model otherwise.
+  virtual std::unique_ptr<ModelRunner> open_sibling(const std::filesystem::path &path,
+                                                    std::int32_t num_blocks) {
+    (void)path, (void)num_blocks;
+    throw Error(ErrorCode::kUnsupported, "this runner cannot run a second model beside it");
   }
 
   // The checkpoint's multi-token-prediction layer as a drafter (exec/mtp_step.h).

@@ -2,7 +2,8 @@
 // 1 + k tokens whose kTail rows come back as logits rows (or device-sampled rows). With
 // n-gram drafts on a copy-heavy prompt, greedy output of the built-in default model is
 // the output without drafts, one request at a time and eight at once, sampled on the
-// device and on the host, and drafts are accepted.
+// device and on the host, and drafts are accepted. A draft model runs on the target's
+// CUDA context (ModelRunner::open_sibling) with the same guarantee.
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -32,13 +33,15 @@ struct Outputs {
   EngineStatus status;
 };
 
-Outputs run(const std::filesystem::path &dir, bool speculative, bool device_sampling, int at_once) {
+// `method`: empty for no speculation, else SpeculativeConfig::method.
+Outputs run(const std::filesystem::path &dir, const std::string &method, bool device_sampling,
+            int at_once) {
   EngineConfig cfg;
   cfg.device_sampling = device_sampling;
   cfg.scheduler.max_num_seqs = 8;
   cfg.scheduler.max_num_batched_tokens = 256;
-  if (speculative) {
-    cfg.speculative.method = "ngram";
+  if (!method.empty()) {
+    cfg.speculative.method = method;
     cfg.speculative.num_speculative_tokens = 4;
     cfg.speculative.max_running = 0;  // draft at any batch size
   }
@@ -75,8 +78,8 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
     GTEST_SKIP() << "no default model at " << dir;
   for (const bool device : {true, false}) {
     for (const int at_once : {1, 8}) {
-      const Outputs off = run(dir, false, device, at_once);
-      const Outputs on = run(dir, true, device, at_once);
+      const Outputs off = run(dir, "", device, at_once);
+      const Outputs on = run(dir, "ngram", device, at_once);
       for (std::size_t i = 0; i < off.out.size(); ++i) {
         ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
         EXPECT_EQ(on.out[i].tokens, off.out[i].tokens)
@@ -92,6 +95,47 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
           device ? "device" : "host", at_once, static_cast<long long>(on.status.spec_steps),
           static_cast<long long>(on.status.spec_accepted),
           static_cast<long long>(on.status.spec_drafted));
+    }
+  }
+}
+
+// The default model drafting for itself on the device: the draft's greedy tokens are the
+// target's up to bf16 ties between a one-token forward and a verify slice, so nearly
+// every draft is accepted, and the output is the output without drafts.
+TEST(CudaEngineSpeculative, DraftModelOnTheDeviceKeepsTheGreedyOutput) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = keel::test::source_dir() / "models" / "default";
+  if (!std::filesystem::exists(dir / "model.safetensors"))
+    GTEST_SKIP() << "no default model at " << dir;
+  std::vector<std::filesystem::path> drafts{dir};
+  // The trained draft shipped beside the default model, where it is.
+  if (std::filesystem::exists(dir / "draft" / "model.safetensors")) drafts.push_back(dir / "draft");
+  for (const auto &draft : drafts) {
+    for (const bool device : {true, false}) {
+      for (const int at_once : {1, 8}) {
+        const Outputs off = run(dir, "", device, at_once);
+        const Outputs on = run(dir, "draft:" + draft.string(), device, at_once);
+        for (std::size_t i = 0; i < off.out.size(); ++i) {
+          ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
+          EXPECT_EQ(on.out[i].tokens, off.out[i].tokens)
+              << draft << ", request " << i << (device ? ", device" : ", host") << " sampling, "
+              << at_once << " at once";
+        }
+        EXPECT_EQ(on.status.spec_method, "draft");
+        EXPECT_GT(on.status.spec_draft_kv_bytes, 0);
+        EXPECT_GT(on.status.spec_steps, 0);
+        if (draft == dir)
+          EXPECT_GT(on.status.spec_accepted, on.status.spec_drafted * 9 / 10);
+        else
+          EXPECT_GT(on.status.spec_accepted, 0);
+        std::printf(
+            "[ spec ] draft %s, %s sampling, %d at once: %lld verify steps, %lld of "
+            "%lld drafts accepted\n",
+            draft.filename().c_str(), device ? "device" : "host", at_once,
+            static_cast<long long>(on.status.spec_steps),
+            static_cast<long long>(on.status.spec_accepted),
+            static_cast<long long>(on.status.spec_drafted));
+      }
     }
   }
 }

@@ -107,4 +107,13 @@ std::unique_ptr<CpuModelRunner> CpuModelRunner::open(const std::filesystem::path
   return runner;
 }
 
+std::unique_ptr<ModelRunner> CpuModelRunner::open_sibling(const std::filesystem::path &path,
+                                                          std::int32_t num_blocks) {
+  if (comm_ != nullptr)
+    throw Error(ErrorCode::kUnsupported,
+                "a tensor-parallel rank cannot run a second model beside it");
+  return open(path, ctx_,
+              KvOptions{num_blocks > 0 ? num_blocks : kv_->num_blocks(), kv_->block_size()});
+}
+
 }  // namespace keel::cpu

@@ -54,6 +54,9 @@ class CpuModelRunner final : public ModelRunner {
 
   // The MTP layer of GLM-4.5 or DeepSeek-V3 / Kimi K2 (exec/arch/mtp_head.h); GLM-5's
   // (DSA) and tensor-parallel ranks refuse by name for now.
+  // A second model on this runner's ExecContext (a draft model).
+  std::unique_ptr<ModelRunner> open_sibling(const std::filesystem::path &path,
+                                            std::int32_t num_blocks) override;
   void load_mtp() override;
   void mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override;
 

@@ -1,5 +1,6 @@
 #include "exec/cuda/cuda_engine_runner.h"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -29,6 +30,7 @@ std::unique_ptr<OwningCudaRunner> OwningCudaRunner::open(const std::filesystem::
   co.device = device;
   r->ctx_ = std::make_unique<CudaContext>(co);
   r->runner_ = CudaModelRunner::open(path, *r->ctx_, opts);
+  r->opts_ = opts;
   return r;
 }
 
@@ -40,7 +42,26 @@ std::unique_ptr<OwningCudaRunner> OwningCudaRunner::random(const ModelConfig &co
   co.device = device;
   r->ctx_ = std::make_unique<CudaContext>(co);
   r->runner_ = std::make_unique<CudaModelRunner>(*r->ctx_, config, seed, opts);
+  r->opts_ = opts;
   return r;
+}
+
+std::unique_ptr<ModelRunner> OwningCudaRunner::open_sibling(const std::filesystem::path &path,
+                                                            std::int32_t num_blocks) {
+  CudaRunnerOptions opts = opts_;
+  opts.block_size = runner_->kv().block_size();
+  opts.num_kv_blocks = std::max(num_blocks, 0);
+  // This runner's pool took its share of the memory already: the sibling sizes its own
+  // from what is left, and never holds more blocks than the target can give sequences.
+  const std::int32_t cap = runner_->kv().num_blocks();
+  opts.kv_blocks_for = [cap](const DeviceMemory &mem, std::int64_t block_bytes) {
+    const std::int64_t fit = block_bytes > 0 ? mem.free_now / 2 / block_bytes : 0;
+    if (fit <= 0)
+      throw Error(ErrorCode::kResourceExhausted,
+                  "no device memory left for a second model's KV cache");
+    return static_cast<std::int32_t>(std::min<std::int64_t>(fit, cap));
+  };
+  return CudaModelRunner::open(path, *ctx_, opts);
 }
 
 }  // namespace keel::cuda

@@ -41,6 +41,12 @@ class OwningCudaRunner final : public ModelRunner {
     runner_->forward_sample(batch, rows, out);
   }
 
+  // A second model on this context and stream (a draft model), with this runner's
+  // options but a KV pool of `num_blocks` blocks (0: what half the free memory holds,
+  // at most this runner's count). Destroy it before this runner.
+  std::unique_ptr<ModelRunner> open_sibling(const std::filesystem::path &path,
+                                            std::int32_t num_blocks) override;
+
   CudaContext &context() { return *ctx_; }
   CudaModelRunner &runner() { return *runner_; }
 
@@ -49,6 +55,7 @@ class OwningCudaRunner final : public ModelRunner {
   // Declared in this order so the runner is destroyed before its context.
   std::unique_ptr<CudaContext> ctx_;
   std::unique_ptr<CudaModelRunner> runner_;
+  CudaRunnerOptions opts_;  // what runner_ was opened with (open_sibling starts from it)
 };
 
 }  // namespace keel::cuda

@@ -124,7 +124,7 @@ TEST(EngineDraftModel, PrefixCacheHitsAndPreemptionKeepTheOutput) {
 TEST(EngineDraftModel, DrafterTruncatesRejectedDraftsAndForgets) {
   ExecContext ctx(2);
   auto host = cpu::CpuModelRunner::open(target(), ctx, {64, 16});
-  auto d = DraftModelDrafter::open(one_layer_draft(), *host, &ctx, 8);
+  auto d = DraftModelDrafter::open(one_layer_draft(), *host, 8);
   ASSERT_EQ(d->pool().num_blocks(), 8);
   const RequestId id{5};
   const std::vector<TokenId> prompt = random_prompt(9, 14);
@@ -144,7 +144,7 @@ TEST(EngineDraftModel, DrafterTruncatesRejectedDraftsAndForgets) {
   tokens.push_back((draft[1] + 1) % 100);
   std::vector<TokenId> again, fresh;
   d->propose(id, tokens, 2, again);
-  auto d2 = DraftModelDrafter::open(one_layer_draft(), *host, &ctx, 8);
+  auto d2 = DraftModelDrafter::open(one_layer_draft(), *host, 8);
   d2->propose(id, tokens, 2, fresh);
   ASSERT_EQ(again.size(), 2u);
   EXPECT_EQ(again, fresh);
@@ -159,7 +159,7 @@ TEST(EngineDraftModel, DrafterTruncatesRejectedDraftsAndForgets) {
   other[10] = (other[10] + 1) % 100;
   std::vector<TokenId> third, third_fresh;
   d->propose(id, other, 2, third);
-  auto d3 = DraftModelDrafter::open(one_layer_draft(), *host, &ctx, 8);
+  auto d3 = DraftModelDrafter::open(one_layer_draft(), *host, 8);
   d3->propose(id, other, 2, third_fresh);
   EXPECT_EQ(third, third_fresh);
   EXPECT_EQ(d->held_tokens(id).size(), 14u);
@@ -202,7 +202,12 @@ TEST(EngineDraftModel, RefusalsNameTheFlag) {
   refused(
       [] { ToyEngine e(64, 4, draft_config(target()), [](ToyRunner &r) { r.verify = false; }); },
       "does not verify drafts");
-  refused([] { ToyEngine e(64, 4, draft_config(target())); }, "CPU runner only");
+  // A runner that verifies but cannot host a second model (ModelRunner's default).
+  refused([] { ToyEngine e(64, 4, draft_config(target())); },
+          "cannot run a second model beside it");
+  // The device is no reason to refuse a draft model up front (the CUDA runner hosts one).
+  EXPECT_NO_THROW(check_draft_device("draft:" + target().string(), "cuda:0"));
+  EXPECT_NO_THROW(check_draft_device("draft:" + target().string(), "cpu"));
   // The canonical name is absolute, so an engine started elsewhere finds the model.
   EXPECT_EQ(parse_speculative_method("draft:" + target().string()),
             "draft:" + target().lexically_normal().string());
