@@ -119,11 +119,44 @@ set -f
 read -ra globs <<<"${KEEL_API_TESTS:-*}"
 set +f
 for g in "${globs[@]}"; do files+=("$here"/$g.test.mjs); done
+# KEEL_API_PART=K/N keeps the K-th of N parts of those files (K in 1..N), so that ctest
+# runs the suite as N entries side by side, each with servers of its own. The parts are
+# balanced by the seconds each file took alone (durations.txt beside this script, two
+# cores; 10 for a file it does not list): longest first, each to the lightest part.
+if [ -n "${KEEL_API_PART:-}" ]; then
+  part=${KEEL_API_PART%/*} parts=${KEEL_API_PART#*/}
+  [[ $part =~ ^[0-9]+$ && $parts =~ ^[0-9]+$ && $part -ge 1 && $part -le $parts ]] ||
+    { echo "api tests: KEEL_API_PART=$KEEL_API_PART is not K/N with 1 <= K <= N" >&2; exit 1; }
+  mapfile -t files < <(printf '%s\n' "${files[@]}" | awk -v part="$part" -v parts="$parts" '
+    FNR == NR { secs[$1] = $2; next }
+    { n = $0; sub(/.*\//, "", n); sub(/\.test\.mjs$/, "", n)
+      w[FNR] = (n in secs) ? secs[n] : 10; f[FNR] = $0; count = FNR }
+    END {
+      for (i = 1; i <= count; i++) order[i] = i
+      for (i = 1; i <= count; i++)  # insertion sort, heaviest first, then by name
+        for (j = i; j > 1 && (w[order[j]] > w[order[j-1]] ||
+             (w[order[j]] == w[order[j-1]] && f[order[j]] < f[order[j-1]])); j--) {
+          t = order[j]; order[j] = order[j-1]; order[j-1] = t }
+      for (p = 1; p <= parts; p++) load[p] = 0
+      for (i = 1; i <= count; i++) {
+        best = 1
+        for (p = 2; p <= parts; p++) if (load[p] < load[best]) best = p
+        load[best] += w[order[i]]
+        if (best == part) print f[order[i]]
+      }
+    }' "$here/durations.txt" - | sort)
+  echo "api tests: part $part of $parts: ${#files[@]} files"
+fi
 # KEEL_API_TEST_PATTERN narrows it to the tests whose names match (node's
 # --test-name-pattern, e.g. "^7:"), for repeating one test in a flake hunt.
 pattern=()
 [ -n "${KEEL_API_TEST_PATTERN:-}" ] && pattern=(--test-name-pattern="$KEEL_API_TEST_PATTERN")
-node --test --test-concurrency=1 "${pattern[@]}" "${files[@]}" || status=$?
+if [ ${#files[@]} -eq 0 ]; then
+  echo "api tests: no test files" >&2  # (node --test without files would run any it finds)
+  status=1
+else
+  node --test --test-concurrency=1 "${pattern[@]}" "${files[@]}" || status=$?
+fi
 
 # No orphans: SIGKILL a server that has a loaded engine; the engine must go too.
 start_server orphan "$test_model"
