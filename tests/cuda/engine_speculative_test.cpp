@@ -2,8 +2,8 @@
 // 1 + k tokens whose kTail rows come back as logits rows (or device-sampled rows). With
 // n-gram drafts on a copy-heavy prompt, greedy output of the built-in default model is
 // the output without drafts, one request at a time and eight at once, sampled on the
-// device and on the host, and drafts are accepted. A draft model runs on the target's
-// CUDA context (ModelRunner::open_sibling) with the same guarantee.
+// device and on the host, and drafts are accepted. A draft model on the target's CUDA
+// context (ModelRunner::open_sibling) must give the same guarantee (disabled: see below).
 #include <gtest/gtest.h>
 
 #include "cuda_test_util.h"
@@ -101,8 +101,14 @@ TEST(CudaEngineSpeculative, GreedyOutputIsTheSameWithDrafts) {
 
 // The default model drafting for itself on the device: the draft's greedy tokens are the
 // target's up to bf16 ties between a one-token forward and a verify slice, so nearly
-// every draft is accepted, and the output is the output without drafts.
-TEST(CudaEngineSpeculative, DraftModelOnTheDeviceKeepsTheGreedyOutput) {
+// every draft is accepted, and the output must be the output without drafts.
+// DISABLED: on an H100 (session 17, scripts/device/s17a_h200.sh) 3 of 8 requests' tokens
+// differed from the output without drafts from about the 18th token on, in every
+// sampling and batching case, while n-gram drafts above keep it; why is not found yet
+// (tests/cuda/draft_on_cuda_diag_test.cpp varies the settings), so `keel serve` and
+// `keel engine` refuse `draft:` with a CUDA device (check_draft_device). Run with
+// --gtest_also_run_disabled_tests.
+TEST(CudaEngineSpeculative, DISABLED_DraftModelOnTheDeviceKeepsTheGreedyOutput) {
   KEEL_REQUIRE_CUDA_DEVICE();
   const auto dir = keel::test::source_dir() / "models" / "default";
   if (!std::filesystem::exists(dir / "model.safetensors"))
