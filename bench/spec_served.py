@@ -132,6 +132,9 @@ def main():
             "acceptance_rate": accepted / drafted if drafted else 0.0,
             "acceptance_length": 1 + accepted / steps if steps else 0.0,
             "accepted_per_position": per_pos,
+            # --speculative-adaptive: drafting paused at batch 1, and the speed-up the
+            # server measured there (None: not measured, or adaptive off).
+            "paused": after.get("paused"), "speedup": after.get("speedup"),
         })
     print(json.dumps(result, indent=1))
     if a.json:

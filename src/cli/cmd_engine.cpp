@@ -121,14 +121,17 @@ int cmd_engine(int argc, char **argv) {
                "sample on the CPU even where the runner can sample on its GPU");
   std::string speculative;
   int num_speculative_tokens = 4, spec_max_running = 4;
+  bool spec_adaptive = true;
   app.add_option("--speculative", speculative,
                  "draft tokens to verify several per step: off, ngram, mtp, draft:PATH or "
-                 "eagle3:PATH (CPU runner only)");
+                 "eagle3:PATH (EAGLE-3: CPU runner only)");
   app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
       ->check(CLI::Range(1, 16));
   app.add_option("--speculative-max-running", spec_max_running,
                  "no drafts while this many requests run (0: no limit)")
       ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--speculative-adaptive", spec_adaptive,
+                 "draft only where measured faster a token than without (on / off)");
   int tensor_parallel = 1;
   app.add_option("--tensor-parallel", tensor_parallel,
                  "processes that split the model (worker ranks are children of this one)")
@@ -184,6 +187,7 @@ int cmd_engine(int argc, char **argv) {
       check_draft_tokenizer(model, cfg.speculative.method);
     cfg.speculative.num_speculative_tokens = num_speculative_tokens;
     cfg.speculative.max_running = spec_max_running;
+    cfg.speculative.adaptive = spec_adaptive;
     cfg.make_constraint = grammar::output_constraint_factory(model);
     cfg.model_fingerprint = fingerprint_of(model, device);
     if (!hot_cache.empty())

@@ -56,6 +56,7 @@ int cmd_serve(int argc, char **argv) {
   bool enable_faults = false;
   std::string speculative;
   int num_speculative_tokens = 4, spec_max_running = 4;
+  bool spec_adaptive = true;
   std::string body_limit = "32M";
   std::size_t response_store_count = 1024;
   std::string response_store_bytes = "64M";
@@ -90,8 +91,8 @@ int cmd_serve(int argc, char **argv) {
                  "prompt and output), mtp (the checkpoint's multi-token-prediction layer: "
                  "GLM-4.5, DeepSeek-V3), draft:PATH (a smaller model with the same tokenizer, HF "
                  "directory or GGUF, drafting greedily with its own KV cache) or eagle3:PATH (an "
-                 "EAGLE-3 head's directory, reading the target's hidden states); verified "
-                 "several tokens a step; CPU runner only")
+                 "EAGLE-3 head's directory, reading the target's hidden states; CPU runner only); "
+                 "verified several tokens a step")
       ->envname("KEEL_SPECULATIVE");
   app.add_option("--num-speculative-tokens", num_speculative_tokens,
                  "drafted tokens verified per step at most")
@@ -100,6 +101,10 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--speculative-max-running", spec_max_running,
                  "no drafts while this many requests run (0: no limit)")
       ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  app.add_option("--speculative-adaptive", spec_adaptive,
+                 "draft only at batch sizes where decoding with drafts measured faster per "
+                 "token than without (on / off)")
       ->capture_default_str();
   app.add_option("--memory-budget", memory_budget,
                  "memory for loaded models, e.g. 8G (0: no limit)")
@@ -285,10 +290,11 @@ int cmd_serve(int argc, char **argv) {
   }
   check_draft_device(parse_speculative_method(speculative), device);
   if (!parse_speculative_method(speculative).empty())
-    ro.engine_args.insert(ro.engine_args.end(),
-                          {"--speculative", parse_speculative_method(speculative),
-                           "--num-speculative-tokens", std::to_string(num_speculative_tokens),
-                           "--speculative-max-running", std::to_string(spec_max_running)});
+    ro.engine_args.insert(
+        ro.engine_args.end(),
+        {"--speculative", parse_speculative_method(speculative), "--num-speculative-tokens",
+         std::to_string(num_speculative_tokens), "--speculative-max-running",
+         std::to_string(spec_max_running), "--speculative-adaptive", spec_adaptive ? "on" : "off"});
   if (!cache_dir.empty()) ro.engine_args.insert(ro.engine_args.end(), {"--cache-dir", cache_dir});
   if (!hot_cache.empty())
     ro.engine_args.insert(ro.engine_args.end(), {"--hot-cache-size", hot_cache});

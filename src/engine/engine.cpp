@@ -537,6 +537,7 @@ bool Engine::run_step() {
   // Backpressure: a full SSD write queue admits one new request per step.
   sched_->set_admission_limit(tiers_ && tiers_->write_backlogged() ? 1 : -1);
   StepPlan plan = sched_->schedule();
+  const std::int64_t decode_before = decode_tokens_, prefill_before = prefill_tokens_;
   if (tiers_) {
     // Restores pin the host slots their lookup found before offloads may evict any.
     // Their loads start at a later poll; the saves of the blocks this plan reuses are
@@ -617,7 +618,7 @@ bool Engine::run_step() {
   sched_->on_step_done(plan);
   if (batch_.want_hidden) observe_hidden(plan);
   emit_outputs(plan);
-  if (drafter_) propose_drafts(plan);
+  if (drafter_) govern_and_propose(plan, start, decode_before, prefill_before);
   ++steps_;
   const std::int64_t end = now_ns();
   last_step_seconds_ = (end - start) * 1e-9;
@@ -1029,9 +1030,28 @@ void Engine::observe_hidden(const StepPlan &plan) {
   }
 }
 
+void Engine::govern_and_propose(const StepPlan &plan, std::int64_t start_ns,
+                                std::int64_t decode_before, std::int64_t prefill_before) {
+  const SpeculativeConfig &sc = config_.speculative;
+  // A decode-only step (prefill rows would swamp its time) in a mode the governor chose.
+  if (step_drafting_ && prefill_tokens_ == prefill_before)
+    governor_.record_step(step_running_, *step_drafting_, (now_ns() - start_ns) * 1e-9,
+                          static_cast<std::int32_t>(decode_tokens_ - decode_before));
+  step_drafting_.reset();
+  const std::int32_t running = sched_->num_running();
+  if (running == 0 || (sc.max_running > 0 && running >= sc.max_running)) return;
+  if (sc.adaptive) {
+    step_drafting_ = governor_.should_draft(running);
+    step_running_ = running;
+    if (!*step_drafting_) return;
+  }
+  const std::int64_t t0 = now_ns();
+  propose_drafts(plan);
+  if (sc.adaptive) governor_.record_proposal(running, (now_ns() - t0) * 1e-9);
+}
+
 void Engine::propose_drafts(const StepPlan &plan) {
   const SpeculativeConfig &sc = config_.speculative;
-  if (sc.max_running > 0 && sched_->num_running() >= sc.max_running) return;
   // Every running sequence may ask for a row next step; drafts take only the rows left.
   const std::int32_t max_rows = backend_.runner->max_logits_rows();
   std::int32_t rows_left =
@@ -1100,6 +1120,11 @@ void Engine::publish_status() {
     s.spec_drafted = spec_drafted_;
     s.spec_accepted = spec_accepted_;
     s.spec_accepted_at = spec_accepted_at_;
+    if (config_.speculative.adaptive) {
+      const std::int32_t running = std::max<std::int32_t>(sched_->num_running(), 1);
+      s.spec_paused = governor_.paused(running);
+      s.spec_speedup = governor_.speedup(running).value_or(0.0);
+    }
     s.spec_draft_weights_bytes = drafter_->weights_bytes();
     s.spec_draft_kv_bytes = drafter_->kv_bytes();
   }

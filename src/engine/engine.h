@@ -28,6 +28,7 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -40,6 +41,7 @@
 #include "engine/engine_api.h"
 #include "engine/load_progress.h"
 #include "engine/mask_prefetcher.h"
+#include "engine/speculation_governor.h"
 #include "engine/speculative.h"
 #include "engine/token_sampling.h"
 #include "exec/exec_context.h"
@@ -188,6 +190,9 @@ class Engine final : public EngineApi {
   void observe_hidden(const StepPlan &plan);
   // After a step's outputs: the next drafts of the requests that decode.
   void propose_drafts(const StepPlan &plan);
+  // Times the step that ran (from `start_ns`), then proposes drafts for the next one.
+  void govern_and_propose(const StepPlan &plan, std::int64_t start_ns, std::int64_t decode_before,
+                          std::int64_t prefill_before);
   // Every row the host samples this step ([rows], empty entries for rows that do not).
   std::vector<SampledToken> sample_host_rows(const StepPlan &plan);
   // The step's rows for ModelRunner::forward_sample, or false when the step must
@@ -262,6 +267,12 @@ class Engine final : public EngineApi {
   std::unique_ptr<Drafter> drafter_;  // null: no speculation
   std::int64_t spec_steps_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
   std::vector<std::int64_t> spec_accepted_at_;
+  // SpeculativeConfig::adaptive: whether drafting pays, per batch size. step_drafting_ is
+  // the mode propose_drafts chose for the step that runs next, with the sequences then
+  // running (none: not governed, e.g. past max_running).
+  SpeculationGovernor governor_;
+  std::optional<bool> step_drafting_;
+  std::int32_t step_running_ = 0;
   std::uint64_t steps_ = 0;
   double last_step_seconds_ = 0.0;
 

@@ -73,6 +73,11 @@ struct EngineStatus {
   std::string spec_method;
   std::int64_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
   std::vector<std::int64_t> spec_accepted_at;
+  // SpeculativeConfig::adaptive, at the batch size now running: drafting paused because it
+  // measured slower, and its measured speed-up (seconds a token without drafts over with;
+  // 0 until both were measured).
+  bool spec_paused = false;
+  double spec_speedup = 0.0;
   // A draft model's memory beside the target's (its weights' files, its own KV pool).
   std::int64_t spec_draft_weights_bytes = 0, spec_draft_kv_bytes = 0;
 };

@@ -44,11 +44,6 @@ std::optional<std::filesystem::path> eagle3_head_path(const std::string &method)
 
 void check_draft_device(const std::string &method, const std::string &device) {
   if (device == "cpu") return;
-  if (draft_model_path(method))
-    throw Error(ErrorCode::kUnsupported,
-                "--speculative " + method + ": --device " + device +
-                    ": a draft model runs beside the CPU runner only (on the CUDA runner it "
-                    "still changes the greedy output: tests/cuda/engine_speculative_test.cpp)");
   if (eagle3_head_path(method))
     throw Error(ErrorCode::kUnsupported,
                 "--speculative " + method + ": --device " + device +

@@ -39,6 +39,9 @@ struct SpeculativeConfig {
   std::int32_t num_speculative_tokens = 4;  // drafts per step at most
   // Adaptive: no drafts while this many sequences or more are running (0: no limit).
   std::int32_t max_running = 4;
+  // Adaptive: drafts only where decoding with them was measured faster a token than
+  // without, per batch size (engine/speculation_governor.h). Off: whenever allowed.
+  bool adaptive = true;
   // N-gram lookup: the longest and shortest suffix of the sequence to look up.
   std::int32_t ngram_max = 4, ngram_min = 2;
   // Draft model: KV blocks of its own pool (0: as many as the target's).
@@ -57,10 +60,9 @@ std::string parse_speculative_method(const std::string &method);
 std::optional<std::filesystem::path> draft_model_path(const std::string &method);
 // The head an "eagle3:PATH" method names; none for any other method.
 std::optional<std::filesystem::path> eagle3_head_path(const std::string &method);
-// Throws Error(kUnsupported) naming the flag when `method` is a draft model or an EAGLE-3
-// head and `device` ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot return its
-// layers' hidden states yet, and a draft model beside it (ModelRunner::open_sibling,
-// which it implements) still changes the target's greedy output there.
+// Throws Error(kUnsupported) naming the flag when `method` is an EAGLE-3 head and
+// `device` ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot return its layers'
+// hidden states yet. (A draft model runs beside either runner: ModelRunner::open_sibling.)
 void check_draft_device(const std::string &method, const std::string &device);
 
 // One interface for every way of drafting (engine thread only).

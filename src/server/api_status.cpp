@@ -219,21 +219,27 @@ void ApiServer::handle_status(const std::shared_ptr<ResponseChannel> &ch) {
       m["restored_tokens"] = s.restored_tokens;
       // Speculative decoding: null when the engine has no drafter. acceptance_length is
       // the tokens a verify step emits on average (accepted drafts + the target's own).
-      m["speculative"] = s.spec_method.empty()
-                             ? json(nullptr)
-                             : json{{"method", s.spec_method},
-                                    {"verify_steps", s.spec_steps},
-                                    {"drafted_tokens", s.spec_drafted},
-                                    {"accepted_tokens", s.spec_accepted},
-                                    {"acceptance_rate", ratio(static_cast<double>(s.spec_accepted),
-                                                              static_cast<double>(s.spec_drafted))},
-                                    {"acceptance_length",
-                                     s.spec_steps > 0 ? 1.0 + static_cast<double>(s.spec_accepted) /
-                                                                  static_cast<double>(s.spec_steps)
-                                                      : 0.0},
-                                    {"accepted_per_position", s.spec_accepted_at},
-                                    {"draft_weights_bytes", s.spec_draft_weights_bytes},
-                                    {"draft_kv_bytes", s.spec_draft_kv_bytes}};
+      m["speculative"] =
+          s.spec_method.empty()
+              ? json(nullptr)
+              : json{{"method", s.spec_method},
+                     {"verify_steps", s.spec_steps},
+                     {"drafted_tokens", s.spec_drafted},
+                     {"accepted_tokens", s.spec_accepted},
+                     {"acceptance_rate", ratio(static_cast<double>(s.spec_accepted),
+                                               static_cast<double>(s.spec_drafted))},
+                     {"acceptance_length", s.spec_steps > 0
+                                               ? 1.0 + static_cast<double>(s.spec_accepted) /
+                                                           static_cast<double>(s.spec_steps)
+                                               : 0.0},
+                     {"accepted_per_position", s.spec_accepted_at},
+                     // --speculative-adaptive: drafting paused at the batch
+                     // size now running because it measured slower, and
+                     // its measured speed-up there (null: not yet known).
+                     {"paused", s.spec_paused},
+                     {"speedup", s.spec_speedup > 0.0 ? json(s.spec_speedup) : json(nullptr)},
+                     {"draft_weights_bytes", s.spec_draft_weights_bytes},
+                     {"draft_kv_bytes", s.spec_draft_kv_bytes}};
       running += s.running;
       waiting += s.waiting;
       preempted += s.preempted;

@@ -103,14 +103,6 @@ test('a draft path that does not exist is refused at startup naming the flag and
   assert.ok(r.stderr.includes(`--speculative draft:${missing}: no such file or directory`), r.stderr);
 });
 
-test('a draft model with --device cuda is refused at startup naming the flag', () => {
-  const r = spawnSync(KEEL_BIN, ['serve', '--port', '0', '--model-dir', work, '--device', 'cuda',
-    '--speculative', `draft:${draft}`], { encoding: 'utf8', timeout: 10000 });
-  assert.notEqual(r.status, 0);
-  assert.ok(r.stderr.includes(`--speculative draft:${draft}: --device cuda: a draft model runs `
-    + 'beside the CPU runner only'), r.stderr);
-});
-
 test('keel run prints the same text with a draft model as without, greedy and seeded', () => {
   const run = (...extra) => spawnSync(KEEL_BIN, ['run', '-m', target, '-p', 'Once upon a time',
     '-n', '40', '--ignore-eos', '--threads', '1', ...extra], { encoding: 'utf8', timeout: 60000 });

@@ -50,6 +50,7 @@ std::vector<std::vector<TokenId>> run(int mode, CudaRunnerOptions o, CudaRunnerO
   if (mode != 0) {
     cfg.speculative.num_speculative_tokens = 4;
     cfg.speculative.max_running = 0;
+    cfg.speculative.adaptive = false;  // whenever allowed: these tests are about the step
     cfg.speculative.method = mode == 3 ? "ngram" : "draft:" + dir.string();
     if (mode == 2)
       cfg.speculative.make_drafter = [dir, od]() -> std::unique_ptr<Drafter> {

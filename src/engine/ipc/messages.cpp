@@ -277,6 +277,8 @@ std::string encode_status(const EngineStatus &s) {
                  {"drafted", s.spec_drafted},
                  {"accepted", s.spec_accepted},
                  {"accepted_at", s.spec_accepted_at},
+                 {"paused", s.spec_paused},
+                 {"speedup", s.spec_speedup},
                  {"draft_weights_bytes", s.spec_draft_weights_bytes},
                  {"draft_kv_bytes", s.spec_draft_kv_bytes}};
   return j.dump();
@@ -311,6 +313,8 @@ EngineStatus decode_status(const std::string &payload) {
       s.spec_drafted = p.at("drafted").get<std::int64_t>();
       s.spec_accepted = p.at("accepted").get<std::int64_t>();
       s.spec_accepted_at = p.at("accepted_at").get<std::vector<std::int64_t>>();
+      s.spec_paused = p.value("paused", false);
+      s.spec_speedup = p.value("speedup", 0.0);
       s.spec_draft_weights_bytes = p.value("draft_weights_bytes", std::int64_t{0});
       s.spec_draft_kv_bytes = p.value("draft_kv_bytes", std::int64_t{0});
     }

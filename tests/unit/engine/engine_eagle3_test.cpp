@@ -104,6 +104,7 @@ EngineConfig eagle3_config(const std::filesystem::path &h, std::int32_t k = 3) {
     cfg.speculative.method = parse_speculative_method("eagle3:" + h.string());
     cfg.speculative.num_speculative_tokens = k;
     cfg.speculative.max_running = 0;  // draft at any batch size
+    cfg.speculative.adaptive = false;  // whenever allowed: these tests are about the step
   }
   return cfg;
 }

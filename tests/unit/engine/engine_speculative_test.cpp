@@ -7,8 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
+#include <thread>
 
 #include "collector.h"
 #include "engine/engine.h"
@@ -42,7 +44,8 @@ class OracleDrafter final : public Drafter {
 EngineConfig spec_config(std::int32_t k = 4, bool always_wrong = false, bool caching = true) {
   EngineConfig cfg = small_config(128, 32, 16, caching);
   cfg.speculative.num_speculative_tokens = k;
-  cfg.speculative.max_running = 0;  // draft at any batch size
+  cfg.speculative.max_running = 0;   // draft at any batch size
+  cfg.speculative.adaptive = false;  // whenever allowed: these tests are about the step
   cfg.speculative.make_drafter = [always_wrong] {
     return std::make_unique<OracleDrafter>(always_wrong);
   };
@@ -179,6 +182,48 @@ TEST(EngineSpeculative, LowAcceptanceBacksOff) {
   EXPECT_EQ(s.spec_accepted, 0);
   EXPECT_GT(s.spec_steps, 0);
   EXPECT_LT(s.spec_steps, 40);  // of ~200 decode steps
+}
+
+// A drafter that takes 3 ms to propose drafts that are always wrong: with
+// SpeculativeConfig::adaptive (the default) the engine measures drafting slower a token
+// than decoding without it and stops drafting (EngineStatus::spec_paused, its speed-up
+// below 1); without it, drafts go on (the acceptance tracker only spaces them out).
+class SlowWrongDrafter final : public Drafter {
+ public:
+  const char *name() const override { return "slow"; }
+  void propose(RequestId, std::span<const TokenId> tokens, std::int32_t k,
+               std::vector<TokenId> &out) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    const auto next = toy_greedy(std::vector<TokenId>(tokens.begin(), tokens.end()), 1, kToyVocab);
+    out.assign(k, (next[0] + 1) % kToyVocab);
+  }
+};
+
+TEST(EngineSpeculative, AdaptiveDraftingStopsWhereItMeasuresSlower) {
+  for (const bool adaptive : {true, false}) {
+    EngineConfig cfg = spec_config();
+    cfg.speculative.adaptive = adaptive;
+    cfg.speculative.make_drafter = [] { return std::make_unique<SlowWrongDrafter>(); };
+    ToyEngine e(256, 4, cfg);
+    Collector c;
+    e->submit(greedy_request(1, prompt_of(1), 120), c.sink());
+    ASSERT_TRUE(c.wait_finished(1));
+    EXPECT_EQ(c.get(1).tokens, toy_greedy(prompt_of(1), 120, kToyVocab));
+    const EngineStatus s = e->status();
+    EXPECT_EQ(s.spec_accepted, 0);
+    if (adaptive) {
+      // 16 steps measured with drafts (the tracker lets a few of them draft), 16 without,
+      // then none: the probe comes after 256 steps.
+      EXPECT_GT(s.spec_steps, 0);
+      EXPECT_LE(s.spec_steps, 16);
+      EXPECT_TRUE(s.spec_paused);
+      EXPECT_GT(s.spec_speedup, 0.0);
+      EXPECT_LT(s.spec_speedup, 1.0);
+    } else {
+      EXPECT_FALSE(s.spec_paused);
+      EXPECT_EQ(s.spec_speedup, 0.0);
+    }
+  }
 }
 
 // Allows only `token`, `count` times, then only kEnd; counts the masks it computes.

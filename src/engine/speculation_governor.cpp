@@ -1,0 +1,65 @@
+#include "engine/speculation_governor.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace keel {
+namespace {
+// Each step's weight decays by this much a later step of its mode: the sums describe
+// about the last 64 steps.
+constexpr double kDecay = 1.0 - 1.0 / 64.0;
+}  // namespace
+
+int SpeculationGovernor::bucket_of(std::int32_t running) {
+  const auto n = static_cast<std::uint32_t>(std::max(running, 1));
+  return std::min(static_cast<int>(std::bit_width(n - 1)), kBuckets - 1);
+}
+
+void SpeculationGovernor::choose(Bucket &b) const {
+  b.speedup = b.off.seconds_per_token() / b.on.seconds_per_token();
+  b.drafting = b.chosen_drafting = *b.speedup >= 1.0 / (1.0 + o_.margin);
+  b.phase = Phase::kChosen;
+  b.phase_steps = 0;
+}
+
+void SpeculationGovernor::record_step(std::int32_t running, bool drafting, double seconds,
+                                      std::int32_t tokens) {
+  if (tokens <= 0 || seconds < 0.0) return;
+  Bucket &b = bucket(running);
+  Mode &m = drafting ? b.on : b.off;
+  m.seconds = m.seconds * kDecay + seconds;
+  m.tokens = m.tokens * kDecay + tokens;
+  ++m.steps;
+  if (drafting != b.drafting) return;  // a step decided before the bucket changed its mode
+  ++b.phase_steps;
+  switch (b.phase) {
+    case Phase::kWarmOn:
+      if (b.phase_steps >= o_.warmup_steps) {
+        b.phase = Phase::kWarmOff;
+        b.drafting = false;
+        b.phase_steps = 0;
+      }
+      break;
+    case Phase::kWarmOff:
+      if (b.phase_steps >= o_.warmup_steps) choose(b);
+      break;
+    case Phase::kChosen:
+      if (b.phase_steps >= o_.probe_every) {
+        // The mode left is measured afresh: its old figures may describe another workload.
+        b.phase = Phase::kProbe;
+        b.drafting = !b.drafting;
+        (b.drafting ? b.on : b.off) = Mode{};
+        b.phase_steps = 0;
+      }
+      break;
+    case Phase::kProbe:
+      if (b.phase_steps >= o_.probe_steps) choose(b);
+      break;
+  }
+}
+
+void SpeculationGovernor::record_proposal(std::int32_t running, double seconds) {
+  if (seconds > 0.0) bucket(running).on.seconds += seconds;
+}
+
+}  // namespace keel

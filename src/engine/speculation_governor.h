@@ -1,0 +1,71 @@
+// Whether drafting pays, measured (issue 30's adaptive policy). Speculative decoding trades
+// draft and verify work for tokens: where the drafter costs much next to the target (a
+// draft model half the target's time a token on a CPU) or few drafts are accepted, it makes
+// decoding slower. The governor times the engine's decode steps with drafting and without,
+// per batch-size bucket, as seconds per emitted token (drafting's proposal time charged to
+// it), and lets sequences draft only where that is not worse than without by more than a
+// margin. Each bucket first measures both modes, then keeps the better one and now and then
+// measures the other again for a few steps, so a change in the workload (copy-heavy edits
+// after prose) brings drafting back. Steps with prefill rows are not measured. Engine
+// thread only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+
+namespace keel {
+
+class SpeculationGovernor {
+ public:
+  struct Options {
+    std::int32_t warmup_steps = 16;  // steps measured in each mode before the first choice
+    std::int32_t probe_every = 256;  // steps in the chosen mode between probes of the other
+    std::int32_t probe_steps = 16;   // steps of a probe
+    double margin = 0.03;            // drafting stays unless it costs this much more a token
+  };
+
+  SpeculationGovernor() : SpeculationGovernor(Options{}) {}
+  explicit SpeculationGovernor(Options options) : o_(options) {}
+
+  // Whether sequences may draft at the next step, with `running` sequences in the batch.
+  bool should_draft(std::int32_t running) const { return bucket(running).drafting; }
+  // A decode step (no prefill rows) ran in the mode should_draft gave for `running`:
+  // `seconds` from its start to its outputs, `tokens` emitted by it.
+  void record_step(std::int32_t running, bool drafting, double seconds, std::int32_t tokens);
+  // Seconds spent proposing drafts for the next step (charged to drafting).
+  void record_proposal(std::int32_t running, double seconds);
+
+  // Whether the last choice at `running` sequences was not to draft (a probe with drafts
+  // may be running).
+  bool paused(std::int32_t running) const { return !bucket(running).chosen_drafting; }
+  // Drafting's speed-up that choice was made on: seconds a token without drafts over
+  // seconds a token with them (none before the first choice).
+  std::optional<double> speedup(std::int32_t running) const { return bucket(running).speedup; }
+
+ private:
+  struct Mode {  // decaying sums: recent steps weigh most
+    double seconds = 0.0, tokens = 0.0;
+    std::int32_t steps = 0;
+    double seconds_per_token() const { return seconds / tokens; }
+  };
+  enum class Phase { kWarmOn, kWarmOff, kChosen, kProbe };
+  struct Bucket {
+    Mode on, off;
+    Phase phase = Phase::kWarmOn;
+    bool drafting = true;           // the mode of the next step
+    std::int32_t phase_steps = 0;   // steps measured in the current phase
+    bool chosen_drafting = true;    // the last choice (drafting until there is one)
+    std::optional<double> speedup;  // what it was made on
+  };
+  static constexpr int kBuckets = 8;  // 1, 2, 3-4, 5-8, ..., 65+ sequences
+  static int bucket_of(std::int32_t running);
+  Bucket &bucket(std::int32_t running) { return buckets_[bucket_of(running)]; }
+  const Bucket &bucket(std::int32_t running) const { return buckets_[bucket_of(running)]; }
+  void choose(Bucket &b) const;
+
+  Options o_;
+  std::array<Bucket, kBuckets> buckets_{};
+};
+
+}  // namespace keel
