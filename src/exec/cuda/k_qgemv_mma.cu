@@ -130,6 +130,8 @@ struct QMmaK4 {
   }
 };
 
+// One tile: with two, ptxas took 176-230 registers (one block an SM) or spilled under the
+// kernel's two-block bound.
 template <>
 struct QMma<QuantFormat::kQ4_K> : QMmaK4<false, 1> {};
 template <>
@@ -151,7 +153,7 @@ __device__ __forceinline__ unsigned ld_u32_a2(const std::uint8_t *p) {
 // sub-block share its input scale, so their dots are combined in integers first.
 template <>
 struct QMma<QuantFormat::kQ6_K> {
-  static constexpr int kElems = 256, kBytes = 210, kUnroll = 1, kTiles = 1;
+  static constexpr int kElems = 256, kBytes = 210, kUnroll = 1, kTiles = 1;  // as Q4_K
   static constexpr bool kPerm = true;
   struct Raw {
     unsigned ql[2][8], qh[2][4], sc[2][4], d[2];
@@ -210,6 +212,7 @@ struct QMma<QuantFormat::kQ6_K> {
 // 16 + 4t.. of the codes of both rows.
 template <>
 struct QMma<QuantFormat::kQ8_0> {
+  // Small units: 4 in flight a tile, so a warp's loads are not one block's 68 bytes.
   static constexpr int kElems = 32, kBytes = 34, kUnroll = 4, kTiles = 2;
   static constexpr bool kPerm = true;
   struct Raw {
@@ -380,6 +383,7 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds,
   }
 }
 
+// Two blocks an SM (128 registers): 16 warps' loads in flight where shared memory allows.
 template <QuantFormat F>
 __global__ void __launch_bounds__(kThreads, 2) qgemv_mma_kernel(const QgemvParams p) {
   using T = QMma<F>;
