@@ -7,6 +7,8 @@
 //   8,32,...]
 //     [--gemv-max-m N] [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off]
 //     [--fused-mma 0|1] [--fused-waves N]   (the fused GEMV's kernel and grid, A/B)
+//     [--qgemv-mma-min-m N]   (GGUF blocks kept quantized: steps of >= N rows on the integer
+//     GEMV's tensor-core kernel; default off)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
 //     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
@@ -650,9 +652,10 @@ int run(int argc, char **argv) {
   int gemv_max_m = 1;  // linear layers with <= this many rows on the GEMV kernel
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
-  int split_cap = 0;                    // attention split-K cap (0: auto)
-  bool pdl = true;                      // programmatic dependent launch of the fused kernels
-  bool gemv = false;                    // --gemv-bench: cuBLASLt vs GEMV kernel alone
+  int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.qgemv_mma_min_m;  // --qgemv-mma-min-m N
+  int split_cap = 0;         // attention split-K cap (0: auto)
+  bool pdl = true;           // programmatic dependent launch of the fused kernels
+  bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
   int gemv_waves = 0;        // --gemv-waves N: the fused GEMV's grid cap (0: its default)
   int block_size = 16;       // tokens per KV block
   std::string model_dir;     // --make-model DIR: weights written by keel make-model (bf16)
@@ -718,6 +721,8 @@ int run(int argc, char **argv) {
       fused_mma = std::stoi(val());
     } else if (a == "--fused-waves") {
       fused_waves = std::stoi(val());
+    } else if (a == "--qgemv-mma-min-m") {
+      qgemv_mma_min_m = std::stoi(val());
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
@@ -762,6 +767,7 @@ int run(int argc, char **argv) {
   o.fused_decode_max_m = fused_max_m;
   o.fused_gemv_mma = fused_mma;
   o.fused_gemv_waves = fused_waves;
+  o.qgemv_mma_min_m = qgemv_mma_min_m;
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
   o.moe_gemv_max_tokens = moe_gemv_max;
@@ -816,14 +822,14 @@ int run(int argc, char **argv) {
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
       "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s, "
-      "device features %s\n",
+      "quantized GEMV on tensor cores from M = %d, device features %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? (o.random_experts_mxfp4 ? "random, experts mxfp4" : "random bf16")
                       : weights.c_str(),
       bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()), graphs ? "on" : "off",
       gemv_max_m, bench.runner().fused_decode_max_m(),
       pdl && ctx.features().programmatic_launch ? "on" : "off", split_cap,
-      bench.runner().weight_format().c_str(), ctx.features().describe().c_str());
+      bench.runner().weight_format().c_str(), qgemv_mma_min_m, ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

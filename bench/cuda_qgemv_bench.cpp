@@ -1,9 +1,11 @@
 // The integer-dot GEMV over GGUF blocks (k_qgemv.h, issue 29) on the Llama 3.1 8B linear
 // shapes at decode widths: microseconds and TB/s of weight bytes per launch, by format, M
-// and grid cap (QgemvParams::max_waves), against the device's copy bandwidth. The weights
-// are rotated over enough copies (>= 400 MB) that no launch reads from L2.
+// grid cap (QgemvParams::max_waves) and kernel (dp4a, or the tensor cores: QgemvParams::mma),
+// against the device's copy bandwidth. The weights are rotated over enough copies (>= 400
+// MB) that no launch reads from L2.
 //
 //   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8] [--waves 0,1,2] [--norm on|off]
+//     [--kernels dp4a,mma]
 //     (--norm on: the input is RMSNorm of an f32 residual row, as the fused decode path
 //     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap)
 #include <cstdio>
@@ -67,6 +69,7 @@ double copy_bandwidth(cuda::StreamRef s) {
 int run(int argc, char **argv) {
   std::vector<std::string> formats = {"q4_k", "q6_k", "q8_0"};
   std::vector<int> ms = {1, 2, 4, 8}, waves = {0, 1, 2};
+  std::vector<std::string> kernels = {"dp4a", "mma"};
   bool norm = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -80,6 +83,8 @@ int run(int argc, char **argv) {
       waves = bench::int_list(v);
     else if (a == "--norm")
       norm = v == "on";
+    else if (a == "--kernels")
+      kernels = bench::comma_list(v);
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
@@ -95,9 +100,13 @@ int run(int argc, char **argv) {
   std::printf(
       "# k_qgemv on %s, copy bandwidth %.2f TB/s, input %s; median of 30 spans of 8 launches\n",
       ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
-  std::printf("| %-4s | %-26s | %2s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M", "waves",
-              "us", "TB/s", "% copy");
-  std::printf("|------|----------------------------|----|-------|-----------|--------|--------|\n");
+  for (const std::string &k : kernels)
+    if (k != "dp4a" && k != "mma")
+      throw Error(ErrorCode::kInvalidArgument, "--kernels: dp4a or mma, not " + k);
+  std::printf("| %-4s | %-26s | %2s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
+              "kern", "waves", "us", "TB/s", "% copy");
+  std::printf(
+      "|------|----------------------------|----|------|-------|-----------|--------|--------|\n");
   for (const std::string &fname : formats) {
     const cuda::QuantFormat f = parse_format(fname);
     for (const Shape &sh : shapes) {
@@ -116,46 +125,49 @@ int run(int argc, char **argv) {
       cuda::launch_fill_uniform(s, nw.as<cuda::bf16>(), sh.K, 10, 0.5f, 1.5f);
       KEEL_CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
       for (const int M : ms) {
-        for (const int wv : waves) {
-          auto launch = [&](int r) {
-            cuda::QgemvParams p;
-            p.format = f;
-            p.w = w.as<unsigned char>() + std::size_t(r % copies) * stride;
-            p.N = sh.N;
-            p.K = sh.K;
-            p.M = M;
-            if (norm && sh.out != cuda::GemvOut::kAddResidual) {
-              p.in = cuda::GemvIn::kRmsNorm;
-              p.residual = res.as<float>();
-              p.norm_weight = nw.as<cuda::bf16>();
-            } else {
-              p.in = cuda::GemvIn::kBf16;
-              p.x = x.as<cuda::bf16>();
+        for (const std::string &kern : kernels)
+          for (const int wv : waves) {
+            auto launch = [&](int r) {
+              cuda::QgemvParams p;
+              p.format = f;
+              p.w = w.as<unsigned char>() + std::size_t(r % copies) * stride;
+              p.N = sh.N;
+              p.K = sh.K;
+              p.M = M;
+              if (norm && sh.out != cuda::GemvOut::kAddResidual) {
+                p.in = cuda::GemvIn::kRmsNorm;
+                p.residual = res.as<float>();
+                p.norm_weight = nw.as<cuda::bf16>();
+              } else {
+                p.in = cuda::GemvIn::kBf16;
+                p.x = x.as<cuda::bf16>();
+              }
+              p.out = sh.out;
+              p.y = y.data();
+              p.pdl = ctx.features().programmatic_launch;
+              p.max_waves = wv;
+              p.mma = kern == "mma";
+              cuda::launch_qgemv(s, p, ctx.num_sms());
+            };
+            // 8 launches back to back per timed span, as a decode step chains them (PDL
+            // overlaps one's prologue with the previous one's tail).
+            constexpr int kPer = 8;
+            std::vector<double> t;
+            cuda::Event a(true), b(true);
+            for (int r = 0; r < 33; ++r) {
+              a.record(s);
+              for (int i = 0; i < kPer; ++i) launch(r * kPer + i);
+              b.record(s);
+              b.wait(std::chrono::seconds(30), "qgemv bench");
+              if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / kPer);
             }
-            p.out = sh.out;
-            p.y = y.data();
-            p.pdl = ctx.features().programmatic_launch;
-            p.max_waves = wv;
-            cuda::launch_qgemv(s, p, ctx.num_sms());
-          };
-          // 8 launches back to back per timed span, as a decode step chains them (PDL
-          // overlaps one's prologue with the previous one's tail).
-          constexpr int kPer = 8;
-          std::vector<double> t;
-          cuda::Event a(true), b(true);
-          for (int r = 0; r < 33; ++r) {
-            a.record(s);
-            for (int i = 0; i < kPer; ++i) launch(r * kPer + i);
-            b.record(s);
-            b.wait(std::chrono::seconds(30), "qgemv bench");
-            if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / kPer);
+            std::sort(t.begin(), t.end());
+            const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
+            std::printf("| %-4s | %-26s | %2d | %-4s | %5d | %9.1f | %6.2f | %5.1f%% |\n",
+                        fname.c_str(), sh.name, M, kern.c_str(), wv, us, tbs,
+                        100.0 * tbs * 1e12 / bw);
+            std::fflush(stdout);
           }
-          std::sort(t.begin(), t.end());
-          const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
-          std::printf("| %-4s | %-26s | %2d | %5d | %9.1f | %6.2f | %5.1f%% |\n", fname.c_str(),
-                      sh.name, M, wv, us, tbs, 100.0 * tbs * 1e12 / bw);
-          std::fflush(stdout);
-        }
       }
     }
   }

@@ -449,8 +449,13 @@ TEST(CudaFusedRunner, QuantizedDecodeMatchesUnfusedPath) {
     make_model(mo);
     CudaRunnerOptions po = fused_options(true, 0, true), fo = fused_options(true, 4, true);
     po.quantized_weights = fo.quantized_weights = QuantizedWeights::kOn;
+    // The same fused runner with the quantized GEMV on its tensor-core kernel at every M
+    // (fused steps and the unfused 5-row step's run_linear).
+    CudaRunnerOptions mo_opts = fo;
+    mo_opts.qgemv_mma_min_m = 1;
     auto plain = CudaModelRunner::open(mo.out, ctx, po);
     auto fused = CudaModelRunner::open(mo.out, ctx, fo);
+    auto fused_mma = CudaModelRunner::open(mo.out, ctx, mo_opts);
     fs::remove_all(dir);
     EXPECT_NE(fused->weight_format().find(mix ? "q4_k+q6_k" : "q8_0"), std::string::npos)
         << fused->weight_format();
@@ -461,7 +466,7 @@ TEST(CudaFusedRunner, QuantizedDecodeMatchesUnfusedPath) {
     const int n = 5, steps = 10;
     std::vector<std::vector<TokenId>> toks(n);
     std::vector<int> pos(n);
-    ForwardOutput o1, o2;
+    ForwardOutput o1, o2, o3;
     for (int i = 0; i < n; ++i) {
       pos[i] = 3 + static_cast<int>(rng() % 100);
       toks[i].resize(pos[i] + steps);
@@ -470,6 +475,7 @@ TEST(CudaFusedRunner, QuantizedDecodeMatchesUnfusedPath) {
       add_seq(b, toks[i], 0, pos[i], 16 * i, SequenceSlice::Logits::kNone);
       plain->forward(b, o1);
       fused->forward(b, o2);
+      fused_mma->forward(b, o3);
     }
     for (int step = 0; step < steps; ++step) {
       const int k = 1 + step % n;  // 1..4 fused, 5 unfused on both
@@ -478,9 +484,13 @@ TEST(CudaFusedRunner, QuantizedDecodeMatchesUnfusedPath) {
         add_seq(b, toks[i], pos[i]++, 1, 16 * i, SequenceSlice::Logits::kLast);
       plain->forward(b, o1);
       fused->forward(b, o2);
+      fused_mma->forward(b, o3);
       ASSERT_EQ(o1.logits.size(), o2.logits.size());
+      ASSERT_EQ(o1.logits.size(), o3.logits.size());
       for (float x : o2.logits) ASSERT_TRUE(std::isfinite(x));
+      for (float x : o3.logits) ASSERT_TRUE(std::isfinite(x));
       EXPECT_LT(rel_err(o2.logits, o1.logits), 1e-2) << "step " << step << " k " << k;
+      EXPECT_LT(rel_err(o3.logits, o1.logits), 1e-2) << "mma step " << step << " k " << k;
     }
     EXPECT_GE(fused->graphs_captured(), 3u);
   }

@@ -1,9 +1,11 @@
-// The integer-dot GEMV over GGUF blocks (k_qgemv.h): every format, M = 1..8, each
-// prologue and epilogue of the fused decode path, with and without programmatic launch,
-// against a double-precision reference over the CPU's dequantization of the same blocks
-// (formats/quant.cpp) and the bf16 input the unfused path would feed the GEMM. The bound
-// is the input's int8 rounding (k_qgemv.h): 1.5e-2 of the output's norm, where a wrong
-// scale, nibble or sub-block gives errors of order 1.
+// The integer-dot GEMV over GGUF blocks (k_qgemv.h), both kernels (dp4a, tensor cores:
+// QgemvParams::mma): every format, M = 1..8, each prologue and epilogue of the fused decode
+// path, with and without programmatic launch, against a double-precision reference over
+// the CPU's dequantization of the same blocks (formats/quant.cpp) and the bf16 input the
+// unfused path would feed the GEMM. The bound is the input's int8 rounding (k_qgemv.h):
+// 1.5e-2 of the output's norm, where a wrong scale, nibble or sub-block gives errors of
+// order 1. The two kernels stage the same int8 input, so they also agree with each other
+// up to float summation order.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -51,12 +53,14 @@ struct Case {
   int M = 1;
   std::int64_t N = 0, K = 0;
   bool with_rows = false, pdl = false;
+  bool mma = false;  // QgemvParams::mma
 };
 
 void check(CudaContext &ctx, DType t, const Case &c, std::mt19937 &rng) {
   SCOPED_TRACE(std::string(dtype_name(t)) + " in " + std::to_string(int(c.in)) + " out " +
                std::to_string(int(c.out)) + " M " + std::to_string(c.M) + " N " +
-               std::to_string(c.N) + " K " + std::to_string(c.K) + (c.pdl ? " pdl" : ""));
+               std::to_string(c.N) + " K " + std::to_string(c.K) + (c.pdl ? " pdl" : "") +
+               (c.mma ? " mma" : " dp4a"));
   const int M = c.M;
   const std::int64_t N = c.N, K = c.K;
   const QuantMatrix w = make_quant(t, N, K, rng);
@@ -114,6 +118,7 @@ void check(CudaContext &ctx, DType t, const Case &c, std::mt19937 &rng) {
   p.out = c.out;
   p.y = y.data();
   p.pdl = c.pdl;
+  p.mma = c.mma;
   launch_qgemv(ctx.compute(), p, ctx.num_sms());
   std::vector<float> got, want(ref.size());
   for (std::size_t i = 0; i < ref.size(); ++i) want[i] = static_cast<float>(ref[i]);
@@ -177,6 +182,78 @@ TEST_P(Qgemv, FusedProloguesAndEpiloguesMatchReference) {
   check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kF32, 2, 40000, 256, true, true}, rng);
 }
 
+// The tensor-core kernel: the same shapes (K of one super-block, where seven of the eight
+// warps have no units; K = 2,304, nine super-blocks, so odd rows of Q6_K / Q8_0 / Q4_0
+// start 2 bytes off a 4-byte boundary; down_proj's K at M = 8; N not a multiple of the
+// 16- or 32-row group).
+TEST_P(Qgemv, TensorCoresEveryRowCountMatchesFloatReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(31);
+  for (int M = 1; M <= kQgemvMaxM; ++M)
+    for (auto [N, K] : {std::array<std::int64_t, 2>{77, 256}, {45, 2304}})
+      check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kF32, M, N, K, false, false, true}, rng);
+  check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kBf16, 8, 19, 14336, false, false, true}, rng);
+  check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kF32, 3, 33, 14336, false, false, true}, rng);
+}
+
+// Every prologue and epilogue at every M (the tensor-core kernel's M is a run-time value:
+// columns past M are zero), with and without `pdl` (launched plainly either way).
+TEST_P(Qgemv, TensorCoresFusedProloguesAndEpiloguesMatchReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(37);
+  for (bool pdl : {false, true})
+    for (int M = 1; M <= kQgemvMaxM; ++M) {
+      check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kBf16, M, 96, 1024, false, pdl, true},
+            rng);
+      check(ctx, GetParam(), {GemvIn::kBf16, GemvOut::kAddResidual, M, 64, 1536, false, pdl, true},
+            rng);
+      check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * 72, 512, false, pdl, true},
+            rng);
+      check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kF32, M, 100, 768, true, pdl, true}, rng);
+    }
+  // The LM head: more row groups than the grid's blocks (each block loops).
+  check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kF32, 2, 40000, 256, true, true, true}, rng);
+  check(ctx, GetParam(), {GemvIn::kRmsNorm, GemvOut::kSwiglu, 8, 2 * 9000, 512, true, true, true},
+        rng);
+}
+
+// Both kernels stage the same int8 input and apply the same scales per 32 values, so their
+// f32 outputs differ only by float summation order (a wrong permutation of A against B, a
+// dropped min term or column would show here at the scale of the outputs).
+TEST_P(Qgemv, TensorCoresAgreeWithDp4a) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(41);
+  const std::int64_t N = 200, K = 4096;
+  const QuantMatrix w = make_quant(GetParam(), N, K, rng);
+  const DeviceBuffer d_w = upload(ctx, w.bytes);
+  for (int M = 1; M <= kQgemvMaxM; ++M) {
+    SCOPED_TRACE("M " + std::to_string(M));
+    const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
+    const DeviceBuffer d_x = upload(ctx, to_bf16(x));
+    std::vector<float> out[2];
+    for (int mma = 0; mma < 2; ++mma) {
+      DeviceBuffer y(std::size_t(M) * N * 4);
+      test::poison(ctx, y);
+      QgemvParams p;
+      p.format = *device_quant_format(GetParam());
+      p.w = d_w.data();
+      p.N = N;
+      p.K = K;
+      p.M = M;
+      p.x = d_x.as<bf16>();
+      p.out = GemvOut::kF32;
+      p.y = y.data();
+      p.mma = mma == 1;
+      launch_qgemv(ctx.compute(), p, ctx.num_sms());
+      out[mma] = download<float>(ctx, y, std::size_t(M) * N);
+    }
+    EXPECT_LT(rel_err(out[1], out[0]), 1e-5);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, Qgemv,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                                            DType::kQ6_K),
@@ -192,6 +269,10 @@ TEST(Qgemv, RejectsWhatItCannotRun) {
   EXPECT_FALSE(qgemv_supported(QuantFormat::kQ4_K, 1, 320, smem));  // not whole super-blocks
   EXPECT_TRUE(qgemv_supported(QuantFormat::kQ4_0, 1, 320, smem));
   EXPECT_FALSE(qgemv_supported(QuantFormat::kQ8_0, 8, 1 << 16, smem));  // beyond shared memory
+  EXPECT_FALSE(qgemv_mma_supported(QuantFormat::kMXFP4));
+  for (QuantFormat f : {QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_K,
+                        QuantFormat::kQ5_K, QuantFormat::kQ6_K})
+    EXPECT_TRUE(qgemv_mma_supported(f));
   DeviceBuffer buf(1 << 16);
   QgemvParams p;
   p.format = QuantFormat::kQ4_K;
@@ -207,6 +288,15 @@ TEST(Qgemv, RejectsWhatItCannotRun) {
   EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
   p.x = buf.as<bf16>();
   p.in = GemvIn::kRmsNorm;  // no residual
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  // The tensor-core kernel refuses the same shapes: the checks come before the choice.
+  p.mma = true;
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  p.in = GemvIn::kBf16;
+  p.K = 320;
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  p.K = 256;
+  p.M = kQgemvMaxM + 1;
   EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
 }
 

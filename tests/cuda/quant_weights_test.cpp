@@ -177,37 +177,42 @@ TEST(QuantLinear, FewRowsTakeTheIntegerDotGemvWhereItRuns) {
     std::vector<std::uint8_t> bytes = a.bytes;
     bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
     const DeviceBuffer w = upload(ctx, bytes);
-    for (int M : {1, 5, kQgemvMaxM})
-      for (bool y_f32 : {true, false}) {
-        SCOPED_TRACE("M=" + std::to_string(M) + (y_f32 ? " f32" : " bf16"));
-        ASSERT_TRUE(qgemv_supported(QuantFormat::kQ4_K, M, K, smem));
-        const DeviceBuffer dx = upload(ctx, to_bf16(random_bf16_values(M * K, rng)));
-        const std::size_t bytes_out = std::size_t(M) * 32 * (y_f32 ? 4 : 2);
-        DeviceBuffer got(bytes_out), want(bytes_out);
-        test::poison(ctx, got);
-        test::poison(ctx, want);
-        run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got.data(), y_f32, M,
-                   nullptr);
-        std::int64_t n0 = 0;
-        for (const WeightRange &r : layout.ranges) {
-          QgemvParams p;
-          p.format = r.format;
-          p.w = static_cast<const std::byte *>(w.data()) + r.offset;
-          p.N = r.rows;
-          p.K = K;
-          p.M = M;
-          p.x = dx.as<bf16>();
-          p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
-          p.y = static_cast<std::byte *>(want.data()) + n0 * (y_f32 ? 4 : 2);
-          p.ldy = 32;
-          launch_qgemv(ctx.compute(), p, ctx.num_sms());
-          n0 += r.rows;
+    // Gemm::set_qgemv_mma_min_m: off, and from 5 rows on (the tensor-core kernel at 5 and 8).
+    for (int mma_min : {kQgemvMmaOff, 5})
+      for (int M : {1, 5, kQgemvMaxM})
+        for (bool y_f32 : {true, false}) {
+          SCOPED_TRACE("M=" + std::to_string(M) + (y_f32 ? " f32" : " bf16") + " mma from " +
+                       std::to_string(mma_min));
+          gemm.set_qgemv_mma_min_m(mma_min);
+          ASSERT_TRUE(qgemv_supported(QuantFormat::kQ4_K, M, K, smem));
+          const DeviceBuffer dx = upload(ctx, to_bf16(random_bf16_values(M * K, rng)));
+          const std::size_t bytes_out = std::size_t(M) * 32 * (y_f32 ? 4 : 2);
+          DeviceBuffer got(bytes_out), want(bytes_out);
+          test::poison(ctx, got);
+          test::poison(ctx, want);
+          run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got.data(), y_f32, M,
+                     nullptr);
+          std::int64_t n0 = 0;
+          for (const WeightRange &r : layout.ranges) {
+            QgemvParams p;
+            p.format = r.format;
+            p.w = static_cast<const std::byte *>(w.data()) + r.offset;
+            p.N = r.rows;
+            p.K = K;
+            p.M = M;
+            p.x = dx.as<bf16>();
+            p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
+            p.y = static_cast<std::byte *>(want.data()) + n0 * (y_f32 ? 4 : 2);
+            p.ldy = 32;
+            p.mma = M >= mma_min;
+            launch_qgemv(ctx.compute(), p, ctx.num_sms());
+            n0 += r.rows;
+          }
+          EXPECT_EQ(download<std::uint8_t>(ctx, got, bytes_out),
+                    download<std::uint8_t>(ctx, want, bytes_out));
         }
-        EXPECT_EQ(download<std::uint8_t>(ctx, got, bytes_out),
-                  download<std::uint8_t>(ctx, want, bytes_out));
-      }
   }
-  {
+  {  // (gemm still asks for the tensor-core kernel from 5 rows: the fallback ignores it)
     const std::int64_t N = 16, K = 24576;
     const int M = kQgemvMaxM;
     ASSERT_FALSE(qgemv_supported(QuantFormat::kQ8_0, M, K, smem));

@@ -121,6 +121,11 @@ struct CudaRunnerOptions {
   // (FusedGemvParams::mma and max_waves): -1 / 0 are the kernels' own choices.
   int fused_gemv_mma = -1;
   int fused_gemv_waves = 0;
+  // GGUF blocks kept quantized: steps of at least this many rows (and at most kQgemvMaxM)
+  // run the integer-dot GEMV on its tensor-core kernel (QgemvParams::mma), on the fused
+  // decode path and in run_linear; fewer on its dp4a kernel. The default, kQgemvMmaOff
+  // (past kQgemvMaxM), keeps dp4a everywhere until the tensor-core kernel is measured.
+  int qgemv_mma_min_m = kQgemvMmaOff;
   // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
   // release format) instead of bf16, as a model file with MXFP4 experts loads.
   bool random_experts_mxfp4 = false;
@@ -356,6 +361,7 @@ class CudaModelRunner : public ModelRunner {
   std::int32_t flash_tile_q_ = 1;         // query tokens per flash tile
   int fused_max_m_ = 0;                   // steps of <= this many rows take the fused kernels
   int fused_mma_ = -1, fused_waves_ = 0;  // CudaRunnerOptions::fused_gemv_mma / _waves
+  int qgemv_mma_min_m_ = kQgemvMmaOff;    // CudaRunnerOptions::qgemv_mma_min_m
   bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
   int split_cap_ = 0;  // CudaRunnerOptions::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "exec/cuda/cuda_context.h"
+#include "exec/cuda/k_qgemv.h"
 
 namespace keel::cuda {
 
@@ -32,6 +33,11 @@ class Gemm {
   // bf16 products with M <= m (and no accumulate) go to the GEMV kernel (k_gemv.h) instead
   // of cuBLASLt; 0 (default) keeps every shape on cuBLASLt. m is capped at kGemvMaxM.
   void set_gemv_max_m(int m) { gemv_max_m_ = m; }
+  // run_linear's quantized GEMVs (k_qgemv.h) with at least this many rows take the
+  // tensor-core kernel (QgemvParams::mma); the default, past kQgemvMaxM (8), never does.
+  // Kept here beside gemv_max_m: the runner's one object every linear layer is run through.
+  void set_qgemv_mma_min_m(int m) { qgemv_mma_min_m_ = m; }
+  int qgemv_mma_min_m() const { return qgemv_mma_min_m_; }
 
  private:
   struct Plan {
@@ -45,6 +51,7 @@ class Gemm {
   const CudaContext &ctx_;
   std::map<Key, Plan> plans_;
   int gemv_max_m_ = 0;
+  int qgemv_mma_min_m_ = kQgemvMmaOff;
 };
 
 }  // namespace keel::cuda

@@ -12,10 +12,13 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_pdl.cuh"
 #include "exec/cuda/k_qgemv.h"
+#include "exec/cuda/k_qgemv_common.cuh"
 
 namespace keel::cuda {
 
 namespace {
+
+using namespace qgemv_detail;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
@@ -66,20 +69,6 @@ struct Staged {
     return *reinterpret_cast<const int2 *>(xq + m * K + r * 8 * kb + 8 * u);
   }
 };
-
-__device__ __forceinline__ float f16_bits(unsigned bits) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFF)));
-}
-__device__ __forceinline__ unsigned ld_u16(const std::uint8_t *p) {
-  return __ldg(reinterpret_cast<const unsigned short *>(p));
-}
-// Four bytes from a 2-byte aligned address.
-__device__ __forceinline__ int ld_i32_a2(const std::uint8_t *p) {
-  return static_cast<int>(ld_u16(p) | (ld_u16(p + 2) << 16));
-}
-__device__ __forceinline__ int byte_of(unsigned v, int i) {
-  return static_cast<int>((v >> (8 * i)) & 0xFF);
-}
 
 template <QuantFormat F>
 struct QDot;
@@ -159,19 +148,6 @@ struct QDot<QuantFormat::kQ4_0> {
     }
   }
 };
-
-// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block, from the
-// head's words y (scales[0..3]), z (scales[4..7]), w (scales[8..11]).
-__device__ __forceinline__ void k_scale_min(const uint4 &head, int j, int &sc, int &mn) {
-  if (j < 4) {
-    sc = byte_of(head.y, j) & 63;
-    mn = byte_of(head.z, j) & 63;
-  } else {
-    const int i = j - 4;
-    sc = (byte_of(head.w, i) & 0xF) | ((byte_of(head.y, i) >> 6) << 4);
-    mn = (byte_of(head.w, i) >> 4) | ((byte_of(head.z, i) >> 6) << 4);
-  }
-}
 
 // Q4_K / Q5_K unit k of a super-block (g = k / 2, h = k % 2): 16 bytes of qs whose low
 // nibbles are elements 64g + 16h + [0, 16) (sub-block 2g) and high nibbles 64g + 32 + 16h
@@ -321,16 +297,6 @@ struct QDot<QuantFormat::kQ6_K> {
   }
 };
 
-__device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-
 // Stages the M input rows as int8 blocks of 32 (all threads of the block). Values are the
 // bf16 the unfused path would feed the GEMM (a norm rounded as launch_add_rmsnorm does).
 template <QuantFormat F, int M>
@@ -424,27 +390,6 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, 
             make_uint2(packed[0], packed[1]);
         if (lane % 4 == 0) xds[m * (K / 32) + j / 4] = make_float2(d, d * static_cast<float>(isum));
       }
-    }
-  }
-}
-
-__device__ __forceinline__ void store_output(const QgemvParams &p, std::int64_t at, float a,
-                                             float b) {
-  switch (p.out) {
-    case GemvOut::kF32:
-      static_cast<float *>(p.y)[at] = a;
-      break;
-    case GemvOut::kBf16:
-      static_cast<bf16 *>(p.y)[at] = __float2bfloat16(a);
-      break;
-    case GemvOut::kAddResidual:
-      static_cast<float *>(p.y)[at] += __bfloat162float(__float2bfloat16(a));
-      break;
-    case GemvOut::kSwiglu: {  // gate and up rounded to bf16 first, as launch_swiglu reads them
-      const float g = __bfloat162float(__float2bfloat16(a));
-      const float u = __bfloat162float(__float2bfloat16(b));
-      static_cast<bf16 *>(p.y)[at] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
-      break;
     }
   }
 }
@@ -627,6 +572,8 @@ std::size_t qgemv_smem_bytes(int M, std::int64_t K) {
 
 std::size_t qgemv_device_smem() { return device_smem_optin(); }
 
+bool qgemv_mma_supported(QuantFormat f) { return f != QuantFormat::kMXFP4; }
+
 bool qgemv_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block) {
   return f != QuantFormat::kMXFP4 && M >= 1 && M <= kQgemvMaxM && K > 0 &&
          K % quant_block_elems(f) == 0 &&
@@ -647,6 +594,11 @@ void launch_qgemv(StreamRef s_ref, const QgemvParams &p, int num_sms) {
     throw Error(ErrorCode::kInvalidArgument, "qgemv: unsupported shape M=" + std::to_string(p.M) +
                                                  " N=" + std::to_string(p.N) +
                                                  " K=" + std::to_string(p.K));
+  if (p.mma && qgemv_mma_supported(p.format)) {
+    qgemv_detail::launch_qgemv_mma(s, p, num_sms);
+    KEEL_CUDA_CHECK_LAUNCH("qgemv_mma");
+    return;
+  }
   switch (p.format) {
     case QuantFormat::kQ8_0:
       launch_f<QuantFormat::kQ8_0>(s, p, num_sms);

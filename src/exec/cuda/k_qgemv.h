@@ -10,6 +10,12 @@
 // `pdl`. Accuracy: the input's int8 rounding (half a step of max|x| / 127 per 32 values) bounds the
 // error, about 5e-3 of the dot's norm for Gaussian inputs (tests/cuda/qgemv_test.cpp): the kernel
 // computes the exact dot of the dequantized weights with the rounded input.
+// QgemvParams::mma picks a tensor-core kernel for the same product (k_qgemv_mma.cu,
+// formats qgemv_mma_supported): 16 weight rows x 32 (Q6_K: 16) codes of one scale as the A
+// operand of mma.sync s8, the staged input as B, so a weight costs the same instructions
+// whatever M is; the dp4a kernel's cost grows with M. Same staged input (int8 per 32, the
+// scales applied per 32-value unit, the K-quant min and Q4_0's offset through the staged
+// sums), so both kernels compute the same dot up to float summation order.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +27,8 @@
 namespace keel::cuda {
 
 constexpr int kQgemvMaxM = 8;
+// A qgemv_mma_min_m (CudaRunnerOptions) past kQgemvMaxM: the tensor-core kernel never runs.
+constexpr int kQgemvMmaOff = kQgemvMaxM + 1;
 
 struct QgemvParams {
   QuantFormat format = QuantFormat::kQ8_0;  // not kMXFP4
@@ -41,6 +49,11 @@ struct QgemvParams {
   // Grid: one output row per warp, capped at max_waves times the blocks that fit at once
   // (then warps loop over rows, and the per-block staging is paid fewer times); 0: 1.
   int max_waves = 0;
+  // The tensor-core kernel where qgemv_mma_supported(format); the dp4a kernel otherwise.
+  // It is launched as a plain dependent even with `pdl` (as the bf16 tensor-core GEMV,
+  // k_decode_fused.cu: under PDL that one was 30% slower in the model), but still lets the
+  // kernel after it start early.
+  bool mma = false;
 };
 
 // Shared memory the kernel stages its input in: M x K int8 and M x K / 32 (scale, sum).
@@ -48,6 +61,8 @@ std::size_t qgemv_smem_bytes(int M, std::int64_t K);
 // True when launch_qgemv runs the shape: a GGUF format other than MXFP4, 1 <= M <=
 // kQgemvMaxM, K a positive multiple of the block whose staged input fits smem_per_block.
 bool qgemv_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block);
+// True for the formats the tensor-core kernel implements (QgemvParams::mma).
+bool qgemv_mma_supported(QuantFormat f);
 // The shared memory a block may opt into on the current device: the smem_per_block
 // launch_qgemv checks shapes against, for callers without a CudaContext (device_weight.h).
 std::size_t qgemv_device_smem();

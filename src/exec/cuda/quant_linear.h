@@ -42,8 +42,8 @@ struct WeightRange {
 // How one [N, K] linear weight lies in device memory.
 struct LinearLayout {
   std::int64_t N = 0, K = 0;
-  std::vector<WeightRange> ranges;        // empty: bf16 [N, K]
-  std::vector<std::size_t> part_offsets;  // quantized: byte offset of each planned part
+  std::vector<WeightRange> ranges;              // empty: bf16 [N, K]
+  std::vector<std::size_t> part_offsets;        // quantized: byte offset of each planned part
   std::vector<std::size_t> part_scale_offsets;  // fp8: byte offset of each part's scale grid
 
   bool quantized() const { return !ranges.empty(); }
@@ -69,9 +69,10 @@ std::vector<float> fp8_device_scales(const TensorScale &s, std::int64_t K);
 
 // y[M, N] = x[M, K] @ W^T, y bf16 (or f32 when y_f32). Quantized weights with
 // M <= kQuantGemvMaxM take the quantized GEMV; larger M dequantize into `scratch`
-// (at least layout.bf16_bytes()) and run gemm. Like every launcher it takes a StreamRef
+// (at least layout.bf16_bytes()) and run gemm; the GEMV takes its tensor-core kernel from
+// gemm.qgemv_mma_min_m() rows on. Like every launcher it takes a StreamRef
 // and checks the owner thread (get("run_linear")) before launching.
-void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w,
-                const bf16 *x, void *y, bool y_f32, std::int64_t M, void *scratch);
+void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w, const bf16 *x,
+                void *y, bool y_f32, std::int64_t M, void *scratch);
 
 }  // namespace keel::cuda

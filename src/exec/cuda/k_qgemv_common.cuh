@@ -1,0 +1,79 @@
+// Device helpers shared by the two integer-dot GEMVs over GGUF blocks (k_qgemv.h): the
+// dp4a kernel (k_qgemv.cu) and the tensor-core one (k_qgemv_mma.cu): block field loads
+// (Q8_0 / Q4_0 / Q6_K blocks are only 2-byte aligned), the K-quant scale/min unpacking, and
+// the fused decode path's epilogues.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "exec/cuda/k_qgemv.h"
+
+namespace keel::cuda::qgemv_detail {
+
+__device__ __forceinline__ float f16_bits(unsigned bits) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFF)));
+}
+__device__ __forceinline__ unsigned ld_u16(const std::uint8_t *p) {
+  return __ldg(reinterpret_cast<const unsigned short *>(p));
+}
+// Four bytes from a 2-byte aligned address.
+__device__ __forceinline__ int ld_i32_a2(const std::uint8_t *p) {
+  return static_cast<int>(ld_u16(p) | (ld_u16(p + 2) << 16));
+}
+__device__ __forceinline__ int byte_of(unsigned v, int i) {
+  return static_cast<int>((v >> (8 * i)) & 0xFF);
+}
+
+// The 6-bit scale and min of sub-block j (0..7) of a Q4_K / Q5_K super-block, from the
+// head's words y (scales[0..3]), z (scales[4..7]), w (scales[8..11]).
+__device__ __forceinline__ void k_scale_min(const uint4 &head, int j, int &sc, int &mn) {
+  if (j < 4) {
+    sc = byte_of(head.y, j) & 63;
+    mn = byte_of(head.z, j) & 63;
+  } else {
+    const int i = j - 4;
+    sc = (byte_of(head.w, i) & 0xF) | ((byte_of(head.y, i) >> 6) << 4);
+    mn = (byte_of(head.w, i) >> 4) | ((byte_of(head.z, i) >> 6) << 4);
+  }
+}
+
+__device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
+  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 v = __bfloat1622float2(h2[e]);
+    f[2 * e] = v.x;
+    f[2 * e + 1] = v.y;
+  }
+}
+
+// Output element `at` (= m * ldy + n): a = W[n] x[m], b = W[n + rows] x[m] (kSwiglu).
+__device__ __forceinline__ void store_output(const QgemvParams &p, std::int64_t at, float a,
+                                             float b) {
+  switch (p.out) {
+    case GemvOut::kF32:
+      static_cast<float *>(p.y)[at] = a;
+      break;
+    case GemvOut::kBf16:
+      static_cast<bf16 *>(p.y)[at] = __float2bfloat16(a);
+      break;
+    case GemvOut::kAddResidual:
+      static_cast<float *>(p.y)[at] += __bfloat162float(__float2bfloat16(a));
+      break;
+    case GemvOut::kSwiglu: {  // gate and up rounded to bf16 first, as launch_swiglu reads them
+      const float g = __bfloat162float(__float2bfloat16(a));
+      const float u = __bfloat162float(__float2bfloat16(b));
+      static_cast<bf16 *>(p.y)[at] = __float2bfloat16(g / (1.0f + __expf(-g)) * u);
+      break;
+    }
+  }
+}
+
+// The tensor-core kernel (k_qgemv_mma.cu) for a shape launch_qgemv has checked.
+void launch_qgemv_mma(cudaStream_t s, const QgemvParams &p, int num_sms);
+
+}  // namespace keel::cuda::qgemv_detail
