@@ -16,8 +16,12 @@ int SpeculationGovernor::bucket_of(std::int32_t running) {
 }
 
 void SpeculationGovernor::choose(Bucket &b) const {
+  const bool probed = b.phase == Phase::kProbe, before = b.chosen_drafting;
   b.speedup = b.off.seconds_per_token() / b.on.seconds_per_token();
   b.drafting = b.chosen_drafting = *b.speedup >= 1.0 / (1.0 + o_.margin);
+  b.probe_every = probed && b.chosen_drafting == before
+                      ? std::min(2 * b.probe_every, std::max(o_.max_probe_every, o_.probe_every))
+                      : o_.probe_every;
   b.phase = Phase::kChosen;
   b.phase_steps = 0;
 }
@@ -44,7 +48,7 @@ void SpeculationGovernor::record_step(std::int32_t running, bool drafting, doubl
       if (b.phase_steps >= o_.warmup_steps) choose(b);
       break;
     case Phase::kChosen:
-      if (b.phase_steps >= o_.probe_every) {
+      if (b.phase_steps >= b.probe_every) {
         // The mode left is measured afresh: its old figures may describe another workload.
         b.phase = Phase::kProbe;
         b.drafting = !b.drafting;

@@ -5,9 +5,9 @@
 // per batch-size bucket, as seconds per emitted token (drafting's proposal time charged to
 // it), and lets sequences draft only where that is not worse than without by more than a
 // margin. Each bucket first measures both modes, then keeps the better one and now and then
-// measures the other again for a few steps, so a change in the workload (copy-heavy edits
-// after prose) brings drafting back. Steps with prefill rows are not measured. Engine
-// thread only.
+// measures the other again for a few steps (less often while probes confirm it), so a
+// change in the workload (copy-heavy edits after prose) brings drafting back. Steps with prefill
+// rows are not measured. Engine thread only.
 #pragma once
 
 #include <array>
@@ -20,9 +20,12 @@ class SpeculationGovernor {
  public:
   struct Options {
     std::int32_t warmup_steps = 16;  // steps measured in each mode before the first choice
-    std::int32_t probe_every = 256;  // steps in the chosen mode between probes of the other
-    std::int32_t probe_steps = 16;   // steps of a probe
-    double margin = 0.03;            // drafting stays unless it costs this much more a token
+    std::int32_t probe_every = 256;  // steps in the chosen mode before the first probe
+    // A probe that confirms the choice doubles the steps to the next, up to this many (a
+    // losing mode probed costs its loss for probe_steps); one that changes it resets them.
+    std::int32_t max_probe_every = 4096;
+    std::int32_t probe_steps = 16;  // steps of a probe
+    double margin = 0.03;           // drafting stays unless it costs this much more a token
   };
 
   SpeculationGovernor() : SpeculationGovernor(Options{}) {}
@@ -56,6 +59,7 @@ class SpeculationGovernor {
     bool drafting = true;           // the mode of the next step
     std::int32_t phase_steps = 0;   // steps measured in the current phase
     bool chosen_drafting = true;    // the last choice (drafting until there is one)
+    std::int32_t probe_every = 0;   // steps from this choice to the next probe
     std::optional<double> speedup;  // what it was made on
   };
   static constexpr int kBuckets = 8;  // 1, 2, 3-4, 5-8, ..., 65+ sequences

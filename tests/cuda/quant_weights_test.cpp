@@ -204,7 +204,7 @@ TEST(QuantLinear, FewRowsTakeTheIntegerDotGemvWhereItRuns) {
             p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
             p.y = static_cast<std::byte *>(want.data()) + n0 * (y_f32 ? 4 : 2);
             p.ldy = 32;
-            p.mma = M >= mma_min;
+            p.mma = qgemv_use_mma(r.format, M, mma_min);
             launch_qgemv(ctx.compute(), p, ctx.num_sms());
             n0 += r.rows;
           }

@@ -122,10 +122,11 @@ struct CudaRunnerOptions {
   int fused_gemv_mma = -1;
   int fused_gemv_waves = 0;
   // GGUF blocks kept quantized: steps of at least this many rows (and at most kQgemvMaxM)
-  // run the integer-dot GEMV on its tensor-core kernel (QgemvParams::mma), on the fused
-  // decode path and in run_linear; fewer on its dp4a kernel. The default, kQgemvMmaOff
-  // (past kQgemvMaxM), keeps dp4a everywhere until the tensor-core kernel is measured.
-  int qgemv_mma_min_m = kQgemvMmaOff;
+  // run the integer-dot GEMV of K-quant weights on its tensor-core kernel
+  // (QgemvParams::mma, qgemv_use_mma), on the fused decode path and in run_linear; fewer
+  // rows and Q8_0 / Q4_0 on its dp4a kernel. kQgemvMmaOff: dp4a everywhere. The default
+  // was measured (k_qgemv.h: 8B Q4_K_M decode at 8 seqs 1.4x dp4a's).
+  int qgemv_mma_min_m = kQgemvMmaDefaultMinM;
   // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
   // release format) instead of bf16, as a model file with MXFP4 experts loads.
   bool random_experts_mxfp4 = false;
@@ -356,12 +357,12 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_mask_in_;  // staging of mask_in_
   std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
-  bool decode_kernel_ = false;            // the decode attention kernel supports this shape
-  bool flash_ = false;                    // the flash kernel runs multi-query tiles
-  std::int32_t flash_tile_q_ = 1;         // query tokens per flash tile
-  int fused_max_m_ = 0;                   // steps of <= this many rows take the fused kernels
-  int fused_mma_ = -1, fused_waves_ = 0;  // CudaRunnerOptions::fused_gemv_mma / _waves
-  int qgemv_mma_min_m_ = kQgemvMmaOff;    // CudaRunnerOptions::qgemv_mma_min_m
+  bool decode_kernel_ = false;                  // the decode attention kernel supports this shape
+  bool flash_ = false;                          // the flash kernel runs multi-query tiles
+  std::int32_t flash_tile_q_ = 1;               // query tokens per flash tile
+  int fused_max_m_ = 0;                         // steps of <= this many rows take the fused kernels
+  int fused_mma_ = -1, fused_waves_ = 0;        // CudaRunnerOptions::fused_gemv_mma / _waves
+  int qgemv_mma_min_m_ = kQgemvMmaDefaultMinM;  // CudaRunnerOptions::qgemv_mma_min_m
   bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
   int split_cap_ = 0;  // CudaRunnerOptions::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers

@@ -51,7 +51,7 @@ void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
     q.y = static_cast<std::byte *>(p.y) + static_cast<std::size_t>(n0) * elem;
     q.ldy = p.out == GemvOut::kSwiglu ? 0 : l.N;
     q.pdl = p.pdl;
-    q.mma = p.M >= qgemv_mma_min_m;
+    q.mma = qgemv_use_mma(q.format, p.M, qgemv_mma_min_m);
     launch_qgemv(s, q, num_sms);
     n0 += r.rows;
   }

@@ -29,6 +29,20 @@ namespace keel::cuda {
 constexpr int kQgemvMaxM = 8;
 // A qgemv_mma_min_m (CudaRunnerOptions) past kQgemvMaxM: the tensor-core kernel never runs.
 constexpr int kQgemvMmaOff = kQgemvMaxM + 1;
+// The runner's default qgemv_mma_min_m, and the formats it applies to. Measured on an H100
+// (session 18, cuda_qgemv_bench and cuda_bench, bench/RESULTS.md): the K-quants' tensor-core
+// kernel is the faster from 4 rows (Q6_K lm_head at M = 4 / 8: 281 / 286 us against dp4a's
+// 491 / 534; 8B Q4_K_M decode at 4 / 8 seqs 821 / 1,254 tok/s against 669 / 896, the same
+// at 1-2); Q8_0's is slower at every M (qkv at M = 4: 38.8 against 21.4 us), so Q8_0 and
+// Q4_0 keep dp4a. Q5_K follows Q4_K, whose layout it shares (not measured alone).
+constexpr int kQgemvMmaDefaultMinM = 4;
+constexpr bool qgemv_mma_format(QuantFormat f) {
+  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
+}
+// Whether the runner's GEMV of M rows in format f runs on the tensor-core kernel.
+constexpr bool qgemv_use_mma(QuantFormat f, int M, int min_m) {
+  return qgemv_mma_format(f) && M >= min_m;
+}
 
 struct QgemvParams {
   QuantFormat format = QuantFormat::kQ8_0;  // not kMXFP4

@@ -70,8 +70,8 @@ std::vector<float> fp8_device_scales(const TensorScale &s, std::int64_t K);
 // y[M, N] = x[M, K] @ W^T, y bf16 (or f32 when y_f32). Quantized weights with
 // M <= kQuantGemvMaxM take the quantized GEMV; larger M dequantize into `scratch`
 // (at least layout.bf16_bytes()) and run gemm; the GEMV takes its tensor-core kernel from
-// gemm.qgemv_mma_min_m() rows on. Like every launcher it takes a StreamRef
-// and checks the owner thread (get("run_linear")) before launching.
+// gemm.qgemv_mma_min_m() rows on for K-quants (qgemv_use_mma). Like every launcher it takes a
+// StreamRef and checks the owner thread (get("run_linear")) before launching.
 void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w, const bf16 *x,
                 void *y, bool y_f32, std::int64_t M, void *scratch);
 

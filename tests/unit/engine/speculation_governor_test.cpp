@@ -80,6 +80,26 @@ TEST(SpeculationGovernor, ProbesTheOtherModeAndComesBackWhenTheWorkloadChanges) 
   EXPECT_TRUE(g.should_draft(1));
 }
 
+TEST(SpeculationGovernor, ProbesThatConfirmTheChoiceComeLessOften) {
+  Options o = small();  // first probe after 20 steps
+  o.max_probe_every = 80;
+  SpeculationGovernor g(o);
+  drive(g, 1, 8, 3e-3, 1, 1e-3);            // drafting 3x slower: paused
+  for (const int gap : {20, 40, 80, 80}) {  // doubling while probes confirm it, capped
+    EXPECT_EQ(drive(g, 1, gap, 3e-3, 1, 1e-3), 0) << gap;
+    EXPECT_EQ(drive(g, 1, 4, 3e-3, 1, 1e-3), 4) << gap;  // the probe
+    EXPECT_FALSE(g.should_draft(1));
+  }
+  // A probe that changes the choice starts over: drafts now pay, and drafting is probed
+  // against again after 20 steps.
+  EXPECT_EQ(drive(g, 1, 80, 3e-3, 4, 1e-3), 0);
+  EXPECT_EQ(drive(g, 1, 4, 3e-3, 4, 1e-3), 4);
+  EXPECT_TRUE(g.should_draft(1));
+  EXPECT_EQ(drive(g, 1, 20, 3e-3, 4, 1e-3), 20);
+  EXPECT_EQ(drive(g, 1, 4, 3e-3, 4, 1e-3), 0);
+  EXPECT_TRUE(g.should_draft(1));
+}
+
 TEST(SpeculationGovernor, BatchSizesAreMeasuredApart) {
   SpeculationGovernor g(small());
   drive(g, 1, 8, 1e-3, 3, 1e-3);    // alone: drafting 3x faster
