@@ -359,36 +359,12 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, 
           bf16x8_to_float(reinterpret_cast<const uint4 *>(p.x + m * ldx)[j], v);
         }
       }
-      float amax = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      // The block's sum is d times the sum of its int8 codes, not of the values: the
-      // K-quant min term then cancels exactly against the dp4a part (which sees the int8
-      // codes), so the product is the weights times the rounded input. With the sum of
-      // the unrounded values the rounding errors of d * sc * q (whose mean is the
-      // sub-block's min) were left uncancelled: 2-4x the error (0.017-0.026 on the H200).
-      unsigned packed[2];
-      int isum = 0;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        unsigned w = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int q = __float2int_rn(v[4 * h + e] * id);
-          isum += q;
-          w |= (static_cast<unsigned>(q) & 0xFF) << (8 * e);
-        }
-        packed[h] = w;
-      }
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
+      const Q8Lane q8 = quantize_q8_lane(v);
       if (ok) {
         *reinterpret_cast<uint2 *>(xq + m * K + staged_pos<F>(static_cast<int>(8 * j), kb)) =
-            make_uint2(packed[0], packed[1]);
-        if (lane % 4 == 0) xds[m * (K / 32) + j / 4] = make_float2(d, d * static_cast<float>(isum));
+            make_uint2(q8.packed[0], q8.packed[1]);
+        if (lane % 4 == 0)
+          xds[m * (K / 32) + j / 4] = make_float2(q8.d, q8.d * static_cast<float>(q8.isum));
       }
     }
   }

@@ -346,38 +346,17 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds,
           bf16x8_to_float(reinterpret_cast<const uint4 *>(p.x + m * ldx)[j], v);
         }
       }
-      float amax = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) amax = fmaxf(amax, fabsf(v[e]));
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      // The block sum is d times the sum of the int8 codes (k_qgemv.cu says why).
-      unsigned packed[2];
-      int isum = 0;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        unsigned w = 0;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int q = __float2int_rn(v[4 * h + e] * id);
-          isum += q;
-          w |= (static_cast<unsigned>(q) & 0xFF) << (8 * e);
-        }
-        packed[h] = w;
-      }
-#pragma unroll
-      for (int o = 1; o < 4; o <<= 1) isum += __shfl_xor_sync(0xffffffffu, isum, o);
+      const Q8Lane q8 = quantize_q8_lane(v);
       if (ok) {
         const int jb = static_cast<int>(j / 4), s = static_cast<int>(j % 4);
         std::int8_t *rec = xq + (jb * M + m) * 32;
         if constexpr (kPerm) {  // values 8s..8s+3 and 8s+4..8s+7
-          *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 4 * (s / 2)) = packed[0];
-          *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 8 + 4 * (s / 2)) = packed[1];
+          *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 4 * (s / 2)) = q8.packed[0];
+          *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 8 + 4 * (s / 2)) = q8.packed[1];
         } else {
-          *reinterpret_cast<uint2 *>(rec + 8 * s) = make_uint2(packed[0], packed[1]);
+          *reinterpret_cast<uint2 *>(rec + 8 * s) = make_uint2(q8.packed[0], q8.packed[1]);
         }
-        if (lane % 4 == 0) xds[jb * M + m] = make_float2(d, d * static_cast<float>(isum));
+        if (lane % 4 == 0) xds[jb * M + m] = make_float2(q8.d, q8.d * static_cast<float>(q8.isum));
       }
     }
   }
