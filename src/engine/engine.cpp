@@ -1034,8 +1034,10 @@ void Engine::govern_and_propose(const StepPlan &plan, std::int64_t start_ns,
                                 std::int64_t decode_before, std::int64_t prefill_before) {
   const SpeculativeConfig &sc = config_.speculative;
   // A decode-only step (prefill rows would swamp its time) in a mode the governor chose.
+  const bool verified = std::any_of(plan.seqs.begin(), plan.seqs.end(),
+                                    [](const ScheduledSeq &s) { return !s.draft.empty(); });
   if (step_drafting_ && prefill_tokens_ == prefill_before)
-    governor_.record_step(step_running_, *step_drafting_, (now_ns() - start_ns) * 1e-9,
+    governor_.record_step(step_running_, *step_drafting_, verified, (now_ns() - start_ns) * 1e-9,
                           static_cast<std::int32_t>(decode_tokens_ - decode_before));
   step_drafting_.reset();
   const std::int32_t running = sched_->num_running();
@@ -1046,17 +1048,18 @@ void Engine::govern_and_propose(const StepPlan &plan, std::int64_t start_ns,
     if (!*step_drafting_) return;
   }
   const std::int64_t t0 = now_ns();
-  propose_drafts(plan);
-  if (sc.adaptive) governor_.record_proposal(running, (now_ns() - t0) * 1e-9);
+  if (propose_drafts(plan) > 0 && sc.adaptive)
+    governor_.record_proposal(running, (now_ns() - t0) * 1e-9);
 }
 
-void Engine::propose_drafts(const StepPlan &plan) {
+int Engine::propose_drafts(const StepPlan &plan) {
   const SpeculativeConfig &sc = config_.speculative;
   // Every running sequence may ask for a row next step; drafts take only the rows left.
   const std::int32_t max_rows = backend_.runner->max_logits_rows();
   std::int32_t rows_left =
       max_rows > 0 ? max_rows - sched_->num_running() : std::numeric_limits<std::int32_t>::max();
   std::vector<TokenId> draft;
+  int drafted = 0;
   for (const ScheduledSeq &s : plan.seqs) {
     if (!s.samples) continue;
     auto it = live_.find(s.id);
@@ -1080,8 +1083,10 @@ void Engine::propose_drafts(const StepPlan &plan) {
     if (!draft.empty()) {
       rows_left -= static_cast<std::int32_t>(draft.size());
       sched_->set_draft(s.id, draft);
+      ++drafted;
     }
   }
+  return drafted;
 }
 
 void Engine::publish_status() {

@@ -189,7 +189,7 @@ class Engine final : public EngineApi {
   // Hands each sequence's hidden rows of this step to a drafter that reads them.
   void observe_hidden(const StepPlan &plan);
   // After a step's outputs: the next drafts of the requests that decode.
-  void propose_drafts(const StepPlan &plan);
+  int propose_drafts(const StepPlan &plan);  // sequences given drafts
   // Times the step that ran (from `start_ns`), then proposes drafts for the next one.
   void govern_and_propose(const StepPlan &plan, std::int64_t start_ns, std::int64_t decode_before,
                           std::int64_t prefill_before);

@@ -17,35 +17,46 @@ int SpeculationGovernor::bucket_of(std::int32_t running) {
 
 void SpeculationGovernor::choose(Bucket &b) const {
   const bool probed = b.phase == Phase::kProbe, before = b.chosen_drafting;
+  b.phase = Phase::kChosen;
+  b.phase_steps = b.phase_verified = 0;
+  if (b.on.tokens <= 0.0 || b.off.tokens <= 0.0) {  // a probe that measured nothing
+    b.drafting = b.chosen_drafting;
+    return;
+  }
   b.speedup = b.off.seconds_per_token() / b.on.seconds_per_token();
   b.drafting = b.chosen_drafting = *b.speedup >= 1.0 / (1.0 + o_.margin);
   b.probe_every = probed && b.chosen_drafting == before
                       ? std::min(2 * b.probe_every, std::max(o_.max_probe_every, o_.probe_every))
                       : o_.probe_every;
-  b.phase = Phase::kChosen;
-  b.phase_steps = 0;
 }
 
-void SpeculationGovernor::record_step(std::int32_t running, bool drafting, double seconds,
-                                      std::int32_t tokens) {
+void SpeculationGovernor::record_step(std::int32_t running, bool drafting, bool verified,
+                                      double seconds, std::int32_t tokens) {
   if (tokens <= 0 || seconds < 0.0) return;
   Bucket &b = bucket(running);
-  Mode &m = drafting ? b.on : b.off;
+  Mode &m = verified ? b.on : b.off;
   m.seconds = m.seconds * kDecay + seconds;
   m.tokens = m.tokens * kDecay + tokens;
   ++m.steps;
   if (drafting != b.drafting) return;  // a step decided before the bucket changed its mode
+  // With drafting on, a phase counts the steps that verified drafts, but ends after 4x
+  // its length whatever the drafter guessed (a probe must end).
   ++b.phase_steps;
+  if (verified) ++b.phase_verified;
+  const auto done = [&](std::int32_t n) {
+    return b.drafting ? b.phase_verified >= n || b.phase_steps >= 4 * n : b.phase_steps >= n;
+  };
   switch (b.phase) {
     case Phase::kWarmOn:
-      if (b.phase_steps >= o_.warmup_steps) {
+      // Until the drafter has guessed warmup_steps times there is nothing to weigh.
+      if (b.phase_verified >= o_.warmup_steps) {
         b.phase = Phase::kWarmOff;
         b.drafting = false;
-        b.phase_steps = 0;
+        b.phase_steps = b.phase_verified = 0;
       }
       break;
     case Phase::kWarmOff:
-      if (b.phase_steps >= o_.warmup_steps) choose(b);
+      if (done(o_.warmup_steps)) choose(b);
       break;
     case Phase::kChosen:
       if (b.phase_steps >= b.probe_every) {
@@ -53,11 +64,11 @@ void SpeculationGovernor::record_step(std::int32_t running, bool drafting, doubl
         b.phase = Phase::kProbe;
         b.drafting = !b.drafting;
         (b.drafting ? b.on : b.off) = Mode{};
-        b.phase_steps = 0;
+        b.phase_steps = b.phase_verified = 0;
       }
       break;
     case Phase::kProbe:
-      if (b.phase_steps >= o_.probe_steps) choose(b);
+      if (done(o_.probe_steps)) choose(b);
       break;
   }
 }

@@ -17,7 +17,7 @@ import { startServer } from './wedge_lib.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const tokenizer = path.resolve(here, '../../models/default');
-let plain, spec, work, draft, target;
+let plain, spec, adaptive, work, draft, target;
 
 function makeLlama(dir, layers, extra = ['--tokenizer', tokenizer]) {
   execFileSync(KEEL_BIN, ['make-model', '--arch', 'llama', '--shape', 'tiny', '--dtype', 'f32',
@@ -34,14 +34,19 @@ before(async () => {
   makeLlama(other, 2, []);  // make-model's own generated tokenizer
   const models = { tiny: target, other };
   plain = await startServer({ name: 'draft-off', models });
+  // Drafting whatever it measures (--speculative-adaptive off): these tests are about the
+  // verify; `adaptive` keeps the default, which measures whether drafting pays.
   spec = await startServer({ name: 'draft-on', models,
     args: ['--speculative', `draft:${draft}`, '--num-speculative-tokens', '4',
-      '--speculative-max-running', '0'] });
+      '--speculative-max-running', '0', '--speculative-adaptive', 'off'] });
+  adaptive = await startServer({ name: 'draft-adaptive', models,
+    args: ['--speculative', `draft:${draft}`, '--speculative-max-running', '0'] });
 });
 
 after(async () => {
   await plain?.stop();
   await spec?.stop();
+  await adaptive?.stop();
   fs.rmSync(work, { recursive: true, force: true });
 });
 
@@ -80,6 +85,24 @@ test('greedy output is the same with a draft model as without, streamed and not'
   assert.ok(s.accepted_tokens > 0, JSON.stringify(s));
   assert.ok(s.accepted_tokens <= s.drafted_tokens, JSON.stringify(s));
   assert.ok(s.draft_weights_bytes > 0 && s.draft_kv_bytes > 0, JSON.stringify(s));
+});
+
+// By default the server times decoding with drafts and without (SpeculationGovernor) and
+// drafts only where that pays: after enough tokens /api/status says which it chose and the
+// speed-up it measured, and the output is the same either way.
+test('the adaptive default reports whether drafting paid, and keeps the output', async () => {
+  const prompt = 'Write a short poem about the sea.';
+  const ref = await chat(plain, prompt);
+  for (let i = 0; i < 4; ++i) assert.equal(await chat(adaptive, prompt), ref);  // 192 tokens
+  const s = await adaptive.speculative('tiny', Date.now());
+  assert.equal(s.method, 'draft');
+  assert.equal(typeof s.paused, 'boolean', JSON.stringify(s));
+  assert.equal(typeof s.speedup, 'number', JSON.stringify(s));  // both kinds of step measured
+  assert.ok(s.speedup > 0, JSON.stringify(s));
+  assert.equal(s.paused, s.speedup < 1 / 1.03, JSON.stringify(s));  // the rule it applies
+  const off = await spec.speculative('tiny', Date.now());
+  assert.equal(off.paused, false);  // adaptive off: never paused, nothing measured
+  assert.equal(off.speedup, null);
 });
 
 test('a target whose tokenizer is not the draft model\'s is refused naming the flag', async () => {

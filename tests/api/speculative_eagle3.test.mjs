@@ -30,7 +30,7 @@ before(async () => {
   plain = await startServer({ name: 'eagle3-off', models });
   spec = await startServer({ name: 'eagle3-on', models,
     args: ['--speculative', `eagle3:${head}`, '--num-speculative-tokens', '3',
-      '--speculative-max-running', '0'] });
+      '--speculative-max-running', '0', '--speculative-adaptive', 'off'] });
 });
 
 after(async () => {

@@ -28,7 +28,7 @@ int drive(SpeculationGovernor &g, int running, int steps, double on_s, int on_to
     const bool d = g.should_draft(running);
     drafted += d;
     if (d) g.record_proposal(running, proposal_s);  // the engine proposes, then the step runs
-    g.record_step(running, d, d ? on_s : off_s, d ? on_tokens : 1);
+    g.record_step(running, d, d, d ? on_s : off_s, d ? on_tokens : 1);
   }
   return drafted;
 }
@@ -113,12 +113,19 @@ TEST(SpeculationGovernor, BatchSizesAreMeasuredApart) {
 
 TEST(SpeculationGovernor, StepsOfAnotherModeOrEmptyStepsDoNotAdvanceIt) {
   SpeculationGovernor g(small());
-  for (int i = 0; i < 10; ++i) g.record_step(1, false, 1e-3, 1);  // not the mode it gave
+  for (int i = 0; i < 10; ++i) g.record_step(1, false, false, 1e-3, 1);  // not the mode it gave
   EXPECT_TRUE(g.should_draft(1));
-  for (int i = 0; i < 10; ++i) g.record_step(1, true, 1e-3, 0);  // nothing emitted
+  for (int i = 0; i < 10; ++i) g.record_step(1, true, true, 1e-3, 0);  // nothing emitted
   EXPECT_TRUE(g.should_draft(1));
+  // Drafting on, but the drafter had no guess: plain steps, measured as such, and the
+  // warm-up waits for steps that verified drafts.
+  for (int i = 0; i < 40; ++i) g.record_step(1, true, false, 1e-3, 1);
+  EXPECT_TRUE(g.should_draft(1));
+  EXPECT_FALSE(g.speedup(1).has_value());
   drive(g, 1, 4, 1e-3, 2, 1e-3);
   EXPECT_FALSE(g.should_draft(1));  // only now the warm-up without drafts
+  drive(g, 1, 4, 1e-3, 2, 1e-3);
+  EXPECT_NEAR(*g.speedup(1), 2.0, 1e-9);
 }
 
 }  // namespace
