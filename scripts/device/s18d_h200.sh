@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 18, call D: the default model served at batch 1 with its trained draft and the
 # final speculation governor (verify and plain steps timed apart), on the GPU and on the
-# host CPU, against no speculation (bench/spec_served.py, as s17b).
+# host CPU, against no speculation (bench/spec_served.py, as s17b). Not run in session 18:
+# no device time was left.
 #   here:  KEEL_DEVCARRY=.devcarry-s18 scripts/device/package.sh build-cuda keel
 set -uo pipefail
 carry=.devcarry-s18; out=${OUT:-/tmp/o}; budget=${BUDGET:-330}
