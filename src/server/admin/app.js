@@ -177,9 +177,12 @@ function modelRow(m) {
     : `${kv.blocks} blocks planned`, 'kv');
   kvCell.dataset.total = m.kv_blocks ? m.kv_blocks.total : kv.blocks;
   td(m.prefix_cache_hit_rate !== undefined ? pct(m.prefix_cache_hit_rate) : '—', 'hit-rate');
-  // Speculative decoding: tokens a verify step emits on average, and drafts accepted.
+  // Speculative decoding: tokens a verify step emits on average, drafts accepted, and
+  // (--speculative-adaptive) the speed-up the server measured and whether it paused drafting.
   const sp = m.speculative;
-  td(sp ? `${sp.method}: length ${sp.acceptance_length.toFixed(2)}, ${sp.accepted_tokens}/${sp.drafted_tokens} drafts accepted`
+  const measured = sp && typeof sp.speedup === 'number'
+    ? `; ${sp.paused ? 'paused' : 'drafting'}, measured ${sp.speedup.toFixed(2)}x` : '';
+  td(sp ? `${sp.method}: length ${sp.acceptance_length.toFixed(2)}, ${sp.accepted_tokens}/${sp.drafted_tokens} drafts accepted${measured}`
     : (m.speculative === null ? 'off' : '—'), 'spec');
   const tier = (t) => t && t.capacity_bytes
     ? `${bytes(t.used_bytes)} / ${bytes(t.capacity_bytes)}, ${t.blocks} blocks, ${t.hit_blocks} hits, ${t.errors} errors`
