@@ -357,6 +357,18 @@ void ApiServer::handle_metrics(const std::shared_ptr<ResponseChannel> &ch) {
                                         : 0.0;
               });
             });
+  per_model("keel_spec_paused", "gauge",
+            "speculative decoding: 1 where --speculative-adaptive measured drafting slower at "
+            "the batch size running and paused it",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.spec_paused ? 1.0 : 0.0; });
+            });
+  per_model("keel_spec_measured_speedup", "gauge",
+            "speculative decoding: seconds a token without drafts over with them, as "
+            "--speculative-adaptive measured at the batch size running (0: not measured)",
+            [&](const ModelReport &r) {
+              return eng(r, [](const EngineStatus &s) { return s.spec_speedup; });
+            });
   per_model("keel_prompt_tokens_total", "counter", "prompt tokens submitted",
             [&](const ModelReport &r) {
               return eng(r, [](const EngineStatus &s) { return s.prompt_tokens; });

@@ -100,6 +100,11 @@ test('the adaptive default reports whether drafting paid, and keeps the output',
   assert.equal(typeof s.speedup, 'number', JSON.stringify(s));  // both kinds of step measured
   assert.ok(s.speedup > 0, JSON.stringify(s));
   assert.equal(s.paused, s.speedup < 1 / 1.03, JSON.stringify(s));  // the rule it applies
+  // /metrics says the same.
+  const metrics = (await adaptive.get('/metrics')).text;
+  const gauge = (name) => Number(metrics.match(new RegExp(`^${name}\\{model="tiny"\\} (\\S+)$`, 'm'))?.[1]);
+  assert.equal(gauge('keel_spec_paused'), s.paused ? 1 : 0, metrics);
+  assert.ok(Math.abs(gauge('keel_spec_measured_speedup') - s.speedup) <= 1e-4 * s.speedup, metrics);
   const off = await spec.speculative('tiny', Date.now());
   assert.equal(off.paused, false);  // adaptive off: never paused, nothing measured
   assert.equal(off.speedup, null);
