@@ -15,16 +15,21 @@ int SpeculationGovernor::bucket_of(std::int32_t running) {
   return std::min(static_cast<int>(std::bit_width(n - 1)), kBuckets - 1);
 }
 
+void SpeculationGovernor::enter(Bucket &b, Phase phase, bool drafting) {
+  b.phase = phase;
+  b.drafting = drafting;
+  b.phase_steps = b.phase_verified = 0;
+}
+
 void SpeculationGovernor::choose(Bucket &b) const {
   const bool probed = b.phase == Phase::kProbe, before = b.chosen_drafting;
-  b.phase = Phase::kChosen;
-  b.phase_steps = b.phase_verified = 0;
   if (b.on.tokens <= 0.0 || b.off.tokens <= 0.0) {  // a probe that measured nothing
-    b.drafting = b.chosen_drafting;
+    enter(b, Phase::kChosen, b.chosen_drafting);
     return;
   }
   b.speedup = b.off.seconds_per_token() / b.on.seconds_per_token();
-  b.drafting = b.chosen_drafting = *b.speedup >= 1.0 / (1.0 + o_.margin);
+  b.chosen_drafting = *b.speedup >= 1.0 / (1.0 + o_.margin);
+  enter(b, Phase::kChosen, b.chosen_drafting);
   b.probe_every = probed && b.chosen_drafting == before
                       ? std::min(2 * b.probe_every, std::max(o_.max_probe_every, o_.probe_every))
                       : o_.probe_every;
@@ -37,7 +42,6 @@ void SpeculationGovernor::record_step(std::int32_t running, bool drafting, bool 
   Mode &m = verified ? b.on : b.off;
   m.seconds = m.seconds * kDecay + seconds;
   m.tokens = m.tokens * kDecay + tokens;
-  ++m.steps;
   if (drafting != b.drafting) return;  // a step decided before the bucket changed its mode
   // With drafting on, a phase counts the steps that verified drafts, but ends after 4x
   // its length whatever the drafter guessed (a probe must end).
@@ -49,11 +53,7 @@ void SpeculationGovernor::record_step(std::int32_t running, bool drafting, bool 
   switch (b.phase) {
     case Phase::kWarmOn:
       // Until the drafter has guessed warmup_steps times there is nothing to weigh.
-      if (b.phase_verified >= o_.warmup_steps) {
-        b.phase = Phase::kWarmOff;
-        b.drafting = false;
-        b.phase_steps = b.phase_verified = 0;
-      }
+      if (b.phase_verified >= o_.warmup_steps) enter(b, Phase::kWarmOff, false);
       break;
     case Phase::kWarmOff:
       if (done(o_.warmup_steps)) choose(b);
@@ -61,10 +61,8 @@ void SpeculationGovernor::record_step(std::int32_t running, bool drafting, bool 
     case Phase::kChosen:
       if (b.phase_steps >= b.probe_every) {
         // The mode left is measured afresh: its old figures may describe another workload.
-        b.phase = Phase::kProbe;
-        b.drafting = !b.drafting;
+        enter(b, Phase::kProbe, !b.drafting);
         (b.drafting ? b.on : b.off) = Mode{};
-        b.phase_steps = b.phase_verified = 0;
       }
       break;
     case Phase::kProbe:

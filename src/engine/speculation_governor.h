@@ -53,7 +53,6 @@ class SpeculationGovernor {
  private:
   struct Mode {  // decaying sums over verify steps (on) or plain steps (off)
     double seconds = 0.0, tokens = 0.0;
-    std::int32_t steps = 0;
     double seconds_per_token() const { return seconds / tokens; }
   };
   enum class Phase { kWarmOn, kWarmOff, kChosen, kProbe };
@@ -71,6 +70,8 @@ class SpeculationGovernor {
   static int bucket_of(std::int32_t running);
   Bucket &bucket(std::int32_t running) { return buckets_[bucket_of(running)]; }
   const Bucket &bucket(std::int32_t running) const { return buckets_[bucket_of(running)]; }
+  // Starts `phase` with drafting on or off, its step counts at zero.
+  static void enter(Bucket &b, Phase phase, bool drafting);
   void choose(Bucket &b) const;
 
   Options o_;
