@@ -9,6 +9,7 @@
 #include "core/half.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/k_dsa_indexer.h"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_moe_route.h"
 #include "formats/model_weights.h"
@@ -64,13 +65,22 @@ void CudaModelRunner::validate_config() const {
     throw Error(ErrorCode::kUnsupported, "cuda runner: " + why);
   };
   if (c.mla || c.kv_layout == keel::KvLayout::kLatent) {
-    // deepseek_v3 / kimi_k2 (cuda_runner_mla.cpp); GLM-5's indexer is not on CUDA.
+    // deepseek_v3 / kimi_k2 (cuda_runner_mla.cpp); GLM-5's DSA indexer (cuda_runner_dsa.cpp).
     if (!c.mla || c.kv_layout != keel::KvLayout::kLatent)
       throw Error(ErrorCode::kFormat, "cuda runner: a latent KV layout without MLA fields");
     const MlaConfig &m = *c.mla;
-    if (m.dsa())
-      fail(std::string(arch_name(c.arch)) +
-           ": DSA sparse attention is not on CUDA yet (run it with --device cpu)");
+    if (m.dsa()) {
+      const std::int64_t Hi = m.index_n_heads, Di = m.index_head_dim;
+      if (Hi <= 0 || Di <= 0 || Di < m.qk_rope_head_dim || m.q_lora_rank <= 0 ||
+          static_cast<std::int64_t>(m.index_shared.size()) > c.num_layers || m.shared_selection(0))
+        throw Error(ErrorCode::kFormat, "cuda runner: bad DSA indexer sizes");
+      // The index key's 16-byte loads, the f32 [k | w] rows, the scores kernel's shared memory.
+      if (Di % 8 != 0 || Hi % 4 != 0 || Di > 1024)
+        fail("DSA index_head_dim must be a multiple of 8 (at most 1024) and index_n_heads of 4");
+      if (dsa_scores_smem(static_cast<int>(Hi), static_cast<int>(Di)) > 48 * 1024)
+        fail("DSA index heads x head size beyond the scores kernel's shared memory");
+      if (m.index_topk > (1 << 20)) fail("DSA index_topk over 2^20");
+    }
     if (c.attention_bias || c.attention_out_bias || c.attention_sinks || c.qk_norm)
       fail("multi-head latent attention with attention biases, sinks or q/k norms");
     if (m.kv_lora_rank <= 0 || m.qk_nope_head_dim <= 0 || m.v_head_dim <= 0 ||

@@ -64,6 +64,10 @@ struct CudaRunnerOptions {
   std::int32_t max_seqs = 256;           // sequences per forward pass
   std::int32_t max_logits_rows = 256;    // logits rows per forward pass
   std::int32_t max_model_len = 0;        // 0: max_position_embeddings (capped at 131072)
+  // DSA (glm_moe_dsa): device scratch for the indexer's scores, rows of max_model_len
+  // floats; a step's queries are scored in passes of as many rows as it holds (at least
+  // one, at most max_batch_tokens).
+  std::int64_t dsa_score_bytes = std::int64_t(64) << 20;
   bool profile = false;  // time GEMM / attention / other kernels with events (slower)
   // Decode-only steps (one token per sequence) replay a CUDA graph captured per batch
   // bucket and split-K factor; prefill and mixed steps run eagerly. Off: always eager.
@@ -230,6 +234,12 @@ class CudaModelRunner : public ModelRunner {
     DeviceBuffer mla_kv_a_norm;  // [kv_lora]
     DeviceBuffer mla_kv_b;       // kv_b_proj [nh (nope + v), kv_lora], read by the kernel
     LinearLayout mla_q_a_fmt, mla_q_fmt, mla_kv_a_fmt;  // bf16 [N, K]
+    // DSA's indexer (glm_moe_dsa; k_dsa_indexer.h), in the layers that select (not the
+    // "shared" ones), else empty:
+    DeviceBuffer dsa_wq_b;     // indexer.wq_b [Hi Di, q_lora]
+    DeviceBuffer dsa_wk_proj;  // indexer.wk [Di, H], then indexer.weights_proj [Hi, H]
+    DeviceBuffer dsa_k_norm;   // [2, Di] f32: indexer.k_norm weight, then bias
+    LinearLayout dsa_wq_b_fmt, dsa_wk_proj_fmt;  // bf16 [N, K]
   };
   // Where one pass's staged inputs live in dev_in_ and how attention is split: all a
   // pass's launches depend on this alone (so a graph captured for it can be replayed).
@@ -305,6 +315,10 @@ class CudaModelRunner : public ModelRunner {
   void allocate_mla_buffers();
   KvLayout mla_kv_layout(std::int32_t block_size) const;
   void launch_mla_attention_block(const Layer &L, int layer, const StepShape &shape);
+  // DSA (cuda_runner_dsa.cpp): layer L's index keys into the latent rows, then each
+  // query's selection into dsa_sel_ (scored in passes of dsa_rows_ queries).
+  void allocate_dsa_buffers(const CudaRunnerOptions &opts);
+  void launch_dsa_indexer(const Layer &L, int layer, const StepShape &shape, const MlaRope &rp);
 
   CudaContext &ctx_;
   ModelConfig config_;
@@ -388,6 +402,14 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer mla_qlat_;  // [T, q_lora] bf16
   DeviceBuffer mla_ckv_;   // [T, kv_lora + rope] bf16
   DeviceBuffer mla_attn_;  // [T, nh v] bf16
+  // DSA's indexer (config_.mla->dsa()), max_batch_tokens rows; the selection of the last
+  // layer that ran its indexer, which the "shared" layers after it reuse.
+  DeviceBuffer dsa_q_;       // [T, Hi Di] f32: wq_b q_lat
+  DeviceBuffer dsa_kw_;      // [T, Di + Hi] f32: wk h | weights_proj h
+  DeviceBuffer dsa_tokens_;  // [T] DsaToken
+  DeviceBuffer dsa_sel_;     // [T, index_topk] i32
+  DeviceBuffer dsa_scores_;  // [dsa_rows_, max_model_len_] f32
+  std::int32_t dsa_rows_ = 0;
 
   bool has_moe_ = false;
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;

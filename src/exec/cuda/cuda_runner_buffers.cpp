@@ -129,6 +129,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   act_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(I_) : 0);
   allocate_moe_buffers(opts);
   if (mla_) allocate_mla_buffers();
+  if (mla_ && config_.mla->dsa()) allocate_dsa_buffers(opts);
   partial_o_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));
   partial_ml_ =
@@ -207,6 +208,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   if (opts.profile) {
     std::size_t marks = 4;
     for (const arch::LayerPlan &p : plans_) marks += p.steps.size() + 3;  // moe_ffn: 4
+    if (mla_ && config_.mla->dsa()) marks += 2 * plans_.size();  // the indexer's GEMMs, select
     profiler_ = StepProfiler(marks);
   }
 }

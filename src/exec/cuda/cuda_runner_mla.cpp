@@ -6,9 +6,10 @@
 //   attn = absorbed attention over the latent cache     -> mla_attn_ [T, nh, v]
 //   proj_ = o_proj attn
 // through the same staged inputs (positions, slots, tiles, block table) as the split K/V
-// attention. Decode and verify steps replay CUDA graphs like every model's (a padding
-// row's tile reads position 0 of the step's first block table entry; its output is never
-// used); no fused decode kernels yet (allocate_buffers).
+// attention; GLM-5's DSA indexer (cuda_runner_dsa.cpp) between the cache write and the
+// attention, which then reads each query's selection. Decode and verify steps replay CUDA
+// graphs like every model's (a padding row's tile reads position 0 of the step's first block
+// table entry; its output is never used); no fused decode kernels yet (allocate_buffers).
 #include <string>
 
 #include "core/error.h"
@@ -83,6 +84,9 @@ void CudaModelRunner::launch_mla_attention_block(const Layer &L, int layer,
   rp.interleaved = config_.rope_style == RopeStyle::kInterleaved;
   launch_mla_kv_write(s, ckv, T, R, rope, L.mla_kv_a_norm.as<bf16>(), eps, d_positions, rp, d_slots,
                       kv_->data(), kv_->layout(), layer);
+  // DSA: a layer with its own indexer selects (writing its index keys first); a "shared"
+  // one reuses the selection of the last layer that did.
+  if (L.dsa_wq_b.bytes()) launch_dsa_indexer(L, layer, shape, rp);
 
   MlaAttnParams p;
   p.q = q;
@@ -103,6 +107,10 @@ void CudaModelRunner::launch_mla_attention_block(const Layer &L, int layer,
   p.scale = static_cast<float>(m.softmax_scale);
   p.rp = rp;
   p.out = mla_attn_.as<bf16>();
+  if (m.dsa()) {
+    p.sel = dsa_sel_.as<std::int32_t>();
+    p.topk = static_cast<int>(m.index_topk);
+  }
   launch_mla_attention(s, p);
   profiler_.mark(s, StepProfiler::kAttention);
 

@@ -100,6 +100,12 @@ void CudaModelRunner::allocate_weights() {
         l.mla_kv_a_norm = alloc(R);
         l.mla_kv_b = alloc(nh_ * (m.qk_nope_head_dim + m.v_head_dim) * R);
         l.o = alloc_linear(l.o_fmt, H_, nh_ * m.v_head_dim);
+        if (m.dsa() && !m.shared_selection(&l - layers_.data())) {  // the indexer
+          const std::int64_t Hi = m.index_n_heads, Di = m.index_head_dim;
+          l.dsa_wq_b = alloc_linear(l.dsa_wq_b_fmt, Hi * Di, m.q_lora_rank);
+          l.dsa_wk_proj = alloc_linear(l.dsa_wk_proj_fmt, Di + Hi, H_);
+          l.dsa_k_norm = buffer(2 * Di * sizeof(float));
+        }
       } else {
         l.qkv = alloc_linear(l.qkv_fmt, qkv_width_, H_);
         if (c.attention_bias) l.qkv_bias = alloc(qkv_width_);
@@ -370,6 +376,14 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
       put(mla_name(i, "kv_b_proj.weight"), nh_ * (m.qk_nope_head_dim + m.v_head_dim), R, l.mla_kv_b,
           0);
       put(mla_name(i, "o_proj.weight"), H_, nh_ * m.v_head_dim, l.o, 0);
+      if (l.dsa_wq_b.bytes()) {  // a layer that runs DSA's indexer (dsa_indexer.h's tensors)
+        const std::int64_t Hi = m.index_n_heads, Di = m.index_head_dim;
+        put(mla_name(i, "indexer.wq_b.weight"), Hi * Di, m.q_lora_rank, l.dsa_wq_b, 0);
+        put(mla_name(i, "indexer.wk.weight"), Di, H_, l.dsa_wk_proj, 0);
+        put(mla_name(i, "indexer.weights_proj.weight"), Hi, H_, l.dsa_wk_proj, bf16_bytes(Di * H_));
+        put_f32(mla_name(i, "indexer.k_norm.weight"), Di, l.dsa_k_norm, 0);
+        put_f32(mla_name(i, "indexer.k_norm.bias"), Di, l.dsa_k_norm, Di);
+      }
     } else {
       put(layer_name(i, "self_attn.q_proj.weight"), nh_ * hd_, H_, l.qkv, 0, &l.qkv_fmt, 0);
       put(layer_name(i, "self_attn.k_proj.weight"), nkv_ * hd_, H_, l.qkv,
@@ -465,6 +479,7 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
     launch_fill_uniform(s, b.as<bf16>(), static_cast<std::int64_t>(b.bytes() / sizeof(bf16)),
                         seed + (n++), lo, hi);
   };
+  std::vector<float> ln;  // DSA's LayerNorm parameters, the same for every layer
   fill(embed_, 1);
   if (lm_head_.bytes()) fill(lm_head_, H_);
   fill(final_norm_, 0);
@@ -483,6 +498,16 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
       fill(l.mla_kv_a_norm, 0);
       fill(l.mla_kv_b, m.kv_lora_rank);
       fill(l.o, nh_ * m.v_head_dim);
+      if (l.dsa_wq_b.bytes()) {
+        fill(l.dsa_wq_b, m.q_lora_rank);
+        fill(l.dsa_wk_proj, H_);
+        // f32 LayerNorm weight 1, bias 0 (random bf16 bits would not be floats); `ln` lives
+        // until the wait below.
+        ln.assign(2 * m.index_head_dim, 0.0f);
+        std::fill(ln.begin(), ln.begin() + m.index_head_dim, 1.0f);
+        KEEL_CUDA_CHECK(cudaMemcpyAsync(l.dsa_k_norm.data(), ln.data(), ln.size() * sizeof(float),
+                                        cudaMemcpyHostToDevice, s.get("cudaMemcpyAsync")));
+      }
     } else {
       fill(l.qkv, H_);
       if (l.qkv_bias.bytes()) fill(l.qkv_bias, H_);

@@ -81,6 +81,8 @@ __global__ void __launch_bounds__(kThreads)
   if (slot < 0) return;  // padding row (uniform over the block: no barrier skipped by some)
   const bf16 *in = ckv + std::int64_t(t) * (kv_lora + rope);
   bf16 *row = cache + layout.offset(slot / layout.block_size, layer, 0, slot % layout.block_size);
+  for (int i = kv_lora + rope + threadIdx.x; i < layout.slot_elems(); i += kThreads)
+    row[i] = __float2bfloat16(0.0f);  // DSA's index key: launch_dsa_key_write's, if any
   float ss = 0;
   for (int i = threadIdx.x; i < kv_lora; i += kThreads) {
     const float v = __bfloat162float(in[i]);
@@ -145,12 +147,15 @@ __global__ void __launch_bounds__(kThreads) mla_attention_kernel(MlaAttnParams p
     }
     __syncthreads();
 
-    const int nkeys = pos + 1;  // causal: every cached position up to this one
+    // Causal: every cached position up to this one, or DSA's selection of them.
+    const bool sparse = p.sel != nullptr && pos + 1 > p.topk;
+    const int nkeys = sparse ? p.topk : pos + 1;
+    const std::int32_t *sel = sparse ? p.sel + std::int64_t(t) * p.topk : nullptr;
     float m = -INFINITY, l = 0;
     for (int k0 = 0; k0 < nkeys; k0 += kChunk) {
       const int n = min(kChunk, nkeys - k0);
       for (int kk = warp; kk < n; kk += kWarps) {
-        const int key = k0 + kk;
+        const int key = sparse ? sel[k0 + kk] : k0 + kk;
         const std::int32_t block = p.block_table[tile.block_offset + key / bs];
         const std::int64_t off = p.layout.offset(block, p.layer, 0, key % bs);
         const bf16 *row = p.cache + off;
@@ -217,8 +222,8 @@ void launch_mla_kv_write(StreamRef s_ref, const bf16 *ckv, int T, int kv_lora, i
                          const MlaRope &rp, const std::int32_t *slots, bf16 *cache,
                          const KvLayout &layout, int layer) {
   const cudaStream_t s = s_ref.get("launch_mla_kv_write");
-  if (layout.planes != 1 || layout.slot_elems() != kv_lora + rope || rope % 2 != 0 ||
-      kv_lora <= 0 || layer < 0 || layer >= layout.num_layers)
+  if (layout.planes != 1 || layout.slot_elems() < kv_lora + rope || rope % 2 != 0 || kv_lora <= 0 ||
+      layer < 0 || layer >= layout.num_layers)
     throw Error(ErrorCode::kInvalidArgument,
                 "launch_mla_kv_write: a latent cache of kv_lora " + std::to_string(kv_lora) +
                     " + rope " + std::to_string(rope) + " values (even rope) expected, got " +
@@ -232,8 +237,9 @@ void launch_mla_kv_write(StreamRef s_ref, const bf16 *ckv, int T, int kv_lora, i
 
 void launch_mla_attention(StreamRef s_ref, const MlaAttnParams &p) {
   const cudaStream_t s = s_ref.get("launch_mla_attention");
-  if (p.layout.planes != 1 || p.layout.slot_elems() != p.kv_lora + p.rope || p.rope % 2 != 0 ||
-      p.kv_lora <= 0 || p.nope <= 0 || p.v <= 0 || p.num_heads <= 0 || p.num_heads > 65535)
+  if (p.layout.planes != 1 || p.layout.slot_elems() < p.kv_lora + p.rope || p.rope % 2 != 0 ||
+      (p.sel != nullptr && p.topk <= 0) || p.kv_lora <= 0 || p.nope <= 0 || p.v <= 0 ||
+      p.num_heads <= 0 || p.num_heads > 65535)
     throw Error(ErrorCode::kInvalidArgument,
                 "launch_mla_attention: bad shape (heads " + std::to_string(p.num_heads) +
                     ", nope " + std::to_string(p.nope) + ", rope " + std::to_string(p.rope) +

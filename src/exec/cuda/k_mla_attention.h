@@ -1,8 +1,8 @@
 // Multi-head latent attention (DeepSeek-V3 / Kimi K2, exec/arch/mla.h) on the CUDA runner,
 // in the weight-absorbed form over the latent KV cache (KvLayout planes 1: a token's row
-// of one layer is [c (kv_lora) | k_rope (rope)] bf16). Straightforward kernels, correctness
-// first: one CTA per (query token, head), fp32 online softmax over the sequence's cached
-// rows. No split-K, no tensor cores, no CUDA-graph capture (the runner runs MLA eagerly).
+// of one layer is [c (kv_lora) | k_rope (rope) | DSA index key, if any] bf16). Straightforward
+// kernels, correctness first: one CTA per (query token, head), fp32 online softmax over the
+// sequence's cached rows (or DSA's selected ones). No split-K, no tensor cores.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +26,9 @@ void launch_rmsnorm_rows(StreamRef s, bf16 *rows, int T, int n, int row_stride, 
 // The latent cache rows of one layer: for each token t with slots[t] >= 0 (padding
 // skipped), cache row (slots[t] / block_size, layer, slots[t] % block_size) =
 // [rmsnorm(ckv[t, :kv_lora]) * norm | rope(ckv[t, kv_lora:], positions[t])].
-// ckv [T, kv_lora + rope] bf16 (kv_a_proj_with_mqa's output), norm [kv_lora] bf16.
+// ckv [T, kv_lora + rope] bf16 (kv_a_proj_with_mqa's output), norm [kv_lora] bf16. A row
+// longer than kv_lora + rope (DSA's index key after them) gets zeros there, as the CPU's
+// rows of the layers that keep no index key.
 void launch_mla_kv_write(StreamRef s, const bf16 *ckv, int T, int kv_lora, int rope,
                          const bf16 *norm, float eps, const std::int32_t *positions,
                          const MlaRope &rp, const std::int32_t *slots, bf16 *cache,
@@ -46,11 +48,16 @@ struct MlaAttnParams {
   float scale = 0;  // MlaConfig::softmax_scale
   MlaRope rp;
   bf16 *out = nullptr;  // [T, H, v]
+  // DSA (k_dsa_indexer.h): a query at position p with p + 1 > topk reads only the topk
+  // positions sel[t * topk ..] (any order); null: every query reads 0..p.
+  const std::int32_t *sel = nullptr;
+  int topk = 0;
 };
 
 // For each tile, each of its queries t (position p = pos0 + j) and head h:
 //   qa = W_kb[h]^T q_nope[t, h]; qr = rope(q_rope[t, h], p)
 //   s_k = (qa . c_k + qr . kr_k) * scale for the keys k in [0, p] of the tile's sequence
+//         (or, with p.sel and p + 1 > topk, for the topk keys sel[t * topk ..])
 //   out[t, h] = W_vb[h] (sum_k softmax(s)_k c_k)
 // Throws Error(kInvalidArgument) on shapes the kernel does not take (kv_lora or rope odd,
 // shared memory over the device's limit).

@@ -1,0 +1,323 @@
+// DeepSeek Sparse Attention's indexer kernels (k_dsa_indexer.h).
+//
+// dsa_scores_kernel: grid (ctas_per_row, rows), a row's keys [0, p] split evenly over its
+// blocks. A block stages q_idx[t] (roped) and the scaled weights in shared memory, then
+// chunks of kKeyChunk index keys (bf16 -> f32); each warp scores 4 keys at a time with one
+// head per lane (q rows padded by 4 floats: float4 loads of 32 heads fall in distinct banks,
+// the key's float4 is a broadcast), relu-weights them and sums the heads over the warp.
+//
+// dsa_topk_kernel: one block per row. The scores' bits as ordered unsigned keys (larger
+// float, larger key; -0 as +0 so that zero scores tie as on the CPU), then four 8-bit radix
+// passes find the topk-th largest key K and how many of the keys equal to K are taken;
+// keys above K go out through a shared counter, keys equal to K in position order (a block
+// scan per chunk) until enough are taken: the CPU's "ties to the earlier position".
+#include <string>
+
+#include "core/error.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_dsa_indexer.h"
+
+namespace keel::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kKeyChunk = 4 * kWarps;  // keys staged per step: 4 a warp
+constexpr int kTopkThreads = 1024;
+constexpr int kMaxDi = 1024;
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Sum over a block of kThreads; `red` kWarps floats of shared memory; every thread gets it.
+__device__ float block_sum(float v, float *red) {
+  v = warp_sum(v);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float total = 0;
+  for (int w = 0; w < kWarps; ++w) total += red[w];
+  return total;
+}
+
+// The rotation of rope pair i at position pos (k_mla_attention.cu's, same table and style).
+__device__ void rope_rotate(int i, int rope, float pos, const MlaRope &rp, const float *x,
+                            float *y) {
+  const int a = rp.interleaved ? 2 * i : i, b = rp.interleaved ? 2 * i + 1 : i + rope / 2;
+  float sn, cs;
+  sincosf(pos * rp.inv_freq[i], &sn, &cs);
+  cs *= rp.mscale;
+  sn *= rp.mscale;
+  const float x1 = x[a], x2 = x[b];
+  y[a] = x1 * cs - x2 * sn;
+  y[b] = x2 * cs + x1 * sn;
+}
+
+__global__ void dsa_tokens_kernel(const AttnTile *tiles, int num_tiles, DsaToken *tokens) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= num_tiles) return;
+  const AttnTile tile = tiles[i];
+  for (int j = 0; j < tile.num_q; ++j) {
+    DsaToken d;
+    d.pos = tile.pos0 + j;
+    d.block_offset = tile.block_offset;
+    tokens[tile.q_start + j] = d;
+  }
+}
+
+// One block per token: LayerNorm, then rope, into the row's index key.
+__global__ void __launch_bounds__(kThreads)
+    dsa_key_write_kernel(const float *k, int k_stride, int Di, const float *ln,
+                         const std::int32_t *positions, MlaRope rp, int rope,
+                         const std::int32_t *slots, bf16 *cache, KvLayout layout, int layer,
+                         int key_at) {
+  __shared__ float red[kWarps];
+  __shared__ float normed[kMaxDi];
+  const int t = blockIdx.x;
+  const std::int32_t slot = slots[t];
+  if (slot < 0) return;  // padding row (uniform over the block)
+  const float *x = k + std::int64_t(t) * k_stride;
+  float s = 0;
+  for (int i = threadIdx.x; i < Di; i += kThreads) s += x[i];
+  const float mean = block_sum(s, red) / static_cast<float>(Di);
+  float v = 0;
+  for (int i = threadIdx.x; i < Di; i += kThreads) v += (x[i] - mean) * (x[i] - mean);
+  const float inv = rsqrtf(block_sum(v, red) / static_cast<float>(Di) + 1e-6f);
+  for (int i = threadIdx.x; i < Di; i += kThreads)
+    normed[i] = (x[i] - mean) * inv * ln[i] + ln[Di + i];
+  __syncthreads();
+  bf16 *row =
+      cache + layout.offset(slot / layout.block_size, layer, 0, slot % layout.block_size) + key_at;
+  const float pos = static_cast<float>(positions[t]);
+  for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
+    const int a = rp.interleaved ? 2 * i : i, b = rp.interleaved ? 2 * i + 1 : i + rope / 2;
+    float sn, cs;
+    sincosf(pos * rp.inv_freq[i], &sn, &cs);
+    cs *= rp.mscale;
+    sn *= rp.mscale;
+    const float x1 = normed[a], x2 = normed[b];
+    row[a] = __float2bfloat16(x1 * cs - x2 * sn);
+    row[b] = __float2bfloat16(x2 * cs + x1 * sn);
+  }
+  for (int i = rope + threadIdx.x; i < Di; i += kThreads) row[i] = __float2bfloat16(normed[i]);
+}
+
+__host__ __device__ int q_pitch(int Di) { return Di + 4; }
+
+__global__ void __launch_bounds__(kThreads) dsa_scores_kernel(DsaScoreParams p) {
+  extern __shared__ float4 smem4[];
+  float *qs = reinterpret_cast<float *>(smem4);  // [Hi][Di + 4] roped q
+  float *ks = qs + p.Hi * q_pitch(p.Di);         // [kKeyChunk][Di] keys
+  float *ws = ks + kKeyChunk * p.Di;             // [Hi] weights * Hi^-1/2
+  const int r = blockIdx.y, t = p.t0 + r;
+  if (r >= p.rows || t >= p.T) return;
+  const DsaToken tok = p.tokens[t];
+  const int n = tok.pos + 1;
+  if (n <= p.topk) return;  // every position is kept: nothing to score
+  // This block's keys: an even share of [0, n) in whole chunks.
+  const int chunks = (n + kKeyChunk - 1) / kKeyChunk;
+  const int per = (chunks + p.ctas_per_row - 1) / p.ctas_per_row;
+  const int k_begin = blockIdx.x * per * kKeyChunk;
+  const int k_end = min(n, k_begin + per * kKeyChunk);
+  if (k_begin >= k_end) return;
+
+  const int Hi = p.Hi, Di = p.Di, pitch = q_pitch(Di);
+  const float *q = p.q + std::int64_t(t) * Hi * Di;
+  const float pos = static_cast<float>(tok.pos);
+  for (int i = threadIdx.x; i < Hi * Di; i += kThreads) {
+    const int h = i / Di, d = i % Di;
+    if (d >= p.rope) qs[h * pitch + d] = q[i];
+  }
+  for (int i = threadIdx.x; i < Hi * (p.rope / 2); i += kThreads) {
+    const int h = i / (p.rope / 2), j = i % (p.rope / 2);
+    rope_rotate(j, p.rope, pos, p.rp, q + h * Di, qs + h * pitch);
+  }
+  const float wscale = 1.0f / sqrtf(static_cast<float>(Hi));
+  for (int h = threadIdx.x; h < Hi; h += kThreads)
+    ws[h] = p.w[std::int64_t(t) * p.w_stride + h] * wscale;
+  const float scale = 1.0f / sqrtf(static_cast<float>(Di));
+  const int bs = p.layout.block_size, vecs = Di / 8;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  float *row_scores = p.scores + std::int64_t(r) * p.stride;
+
+  for (int c0 = k_begin; c0 < k_end; c0 += kKeyChunk) {
+    __syncthreads();  // qs / ws staged; ks free again
+    for (int i = threadIdx.x; i < kKeyChunk * vecs; i += kThreads) {
+      const int kk = i / vecs, v = i % vecs, key = c0 + kk;
+      float *dst = ks + kk * Di + v * 8;
+      if (key < k_end) {
+        const std::int32_t block = p.block_table[tok.block_offset + key / bs];
+        const bf16 *src = p.cache + p.layout.offset(block, p.layer, 0, key % bs) + p.key_at + v * 8;
+        const uint4 raw = *reinterpret_cast<const uint4 *>(src);
+        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = __bfloat1622float2(h2[e]);
+          dst[2 * e] = f.x;
+          dst[2 * e + 1] = f.y;
+        }
+      } else {
+        for (int e = 0; e < 8; ++e) dst[e] = 0.0f;
+      }
+    }
+    __syncthreads();
+    float s[4] = {0, 0, 0, 0};
+    const float *kw = ks + (warp * 4) * Di;
+    for (int h = lane; h < Hi; h += 32) {
+      float a[4] = {0, 0, 0, 0};
+      const float *qh = qs + h * pitch;
+      for (int d = 0; d < Di; d += 4) {
+        const float4 qv = *reinterpret_cast<const float4 *>(qh + d);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float4 kv = *reinterpret_cast<const float4 *>(kw + j * Di + d);
+          a[j] += qv.x * kv.x + qv.y * kv.y + qv.z * kv.z + qv.w * kv.w;
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s[j] += ws[h] * fmaxf(a[j] * scale, 0.0f);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float v = warp_sum(s[j]);
+      const int key = c0 + warp * 4 + j;
+      if (lane == 0 && key < k_end) row_scores[key] = v;
+    }
+  }
+}
+
+// Larger float, larger key; -0 and +0 the same key (the CPU compares them equal).
+__device__ unsigned order_key(float f) {
+  unsigned b = __float_as_uint(f);
+  if (b == 0x80000000u) b = 0;
+  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+__global__ void __launch_bounds__(kTopkThreads)
+    dsa_topk_kernel(const float *scores, std::int64_t stride, const DsaToken *tokens, int T, int t0,
+                    int rows, int topk, std::int32_t *sel) {
+  __shared__ unsigned hist[256];
+  __shared__ unsigned s_digit;
+  __shared__ int s_want, s_out;
+  __shared__ int warp_count[kTopkThreads / 32];
+  const int r = blockIdx.x, t = t0 + r;
+  if (r >= rows || t >= T) return;
+  const int n = tokens[t].pos + 1;
+  if (n <= topk) return;  // every position kept (the attention reads 0..p)
+  const float *sc = scores + std::int64_t(r) * stride;
+  std::int32_t *out = sel + std::int64_t(t) * topk;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+
+  // The topk-th largest key, 8 bits at a time from the top; `want`: how many of the keys
+  // matching the prefix so far are still to be taken.
+  unsigned prefix = 0, mask = 0;
+  int want = topk;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+    __syncthreads();
+    for (int i = tid; i < n; i += kTopkThreads) {
+      const unsigned k = order_key(sc[i]);
+      if ((k & mask) == prefix) atomicAdd(&hist[(k >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid == 0) {
+      int above = 0, d = 255;
+      for (; d > 0; --d) {
+        if (above + static_cast<int>(hist[d]) >= want) break;
+        above += static_cast<int>(hist[d]);
+      }
+      s_digit = static_cast<unsigned>(d);
+      s_want = want - above;
+      s_out = 0;
+    }
+    __syncthreads();
+    prefix |= s_digit << shift;
+    mask |= 255u << shift;
+    want = s_want;
+  }
+  // prefix is the threshold key K: topk - want keys above it, then the first `want` equal.
+  for (int i = tid; i < n; i += kTopkThreads)
+    if (order_key(sc[i]) > prefix) out[atomicAdd(&s_out, 1)] = i;
+  const int first_equal = topk - want;
+  int taken = 0;  // equal keys seen before this chunk (uniform over the block)
+  for (int c0 = 0; c0 < n && taken < want; c0 += kTopkThreads) {
+    const int i = c0 + tid;
+    const bool eq = i < n && order_key(sc[i]) == prefix;
+    const unsigned ballot = __ballot_sync(0xffffffffu, eq);
+    __syncthreads();  // warp_count may still be read by the previous chunk
+    if (lane == 0) warp_count[warp] = __popc(ballot);
+    __syncthreads();
+    int before = 0, total = 0;
+    for (int w = 0; w < kTopkThreads / 32; ++w) {
+      before += w < warp ? warp_count[w] : 0;
+      total += warp_count[w];
+    }
+    const int rank = taken + before + __popc(ballot & ((1u << lane) - 1u));
+    if (eq && rank < want) out[first_equal + rank] = i;
+    taken += total;
+  }
+}
+
+}  // namespace
+
+std::size_t dsa_scores_smem(int Hi, int Di) {
+  return (static_cast<std::size_t>(Hi) * q_pitch(Di) + static_cast<std::size_t>(kKeyChunk) * Di +
+          Hi) *
+         sizeof(float);
+}
+
+void launch_dsa_tokens(StreamRef s_ref, const AttnTile *tiles, int num_tiles, DsaToken *tokens) {
+  const cudaStream_t s = s_ref.get("launch_dsa_tokens");
+  if (num_tiles <= 0) return;
+  dsa_tokens_kernel<<<(num_tiles + 127) / 128, 128, 0, s>>>(tiles, num_tiles, tokens);
+  KEEL_CUDA_CHECK_LAUNCH("dsa_tokens");
+}
+
+void launch_dsa_key_write(StreamRef s_ref, const float *k, int T, int k_stride, int Di,
+                          const float *ln, const std::int32_t *positions, const MlaRope &rp,
+                          int rope, const std::int32_t *slots, bf16 *cache, const KvLayout &layout,
+                          int layer, int key_at) {
+  const cudaStream_t s = s_ref.get("launch_dsa_key_write");
+  if (layout.planes != 1 || Di <= 0 || Di > kMaxDi || rope % 2 != 0 || rope > Di ||
+      key_at + Di > layout.slot_elems() || k_stride < Di || layer < 0 || layer >= layout.num_layers)
+    throw Error(ErrorCode::kInvalidArgument,
+                "launch_dsa_key_write: index key of " + std::to_string(Di) + " values at " +
+                    std::to_string(key_at) + " of a " + std::to_string(layout.slot_elems()) +
+                    "-value latent row (rope " + std::to_string(rope) + ")");
+  if (T <= 0) return;
+  dsa_key_write_kernel<<<T, kThreads, 0, s>>>(k, k_stride, Di, ln, positions, rp, rope, slots,
+                                              cache, layout, layer, key_at);
+  KEEL_CUDA_CHECK_LAUNCH("dsa_key_write");
+}
+
+void launch_dsa_scores(StreamRef s_ref, const DsaScoreParams &p) {
+  const cudaStream_t s = s_ref.get("launch_dsa_scores");
+  const std::size_t smem = dsa_scores_smem(p.Hi, p.Di);
+  if (p.layout.planes != 1 || p.Hi <= 0 || p.Di <= 0 || p.Di % 8 != 0 || p.rope % 2 != 0 ||
+      p.rope > p.Di || p.key_at % 8 != 0 || p.layout.slot_elems() % 8 != 0 ||
+      p.key_at + p.Di > p.layout.slot_elems() || p.topk <= 0 || p.ctas_per_row <= 0 ||
+      smem > 48 * 1024 || p.rows > 65535)
+    throw Error(ErrorCode::kInvalidArgument,
+                "launch_dsa_scores: bad shape (Hi " + std::to_string(p.Hi) + ", Di " +
+                    std::to_string(p.Di) + ", rope " + std::to_string(p.rope) + ", key at " +
+                    std::to_string(p.key_at) + " of " + std::to_string(p.layout.slot_elems()) +
+                    ", " + std::to_string(smem) + " bytes of shared memory)");
+  if (p.rows <= 0) return;
+  dsa_scores_kernel<<<dim3(p.ctas_per_row, p.rows), kThreads, smem, s>>>(p);
+  KEEL_CUDA_CHECK_LAUNCH("dsa_scores");
+}
+
+void launch_dsa_topk(StreamRef s_ref, const float *scores, std::int64_t stride,
+                     const DsaToken *tokens, int T, int t0, int rows, int topk, std::int32_t *sel) {
+  const cudaStream_t s = s_ref.get("launch_dsa_topk");
+  if (topk <= 0 || stride <= 0)
+    throw Error(ErrorCode::kInvalidArgument, "launch_dsa_topk: topk " + std::to_string(topk));
+  if (rows <= 0) return;
+  dsa_topk_kernel<<<rows, kTopkThreads, 0, s>>>(scores, stride, tokens, T, t0, rows, topk, sel);
+  KEEL_CUDA_CHECK_LAUNCH("dsa_topk");
+}
+
+}  // namespace keel::cuda
