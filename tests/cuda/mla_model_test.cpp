@@ -14,7 +14,8 @@
 //   reference; the f32 fixtures (and one config setting of them changed at a time: both rope
 //   styles, YaRN or not, q_lora or not, routing settings) against the CPU runner on the same
 //   weights rounded to bf16, what the device holds (see CudaMlaFixturesVsCpu);
-// - glm_moe_dsa refused by name (its DSA indexer is not on CUDA).
+// - glm_moe_dsa's bf16 transformers fixture against its float64 reference as deepseek_v3's
+//   (its DSA indexer against the CPU: dsa_model_test.cpp).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -212,9 +213,14 @@ TEST_F(CudaMlaVsCpu, ChunkedPrefillAfterCachedPrefixCopiedAndRestored) {
 // routers have near-ties that the rounding flips (with one expert group the same
 // rounding moves them by 0.09; bench/RESULTS.md, session 16). CudaMlaFixturesVsCpu
 // covers them.
-TEST(CudaMlaVsTransformers, Bf16FixturePromptLogprobsAndGreedyAlone) {
+// glm_moe_dsa_bf16 likewise (index_topk 8: its prompts select).
+class CudaMlaVsTransformers : public ::testing::TestWithParam<std::string> {};
+INSTANTIATE_TEST_SUITE_P(Fixtures, CudaMlaVsTransformers,
+                         ::testing::Values("deepseek_v3_bf16", "glm_moe_dsa_bf16"));
+
+TEST_P(CudaMlaVsTransformers, Bf16FixturePromptLogprobsAndGreedyAlone) {
   KEEL_REQUIRE_CUDA_DEVICE();
-  const auto dir = keel::test::fixtures_dir() / "mla_models" / "deepseek_v3_bf16";
+  const auto dir = keel::test::fixtures_dir() / "mla_models" / GetParam();
   if (!std::filesystem::exists(dir / "reference.json"))
     GTEST_SKIP() << "fixture absent: " << dir << " (scripts/ref/mla_fixtures.py)";
   nlohmann::json ref;
@@ -253,7 +259,7 @@ TEST(CudaMlaVsTransformers, Bf16FixturePromptLogprobsAndGreedyAlone) {
       last = keel::test::log_softmax_row(out, 0);
     }
   }
-  std::printf("cuda deepseek_v3_bf16 vs transformers: max |logprob error| = %.3g\n", worst);
+  std::printf("cuda %s vs transformers: max |logprob error| = %.3g\n", GetParam().c_str(), worst);
 }
 
 // The f32 fixtures with their weights rounded to bf16 (what the device holds), CUDA against
@@ -327,24 +333,6 @@ TEST_P(CudaMlaFixturesVsCpu, MatchesTheCpuRunnerOnTheSameBf16Weights) {
     }
   }
   std::filesystem::remove_all(dir);
-}
-
-TEST(CudaMla, RefusesTheDsaIndexerByName) {
-  KEEL_REQUIRE_CUDA_DEVICE();
-  MakeModelOptions o;
-  o.arch = "glm_moe_dsa";
-  o.shape = "tiny";
-  const ModelConfig c = make_model_config(o);
-  CudaContext ctx;
-  try {
-    CudaModelRunner runner(ctx, c, 1, mla_options());
-    FAIL() << "glm_moe_dsa loaded on CUDA";
-  } catch (const Error &err) {
-    EXPECT_EQ(err.code(), ErrorCode::kUnsupported);
-    EXPECT_NE(std::string(err.what()).find("DSA sparse attention is not on CUDA yet"),
-              std::string::npos)
-        << err.what();
-  }
 }
 
 }  // namespace

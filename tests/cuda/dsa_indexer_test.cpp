@@ -1,0 +1,234 @@
+// k_dsa_indexer.h alone against host references:
+// - launch_dsa_topk: the exact set the CPU's rule keeps (DsaIndexer::select: the topk best,
+//   ties to the earlier position) for distinct scores, for scores with many ties (-0 and +0
+//   among them), for all-zero rows (every head's relu zero), at topk 16 and 2048 and rows of
+//   17 to 70,000 positions; rows with p + 1 <= topk left untouched;
+// - launch_dsa_key_write + launch_dsa_scores: the index keys (LayerNorm, rope) in the latent
+//   rows of a paged cache and every query's scores against a double reference over the same
+//   bf16 keys, both rope styles.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "cuda_test_util.h"
+#include "exec/cuda/k_dsa_indexer.h"
+
+namespace keel::cuda {
+namespace {
+
+using test::download;
+using test::from_bf16;
+using test::to_bf16;
+using test::upload;
+
+// DsaIndexer::select's rule on the host.
+std::vector<std::int32_t> host_topk(const std::vector<float> &s, int topk) {
+  std::vector<std::int32_t> idx(s.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::sort(idx.begin(), idx.end(),
+            [&](std::int32_t a, std::int32_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; });
+  idx.resize(static_cast<std::size_t>(topk));
+  std::sort(idx.begin(), idx.end());
+  return idx;
+}
+
+TEST(DsaTopk, SelectsTheCpuSetWithTiesToTheEarlierPosition) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(11);
+  const std::vector<int> lens = {5, 17, 100, 1000, 2049, 5000, 70000};
+  for (const int topk : {16, 2048})
+    for (const char *kind : {"distinct", "ties", "zeros"}) {
+      const int rows = static_cast<int>(lens.size());
+      const std::int64_t stride = 70000;
+      std::vector<float> scores(static_cast<std::size_t>(rows * stride), 0.0f);
+      std::vector<DsaToken> toks(rows);
+      for (int r = 0; r < rows; ++r) {
+        const int n = lens[r];
+        toks[r].pos = n - 1;
+        float *row = scores.data() + r * stride;
+        if (std::string(kind) == "distinct") {
+          std::vector<int> perm(n);
+          std::iota(perm.begin(), perm.end(), 0);
+          std::shuffle(perm.begin(), perm.end(), rng);
+          for (int i = 0; i < n; ++i) row[i] = (static_cast<float>(perm[i]) - n / 3.0f) * 0.37f;
+        } else if (std::string(kind) == "ties") {
+          const float levels[] = {-1.0f, -0.0f, 0.0f, 0.5f, 2.0f, 2.0f, 0.0f};
+          std::uniform_int_distribution<int> pick(0, 6);
+          for (int i = 0; i < n; ++i) row[i] = levels[pick(rng)];
+        }
+      }
+      constexpr std::int32_t kUntouched = -7;
+      auto d_scores = upload(ctx, scores);
+      auto d_toks = upload(ctx, toks);
+      auto d_sel = upload(ctx, std::vector<std::int32_t>(rows * topk, kUntouched));
+      launch_dsa_topk(ctx.compute(), d_scores.as<float>(), stride, d_toks.as<DsaToken>(), rows, 0,
+                      rows, topk, d_sel.as<std::int32_t>());
+      const auto sel = download<std::int32_t>(ctx, d_sel, rows * topk);
+      for (int r = 0; r < rows; ++r) {
+        const int n = lens[r];
+        std::vector<std::int32_t> got(sel.begin() + r * topk, sel.begin() + (r + 1) * topk);
+        if (n <= topk) {
+          EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](int v) { return v == kUntouched; }))
+              << kind << " topk " << topk << " n " << n << ": a row that keeps all was written";
+          continue;
+        }
+        const std::vector<float> row(scores.begin() + r * stride, scores.begin() + r * stride + n);
+        const auto want = host_topk(row, topk);
+        std::sort(got.begin(), got.end());
+        int differ = 0;
+        for (int i = 0; i < topk; ++i) differ += got[i] != want[i];
+        EXPECT_EQ(differ, 0) << kind << " topk " << topk << " n " << n << ": " << differ << " of "
+                             << topk << " positions differ (first got " << got[0] << " want "
+                             << want[0] << ")";
+      }
+    }
+}
+
+// Host rope of pair i at `pos`, as the kernels (same float inputs, double arithmetic).
+void host_rope(float *x, int rope, int pos, const std::vector<float> &freq, bool interleaved) {
+  std::vector<float> y(x, x + rope);
+  for (int i = 0; i < rope / 2; ++i) {
+    const double ang = static_cast<double>(static_cast<float>(pos) * freq[i]);
+    const int a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + rope / 2;
+    y[a] = static_cast<float>(x[a] * std::cos(ang) - x[b] * std::sin(ang));
+    y[b] = static_cast<float>(x[b] * std::cos(ang) + x[a] * std::sin(ang));
+  }
+  std::copy(y.begin(), y.end(), x);
+}
+
+TEST(DsaScores, KeysAndScoresMatchADoubleReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  constexpr int kHi = 8, kDi = 32, kRope = 8, kKeyAt = 16, kW = kKeyAt + kDi + 8, kBs = 4;
+  constexpr int kT = 70, kTopk = 16, kLayers = 2, kLayer = 1;
+  const std::vector<std::int32_t> table = {
+      5, 2,  7,  0,  1,  3,  4,  6,  8,
+      9, 10, 11, 12, 13, 14, 15, 16, 17};  // 18 blocks of 4 >= 70 positions
+  CudaContext ctx;
+  for (const bool interleaved : {true, false}) {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    KvLayout layout;
+    layout.num_layers = kLayers;
+    layout.block_size = kBs;
+    layout.num_kv_heads = 1;
+    layout.head_dim = kW;
+    layout.planes = 1;
+    const std::size_t cache_elems = 18 * layout.block_elems();
+    std::vector<float> k(kT * kDi), q(kT * kHi * kDi), w(kT * kHi), ln(2 * kDi);
+    for (float &v : k) v = nd(rng) + 0.3f;
+    for (float &v : q) v = nd(rng);
+    for (float &v : w) v = nd(rng);
+    for (int i = 0; i < kDi; ++i) ln[i] = 1.0f + 0.1f * nd(rng), ln[kDi + i] = 0.1f * nd(rng);
+    std::vector<float> freq(kRope / 2);
+    for (int i = 0; i < kRope / 2; ++i)
+      freq[i] = static_cast<float>(1.0 / std::pow(10000.0, 2.0 * i / kRope));
+    std::vector<std::int32_t> pos(kT), slots(kT);
+    std::vector<DsaToken> toks(kT);
+    for (int t = 0; t < kT; ++t) {
+      pos[t] = t;
+      slots[t] = table[t / kBs] * kBs + t % kBs;
+      toks[t].pos = t;
+      toks[t].block_offset = 0;
+    }
+    auto d_cache = upload(ctx, std::vector<std::uint16_t>(cache_elems, 0));
+    auto d_k = upload(ctx, k);
+    auto d_q = upload(ctx, q);
+    auto d_w = upload(ctx, w);
+    auto d_ln = upload(ctx, ln);
+    auto d_freq = upload(ctx, freq);
+    auto d_pos = upload(ctx, pos);
+    auto d_slots = upload(ctx, slots);
+    auto d_toks = upload(ctx, toks);
+    auto d_table = upload(ctx, table);
+    auto d_scores = upload(ctx, std::vector<float>(kT * kT, -99.0f));
+    MlaRope rp;
+    rp.inv_freq = d_freq.as<float>();
+    rp.interleaved = interleaved;
+    launch_dsa_key_write(ctx.compute(), d_k.as<float>(), kT, kDi, kDi, d_ln.as<float>(),
+                         d_pos.as<std::int32_t>(), rp, kRope, d_slots.as<std::int32_t>(),
+                         d_cache.as<bf16>(), layout, kLayer, kKeyAt);
+    DsaScoreParams p;
+    p.q = d_q.as<float>();
+    p.w = d_w.as<float>();
+    p.w_stride = kHi;
+    p.tokens = d_toks.as<DsaToken>();
+    p.block_table = d_table.as<std::int32_t>();
+    p.cache = d_cache.as<bf16>();
+    p.layout = layout;
+    p.layer = kLayer;
+    p.key_at = kKeyAt;
+    p.Hi = kHi;
+    p.Di = kDi;
+    p.rope = kRope;
+    p.rp = rp;
+    p.topk = kTopk;
+    p.T = kT;
+    p.t0 = 0;
+    p.rows = kT;
+    p.scores = d_scores.as<float>();
+    p.stride = kT;
+    p.ctas_per_row = 2;
+    launch_dsa_scores(ctx.compute(), p);
+    const auto cache = from_bf16(download<std::uint16_t>(ctx, d_cache, cache_elems));
+    const auto scores = download<float>(ctx, d_scores, kT * kT);
+
+    // The keys: LayerNorm in double, rope, against the stored bf16.
+    std::vector<std::vector<float>> keys(kT);
+    double key_err = 0;
+    for (int t = 0; t < kT; ++t) {
+      const float *x = k.data() + t * kDi;
+      double mean = 0, var = 0;
+      for (int i = 0; i < kDi; ++i) mean += x[i];
+      mean /= kDi;
+      for (int i = 0; i < kDi; ++i) var += (x[i] - mean) * (x[i] - mean);
+      var /= kDi;
+      std::vector<float> y(kDi);
+      for (int i = 0; i < kDi; ++i)
+        y[i] = static_cast<float>((x[i] - mean) / std::sqrt(var + 1e-6) * ln[i] + ln[kDi + i]);
+      host_rope(y.data(), kRope, t, freq, interleaved);
+      const std::size_t at = layout.offset(table[t / kBs], kLayer, 0, t % kBs) + kKeyAt;
+      keys[t].assign(cache.begin() + at, cache.begin() + at + kDi);
+      for (int i = 0; i < kDi; ++i)
+        key_err = std::max(key_err, std::abs(double(keys[t][i]) - y[i]) / (1.0 + std::abs(y[i])));
+    }
+    EXPECT_LT(key_err, 1e-2) << "interleaved " << interleaved;
+    // The scores over the stored keys, in double.
+    double worst = 0, biggest = 0;
+    int unscored = 0, scored_short = 0;
+    for (int t = 0; t < kT; ++t) {
+      std::vector<float> qr(q.begin() + t * kHi * kDi, q.begin() + (t + 1) * kHi * kDi);
+      for (int h = 0; h < kHi; ++h) host_rope(qr.data() + h * kDi, kRope, t, freq, interleaved);
+      for (int s = 0; s <= t; ++s) {
+        const float got = scores[t * kT + s];
+        if (t + 1 <= kTopk) {
+          scored_short += got != -99.0f;
+          continue;
+        }
+        double ref = 0;
+        for (int h = 0; h < kHi; ++h) {
+          double d = 0;
+          for (int i = 0; i < kDi; ++i) d += double(qr[h * kDi + i]) * keys[s][i];
+          d /= std::sqrt(double(kDi));
+          if (d > 0) ref += double(w[t * kHi + h]) / std::sqrt(double(kHi)) * d;
+        }
+        unscored += got == -99.0f;
+        worst = std::max(worst, std::abs(got - ref));
+        biggest = std::max(biggest, std::abs(ref));
+      }
+    }
+    std::printf("dsa scores (interleaved %d): key error %.3g, max |score - ref| %.3g of %.3g\n",
+                interleaved, key_err, worst, biggest);
+    EXPECT_EQ(unscored, 0);
+    EXPECT_EQ(scored_short, 0) << "rows with p + 1 <= topk are not scored";
+    EXPECT_LT(worst, 1e-4 * std::max(biggest, 1.0));
+  }
+}
+
+}  // namespace
+}  // namespace keel::cuda

@@ -1,0 +1,279 @@
+// glm_moe_dsa (DeepSeek Sparse Attention over the latent cache: exec/arch/dsa_indexer.h on
+// the CPU, k_dsa_indexer.h + cuda_runner_dsa.cpp on CUDA) on the CUDA runner against the CPU
+// runner on make_model's tiny shape (3 layers: "full", "shared", "full"; index_topk 16, so
+// every prompt over 16 tokens selects), with the bounds of moe_vs_cpu.h:
+// - alone (a 29-token prefill, then decode) and batched with 31 others of other lengths;
+// - the same with a scores scratch of one row, so every step is scored one query a pass;
+// - a 45-token prompt prefilled in chunks after a cached 32-token prefix, then decode; the
+//   prefix moved through copy_block and through save_block / load_block into a second
+//   runner gives the same logits;
+// - the latent rows themselves: the CUDA block image against the CPU's, value by value
+//   ([c | k_rope | index key], the index key zero in the "shared" layer on both);
+// - a missing indexer tensor refused with Error(kFormat) naming it.
+// Each comparison prints its errors, so one device run tells what is off.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/half.h"
+#include "cuda_test_util.h"
+#include "exec/cpu/cpu_model_runner.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "formats/make_model.h"
+#include "model/model_harness.h"
+#include "moe_vs_cpu.h"
+#include "support/rewrite_safetensors.h"
+
+namespace keel::cuda {
+namespace {
+
+using keel::test::BlockHandout;
+using keel::test::PagedSeq;
+using keel::test::run_step;
+using Logits = SequenceSlice::Logits;
+constexpr int kBlocks = 512, kBs = 16;
+
+CudaRunnerOptions dsa_options() {
+  CudaRunnerOptions o;
+  o.block_size = kBs;
+  o.num_kv_blocks = kBlocks;
+  o.max_batch_tokens = 1024;
+  o.max_seqs = 32;
+  o.max_logits_rows = 128;
+  o.max_model_len = 1024;
+  return o;
+}
+
+void expect_row_bounds(moe_vs_cpu::RowErrors &e, std::size_t min_rows, const char *what) {
+  std::vector<double> &r = e.rows;
+  ASSERT_GE(r.size(), min_rows) << what;
+  std::sort(r.begin(), r.end());
+  const double median = r[r.size() / 2], p90 = r[r.size() * 9 / 10];
+  EXPECT_LT(median, moe_vs_cpu::kRowErrMedian) << what;
+  EXPECT_LT(p90, moe_vs_cpu::kRowErrP90) << what;
+  std::printf(
+      "cuda glm_moe_dsa vs cpu, %s: %zu rows (%d decisive), row error median %.3g, p90 %.3g, "
+      "worst %.3g; worst top-20 |logprob error| %.3g\n",
+      what, r.size(), e.decisive, median, p90, r.back(), e.worst);
+}
+
+class CudaDsaVsCpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    KEEL_REQUIRE_CUDA_DEVICE();
+    dir_ = std::filesystem::temp_directory_path() /
+           ("keel-cuda-dsa-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    MakeModelOptions o;
+    o.arch = "glm_moe_dsa";
+    o.shape = "tiny";
+    o.seed = 5;
+    o.out = dir_;
+    o.threads = 2;
+    make_model(o);
+    cctx_ = std::make_unique<CudaContext>();
+    gpu_ = CudaModelRunner::open(dir_, *cctx_, dsa_options());
+    cpu_ = cpu::CpuModelRunner::open(dir_, xctx_, {kBlocks, kBs});
+    V_ = static_cast<int>(gpu_->config().vocab_size);
+  }
+  void TearDown() override {
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<CudaContext> cctx_;
+  ExecContext xctx_{2};
+  std::unique_ptr<CudaModelRunner> gpu_;
+  std::unique_ptr<cpu::CpuModelRunner> cpu_;
+  int V_ = 0;
+};
+
+TEST_F(CudaDsaVsCpu, TinyConfigSelectsAndSharesAndTheRowHoldsTheIndexKey) {
+  const MlaConfig &m = *gpu_->config().mla;
+  ASSERT_TRUE(m.dsa());
+  EXPECT_EQ(m.index_topk, 16);
+  EXPECT_FALSE(m.shared_selection(0));
+  EXPECT_TRUE(m.shared_selection(1));
+  EXPECT_EQ(gpu_->kv_store().layout().planes, 1);
+  EXPECT_EQ(gpu_->kv_store().layout().slot_elems(),
+            m.kv_lora_rank + m.qk_rope_head_dim + m.index_head_dim);
+  EXPECT_EQ(gpu_->kv_store().layout().slot_elems(), kv_values_per_token_layer(gpu_->config()));
+}
+
+TEST_F(CudaDsaVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
+  moe_vs_cpu::RowErrors e;
+  moe_vs_cpu::alone_and_batched(*gpu_, *cpu_, V_, kBlocks, e);
+  if (HasFatalFailure()) return;
+  expect_row_bounds(e, 150, "alone and batched");
+  EXPECT_GT(gpu_->graphs_captured(), 0u);  // the decode steps replayed CUDA graphs
+}
+
+// Scores scratch of one row: every query its own pass (the prefill chunking of long
+// prompts, at a size where the tiny model shows it).
+TEST_F(CudaDsaVsCpu, OneQueryAScoringPass) {
+  CudaRunnerOptions o = dsa_options();
+  o.dsa_score_bytes = 1;  // rounds up to one row of max_model_len floats
+  auto gpu = CudaModelRunner::open(dir_, *cctx_, o);
+  moe_vs_cpu::RowErrors e;
+  moe_vs_cpu::alone_and_batched(*gpu, *cpu_, V_, kBlocks, e);
+  if (HasFatalFailure()) return;
+  expect_row_bounds(e, 150, "one query a scoring pass");
+}
+
+// The latent rows of a 40-token prompt (3 blocks) as each runner stores them: the CPU's f32
+// block image [layers][block][row], the CUDA's bf16 one in the same order. c and k_rope as
+// the deepseek_v3 rows; the index key (LayerNorm, rope) of the selecting layers within bf16
+// rounding of the CPU's, and zero in the "shared" layer on both.
+TEST_F(CudaDsaVsCpu, LatentRowsMatchTheCpuStoreValueByValue) {
+  constexpr int kLen = 40;
+  const MlaConfig &m = *gpu_->config().mla;
+  const int W = static_cast<int>(kv_values_per_token_layer(gpu_->config()));
+  const int key_at = static_cast<int>(m.kv_lora_rank + m.qk_rope_head_dim);
+  const int layers = static_cast<int>(gpu_->config().num_layers);
+  BlockHandout gb(kBlocks, 3), cb(kBlocks, 4);
+  PagedSeq g, c;
+  g.tokens = c.tokens = moe_vs_cpu::pseudo_prompt(9, kLen, V_);
+  run_step(*gpu_, gb, {{&g, kLen, Logits::kLast}});
+  run_step(*cpu_, cb, {{&c, kLen, Logits::kLast}});
+  ASSERT_EQ(g.blocks.size(), c.blocks.size());
+  ASSERT_EQ(cpu_->kv().block_bytes(), static_cast<std::size_t>(layers) * kBs * W * 4);
+  ASSERT_EQ(gpu_->kv().block_bytes(), static_cast<std::size_t>(layers) * kBs * W * 2);
+  std::vector<std::byte> gi(gpu_->kv().block_bytes()), ci(cpu_->kv().block_bytes());
+  // Per layer and part (0 c, 1 k_rope, 2 index key): worst |gpu - cpu| / (max |cpu| of the part).
+  std::vector<double> worst(static_cast<std::size_t>(layers) * 3, 0.0),
+      scale(static_cast<std::size_t>(layers) * 3, 0.0);
+  for (std::size_t b = 0; b < g.blocks.size(); ++b) {
+    gpu_->kv().save_block(g.blocks[b], gi);
+    cpu_->kv().save_block(c.blocks[b], ci);
+    for (int l = 0; l < layers; ++l)
+      for (int slot = 0; slot < kBs; ++slot) {
+        if (static_cast<int>(b) * kBs + slot >= kLen) continue;
+        for (int i = 0; i < W; ++i) {
+          const std::size_t at = (static_cast<std::size_t>(l) * kBs + slot) * W + i;
+          std::uint16_t hb;
+          std::memcpy(&hb, gi.data() + at * 2, 2);
+          float cf;
+          std::memcpy(&cf, ci.data() + at * 4, 4);
+          const float gf = bf16_to_f32(hb);
+          const int part = i < m.kv_lora_rank ? 0 : (i < key_at ? 1 : 2);
+          const std::size_t k = static_cast<std::size_t>(l) * 3 + part;
+          worst[k] = std::max(worst[k], std::abs(double(gf) - cf));
+          scale[k] = std::max(scale[k], std::abs(double(cf)));
+          if (part == 2 && m.shared_selection(l)) {
+            EXPECT_EQ(gf, 0.0f) << "layer " << l << " slot " << slot << " value " << i;
+            EXPECT_EQ(cf, 0.0f) << "layer " << l << " slot " << slot << " value " << i;
+          }
+        }
+      }
+  }
+  const char *names[] = {"c", "k_rope", "index key"};
+  for (int l = 0; l < layers; ++l)
+    for (int part = 0; part < 3; ++part) {
+      const std::size_t k = static_cast<std::size_t>(l) * 3 + part;
+      const double rel = worst[k] / std::max(scale[k], 1e-30);
+      std::printf("latent rows, layer %d %s: max |gpu - cpu| %.3g (max |cpu| %.3g, rel %.3g)\n", l,
+                  names[part], worst[k], scale[k], rel);
+      if (scale[k] > 0) {
+        EXPECT_LT(rel, 2e-2) << "layer " << l << " " << names[part];
+      }
+    }
+}
+
+// As CudaMlaVsCpu's: the first 32 tokens of a 45-token prompt cached, the rest in chunks of
+// 5 (every row's logits), then 3 decode steps, on the CPU and three ways on the GPU.
+TEST_F(CudaDsaVsCpu, ChunkedPrefillAfterCachedPrefixCopiedAndRestored) {
+  constexpr int kLen = 45, kCached = 32;
+  const auto prompt = moe_vs_cpu::pseudo_prompt(7, kLen, V_);
+  BlockHandout gb(kBlocks, 21), cb(kBlocks, 22);
+  PagedSeq gwarm, cwarm;
+  gwarm.tokens.assign(prompt.begin(), prompt.begin() + kCached);
+  cwarm.tokens = gwarm.tokens;
+  moe_vs_cpu::RowErrors e;
+  {
+    auto go = run_step(*gpu_, gb, {{&gwarm, kCached, Logits::kLast}});
+    auto co = run_step(*cpu_, cb, {{&cwarm, kCached, Logits::kLast}});
+    moe_vs_cpu::compare(go, co, V_, "warm prefix", e);
+    if (HasFatalFailure()) return;
+  }
+  auto rest = [&](ModelRunner &r, BlockHandout &bh, PagedSeq seq) {
+    std::vector<ForwardOutput> outs;
+    seq.tokens = prompt;
+    for (int done = kCached; done < kLen;) {
+      const int k = std::min(5, kLen - done);
+      outs.push_back(run_step(r, bh, {{&seq, k, Logits::kAll}}));
+      done += k;
+    }
+    for (int step = 0; step < 3; ++step) {
+      seq.tokens.push_back(static_cast<TokenId>(3 + (step * 37 + 11) % (V_ - 3)));
+      outs.push_back(run_step(r, bh, {{&seq, 1, Logits::kLast}}));
+    }
+    return outs;
+  };
+  const auto cpu_outs = rest(*cpu_, cb, cwarm);
+  const auto computed = rest(*gpu_, gb, gwarm);
+  ASSERT_EQ(computed.size(), cpu_outs.size());
+  for (std::size_t i = 0; i < computed.size(); ++i) {
+    moe_vs_cpu::compare(computed[i], cpu_outs[i], V_, "chunk after cached prefix", e);
+    if (HasFatalFailure()) return;
+  }
+  expect_row_bounds(e, 16, "chunked after a cached prefix");
+
+  auto same = [&](const std::vector<ForwardOutput> &got, const char *what) {
+    ASSERT_EQ(got.size(), computed.size()) << what;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].logits.size(), computed[i].logits.size()) << what << " step " << i;
+      double worst = 0;
+      for (std::size_t j = 0; j < got[i].logits.size(); ++j)
+        worst = std::max(worst, std::abs(double(got[i].logits[j]) - computed[i].logits[j]));
+      EXPECT_LT(worst, 1e-3) << what << " step " << i << ": max |logit diff| " << worst;
+    }
+  };
+  {
+    PagedSeq copied;
+    gb.ensure(copied, kCached, kBs);
+    ASSERT_EQ(copied.blocks.size(), gwarm.blocks.size());
+    for (std::size_t i = 0; i < copied.blocks.size(); ++i)
+      gpu_->kv().copy_block(gwarm.blocks[i], copied.blocks[i]);
+    copied.computed = kCached;
+    same(rest(*gpu_, gb, copied), "copy_block");
+  }
+  {
+    auto second = CudaModelRunner::open(dir_, *cctx_, dsa_options());
+    std::vector<std::byte> img(gpu_->kv().block_bytes());
+    for (const std::int32_t b : gwarm.blocks) {
+      gpu_->kv().save_block(b, img);
+      second->kv().load_block(b, img);
+    }
+    BlockHandout sb(kBlocks, 21);
+    PagedSeq moved = gwarm;
+    PagedSeq skip;
+    sb.ensure(skip, kCached, kBs);
+    ASSERT_EQ(skip.blocks, gwarm.blocks);
+    same(rest(*second, sb, moved), "save/load into a second runner");
+  }
+}
+
+TEST_F(CudaDsaVsCpu, MissingIndexerTensorIsRefusedByName) {
+  const std::string gone = "model.layers.2.self_attn.indexer.weights_proj.weight";
+  keel::test::rewrite_safetensors(
+      dir_ / "model.safetensors",
+      [&](const std::string &name, keel::test::StoredTensor &) { return name != gone; });
+  try {
+    auto r = CudaModelRunner::open(dir_, *cctx_, dsa_options());
+    FAIL() << "loaded without " << gone;
+  } catch (const Error &err) {
+    EXPECT_EQ(err.code(), ErrorCode::kFormat) << err.what();
+    EXPECT_NE(std::string(err.what()).find(gone), std::string::npos) << err.what();
+  }
+}
+
+}  // namespace
+}  // namespace keel::cuda
