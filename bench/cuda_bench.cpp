@@ -25,6 +25,12 @@
 //     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]
 //     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
 //     reads: k of E per token, the expected distinct experts of n tokens)
+//   cuda_bench --model glm-5 --layers N [--context 131072] [--attention both|dsa|dense]
+//     [--decode-steps 16] [--profile]   (GLM-5's real dims, DSA on the latent cache: batch-1
+//     decode steps at position --context over a latent cache filled with random values
+//     (no prefill), with the indexer's top index_topk (2048) and with index_topk raised past
+//     the context (dense attention, the indexer projections still run); ms a step each and
+//     their ratio. Without --context, the usual prefill / decode table.)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -125,13 +131,14 @@ bool gpt_oss_model(const std::string &name) {
 }
 bool moe_model(const std::string &name) {
   return name == "qwen3-30b-a3b" || name == "qwen3-moe-small" || name == "mixtral-8x7b" ||
-         name == "glm-4.5-air" || name == "deepseek-v3" || gpt_oss_model(name);
+         name == "glm-4.5-air" || name == "deepseek-v3" || name == "glm-5" || gpt_oss_model(name);
 }
 MakeModelOptions moe_make_options(const std::string &name, int layers) {
   MakeModelOptions mo;
   mo.arch = name == "mixtral-8x7b"  ? "mixtral"
             : name == "glm-4.5-air" ? "glm4_moe"
             : name == "deepseek-v3" ? "deepseek_v3"
+            : name == "glm-5"       ? "glm_moe_dsa"
             : gpt_oss_model(name)   ? "gpt_oss"
                                     : "qwen3_moe";
   mo.shape = name == "qwen3-moe-small" ? "small" : name;
@@ -639,6 +646,46 @@ int kv_transfer_bench(const ModelConfig &cfg, const std::string &model, int toke
   return 0;
 }
 
+// Batch-1 decode at position `context` of GLM-5 (DSA) over a latent cache filled with random
+// values: the KV pool holds one sequence of context + steps positions; `dense` raises
+// index_topk past the context so every query reads all of it. Returns ms a step.
+double long_context_decode(cuda::CudaContext &ctx, ModelConfig cfg, cuda::CudaRunnerOptions o,
+                           int context, int steps, bool dense, bool profile) {
+  if (!cfg.mla || !cfg.mla->dsa())
+    throw Error(ErrorCode::kInvalidArgument, "--context: a DSA model (--model glm-5)");
+  const std::int64_t topk = cfg.mla->index_topk;
+  if (dense) cfg.mla->index_topk = context + steps + 64;
+  const int len = context + steps + 8;
+  o.max_model_len = len + 16;
+  o.max_batch_tokens = 2048;
+  o.max_seqs = 8;
+  o.max_logits_rows = 8;
+  o.num_kv_blocks = Bench::blocks_needed(1, len, len, o.block_size);
+  const auto t0 = Clock::now();
+  Bench bench(ctx, cfg, o, "");
+  cuda::CudaKvStore &kv = bench.runner().kv_store();
+  cuda::launch_fill_uniform(ctx.compute(), kv.data(),
+                            static_cast<std::int64_t>(kv.layout().block_elems()) * kv.num_blocks(),
+                            99, -1.0f, 1.0f);
+  bench.init_tokens(1);
+  bench.assign_blocks(1, len, len);
+  bench.decode(1, context, 2);  // warm-up, graph capture
+  bench.runner().take_profile();
+  const double t = bench.decode(1, context + 2, steps);
+  const double ms = t / steps * 1e3;
+  std::printf(
+      "| glm-5 | decode 1 seq at %d, %s | %.3f ms a step | set up %.1f s |\n", context,
+      dense ? "dense (index_topk past the context)" : ("DSA top " + std::to_string(topk)).c_str(),
+      ms, seconds(t0, Clock::now()));
+  if (profile) {
+    const auto p = bench.runner().take_profile();
+    std::printf("|       |   per step: gemm %.3f, attention + indexer %.3f, other %.3f ms |\n",
+                p[0] / steps, p[1] / steps, p[2] / steps);
+  }
+  std::fflush(stdout);
+  return ms;
+}
+
 int run(int argc, char **argv) {
   std::string model = "8b";
   int steps = 128;
@@ -669,6 +716,8 @@ int run(int argc, char **argv) {
   int moe_lowbit_gemv_max = cuda::CudaRunnerOptions{}.moe_lowbit_gemv_max_tokens;
   bool moe_grouped = true;           // --moe-grouped on|off: the experts' grouped GEMM for prefill
   bool moe_split_down = false;       // --moe-split-down on|off: fused MoE decode's down variant
+  int context = 0;                   // --context N: GLM-5's long-context decode (DSA vs dense)
+  std::string attention = "both";    // --attention both|dsa|dense (with --context)
   std::string experts_fmt = "auto";  // --experts auto|mxfp4|bf16: routed experts, random weights
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -747,6 +796,10 @@ int run(int argc, char **argv) {
       moe_split_down = val() == "on";
     else if (a == "--experts")
       experts_fmt = val();
+    else if (a == "--context")
+      context = std::stoi(val());
+    else if (a == "--attention")
+      attention = val();
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
@@ -774,6 +827,21 @@ int run(int argc, char **argv) {
   o.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
   o.moe_grouped_gemm = moe_grouped;
   o.moe_split_down = moe_split_down;
+  if (context > 0) {
+    if (attention != "both" && attention != "dsa" && attention != "dense")
+      throw Error(ErrorCode::kInvalidArgument, "--attention: both, dsa or dense");
+    std::printf("# %s, %lld layers on %s, batch-1 decode at %d over a random latent cache\n",
+                model.c_str(), static_cast<long long>(cfg.num_layers), ctx.device_name().c_str(),
+                context);
+    double dsa_ms = 0, dense_ms = 0;
+    if (attention != "dense")
+      dsa_ms = long_context_decode(ctx, cfg, o, context, steps, false, profile);
+    if (attention != "dsa")
+      dense_ms = long_context_decode(ctx, cfg, o, context, steps, true, profile);
+    if (dsa_ms > 0 && dense_ms > 0)
+      std::printf("| glm-5 | DSA / dense at %d: %.3f |\n", context, dsa_ms / dense_ms);
+    return 0;
+  }
   if (experts_fmt != "auto" && experts_fmt != "mxfp4" && experts_fmt != "bf16")
     throw Error(ErrorCode::kInvalidArgument, "--experts: auto, mxfp4 or bf16");
   o.random_experts_mxfp4 =
