@@ -10,6 +10,7 @@ void AttentionPlan::add_sequence(std::int32_t token_offset, std::int32_t num_tok
   for (std::int32_t j = 0; j < num_tokens; j += tq) {
     const AttnTile tile{token_offset + j, std::min(tq, num_tokens - j), start_pos + j,
                         block_offset};
+    max_kv_all_ = std::max<std::int32_t>(max_kv_all_, tile.pos0 + tile.num_q);
     if (tile.num_q > 1 && c_.flash) {
       flash_.push_back(tile);
       continue;
@@ -60,6 +61,27 @@ int AttentionPlan::splits(int n_tiles, std::int32_t max_kv, bool graph) const {
   if (c_.split_cap > 0) sp = std::min<std::int64_t>(sp, c_.split_cap);
   return static_cast<int>(
       std::max<std::int64_t>(1, std::min<std::int64_t>(sp, c_.partial_entries / work)));
+}
+
+// As splits(), for the latent attention: the work is tiles x head groups, and a split of
+// fewer than 128 keys would spend more on its partial (kv_lora + 2 floats a head) than a
+// fifth of its key reads.
+int AttentionPlan::splits_latent(int head_groups, std::int32_t key_cap, std::int32_t rows,
+                                 std::int32_t units, bool graph) const {
+  const std::int64_t work =
+      std::int64_t(single_.size() + multi_.size() + flash_.size()) * std::max(1, head_groups);
+  const std::int64_t fill = 2 * std::int64_t(c_.num_sms);
+  const std::int32_t keys = key_cap > 0 ? std::min(max_kv_all_, key_cap) : max_kv_all_;
+  if (work <= 0 || work >= fill || rows <= 0) return 1;
+  std::int64_t sp = std::min<std::int64_t>((fill + work - 1) / work, (keys + 127) / 128);
+  sp = std::min<std::int64_t>({sp, kMaxLatentSplits, std::max(1, units / rows)});
+  if (c_.split_cap > 0) sp = std::min<std::int64_t>(sp, c_.split_cap);
+  if (graph) {
+    std::int64_t p2 = 1;
+    while (p2 * 2 <= sp) p2 *= 2;
+    sp = p2;
+  }
+  return static_cast<int>(std::max<std::int64_t>(1, sp));
 }
 
 }  // namespace keel::cuda

@@ -53,6 +53,13 @@ class AttentionPlan {
   int splits_multi(bool graph, std::int64_t window) const {
     return splits(num_multi(), visible(max_kv_multi_, c_.tile_q, window), graph);
   }
+  // The split factor of MLA's split path (k_mla_attention.h) over every tile: each tile
+  // runs `head_groups` CTAs a split; a query reads at most `key_cap` keys (DSA's
+  // index_topk; 0: no cap); rows x splits partials must fit `units`. Power of two for
+  // graphs, at most kMaxLatentSplits, at least 128 keys a split.
+  static constexpr int kMaxLatentSplits = 256;
+  int splits_latent(int head_groups, std::int32_t key_cap, std::int32_t rows, std::int32_t units,
+                    bool graph) const;
 
  private:
   int splits(int n_tiles, std::int32_t max_kv, bool graph) const;
@@ -62,6 +69,7 @@ class AttentionPlan {
   AttentionPathConfig c_;
   std::vector<AttnTile> single_, multi_, flash_;
   std::int32_t max_kv_single_ = 0, max_kv_multi_ = 0;
+  std::int32_t max_kv_all_ = 1;  // keys of the longest query of any tile
 };
 
 }  // namespace keel::cuda

@@ -251,6 +251,9 @@ class CudaModelRunner : public ModelRunner {
     int splits_single = 1, splits_multi = 1;
     // The split-K factors of the layers with AttentionPathConfig::narrow_window.
     int splits_single_narrow = 1, splits_multi_narrow = 1;
+    // MLA: the split path's factor (launch_mla_attention's num_splits); 0: the simple
+    // kernel (steps of more than mla_split_rows_ token rows, or shapes it does not take).
+    int splits_mla = 0;
   };
 
   void stage_masks(std::span<const DeviceSampleRow> rows, int R);  // cuda_sampling.cpp
@@ -382,8 +385,8 @@ class CudaModelRunner : public ModelRunner {
   AttentionPathConfig attn_path_;  // set by allocate_buffers
   StepProfiler profiler_;
   bool graphs_enabled_ = true;
-  // Key: bucket, attention tiles (single, multi, flash), split-K factors x 4.
-  using GraphKey = std::array<std::int32_t, 8>;
+  // Key: bucket, attention tiles (single, multi, flash), split-K factors x 4, MLA's split.
+  using GraphKey = std::array<std::int32_t, 9>;
   std::map<GraphKey, GraphExec> graphs_;
   // A verify step replays a graph with at most this many drafts a sequence.
   static constexpr std::int32_t kMaxGraphDrafts = 8;
@@ -402,6 +405,10 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer mla_qlat_;  // [T, q_lora] bf16
   DeviceBuffer mla_ckv_;   // [T, kv_lora + rope] bf16
   DeviceBuffer mla_attn_;  // [T, nh v] bf16
+  // The split path's scratch (mla_split_scratch_bytes) for steps of at most
+  // mla_split_rows_ token rows; 0 rows: the shapes are not the split path's.
+  DeviceBuffer mla_split_;
+  std::int32_t mla_split_rows_ = 0;
   // DSA's indexer (config_.mla->dsa()), max_batch_tokens rows; the selection of the last
   // layer that ran its indexer, which the "shared" layers after it reuse.
   DeviceBuffer dsa_q_;       // [T, Hi Di] f32: wq_b q_lat

@@ -41,7 +41,7 @@ void CudaModelRunner::run_step(const StepShape &shape, bool graph) {
   // 2 x SMs a graph step splits into) run eagerly.
   const int sp[] = {shape.splits_single, shape.splits_multi, shape.splits_single_narrow,
                     shape.splits_multi_narrow};
-  GraphKey key{shape.T, shape.n_single, shape.n_multi, shape.n_flash, 0, 0, 0, 0};
+  GraphKey key{shape.T, shape.n_single, shape.n_multi, shape.n_flash, 0, 0, 0, 0, shape.splits_mla};
   for (int i = 0; i < 4; ++i) {
     graph = graph && sp[i] > 0 && sp[i] < 1024;
     key[4 + i] = sp[i];

@@ -118,6 +118,12 @@ CudaModelRunner::StepShape CudaModelRunner::stage_inputs(const ForwardBatch &b, 
   shape.splits_multi = attn.splits_multi(graph);
   shape.splits_single_narrow = attn.splits_single(graph, attn_path_.narrow_window);
   shape.splits_multi_narrow = attn.splits_multi(graph, attn_path_.narrow_window);
+  if (mla_ && Tp <= mla_split_rows_) {
+    const std::int64_t topk = config_.mla->dsa() ? config_.mla->index_topk : 0;
+    shape.splits_mla =
+        attn.splits_latent(static_cast<int>((nh_ + kMlaHeadGroup - 1) / kMlaHeadGroup),
+                           static_cast<std::int32_t>(topk), Tp, mla_split_rows_, graph);
+  }
   return shape;
 }
 

@@ -10,6 +10,7 @@
 // attention, which then reads each query's selection. Decode and verify steps replay CUDA
 // graphs like every model's (a padding row's tile reads position 0 of the step's first block
 // table entry; its output is never used); no fused decode kernels yet (allocate_buffers).
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -19,6 +20,11 @@
 namespace keel::cuda {
 
 using runner_detail::bf16_bytes;
+
+namespace {
+// Token rows of the largest step on the split path (graph buckets go to 256 sequences).
+constexpr std::int32_t kMlaSplitRows = 256;
+}  // namespace
 
 KvLayout CudaModelRunner::mla_kv_layout(std::int32_t block_size) const {
   // [layers][block_size][kv_lora + rope] a block: one plane, one "head" of the latent row.
@@ -51,6 +57,15 @@ void CudaModelRunner::allocate_mla_buffers() {
   mla_qlat_ = DeviceBuffer(m.q_lora_rank > 0 ? T * bf16_bytes(m.q_lora_rank) : 0);
   mla_ckv_ = DeviceBuffer(T * bf16_bytes(m.kv_lora_rank + m.qk_rope_head_dim));
   mla_attn_ = DeviceBuffer(T * bf16_bytes(nh_ * m.v_head_dim));
+  // Decode-size steps (graph buckets, verify steps) take the split path; its scratch holds
+  // qa and the partials of kMlaSplitRows rows x splits (so a step's split factor is capped
+  // at kMlaSplitRows / rows).
+  const int R = static_cast<int>(m.kv_lora_rank), H = static_cast<int>(nh_);
+  if (mla_split_supported(R, static_cast<int>(m.qk_rope_head_dim),
+                          static_cast<int>(kv_values_per_token_layer(config_)))) {
+    mla_split_rows_ = std::min<std::int32_t>(max_tokens_, kMlaSplitRows);
+    mla_split_ = DeviceBuffer(mla_split_scratch_bytes(mla_split_rows_, H, R, 1));
+  }
 }
 
 void CudaModelRunner::launch_mla_attention_block(const Layer &L, int layer,
@@ -111,6 +126,9 @@ void CudaModelRunner::launch_mla_attention_block(const Layer &L, int layer,
     p.sel = dsa_sel_.as<std::int32_t>();
     p.topk = static_cast<int>(m.index_topk);
   }
+  p.num_splits = shape.splits_mla;
+  p.T = T;
+  p.scratch = mla_split_.data();
   launch_mla_attention(s, p);
   profiler_.mark(s, StepProfiler::kAttention);
 

@@ -13,6 +13,8 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_mla_attention.h"
+#include "exec/cuda/k_mla_rope.cuh"
+#include "exec/cuda/k_mla_split.h"
 
 namespace keel::cuda {
 
@@ -40,21 +42,8 @@ __device__ float block_sum(float v, float *red) {
   return total;
 }
 
-// Rotates the pair (x[a], x[b]) of rope pair i at position pos into (y[a], y[b]).
-__device__ void rope_pair(int i, int rope, float pos, const MlaRope &rp, float x1, float x2,
-                          float &y1, float &y2) {
-  float sn, cs;
-  sincosf(pos * rp.inv_freq[i], &sn, &cs);
-  cs *= rp.mscale;
-  sn *= rp.mscale;
-  y1 = x1 * cs - x2 * sn;
-  y2 = x2 * cs + x1 * sn;
-}
-
-__device__ void rope_index(int i, int rope, bool interleaved, int &a, int &b) {
-  a = interleaved ? 2 * i : i;
-  b = interleaved ? 2 * i + 1 : i + rope / 2;
-}
+using mla_detail::rope_index;
+using mla_detail::rope_pair;
 
 __global__ void __launch_bounds__(kThreads)
     rmsnorm_rows_kernel(bf16 *rows, int n, int row_stride, const bf16 *weight, float eps) {
@@ -96,8 +85,8 @@ __global__ void __launch_bounds__(kThreads)
     int a, b;
     rope_index(i, rope, rp.interleaved, a, b);
     float y1, y2;
-    rope_pair(i, rope, pos, rp, __bfloat162float(in[kv_lora + a]),
-              __bfloat162float(in[kv_lora + b]), y1, y2);
+    rope_pair(i, pos, rp, __bfloat162float(in[kv_lora + a]), __bfloat162float(in[kv_lora + b]), y1,
+              y2);
     row[kv_lora + a] = __float2bfloat16(y1);
     row[kv_lora + b] = __float2bfloat16(y2);
   }
@@ -134,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) mla_attention_kernel(MlaAttnParams p
     for (int i = threadIdx.x; i < p.rope / 2; i += kThreads) {
       int a, b;
       rope_index(i, p.rope, p.rp.interleaved, a, b);
-      rope_pair(i, p.rope, static_cast<float>(pos), p.rp, __bfloat162float(q[p.nope + a]),
+      rope_pair(i, static_cast<float>(pos), p.rp, __bfloat162float(q[p.nope + a]),
                 __bfloat162float(q[p.nope + b]), qr[a], qr[b]);
     }
     __syncthreads();
@@ -250,6 +239,10 @@ void launch_mla_attention(StreamRef s_ref, const MlaAttnParams &p) {
     throw Error(ErrorCode::kInvalidArgument,
                 "launch_mla_attention: " + std::to_string(smem) + " bytes of shared memory");
   if (p.num_tiles <= 0) return;
+  if (p.num_splits > 0) {
+    launch_mla_split(s, p);
+    return;
+  }
   mla_attention_kernel<<<dim3(p.num_tiles, p.num_heads), kThreads, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("mla_attention");
 }

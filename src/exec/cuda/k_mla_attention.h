@@ -1,10 +1,13 @@
 // Multi-head latent attention (DeepSeek-V3 / Kimi K2, exec/arch/mla.h) on the CUDA runner,
 // in the weight-absorbed form over the latent KV cache (KvLayout planes 1: a token's row
-// of one layer is [c (kv_lora) | k_rope (rope) | DSA index key, if any] bf16). Straightforward
-// kernels, correctness first: one CTA per (query token, head), fp32 online softmax over the
-// sequence's cached rows (or DSA's selected ones). No split-K, no tensor cores.
+// of one layer is [c (kv_lora) | k_rope (rope) | DSA index key, if any] bf16). Two attention
+// paths, the same math: the split one (MlaAttnParams::num_splits > 0; k_mla_split.cu) for
+// decode-size steps, heads in groups of 16 on the tensor cores sharing each latent row read,
+// the keys split over CTAs (flash-decoding), then a combine; and the simple one (one CTA
+// per (tile, head), fp32 online softmax on CUDA cores) for larger steps.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "exec/cuda/kernels.h"
@@ -52,15 +55,34 @@ struct MlaAttnParams {
   // positions sel[t * topk ..] (any order); null: every query reads 0..p.
   const std::int32_t *sel = nullptr;
   int topk = 0;
+  // The split path (decode-size steps): > 0 splits each query's keys (or selection) into
+  // this many ranges; 0: the simple kernel. It needs T (the step's token rows: queries
+  // index 0..T-1) and the scratch of mla_split_scratch_bytes(T, ...) at `scratch`
+  // (256-byte aligned).
+  int num_splits = 0;
+  int T = 0;
+  void *scratch = nullptr;
 };
+
+// Bytes of scratch the split path needs for T token rows: qa [T, H, kv_lora] bf16, then the
+// partials [T, splits, H, kv_lora + 2] f32 (the weighted latent sum, m, l).
+std::size_t mla_split_scratch_bytes(int T, int num_heads, int kv_lora, int splits);
+// Whether the split path takes these shapes: kv_lora % 16 == 0 and <= 512, (kv_lora + rope)
+// % 8 == 0 and <= 640, cache rows of a multiple of 8 values (16-byte copies).
+bool mla_split_supported(int kv_lora, int rope, int row_elems);
+// Heads a CTA of the split path takes (the M of its m16n8k16 tiles; fewer heads are padded).
+constexpr int kMlaHeadGroup = 16;
 
 // For each tile, each of its queries t (position p = pos0 + j) and head h:
 //   qa = W_kb[h]^T q_nope[t, h]; qr = rope(q_rope[t, h], p)
 //   s_k = (qa . c_k + qr . kr_k) * scale for the keys k in [0, p] of the tile's sequence
 //         (or, with p.sel and p + 1 > topk, for the topk keys sel[t * topk ..])
 //   out[t, h] = W_vb[h] (sum_k softmax(s)_k c_k)
-// Throws Error(kInvalidArgument) on shapes the kernel does not take (kv_lora or rope odd,
-// shared memory over the device's limit).
+// With num_splits > 0 (the split path): qa rounded to bf16 (the tensor cores' input), the
+// probabilities to bf16 for the value products; m, l and the sums in fp32.
+// Throws Error(kInvalidArgument) on shapes the kernels do not take (kv_lora or rope odd,
+// shared memory over the device's limit, !mla_split_supported with num_splits > 0, no
+// scratch).
 void launch_mla_attention(StreamRef s, const MlaAttnParams &p);
 
 }  // namespace keel::cuda
