@@ -40,5 +40,26 @@ TEST(CudaAttentionPlan, ShortContextsSplitAlikeWhateverTheWindow) {
   EXPECT_EQ(plan.splits_single(true, 128), plan.splits_single(true, 0));
 }
 
+// MLA's split path: a batch-1 decode at 128k fills the GPU over 8 head groups, a graph's
+// factor is a power of two, DSA's index_topk caps the keys, a full grid does not split, and
+// the partial scratch bounds rows x splits.
+TEST(CudaAttentionPlan, LatentSplitsFillTheGpuWithinTheirBounds) {
+  AttentionPathConfig c = h200_like(0, 0);
+  c.decode_kernel = false;  // MLA: every tile is a general one
+  AttentionPlan one(c);
+  one.add_sequence(0, 1, 131071, 0);
+  EXPECT_EQ(one.splits_latent(8, 0, 1, 256, false), 33);  // ceil(264 / 8)
+  EXPECT_EQ(one.splits_latent(8, 0, 1, 256, true), 32);
+  EXPECT_EQ(one.splits_latent(8, 2048, 1, 256, true), 16) << "2048 keys: 128 a split";
+  EXPECT_EQ(one.splits_latent(8, 0, 1, 8, true), 8) << "the scratch's 8 partial rows";
+  EXPECT_EQ(one.splits_latent(1, 0, 1, 256, false), 256);
+  AttentionPlan many(c);
+  for (int s = 0; s < 64; ++s) many.add_sequence(s, 1, 2047, 0);
+  EXPECT_EQ(many.splits_latent(8, 0, 64, 256, true), 1) << "512 CTAs fill 132 SMs";
+  AttentionPlan short_ctx(c);
+  short_ctx.add_sequence(0, 1, 9, 0);
+  EXPECT_EQ(short_ctx.splits_latent(8, 0, 1, 256, false), 1) << "10 keys";
+}
+
 }  // namespace
 }  // namespace keel::cuda

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -232,6 +233,8 @@ struct SplitCase {
   std::vector<int> splits;
   int topk;  // 0: dense
 };
+
+void PrintTo(const SplitCase &c, std::ostream *os) { *os << c.name; }
 
 std::vector<float> rope_freqs(int rope) {
   std::vector<float> f(rope / 2);

@@ -1,0 +1,197 @@
+// Kernel-level timing of MLA's absorbed attention (launch_mla_attention, k_mla_attention.h)
+// over a random latent cache: decode queries (one per sequence) at a given context, the
+// split path with the runner's split factor (AttentionPlan::splits_latent), optionally the
+// simple kernel beside it; achieved GB/s of latent rows read (kv_lora + rope bf16 a key and
+// query, each row counted once per query) against --bw.
+//
+//   cuda_mla_bench [--model deepseek-v3|glm-5] [--contexts 2048,32768,131072] [--queries 1,64]
+//     [--topk 0|2048] [--splits N] [--iters 20] [--bw 3.35e12] [--simple]
+//   --topk K: each query reads a random selection of K of its positions (DSA); 0: all.
+//   --splits N: force the split factor; --simple: also time the simple kernel (slow at 128k).
+#include <cstdio>
+
+#if !defined(KEEL_WITH_CUDA)
+int main() {
+  std::puts("cuda_mla_bench: built without CUDA");
+  return 0;
+}
+#else
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_args.h"
+#include "core/error.h"
+#include "exec/cuda/cuda_attention_plan.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_context.h"
+#include "exec/cuda/k_fill.h"
+#include "exec/cuda/k_mla_attention.h"
+
+namespace {
+
+using namespace keel;
+using namespace keel::cuda;
+
+struct Shape {
+  int H, nope, rope, v, R, tail;  // tail: the DSA index key after the latent row
+};
+
+template <typename T>
+DeviceBuffer upload(const CudaContext &ctx, const std::vector<T> &h) {
+  DeviceBuffer d(std::max<std::size_t>(1, h.size() * sizeof(T)));
+  KEEL_CUDA_CHECK(cudaMemcpy(d.data(), h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return d;
+}
+
+// Seconds a launch, averaged over `iters` back-to-back launches after one warm-up.
+template <typename F>
+double time_launches(const CudaContext &ctx, int iters, F &&launch) {
+  launch();
+  KEEL_CUDA_CHECK(cudaDeviceSynchronize());
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters; ++i) launch();
+  KEEL_CUDA_CHECK(cudaDeviceSynchronize());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
+}
+
+int run(int argc, char **argv) {
+  std::string model = "deepseek-v3";
+  std::vector<int> contexts = {2048, 32768, 131072}, queries = {1, 64};
+  int topk = 0, force_splits = 0, iters = 20;
+  double bw = 3.35e12;
+  bool simple = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) throw Error(ErrorCode::kInvalidArgument, a + ": a value expected");
+      return argv[++i];
+    };
+    if (a == "--model")
+      model = next();
+    else if (a == "--contexts")
+      contexts = bench::int_list(next());
+    else if (a == "--queries")
+      queries = bench::int_list(next());
+    else if (a == "--topk")
+      topk = std::stoi(next());
+    else if (a == "--splits")
+      force_splits = std::stoi(next());
+    else if (a == "--iters")
+      iters = std::stoi(next());
+    else if (a == "--bw")
+      bw = std::stod(next());
+    else if (a == "--simple")
+      simple = true;
+    else
+      throw Error(ErrorCode::kInvalidArgument, "cuda_mla_bench: unknown flag " + a);
+  }
+  // The released configs' attention dims (DeepSeek-V3: 128 heads; GLM-5: 64, DSA key 128).
+  const Shape sh =
+      model == "glm-5" ? Shape{64, 192, 64, 256, 512, 128} : Shape{128, 128, 64, 128, 512, 0};
+  CudaContext ctx;
+  const StreamRef s = ctx.compute();
+  constexpr int bs = 64;
+  std::printf("| model | context | queries | topk | splits | kernel | us | GB/s rows | of bw |\n");
+  for (const int n : queries)
+    for (const int context : contexts) {
+      KvLayout layout;
+      layout.num_layers = 1;
+      layout.block_size = bs;
+      layout.num_kv_heads = 1;
+      layout.head_dim = sh.R + sh.rope + sh.tail;
+      layout.planes = 1;
+      const int per_seq = (context + bs - 1) / bs;
+      DeviceBuffer cache(std::size_t(n) * per_seq * layout.block_elems() * sizeof(bf16));
+      launch_fill_uniform(s, cache.as<bf16>(), std::int64_t(n) * per_seq * layout.block_elems(), 7,
+                          -1.0f, 1.0f);
+      DeviceBuffer q(std::size_t(n) * sh.H * (sh.nope + sh.rope) * sizeof(bf16));
+      launch_fill_uniform(s, q.as<bf16>(), std::int64_t(n) * sh.H * (sh.nope + sh.rope), 8, -1, 1);
+      DeviceBuffer kv_b(std::size_t(sh.H) * (sh.nope + sh.v) * sh.R * sizeof(bf16));
+      launch_fill_uniform(s, kv_b.as<bf16>(), std::int64_t(sh.H) * (sh.nope + sh.v) * sh.R, 9,
+                          -0.05f, 0.05f);
+      std::vector<float> freqs(sh.rope / 2);
+      for (int i = 0; i < sh.rope / 2; ++i) freqs[i] = std::pow(10000.0f, -2.0f * i / sh.rope);
+      std::vector<AttnTile> tiles;
+      std::vector<std::int32_t> table(std::size_t(n) * per_seq);
+      std::iota(table.begin(), table.end(), 0);
+      AttentionPathConfig pc;
+      pc.num_sms = ctx.num_sms();
+      AttentionPlan plan(pc);
+      for (int t = 0; t < n; ++t) {
+        tiles.push_back({t, 1, context - 1, t * per_seq});
+        plan.add_sequence(t, 1, context - 1, t * per_seq);
+      }
+      const bool sparse = topk > 0 && context > topk;
+      std::vector<std::int32_t> sel(sparse ? std::size_t(n) * topk : 0);
+      std::mt19937 rng(5);
+      for (int t = 0; sparse && t < n; ++t) {
+        std::vector<std::int32_t> all(context);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng);
+        std::copy_n(all.begin(), topk, sel.begin() + std::size_t(t) * topk);
+      }
+      auto d_tiles = upload(ctx, tiles), d_table = upload(ctx, table), d_sel = upload(ctx, sel);
+      auto d_freq = upload(ctx, freqs);
+      const int groups = (sh.H + kMlaHeadGroup - 1) / kMlaHeadGroup;
+      const int splits = force_splits > 0
+                             ? force_splits
+                             : plan.splits_latent(groups, topk, n, 256, /*graph=*/true);
+      DeviceBuffer out(std::size_t(n) * sh.H * sh.v * sizeof(bf16));
+      DeviceBuffer scratch(mla_split_scratch_bytes(n, sh.H, sh.R, splits));
+      MlaAttnParams p;
+      p.q = q.as<bf16>();
+      p.kv_b = kv_b.as<bf16>();
+      p.tiles = d_tiles.as<AttnTile>();
+      p.num_tiles = n;
+      p.block_table = d_table.as<std::int32_t>();
+      p.cache = cache.as<bf16>();
+      p.layout = layout;
+      p.num_heads = sh.H;
+      p.nope = sh.nope;
+      p.rope = sh.rope;
+      p.v = sh.v;
+      p.kv_lora = sh.R;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(sh.nope + sh.rope));
+      p.rp = MlaRope{d_freq.as<float>(), 1.0f, false};
+      p.out = out.as<bf16>();
+      if (topk > 0) {
+        p.sel = d_sel.as<std::int32_t>();
+        p.topk = topk;
+      }
+      p.T = n;
+      p.scratch = scratch.data();
+      const double keys = sparse ? topk : context;
+      const double bytes = double(n) * keys * (sh.R + sh.rope) * 2;
+      auto report = [&](const char *kernel, int sp, double sec) {
+        std::printf("| %s | %d | %d | %d | %d | %s | %.1f | %.0f | %.0f%% |\n", model.c_str(),
+                    context, n, topk, sp, kernel, sec * 1e6, bytes / sec / 1e9,
+                    100.0 * bytes / sec / bw);
+        std::fflush(stdout);
+      };
+      p.num_splits = splits;
+      report("split", splits, time_launches(ctx, iters, [&] { launch_mla_attention(s, p); }));
+      if (simple) {
+        p.num_splits = 0;
+        report("simple", 0,
+               time_launches(ctx, std::max(1, iters / 10), [&] { launch_mla_attention(s, p); }));
+      }
+    }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "cuda_mla_bench: %s\n", e.what());
+    return 1;
+  }
+}
+#endif
