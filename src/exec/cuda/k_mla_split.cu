@@ -45,6 +45,9 @@ constexpr int kAuxThreads = 256;             // absorb and combine: 8 warps
 constexpr int kTok = 8;                      // tokens an absorb / combine CTA
 constexpr int kMaxSplits = 256;
 constexpr int kMaxNope = 1024;  // absorb's staged q_nope [kTok][nope] f32 in 32 KB
+static_assert(kThreads == kG * 8, "the online softmax takes 8 threads a head");
+static_assert(kN == 8 * kWarps, "the scores take 8 keys a warp");
+static_assert(kAuxThreads / 32 == kTok, "the combine merges a token a warp");
 
 __host__ __device__ inline int padded_width(int kv_lora, int rope) {
   return (kv_lora + rope + 15) / 16 * 16;
