@@ -9,6 +9,8 @@
 //     [--fused-mma 0|1] [--fused-waves N]   (the fused GEMV's kernel and grid, A/B)
 //     [--qgemv-mma-min-m N]   (GGUF blocks kept quantized: steps of >= N rows on the integer
 //     GEMV's tensor-core kernel; default off)
+//     [--qgemm-max-m N]   (GGUF blocks kept quantized: steps of 9..N rows on the integer
+//     tensor-core GEMM, k_qgemm.h; 0: dequantize + cuBLASLt past 8 rows)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
 //     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
@@ -700,6 +702,7 @@ int run(int argc, char **argv) {
   int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
   int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.qgemv_mma_min_m;  // --qgemv-mma-min-m N
+  int qgemm_max_m = cuda::CudaRunnerOptions{}.qgemm_max_m;          // --qgemm-max-m N
   int split_cap = 0;         // attention split-K cap (0: auto)
   bool pdl = true;           // programmatic dependent launch of the fused kernels
   bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -772,6 +775,8 @@ int run(int argc, char **argv) {
       fused_waves = std::stoi(val());
     } else if (a == "--qgemv-mma-min-m") {
       qgemv_mma_min_m = std::stoi(val());
+    } else if (a == "--qgemm-max-m") {
+      qgemm_max_m = std::stoi(val());
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
@@ -821,6 +826,7 @@ int run(int argc, char **argv) {
   o.fused_gemv_mma = fused_mma;
   o.fused_gemv_waves = fused_waves;
   o.qgemv_mma_min_m = qgemv_mma_min_m;
+  o.qgemm_max_m = qgemm_max_m;
   o.programmatic_launch = pdl;
   o.attn_split_cap = split_cap;
   o.moe_gemv_max_tokens = moe_gemv_max;
@@ -890,14 +896,16 @@ int run(int argc, char **argv) {
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
       "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s, "
-      "quantized GEMV on tensor cores from M = %d, device features %s\n",
+      "quantized GEMV on tensor cores from M = %d, quantized GEMM up to M = %d, device "
+      "features %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? (o.random_experts_mxfp4 ? "random, experts mxfp4" : "random bf16")
                       : weights.c_str(),
       bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()), graphs ? "on" : "off",
       gemv_max_m, bench.runner().fused_decode_max_m(),
       pdl && ctx.features().programmatic_launch ? "on" : "off", split_cap,
-      bench.runner().weight_format().c_str(), qgemv_mma_min_m, ctx.features().describe().c_str());
+      bench.runner().weight_format().c_str(), qgemv_mma_min_m, qgemm_max_m,
+      ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

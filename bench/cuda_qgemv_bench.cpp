@@ -1,13 +1,19 @@
-// The integer-dot GEMV over GGUF blocks (k_qgemv.h, issue 29) on the Llama 3.1 8B linear
-// shapes at decode widths: microseconds and TB/s of weight bytes per launch, by format, M
-// grid cap (QgemvParams::max_waves) and kernel (dp4a, or the tensor cores: QgemvParams::mma),
-// against the device's copy bandwidth. The weights are rotated over enough copies (>= 400
-// MB) that no launch reads from L2.
+// GGUF blocks kept quantized (issue 29) on the Llama 3.1 8B linear shapes at decode widths:
+// microseconds and TB/s of the format's weight bytes per launch, by format, M and kernel,
+// against the device's copy bandwidth. M <= 8: the integer-dot GEMV (k_qgemv.h; dp4a, or the
+// tensor cores: QgemvParams::mma) by grid cap (QgemvParams::max_waves). M > 8, the paths
+// run_linear chooses between: `gemm` the integer tensor-core GEMM (k_qgemm.h, its input
+// quantization included; the waves column is QgemmParams::k_groups, 0 its own choice), `deq`
+// dequantize to bf16 + cuBLASLt (what run_linear did past 8 rows), `bf16` cuBLASLt over a bf16
+// copy of the weight (what the model costs dequantized at load; timed once per shape, with the
+// first format). The weights are rotated over enough copies (>= 400 MB) that no launch reads
+// from L2.
 //
-//   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8] [--waves 0,1,2] [--norm on|off]
-//     [--kernels dp4a,mma]
-//     (--norm on: the input is RMSNorm of an f32 residual row, as the fused decode path
-//     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap)
+//   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8,16,32,64,128,256] [--waves 0,1,2]
+//     [--k-groups 0,2,4] [--norm on|off] [--kernels dp4a,mma,gemm,deq,bf16]
+//     (--norm on: the GEMVs' input is RMSNorm of an f32 residual row, as the fused decode path
+//     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap. M > 8 reads bf16
+//     rows and writes bf16, f32 for lm_head, as run_linear)
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -27,7 +33,9 @@ int main() {
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_context.h"
 #include "exec/cuda/cuda_resources.h"
+#include "exec/cuda/gemm.h"
 #include "exec/cuda/k_fill.h"
+#include "exec/cuda/k_qgemm.h"
 #include "exec/cuda/k_qgemv.h"
 
 namespace {
@@ -68,8 +76,8 @@ double copy_bandwidth(cuda::StreamRef s) {
 
 int run(int argc, char **argv) {
   std::vector<std::string> formats = {"q4_k", "q6_k", "q8_0"};
-  std::vector<int> ms = {1, 2, 4, 8}, waves = {0, 1, 2};
-  std::vector<std::string> kernels = {"dp4a", "mma"};
+  std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256}, waves = {0, 1, 2}, k_groups = {0, 2, 4};
+  std::vector<std::string> kernels = {"dp4a", "mma", "gemm", "deq", "bf16"};
   bool norm = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -81,6 +89,8 @@ int run(int argc, char **argv) {
       ms = bench::int_list(v);
     else if (a == "--waves")
       waves = bench::int_list(v);
+    else if (a == "--k-groups")
+      k_groups = bench::int_list(v);
     else if (a == "--norm")
       norm = v == "on";
     else if (a == "--kernels")
@@ -101,12 +111,14 @@ int run(int argc, char **argv) {
       "# k_qgemv on %s, copy bandwidth %.2f TB/s, input %s; median of 30 spans of 8 launches\n",
       ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
   for (const std::string &k : kernels)
-    if (k != "dp4a" && k != "mma")
-      throw Error(ErrorCode::kInvalidArgument, "--kernels: dp4a or mma, not " + k);
-  std::printf("| %-4s | %-26s | %2s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
+    if (k != "dp4a" && k != "mma" && k != "gemm" && k != "deq" && k != "bf16")
+      throw Error(ErrorCode::kInvalidArgument, "--kernels: dp4a, mma, gemm, deq or bf16, not " + k);
+  const int max_m = *std::max_element(ms.begin(), ms.end());
+  cuda::Gemm gemm(ctx);
+  std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
               "kern", "waves", "us", "TB/s", "% copy");
   std::printf(
-      "|------|----------------------------|----|------|-------|-----------|--------|--------|\n");
+      "|------|----------------------------|-----|------|-------|-----------|--------|--------|\n");
   for (const std::string &fname : formats) {
     const cuda::QuantFormat f = parse_format(fname);
     for (const Shape &sh : shapes) {
@@ -114,23 +126,72 @@ int run(int argc, char **argv) {
           std::size_t(sh.N) * (sh.K / cuda::quant_block_elems(f)) * cuda::quant_block_bytes(f);
       const std::size_t stride = (wbytes + 255) / 256 * 256;
       const int copies = static_cast<int>(std::max<std::size_t>(9, (400u << 20) / wbytes + 1));
-      cuda::DeviceBuffer w(stride * copies), x(std::size_t(8) * sh.K * 2),
-          res(std::size_t(8) * sh.K * 4), nw(std::size_t(sh.K) * 2), y(std::size_t(8) * sh.N * 4);
+      const std::size_t rows_max = std::max(8, max_m);
+      cuda::DeviceBuffer w(stride * copies), x(rows_max * sh.K * 2), res(std::size_t(8) * sh.K * 4),
+          nw(std::size_t(sh.K) * 2), y(rows_max * sh.N * 4),
+          staged(cuda::qgemm_input_bytes(static_cast<int>(rows_max), sh.K)),
+          dq(std::size_t(sh.N) * sh.K * 2);
       // Small random values everywhere: the blocks' f16 scales stay finite.
       cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(stride / 2) * copies, 7, -0.05f,
                                 0.05f);
-      cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), 8 * sh.K, 8, -1.0f, 1.0f);
+      cuda::launch_fill_uniform(s, x.as<cuda::bf16>(), std::int64_t(rows_max) * sh.K, 8, -1.0f,
+                                1.0f);
       // f32 rows whose high halves are bf16 in [-1, 1]: floats close to those values.
       cuda::launch_fill_uniform(s, res.as<cuda::bf16>(), 16 * sh.K, 9, -1.0f, 1.0f);
       cuda::launch_fill_uniform(s, nw.as<cuda::bf16>(), sh.K, 10, 0.5f, 1.5f);
       KEEL_CUDA_CHECK(cudaMemset(y.data(), 0, y.bytes()));
+      // bf16 copies of the weight (random: cuBLASLt's time does not depend on the values).
+      const bool time_bf16 = fname == formats.front() &&
+                             std::find(kernels.begin(), kernels.end(), "bf16") != kernels.end();
+      const std::size_t bbytes = std::size_t(sh.N) * sh.K * 2;
+      const int bcopies =
+          time_bf16 ? static_cast<int>(std::max<std::size_t>(2, (400u << 20) / bbytes + 1)) : 0;
+      cuda::DeviceBuffer wb(bbytes * std::max(bcopies, 1));
+      if (time_bf16)
+        cuda::launch_fill_uniform(s, wb.as<cuda::bf16>(), std::int64_t(bbytes / 2) * bcopies, 11,
+                                  -0.05f, 0.05f);
+      const bool y_f32 = sh.out == cuda::GemvOut::kF32;
+      const cuda::GemmType yt = y_f32 ? cuda::GemmType::kF32 : cuda::GemmType::kBF16;
       for (const int M : ms) {
-        for (const std::string &kern : kernels)
-          for (const int wv : waves) {
+        for (const std::string &kern : kernels) {
+          const bool gemv = kern == "dp4a" || kern == "mma";
+          if (gemv != (M <= cuda::kQgemvMaxM) || (kern == "bf16" && !time_bf16)) continue;
+          const std::vector<int> &variants = kern == "gemm" ? k_groups
+                                             : gemv         ? waves
+                                                            : std::vector<int>{0};
+          for (const int wv : variants) {
             auto launch = [&](int r) {
+              const auto *wr = w.as<unsigned char>() + std::size_t(r % copies) * stride;
+              if (kern == "bf16") {
+                gemm.run(s, cuda::GemmType::kBF16, yt, x.data(),
+                         wb.as<unsigned char>() + std::size_t(r % bcopies) * bbytes, y.data(), M,
+                         sh.N, sh.K);
+                return;
+              }
+              if (kern == "deq") {
+                cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
+                gemm.run(s, cuda::GemmType::kBF16, yt, x.data(), dq.data(), y.data(), M, sh.N,
+                         sh.K);
+                return;
+              }
+              if (kern == "gemm") {
+                cuda::launch_qgemm_quantize_input(s, x.as<cuda::bf16>(), 0, M, sh.K, staged.data());
+                cuda::QgemmParams p;
+                p.format = f;
+                p.w = wr;
+                p.N = sh.N;
+                p.K = sh.K;
+                p.M = M;
+                p.staged = staged.data();
+                p.y_f32 = y_f32;
+                p.y = y.data();
+                p.k_groups = wv;
+                cuda::launch_qgemm(s, p, ctx.num_sms());
+                return;
+              }
               cuda::QgemvParams p;
               p.format = f;
-              p.w = w.as<unsigned char>() + std::size_t(r % copies) * stride;
+              p.w = wr;
               p.N = sh.N;
               p.K = sh.K;
               p.M = M;
@@ -162,12 +223,15 @@ int run(int argc, char **argv) {
               if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / kPer);
             }
             std::sort(t.begin(), t.end());
+            // TB/s of the format's bytes for every kernel (bf16 too): the same work, so the
+            // column compares them directly.
             const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
-            std::printf("| %-4s | %-26s | %2d | %-4s | %5d | %9.1f | %6.2f | %5.1f%% |\n",
-                        fname.c_str(), sh.name, M, kern.c_str(), wv, us, tbs,
-                        100.0 * tbs * 1e12 / bw);
+            std::printf("| %-4s | %-26s | %3d | %-4s | %5d | %9.1f | %6.2f | %5.1f%% |\n",
+                        kern == "bf16" ? "bf16" : fname.c_str(), sh.name, M, kern.c_str(), wv, us,
+                        tbs, 100.0 * tbs * 1e12 / bw);
             std::fflush(stdout);
           }
+        }
       }
     }
   }

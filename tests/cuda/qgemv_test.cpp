@@ -17,12 +17,15 @@
 #include "exec/cuda/k_qgemv.h"
 #include "exec/cuda/quant_linear.h"
 #include "formats/quant.h"
+#include "quant_test_util.h"
 
 namespace keel::cuda {
 namespace {
 
 using test::download;
 using test::from_bf16;
+using test::make_quant;
+using test::QuantMatrix;
 using test::rel_err;
 using test::to_bf16;
 using test::upload;
@@ -30,22 +33,6 @@ using test::upload;
 constexpr double kBound = 1.5e-2;
 
 float round_bf16(float v) { return bf16_to_f32(f32_to_bf16(v)); }
-
-struct QuantMatrix {
-  std::vector<std::uint8_t> bytes;
-  std::vector<float> values;  // the CPU reference's dequantization
-};
-QuantMatrix make_quant(DType t, std::int64_t rows, std::int64_t K, std::mt19937 &rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> src(rows * K);
-  for (auto &x : src) x = d(rng);
-  QuantMatrix q;
-  q.bytes.resize(dtype_bytes(t, rows * K));
-  quantize_row(t, src.data(), q.bytes.data(), rows * K);
-  q.values.resize(rows * K);
-  dequantize_row(t, q.bytes.data(), q.values.data(), rows * K);
-  return q;
-}
 
 struct Case {
   GemvIn in = GemvIn::kBf16;

@@ -13,33 +13,19 @@
 #include "exec/cuda/k_qgemv.h"
 #include "exec/cuda/quant_linear.h"
 #include "formats/quant.h"
+#include "quant_test_util.h"
 
 namespace keel::cuda {
 namespace {
 
 using test::download;
 using test::from_bf16;
+using test::make_quant;
+using test::QuantMatrix;
 using test::random_bf16_values;
 using test::rel_err;
 using test::to_bf16;
 using test::upload;
-
-// Rows of K random values quantized as `t`: the bytes, and their f32 dequantization.
-struct QuantMatrix {
-  std::vector<std::uint8_t> bytes;
-  std::vector<float> values;
-};
-QuantMatrix make_quant(DType t, std::int64_t rows, std::int64_t K, std::mt19937 &rng) {
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> src(rows * K);
-  for (auto &x : src) x = d(rng);
-  QuantMatrix q;
-  q.bytes.resize(dtype_bytes(t, rows * K));
-  quantize_row(t, src.data(), q.bytes.data(), rows * K);
-  q.values.resize(rows * K);
-  dequantize_row(t, q.bytes.data(), q.values.data(), rows * K);
-  return q;
-}
 
 class QuantWeights : public ::testing::TestWithParam<DType> {};
 

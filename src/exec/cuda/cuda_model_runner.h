@@ -131,6 +131,10 @@ struct CudaRunnerOptions {
   // rows and Q8_0 / Q4_0 on its dp4a kernel. kQgemvMmaOff: dp4a everywhere. The default
   // was measured (k_qgemv.h: 8B Q4_K_M decode at 8 seqs 1.4x dp4a's).
   int qgemv_mma_min_m = kQgemvMmaDefaultMinM;
+  // GGUF blocks kept quantized: steps of kQgemvMaxM < M <= this many rows run the integer
+  // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
+  // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).
+  int qgemm_max_m = kQgemmDefaultMaxM;
   // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
   // release format) instead of bf16, as a model file with MXFP4 experts loads.
   bool random_experts_mxfp4 = false;

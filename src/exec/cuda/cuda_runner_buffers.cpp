@@ -64,6 +64,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   gemm_.set_gemv_max_m(opts.gemv_max_m);
   qgemv_mma_min_m_ = opts.qgemv_mma_min_m;
   gemm_.set_qgemv_mma_min_m(qgemv_mma_min_m_);
+  gemm_.set_qgemm_max_m(opts.qgemm_max_m);
   // The fused path stages M rows of H bf16 in shared memory (and of nh hd and I on the CUDA
   // cores).
   fused_max_m_ = std::clamp(opts.fused_decode_max_m, 0, kFusedGemvMaxM);
@@ -86,12 +87,15 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   // Quantized linear weights: GGUF blocks run the fused steps on the integer-dot GEMV
   // (fused_linear.h) where every weight's layout allows it at the step's rows; FP8 and
   // MXFP4 ones (whose GEMVs have no fused prologue) leave those steps unfused. Steps past
-  // the GEMVs' rows dequantize each weight into one scratch buffer.
+  // the GEMVs' rows dequantize each weight into one scratch buffer, which also holds the
+  // quantized GEMM's int8 input (run_linear_scratch_bytes).
   std::size_t scratch = 0;
+  const int gemm_rows = gemm_.qgemm_max_m();
   for (const auto &l : layers_)
     for (const LinearLayout *f : {&l.qkv_fmt, &l.o_fmt, &l.gate_up_fmt, &l.down_fmt})
-      if (f->quantized()) scratch = std::max(scratch, f->bf16_bytes());
-  if (lm_head_fmt_.quantized()) scratch = std::max(scratch, lm_head_fmt_.bf16_bytes());
+      if (f->quantized()) scratch = std::max(scratch, run_linear_scratch_bytes(*f, gemm_rows));
+  if (lm_head_fmt_.quantized())
+    scratch = std::max(scratch, run_linear_scratch_bytes(lm_head_fmt_, gemm_rows));
   if (scratch > 0) {
     auto fused_runs = [&](int M) {
       bool ok = fused_linear_supported(lm_head_fmt_, M, GemvOut::kF32, smem);

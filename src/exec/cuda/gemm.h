@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "exec/cuda/cuda_context.h"
+#include "exec/cuda/k_qgemm.h"
 #include "exec/cuda/k_qgemv.h"
 
 namespace keel::cuda {
@@ -38,6 +39,10 @@ class Gemm {
   // Kept here beside gemv_max_m: the runner's one object every linear layer is run through.
   void set_qgemv_mma_min_m(int m) { qgemv_mma_min_m_ = m; }
   int qgemv_mma_min_m() const { return qgemv_mma_min_m_; }
+  // run_linear's quantized weights at kQgemvMaxM < M <= m rows take the integer tensor-core
+  // GEMM (k_qgemm.h) instead of dequantize + cuBLASLt; the default (kQgemmOff) never does.
+  void set_qgemm_max_m(int m) { qgemm_max_m_ = m; }
+  int qgemm_max_m() const { return qgemm_max_m_; }
 
  private:
   struct Plan {
@@ -52,6 +57,7 @@ class Gemm {
   std::map<Key, Plan> plans_;
   int gemv_max_m_ = 0;
   int qgemv_mma_min_m_ = kQgemvMmaOff;
+  int qgemm_max_m_ = kQgemmOff;
 };
 
 }  // namespace keel::cuda

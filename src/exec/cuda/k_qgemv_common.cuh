@@ -24,6 +24,13 @@ __device__ __forceinline__ unsigned ld_u16(const std::uint8_t *p) {
 __device__ __forceinline__ int ld_i32_a2(const std::uint8_t *p) {
   return static_cast<int>(ld_u16(p) | (ld_u16(p + 2) << 16));
 }
+// Four bytes at a 2-byte aligned address: one load where it is 4-byte aligned (a Q6_K
+// block at an even index of a row whose start is), two halves otherwise.
+__device__ __forceinline__ unsigned ld_u32_a2(const std::uint8_t *p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & 3) == 0
+             ? __ldg(reinterpret_cast<const unsigned *>(p))
+             : static_cast<unsigned>(ld_i32_a2(p));
+}
 __device__ __forceinline__ int byte_of(unsigned v, int i) {
   return static_cast<int>((v >> (8 * i)) & 0xFF);
 }
@@ -78,6 +85,20 @@ __device__ __forceinline__ Q8Lane quantize_q8_lane(const float v[8]) {
 #pragma unroll
   for (int o = 1; o < 4; o <<= 1) r.isum += __shfl_xor_sync(0xffffffffu, r.isum, o);
   return r;
+}
+
+// Part s (0..3: values 8s..8s+7) of a 32-value block into its 32-byte record of the
+// tensor-core kernels' staged input (k_qgemv_mma.cu's StagedMma, k_qgemm.cu): in value order,
+// or `perm`uted so that value v sits at 8 ((v % 16) / 4) + 4 (v / 16) + v % 4, where lane t
+// of an MMA reads values 4t..4t+3 and 16 + 4t..16 + 4t + 3 as its 8 bytes at 8t.
+__device__ __forceinline__ void store_q8_record_part(std::int8_t *rec, int s, const Q8Lane &q8,
+                                                     bool perm) {
+  if (perm) {  // values 8s..8s+3 and 8s+4..8s+7
+    *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 4 * (s / 2)) = q8.packed[0];
+    *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 8 + 4 * (s / 2)) = q8.packed[1];
+  } else {
+    *reinterpret_cast<uint2 *>(rec + 8 * s) = make_uint2(q8.packed[0], q8.packed[1]);
+  }
 }
 
 __device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {

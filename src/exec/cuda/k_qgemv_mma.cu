@@ -137,14 +137,6 @@ struct QMma<QuantFormat::kQ4_K> : QMmaK4<false, 1> {};
 template <>
 struct QMma<QuantFormat::kQ5_K> : QMmaK4<true, 1> {};
 
-// Four bytes at a 2-byte aligned address: one load where it is 4-byte aligned (a Q6_K
-// block at an even index of a row whose start is), two halves otherwise.
-__device__ __forceinline__ unsigned ld_u32_a2(const std::uint8_t *p) {
-  return (reinterpret_cast<std::uintptr_t>(p) & 3) == 0
-             ? __ldg(reinterpret_cast<const unsigned *>(p))
-             : static_cast<unsigned>(ld_i32_a2(p));
-}
-
 // Q6_K: 210-byte blocks (2-byte aligned). Per row the lane holds bytes 16j + 4t of ql
 // (j = 0..7) and of qh (j = 0..3), all 16 scales and d. Run (n, r, hh) -- values 128n +
 // 32r + 16hh + [0, 16), scale sc[8n + 2r + hh] -- takes from the lane the codes of values
@@ -349,13 +341,7 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds,
       const Q8Lane q8 = quantize_q8_lane(v);
       if (ok) {
         const int jb = static_cast<int>(j / 4), s = static_cast<int>(j % 4);
-        std::int8_t *rec = xq + (jb * M + m) * 32;
-        if constexpr (kPerm) {  // values 8s..8s+3 and 8s+4..8s+7
-          *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 4 * (s / 2)) = q8.packed[0];
-          *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 8 + 4 * (s / 2)) = q8.packed[1];
-        } else {
-          *reinterpret_cast<uint2 *>(rec + 8 * s) = make_uint2(q8.packed[0], q8.packed[1]);
-        }
+        store_q8_record_part(xq + (jb * M + m) * 32, s, q8, kPerm);
         if (lane % 4 == 0) xds[jb * M + m] = make_float2(q8.d, q8.d * static_cast<float>(q8.isum));
       }
     }

@@ -1,7 +1,10 @@
 #include "exec/cuda/quant_linear.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "exec/cuda/device_weight.h"
+#include "exec/cuda/k_qgemm.h"
 
 namespace keel::cuda {
 
@@ -170,6 +173,21 @@ DeviceWeight range_weight(const LinearLayout &l, const WeightRange &r, const voi
   return d;
 }
 
+bool run_linear_uses_qgemm(const LinearLayout &layout, std::int64_t M) {
+  if (!layout.quantized() || M <= kQuantGemvMaxM || M > 65535) return false;
+  for (const auto &r : layout.ranges)
+    if (r.fp8 || !qgemm_supported(r.format, static_cast<int>(M), layout.K, qgemv_device_smem()))
+      return false;
+  return true;
+}
+
+std::size_t run_linear_scratch_bytes(const LinearLayout &layout, int max_gemm_rows) {
+  std::size_t b = layout.quantized() ? layout.bf16_bytes() : 0;
+  if (max_gemm_rows > kQuantGemvMaxM && layout.quantized())
+    b = std::max(b, qgemm_input_bytes(max_gemm_rows, layout.K));
+  return b;
+}
+
 void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void *w, const bf16 *x,
                 void *y, bool y_f32, std::int64_t M, void *scratch) {
   (void)s.get("run_linear");  // owner check naming this launcher; the launches below recheck
@@ -186,6 +204,27 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
                        : static_cast<void *>(static_cast<bf16 *>(y) + n0);
       device_weight_gemv(s, range_weight(layout, r, w), x, yr, y_f32, layout.N, static_cast<int>(M),
                          qgemv_use_mma(r.format, static_cast<int>(M), gemm.qgemv_mma_min_m()));
+      n0 += r.rows;
+    }
+    return;
+  }
+  // Batched decode: x quantized to int8 once, then the integer tensor-core GEMM per range.
+  if (scratch && M <= gemm.qgemm_max_m() && run_linear_uses_qgemm(layout, M)) {
+    launch_qgemm_quantize_input(s, x, 0, static_cast<int>(M), layout.K, scratch);
+    std::int64_t n0 = 0;
+    for (const auto &r : layout.ranges) {
+      QgemmParams p;
+      p.format = r.format;
+      p.w = static_cast<const std::byte *>(w) + r.offset;
+      p.N = r.rows;
+      p.K = layout.K;
+      p.M = static_cast<int>(M);
+      p.staged = scratch;
+      p.y_f32 = y_f32;
+      p.y = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
+                  : static_cast<void *>(static_cast<bf16 *>(y) + n0);
+      p.ldy = layout.N;
+      launch_qgemm(s, p, 0);
       n0 += r.rows;
     }
     return;

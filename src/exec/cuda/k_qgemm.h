@@ -1,0 +1,66 @@
+// Integer tensor-core GEMM over GGUF blocks for batched decode (issue #29): y[M, N] = x[M, K]
+// W[N, K]^T for 8 < M <= a few hundred rows with W in Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 blocks
+// as stored, so a model kept quantized needs no bf16 copy of its weights for those steps.
+//
+// Two launches. launch_qgemm_quantize_input writes x once, quantized to int8 per 32 values
+// (k_qgemv's q8 with the sum of the int8 codes), into a scratch buffer in the tensor-core
+// GEMV's record layout; launch_qgemm then runs one GEMM per weight range over it (a stacked
+// weight of Q4_K and Q6_K ranges quantizes its input once). Each block owns 64 (or 32) weight
+// rows and 64 input columns: its warps hold a 16-row tile's integer codes as the A operand of
+// mma.sync m16n8k32 s8 and loop over the column tiles of 8, the block's input chunk staged in
+// shared memory by cp.async (double-buffered); each int32 dot is scaled by weight scale x input
+// scale per 32 values in f32, the K-quant min (and Q4_0's offset of 8) through the staged block
+// sums, as the GEMVs (k_qgemv.h). The error is theirs: the input's int8 rounding, ~5e-3 of the
+// output's norm for Gaussian inputs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "exec/cuda/k_quant.h"
+
+namespace keel::cuda {
+
+// The runner's default largest M for the GEMM (CudaRunnerOptions::qgemm_max_m); larger steps
+// (prefill) dequantize to bf16 and run cuBLASLt, whose dequantization is then amortized over
+// many rows. Why 256 (k_qgemm.cu's cost model, not measured yet): at M = 256 an 8B o_proj is
+// ~25 us of integer MMAs and their f32 scaling against ~16 us of bf16 cuBLASLt plus ~13 us of
+// dequantizing 32 MB, so the GEMM still wins against the path it replaces; far past that the
+// dequantization's share shrinks and cuBLASLt's bf16 tensor-core rate wins.
+constexpr int kQgemmDefaultMaxM = 256;
+// A qgemm_max_m of this: run_linear never takes the GEMM (Gemm's default, so a Gemm made
+// outside a runner keeps dequantize + cuBLASLt).
+constexpr int kQgemmOff = 0;
+
+// Bytes launch_qgemm_quantize_input writes for M rows of K (columns padded to 8):
+// int8 [K / 32][Mp][32], then float2 (scale, scale x sum of codes) [K / 32][Mp].
+std::size_t qgemm_input_bytes(int M, std::int64_t K);
+
+// x [M, K] bf16 (rows ldx apart, 0: K; 16-byte aligned, ldx % 8 == 0), K % 32 == 0, to
+// `staged` (qgemm_input_bytes(M, K), 16-byte aligned).
+void launch_qgemm_quantize_input(StreamRef s, const bf16 *x, std::int64_t ldx, int M,
+                                 std::int64_t K, void *staged);
+
+struct QgemmParams {
+  QuantFormat format = QuantFormat::kQ4_K;  // not kMXFP4
+  const void *w = nullptr;                  // N rows of K in blocks, 16-byte aligned
+  std::int64_t N = 0, K = 0;
+  int M = 0;
+  const void *staged = nullptr;  // launch_qgemm_quantize_input's output for these M and K
+  bool y_f32 = false;            // y f32, else bf16
+  void *y = nullptr;             // element (m, n) at m * ldy + n
+  std::int64_t ldy = 0;          // 0: N
+  // Warps of a block that split K (each takes every k_groups-th super-block): 2 (64 rows a
+  // block) or 4 (32 rows: twice the blocks, for weights of few rows); 0: launch_qgemm's choice
+  // (4 when 2 would leave SMs without a block). For the benchmark's comparisons.
+  int k_groups = 0;
+};
+
+// True when launch_qgemm runs the shape: a GGUF format other than MXFP4, M >= 1, K a
+// positive multiple of the format's block, and the block's staging fits smem_per_block.
+bool qgemm_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block);
+// num_sms: CudaContext::num_sms() (0: the current device's). Throws Error(kInvalidArgument)
+// on a shape qgemm_supported rejects or a misaligned pointer.
+void launch_qgemm(StreamRef s, const QgemmParams &p, int num_sms);
+
+}  // namespace keel::cuda

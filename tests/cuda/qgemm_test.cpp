@@ -1,0 +1,268 @@
+// The integer tensor-core GEMM over GGUF blocks (k_qgemm.h) for batched decode: every
+// format at M = 9..200 rows (one partial column tile, several 64-column blocks, a last block of
+// a few columns), odd N (rows past the last 32- or 64-row block), K of one super-block, nine
+// (odd super-blocks start 2 bytes off a 4-byte boundary for Q6_K / Q8_0 / Q4_0), 2,560 (Q8_0 /
+// Q4_0: a last step of 2 blocks, K % 256 = 0 not required) and down_proj's 14,336, bf16 and f32
+// out, both K splits (k_groups 2 and 4), against a double-precision reference over the CPU's
+// dequantization of the same blocks (formats/quant.cpp) and the bf16 input. The bound is the
+// GEMVs' (qgemv_test.cpp): the input's int8 rounding, 1.5e-2 of the output's norm, where a wrong
+// nibble, scale, permutation or column gives errors of order 1. Each case prints its error so one
+// device run shows which shapes drift; the two K splits differ only in f32 summation order.
+// Then run_linear: steps of 9..qgemm_max_m rows take the GEMM (bit for bit the launches here,
+// per range of a Q4_K | Q6_K stacked weight), others keep the GEMV or dequantize + cuBLASLt.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+
+#include "cuda_test_util.h"
+#include "exec/cuda/k_qgemm.h"
+#include "exec/cuda/k_qgemv.h"
+#include "exec/cuda/quant_linear.h"
+#include "quant_test_util.h"
+
+namespace keel::cuda {
+namespace {
+
+using test::download;
+using test::from_bf16;
+using test::make_quant;
+using test::QuantMatrix;
+using test::rel_err;
+using test::to_bf16;
+using test::upload;
+
+constexpr double kBound = 1.5e-2;
+
+double max_abs_diff(const std::vector<float> &a, const std::vector<float> &b) {
+  double m = 0;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    m = std::max(m, std::isfinite(a[i]) ? std::fabs(double(a[i]) - b[i]) : INFINITY);
+  return m;
+}
+
+// y = x W^T through launch_qgemm_quantize_input + launch_qgemm (rows ldy apart: 0 is N).
+std::vector<float> run_qgemm(CudaContext &ctx, QuantFormat f, const DeviceBuffer &w,
+                             const DeviceBuffer &x, int M, std::int64_t N, std::int64_t K,
+                             bool y_f32, int k_groups) {
+  DeviceBuffer staged(qgemm_input_bytes(M, K));
+  test::poison(ctx, staged);
+  launch_qgemm_quantize_input(ctx.compute(), x.as<bf16>(), 0, M, K, staged.data());
+  DeviceBuffer y(std::size_t(M) * N * (y_f32 ? 4 : 2));
+  test::poison(ctx, y);
+  QgemmParams p;
+  p.format = f;
+  p.w = w.data();
+  p.N = N;
+  p.K = K;
+  p.M = M;
+  p.staged = staged.data();
+  p.y_f32 = y_f32;
+  p.y = y.data();
+  p.k_groups = k_groups;
+  launch_qgemm(ctx.compute(), p, ctx.num_sms());
+  if (y_f32) return download<float>(ctx, y, std::size_t(M) * N);
+  return from_bf16(download<std::uint16_t>(ctx, y, std::size_t(M) * N));
+}
+
+class Qgemm : public ::testing::TestWithParam<DType> {};
+
+TEST_P(Qgemm, MatchesFloatReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(43);
+  const DType t = GetParam();
+  const QuantFormat f = *device_quant_format(t);
+  const bool small_blocks = t == DType::kQ8_0 || t == DType::kQ4_0;
+  std::vector<std::array<std::int64_t, 2>> shapes = {{77, 256}, {45, 2304}, {131, 14336}};
+  if (small_blocks) shapes.push_back({33, 2560 + 64});  // a last step of 2 blocks
+  for (const auto &[N, K] : shapes) {
+    const QuantMatrix w = make_quant(t, N, K, rng);
+    const DeviceBuffer d_w = upload(ctx, w.bytes);
+    for (int M : {9, 16, 33, 64, 200}) {
+      if (K == 14336 && M > 64) continue;  // the reference's time
+      const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
+      std::vector<float> want(std::size_t(M) * N);
+      for (int m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) {
+          double acc = 0;
+          for (std::int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * w.values[n * K + k];
+          want[m * N + n] = static_cast<float>(acc);
+        }
+      const DeviceBuffer d_x = upload(ctx, to_bf16(x));
+      for (bool y_f32 : {true, false}) {
+        std::vector<float> got[2];
+        for (int i = 0; i < 2; ++i) {
+          const int kg = i == 0 ? 2 : 4;
+          SCOPED_TRACE(std::string(dtype_name(t)) + " M " + std::to_string(M) + " N " +
+                       std::to_string(N) + " K " + std::to_string(K) + (y_f32 ? " f32" : " bf16") +
+                       " k_groups " + std::to_string(kg));
+          got[i] = run_qgemm(ctx, f, d_w, d_x, M, N, K, y_f32, kg);
+          const double e = rel_err(got[i], want);
+          std::printf("qgemm %s M %3d N %3lld K %5lld %s kg %d: rel err %.3g, max |d| %.3g\n",
+                      std::string(dtype_name(t)).c_str(), M, static_cast<long long>(N),
+                      static_cast<long long>(K), y_f32 ? "f32 " : "bf16", kg, e,
+                      max_abs_diff(got[i], want));
+          EXPECT_LT(e, kBound);
+        }
+        // The splits' f32 sums differ in order only (bf16 outputs: by a rounding at most).
+        EXPECT_LT(rel_err(got[1], got[0]), y_f32 ? 1e-5 : 1e-2)
+            << dtype_name(t) << " M " << M << " N " << N << " K " << K;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, Qgemm,
+                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
+                                           DType::kQ6_K),
+                         [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+// The staged input alone: launch_qgemm_quantize_input's codes and (scale, sum) pairs equal a
+// host quantization of the same bf16 rows (ties at .5 aside: |code difference| <= 1), padded
+// rows are zero. Tells a staging bug from a GEMM one.
+TEST(Qgemm, QuantizedInputMatchesHostQuantization) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(47);
+  const int M = 13, Mp = 16;
+  const std::int64_t K = 512, kb = K / 32;
+  const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -3.0f, 3.0f);
+  const DeviceBuffer d_x = upload(ctx, to_bf16(x));
+  DeviceBuffer staged(qgemm_input_bytes(M, K));
+  ASSERT_EQ(staged.bytes(), std::size_t(Mp) * K + std::size_t(Mp) * kb * 8);
+  test::poison(ctx, staged);
+  launch_qgemm_quantize_input(ctx.compute(), d_x.as<bf16>(), 0, M, K, staged.data());
+  const auto q = download<std::int8_t>(ctx, staged, std::size_t(Mp) * K);
+  const auto all = download<float>(ctx, staged, staged.bytes() / 4);
+  const float *ds = all.data() + std::size_t(Mp) * K / 4;
+  int worst = 0;
+  double worst_d = 0;
+  for (std::int64_t j = 0; j < kb; ++j)
+    for (int m = 0; m < Mp; ++m) {
+      const std::int8_t *rec = q.data() + (j * Mp + m) * 32;
+      float amax = 0;
+      for (int v = 0; v < 32 && m < M; ++v) amax = std::max(amax, std::fabs(x[m * K + 32 * j + v]));
+      const float d = amax / 127.0f;
+      int isum = 0;
+      for (int v = 0; v < 32; ++v) {
+        const int pos = 8 * ((v % 16) / 4) + 4 * (v / 16) + v % 4;  // the permuted record
+        const int want =
+            m < M && amax > 0 ? int(std::nearbyint(x[m * K + 32 * j + v] * (127.0f / amax))) : 0;
+        worst = std::max(worst, std::abs(int(rec[pos]) - want));
+        isum += rec[pos];
+      }
+      const float gd = ds[2 * (j * Mp + m)], gs = ds[2 * (j * Mp + m) + 1];
+      worst_d =
+          std::max({worst_d, double(std::fabs(gd - d)) / std::max(d, 1e-30f),
+                    double(std::fabs(gs - gd * float(isum))) / std::max(std::fabs(gs), 1e-30f)});
+    }
+  std::printf("qgemm staging: max |code - host code| %d, max rel (d, sum) error %.3g\n", worst,
+              worst_d);
+  EXPECT_LE(worst, 1);
+  EXPECT_LT(worst_d, 1e-6);
+}
+
+// run_linear: with Gemm::set_qgemm_max_m(m) steps of kQgemvMaxM < M <= m rows run the GEMM,
+// bit for bit the launches above per range of a Q4_K | Q6_K stacked weight (columns of each row
+// N apart); past m, or with kQgemmOff, dequantize + cuBLASLt (within the int8 bound of each
+// other). M = 8 stays on the GEMV.
+TEST(QuantLinear, BatchedRowsTakeTheQuantizedGemm) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  Gemm gemm(ctx);
+  std::mt19937 rng(53);
+  const std::int64_t K = 1024, N = 48 + 32;
+  const QuantMatrix a = make_quant(DType::kQ4_K, 48, K, rng),
+                    c = make_quant(DType::kQ6_K, 32, K, rng);
+  const LinearLayout layout =
+      plan_linear({{"q", DType::kQ4_K}, {"v", DType::kQ6_K}}, {48, 32}, K, true);
+  ASSERT_EQ(layout.ranges.size(), 2u);
+  EXPECT_FALSE(run_linear_uses_qgemm(layout, kQgemvMaxM));
+  EXPECT_TRUE(run_linear_uses_qgemm(layout, kQgemvMaxM + 1));
+  EXPECT_TRUE(run_linear_uses_qgemm(layout, 256));
+  EXPECT_FALSE(run_linear_uses_qgemm(plan_linear({{"w", DType::kQ4_K}}, {48}, K, false), 16));
+  std::vector<std::uint8_t> bytes = a.bytes;
+  bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
+  const DeviceBuffer w = upload(ctx, bytes);
+  DeviceBuffer scratch(run_linear_scratch_bytes(layout, 256));
+  ASSERT_GE(scratch.bytes(), qgemm_input_bytes(200, K));
+  for (int M : {16, 200})
+    for (bool y_f32 : {true, false}) {
+      SCOPED_TRACE("M=" + std::to_string(M) + (y_f32 ? " f32" : " bf16"));
+      const DeviceBuffer dx = upload(ctx, to_bf16(test::random_bf16_values(M * K, rng)));
+      const std::size_t out = std::size_t(M) * N * (y_f32 ? 4 : 2);
+      DeviceBuffer got(out), want(out), deq(out);
+      for (const DeviceBuffer *b : {&got, &want, &deq}) test::poison(ctx, *b);
+      gemm.set_qgemm_max_m(kQgemmDefaultMaxM);
+      run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got.data(), y_f32, M,
+                 scratch.data());
+      DeviceBuffer staged(qgemm_input_bytes(M, K));
+      launch_qgemm_quantize_input(ctx.compute(), dx.as<bf16>(), 0, M, K, staged.data());
+      std::int64_t n0 = 0;
+      for (const WeightRange &r : layout.ranges) {
+        QgemmParams p;
+        p.format = r.format;
+        p.w = static_cast<const std::byte *>(w.data()) + r.offset;
+        p.N = r.rows;
+        p.K = K;
+        p.M = M;
+        p.staged = staged.data();
+        p.y_f32 = y_f32;
+        p.y = static_cast<std::byte *>(want.data()) + n0 * (y_f32 ? 4 : 2);
+        p.ldy = N;
+        launch_qgemm(ctx.compute(), p, 0);
+        n0 += r.rows;
+      }
+      EXPECT_EQ(download<std::uint8_t>(ctx, got, out), download<std::uint8_t>(ctx, want, out));
+      // Past the threshold: dequantize + cuBLASLt, which sees the unrounded input.
+      gemm.set_qgemm_max_m(M - 1);
+      run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), deq.data(), y_f32, M,
+                 scratch.data());
+      auto as_float = [&](const DeviceBuffer &b) {
+        return y_f32 ? download<float>(ctx, b, std::size_t(M) * N)
+                     : from_bf16(download<std::uint16_t>(ctx, b, std::size_t(M) * N));
+      };
+      const double e = rel_err(as_float(got), as_float(deq));
+      std::printf("run_linear M %d %s: GEMM vs dequantize + cuBLASLt rel err %.3g\n", M,
+                  y_f32 ? "f32" : "bf16", e);
+      EXPECT_LT(e, kBound);
+    }
+}
+
+TEST(Qgemm, RejectsWhatItCannotRun) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  const std::size_t smem = ctx.features().smem_per_block;
+  EXPECT_FALSE(qgemm_supported(QuantFormat::kMXFP4, 16, 256, smem));
+  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ4_K, 0, 256, smem));
+  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ4_K, 16, 320, smem));  // not whole super-blocks
+  EXPECT_TRUE(qgemm_supported(QuantFormat::kQ4_0, 16, 320, smem));
+  EXPECT_TRUE(qgemm_supported(QuantFormat::kQ6_K, 256, 14336, smem));
+  DeviceBuffer buf(1 << 16);
+  QgemmParams p;
+  p.format = QuantFormat::kQ4_K;
+  p.w = buf.data();
+  p.staged = buf.data();
+  p.y = buf.data();
+  p.N = 4;
+  p.K = 320;
+  p.M = 16;
+  EXPECT_THROW(launch_qgemm(ctx.compute(), p, ctx.num_sms()), Error);
+  p.K = 256;
+  p.staged = buf.as<std::uint8_t>() + 8;  // misaligned
+  EXPECT_THROW(launch_qgemm(ctx.compute(), p, ctx.num_sms()), Error);
+  p.staged = buf.data();
+  p.k_groups = 3;
+  EXPECT_THROW(launch_qgemm(ctx.compute(), p, ctx.num_sms()), Error);
+  EXPECT_THROW(
+      launch_qgemm_quantize_input(ctx.compute(), buf.as<bf16>() + 1, 0, 16, 256, buf.data()),
+      Error);
+}
+
+}  // namespace
+}  // namespace keel::cuda
