@@ -204,31 +204,16 @@ struct GemmFmt<QuantFormat::kQ4_K> : GemmK4<false> {};
 template <>
 struct GemmFmt<QuantFormat::kQ5_K> : GemmK4<true> {};
 
-// Q6_K: one 210-byte super-block a step (2-byte aligned), as the GEMV's QMma<kQ6_K>: per row
-// ql bytes 16j + 4t (j = 0..7), qh bytes 128 + 16j + 4t (j = 0..3), the 16 scales and d. Run
-// (n, r, hh) -- values 128n + 32r + 16hh + [0, 16), scale sc[8n + 2r + hh] -- is one k16 MMA;
-// the two runs of a sub-block share its input scale, so they meet in integers first (at most
-// 2 x 65,024 x 128 < 2^24: exact in I2F).
+// Q6_K: one super-block a step, the lane's bytes and codes as Q6kLane (k_qgemv_common.cuh).
+// Run (n, r, hh) is one k16 MMA; the two runs of a sub-block share its input scale, so they
+// meet in integers first (at most 2 x 65,024 x 128 < 2^24: exact in I2F).
 template <>
 struct GemmFmt<QuantFormat::kQ6_K> {
   static constexpr int kElems = 256, kBytes = 210;
-  struct Raw {
-    unsigned ql[2][8], qh[2][4], sc[2][4], d[2];
-  };
+  using Raw = Q6kLane;
   __device__ static void load(Raw &r, const std::uint8_t *const (&rows)[2], int step, int /*units*/,
                               int t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::uint8_t *b = rows[h] + static_cast<std::size_t>(step) * kBytes;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) r.ql[h][j] = ld_u32_a2(b + 16 * j + 4 * t);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        r.qh[h][j] = ld_u32_a2(b + 128 + 16 * j + 4 * t);
-        r.sc[h][j] = ld_u32_a2(b + 192 + 4 * j);
-      }
-      r.d[h] = ld_u16(b + 208);
-    }
+    r.load(rows, step, t);
   }
   __device__ static void compute(const Raw &r, const Chunk &x, int jj0, int g, int t, int nts,
                                  int /*units*/, float (&acc)[kNT][4]) {
@@ -242,14 +227,9 @@ struct GemmFmt<QuantFormat::kQ6_K> {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
 #pragma unroll
-          for (int hh = 0; hh < 2; ++hh) {
-            const unsigned wl = r.ql[h][4 * n + 2 * (rr % 2) + hh], wh = r.qh[h][2 * n + hh];
-            const unsigned lo = rr < 2 ? wl & 0x0F0F0F0Fu : (wl >> 4) & 0x0F0F0F0Fu;
-            a[hh][h] = __vsub4(lo | (((wh >> (2 * rr)) & 0x03030303u) << 4), 0x20202020u);
-          }
-          const unsigned sw = r.sc[h][2 * n + rr / 2];
-          s0[h] = static_cast<std::int8_t>(byte_of(sw, 2 * (rr % 2)));
-          s1[h] = static_cast<std::int8_t>(byte_of(sw, 2 * (rr % 2) + 1));
+          for (int hh = 0; hh < 2; ++hh) a[hh][h] = r.codes(h, n, rr, hh);
+          s0[h] = r.scale(h, n, rr, 0);
+          s1[h] = r.scale(h, n, rr, 1);
         }
         const int jj = jj0 + 4 * n + rr;
 #pragma unroll

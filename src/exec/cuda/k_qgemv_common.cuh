@@ -87,6 +87,38 @@ __device__ __forceinline__ Q8Lane quantize_q8_lane(const float v[8]) {
   return r;
 }
 
+// A Q6_K block (210 bytes, 2-byte aligned) as a lane of the tensor-core kernels (k_qgemv_mma.cu,
+// k_qgemm.cu) holds it for its rows g and g + 8 (h = 0, 1): ql bytes 16j + 4t (j = 0..7), qh
+// bytes 128 + 16j + 4t (j = 0..3), the 16 scales and d. Run (n, r, hh) -- values 128n + 32r +
+// 16hh + [0, 16), scale sc[8n + 2r + hh] -- is, for the lane, the codes of values 4t..4t+3 of
+// the run: ql word 4n + 2 (r % 2) + hh (nibble r / 2), qh word 2n + hh (bits 2r, 2r + 1), minus
+// 32 -- a k16 MMA's A word.
+struct Q6kLane {
+  unsigned ql[2][8], qh[2][4], sc[2][4], d[2];
+  __device__ __forceinline__ void load(const std::uint8_t *const (&rows)[2], int u, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t *b = rows[h] + static_cast<std::size_t>(u) * 210;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ql[h][j] = ld_u32_a2(b + 16 * j + 4 * t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        qh[h][j] = ld_u32_a2(b + 128 + 16 * j + 4 * t);
+        sc[h][j] = ld_u32_a2(b + 192 + 4 * j);
+      }
+      d[h] = ld_u16(b + 208);
+    }
+  }
+  __device__ __forceinline__ unsigned codes(int h, int n, int r, int hh) const {
+    const unsigned wl = ql[h][4 * n + 2 * (r % 2) + hh], wh = qh[h][2 * n + hh];
+    const unsigned lo = r < 2 ? wl & 0x0F0F0F0Fu : (wl >> 4) & 0x0F0F0F0Fu;
+    return __vsub4(lo | (((wh >> (2 * r)) & 0x03030303u) << 4), 0x20202020u);
+  }
+  __device__ __forceinline__ int scale(int h, int n, int r, int hh) const {
+    return static_cast<std::int8_t>(byte_of(sc[h][2 * n + r / 2], 2 * (r % 2) + hh));
+  }
+};
+
 // Part s (0..3: values 8s..8s+7) of a 32-value block into its 32-byte record of the
 // tensor-core kernels' staged input (k_qgemv_mma.cu's StagedMma, k_qgemm.cu): in value order,
 // or `perm`uted so that value v sits at 8 ((v % 16) / 4) + 4 (v / 16) + v % 4, where lane t

@@ -137,32 +137,16 @@ struct QMma<QuantFormat::kQ4_K> : QMmaK4<false, 1> {};
 template <>
 struct QMma<QuantFormat::kQ5_K> : QMmaK4<true, 1> {};
 
-// Q6_K: 210-byte blocks (2-byte aligned). Per row the lane holds bytes 16j + 4t of ql
-// (j = 0..7) and of qh (j = 0..3), all 16 scales and d. Run (n, r, hh) -- values 128n +
-// 32r + 16hh + [0, 16), scale sc[8n + 2r + hh] -- takes from the lane the codes of values
-// 4t..4t+3 of the run: ql word 4n + 2 (r % 2) + hh (nibble r / 2), qh word 2n + hh (bits
-// 2r, 2r + 1), minus 32. One k16 MMA per run (a scale per 16 values); the two runs of a
-// sub-block share its input scale, so their dots are combined in integers first.
+// Q6_K: the lane's bytes and codes as Q6kLane (k_qgemv_common.cuh). One k16 MMA per run (a
+// scale per 16 values); the two runs of a sub-block share its input scale, so their dots are
+// combined in integers first.
 template <>
 struct QMma<QuantFormat::kQ6_K> {
   static constexpr int kElems = 256, kBytes = 210, kUnroll = 1, kTiles = 1;  // as Q4_K
   static constexpr bool kPerm = true;
-  struct Raw {
-    unsigned ql[2][8], qh[2][4], sc[2][4], d[2];
-  };
+  using Raw = Q6kLane;
   __device__ static void load(Raw &r, const std::uint8_t *const (&rows)[2], int u, int t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::uint8_t *b = rows[h] + static_cast<std::size_t>(u) * kBytes;
-#pragma unroll
-      for (int j = 0; j < 8; ++j) r.ql[h][j] = ld_u32_a2(b + 16 * j + 4 * t);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        r.qh[h][j] = ld_u32_a2(b + 128 + 16 * j + 4 * t);
-        r.sc[h][j] = ld_u32_a2(b + 192 + 4 * j);
-      }
-      r.d[h] = ld_u16(b + 208);
-    }
+    r.load(rows, u, t);
   }
   __device__ static void dot(const Raw &r, int u, const StagedMma &x, int g, int t,
                              float (&acc)[4]) {
@@ -175,21 +159,12 @@ struct QMma<QuantFormat::kQ6_K> {
         int c[2][4];
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-          unsigned a[2];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const unsigned wl = r.ql[h][4 * n + 2 * (rr % 2) + hh], wh = r.qh[h][2 * n + hh];
-            const unsigned lo = rr < 2 ? wl & 0x0F0F0F0Fu : (wl >> 4) & 0x0F0F0F0Fu;
-            a[h] = __vsub4(lo | (((wh >> (2 * rr)) & 0x03030303u) << 4), 0x20202020u);
-          }
-          mma_s8_k16(c[hh], a[0], a[1], hh == 0 ? bx.x : bx.y);
+          mma_s8_k16(c[hh], r.codes(0, n, rr, hh), r.codes(1, n, rr, hh), hh == 0 ? bx.x : bx.y);
         }
         const float2 xv[2] = {x.ds(j, 2 * t), x.ds(j, 2 * t + 1)};
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const unsigned sw = r.sc[h][2 * n + rr / 2];
-          const int s0 = static_cast<std::int8_t>(byte_of(sw, 2 * (rr % 2)));
-          const int s1 = static_cast<std::int8_t>(byte_of(sw, 2 * (rr % 2) + 1));
+          const int s0 = r.scale(h, n, rr, 0), s1 = r.scale(h, n, rr, 1);
           const float dh = f16_bits(r.d[h]);
 #pragma unroll
           for (int e = 0; e < 2; ++e)
