@@ -11,6 +11,7 @@
 #include <string>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_decode_fused.h"
 #include "exec/cuda/k_mma.cuh"
 #include "exec/cuda/k_pdl.cuh"
@@ -25,23 +26,6 @@ constexpr std::size_t kMaxSmem = 200 * 1024;  // of the H200's 227 KB per block
 // Grid: one row per warp up to this many times the blocks that fit at once; beyond that
 // (the LM head) warps loop over rows, so the per-block prologue is not paid 10k times.
 constexpr int kDefaultWaves = 4;
-
-__device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-__device__ __forceinline__ uint4 float8_to_bf16x8(const float f[8]) {
-  uint4 raw;
-  __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) h2[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
-  return raw;
-}
 
 // Stages the M input rows into xs [M][K] bf16 (shared). All threads of the block.
 template <int M, GemvIn In>

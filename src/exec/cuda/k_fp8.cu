@@ -10,6 +10,7 @@
 #include <algorithm>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_fp8.h"
 
 namespace keel::cuda {
@@ -118,16 +119,6 @@ __global__ void dequantize_fp8_experts_kernel(Fp8Experts w, const std::int32_t *
   dequantize_vec<false>(wv, sc, w.block_rows, w.K, v, dst + e * dst_stride);
 }
 
-__device__ inline void bf16x8(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-
 // One warp per output row; lane i takes 16-byte vectors i, i + 32, ... (a warp step reads
 // 512 contiguous bytes of the row); each vector's 16 products are summed, then scaled once.
 template <int M, bool OutF32, bool Portable>
@@ -157,8 +148,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int m = 0; m < M; ++m) {
       const uint4 *xv = reinterpret_cast<const uint4 *>(x + m * K + v * 16);
       float xf[16];
-      bf16x8(__ldg(xv), xf);
-      bf16x8(__ldg(xv + 1), xf + 8);
+      bf16x8_to_float(__ldg(xv), xf);
+      bf16x8_to_float(__ldg(xv + 1), xf + 8);
       float p = 0.0f;
 #pragma unroll
       for (int e = 0; e < 16; ++e) p = fmaf(wf[e], xf[e], p);
@@ -211,8 +202,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       e4m3x4<false>(raw.w, wf + 12);
       const uint4 *xv = reinterpret_cast<const uint4 *>(xs + v * 16);
       float xf[16];
-      bf16x8(__ldg(xv), xf);
-      bf16x8(__ldg(xv + 1), xf + 8);
+      bf16x8_to_float(__ldg(xv), xf);
+      bf16x8_to_float(__ldg(xv + 1), xf + 8);
       float p = 0.0f;
 #pragma unroll
       for (int i = 0; i < 16; ++i) p = fmaf(wf[i], xf[i], p);

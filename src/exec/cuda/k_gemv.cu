@@ -4,6 +4,7 @@
 // kUnroll of them in flight per lane, and reuses each loaded weight for all M inputs
 // (read through L1/L2: they are tiny next to the weights).
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_gemv.h"
 
 namespace keel::cuda {
@@ -11,16 +12,6 @@ namespace keel::cuda {
 namespace {
 constexpr int kWarpsPerBlock = 8;
 constexpr int kUnroll = 4;  // 16-byte weight loads in flight per lane
-
-__device__ inline void bf16x8_to_float(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
 
 template <int M, bool OutF32>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)

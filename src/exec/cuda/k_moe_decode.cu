@@ -3,6 +3,7 @@
 // routing weights, the combine and the residual add.
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_moe_act.cuh"
 #include "exec/cuda/k_moe_decode.h"
 #include "exec/cuda/k_moe_softmax_topk.cuh"
@@ -16,28 +17,10 @@ constexpr int kWarps = 8;  // one output row (expert logit, act column, hidden c
 constexpr int kThreads = kWarps * 32;
 constexpr std::size_t kStageBytes = 48 * 1024;  // the router's staged input: T x H bf16
 
-__device__ inline void unpack8(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-
-__device__ inline uint4 pack8(const float f[8]) {
-  uint4 raw;
-  __nv_bfloat162 *h2 = reinterpret_cast<__nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) h2[e] = __floats2bfloat162_rn(f[2 * e], f[2 * e + 1]);
-  return raw;
-}
-
 __device__ inline float dot8(const uint4 &a, const uint4 &b) {
   float fa[8], fb[8];
-  unpack8(a, fa);
-  unpack8(b, fb);
+  bf16x8_to_float(a, fa);
+  bf16x8_to_float(b, fb);
   float s = 0.0f;
 #pragma unroll
   for (int q = 0; q < 8; ++q) s += fa[q] * fb[q];
@@ -102,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_router_kernel(MoeDecodePa
   uint4 *normed = reinterpret_cast<uint4 *>(p.normed);
   for (int j = threadIdx.x; j < kv; j += kThreads) {
     float wf[8];
-    unpack8(nw[j], wf);
+    bf16x8_to_float(nw[j], wf);
     for (int t = 0; t < T; ++t) {
       const float4 a = reinterpret_cast<const float4 *>(p.residual + std::int64_t(t) * p.H)[2 * j];
       const float4 b =
@@ -111,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_router_kernel(MoeDecodePa
       float o[8];
 #pragma unroll
       for (int q = 0; q < 8; ++q) o[q] = r[q] * inv[t] * wf[q];
-      const uint4 packed = pack8(o);
+      const uint4 packed = float8_to_bf16x8(o);
       xs4[t * kv + j] = packed;
       if (blockIdx.x == 0) normed[std::int64_t(t) * kv + j] = packed;  // the experts' input
     }

@@ -2,6 +2,7 @@
 // only the nonempty experts' weights (each once per group of up to kTokens tokens), the
 // row gather for the grouped GEMMs, and the weighted combine back to token order.
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_moe_act.cuh"
 
@@ -11,16 +12,6 @@ namespace {
 
 constexpr int kWarps = 8;   // output rows per block, one per warp
 constexpr int kTokens = 8;  // grouped rows a warp keeps partial sums for
-
-__device__ inline void unpack8(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
 
 __device__ inline float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -68,13 +59,13 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll 4
     for (int v = lane; v < kv; v += 32) {
       float f0[8], f1[8];
-      unpack8(__ldg(w0 + v), f0);
-      if (GateUp) unpack8(__ldg(w1 + v), f1);
+      bf16x8_to_float(__ldg(w0 + v), f0);
+      if (GateUp) bf16x8_to_float(__ldg(w1 + v), f1);
 #pragma unroll
       for (int m = 0; m < kTokens; ++m) {
         if (m >= nt) break;
         float xf[8];
-        unpack8(__ldg(xr[m] + v), xf);
+        bf16x8_to_float(__ldg(xr[m] + v), xf);
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
           a0[m] += f0[q] * xf[q];

@@ -7,6 +7,7 @@
 // 2^(e - 128) built from its exponent bits, so value = (2 e2m1) * 2^(e - 128) is the same
 // exact product as the CPU's e2m1 * 2^(e - 127).
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_mxfp4.h"
 
 namespace keel::cuda {
@@ -108,16 +109,6 @@ __global__ void dequantize_mxfp4_experts_kernel(const std::uint8_t *__restrict__
 
 constexpr int kWarps = 8;
 
-__device__ inline void bf16x8(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-
 // One warp per output row; lane i takes blocks i, i + 32, ... (a warp's loads of one step
 // cover 32 consecutive blocks, 544 contiguous bytes). Each block's dot product with the
 // integer-valued codes is scaled once by its power of two. blockIdx.y is the slot: rows
@@ -160,7 +151,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           float xf[8];
-          bf16x8(__ldg(reinterpret_cast<const uint4 *>(xb + 8 * r)), xf);
+          bf16x8_to_float(__ldg(reinterpret_cast<const uint4 *>(xb + 8 * r)), xf);
 #pragma unroll
           for (int j = 0; j < 8; ++j) s = fmaf(v[8 * r + j], xf[j], s);
         }

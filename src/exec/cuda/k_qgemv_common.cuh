@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_qgemv.h"
 
 namespace keel::cuda::qgemv_detail {
@@ -130,16 +131,6 @@ __device__ __forceinline__ void store_q8_record_part(std::int8_t *rec, int s, co
     *reinterpret_cast<unsigned *>(rec + 16 * (s % 2) + 8 + 4 * (s / 2)) = q8.packed[1];
   } else {
     *reinterpret_cast<uint2 *>(rec + 8 * s) = make_uint2(q8.packed[0], q8.packed[1]);
-  }
-}
-
-__device__ __forceinline__ void bf16x8_to_float(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
   }
 }
 

@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_mxfp4.h"
 #include "exec/cuda/k_quant.h"
 
@@ -257,16 +258,6 @@ __global__ void dequantize_experts_kernel(const std::uint8_t *__restrict__ src, 
 
 constexpr int kWarps = 8;
 
-__device__ inline void bf16x8(const uint4 &raw, float f[8]) {
-  const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 v = __bfloat1622float2(h2[e]);
-    f[2 * e] = v.x;
-    f[2 * e + 1] = v.y;
-  }
-}
-
 // One warp per output row; lane i takes chunks i, i + 32, ... of the row, so a warp's
 // loads of one step cover 32 consecutive chunks (contiguous bytes for every format).
 template <QuantFormat F, int M, bool OutF32>
@@ -293,7 +284,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         float xf[8];
-        bf16x8(__ldg(reinterpret_cast<const uint4 *>(xb + m * K + c.off[r])), xf);
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4 *>(xb + m * K + c.off[r])), xf);
 #pragma unroll
         for (int e = 0; e < 8; ++e) acc[m] = fmaf(c.v[r][e], xf[e], acc[m]);
       }
@@ -341,7 +332,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         float xf[8];
-        bf16x8(__ldg(reinterpret_cast<const uint4 *>(xb + c.off[r])), xf);
+        bf16x8_to_float(__ldg(reinterpret_cast<const uint4 *>(xb + c.off[r])), xf);
 #pragma unroll
         for (int i = 0; i < 8; ++i) acc = fmaf(c.v[r][i], xf[i], acc);
       }
