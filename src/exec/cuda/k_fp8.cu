@@ -12,6 +12,7 @@
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_fp8.h"
+#include "exec/cuda/k_fp8_decode.cuh"
 
 namespace keel::cuda {
 
@@ -19,42 +20,8 @@ namespace {
 
 constexpr int kWarps = 8;
 
-// Four e4m3 bytes of `w` to floats, exactly; the portable path gives value / 256
-// (convert_factor says what to multiply by).
-template <bool Portable>
-__device__ inline void e4m3x4(unsigned w, float f[4]) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  constexpr bool kHardware = !Portable;
-#else
-  constexpr bool kHardware = false;
-#endif
-#pragma unroll
-  for (int p = 0; p < 2; ++p) {
-    float2 v;
-    if constexpr (kHardware) {
-      const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(
-          static_cast<__nv_fp8x2_storage_t>((w >> (16 * p)) & 0xFFFF), __NV_E4M3);
-      v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-    } else {
-      // Bytes 2p and 2p + 1 to the high byte of each 16-bit half, then into f16 position.
-      const unsigned t = __byte_perm(w, 0u, p == 0 ? 0x1404u : 0x3424u);
-      const unsigned h = (t & 0x80008000u) | ((t >> 1) & 0x3F803F80u);
-      v = __half22float2(*reinterpret_cast<const __half2 *>(&h));
-    }
-    f[2 * p] = v.x;
-    f[2 * p + 1] = v.y;
-  }
-}
-
-// What the converted floats must be multiplied by to be the e4m3 values.
-template <bool Portable>
-__device__ constexpr float convert_factor() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  return Portable ? 256.0f : 1.0f;
-#else
-  return 256.0f;
-#endif
-}
+using fp8::convert_factor;
+using fp8::e4m3x4;
 
 // Vector v (16 weights) of the [N, K] weight w to dst + 16 v.
 template <bool Portable, typename Out>
@@ -64,20 +31,8 @@ __device__ inline void dequantize_vec(const uint4 *__restrict__ w, const float *
   const std::int64_t e0 = v * 16, n = e0 / K, k0 = e0 % K;
   const std::int64_t gc = (K + kFp8ScaleCols - 1) / kFp8ScaleCols;
   const float s = __ldg(scales + (n / block_rows) * gc + k0 / kFp8ScaleCols);
-  const uint4 raw = __ldg(w + v);
-  const unsigned words[4] = {raw.x, raw.y, raw.z, raw.w};
   float f[16];
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    e4m3x4<Portable>(words[i], f + 4 * i);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const unsigned b = (words[i] >> (8 * j)) & 0x7F;
-      float x = __fmul_rn(f[4 * i + j], convert_factor<Portable>());  // exact
-      if (b == 0x7F) x = __int_as_float(0x7FC00000);                  // the NaN codes
-      f[4 * i + j] = __fmul_rn(x, s);
-    }
-  }
+  fp8::dequantize16<Portable>(__ldg(w + v), s, f);
   Out *y = dst + e0;
   if constexpr (sizeof(Out) == 4) {
 #pragma unroll

@@ -1,0 +1,59 @@
+// MXFP4 block decoding shared by the GEMV / dequantize kernels (k_mxfp4.cu) and the
+// experts' low-bit grouped GEMM (k_moe_grouped_lowbit.cu), so every path produces the same
+// values bit for bit. Codes decode as twice their e2m1 value (0, 1, 2, 3, 4, 6, 8, 12:
+// small integers, looked up four at a time with one byte permute), and the scale is taken
+// as 2^(e - 128), so value = (2 e2m1) * 2^(e - 128) is the CPU's exact e2m1 * 2^(e - 127).
+#pragma once
+
+#include <cstdint>
+
+namespace keel::cuda::mxfp4 {
+
+constexpr int kBlockElems = 32, kBlockBytes = 17;
+// Twice the e2m1 magnitudes of codes 0..7, as bytes: {0, 1, 2, 3} and {4, 6, 8, 12}.
+constexpr unsigned kLutLo = 0x03020100u, kLutHi = 0x0C080604u;
+
+// 2^(e - 128) (NaN for e = 255); e = 0, 1 are float subnormals.
+__device__ inline float e8m0_half(unsigned e) {
+  if (e >= 2) return e == 255 ? __uint_as_float(0x7FC00000u) : __uint_as_float((e - 1) << 23);
+  return __uint_as_float(0x00200000u << e);
+}
+
+// The scale byte and the 16 nibble bytes of a block starting sh bits (0, 8, 16, 24) into
+// the five aligned words w that cover it.
+__device__ inline void split_block(const unsigned w[5], unsigned sh, unsigned &e, unsigned q[4]) {
+  e = (w[0] >> sh) & 0xFFu;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) q[i] = __funnelshift_rc(w[i], w[i + 1], sh + 8);
+}
+
+// The scale byte and the 16 nibble bytes of the block at p (any alignment).
+__device__ inline void load_block(const std::uint8_t *p, unsigned &e, unsigned q[4]) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  const unsigned *a = reinterpret_cast<const unsigned *>(addr & ~std::uintptr_t(3));
+  const unsigned sh = static_cast<unsigned>(addr & 3) * 8;
+  unsigned w[5];
+#pragma unroll
+  for (int i = 0; i < 5; ++i) w[i] = __ldg(a + i);  // the last word holds byte 16 of the block
+  split_block(w, sh, e, q);
+}
+
+// Twice the e2m1 values of the block's 32 elements, in element order.
+__device__ inline void decode_block(const unsigned q[4], float v[32]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // Nibbles of word i, in order: lo(4i), hi(4i), lo(4i+1), hi(4i+1), ... (lo(j) is element
+    // j, hi(j) element j + 16).
+    const unsigned mags[2] = {__byte_perm(kLutLo, kLutHi, q[i] & 0x7777u),
+                              __byte_perm(kLutLo, kLutHi, (q[i] >> 16) & 0x7777u)};
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const unsigned mag = (mags[k / 4] >> (8 * (k % 4))) & 0xFFu;
+      const unsigned sign = (q[i] << (28 - 4 * k)) & 0x80000000u;  // bit 4k + 3 to bit 31
+      const float f = __uint_as_float(__float_as_uint(static_cast<float>(mag)) | sign);
+      v[(k % 2) * 16 + 4 * i + k / 2] = f;
+    }
+  }
+}
+
+}  // namespace keel::cuda::mxfp4
