@@ -110,15 +110,31 @@ void launch_moe_gather(StreamRef s, const bf16 *x, int H, const std::int32_t *gr
                        const MoeGroupLayout &layout, bf16 *xg);
 
 // Many tokens, one launch per matrix: C[r] = A[r] . W_e^T for every grouped row r below the
-// total, e the expert whose group holds r. The groups must be padded to kMoeGemmRows
-// (launch_moe_group's align) and rows_cap be a multiple of it; rows past a group's count
-// are computed from their (zero) inputs. A [rows_cap, K] bf16 (launch_moe_gather's xg, or
-// the activations); W [E, N, K] bf16; C [rows_cap, N] bf16. Needs N % 8 == 0, K % 32 == 0
+// total, e the expert whose group holds r. The groups must be padded to tile_rows (16, 32
+// or 64: launch_moe_group's align; small tiles for decode-size steps, where each expert
+// has a few rows) and rows_cap be a multiple of it; rows past a group's count are computed
+// from their (zero) inputs. A [rows_cap, K] bf16 (launch_moe_gather's xg, or the
+// activations); W [E, N, K] bf16; C [rows_cap, N] bf16. Needs N % 8 == 0, K % 32 == 0
 // (moe_grouped_gemm_supported). The sizes come from device memory: no host wait.
-constexpr int kMoeGemmRows = 64;
+// Low-bit experts: k_moe_grouped_lowbit.h.
+constexpr int kMoeGemmRows = 64;     // the largest row tile
+constexpr int kMoeGemmMinRows = 16;  // the smallest
+bool moe_gemm_rows_valid(int tile_rows);
 bool moe_grouped_gemm_supported(int N, int K);
 void launch_moe_grouped_gemm(StreamRef s, const bf16 *A, const bf16 *W, int N, int K,
-                             const std::int32_t *group, const MoeGroupLayout &layout, bf16 *C);
+                             const std::int32_t *group, const MoeGroupLayout &layout, bf16 *C,
+                             int tile_rows = kMoeGemmRows);
+// The row tile for a step of S slots over E experts: the smallest of 16 / 32 / 64 that
+// holds the mean group (S / E rows), 64 from there on.
+inline int moe_gemm_tile_rows(std::int64_t S, std::int64_t E) {
+  const std::int64_t mean = (S + E - 1) / (E > 0 ? E : 1);
+  return mean <= 16 ? 16 : mean <= 32 ? 32 : 64;
+}
+// rows_cap for groups padded to tile_rows, in whole tiles.
+inline std::int64_t moe_gemm_rows_cap(std::int64_t S, std::int64_t E, int tile_rows) {
+  const std::int64_t rows = moe_rows_cap(S, E, tile_rows);
+  return (rows + tile_rows - 1) / tile_rows * tile_rows;
+}
 
 // y[t, c] = bf16(sum over j of weights[t, j] * (out[row(t, j), c] + down_bias[e_j, c])),
 // the k terms added in ascending expert order (as the CPU block adds them). ids, weights
