@@ -39,6 +39,7 @@
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/k_mla_attention.h"
 #include "exec/cuda/k_moe.h"
+#include "exec/cuda/k_moe_grouped_lowbit.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
@@ -112,12 +113,20 @@ struct CudaRunnerOptions {
   // The same bound for low-bit experts (MXFP4, FP8, GGUF), whose slot GEMVs read an expert
   // once per (token, expert) pair, not once per 8 of its tokens: past about 8 E / k tokens a
   // step, dequantizing the step's experts to bf16 for the grouped GEMM reads fewer bytes.
-  // -1: min(moe_gemv_max_tokens, 8 E / k).
+  // -1: min(moe_gemv_max_tokens, 8 E / k). Above it (with moe_grouped_gemm) the experts
+  // run as the grouped GEMM that decodes their blocks in shared memory
+  // (k_moe_grouped_lowbit.h), reading each active expert once per step.
   int moe_lowbit_gemv_max_tokens = -1;
   // Above moe_gemv_max_tokens, the experts run as one grouped GEMM launch per matrix
   // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
   // allow; off: one cuBLASLt GEMM per nonempty expert after a host read of the group starts.
   bool moe_grouped_gemm = true;
+  // The grouped GEMM's row tile (the groups' padding): 16, 32 or 64; 0 picks per step by
+  // the mean group size (moe_gemm_tile_rows: 16 up to 16 rows an expert, 32 up to 32).
+  int moe_gemm_rows = 0;
+  // false: low-bit experts above the GEMV bound are dequantized to a bf16 scratch and run
+  // the bf16 grouped GEMM, as before the low-bit GEMM existed (cuda_bench's comparison).
+  bool moe_lowbit_gemm = true;
   // The fused MoE decode's down kernel with the k experts of a column split over warps
   // (MoeDecodeParams::split_down): not measured yet, so off.
   bool moe_split_down = false;
@@ -198,6 +207,8 @@ class CudaModelRunner : public ModelRunner {
   std::size_t graphs_captured() const { return graphs_.size(); }
   // Largest step (token rows) that runs on the fused decode kernels; 0: none.
   int fused_decode_max_m() const { return fused_max_m_; }
+  // Low-bit experts above the GEMV bound on launch_moe_grouped_gemm_lowbit (tests).
+  bool moe_lowbit_gemm() const { return moe_lowbit_gemm_; }
   // What the linear weights are on the device: "bf16", "q4_k+q6_k", ...
   std::string weight_format() const override;
 
@@ -291,7 +302,9 @@ class CudaModelRunner : public ModelRunner {
   // cuda_runner_moe.cpp: proj_ = the MoE block of layer L over normed_'s T rows.
   void allocate_moe_buffers(const CudaRunnerOptions &opts);
   bool moe_gemv_path(std::int32_t T) const { return T <= moe_gemv_max_; }
-  std::int64_t gemm_rows_cap(std::int64_t S) const;  // grouped rows of the GEMM path
+  // The GEMM path's row tile (groups' padding) for a step of S slots, and its grouped rows.
+  int gemm_tile_rows(std::int64_t S) const;
+  std::int64_t gemm_rows_cap(std::int64_t S) const;
   void launch_moe(const Layer &L, std::int32_t T);
   // The fused decode path's MoE block (k_moe_decode.h): residual_ += the block over its T rows.
   void launch_moe_decode(const Layer &L, std::int32_t T);
@@ -439,7 +452,8 @@ class CudaModelRunner : public ModelRunner {
   Event moe_starts_ready_;
   DeviceBuffer moe_counter_;  // u32: launch_moe_decode_router's finished blocks (zero between)
   // Routed experts kept MXFP4 on the device (cuda_runner_moe.cpp): decode runs one GEMV
-  // row per (token, expert) slot; larger steps dequantize the nonempty experts of a matrix
+  // row per (token, expert) slot; larger steps run the low-bit grouped GEMM
+  // (moe_lowbit_gemm_), or, where it cannot, dequantize the nonempty experts of a matrix
   // into moe_wscratch_ and run the same grouped GEMM as bf16 experts.
   bool experts_mxfp4_ = false;
   // Or kept FP8 e4m3 (qwen3_moe FP8 releases): per expert, gate_up holds [gate Ie x H |
@@ -455,8 +469,12 @@ class CudaModelRunner : public ModelRunner {
   // The FP8 experts of layer L: 0 gate, 1 up, 2 down.
   Fp8Experts fp8_experts(const Layer &L, int which) const;
   std::size_t moe_gu_stride_ = 0, moe_down_stride_ = 0;  // bytes per expert
-  DeviceBuffer moe_gu32_;      // [min(T, moe_gemv_max_) k, 2 Ie] f32: the slot GEMV's sums
-  DeviceBuffer moe_wscratch_;  // [E, 2 Ie, H] bf16: one matrix's dequantized experts
+  DeviceBuffer moe_gu32_;         // [min(T, moe_gemv_max_) k, 2 Ie] f32: the slot GEMV's sums
+  DeviceBuffer moe_wscratch_;     // [E, 2 Ie, H] bf16: one matrix's dequantized experts
+  int moe_gemm_rows_ = 0;         // CudaRunnerOptions::moe_gemm_rows
+  bool moe_lowbit_gemm_ = false;  // low-bit experts on launch_moe_grouped_gemm_lowbit
+  // Layer L's experts for launch_moe_grouped_gemm_lowbit: gate|up, or (down) down.
+  MoeLowbitWeights lowbit_weights(const Layer &L, bool down) const;
   // cuda_runner_moe.cpp: the experts of a step on the slot-ordered MXFP4 / FP8 GEMVs.
   void launch_moe_lowbit_slots(const Layer &L, std::int32_t T, const MoeExpertAct &ea);
 };

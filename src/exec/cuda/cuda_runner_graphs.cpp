@@ -23,8 +23,10 @@ bool CudaModelRunner::graph_eligible(const ForwardBatch &b) const {
     at += q.num_tokens;
   }
   graph = graph && at == T;
-  // Mixture-of-experts layers capture only on their fixed-shape GEMV path.
-  if (graph && has_moe_ && graph_bucket(T) > moe_gemv_max_) graph = false;
+  // Mixture-of-experts layers capture on their fixed-shape GEMV path and on the grouped
+  // GEMM (sized from device memory); the per-expert cuBLASLt path reads the group starts
+  // on the host.
+  if (graph && has_moe_ && graph_bucket(T) > moe_gemv_max_ && !moe_grouped_) graph = false;
   return graph;
 }
 

@@ -1,9 +1,10 @@
 // CudaModelRunner's mixture-of-experts layers (Qwen3-MoE, Mixtral; the CPU definition is
 // exec/arch/moe_ffn.h): the router GEMM, top-k routing and the grouping of token slots by
 // expert on the device (k_moe.h), then the experts either as gather-GEMVs (few tokens: a
-// fixed launch shape that decode graphs capture) or as one cuBLASLt GEMM per nonempty
-// expert over its grouped rows (many tokens: the host reads the group starts first), and
-// the weighted sum back in token order into proj_.
+// fixed launch shape that decode graphs capture) or as one grouped GEMM launch per matrix
+// (many tokens; low-bit experts decoded in its shared memory, k_moe_grouped_lowbit.h), or
+// with moe_grouped_gemm off one cuBLASLt GEMM per nonempty expert (the host reads the
+// group starts first), and the weighted sum back in token order into proj_.
 #include <algorithm>
 #include <cstring>
 
@@ -44,6 +45,19 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_grouped_ = opts.moe_grouped_gemm &&
                  moe_grouped_gemm_supported(static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
                  moe_grouped_gemm_supported(static_cast<int>(H_), static_cast<int>(moe_I_));
+  moe_gemm_rows_ = moe_gemm_rows_valid(opts.moe_gemm_rows) ? opts.moe_gemm_rows : 0;
+  // Low-bit experts decoded inside the grouped GEMM where every sparse layer's shapes and
+  // formats allow it (the layers share formats and strides: checking each is cheap).
+  moe_lowbit_gemm_ = experts_lowbit() && moe_grouped_ && opts.moe_lowbit_gemm;
+  for (std::int64_t l = 0; l < config_.num_layers && moe_lowbit_gemm_; ++l) {
+    if (!m.sparse(l)) continue;
+    const Layer &L = layers_[static_cast<std::size_t>(l)];
+    moe_lowbit_gemm_ =
+        moe_grouped_lowbit_supported(lowbit_weights(L, false), static_cast<int>(2 * moe_I_),
+                                     static_cast<int>(H_)) &&
+        moe_grouped_lowbit_supported(lowbit_weights(L, true), static_cast<int>(H_),
+                                     static_cast<int>(moe_I_));
+  }
   const std::int64_t T = max_tokens_, S = T * moe_k_;
   const std::int64_t rows = gemm_rows_cap(S);  // >= the GEMV path's
   moe_logits_ = DeviceBuffer(T * moe_E_ * sizeof(float));
@@ -59,11 +73,13 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_act_ = DeviceBuffer(rows * bf16_bytes(moe_I_));
   moe_out_ = DeviceBuffer(rows * bf16_bytes(H_));
   if (experts_lowbit()) {
-    // The slot GEMVs' f32 gate|up sums (act and out above hold >= S rows), and for the GEMM
-    // path one matrix's experts in bf16 (gate|up is the larger): 4.2 GB for gpt-oss-120b.
+    // The slot GEMVs' f32 gate|up sums (act and out above hold >= S rows), and, only where
+    // the GEMM path cannot decode the blocks itself, one matrix's experts in bf16 (gate|up
+    // is the larger): 4.2 GB for gpt-oss-120b.
     const std::int64_t slots = std::min<std::int64_t>(T, moe_gemv_max_) * moe_k_;
     if (slots > 0) moe_gu32_ = DeviceBuffer(slots * 2 * moe_I_ * sizeof(float));
-    if (gemm_path) moe_wscratch_ = DeviceBuffer(moe_E_ * bf16_bytes(2 * moe_I_ * H_));
+    if (gemm_path && !moe_lowbit_gemm_)
+      moe_wscratch_ = DeviceBuffer(moe_E_ * bf16_bytes(2 * moe_I_ * H_));
   }
   moe_host_starts_ = PinnedBuffer((moe_E_ + 1) * sizeof(std::int32_t));
   moe_counter_ = DeviceBuffer(sizeof(unsigned));
@@ -128,11 +144,16 @@ void CudaModelRunner::launch_moe_decode(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kGemm);
 }
 
+int CudaModelRunner::gemm_tile_rows(std::int64_t S) const {
+  if (!moe_grouped_) return kGemmAlign;
+  return moe_gemm_rows_ > 0 ? moe_gemm_rows_ : moe_gemm_tile_rows(S, moe_E_);
+}
+
 std::int64_t CudaModelRunner::gemm_rows_cap(std::int64_t S) const {
   if (!moe_grouped_) return moe_rows_cap(S, moe_E_, kGemmAlign);
-  // The grouped GEMM's tiles: groups padded to kMoeGemmRows, whole tiles only.
-  const std::int64_t rows = moe_rows_cap(S, moe_E_, kMoeGemmRows);
-  return (rows + kMoeGemmRows - 1) / kMoeGemmRows * kMoeGemmRows;
+  // The grouped GEMM's tiles: groups padded to the row tile, whole tiles only. The tile
+  // grows with S, so the largest step's rows bound every step's (the buffers' size).
+  return moe_gemm_rows_cap(S, moe_E_, gemm_tile_rows(S));
 }
 
 void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
@@ -140,7 +161,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   const int E = static_cast<int>(moe_E_), k = static_cast<int>(moe_k_),
             Ie = static_cast<int>(moe_I_), H = static_cast<int>(H_);
   const bool gemv = moe_gemv_path(T);
-  const int S = T * k, align = gemv ? 1 : moe_grouped_ ? kMoeGemmRows : kGemmAlign;
+  const int S = T * k, align = gemv ? 1 : gemm_tile_rows(S);
   const MoeGroupLayout layout{E, S, gemv ? moe_rows_cap(S, E, 1) : gemm_rows_cap(S)};
   const bf16 *normed = normed_.as<bf16>();
   auto *group = moe_group_.as<std::int32_t>();
@@ -192,11 +213,19 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     // One launch per matrix over every expert's rows, sized on the device.
     bf16 *xg = moe_xg_.as<bf16>(), *gu = moe_gu_.as<bf16>();
     launch_moe_gather(s, normed, H, group, layout, xg);
-    const bf16 *wgu = expert_weights(L.experts_gate_up, moe_gu_stride_, 2 * Ie * H);
-    launch_moe_grouped_gemm(s, xg, wgu, 2 * Ie, H, group, layout, gu);
-    launch_moe_act(s, gu, Ie, group, layout, ea, act);
-    const bf16 *wd = expert_weights(L.experts_down, moe_down_stride_, std::int64_t(H) * Ie);
-    launch_moe_grouped_gemm(s, act, wd, H, Ie, group, layout, out);
+    if (moe_lowbit_gemm_) {  // the blocks decoded in shared memory: no bf16 copy
+      launch_moe_grouped_gemm_lowbit(s, xg, lowbit_weights(L, false), 2 * Ie, H, group, layout, gu,
+                                     align);
+      launch_moe_act(s, gu, Ie, group, layout, ea, act);
+      launch_moe_grouped_gemm_lowbit(s, act, lowbit_weights(L, true), H, Ie, group, layout, out,
+                                     align);
+    } else {
+      const bf16 *wgu = expert_weights(L.experts_gate_up, moe_gu_stride_, 2 * Ie * H);
+      launch_moe_grouped_gemm(s, xg, wgu, 2 * Ie, H, group, layout, gu, align);
+      launch_moe_act(s, gu, Ie, group, layout, ea, act);
+      const bf16 *wd = expert_weights(L.experts_down, moe_down_stride_, std::int64_t(H) * Ie);
+      launch_moe_grouped_gemm(s, act, wd, H, Ie, group, layout, out, align);
+    }
   } else {
     launch_moe_gather(s, normed, H, group, layout, moe_xg_.as<bf16>());
     // The GEMMs' sizes come from the group starts: read them on the host (the d2h stream
@@ -236,6 +265,25 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kGemm);
   launch_moe_combine(s, out, ids, weights, T, k, H, group, layout, proj_.as<bf16>(), ea.down_bias);
   profiler_.mark(s, StepProfiler::kOther);
+}
+
+MoeLowbitWeights CudaModelRunner::lowbit_weights(const Layer &L, bool down) const {
+  MoeLowbitWeights w;
+  if (experts_fp8_) {
+    if (down) {
+      w.fp8_parts = 1;
+      w.fp8[0] = fp8_experts(L, 2);
+    } else {  // gate rows then up rows, each part with its own scale grid
+      w.fp8_parts = 2;
+      w.fp8[0] = fp8_experts(L, 0);
+      w.fp8[1] = fp8_experts(L, 1);
+    }
+    return w;
+  }
+  w.format = experts_mxfp4_ ? QuantFormat::kMXFP4 : down ? experts_down_q_ : experts_gu_q_;
+  w.w = (down ? L.experts_down : L.experts_gate_up).data();
+  w.stride = down ? moe_down_stride_ : moe_gu_stride_;
+  return w;
 }
 
 Fp8Experts CudaModelRunner::fp8_experts(const Layer &L, int which) const {
