@@ -284,6 +284,64 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
       ac.name, row_errs.size(), median, p90, e.worst);
 }
 
+// Low-bit experts above the GEMV bound (moe_lowbit_gemv_max_tokens 0: every step) on the
+// grouped GEMM that decodes their blocks in shared memory, against the same model on the
+// path it replaces (the active experts dequantized to a bf16 scratch, then the bf16
+// grouped GEMM). Both multiply the same bf16 weights in the same MMA order, so the logits
+// are expected to agree bit for bit; the bound is a bf16 one (1e-3 of a row's spread).
+struct LowbitCase {
+  const char *arch;
+  const char *name;
+  DType dtype;
+  bool gguf = false;
+};
+class CudaMoeLowbitGemm : public ::testing::TestWithParam<LowbitCase> {};
+INSTANTIATE_TEST_SUITE_P(
+    Models, CudaMoeLowbitGemm,
+    ::testing::Values(LowbitCase{"gpt_oss", "gpt_oss_mxfp4", DType::kMXFP4},
+                      LowbitCase{"qwen3_moe", "qwen3_moe_mxfp4", DType::kMXFP4},
+                      LowbitCase{"qwen3_moe", "qwen3_moe_fp8", DType::kF8_E4M3},
+                      LowbitCase{"qwen3_moe", "qwen3_moe_q8_0_gguf", DType::kQ8_0, true}),
+    [](const auto &info) { return std::string(info.param.name); });
+
+TEST_P(CudaMoeLowbitGemm, MatchesTheDequantizedGemmPath) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const LowbitCase lc = GetParam();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("keel-cuda-lowbit-" + std::string(lc.name) + "-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  MakeModelOptions o;
+  o.arch = lc.arch;
+  o.shape = "tiny";
+  o.dtype = lc.dtype;
+  o.seed = 11;
+  o.gguf = lc.gguf;
+  if (lc.gguf) std::filesystem::create_directories(dir);
+  o.out = lc.gguf ? dir / "m.gguf" : dir;
+  o.threads = 2;
+  make_model(o);
+  CudaContext ctx_new, ctx_old;
+  CudaRunnerOptions go = small_options(0);
+  if (lc.gguf) go.quantized_weights = QuantizedWeights::kOn;
+  auto lowbit = CudaModelRunner::open(o.out, ctx_new, go);
+  go.moe_lowbit_gemm = false;
+  auto dequant = CudaModelRunner::open(o.out, ctx_old, go);
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(lowbit->moe_lowbit_gemm()) << lowbit->weight_format();
+  ASSERT_FALSE(dequant->moe_lowbit_gemm());
+  const int V = static_cast<int>(lowbit->config().vocab_size);
+  moe_vs_cpu::RowErrors e;
+  moe_vs_cpu::alone_and_batched(*lowbit, *dequant, V, 512, e);
+  if (HasFatalFailure()) return;
+  ASSERT_GT(e.rows.size(), 150u);
+  const double worst = *std::max_element(e.rows.begin(), e.rows.end());
+  std::printf(
+      "cuda %s low-bit GEMM vs dequantize + bf16 GEMM: %zu rows, worst row error %.3g, "
+      "worst top-20 |logprob error| %.3g\n",
+      lc.name, e.rows.size(), worst, e.worst);
+  EXPECT_LT(worst, 1e-3);
+}
+
 // What the CUDA runner cannot route it refuses by name, before allocating anything:
 // more expert groups than a warp's lanes (the config reader allows them).
 TEST(CudaMoeArch, RefusesMoreGroupsThanTheRouterHandles) {
