@@ -25,6 +25,8 @@
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|gpt-oss-20b|gpt-oss-120b
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
 //     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]
+//     [--moe-lowbit-gemm on|off] (off: low-bit experts dequantized to bf16 for the grouped GEMM)
+//     [--moe-gemm-rows 0|16|32|64] (the grouped GEMM's row tile; 0 picks it by the step)
 //     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
 //     reads: k of E per token, the expected distinct experts of n tokens)
 //   cuda_bench --model glm-5 --layers N [--context 131072] [--attention both|dsa|dense]
@@ -721,6 +723,8 @@ int run(int argc, char **argv) {
   bool moe_split_down = false;       // --moe-split-down on|off: fused MoE decode's down variant
   int context = 0;                   // --context N: GLM-5's long-context decode (DSA vs dense)
   std::string attention = "both";    // --attention both|dsa|dense (with --context)
+  bool moe_lowbit_gemm = true;       // --moe-lowbit-gemm on|off: low-bit tiles decoded in the GEMM
+  int moe_gemm_rows = 0;             // --moe-gemm-rows 0|16|32|64: the grouped GEMM's row tile
   std::string experts_fmt = "auto";  // --experts auto|mxfp4|bf16: routed experts, random weights
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -799,6 +803,10 @@ int run(int argc, char **argv) {
       moe_grouped = val() == "on";
     else if (a == "--moe-split-down")
       moe_split_down = val() == "on";
+    else if (a == "--moe-lowbit-gemm")
+      moe_lowbit_gemm = val() == "on";
+    else if (a == "--moe-gemm-rows")
+      moe_gemm_rows = std::stoi(val());
     else if (a == "--experts")
       experts_fmt = val();
     else if (a == "--context")
@@ -833,6 +841,8 @@ int run(int argc, char **argv) {
   o.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
   o.moe_grouped_gemm = moe_grouped;
   o.moe_split_down = moe_split_down;
+  o.moe_lowbit_gemm = moe_lowbit_gemm;
+  o.moe_gemm_rows = moe_gemm_rows;
   if (context > 0) {
     if (attention != "both" && attention != "dsa" && attention != "dense")
       throw Error(ErrorCode::kInvalidArgument, "--attention: both, dsa or dense");
