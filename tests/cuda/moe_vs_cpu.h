@@ -89,7 +89,9 @@ inline void compare(const ForwardOutput &go, const ForwardOutput &co, int V, con
     if (lc[idx[0]] - lc[idx[1]] > kMargin) {
       ++e.decisive;
       if (argmax(lg) != idx[0]) ++e.argmax_misses;
-      if (!e.count_outliers) EXPECT_EQ(argmax(lg), idx[0]) << what << " row " << r;
+      if (!e.count_outliers) {
+        EXPECT_EQ(argmax(lg), idx[0]) << what << " row " << r;
+      }
     }
   }
 }
