@@ -16,10 +16,14 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_dsa_indexer.h"
+#include "exec/cuda/k_mla_rope.cuh"
+#include "exec/cuda/k_reduce.cuh"
 
 namespace keel::cuda {
 
 namespace {
+
+using reduce::warp_sum;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -27,34 +31,13 @@ constexpr int kKeyChunk = 4 * kWarps;  // keys staged per step: 4 a warp
 constexpr int kTopkThreads = 1024;
 constexpr int kMaxDi = 1024;
 
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over a block of kThreads; `red` kWarps floats of shared memory; every thread gets it.
-__device__ float block_sum(float v, float *red) {
-  v = warp_sum(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();  // red may still be read from a previous call
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float total = 0;
-  for (int w = 0; w < kWarps; ++w) total += red[w];
-  return total;
-}
-
-// The rotation of rope pair i at position pos (k_mla_attention.cu's, same table and style).
+// The rotation of rope pair i at position pos from x into y (the latent row's table and
+// style, k_mla_rope.cuh).
 __device__ void rope_rotate(int i, int rope, float pos, const MlaRope &rp, const float *x,
                             float *y) {
-  const int a = rp.interleaved ? 2 * i : i, b = rp.interleaved ? 2 * i + 1 : i + rope / 2;
-  float sn, cs;
-  sincosf(pos * rp.inv_freq[i], &sn, &cs);
-  cs *= rp.mscale;
-  sn *= rp.mscale;
-  const float x1 = x[a], x2 = x[b];
-  y[a] = x1 * cs - x2 * sn;
-  y[b] = x2 * cs + x1 * sn;
+  int a, b;
+  mla_detail::rope_index(i, rope, rp.interleaved, a, b);
+  mla_detail::rope_pair(i, pos, rp, x[a], x[b], y[a], y[b]);
 }
 
 __global__ void dsa_tokens_kernel(const AttnTile *tiles, int num_tiles, DsaToken *tokens) {
@@ -83,10 +66,10 @@ __global__ void __launch_bounds__(kThreads)
   const float *x = k + std::int64_t(t) * k_stride;
   float s = 0;
   for (int i = threadIdx.x; i < Di; i += kThreads) s += x[i];
-  const float mean = block_sum(s, red) / static_cast<float>(Di);
+  const float mean = reduce::block_sum<kThreads>(s, red) / static_cast<float>(Di);
   float v = 0;
   for (int i = threadIdx.x; i < Di; i += kThreads) v += (x[i] - mean) * (x[i] - mean);
-  const float inv = rsqrtf(block_sum(v, red) / static_cast<float>(Di) + 1e-6f);
+  const float inv = rsqrtf(reduce::block_sum<kThreads>(v, red) / static_cast<float>(Di) + 1e-6f);
   for (int i = threadIdx.x; i < Di; i += kThreads)
     normed[i] = (x[i] - mean) * inv * ln[i] + ln[Di + i];
   __syncthreads();
@@ -94,15 +77,14 @@ __global__ void __launch_bounds__(kThreads)
       cache + layout.offset(slot / layout.block_size, layer, 0, slot % layout.block_size) + key_at;
   const float pos = static_cast<float>(positions[t]);
   for (int i = threadIdx.x; i < rope / 2; i += kThreads) {
-    const int a = rp.interleaved ? 2 * i : i, b = rp.interleaved ? 2 * i + 1 : i + rope / 2;
-    float sn, cs;
-    sincosf(pos * rp.inv_freq[i], &sn, &cs);
-    cs *= rp.mscale;
-    sn *= rp.mscale;
-    const float x1 = normed[a], x2 = normed[b];
-    row[a] = __float2bfloat16(x1 * cs - x2 * sn);
-    row[b] = __float2bfloat16(x2 * cs + x1 * sn);
+    int a, b;
+    mla_detail::rope_index(i, rope, rp.interleaved, a, b);
+    float y1, y2;
+    mla_detail::rope_pair(i, pos, rp, normed[a], normed[b], y1, y2);
+    row[a] = __float2bfloat16(y1);
+    row[b] = __float2bfloat16(y2);
   }
+
   for (int i = rope + threadIdx.x; i < Di; i += kThreads) row[i] = __float2bfloat16(normed[i]);
 }
 

@@ -15,32 +15,17 @@
 #include "exec/cuda/k_mla_attention.h"
 #include "exec/cuda/k_mla_rope.cuh"
 #include "exec/cuda/k_mla_split.h"
+#include "exec/cuda/k_reduce.cuh"
 
 namespace keel::cuda {
 
 namespace {
 
+using reduce::warp_sum;
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 64;  // keys scored per online-softmax step
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// Sum over the block (kThreads threads); `red` is kWarps floats of shared memory. Every
-// thread gets the result.
-__device__ float block_sum(float v, float *red) {
-  v = warp_sum(v);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  __syncthreads();  // red may still be read from a previous call
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  float total = 0;
-  for (int w = 0; w < kWarps; ++w) total += red[w];
-  return total;
-}
 
 using mla_detail::rope_index;
 using mla_detail::rope_pair;
@@ -54,7 +39,7 @@ __global__ void __launch_bounds__(kThreads)
     const float v = __bfloat162float(x[i]);
     ss += v * v;
   }
-  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(n) + eps);
+  const float inv = rsqrtf(reduce::block_sum<kThreads>(ss, red) / static_cast<float>(n) + eps);
   for (int i = threadIdx.x; i < n; i += kThreads)
     x[i] = __float2bfloat16(__bfloat162float(x[i]) * inv * __bfloat162float(weight[i]));
 }
@@ -77,7 +62,8 @@ __global__ void __launch_bounds__(kThreads)
     const float v = __bfloat162float(in[i]);
     ss += v * v;
   }
-  const float inv = rsqrtf(block_sum(ss, red) / static_cast<float>(kv_lora) + eps);
+  const float inv =
+      rsqrtf(reduce::block_sum<kThreads>(ss, red) / static_cast<float>(kv_lora) + eps);
   for (int i = threadIdx.x; i < kv_lora; i += kThreads)
     row[i] = __float2bfloat16(__bfloat162float(in[i]) * inv * __bfloat162float(norm[i]));
   const float pos = static_cast<float>(positions[t]);

@@ -26,10 +26,14 @@
 #include "exec/cuda/k_mla_rope.cuh"
 #include "exec/cuda/k_mla_split.h"
 #include "exec/cuda/k_mma.cuh"
+#include "exec/cuda/k_reduce.cuh"
 
 namespace keel::cuda {
 
 namespace {
+
+using reduce::warp_max;
+using reduce::warp_sum;
 
 using mla_detail::rope_index;
 using mla_detail::rope_pair;
@@ -77,15 +81,6 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 __device__ __forceinline__ std::uint32_t ld_u32(const bf16 *p) {
   return *reinterpret_cast<const std::uint32_t *>(p);
-}
-
-__device__ float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
 }
 
 __global__ void __launch_bounds__(kAuxThreads) mla_absorb_kernel(MlaAttnParams p, bf16 *qa) {

@@ -8,10 +8,13 @@
 #include "exec/cuda/k_moe_decode.h"
 #include "exec/cuda/k_moe_softmax_topk.cuh"
 #include "exec/cuda/k_pdl.cuh"
+#include "exec/cuda/k_reduce.cuh"
 
 namespace keel::cuda {
 
 namespace {
+
+using reduce::warp_sum;
 
 constexpr int kWarps = 8;  // one output row (expert logit, act column, hidden column) per warp
 constexpr int kThreads = kWarps * 32;
@@ -25,11 +28,6 @@ __device__ inline float dot8(const uint4 &a, const uint4 &b) {
 #pragma unroll
   for (int q = 0; q < 8; ++q) s += fa[q] * fb[q];
   return s;
-}
-
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
 }
 
 // Softmax top-k of one token's logits by one warp: launch_moe_route's rule (ties to the

@@ -5,18 +5,16 @@
 #include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_moe_act.cuh"
+#include "exec/cuda/k_reduce.cuh"
 
 namespace keel::cuda {
 
 namespace {
 
+using reduce::warp_sum;
+
 constexpr int kWarps = 8;   // output rows per block, one per warp
 constexpr int kTokens = 8;  // grouped rows a warp keeps partial sums for
-
-__device__ inline float warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 // Block (row chunk, g): the g-th nonempty expert e. Gate variant: rows i of gate_e and
 // up_e (two weight rows, K = H), act = silu(g) * u. Down variant: row c of down_e (K = I).
