@@ -34,4 +34,7 @@ q4() {  # label, flags
 }
 q4 q4_qgemm "--qgemm-max-m 256"
 q4 q4_deq "--qgemm-max-m 0"
+stamp "bf16 same seqs"
+timeout "$(cap 70)" "$B/cuda_bench" --model 8b --no-long-prefill --decode-steps 32 --seqs 16,64,256 \
+  >"$out/bf16.log" 2>&1; echo "exit $?"; grep -E '^\| 8b' "$out/bf16.log" | grep -E 'decode' | head -6
 stamp done
