@@ -144,6 +144,10 @@ struct CudaRunnerOptions {
   // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
   // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).
   int qgemm_max_m = kQgemmDefaultMaxM;
+  // Multi-head latent attention: steps of at most this many token rows (decode buckets,
+  // verify steps, small prefills) run the split-K tensor-core kernel (k_mla_split.cu);
+  // larger steps, and 0 (for A/B measurement and tests), the simple kernel.
+  int mla_split_max_rows = 256;
   // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
   // release format) instead of bf16, as a model file with MXFP4 experts loads.
   bool random_experts_mxfp4 = false;
@@ -332,7 +336,7 @@ class CudaModelRunner : public ModelRunner {
   // An MLA layer's steps: input norm, kQkvProj (the latent attention block), residual add,
   // post norm, the MLP or the experts, residual add (arch::layer_plan has none for MLA).
   arch::LayerPlan mla_layer_plan(std::int64_t layer) const;
-  void allocate_mla_buffers();
+  void allocate_mla_buffers(const CudaRunnerOptions &opts);
   KvLayout mla_kv_layout(std::int32_t block_size) const;
   void launch_mla_attention_block(const Layer &L, int layer, const StepShape &shape);
   // DSA (cuda_runner_dsa.cpp): layer L's index keys into the latent rows, then each

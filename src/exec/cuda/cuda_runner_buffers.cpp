@@ -132,7 +132,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   gate_up_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(2 * I_) : 0);
   act_ = DeviceBuffer(dense_mlp ? T * bf16_bytes(I_) : 0);
   allocate_moe_buffers(opts);
-  if (mla_) allocate_mla_buffers();
+  if (mla_) allocate_mla_buffers(opts);
   if (mla_ && config_.mla->dsa()) allocate_dsa_buffers(opts);
   partial_o_ =
       DeviceBuffer(static_cast<std::size_t>(partial_entries_) * kAttnMaxRows * hd_ * sizeof(float));

@@ -21,11 +21,6 @@ namespace keel::cuda {
 
 using runner_detail::bf16_bytes;
 
-namespace {
-// Token rows of the largest step on the split path (graph buckets go to 256 sequences).
-constexpr std::int32_t kMlaSplitRows = 256;
-}  // namespace
-
 KvLayout CudaModelRunner::mla_kv_layout(std::int32_t block_size) const {
   // [layers][block_size][kv_lora + rope] a block: one plane, one "head" of the latent row.
   KvLayout layout;
@@ -51,19 +46,20 @@ arch::LayerPlan CudaModelRunner::mla_layer_plan(std::int64_t layer) const {
   return p;
 }
 
-void CudaModelRunner::allocate_mla_buffers() {
+void CudaModelRunner::allocate_mla_buffers(const CudaRunnerOptions &opts) {
   const MlaConfig &m = *config_.mla;
   const std::size_t T = max_tokens_;
   mla_qlat_ = DeviceBuffer(m.q_lora_rank > 0 ? T * bf16_bytes(m.q_lora_rank) : 0);
   mla_ckv_ = DeviceBuffer(T * bf16_bytes(m.kv_lora_rank + m.qk_rope_head_dim));
   mla_attn_ = DeviceBuffer(T * bf16_bytes(nh_ * m.v_head_dim));
   // Decode-size steps (graph buckets, verify steps) take the split path; its scratch holds
-  // qa and the partials of kMlaSplitRows rows x splits (so a step's split factor is capped
-  // at kMlaSplitRows / rows).
+  // qa and the partials of mla_split_max_rows rows x splits (so a step's split factor is
+  // capped at those rows / the step's).
   const int R = static_cast<int>(m.kv_lora_rank), H = static_cast<int>(nh_);
-  if (mla_split_supported(R, static_cast<int>(m.qk_rope_head_dim),
+  if (opts.mla_split_max_rows > 0 &&
+      mla_split_supported(R, static_cast<int>(m.qk_rope_head_dim),
                           static_cast<int>(kv_values_per_token_layer(config_)))) {
-    mla_split_rows_ = std::min<std::int32_t>(max_tokens_, kMlaSplitRows);
+    mla_split_rows_ = std::min<std::int32_t>(max_tokens_, opts.mla_split_max_rows);
     mla_split_ = DeviceBuffer(mla_split_scratch_bytes(mla_split_rows_, H, R, 1));
   }
 }
