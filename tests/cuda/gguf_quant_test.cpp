@@ -87,9 +87,12 @@ TEST_P(CudaGgufQuant, DequantizedAtLoadEqualsHostDequantizedWeights) {
   ASSERT_EQ(oq.logits.size(), 20u * 512);
   EXPECT_EQ(oq.logits, orf.logits);
   for (float x : oq.logits) ASSERT_TRUE(std::isfinite(x));
-  // Kept quantized: the prefill (20 rows) dequantizes to bf16 like the load did, so the
-  // logits agree to the GEMM's rounding; decode steps (1 row) take the quantized GEMV.
-  EXPECT_LT(test::rel_err(ok.logits, orf.logits), 1e-2);
+  // Kept quantized: the prefill (20 rows) runs the integer tensor-core GEMM (k_qgemm.h),
+  // which rounds each linear layer's input to int8 per 32 values as the GEMV does, so the
+  // logits agree to that rounding compounded over the layers: 1.20-1.31% on the H200
+  // (session 19) where the dequantize-then-cuBLAS prefill it replaced gave under 1%.
+  // MXFP4 keeps the float path.
+  EXPECT_LT(test::rel_err(ok.logits, orf.logits), GetParam() == DType::kMXFP4 ? 1e-2 : 2.5e-2);
   // Greedy decode, both fed the dequantized-at-load runner's tokens: the same argmax
   // wherever that runner's top two logits are further apart than the kept runner's error.
   // That was the bf16 weight rounding (1e-2 of the top logit); GGUF blocks now decode on the
