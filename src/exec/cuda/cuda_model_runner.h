@@ -113,9 +113,11 @@ struct CudaRunnerOptions {
   // The same bound for low-bit experts (MXFP4, FP8, GGUF), whose slot GEMVs read an expert
   // once per (token, expert) pair, not once per 8 of its tokens: past about 8 E / k tokens a
   // step, dequantizing the step's experts to bf16 for the grouped GEMM reads fewer bytes.
-  // -1: min(moe_gemv_max_tokens, 8 E / k). Above it (with moe_grouped_gemm) the experts
-  // run as the grouped GEMM that decodes their blocks in shared memory
-  // (k_moe_grouped_lowbit.h), reading each active expert once per step.
+  // -1: min(moe_gemv_max_tokens, E / k) where the experts run above it as the grouped GEMM
+  // that decodes their blocks in shared memory (k_moe_grouped_lowbit.h), reading each
+  // active expert once per step (measured: cuda_runner_moe.cpp); min(.., 8 E / k) where
+  // they are dequantized to bf16 for it instead (moe_lowbit_gemm off, or shapes it does
+  // not take).
   int moe_lowbit_gemv_max_tokens = -1;
   // Above moe_gemv_max_tokens, the experts run as one grouped GEMM launch per matrix
   // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
