@@ -2,7 +2,9 @@
 // - launch_dsa_topk: the exact set the CPU's rule keeps (DsaIndexer::select: the topk best,
 //   ties to the earlier position) for distinct scores, for scores with many ties (-0 and +0
 //   among them), for all-zero rows (every head's relu zero), at topk 16 and 2048 and rows of
-//   17 to 70,000 positions; rows with p + 1 <= topk left untouched;
+//   17 to 131,072 positions (just above and far above topk, several queries a launch, fewer
+//   scratch rows than queries, constant rows, signed zeros, one-bucket rows); rows with
+//   p + 1 <= topk left untouched;
 // - launch_dsa_key_write + launch_dsa_scores: the index keys (LayerNorm, rope) in the latent
 //   rows of a paged cache and every query's scores against a double reference over the same
 //   bf16 keys, both rope styles.
@@ -67,8 +69,9 @@ TEST(DsaTopk, SelectsTheCpuSetWithTiesToTheEarlierPosition) {
       auto d_scores = upload(ctx, scores);
       auto d_toks = upload(ctx, toks);
       auto d_sel = upload(ctx, std::vector<std::int32_t>(rows * topk, kUntouched));
+      DeviceBuffer scratch(dsa_topk_scratch_bytes(rows));
       launch_dsa_topk(ctx.compute(), d_scores.as<float>(), stride, d_toks.as<DsaToken>(), rows, 0,
-                      rows, topk, d_sel.as<std::int32_t>());
+                      rows, topk, d_sel.as<std::int32_t>(), scratch.data(), rows);
       const auto sel = download<std::int32_t>(ctx, d_sel, rows * topk);
       for (int r = 0; r < rows; ++r) {
         const int n = lens[r];
@@ -88,6 +91,89 @@ TEST(DsaTopk, SelectsTheCpuSetWithTiesToTheEarlierPosition) {
                              << want[0] << ")";
       }
     }
+}
+
+// Runs launch_dsa_topk over rows of the given lengths (filled by `fill`) and counts, per row,
+// the positions that differ from the CPU's rule (sorted sets; also duplicates / out of range).
+template <class Fill>
+void check_topk(const std::vector<int> &lens, int topk, int scratch_rows, const char *what,
+                Fill fill) {
+  CudaContext ctx;
+  const int rows = static_cast<int>(lens.size());
+  const std::int64_t stride = *std::max_element(lens.begin(), lens.end());
+  std::vector<float> scores(static_cast<std::size_t>(rows * stride), 0.0f);
+  std::vector<DsaToken> toks(rows);
+  for (int r = 0; r < rows; ++r) {
+    toks[r].pos = lens[r] - 1;
+    fill(r, scores.data() + r * stride, lens[r]);
+  }
+  auto d_scores = upload(ctx, scores);
+  auto d_toks = upload(ctx, toks);
+  auto d_sel = upload(ctx, std::vector<std::int32_t>(std::size_t(rows) * topk, -7));
+  DeviceBuffer scratch(dsa_topk_scratch_bytes(scratch_rows));
+  // Twice: the scratch is reused (its counters must be reset by the call itself).
+  for (int rep = 0; rep < 2; ++rep)
+    launch_dsa_topk(ctx.compute(), d_scores.as<float>(), stride, d_toks.as<DsaToken>(), rows, 0,
+                    rows, topk, d_sel.as<std::int32_t>(), scratch.data(), scratch_rows);
+  const auto sel = download<std::int32_t>(ctx, d_sel, std::size_t(rows) * topk);
+  for (int r = 0; r < rows; ++r) {
+    const int n = lens[r];
+    std::vector<std::int32_t> got(sel.begin() + std::size_t(r) * topk,
+                                  sel.begin() + std::size_t(r + 1) * topk);
+    if (n <= topk) {
+      EXPECT_TRUE(std::all_of(got.begin(), got.end(), [](int v) { return v == -7; }))
+          << what << " n " << n << ": a row that keeps all was written";
+      continue;
+    }
+    const std::vector<float> row(scores.begin() + r * stride, scores.begin() + r * stride + n);
+    const auto want = host_topk(row, topk);
+    std::sort(got.begin(), got.end());
+    int differ = 0;
+    for (int i = 0; i < topk; ++i) differ += got[i] != want[i];
+    if (differ != 0)
+      std::printf("dsa topk %s row %d n %d: %d of %d differ (got[0] %d want[0] %d)\n", what, r, n,
+                  differ, topk, got[0], want[0]);
+    EXPECT_EQ(differ, 0) << what << " row " << r << " n " << n;
+  }
+}
+
+TEST(DsaTopk, LongContextsManyTiesAndSeveralQueries) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  constexpr int kTopk = 2048;
+  const std::vector<int> lens = {2049, 2050, 2100, 4096, 16385, 65536, 131072, 131072};
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  // NaN-free random, as the indexer makes them (relu sums: many exact zeros, some negatives).
+  check_topk(lens, kTopk, 3, "random", [&](int, float *row, int n) {
+    for (int i = 0; i < n; ++i) {
+      const float v = nd(rng);
+      row[i] = i % 5 == 0 ? 0.0f : (i % 7 == 0 ? -v * v : v * v);
+    }
+  });
+  // Every score equal: the first topk positions (the whole-row fallback at long rows).
+  check_topk(lens, kTopk, 8, "constant", [&](int r, float *row, int n) {
+    for (int i = 0; i < n; ++i) row[i] = r % 2 ? 0.25f : 0.0f;
+  });
+  // -0 and +0 interleaved, a few larger values: the zeros tie.
+  check_topk(lens, kTopk, 8, "signed zeros", [&](int, float *row, int n) {
+    for (int i = 0; i < n; ++i) row[i] = i % 97 == 0 ? 1.0f + i : (i % 2 ? -0.0f : 0.0f);
+  });
+  // Few repeated values spread through one bucket (candidate path with ties at the k-th).
+  check_topk(lens, kTopk, 8, "repeated", [&](int, float *row, int n) {
+    std::uniform_int_distribution<int> pick(0, 40);
+    for (int i = 0; i < n; ++i) row[i] = 1.0f + 0.001f * pick(rng);
+  });
+  // Distinct values very close together (one 12-bit bucket holds all; > 16384 at long rows).
+  check_topk(lens, kTopk, 8, "one bucket", [&](int, float *row, int n) {
+    std::vector<int> perm(n);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int i = 0; i < n; ++i) row[i] = 1.0f + static_cast<float>(perm[i] % 4096) * 1e-6f;
+  });
+  // Small topk, and rows at or under topk untouched.
+  check_topk({1, 16, 17, 100, 70000}, 16, 2, "topk 16", [&](int, float *row, int n) {
+    for (int i = 0; i < n; ++i) row[i] = static_cast<float>(static_cast<int>(nd(rng) * 4));
+  });
 }
 
 // Host rope of pair i at `pos`, as the kernels (same float inputs, double arithmetic).

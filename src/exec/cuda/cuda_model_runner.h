@@ -440,6 +440,8 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer dsa_sel_;     // [T, index_topk] i32
   DeviceBuffer dsa_scores_;  // [dsa_rows_, max_model_len_] f32
   std::int32_t dsa_rows_ = 0;
+  DeviceBuffer dsa_topk_scratch_;  // launch_dsa_topk's, for dsa_topk_rows_ rows a launch
+  std::int32_t dsa_topk_rows_ = 0;
 
   bool has_moe_ = false;
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;

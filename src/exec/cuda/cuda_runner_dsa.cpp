@@ -29,6 +29,9 @@ void CudaModelRunner::allocate_dsa_buffers(const CudaRunnerOptions &opts) {
   dsa_rows_ = static_cast<std::int32_t>(
       std::clamp<std::int64_t>(opts.dsa_score_bytes / row_bytes, 1, max_tokens_));
   dsa_scores_ = DeviceBuffer(static_cast<std::size_t>(dsa_rows_) * row_bytes);
+  // ~144 KB a row (histogram + candidates); more rows a launch only matter for prefill.
+  dsa_topk_rows_ = std::min<std::int32_t>(dsa_rows_, 64);
+  dsa_topk_scratch_ = DeviceBuffer(dsa_topk_scratch_bytes(dsa_topk_rows_));
 }
 
 void CudaModelRunner::launch_dsa_indexer(const Layer &L, int layer, const StepShape &shape,
@@ -79,8 +82,8 @@ void CudaModelRunner::launch_dsa_indexer(const Layer &L, int layer, const StepSh
     p.rows = std::min(dsa_rows_, T - t0);
     p.ctas_per_row = std::clamp((2 * ctx_.num_sms() + p.rows - 1) / p.rows, 1, max_chunks);
     launch_dsa_scores(s, p);
-    launch_dsa_topk(s, p.scores, p.stride, tokens, T, t0, p.rows, topk,
-                    dsa_sel_.as<std::int32_t>());
+    launch_dsa_topk(s, p.scores, p.stride, tokens, T, t0, p.rows, topk, dsa_sel_.as<std::int32_t>(),
+                    dsa_topk_scratch_.data(), dsa_topk_rows_);
   }
   profiler_.mark(s, StepProfiler::kAttention);
 }

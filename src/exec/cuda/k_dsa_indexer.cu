@@ -11,6 +11,7 @@
 // passes find the topk-th largest key K and how many of the keys equal to K are taken;
 // keys above K go out through a shared counter, keys equal to K in position order (a block
 // scan per chunk) until enough are taken: the CPU's "ties to the earlier position".
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -178,19 +179,13 @@ __device__ unsigned order_key(float f) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-__global__ void __launch_bounds__(kTopkThreads)
-    dsa_topk_kernel(const float *scores, std::int64_t stride, const DsaToken *tokens, int T, int t0,
-                    int rows, int topk, std::int32_t *sel) {
+// The whole row in one block (four 8-bit radix passes over the row, then the ties in position
+// order): the fallback for a threshold bucket too full for the candidate list (many exact ties).
+__device__ void topk_whole_row(const float *sc, int n, int topk, std::int32_t *out) {
   __shared__ unsigned hist[256];
   __shared__ unsigned s_digit;
   __shared__ int s_want, s_out;
   __shared__ int warp_count[kTopkThreads / 32];
-  const int r = blockIdx.x, t = t0 + r;
-  if (r >= rows || t >= T) return;
-  const int n = tokens[t].pos + 1;
-  if (n <= topk) return;  // every position kept (the attention reads 0..p)
-  const float *sc = scores + std::int64_t(r) * stride;
-  std::int32_t *out = sel + std::int64_t(t) * topk;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
 
   // The topk-th largest key, 8 bits at a time from the top; `want`: how many of the keys
@@ -243,6 +238,214 @@ __global__ void __launch_bounds__(kTopkThreads)
   }
 }
 
+// Multi-block top-k. hist: every block of a row adds its slice's keys to the row's global
+// histogram of the top kBinBits bits; collect: every block finds the threshold bucket B (the
+// one holding the topk-th largest key) from it, writes its keys above B to sel and its keys in
+// B to the row's candidate list as (low key bits << 32 | ~position) (distinct, larger is
+// better: the earlier position wins a tie); final: one block per row selects the
+// topk - above best candidates by a radix select over those 53 bits, or, if B held more than
+// kMaxCand keys, runs topk_whole_row. Per row a header of kBins + 4 u32 (the histogram, the
+// above and candidate counters), zeroed per call, then kMaxCand u64 candidates.
+constexpr int kBinBits = 12, kBins = 1 << kBinBits, kBinShift = 32 - kBinBits;
+constexpr int kHdr = kBins + 4;
+constexpr int kMaxCand = 16384;
+constexpr int kSelThreads = 256;
+
+struct Slice {
+  int begin, end;
+};
+
+// Block x of the row's gridDim.x blocks: an even share of [0, n).
+__device__ Slice row_slice(int n) {
+  const int per = (n + gridDim.x - 1) / gridDim.x;
+  const int b = blockIdx.x * per;
+  return {b, min(n, b + per)};
+}
+
+// The lane of a warp holding the crossing writes what it found; bins counted from the top.
+// Each of the NT threads sums kBins / NT bins, a block scan gives the counts above them, and
+// the one thread whose range holds the topk-th key walks it. res: bucket, keys above it, keys
+// in it.
+template <int NT>
+__device__ void find_threshold(const unsigned *hist, int topk, int *res, unsigned *wsum) {
+  constexpr int per = kBins / NT;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int hi = kBins - tid * per;  // this thread: bins [hi - per, hi)
+  unsigned local = 0;
+  for (int i = 1; i <= per; ++i) local += hist[hi - i];
+  unsigned incl = local;
+  for (int o = 1; o < 32; o <<= 1) {
+    const unsigned v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  if (lane == 31) wsum[warp] = incl;
+  __syncthreads();
+  for (int w = 0; w < warp; ++w) incl += wsum[w];
+  const unsigned excl = incl - local, want = static_cast<unsigned>(topk);
+  if (excl < want && incl >= want) {
+    unsigned above = excl;
+    for (int i = 1; i <= per; ++i) {
+      const unsigned c = hist[hi - i];
+      if (above + c >= want) {
+        res[0] = hi - i;
+        res[1] = static_cast<int>(above);
+        res[2] = static_cast<int>(c);
+        break;
+      }
+      above += c;
+    }
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    dsa_topk_hist_kernel(const float *scores, std::int64_t stride, const DsaToken *tokens, int T,
+                         int t0, int rows, int topk, unsigned *headers) {
+  __shared__ unsigned h[kBins];
+  const int r = blockIdx.y, t = t0 + r;
+  if (r >= rows || t >= T) return;
+  const int n = tokens[t].pos + 1;
+  if (n <= topk) return;
+  const Slice sl = row_slice(n);
+  if (sl.begin >= sl.end) return;
+  for (int i = threadIdx.x; i < kBins; i += kSelThreads) h[i] = 0;
+  __syncthreads();
+  const float *sc = scores + std::int64_t(r) * stride;
+  for (int i = sl.begin + threadIdx.x; i < sl.end; i += kSelThreads)
+    atomicAdd(&h[order_key(sc[i]) >> kBinShift], 1u);
+  __syncthreads();
+  unsigned *g = headers + std::int64_t(r) * kHdr;
+  for (int i = threadIdx.x; i < kBins; i += kSelThreads)
+    if (h[i] != 0) atomicAdd(&g[i], h[i]);
+}
+
+// A warp-aggregated append: the lanes with `on` get consecutive slots from *counter.
+__device__ unsigned append_slot(bool on, unsigned *counter) {
+  const unsigned ballot = __ballot_sync(0xffffffffu, on);
+  const int lane = threadIdx.x % 32, leader = __ffs(ballot) - 1;
+  unsigned base = 0;
+  if (ballot != 0 && lane == leader)
+    base = atomicAdd(counter, static_cast<unsigned>(__popc(ballot)));
+  base = __shfl_sync(0xffffffffu, base, ballot != 0 ? leader : 0);
+  return base + __popc(ballot & ((1u << lane) - 1u));
+}
+
+__global__ void __launch_bounds__(kSelThreads)
+    dsa_topk_collect_kernel(const float *scores, std::int64_t stride, const DsaToken *tokens, int T,
+                            int t0, int rows, int topk, unsigned *headers,
+                            unsigned long long *cands, std::int32_t *sel) {
+  __shared__ unsigned wsum[kSelThreads / 32];
+  __shared__ int res[3];
+  const int r = blockIdx.y, t = t0 + r;
+  if (r >= rows || t >= T) return;
+  const int n = tokens[t].pos + 1;
+  if (n <= topk) return;
+  const Slice sl = row_slice(n);
+  if (sl.begin >= sl.end) return;
+  unsigned *hdr = headers + std::int64_t(r) * kHdr;
+  find_threshold<kSelThreads>(hdr, topk, res, wsum);
+  const unsigned B = static_cast<unsigned>(res[0]);
+  const bool keep = res[2] <= kMaxCand;  // else final reads the whole row
+  const float *sc = scores + std::int64_t(r) * stride;
+  std::int32_t *out = sel + std::int64_t(t) * topk;
+  unsigned long long *cand = cands + std::int64_t(r) * kMaxCand;
+  // Whole warps per step (the appends are ballots).
+  for (int base = sl.begin; base < sl.end; base += kSelThreads) {
+    const int i = base + threadIdx.x;
+    const bool valid = i < sl.end;
+    const unsigned key = valid ? order_key(sc[i]) : 0u;
+    const unsigned bin = key >> kBinShift;
+    const bool above = valid && bin > B;
+    const unsigned a = append_slot(above, &hdr[kBins]);
+    if (above) out[a] = i;
+    if (keep) {
+      const bool in = valid && bin == B;
+      const unsigned c = append_slot(in, &hdr[kBins + 1]);
+      if (in)
+        cand[c] = (static_cast<unsigned long long>(key & ((1u << kBinShift) - 1u)) << 32) |
+                  (0xffffffffu - static_cast<unsigned>(i));
+    }
+  }
+}
+
+// Warp 0 of the block: the digit d (from 255 down) where the keys counted in hist[d..255]
+// first reach `want`; res: d, want less the keys above d.
+__device__ void find_digit(const unsigned *hist, int want, int *res) {
+  const int lane = threadIdx.x % 32;
+  const int hi = 256 - lane * 8;  // bins [hi - 8, hi)
+  int local = 0;
+  for (int i = 1; i <= 8; ++i) local += static_cast<int>(hist[hi - i]);
+  int incl = local;
+  for (int o = 1; o < 32; o <<= 1) {
+    const int v = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += v;
+  }
+  const int excl = incl - local;
+  if (excl < want && incl >= want) {
+    int above = excl;
+    for (int i = 1; i <= 8; ++i) {
+      const int c = static_cast<int>(hist[hi - i]);
+      if (above + c >= want) {
+        res[0] = hi - i;
+        res[1] = want - above;
+        break;
+      }
+      above += c;
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kTopkThreads)
+    dsa_topk_final_kernel(const float *scores, std::int64_t stride, const DsaToken *tokens, int T,
+                          int t0, int rows, int topk, const unsigned *headers,
+                          const unsigned long long *cands, std::int32_t *sel) {
+  __shared__ unsigned wsum[kTopkThreads / 32];
+  __shared__ int res[3];
+  __shared__ unsigned hist[256];
+  __shared__ int dres[2];
+  __shared__ unsigned s_out;
+  const int r = blockIdx.x, t = t0 + r;
+  if (r >= rows || t >= T) return;
+  const int n = tokens[t].pos + 1;
+  if (n <= topk) return;
+  const unsigned *hdr = headers + std::int64_t(r) * kHdr;
+  std::int32_t *out = sel + std::int64_t(t) * topk;
+  find_threshold<kTopkThreads>(hdr, topk, res, wsum);
+  const int above = res[1], count = res[2];
+  if (count > kMaxCand) {
+    topk_whole_row(scores + std::int64_t(r) * stride, n, topk, out);
+    return;
+  }
+  const unsigned long long *cand = cands + std::int64_t(r) * kMaxCand;
+  const int tid = threadIdx.x;
+  // The want-th largest of the distinct 53-bit candidates, 8 bits at a time from the top.
+  unsigned long long prefix = 0, mask = 0;
+  int want = topk - above;
+  for (int shift = 48; shift >= 0; shift -= 8) {
+    for (int i = tid; i < 256; i += kTopkThreads) hist[i] = 0;
+    if (tid == 0) s_out = 0;
+    __syncthreads();
+    for (int i = tid; i < count; i += kTopkThreads) {
+      const unsigned long long c = cand[i];
+      if ((c & mask) == prefix) atomicAdd(&hist[(c >> shift) & 255u], 1u);
+    }
+    __syncthreads();
+    if (tid < 32) find_digit(hist, want, dres);
+    __syncthreads();
+    prefix |= static_cast<unsigned long long>(dres[0]) << shift;
+    mask |= 255ull << shift;
+    want = dres[1];
+    __syncthreads();  // dres read by all before the next pass writes it
+  }
+  // prefix is the candidate ranked topk - above: it and every larger one are kept.
+  for (int i = tid; i < count; i += kTopkThreads) {
+    const unsigned long long c = cand[i];
+    if (c >= prefix)
+      out[above + static_cast<int>(atomicAdd(&s_out, 1u))] =
+          static_cast<std::int32_t>(0xffffffffu - static_cast<unsigned>(c & 0xffffffffu));
+  }
+}
+
 }  // namespace
 
 std::size_t dsa_scores_smem(int Hi, int Di) {
@@ -292,14 +495,44 @@ void launch_dsa_scores(StreamRef s_ref, const DsaScoreParams &p) {
   KEEL_CUDA_CHECK_LAUNCH("dsa_scores");
 }
 
+std::size_t dsa_topk_scratch_bytes(int rows) {
+  return static_cast<std::size_t>(rows) *
+         (kHdr * sizeof(unsigned) + kMaxCand * sizeof(unsigned long long));
+}
+
 void launch_dsa_topk(StreamRef s_ref, const float *scores, std::int64_t stride,
-                     const DsaToken *tokens, int T, int t0, int rows, int topk, std::int32_t *sel) {
+                     const DsaToken *tokens, int T, int t0, int rows, int topk, std::int32_t *sel,
+                     void *scratch, int scratch_rows) {
   const cudaStream_t s = s_ref.get("launch_dsa_topk");
-  if (topk <= 0 || stride <= 0)
-    throw Error(ErrorCode::kInvalidArgument, "launch_dsa_topk: topk " + std::to_string(topk));
+  if (topk <= 0 || stride <= 0 || scratch == nullptr || scratch_rows <= 0 || rows > 65535)
+    throw Error(ErrorCode::kInvalidArgument, "launch_dsa_topk: topk " + std::to_string(topk) +
+                                                 ", scratch rows " + std::to_string(scratch_rows));
   if (rows <= 0) return;
-  dsa_topk_kernel<<<rows, kTopkThreads, 0, s>>>(scores, stride, tokens, T, t0, rows, topk, sel);
-  KEEL_CUDA_CHECK_LAUNCH("dsa_topk");
+  int dev = 0, sms = 0;
+  KEEL_CUDA_CHECK(cudaGetDevice(&dev));
+  KEEL_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  auto *headers = static_cast<unsigned *>(scratch);
+  auto *cands = reinterpret_cast<unsigned long long *>(static_cast<char *>(scratch) +
+                                                       static_cast<std::size_t>(scratch_rows) *
+                                                           kHdr * sizeof(unsigned));
+  // Passes of at most scratch_rows rows; a row's keys over enough blocks for ~2 waves
+  // (the slices are cut at run time from each row's position, so the grid depends on rows).
+  for (int q0 = 0; q0 < rows; q0 += scratch_rows) {
+    const int n = std::min(scratch_rows, rows - q0);
+    const float *sc = scores + std::int64_t(q0) * stride;
+    const int per_row = std::clamp((2 * sms + n - 1) / n, 1, 1024);
+    KEEL_CUDA_CHECK(
+        cudaMemsetAsync(headers, 0, static_cast<std::size_t>(n) * kHdr * sizeof(unsigned), s));
+    dsa_topk_hist_kernel<<<dim3(per_row, n), kSelThreads, 0, s>>>(sc, stride, tokens, T, t0 + q0, n,
+                                                                  topk, headers);
+    KEEL_CUDA_CHECK_LAUNCH("dsa_topk_hist");
+    dsa_topk_collect_kernel<<<dim3(per_row, n), kSelThreads, 0, s>>>(sc, stride, tokens, T, t0 + q0,
+                                                                     n, topk, headers, cands, sel);
+    KEEL_CUDA_CHECK_LAUNCH("dsa_topk_collect");
+    dsa_topk_final_kernel<<<n, kTopkThreads, 0, s>>>(sc, stride, tokens, T, t0 + q0, n, topk,
+                                                     headers, cands, sel);
+    KEEL_CUDA_CHECK_LAUNCH("dsa_topk_final");
+  }
 }
 
 }  // namespace keel::cuda

@@ -66,9 +66,15 @@ void launch_dsa_scores(StreamRef s, const DsaScoreParams &p);
 
 // For each token t = t0 + r (r < rows, t < T) with n = tokens[t].pos + 1 > topk: sel[t * topk
 // + i], i < topk, = the topk positions of scores[r * stride .. + n) with the highest scores,
-// ties to the earlier position (the CPU's rule), in no particular order. A radix select on
-// the scores' bits (4 passes of 8 bits), one block per row, no sort.
+// ties to the earlier position (the CPU's rule), in no particular order. Multi-block: a
+// histogram of the top 12 bits of the scores' ordered bits over many blocks a row, the keys
+// above the threshold bucket out directly, the bucket's keys (<= 16384) resolved by a radix
+// select on (key, position); a bucket fuller than that (mass exact ties) falls back to one
+// block reading the row. In passes of scratch_rows rows; scratch: dsa_topk_scratch_bytes
+// (scratch_rows) bytes. Graph-safe (launch shapes depend on rows only, no host sync).
+std::size_t dsa_topk_scratch_bytes(int rows);
 void launch_dsa_topk(StreamRef s, const float *scores, std::int64_t stride, const DsaToken *tokens,
-                     int T, int t0, int rows, int topk, std::int32_t *sel);
+                     int T, int t0, int rows, int topk, std::int32_t *sel, void *scratch,
+                     int scratch_rows);
 
 }  // namespace keel::cuda
