@@ -74,13 +74,14 @@ void CudaModelRunner::launch_dsa_indexer(const Layer &L, int layer, const StepSh
   p.T = T;
   p.scores = dsa_scores_.as<float>();
   p.stride = max_model_len_;
-  // Enough blocks for two waves whatever the context (the keys of a row are split evenly
-  // over its blocks at run time, so the grid need not know the positions).
+  // Enough blocks for ~3 a SM (80 registers: 3 resident) whatever the context (latency: each block
+  // walks its keys in chunks of 32) (the keys of a row are split evenly over its blocks at run
+  // time, so the grid need not know the positions).
   const int max_chunks = (max_model_len_ + 31) / 32;
   for (std::int32_t t0 = 0; t0 < T; t0 += dsa_rows_) {
     p.t0 = t0;
     p.rows = std::min(dsa_rows_, T - t0);
-    p.ctas_per_row = std::clamp((2 * ctx_.num_sms() + p.rows - 1) / p.rows, 1, max_chunks);
+    p.ctas_per_row = std::clamp((3 * ctx_.num_sms() + p.rows - 1) / p.rows, 1, max_chunks);
     launch_dsa_scores(s, p);
     launch_dsa_topk(s, p.scores, p.stride, tokens, T, t0, p.rows, topk, dsa_sel_.as<std::int32_t>(),
                     dsa_topk_scratch_.data(), dsa_topk_rows_);

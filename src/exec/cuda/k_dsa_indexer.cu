@@ -127,25 +127,42 @@ __global__ void __launch_bounds__(kThreads) dsa_scores_kernel(DsaScoreParams p) 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   float *row_scores = p.scores + std::int64_t(r) * p.stride;
 
-  for (int c0 = k_begin; c0 < k_end; c0 += kKeyChunk) {
-    __syncthreads();  // qs / ws staged; ks free again
-    for (int i = threadIdx.x; i < kKeyChunk * vecs; i += kThreads) {
-      const int kk = i / vecs, v = i % vecs, key = c0 + kk;
-      float *dst = ks + kk * Di + v * 8;
+  // Each thread's share of a chunk's 16-byte key vectors, loaded one chunk ahead into
+  // registers so that the table -> key loads overlap the previous chunk's arithmetic.
+  constexpr int kMaxLoads = 4;  // kKeyChunk * (Di / 8) / kThreads for Di <= 256
+  const int loads = (kKeyChunk * vecs + kThreads - 1) / kThreads;
+  uint4 raw[kMaxLoads];
+  auto load_chunk = [&](int c0) {
+#pragma unroll
+    for (int l = 0; l < kMaxLoads; ++l) {
+      const int i = threadIdx.x + l * kThreads;
+      raw[l] = make_uint4(0, 0, 0, 0);
+      if (l >= loads || i >= kKeyChunk * vecs) continue;
+      const int key = c0 + i / vecs, v = i % vecs;
       if (key < k_end) {
         const std::int32_t block = p.block_table[tok.block_offset + key / bs];
-        const bf16 *src = p.cache + p.layout.offset(block, p.layer, 0, key % bs) + p.key_at + v * 8;
-        const uint4 raw = *reinterpret_cast<const uint4 *>(src);
-        const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw);
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = __bfloat1622float2(h2[e]);
-          dst[2 * e] = f.x;
-          dst[2 * e + 1] = f.y;
-        }
-      } else {
-        for (int e = 0; e < 8; ++e) dst[e] = 0.0f;
+        raw[l] = *reinterpret_cast<const uint4 *>(
+            p.cache + p.layout.offset(block, p.layer, 0, key % bs) + p.key_at + v * 8);
       }
     }
+  };
+  load_chunk(k_begin);
+  for (int c0 = k_begin; c0 < k_end; c0 += kKeyChunk) {
+    __syncthreads();  // qs / ws staged; ks free again
+#pragma unroll
+    for (int l = 0; l < kMaxLoads; ++l) {
+      const int i = threadIdx.x + l * kThreads;
+      if (l >= loads || i >= kKeyChunk * vecs) continue;
+      float *dst = ks + (i / vecs) * Di + (i % vecs) * 8;
+      const __nv_bfloat162 *h2 = reinterpret_cast<const __nv_bfloat162 *>(&raw[l]);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {  // zeros past k_end: those keys are not written out
+        const float2 f = __bfloat1622float2(h2[e]);
+        dst[2 * e] = f.x;
+        dst[2 * e + 1] = f.y;
+      }
+    }
+    if (c0 + kKeyChunk < k_end) load_chunk(c0 + kKeyChunk);
     __syncthreads();
     float s[4] = {0, 0, 0, 0};
     const float *kw = ks + (warp * 4) * Di;
@@ -483,7 +500,7 @@ void launch_dsa_scores(StreamRef s_ref, const DsaScoreParams &p) {
   const std::size_t smem = dsa_scores_smem(p.Hi, p.Di);
   if (p.layout.planes != 1 || p.Hi <= 0 || p.Di <= 0 || p.Di % 8 != 0 || p.rope % 2 != 0 ||
       p.rope > p.Di || p.key_at % 8 != 0 || p.layout.slot_elems() % 8 != 0 ||
-      p.key_at + p.Di > p.layout.slot_elems() || p.topk <= 0 || p.ctas_per_row <= 0 ||
+      p.key_at + p.Di > p.layout.slot_elems() || p.topk <= 0 || p.ctas_per_row <= 0 || p.Di > 256 ||
       smem > 48 * 1024 || p.rows > 65535)
     throw Error(ErrorCode::kInvalidArgument,
                 "launch_dsa_scores: bad shape (Hi " + std::to_string(p.Hi) + ", Di " +

@@ -60,8 +60,8 @@ struct DsaScoreParams {
 std::size_t dsa_scores_smem(int Hi, int Di);
 
 // scores[r, s] for s in [0, p] of each token t0 + r that selects. Throws
-// Error(kInvalidArgument) on shapes it does not take (Di not a multiple of 8, rope odd or
-// over Di, shared memory over 48 KB).
+// Error(kInvalidArgument) on shapes it does not take (Di not a multiple of 8 or over 256, rope odd
+// or over Di, shared memory over 48 KB).
 void launch_dsa_scores(StreamRef s, const DsaScoreParams &p);
 
 // For each token t = t0 + r (r < rows, t < T) with n = tokens[t].pos + 1 > topk: sel[t * topk
