@@ -8,6 +8,9 @@
 //     [--topk 0|2048] [--splits N] [--iters 20] [--bw 3.35e12] [--simple]
 //   --topk K: each query reads a random selection of K of its positions (DSA); 0: all.
 //   --splits N: force the split factor; --simple: also time the simple kernel (slow at 128k).
+//   With --model glm-5 and --topk K: also the DSA indexer alone per layer (launch_dsa_scores,
+//   then launch_dsa_topk over those scores; 32 index heads of 128, random keys), as the
+//   runner launches them (rows = queries, ~3 blocks a SM for the scores).
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -29,6 +32,7 @@ int main() {
 #include "exec/cuda/cuda_attention_plan.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_context.h"
+#include "exec/cuda/k_dsa_indexer.h"
 #include "exec/cuda/k_fill.h"
 #include "exec/cuda/k_mla_attention.h"
 
@@ -175,6 +179,51 @@ int run(int argc, char **argv) {
       };
       p.num_splits = splits;
       report("split", splits, time_launches(ctx, iters, [&] { launch_mla_attention(s, p); }));
+      if (sparse && sh.tail > 0) {
+        constexpr int kHi = 32;
+        const int Di = sh.tail;
+        std::vector<float> qi(std::size_t(n) * kHi * Di), wi(std::size_t(n) * kHi);
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        for (float &v : qi) v = nd(rng);
+        for (float &v : wi) v = nd(rng);
+        std::vector<DsaToken> toks(n);
+        for (int t = 0; t < n; ++t) toks[t] = {context - 1, t * per_seq};
+        auto d_qi = upload(ctx, qi), d_wi = upload(ctx, wi), d_toks = upload(ctx, toks);
+        DeviceBuffer scores(std::size_t(n) * context * sizeof(float));
+        DeviceBuffer isel(std::size_t(n) * topk * sizeof(std::int32_t));
+        const int topk_rows = std::min(n, 64);
+        DeviceBuffer tk(dsa_topk_scratch_bytes(topk_rows));
+        DsaScoreParams dp;
+        dp.q = d_qi.as<float>();
+        dp.w = d_wi.as<float>();
+        dp.w_stride = kHi;
+        dp.tokens = d_toks.as<DsaToken>();
+        dp.block_table = d_table.as<std::int32_t>();
+        dp.cache = cache.as<bf16>();
+        dp.layout = layout;
+        dp.key_at = sh.R + sh.rope;
+        dp.Hi = kHi;
+        dp.Di = Di;
+        dp.rope = sh.rope;
+        dp.rp = p.rp;
+        dp.topk = topk;
+        dp.T = dp.rows = n;
+        dp.scores = scores.as<float>();
+        dp.stride = context;
+        dp.ctas_per_row = std::clamp((3 * ctx.num_sms() + n - 1) / n, 1, (context + 31) / 32);
+        const double sc = time_launches(ctx, iters, [&] { launch_dsa_scores(s, dp); });
+        const double tk_sec = time_launches(ctx, iters, [&] {
+          launch_dsa_topk(s, dp.scores, dp.stride, dp.tokens, n, 0, n, topk,
+                          isel.as<std::int32_t>(), tk.data(), topk_rows);
+        });
+        std::printf("| %s | %d | %d | %d | - | dsa scores | %.1f | %.0f | %.0f%% |\n",
+                    model.c_str(), context, n, topk, sc * 1e6,
+                    double(n) * context * Di * 2 / sc / 1e9,
+                    100.0 * double(n) * context * Di * 2 / sc / bw);
+        std::printf("| %s | %d | %d | %d | - | dsa top-k | %.1f | - | - |\n", model.c_str(),
+                    context, n, topk, tk_sec * 1e6);
+        std::fflush(stdout);
+      }
       if (simple) {
         p.num_splits = 0;
         report("simple", 0,
