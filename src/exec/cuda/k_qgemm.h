@@ -22,12 +22,13 @@
 namespace keel::cuda {
 
 // The runner's default largest M for the GEMM (CudaRunnerOptions::qgemm_max_m); larger steps
-// (prefill) dequantize to bf16 and run cuBLASLt, whose dequantization is then amortized over
-// many rows. Why 256 (k_qgemm.cu's cost model, not measured yet): at M = 256 an 8B o_proj is
-// ~25 us of integer MMAs and their f32 scaling against ~16 us of bf16 cuBLASLt plus ~13 us of
-// dequantizing 32 MB, so the GEMM still wins against the path it replaces; far past that the
-// dequantization's share shrinks and cuBLASLt's bf16 tensor-core rate wins.
-constexpr int kQgemmDefaultMaxM = 256;
+// (prefill, large decode batches) dequantize to bf16 and run cuBLASLt. Measured on the H200
+// (session 19, bench/RESULTS.md): the GEMM alone against dequantize + cuBLAS, q6_k down
+// 4096x14336 at M = 16 / 64 / 256: 85.5 / 129.5 / 297 us against 80.5 / 83.7 / 93.7; the
+// q6_k lm_head 382 / 663 / 2,392 against 629 / 659 / 768. The cost model's ~350 TOPS is not
+// reached (about 58 at M = 64): past 64 rows the dequantizing path is faster, below it the
+// GEMM (8B Q4_K_M at 16 seqs 2,038 tok/s where the dequantizing path gave 869 on an H100).
+constexpr int kQgemmDefaultMaxM = 64;
 // A qgemm_max_m of this: run_linear never takes the GEMM (Gemm's default, so a Gemm made
 // outside a runner keeps dequantize + cuBLASLt).
 constexpr int kQgemmOff = 0;
