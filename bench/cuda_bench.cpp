@@ -701,10 +701,10 @@ int run(int argc, char **argv) {
   bool kv_transfer = false;
   bool graphs = true;  // CUDA graphs for decode steps
   int gemv_max_m = 1;  // linear layers with <= this many rows on the GEMV kernel
-  int fused_max_m = cuda::CudaRunnerOptions{}.fused_decode_max_m;  // fused decode kernels
+  int fused_max_m = cuda::CudaRunnerOptions{}.kernels.fused_decode_max_m;  // fused decode kernels
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
-  int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.qgemv_mma_min_m;  // --qgemv-mma-min-m N
-  int qgemm_max_m = cuda::CudaRunnerOptions{}.qgemm_max_m;          // --qgemm-max-m N
+  int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.kernels.qgemv_mma_min_m;  // --qgemv-mma-min-m N
+  int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;          // --qgemm-max-m N
   int split_cap = 0;         // attention split-K cap (0: auto)
   bool pdl = true;           // programmatic dependent launch of the fused kernels
   bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -717,8 +717,8 @@ int run(int argc, char **argv) {
   bool keep_quantized = true;  // --keep-quantized on|off: GGUF blocks stay quantized on device
   int transfer_tokens = 8192;
   int layers = 0;  // --layers N: a MoE shape with fewer layers
-  int moe_gemv_max = cuda::CudaRunnerOptions{}.moe_gemv_max_tokens;
-  int moe_lowbit_gemv_max = cuda::CudaRunnerOptions{}.moe_lowbit_gemv_max_tokens;
+  int moe_gemv_max = cuda::CudaRunnerOptions{}.kernels.moe_gemv_max_tokens;
+  int moe_lowbit_gemv_max = cuda::CudaRunnerOptions{}.kernels.moe_lowbit_gemv_max_tokens;
   bool moe_grouped = true;           // --moe-grouped on|off: the experts' grouped GEMM for prefill
   bool moe_split_down = false;       // --moe-split-down on|off: fused MoE decode's down variant
   int context = 0;                   // --context N: GLM-5's long-context decode (DSA vs dense)
@@ -829,20 +829,20 @@ int run(int argc, char **argv) {
   o.max_model_len = 8192 + 16;
   o.profile = profile;
   o.cuda_graphs = graphs;
-  o.gemv_max_m = gemv_max_m;
-  o.fused_decode_max_m = fused_max_m;
-  o.fused_gemv_mma = fused_mma;
-  o.fused_gemv_waves = fused_waves;
-  o.qgemv_mma_min_m = qgemv_mma_min_m;
-  o.qgemm_max_m = qgemm_max_m;
+  o.kernels.gemv_max_m = gemv_max_m;
+  o.kernels.fused_decode_max_m = fused_max_m;
+  o.kernels.fused_gemv_mma = fused_mma;
+  o.kernels.fused_gemv_waves = fused_waves;
+  o.kernels.qgemv_mma_min_m = qgemv_mma_min_m;
+  o.kernels.qgemm_max_m = qgemm_max_m;
   o.programmatic_launch = pdl;
-  o.attn_split_cap = split_cap;
-  o.moe_gemv_max_tokens = moe_gemv_max;
-  o.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
-  o.moe_grouped_gemm = moe_grouped;
-  o.moe_split_down = moe_split_down;
-  o.moe_lowbit_gemm = moe_lowbit_gemm;
-  o.moe_gemm_rows = moe_gemm_rows;
+  o.kernels.attn_split_cap = split_cap;
+  o.kernels.moe_gemv_max_tokens = moe_gemv_max;
+  o.kernels.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
+  o.kernels.moe_grouped_gemm = moe_grouped;
+  o.kernels.moe_split_down = moe_split_down;
+  o.kernels.moe_lowbit_gemm = moe_lowbit_gemm;
+  o.kernels.moe_gemm_rows = moe_gemm_rows;
   if (context > 0) {
     if (attention != "both" && attention != "dsa" && attention != "dense")
       throw Error(ErrorCode::kInvalidArgument, "--attention: both, dsa or dense");

@@ -337,7 +337,7 @@ CudaRunnerOptions fused_options(bool graphs, int fused_max_m, bool pdl) {
   o.max_logits_rows = 8;
   o.max_model_len = 512;
   o.cuda_graphs = graphs;
-  o.fused_decode_max_m = fused_max_m;
+  o.kernels.fused_decode_max_m = fused_max_m;
   o.programmatic_launch = pdl;
   return o;
 }
@@ -368,7 +368,7 @@ TEST(CudaFusedRunner, DecodeMatchesUnfusedPath) {
       const ModelConfig cfg = fused_config(variant);
       CudaModelRunner plain(ctx, cfg, std::uint64_t{91}, fused_options(graphs, 0, pdl));
       CudaRunnerOptions fo = fused_options(graphs, 4, pdl);
-      if (!graphs) fo.attn_split_cap = 2;  // fewer splits than the unfused runner's
+      if (!graphs) fo.kernels.attn_split_cap = 2;  // fewer splits than the unfused runner's
       CudaModelRunner fused(ctx, cfg, std::uint64_t{91}, fo);
       ASSERT_EQ(fused.fused_decode_max_m(), 4);
       ASSERT_EQ(plain.fused_decode_max_m(), 0);
@@ -452,7 +452,7 @@ TEST(CudaFusedRunner, QuantizedDecodeMatchesUnfusedPath) {
     // The same fused runner with the quantized GEMV on its tensor-core kernel at every M
     // (fused steps and the unfused 5-row step's run_linear).
     CudaRunnerOptions mo_opts = fo;
-    mo_opts.qgemv_mma_min_m = 1;
+    mo_opts.kernels.qgemv_mma_min_m = 1;
     auto plain = CudaModelRunner::open(mo.out, ctx, po);
     auto fused = CudaModelRunner::open(mo.out, ctx, fo);
     auto fused_mma = CudaModelRunner::open(mo.out, ctx, mo_opts);

@@ -50,7 +50,7 @@ std::vector<keel::test::Collected> run(const std::filesystem::path &dir, bool de
         o.max_logits_rows = 4;
         o.max_model_len = 256;
         o.gpu_sampling = true;
-        o.moe_gemv_max_tokens = 16;  // prefill on the per-expert GEMMs, decode on the GEMVs
+        o.kernels.moe_gemv_max_tokens = 16;  // prefill on the per-expert GEMMs, decode on the GEMVs
         EngineBackend b;
         b.runner = OwningCudaRunner::open(dir, 0, o);
         return b;

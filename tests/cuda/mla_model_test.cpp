@@ -250,7 +250,7 @@ TEST_P(CudaMlaVsTransformers, Bf16FixturePromptLogprobsAndGreedyAlone) {
   std::ifstream(dir / "reference.json") >> ref;
   CudaContext ctx;
   CudaRunnerOptions opts = mla_options();
-  if (!c.split) opts.mla_split_max_rows = 0;
+  if (!c.split) opts.kernels.mla_split_max_rows = 0;
   auto gpu = CudaModelRunner::open(dir, ctx, opts);
   double worst = 0;
   int over = 0, rows = 0;

@@ -54,8 +54,8 @@ CudaRunnerOptions small_options(int moe_gemv_max) {
   o.max_seqs = 32;
   o.max_logits_rows = 128;
   o.max_model_len = 1024;
-  o.moe_gemv_max_tokens = moe_gemv_max;
-  o.moe_lowbit_gemv_max_tokens = moe_gemv_max;  // the case's path for low-bit experts too
+  o.kernels.moe_gemv_max_tokens = moe_gemv_max;
+  o.kernels.moe_lowbit_gemv_max_tokens = moe_gemv_max;  // the case's path for low-bit experts too
   return o;
 }
 
@@ -201,7 +201,7 @@ TEST_P(CudaMoeArchVsTransformers, AloneAndBatchedWith31Others) {
 
 struct ArchCase {
   const char *arch;
-  int gemv_max;  // CudaRunnerOptions::moe_gemv_max_tokens (moe_test's meaning)
+  int gemv_max;  // CudaKernelChoices::moe_gemv_max_tokens (moe_test's meaning)
   const char *name;
   // mxfp4: the routed experts in MXFP4 (make-model's safetensors form, gpt-oss's
   // _blocks / _scales), kept so on the device: the slot GEMVs for steps of <= gemv_max
@@ -324,7 +324,7 @@ TEST_P(CudaMoeLowbitGemm, MatchesTheDequantizedGemmPath) {
   CudaRunnerOptions go = small_options(0);
   if (lc.gguf) go.quantized_weights = QuantizedWeights::kOn;
   auto lowbit = CudaModelRunner::open(o.out, ctx_new, go);
-  go.moe_lowbit_gemm = false;
+  go.kernels.moe_lowbit_gemm = false;
   auto dequant = CudaModelRunner::open(o.out, ctx_old, go);
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(lowbit->moe_lowbit_gemm()) << lowbit->weight_format();

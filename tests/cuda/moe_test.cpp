@@ -196,7 +196,7 @@ using moe_vs_cpu::kRowErrP90;
 
 struct ModelCase {
   const char *arch;
-  // CudaRunnerOptions::moe_gemv_max_tokens. 64, "mixed": the 29-token prefill and every
+  // CudaKernelChoices::moe_gemv_max_tokens. 64, "mixed": the 29-token prefill and every
   // decode step on the GEMVs, the 404-token batched prefill on the GEMMs; 0: all on the
   // GEMMs (no graphs); 1 << 20: all on the GEMVs.
   int gemv_max;
@@ -233,7 +233,7 @@ TEST_P(CudaMoeVsCpu, PromptLogprobsAndGreedyAloneAndBatchedWith31) {
   opts.max_seqs = 32;
   opts.max_logits_rows = 64;
   opts.max_model_len = 1024;
-  opts.moe_gemv_max_tokens = mc.gemv_max;
+  opts.kernels.moe_gemv_max_tokens = mc.gemv_max;
   auto gpu = CudaModelRunner::open(dir, cctx, opts);
   ExecContext xctx(2);
   auto cpu = cpu::CpuModelRunner::open(dir, xctx, {256, 16});

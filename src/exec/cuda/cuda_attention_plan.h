@@ -18,7 +18,7 @@ struct AttentionPathConfig {
   std::int32_t flash_tile_q = 1;     // queries per flash tile
   int num_sms = 1;                   // the device's SMs: the grid split-K aims to fill
   std::int32_t partial_entries = 0;  // split-K scratch entries (tiles x kv heads x splits)
-  int split_cap = 0;                 // CudaRunnerOptions::attn_split_cap; 0: none
+  int split_cap = 0;                 // CudaKernelChoices::attn_split_cap; 0: none
   std::int64_t num_kv_heads = 1;
   std::int64_t window = 0;  // sliding window; 0: none
   // Where layers attend within different windows (gpt-oss alternates a sliding window

@@ -34,6 +34,7 @@
 #include "exec/cuda/cuda_attention_plan.h"
 #include "exec/cuda/cuda_context.h"
 #include "exec/cuda/cuda_graph.h"
+#include "exec/cuda/cuda_kernel_choices.h"
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
 #include "exec/cuda/gemm.h"
@@ -75,23 +76,9 @@ struct CudaRunnerOptions {
   bool cuda_graphs = true;
   // Prefill tiles on the tensor cores (head_dim 64/128); off: the general CUDA-core kernel.
   bool flash_attention = true;
-  // Linear layers of steps with at most this many token rows on the GEMV kernel instead
-  // of cuBLASLt (Gemm::set_gemv_max_m; 0: always cuBLASLt). 1: on the H200 the GEMV kernel
-  // is 1.01-1.22x cuBLASLt at M = 1 on the 8B shapes, slower at M >= 2 for large N.
-  int gemv_max_m = 1;
-  // Decode and verify steps with at most this many token rows (capped at kFusedGemvMaxM and
-  // by shared memory) run the fused kernels of k_decode_fused.h (cuda_runner_fused.cpp):
-  // 6-7 launches per layer instead of 10-11. 0: off. From 2 rows on their GEMV runs on the
-  // tensor cores, about as fast at 8 rows as at 1 (H100, 8B: decode 2 / 4 / 8 seqs 314 /
-  // 557 / 1,078 -> 321 / 633 / 1,214 tok/s against a limit of 2; a 1 + 3 verify step
-  // 1.28x -> 1.16x the one-token step; bench/RESULTS.md).
-  int fused_decode_max_m = 8;
   // The fused kernels are launched with programmatic dependent launch (Hopper PDL): each
   // starts streaming its weights while the kernel before it drains. Off: plain launches.
   bool programmatic_launch = true;
-  // At most this many split-K parts for attention over the keys (decode with few
-  // sequences); 0: as many as fill the GPU (up to one per 64 keys).
-  int attn_split_cap = 0;
   // Scratch for forward_sample (about 4 x max_logits_rows x vocab x 4 bytes: 525 MB for
   // 256 rows of a 128k vocabulary). `keel engine --device cuda` turns it on.
   bool gpu_sampling = false;
@@ -102,57 +89,12 @@ struct CudaRunnerOptions {
   // yet). kAuto keeps them quantized only when the bf16 form would not fit
   // (keep_quantized_auto).
   QuantizedWeights quantized_weights = QuantizedWeights::kAuto;
-  // Mixture-of-experts layers of steps with at most this many token rows run their experts
-  // as gather-GEMVs that read the expert ids from device memory (a fixed launch shape, so
-  // decode graphs capture them); larger steps as one cuBLASLt GEMM per nonempty expert
-  // over its grouped rows, sized from a host copy of the group starts (eager only, so
-  // decode batches above this run without graphs). 0: always the GEMMs. 256 (not measured
-  // yet): a decode step on the GEMMs pays a host sync and up to 2 E launches per layer,
-  // while the GEMVs read an expert's weights once per 8 of its tokens.
-  int moe_gemv_max_tokens = 256;
-  // The same bound for low-bit experts (MXFP4, FP8, GGUF), whose slot GEMVs read an expert
-  // once per (token, expert) pair, not once per 8 of its tokens: past about 8 E / k tokens a
-  // step, dequantizing the step's experts to bf16 for the grouped GEMM reads fewer bytes.
-  // -1: min(moe_gemv_max_tokens, E / k) where the experts run above it as the grouped GEMM
-  // that decodes their blocks in shared memory (k_moe_grouped_lowbit.h), reading each
-  // active expert once per step (measured: cuda_runner_moe.cpp); min(.., 8 E / k) where
-  // they are dequantized to bf16 for it instead (moe_lowbit_gemm off, or shapes it does
-  // not take).
-  int moe_lowbit_gemv_max_tokens = -1;
-  // Above moe_gemv_max_tokens, the experts run as one grouped GEMM launch per matrix
-  // (launch_moe_grouped_gemm: sizes from device memory, no host wait) where the shapes
-  // allow; off: one cuBLASLt GEMM per nonempty expert after a host read of the group starts.
-  bool moe_grouped_gemm = true;
-  // The grouped GEMM's row tile (the groups' padding): 16, 32 or 64; 0 picks per step by
-  // the mean group size (moe_gemm_tile_rows: 16 up to 16 rows an expert, 32 up to 32).
-  int moe_gemm_rows = 0;
-  // false: low-bit experts above the GEMV bound are dequantized to a bf16 scratch and run
-  // the bf16 grouped GEMM, as before the low-bit GEMM existed (cuda_bench's comparison).
-  bool moe_lowbit_gemm = true;
-  // The fused MoE decode's down kernel with the k experts of a column split over warps
-  // (MoeDecodeParams::split_down): not measured yet, so off.
-  bool moe_split_down = false;
-  // Kernel variants of the fused GEMV, for cuda_bench's comparisons only
-  // (FusedGemvParams::mma and max_waves): -1 / 0 are the kernels' own choices.
-  int fused_gemv_mma = -1;
-  int fused_gemv_waves = 0;
-  // GGUF blocks kept quantized: steps of at least this many rows (and at most kQgemvMaxM)
-  // run the integer-dot GEMV of K-quant weights on its tensor-core kernel
-  // (QgemvParams::mma, qgemv_use_mma), on the fused decode path and in run_linear; fewer
-  // rows and Q8_0 / Q4_0 on its dp4a kernel. kQgemvMmaOff: dp4a everywhere. The default
-  // was measured (k_qgemv.h: 8B Q4_K_M decode at 8 seqs 1.4x dp4a's).
-  int qgemv_mma_min_m = kQgemvMmaDefaultMinM;
-  // GGUF blocks kept quantized: steps of kQgemvMaxM < M <= this many rows run the integer
-  // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
-  // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).
-  int qgemm_max_m = kQgemmDefaultMaxM;
-  // Multi-head latent attention: steps of at most this many token rows (decode buckets,
-  // verify steps, small prefills) run the split-K tensor-core kernel (k_mla_split.cu);
-  // larger steps, and 0 (for A/B measurement and tests), the simple kernel.
-  int mla_split_max_rows = 256;
   // The random-weights constructor only: routed experts stacked in MXFP4 (gpt-oss's
   // release format) instead of bf16, as a model file with MXFP4 experts loads.
   bool random_experts_mxfp4 = false;
+  // Which kernel runs which step: the measured defaults, which cuda_bench and the tests
+  // change to compare kernel variants (cuda_kernel_choices.h).
+  CudaKernelChoices kernels;
 };
 
 // launch_sample's row for `row` (the index names it in errors), its penalty entries --
@@ -401,10 +343,10 @@ class CudaModelRunner : public ModelRunner {
   bool flash_ = false;                          // the flash kernel runs multi-query tiles
   std::int32_t flash_tile_q_ = 1;               // query tokens per flash tile
   int fused_max_m_ = 0;                         // steps of <= this many rows take the fused kernels
-  int fused_mma_ = -1, fused_waves_ = 0;        // CudaRunnerOptions::fused_gemv_mma / _waves
-  int qgemv_mma_min_m_ = kQgemvMmaDefaultMinM;  // CudaRunnerOptions::qgemv_mma_min_m
+  int fused_mma_ = -1, fused_waves_ = 0;        // CudaKernelChoices::fused_gemv_mma / _waves
+  int qgemv_mma_min_m_ = kQgemvMmaDefaultMinM;  // CudaKernelChoices::qgemv_mma_min_m
   bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
-  int split_cap_ = 0;  // CudaRunnerOptions::attn_split_cap
+  int split_cap_ = 0;  // CudaKernelChoices::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers
   StepProfiler profiler_;
   bool graphs_enabled_ = true;
@@ -447,7 +389,7 @@ class CudaModelRunner : public ModelRunner {
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
   int moe_gemv_max_ = 0;
   bool moe_grouped_ = false;      // the GEMM path runs launch_moe_grouped_gemm
-  bool moe_split_down_ = false;   // CudaRunnerOptions::moe_split_down
+  bool moe_split_down_ = false;   // CudaKernelChoices::moe_split_down
   DeviceBuffer moe_logits_;       // [T, E] f32
   DeviceBuffer moe_ids_;          // [S] i32
   DeviceBuffer moe_weights_;      // [S] f32
@@ -479,7 +421,7 @@ class CudaModelRunner : public ModelRunner {
   std::size_t moe_gu_stride_ = 0, moe_down_stride_ = 0;  // bytes per expert
   DeviceBuffer moe_gu32_;         // [min(T, moe_gemv_max_) k, 2 Ie] f32: the slot GEMV's sums
   DeviceBuffer moe_wscratch_;     // [E, 2 Ie, H] bf16: one matrix's dequantized experts
-  int moe_gemm_rows_ = 0;         // CudaRunnerOptions::moe_gemm_rows
+  int moe_gemm_rows_ = 0;         // CudaKernelChoices::moe_gemm_rows
   bool moe_lowbit_gemm_ = false;  // low-bit experts on launch_moe_grouped_gemm_lowbit
   // Layer L's experts for launch_moe_grouped_gemm_lowbit: gate|up, or (down) down.
   MoeLowbitWeights lowbit_weights(const Layer &L, bool down) const;

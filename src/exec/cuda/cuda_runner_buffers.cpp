@@ -61,15 +61,15 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
            flash_attention_supported(static_cast<int>(nh_), static_cast<int>(nkv_),
                                      static_cast<int>(hd_));
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
-  gemm_.set_gemv_max_m(opts.gemv_max_m);
-  qgemv_mma_min_m_ = opts.qgemv_mma_min_m;
+  gemm_.set_gemv_max_m(opts.kernels.gemv_max_m);
+  qgemv_mma_min_m_ = opts.kernels.qgemv_mma_min_m;
   gemm_.set_qgemv_mma_min_m(qgemv_mma_min_m_);
-  gemm_.set_qgemm_max_m(opts.qgemm_max_m);
+  gemm_.set_qgemm_max_m(opts.kernels.qgemm_max_m);
   // The fused path stages M rows of H bf16 in shared memory (and of nh hd and I on the CUDA
   // cores).
-  fused_max_m_ = std::clamp(opts.fused_decode_max_m, 0, kFusedGemvMaxM);
-  fused_mma_ = opts.fused_gemv_mma;
-  fused_waves_ = std::max(0, opts.fused_gemv_waves);
+  fused_max_m_ = std::clamp(opts.kernels.fused_decode_max_m, 0, kFusedGemvMaxM);
+  fused_mma_ = opts.kernels.fused_gemv_mma;
+  fused_waves_ = std::max(0, opts.kernels.fused_gemv_waves);
   // Every step of today's plans has a fused kernel; a plan with other steps (a
   // mixture-of-experts block) runs unfused until the fused path learns them.
   for (const arch::LayerPlan &p : plans_)
@@ -113,7 +113,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
     dequant_scratch_ = DeviceBuffer(scratch);
   }
   pdl_ = opts.programmatic_launch && ctx_.features().programmatic_launch;  // sm_90+
-  split_cap_ = std::max(0, opts.attn_split_cap);
+  split_cap_ = std::max(0, opts.kernels.attn_split_cap);
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;

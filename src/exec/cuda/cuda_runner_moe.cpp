@@ -35,15 +35,15 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_E_ = m.num_experts;
   moe_k_ = m.top_k;
   moe_I_ = m.expert_intermediate;
-  moe_gemv_max_ = std::max(0, opts.moe_gemv_max_tokens);
-  moe_split_down_ = opts.moe_split_down;
-  moe_grouped_ = opts.moe_grouped_gemm &&
+  moe_gemv_max_ = std::max(0, opts.kernels.moe_gemv_max_tokens);
+  moe_split_down_ = opts.kernels.moe_split_down;
+  moe_grouped_ = opts.kernels.moe_grouped_gemm &&
                  moe_grouped_gemm_supported(static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
                  moe_grouped_gemm_supported(static_cast<int>(H_), static_cast<int>(moe_I_));
-  moe_gemm_rows_ = moe_gemm_rows_valid(opts.moe_gemm_rows) ? opts.moe_gemm_rows : 0;
+  moe_gemm_rows_ = moe_gemm_rows_valid(opts.kernels.moe_gemm_rows) ? opts.kernels.moe_gemm_rows : 0;
   // Low-bit experts decoded inside the grouped GEMM where every sparse layer's shapes and
   // formats allow it (the layers share formats and strides: checking each is cheap).
-  moe_lowbit_gemm_ = experts_lowbit() && moe_grouped_ && opts.moe_lowbit_gemm;
+  moe_lowbit_gemm_ = experts_lowbit() && moe_grouped_ && opts.kernels.moe_lowbit_gemm;
   for (std::int64_t l = 0; l < config_.num_layers && moe_lowbit_gemm_; ++l) {
     if (!m.sparse(l)) continue;
     const Layer &L = layers_[static_cast<std::size_t>(l)];
@@ -62,8 +62,8 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   if (experts_lowbit()) {
     const std::int64_t slots_per_expert = moe_lowbit_gemm_ ? 1 : 8;
     moe_gemv_max_ =
-        opts.moe_lowbit_gemv_max_tokens >= 0
-            ? opts.moe_lowbit_gemv_max_tokens
+        opts.kernels.moe_lowbit_gemv_max_tokens >= 0
+            ? opts.kernels.moe_lowbit_gemv_max_tokens
             : static_cast<int>(std::min<std::int64_t>(
                   moe_gemv_max_, slots_per_expert * moe_E_ / std::max<std::int64_t>(1, moe_k_)));
   }

@@ -13,7 +13,7 @@
 //             launch shape, so CUDA graphs capture it);
 //             many -- launch_moe_gather, launch_moe_grouped_gemm (gate|up), launch_moe_act,
 //             launch_moe_grouped_gemm (down): sized from device memory (or, with
-//             CudaRunnerOptions::moe_grouped_gemm off, per-expert cuBLASLt GEMMs after the
+//             CudaKernelChoices::moe_grouped_gemm off, per-expert cuBLASLt GEMMs after the
 //             host reads the group starts)
 //   (decode steps of <= 2 rows on the fused path: k_moe_decode.h instead of all of this)
 //   launch_moe_combine: y[t] = sum_j weight[t, j] * out[row of (t, j)]  (expert order)

@@ -48,7 +48,7 @@ struct MoeDecodeParams {
   unsigned *counter = nullptr;
   bool pdl = false;
   // launch_moe_decode_down: the k experts of a column split over warps (a variant not yet
-  // measured against the warp-per-column default; CudaRunnerOptions::moe_split_down).
+  // measured against the warp-per-column default; CudaKernelChoices::moe_split_down).
   bool split_down = false;
 };
 

@@ -21,7 +21,7 @@
 
 namespace keel::cuda {
 
-// The runner's default largest M for the GEMM (CudaRunnerOptions::qgemm_max_m); larger steps
+// The runner's default largest M for the GEMM (CudaKernelChoices::qgemm_max_m); larger steps
 // (prefill, large decode batches) dequantize to bf16 and run cuBLASLt. Measured on the H200
 // (session 19, bench/RESULTS.md): the GEMM alone against dequantize + cuBLAS, q6_k down
 // 4096x14336 at M = 16 / 64 / 256: 85.5 / 129.5 / 297 us against 80.5 / 83.7 / 93.7; the
