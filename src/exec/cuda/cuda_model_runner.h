@@ -14,7 +14,9 @@
 // cuda_runner_graphs.cpp (CUDA graphs), cuda_runner_layers.cpp (the eager layers),
 // cuda_runner_fused.cpp (the fused decode path), cuda_runner_moe.cpp (mixture-of-experts
 // layers, k_moe.h), cuda_runner_moe_route.cpp (their routing rules and shared expert),
-// cuda_step_profiler.h (profiling), cuda_sampling.cpp (device sampling).
+// cuda_runner_mla.cpp / cuda_runner_dsa.cpp (latent attention, GLM-5's indexer),
+// cuda_kernel_choices.h (which kernel runs which step), cuda_step_profiler.h (profiling),
+// cuda_sampling.cpp (device sampling).
 #pragma once
 
 #include <array>
