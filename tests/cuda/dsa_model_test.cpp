@@ -27,6 +27,7 @@
 #include "exec/cpu/cpu_model_runner.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "formats/make_model.h"
+#include "mla_vs_cpu.h"
 #include "model/model_harness.h"
 #include "moe_vs_cpu.h"
 #include "support/rewrite_safetensors.h"
@@ -38,62 +39,14 @@ using keel::test::BlockHandout;
 using keel::test::PagedSeq;
 using keel::test::run_step;
 using Logits = SequenceSlice::Logits;
-constexpr int kBlocks = 512, kBs = 16;
+using mla_vs_cpu::kBlocks;
+using mla_vs_cpu::kBs;
+CudaRunnerOptions dsa_options() { return mla_vs_cpu::options(); }
 
-CudaRunnerOptions dsa_options() {
-  CudaRunnerOptions o;
-  o.block_size = kBs;
-  o.num_kv_blocks = kBlocks;
-  o.max_batch_tokens = 1024;
-  o.max_seqs = 32;
-  o.max_logits_rows = 128;
-  o.max_model_len = 1024;
-  return o;
-}
-
-void expect_row_bounds(moe_vs_cpu::RowErrors &e, std::size_t min_rows, const char *what) {
-  std::vector<double> &r = e.rows;
-  ASSERT_GE(r.size(), min_rows) << what;
-  std::sort(r.begin(), r.end());
-  const double median = r[r.size() / 2], p90 = r[r.size() * 9 / 10];
-  EXPECT_LT(median, moe_vs_cpu::kRowErrMedian) << what;
-  EXPECT_LT(p90, moe_vs_cpu::kRowErrP90) << what;
-  std::printf(
-      "cuda glm_moe_dsa vs cpu, %s: %zu rows (%d decisive), row error median %.3g, p90 %.3g, "
-      "worst %.3g; worst top-20 |logprob error| %.3g\n",
-      what, r.size(), e.decisive, median, p90, r.back(), e.worst);
-}
-
-class CudaDsaVsCpu : public ::testing::Test {
+// A tiny glm_moe_dsa written by make_model, removed when the test ends.
+class CudaDsaVsCpu : public mla_vs_cpu::Fixture {
  protected:
-  void SetUp() override {
-    KEEL_REQUIRE_CUDA_DEVICE();
-    dir_ = std::filesystem::temp_directory_path() /
-           ("keel-cuda-dsa-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir_);
-    MakeModelOptions o;
-    o.arch = "glm_moe_dsa";
-    o.shape = "tiny";
-    o.seed = 5;
-    o.out = dir_;
-    o.threads = 2;
-    make_model(o);
-    cctx_ = std::make_unique<CudaContext>();
-    gpu_ = CudaModelRunner::open(dir_, *cctx_, dsa_options());
-    cpu_ = cpu::CpuModelRunner::open(dir_, xctx_, {kBlocks, kBs});
-    V_ = static_cast<int>(gpu_->config().vocab_size);
-  }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
-  std::filesystem::path dir_;
-  std::unique_ptr<CudaContext> cctx_;
-  ExecContext xctx_{2};
-  std::unique_ptr<CudaModelRunner> gpu_;
-  std::unique_ptr<cpu::CpuModelRunner> cpu_;
-  int V_ = 0;
+  CudaDsaVsCpu() : Fixture("glm_moe_dsa") {}
 };
 
 TEST_F(CudaDsaVsCpu, TinyConfigSelectsAndSharesAndTheRowHoldsTheIndexKey) {
@@ -187,78 +140,11 @@ TEST_F(CudaDsaVsCpu, LatentRowsMatchTheCpuStoreValueByValue) {
     }
 }
 
-// As CudaMlaVsCpu's: the first 32 tokens of a 45-token prompt cached, the rest in chunks of
-// 5 (every row's logits), then 3 decode steps, on the CPU and three ways on the GPU.
+// As CudaMlaVsCpu's (mla_vs_cpu.h): the first 32 tokens of a 45-token prompt cached, the
+// rest in chunks of 5 (every row's logits), then 3 decode steps, on the CPU and three ways on
+// the GPU.
 TEST_F(CudaDsaVsCpu, ChunkedPrefillAfterCachedPrefixCopiedAndRestored) {
-  constexpr int kLen = 45, kCached = 32;
-  const auto prompt = moe_vs_cpu::pseudo_prompt(7, kLen, V_);
-  BlockHandout gb(kBlocks, 21), cb(kBlocks, 22);
-  PagedSeq gwarm, cwarm;
-  gwarm.tokens.assign(prompt.begin(), prompt.begin() + kCached);
-  cwarm.tokens = gwarm.tokens;
-  moe_vs_cpu::RowErrors e;
-  {
-    auto go = run_step(*gpu_, gb, {{&gwarm, kCached, Logits::kLast}});
-    auto co = run_step(*cpu_, cb, {{&cwarm, kCached, Logits::kLast}});
-    moe_vs_cpu::compare(go, co, V_, "warm prefix", e);
-    if (HasFatalFailure()) return;
-  }
-  auto rest = [&](ModelRunner &r, BlockHandout &bh, PagedSeq seq) {
-    std::vector<ForwardOutput> outs;
-    seq.tokens = prompt;
-    for (int done = kCached; done < kLen;) {
-      const int k = std::min(5, kLen - done);
-      outs.push_back(run_step(r, bh, {{&seq, k, Logits::kAll}}));
-      done += k;
-    }
-    for (int step = 0; step < 3; ++step) {
-      seq.tokens.push_back(static_cast<TokenId>(3 + (step * 37 + 11) % (V_ - 3)));
-      outs.push_back(run_step(r, bh, {{&seq, 1, Logits::kLast}}));
-    }
-    return outs;
-  };
-  const auto cpu_outs = rest(*cpu_, cb, cwarm);
-  const auto computed = rest(*gpu_, gb, gwarm);
-  ASSERT_EQ(computed.size(), cpu_outs.size());
-  for (std::size_t i = 0; i < computed.size(); ++i) {
-    moe_vs_cpu::compare(computed[i], cpu_outs[i], V_, "chunk after cached prefix", e);
-    if (HasFatalFailure()) return;
-  }
-  expect_row_bounds(e, 16, "chunked after a cached prefix");
-
-  auto same = [&](const std::vector<ForwardOutput> &got, const char *what) {
-    ASSERT_EQ(got.size(), computed.size()) << what;
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      ASSERT_EQ(got[i].logits.size(), computed[i].logits.size()) << what << " step " << i;
-      double worst = 0;
-      for (std::size_t j = 0; j < got[i].logits.size(); ++j)
-        worst = std::max(worst, std::abs(double(got[i].logits[j]) - computed[i].logits[j]));
-      EXPECT_LT(worst, 1e-3) << what << " step " << i << ": max |logit diff| " << worst;
-    }
-  };
-  {
-    PagedSeq copied;
-    gb.ensure(copied, kCached, kBs);
-    ASSERT_EQ(copied.blocks.size(), gwarm.blocks.size());
-    for (std::size_t i = 0; i < copied.blocks.size(); ++i)
-      gpu_->kv().copy_block(gwarm.blocks[i], copied.blocks[i]);
-    copied.computed = kCached;
-    same(rest(*gpu_, gb, copied), "copy_block");
-  }
-  {
-    auto second = CudaModelRunner::open(dir_, *cctx_, dsa_options());
-    std::vector<std::byte> img(gpu_->kv().block_bytes());
-    for (const std::int32_t b : gwarm.blocks) {
-      gpu_->kv().save_block(b, img);
-      second->kv().load_block(b, img);
-    }
-    BlockHandout sb(kBlocks, 21);
-    PagedSeq moved = gwarm;
-    PagedSeq skip;
-    sb.ensure(skip, kCached, kBs);
-    ASSERT_EQ(skip.blocks, gwarm.blocks);
-    same(rest(*second, sb, moved), "save/load into a second runner");
-  }
+  chunked_prefill_after_cached_prefix_copied_and_restored();
 }
 
 TEST_F(CudaDsaVsCpu, MissingIndexerTensorIsRefusedByName) {
