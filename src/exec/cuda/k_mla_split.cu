@@ -23,6 +23,7 @@
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_cp_async.cuh"
 #include "exec/cuda/k_mla_rope.cuh"
 #include "exec/cuda/k_mla_split.h"
 #include "exec/cuda/k_mma.cuh"
@@ -71,14 +72,9 @@ std::size_t align256(std::size_t n) { return (n + 255) / 256 * 256; }
 __device__ __forceinline__ std::uint32_t smem_u32(const void *p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using async_copy::cp_async16;
+using async_copy::cp_async_commit;
+using async_copy::cp_async_wait;
 __device__ __forceinline__ std::uint32_t ld_u32(const bf16 *p) {
   return *reinterpret_cast<const std::uint32_t *>(p);
 }

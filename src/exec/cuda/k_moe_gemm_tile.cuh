@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "exec/cuda/k_cp_async.cuh"
 #include "exec/cuda/k_moe.h"
 
 namespace keel::cuda::moe_gemm {
@@ -17,19 +18,10 @@ namespace wmma = nvcuda::wmma;
 constexpr int kBN = 128, kThreads = 256, kStages = 3;
 constexpr int kCLd = kBN + 4;  // f32 epilogue staging row
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src));
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(a), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using async_copy::cp_async16;
+using async_copy::cp_async4;
+using async_copy::cp_async_commit;
+using async_copy::cp_async_wait;
 
 // The expert of the row tile at row0: the last whose group starts at or before row0 (the
 // groups are padded to the tile's rows, so the whole tile is in it).

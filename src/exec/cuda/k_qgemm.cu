@@ -27,6 +27,7 @@
 
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_cp_async.cuh"
 #include "exec/cuda/k_mma.cuh"
 #include "exec/cuda/k_qgemm.h"
 #include "exec/cuda/k_qgemv.h"
@@ -54,15 +55,9 @@ std::size_t smem_bytes(int kg, int cols) {
   return std::max(stages, reduce);
 }
 
-__device__ __forceinline__ void cp_async16(void *dst, const void *src) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
+using async_copy::cp_async16;
+using async_copy::cp_async_commit;
+using async_copy::cp_async_wait;
 
 // Exact for |c| < 2^22: 1.5 x 2^23 + c keeps c in the mantissa. An integer add and a float
 // subtract (full-rate pipes) instead of I2F (a quarter of the FMA rate on sm_80-sm_90).
