@@ -18,6 +18,12 @@ tests/model/test_cpu_mtp_fixtures.cpp.
         "rope_theta": 100.0, "rope_scaling": {"type": "yarn", "factor": 16.0,
         "original_max_position_embeddings": 32, "mscale": 30.0, "mscale_all_dim": 20.0}}' \
         > tests/fixtures/mtp/deepseek_v3_noqlora_tiny.json
+    keel make-model --arch glm_moe_dsa --shape tiny --layers 2 --mtp-layers 1 --dtype f32 \
+        --seed 13 --out /tmp/mtp_dsa
+    python3 scripts/ref/mtp_fixtures.py /tmp/mtp_dsa 13 '{"index_topk": 3, "rope_theta": 100.0,
+        "rope_scaling": {"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 40.0, "mscale_all_dim": 20.0}}' \
+        > tests/fixtures/mtp/glm_moe_dsa_tiny.json
 (The overrides exaggerate YaRN's attention factor and mscale and the rope's speed so that
 the attention, which random tiny weights leave nearly uniform, moves the logits: a wrong
 rope style or a missing scale fails the 1e-4 check by about 100x.)
@@ -38,7 +44,13 @@ x_{t+1},
   attention as transformers computes it, keys and values expanded through kv_b_proj, not
   absorbed: q via q_a / q_a_layernorm / q_b or q_proj, kv_a_proj_with_mqa, kv_a_layernorm,
   a decoupled rope part, interleaved with rope_interleave, YaRN with mscale when the config
-  has rope_scaling; then the grouped sigmoid MoE with e_score_correction_bias,
+  has rope_scaling; with GLM-5's DeepSeek Sparse Attention (index_topk) the layer's own
+  indexer scores the MTP positions so far, score(t, s) = sum_h w_h relu(q_h . k_s / sqrt(Di)),
+  q_h = rope(indexer.wq_b(q latent, normed)), k_s = rope(LayerNorm(indexer.wk h_s)) (eps
+  1e-6, with its bias; the rope over the first qk_rope_head_dim values), w =
+  indexer.weights_proj h / sqrt(Hi), and each query attends only to the index_topk best,
+  ties to the earlier position (all positions while there are no more than index_topk; the
+  override index_topk 3 makes most positions select); then the grouped sigmoid MoE with e_score_correction_bias,
   norm_topk_prob, routed_scaling_factor and shared experts),
   logits = shared_head.head(shared_head.norm(h')).
 The inputs (tokens, hidden rows) are drawn from a fixed LCG and written with the outputs:
@@ -135,7 +147,8 @@ class MlaRope:
         d = cfg["qk_rope_head_dim"]
         theta = cfg.get("rope_theta", 10000.0)
         self.d = d
-        self.interleave = cfg.get("rope_interleave", True)
+        # transformers' GLM-5 (and its indexer) always rotate pairs, whatever the config says.
+        self.interleave = cfg.get("rope_interleave", True) or cfg["model_type"] == "glm_moe_dsa"
         pos_freq = [theta ** (2 * i / d) for i in range(d // 2)]
         self.inv_freq = [1.0 / f for f in pos_freq]
         self.att = 1.0
@@ -199,6 +212,7 @@ class Mtp:
         theta = cfg.get("rope_theta", 10000.0)
         self.inv_freq = [1.0 / theta ** (2 * i / rot) for i in range(rot // 2)]
         self.keys, self.values = [], []  # per position: [G][D]
+        self.index_keys = []  # per position: the DSA indexer's key
         self.embed = get(self.p + "embed_tokens.weight") or get("model.embed_tokens.weight")
         self.head = get(self.p + "shared_head.head.weight") or get("lm_head.weight")
 
@@ -271,10 +285,12 @@ class Mtp:
             att += self.attend(qh[i], i // (H // G), 1.0 / math.sqrt(D))
         return att
 
-    def attend(self, q, head, scale):
-        """softmax(q . k_j * scale) over the positions j so far, times their values."""
-        keys = [k[head] for k in self.keys]
-        values = [v[head] for v in self.values]
+    def attend(self, q, head, scale, keep=None):
+        """softmax(q . k_j * scale) over the positions j so far (those in `keep` when given),
+        times their values."""
+        js = keep if keep is not None else range(len(self.keys))
+        keys = [self.keys[j][head] for j in js]
+        values = [self.values[j][head] for j in js]
         sc = [sum(a * b for a, b in zip(q, k)) * scale for k in keys]
         m = max(sc)
         ex = [math.exp(a - m) for a in sc]
@@ -291,12 +307,14 @@ class Mtp:
         nope, rope, vd, R = (cfg["qk_nope_head_dim"], cfg["qk_rope_head_dim"], cfg["v_head_dim"],
                              cfg["kv_lora_rank"])
         qk = nope + rope
+        qa = None
         if cfg.get("q_lora_rank"):
             qa = rmsnorm(matvec(self.w("self_attn.q_a_proj.weight"), h),
                          self.w("self_attn.q_a_layernorm.weight"), eps)
             q = matvec(self.w("self_attn.q_b_proj.weight"), qa)
         else:
             q = matvec(self.w("self_attn.q_proj.weight"), h)
+        keep = self.dsa_select(pos, h, qa) if cfg.get("index_topk") else None
         ckv = matvec(self.w("self_attn.kv_a_proj_with_mqa.weight"), h)
         c = rmsnorm(ckv[:R], self.w("self_attn.kv_a_layernorm.weight"), eps)
         k_pe = self.mla_rope(ckv[R:], pos)
@@ -312,8 +330,32 @@ class Mtp:
         for i in range(H):
             qh = q[i * qk:(i + 1) * qk]
             qh = qh[:nope] + self.mla_rope(qh[nope:], pos)
-            att += self.attend(qh, i, self.scaling)
+            att += self.attend(qh, i, self.scaling, keep)
         return att
+
+    def dsa_select(self, pos, h, qa):
+        """The positions the query at `pos` keeps (appends its own index key first)."""
+        cfg = self.cfg
+        Hi, Di, topk = cfg["index_n_heads"], cfg["index_head_dim"], cfg["index_topk"]
+        r = cfg["qk_rope_head_dim"]
+        k = matvec(self.w("self_attn.indexer.wk.weight"), h)
+        mean = sum(k) / Di
+        var = sum((v - mean) ** 2 for v in k) / Di
+        inv = 1.0 / math.sqrt(var + 1e-6)
+        k = [(v - mean) * inv * a + b for v, a, b in
+             zip(k, self.w("self_attn.indexer.k_norm.weight"), self.w("self_attn.indexer.k_norm.bias"))]
+        self.index_keys.append(self.mla_rope(k[:r], pos) + k[r:])
+        if pos + 1 <= topk:
+            return None
+        q = matvec(self.w("self_attn.indexer.wq_b.weight"), qa)
+        qh = [q[i * Di:(i + 1) * Di] for i in range(Hi)]
+        qh = [self.mla_rope(a[:r], pos) + a[r:] for a in qh]
+        w = [v / math.sqrt(Hi) for v in matvec(self.w("self_attn.indexer.weights_proj.weight"), h)]
+        score = []
+        for key in self.index_keys:
+            score.append(sum(w[i] * max(0.0, sum(a * b for a, b in zip(qh[i], key)) / math.sqrt(Di))
+                             for i in range(Hi)))
+        return sorted(sorted(range(pos + 1), key=lambda j: (-score[j], j))[:topk])
 
     def step(self, pos, hidden, token, chained=False):
         """One position; appends its K/V (positions must come in order). `hidden` is the

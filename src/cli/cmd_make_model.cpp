@@ -58,9 +58,10 @@ int cmd_make_model(int argc, char **argv) {
   app.add_option("--experts", experts, "MoE: experts per layer (overrides the shape)");
   app.add_option("--experts-per-tok", experts_per_tok, "MoE: experts chosen per token");
   app.add_option("--moe-intermediate", moe_intermediate, "MoE: one expert's MLP width");
-  app.add_option("--mtp-layers", o.mtp_layers,
-                 "glm4_moe or deepseek_v3 (safetensors): multi-token-prediction layers "
-                 "after the decoder layers, for --speculative mtp (default 0)");
+  app.add_option(
+      "--mtp-layers", o.mtp_layers,
+      "glm4_moe, deepseek_v3 or glm_moe_dsa (safetensors): multi-token-prediction layers "
+      "after the decoder layers, for --speculative mtp (default 0)");
   std::int64_t q_lora_rank = 0;
   app.add_option("--q-lora-rank", q_lora_rank,
                  "deepseek_v3: the q latent's rank (overrides the shape; 0: a plain q_proj)");

@@ -349,11 +349,11 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
   if (o.mtp_layers != 0) {
     if (o.mtp_layers < 0 || o.mtp_layers > 4)
       throw Error(ErrorCode::kInvalidArgument, "--mtp-layers: expected 0 to 4");
-    if ((c.arch != Arch::kGlm4Moe && c.arch != Arch::kDeepseekV3) || o.gguf ||
-        o.dtype == DType::kF8_E4M3 || o.dtype == DType::kMXFP4)
-      throw Error(
-          ErrorCode::kInvalidArgument,
-          "--mtp-layers: glm4_moe or deepseek_v3 safetensors (f32, f16, bf16) only for now");
+    if ((c.arch != Arch::kGlm4Moe && c.arch != Arch::kDeepseekV3 && c.arch != Arch::kGlmMoeDsa) ||
+        o.gguf || o.dtype == DType::kF8_E4M3 || o.dtype == DType::kMXFP4)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--mtp-layers: glm4_moe, deepseek_v3 or glm_moe_dsa safetensors (f32, f16, "
+                  "bf16) only for now");
     c.moe->nextn_predict_layers = o.mtp_layers;
   }
   if (dtype_is_quantized(o.dtype)) {

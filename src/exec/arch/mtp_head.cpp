@@ -38,11 +38,6 @@ MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const Tenso
     throw Error(ErrorCode::kUnsupported,
                 std::string(arch_name(cfg.arch)) +
                     ": the model has no MTP layer (num_nextn_predict_layers is 0)");
-  if (cfg.mla && cfg.mla->dsa())
-    throw Error(ErrorCode::kUnsupported,
-                std::string(arch_name(cfg.arch)) +
-                    ": MTP drafting with DeepSeek Sparse Attention is not built yet (the MTP "
-                    "layer would need its own indexer)");
   const std::int64_t hidden = cfg.hidden_size, V = cfg.vocab_size;
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   enorm_ = need_vector(lookup, p + "enorm.weight", hidden);
@@ -109,7 +104,9 @@ void MtpHead::gqa_block(MtpCache &cache, float *x, std::int64_t n, const std::in
 void MtpHead::mla_block(MtpCache &cache, float *x, std::int64_t n, const std::int32_t *pos,
                         ExecContext &ctx) {
   const std::int64_t row = cache_row_floats();
-  std::vector<std::vector<std::int32_t>> selection(static_cast<std::size_t>(n));  // (no DSA)
+  // GLM-5's layer selects with its own indexer (bound by bind_mla_layer: a layer past the
+  // decoder's is never a "shared" one) over this cache's index keys; empty without DSA.
+  std::vector<std::vector<std::int32_t>> selection(static_cast<std::size_t>(n));
   MlaLayerStep step(
       cfg_, rope_, n, pos,
       [&](std::int64_t, std::int32_t p) { return cache.rows.data() + p * row; }, ctx.workspace());

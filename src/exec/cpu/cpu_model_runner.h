@@ -52,8 +52,8 @@ class CpuModelRunner final : public ModelRunner {
   void forward_sample(const ForwardBatch &batch, std::span<const DeviceSampleRow> rows,
                       ForwardOutput &out) override;
 
-  // The MTP layer of GLM-4.5 or DeepSeek-V3 / Kimi K2 (exec/arch/mtp_head.h); GLM-5's
-  // (DSA) and tensor-parallel ranks refuse by name for now.
+  // The MTP layer of GLM-4.5, DeepSeek-V3 / Kimi K2 or GLM-5 (exec/arch/mtp_head.h);
+  // tensor-parallel ranks refuse by name for now.
   // A second model on this runner's ExecContext (a draft model).
   std::unique_ptr<ModelRunner> open_sibling(const std::filesystem::path &path,
                                             std::int32_t num_blocks) override;
