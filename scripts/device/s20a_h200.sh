@@ -75,4 +75,8 @@ stamp "in-process: cuda_bench deepseek-v3 4 layers"
 timeout "$(cap 60)" "$B/cuda_bench" --model deepseek-v3 --layers 4 --seqs 1,64 --decode-steps 32 \
   >"$out/dsv3_4l.log" 2>&1; echo "exit $?"
 grep -E '^\||roofline|prefill' "$out/dsv3_4l.log" | grep -v '^|--' | head -16
+stamp "in-process: the same, profiled (where prefill and decode time goes)"
+timeout "$(cap 50)" "$B/cuda_bench" --model deepseek-v3 --layers 4 --seqs 64 --decode-steps 16 \
+  --no-long-prefill --profile >"$out/dsv3_4l_profile.log" 2>&1; echo "exit $?"
+grep -E '^\|' "$out/dsv3_4l_profile.log" | grep -v '^|--' | head -16
 stamp done
