@@ -11,10 +11,11 @@
 // Registers are sized to the group (template GT for G = 1, 2, 4, 8): held for 8 heads
 // with run-time guards the kernel needed 124 registers at head_dim 128 (4 blocks per SM)
 // and ran at half the speed on the H200 (other group sizes still take that path, GT 0).
-// Staging K and V (kKSmem, kVStage) instead of each lane loading its own K row from
+// Staging K and V in shared memory instead of each lane loading its own K row from
 // global memory (32 different 128-byte lines per load instruction) and the P.V loop
 // loading V rows 8 keys at a time: 8B decode on the H200, 64 seqs 7,384-7,473 ->
-// 8,174-8,212 tok/s, 256 seqs 15,040 -> 18,250, batch 1 177 -> 184 (bench/RESULTS.md).
+// 8,174-8,212 tok/s, 256 seqs 15,040 -> 18,250, batch 1 177 -> 184 (bench/RESULTS.md;
+// the direct-load variants were deleted after that measurement).
 // Split-K is merged by the last split block of each (tile, kv head) (split_counters): at
 // batch 1 the separate combine kernel took 8 us of each 8B layer's ~150 (ncu).
 #include <cfloat>
@@ -34,20 +35,11 @@ constexpr int kMaxGroup = 8;  // query heads per kv head held in registers
 
 // K rows of a warp's 32-key chunk go to shared memory by cooperative cp.async (each
 // instruction copies 32 / (head_dim / 8) whole rows in 16-byte pieces), then lane l
-// scores key l from there. Loading its own row straight from global memory, each lane's
+// scores key l from there: loading its own row straight from global memory, each lane's
 // 16-byte load touched a different 128-byte line (32 lines per instruction); the copy
-// touches 2-8 per instruction. 0: the direct loads (kept for A/B builds).
-#ifndef KEEL_DECODE_K_SMEM
-#define KEEL_DECODE_K_SMEM 1
-#endif
-constexpr bool kKSmem = KEEL_DECODE_K_SMEM != 0;
-// With kKSmem: once scored, the K rows' space takes the chunk's V rows the same way,
-// copied while the softmax runs, and P.V reads them from shared memory (no per-key
-// offset shuffle, no chain of dependent global loads). 0: V rows read from global memory.
-#ifndef KEEL_DECODE_V_STAGE
-#define KEEL_DECODE_V_STAGE 1
-#endif
-constexpr bool kVStage = kKSmem && KEEL_DECODE_V_STAGE != 0;
+// touches 2-8 per instruction. Once scored, the K rows' space takes the chunk's V rows
+// the same way, copied while the softmax runs, and P.V reads them from shared memory (no
+// per-key offset shuffle, no chain of dependent global loads).
 
 __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
   const auto d = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst));
@@ -120,13 +112,13 @@ __device__ void merge_splits(const AttnParams &p, std::int64_t slot0, int G, int
 }
 
 // Shared memory: q [kMaxGroup][HD] f32 | m, l [kWarps][kMaxGroup][2] f32 | a region
-// holding the warps' K rows [kWarps][32][HD + 8] bf16 (kKSmem; the +8 keeps the lanes'
+// holding the warps' K (then V) rows [kWarps][32][HD + 8] bf16 (the +8 keeps the lanes'
 // 16-byte row reads conflict-free) during the key loop and their partial outputs
 // [kWarps][kMaxGroup][HD] f32 at the end.
 template <int HD>
 constexpr std::size_t decode_smem_bytes() {
   const std::size_t o = sizeof(float) * kWarps * kMaxGroup * HD;
-  const std::size_t k = kKSmem ? sizeof(bf16) * kWarps * 32 * (HD + 8) : 0;
+  const std::size_t k = sizeof(bf16) * kWarps * 32 * (HD + 8);
   return sizeof(float) * (kMaxGroup * HD + kWarps * kMaxGroup * 2) + (o > k ? o : k);
 }
 
@@ -181,28 +173,25 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
     float s[GM];
 #pragma unroll
     for (int g = 0; g < GM; ++g) s[g] = 0.0f;
-    // Each lane resolves its key's page once; the row copies (or, without staging, the
-    // P.V loop) take a row's offset from the owning lane by shuffle.
+    // Each lane resolves its key's page once; the row copies take a row's offset from the
+    // owning lane by shuffle.
     std::int64_t k_off = 0, v_off = 0;
     if (key < k_end) {
       const std::int32_t block = p.block_table[tile.block_offset + key / bs];
       k_off = p.layout.offset(block, p.layer, 0, key % bs) + head_off;
       v_off = k_off + std::int64_t(bs) * p.layout.slot_elems();
     }
-    const uint4 *kr = reinterpret_cast<const uint4 *>(p.cache + k_off);
-    if constexpr (kKSmem) {
-      constexpr int RPI = 32 / VEC;  // rows per copy instruction
-      const int sub = lane / VEC, piece = lane % VEC;
+    constexpr int RPI = 32 / VEC;  // rows per copy instruction
+    const int sub = lane / VEC, piece = lane % VEC;
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const int kk = i * RPI + sub;
-        const std::int64_t off = __shfl_sync(0xffffffffu, k_off, kk);
-        if (cbase + kk < k_end) cp_async16(k_w + kk * KS + piece * 8, p.cache + off + piece * 8);
-      }
-      cp_async_wait_all();
-      __syncwarp();  // every row of the chunk has landed
-      kr = reinterpret_cast<const uint4 *>(k_w + lane * KS);
+    for (int i = 0; i < VEC; ++i) {
+      const int kk = i * RPI + sub;
+      const std::int64_t off = __shfl_sync(0xffffffffu, k_off, kk);
+      if (cbase + kk < k_end) cp_async16(k_w + kk * KS + piece * 8, p.cache + off + piece * 8);
     }
+    cp_async_wait_all();
+    __syncwarp();  // every row of the chunk has landed
+    const uint4 *kr = reinterpret_cast<const uint4 *>(k_w + lane * KS);
     if (key < k_end) {
 #pragma unroll
       for (int v = 0; v < VEC; ++v) {
@@ -226,16 +215,12 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
         }
       }
     }
-    if constexpr (kVStage) {
-      __syncwarp();  // every lane has read its K row
-      constexpr int RPI = 32 / VEC;
-      const int sub = lane / VEC, piece = lane % VEC;
+    __syncwarp();  // every lane has read its K row
 #pragma unroll
-      for (int i = 0; i < VEC; ++i) {
-        const int kk = i * RPI + sub;
-        const std::int64_t off = __shfl_sync(0xffffffffu, v_off, kk);
-        if (cbase + kk < k_end) cp_async16(k_w + kk * KS + piece * 8, p.cache + off + piece * 8);
-      }
+    for (int i = 0; i < VEC; ++i) {
+      const int kk = i * RPI + sub;
+      const std::int64_t off = __shfl_sync(0xffffffffu, v_off, kk);
+      if (cbase + kk < k_end) cp_async16(k_w + kk * KS + piece * 8, p.cache + off + piece * 8);
     }
     const int n_keys = min(32, k_end - cbase);
     float pr[GM];
@@ -257,14 +242,11 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
       }
     }
     // P.V: lane owns dimensions [lane * DPL, lane * DPL + DPL) of every head.
-    if constexpr (kVStage) {
-      cp_async_wait_all();
-      __syncwarp();  // every V row of the chunk has landed
-    }
+    cp_async_wait_all();
+    __syncwarp();  // every V row of the chunk has landed
 #pragma unroll 8
     for (int kk = 0; kk < n_keys; ++kk) {
-      const bf16 *vr = kVStage ? k_w + kk * KS + lane * DPL
-                               : p.cache + __shfl_sync(0xffffffffu, v_off, kk) + lane * DPL;
+      const bf16 *vr = k_w + kk * KS + lane * DPL;
       float vf[DPL];
       if constexpr (DPL == 2) {
         const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(vr));
@@ -291,11 +273,11 @@ __global__ void __launch_bounds__(kThreads) decode_attention_kernel(AttnParams p
         }
       }
     }
-    if constexpr (kKSmem) __syncwarp();  // rows read before the next chunk's copies
+    __syncwarp();  // rows read before the next chunk's copies
   }
 
   // Merge the 4 warps' partial softmax states (o_s overlaps the warps' K rows).
-  if constexpr (kKSmem) __syncthreads();
+  __syncthreads();
 #pragma unroll
   for (int g = 0; g < GM; ++g) {
     if (g < G) {
