@@ -24,7 +24,7 @@
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|gpt-oss-20b|gpt-oss-120b
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
-//     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off] [--moe-split-down on|off]
+//     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off]
 //     [--moe-lowbit-gemm on|off] (off: low-bit experts dequantized to bf16 for the grouped GEMM)
 //     [--moe-gemm-rows 0|16|32|64] (the grouped GEMM's row tile; 0 picks it by the step)
 //     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
@@ -720,7 +720,6 @@ int run(int argc, char **argv) {
   int moe_gemv_max = cuda::CudaRunnerOptions{}.kernels.moe_gemv_max_tokens;
   int moe_lowbit_gemv_max = cuda::CudaRunnerOptions{}.kernels.moe_lowbit_gemv_max_tokens;
   bool moe_grouped = true;           // --moe-grouped on|off: the experts' grouped GEMM for prefill
-  bool moe_split_down = false;       // --moe-split-down on|off: fused MoE decode's down variant
   int context = 0;                   // --context N: GLM-5's long-context decode (DSA vs dense)
   std::string attention = "both";    // --attention both|dsa|dense (with --context)
   bool moe_lowbit_gemm = true;       // --moe-lowbit-gemm on|off: low-bit tiles decoded in the GEMM
@@ -801,8 +800,6 @@ int run(int argc, char **argv) {
       moe_lowbit_gemv_max = std::stoi(val());
     else if (a == "--moe-grouped")
       moe_grouped = val() == "on";
-    else if (a == "--moe-split-down")
-      moe_split_down = val() == "on";
     else if (a == "--moe-lowbit-gemm")
       moe_lowbit_gemm = val() == "on";
     else if (a == "--moe-gemm-rows")
@@ -840,7 +837,6 @@ int run(int argc, char **argv) {
   o.kernels.moe_gemv_max_tokens = moe_gemv_max;
   o.kernels.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
   o.kernels.moe_grouped_gemm = moe_grouped;
-  o.kernels.moe_split_down = moe_split_down;
   o.kernels.moe_lowbit_gemm = moe_lowbit_gemm;
   o.kernels.moe_gemm_rows = moe_gemm_rows;
   if (context > 0) {

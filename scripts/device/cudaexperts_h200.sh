@@ -6,8 +6,8 @@
 # on the device) decode at 1 / 2 / 4 / 32 sequences and prefill 512 / 8192 on the default
 # path (MoE decode on the fused kernels for <= 2 rows), the old unfused decode for A/B
 # (--fused-max-m 0), prefill on the per-expert cuBLASLt GEMMs (--moe-grouped off), the
-# fused MoE decode at 4 rows, the down kernel split over warps (--moe-split-down on), and
-# with a budget >= 150 ncu per-kernel times of batch-1 decode. About 25 s of GPU time
+# fused MoE decode at 4 rows (the down kernel split over warps, --moe-split-down on, ran
+# here too until it lost and was deleted, issue 29), and with a budget >= 150 ncu per-kernel times of batch-1 decode. About 25 s of GPU time
 # (35 s with ncu) after the unpack.
 #
 #   there:  bash scripts/device/cudaexperts_h200.sh [budget-seconds]   (carry .devcarry_cx)
@@ -40,8 +40,6 @@ bench fused --seqs 1,2,4,32 --decode-steps 64
 bench unfused --seqs 1,2 --decode-steps 64 --no-long-prefill --fused-max-m 0
 bench per_expert_gemm --seqs 32 --decode-steps 8 --moe-grouped off
 bench fused4 --seqs 4 --decode-steps 64 --no-long-prefill --fused-max-m 4
-# The fused MoE down kernel with the k experts split over warps (opt-in until measured).
-bench split_down --seqs 1,2 --decode-steps 64 --no-long-prefill --moe-split-down on
 
 # Per-kernel device time of batch-1 decode steps (2 layers, graphs replayed node by node),
 # only when the call has the time (the lead's combined run passes 90).

@@ -4,7 +4,7 @@
 # gpt-oss on CUDA, sinks, windows per layer, fused MoE decode, grouped GEMM, low-bit
 # experts), then Qwen3-30B-A3B-shaped decode and prefill, the gpt-oss-120b shape with
 # random MXFP4 experts (memory left for KV, decode, prefill), GLM-4.5-Air with 24 layers,
-# the split down kernel A/B, gpt-oss-20b (MXFP4, make-model in the background while the
+# (the split down kernel A/B, since deleted), gpt-oss-20b (MXFP4, make-model in the background while the
 # tests run) served by `keel serve --device cuda` with default flags at 1 and 256 streams,
 # and memcheck on the new kernels.
 #   there: bash scripts/device/session8_h200.sh [budget_s]   (carry .devcarry)
@@ -48,7 +48,6 @@ bench() {  # bench NAME SECONDS ARGS...
 bench qwen3_30b 45 --model qwen3-30b-a3b --seqs 1,2,4,32 --decode-steps 64
 bench gpt_oss_120b 45 --model gpt-oss-120b --seqs 1,32 --decode-steps 64
 bench glm_air24 25 --model glm-4.5-air --layers 24 --seqs 1,32 --decode-steps 32 --no-long-prefill
-bench split_down 20 --model qwen3-30b-a3b --seqs 1,2 --decode-steps 64 --no-long-prefill --moe-split-down on
 
 stamp "waiting for the gpt-oss-20b files"
 timeout "$(cap 60)" tail --pid="$make_pid" -f /dev/null

@@ -161,10 +161,8 @@ TEST_P(MoeBlock, FusedDecodeMatchesFloat64) {
   p.act = d_act.as<bf16>();
   p.counter = d_counter.as<unsigned>();
   // Twice on the same residual copy: the second run checks that the router's block
-  // counter was reset (a stale counter would leave the ids of the first run unrouted);
-  // the second also takes the down kernel with the experts split over warps.
+  // counter was reset (a stale counter would leave the ids of the first run unrouted).
   for (int run = 0; run < 2; ++run) {
-    p.split_down = run == 1;
     DeviceBuffer d_run = upload(ctx, b.residual);
     p.residual = d_run.as<float>();
     test::poison(ctx, d_ids);

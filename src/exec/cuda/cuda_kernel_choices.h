@@ -52,9 +52,6 @@ struct CudaKernelChoices {
   // false: low-bit experts above the GEMV bound are dequantized to a bf16 scratch and run
   // the bf16 grouped GEMM, as before the low-bit GEMM existed (cuda_bench's comparison).
   bool moe_lowbit_gemm = true;
-  // The fused MoE decode's down kernel with the k experts of a column split over warps
-  // (MoeDecodeParams::split_down): not measured yet, so off.
-  bool moe_split_down = false;
   // Kernel variants of the fused GEMV, for cuda_bench's comparisons only
   // (FusedGemvParams::mma and max_waves): -1 / 0 are the kernels' own choices.
   int fused_gemv_mma = -1;

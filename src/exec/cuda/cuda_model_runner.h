@@ -391,7 +391,6 @@ class CudaModelRunner : public ModelRunner {
   std::int64_t moe_E_ = 0, moe_k_ = 0, moe_I_ = 0;
   int moe_gemv_max_ = 0;
   bool moe_grouped_ = false;      // the GEMM path runs launch_moe_grouped_gemm
-  bool moe_split_down_ = false;   // CudaKernelChoices::moe_split_down
   DeviceBuffer moe_logits_;       // [T, E] f32
   DeviceBuffer moe_ids_;          // [S] i32
   DeviceBuffer moe_weights_;      // [S] f32

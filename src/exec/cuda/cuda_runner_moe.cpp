@@ -36,7 +36,6 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_k_ = m.top_k;
   moe_I_ = m.expert_intermediate;
   moe_gemv_max_ = std::max(0, opts.kernels.moe_gemv_max_tokens);
-  moe_split_down_ = opts.kernels.moe_split_down;
   moe_grouped_ = opts.kernels.moe_grouped_gemm &&
                  moe_grouped_gemm_supported(static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
                  moe_grouped_gemm_supported(static_cast<int>(H_), static_cast<int>(moe_I_));
@@ -144,7 +143,6 @@ void CudaModelRunner::launch_moe_decode(const Layer &L, std::int32_t T) {
   p.act = moe_act_.as<bf16>();
   p.counter = moe_counter_.as<unsigned>();
   p.pdl = pdl_;
-  p.split_down = moe_split_down_;
   const StreamRef s = ctx_.compute();
   launch_moe_decode_router(s, p);
   profiler_.mark(s, StepProfiler::kOther);

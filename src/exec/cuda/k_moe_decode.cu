@@ -239,90 +239,6 @@ __global__ void __launch_bounds__(kThreads) moe_decode_down_kernel(MoeDecodePara
   }
 }
 
-// The same sums with the k experts split over warps (an opt-in variant,
-// MoeDecodeParams::split_down, not measured yet): a block of kSplitWarps warps covers
-// kSplitWarps / KPad hidden columns, warp (column, j) the j-th expert (ascending) of the
-// token; each warp loads its whole row before waiting on the gate_up kernel (I <= 32 x 8 x
-// kSplitPre), and the column's k weighted terms are added in expert order through shared
-// memory. 8x the warps of moe_decode_down_kernel for the same bytes.
-constexpr int kSplitWarps = 16;
-constexpr int kSplitPre = 4;  // row vectors a lane loads before the wait
-
-template <int KPad>
-__global__ void __launch_bounds__(kSplitWarps * 32)
-    moe_decode_down_split_kernel(MoeDecodeParams p) {
-  constexpr int kCols = kSplitWarps / KPad;
-  extern __shared__ uint4 acts4[];  // [k][I / 8]: token t's k activation rows, sorted order
-  __shared__ int s_slot[kMoeDecodeMaxT][KPad];
-  __shared__ int s_exp[kMoeDecodeMaxT][KPad];
-  __shared__ float s_term[kCols][KPad];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, k = p.k, kv = p.I / 8;
-  if (threadIdx.x < p.T) {  // as moe_decode_down_kernel: ids are final before the wait
-    const int t = threadIdx.x;
-    for (int j = 0; j < k; ++j) {
-      const int e = __ldcg(p.ids + t * k + j);
-      int at = j;
-      while (at > 0 && s_exp[t][at - 1] > e) {
-        s_exp[t][at] = s_exp[t][at - 1];
-        s_slot[t][at] = s_slot[t][at - 1];
-        --at;
-      }
-      s_exp[t][at] = e;
-      s_slot[t][at] = t * k + j;
-    }
-  }
-  __syncthreads();
-  const int col = warp / KPad, j = warp % KPad;
-  const int c = blockIdx.x * kCols + col;
-  const bool live = c < p.H && j < k;
-  auto row = [&](int t) {
-    return reinterpret_cast<const uint4 *>(p.down + (std::int64_t(s_exp[t][j]) * p.H + c) * p.I);
-  };
-  uint4 pre[kSplitPre];
-#pragma unroll
-  for (int i = 0; i < kSplitPre; ++i)
-    if (live && lane + 32 * i < kv) pre[i] = __ldg(row(0) + lane + 32 * i);
-  wait_for_previous_kernel();
-  allow_next_kernel();
-  for (int t = 0; t < p.T; ++t) {
-    if (t > 0) __syncthreads();  // token t - 1's rows and terms are consumed
-    for (int q = threadIdx.x; q < k * kv; q += kSplitWarps * 32)
-      acts4[q] = __ldcg(
-          reinterpret_cast<const uint4 *>(p.act + std::int64_t(s_slot[t][q / kv]) * p.I) + q % kv);
-    __syncthreads();
-    if (live) {
-      float part = 0.0f;
-      const uint4 *w = row(t);
-      const uint4 *x = acts4 + j * kv;
-      int v0 = lane;
-      if (t == 0) {
-#pragma unroll
-        for (int i = 0; i < kSplitPre; ++i)
-          if (lane + 32 * i < kv) part += dot8(pre[i], x[lane + 32 * i]);
-        v0 = lane + 32 * kSplitPre;
-      }
-#pragma unroll 4
-      for (int v = v0; v < kv; v += 32) part += dot8(__ldg(w + v), x[v]);
-      part = warp_sum(part);
-      if (lane == 0) {
-        // As the gather-GEMV (bf16 out) + launch_moe_combine round.
-        float o = __bfloat162float(__float2bfloat16(part));
-        if (p.act_fn.down_bias) o += p.act_fn.down_bias[std::int64_t(s_exp[t][j]) * p.H + c];
-        s_term[col][j] = __ldcg(p.weights + s_slot[t][j]) * o;
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < kCols) {
-      const int cc = blockIdx.x * kCols + threadIdx.x;
-      if (cc < p.H) {
-        float acc = 0.0f;
-        for (int jj = 0; jj < k; ++jj) acc += s_term[threadIdx.x][jj];
-        p.residual[std::int64_t(t) * p.H + cc] += __bfloat162float(__float2bfloat16(acc));
-      }
-    }
-  }
-}
-
 void check(const MoeDecodeParams &p, const char *what) {
   if (!moe_decode_supported(p.T, p.H, p.E, p.k, p.I))
     throw Error(ErrorCode::kInvalidArgument, std::string(what) + ": shape not supported");
@@ -360,21 +276,7 @@ void launch_moe_decode_down(StreamRef s_ref, const MoeDecodeParams &p) {
   check(p, "launch_moe_decode_down");
   const dim3 grid((p.H + kWarps - 1) / kWarps);
   const std::size_t smem = std::size_t(p.k) * p.I * sizeof(bf16);
-  if (p.split_down) {
-    const dim3 split_threads(kSplitWarps * 32);
-    auto cols = [&](int kpad) {
-      return dim3((p.H + kSplitWarps / kpad - 1) / (kSplitWarps / kpad));
-    };
-    if (p.k <= 2)
-      launch_maybe_pdl(moe_decode_down_split_kernel<2>, cols(2), split_threads, smem, s, p.pdl, p);
-    else if (p.k <= 4)
-      launch_maybe_pdl(moe_decode_down_split_kernel<4>, cols(4), split_threads, smem, s, p.pdl, p);
-    else if (p.k <= 8)
-      launch_maybe_pdl(moe_decode_down_split_kernel<8>, cols(8), split_threads, smem, s, p.pdl, p);
-    else
-      launch_maybe_pdl(moe_decode_down_split_kernel<16>, cols(16), split_threads, smem, s, p.pdl,
-                       p);
-  } else if (p.k <= 2)
+  if (p.k <= 2)
     launch_maybe_pdl(moe_decode_down_kernel<2>, grid, dim3(kThreads), smem, s, p.pdl, p);
   else if (p.k <= 4)
     launch_maybe_pdl(moe_decode_down_kernel<4>, grid, dim3(kThreads), smem, s, p.pdl, p);

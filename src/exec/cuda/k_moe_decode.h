@@ -47,9 +47,6 @@ struct MoeDecodeParams {
   bf16 *act = nullptr;
   unsigned *counter = nullptr;
   bool pdl = false;
-  // launch_moe_decode_down: the k experts of a column split over warps (a variant not yet
-  // measured against the warp-per-column default; CudaKernelChoices::moe_split_down).
-  bool split_down = false;
 };
 
 // True when the three kernels run this shape: 1 <= T <= kMoeDecodeMaxT, H and I multiples
