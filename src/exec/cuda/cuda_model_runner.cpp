@@ -38,8 +38,10 @@ CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint
   ctx_.activate();
   free_at_open_ = device_memory().free_now;
   validate_config();
-  experts_mxfp4_ = opts.random_experts_mxfp4 && config_.moe && config_.hidden_size % 32 == 0 &&
-                   config_.moe->expert_intermediate % 32 == 0;
+  expert_format_ = bf16_experts(config_);
+  if (opts.random_experts_mxfp4 && config_.moe && config_.hidden_size % 32 == 0 &&
+      config_.moe->expert_intermediate % 32 == 0)
+    expert_format_.format = WeightFormat::kMxfp4;
   allocate_weights();
   randomize_weights(seed);
   allocate_buffers(opts);

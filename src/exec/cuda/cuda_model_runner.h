@@ -8,7 +8,8 @@
 // device).
 //
 // One file per concern: cuda_model_runner.cpp (construction, the forward entry points),
-// cuda_weight_formats.cpp (which linear weights stay GGUF blocks, quant_linear.h),
+// cuda_weight_formats.cpp (which linear weights stay GGUF blocks, quant_linear.h, and the
+// routed experts' format, expert_format.h),
 // cuda_runner_weights.cpp (weight upload), cuda_runner_buffers.cpp (buffer planning),
 // cuda_runner_inputs.cpp (input staging), cuda_attention_plan.h (attention-path choice),
 // cuda_runner_graphs.cpp (CUDA graphs), cuda_runner_layers.cpp (the eager layers),
@@ -39,10 +40,10 @@
 #include "exec/cuda/cuda_kernel_choices.h"
 #include "exec/cuda/cuda_kv_store.h"
 #include "exec/cuda/cuda_step_profiler.h"
+#include "exec/cuda/expert_format.h"
 #include "exec/cuda/gemm.h"
 #include "exec/cuda/k_mla_attention.h"
 #include "exec/cuda/k_moe.h"
-#include "exec/cuda/k_moe_grouped_lowbit.h"
 #include "exec/cuda/kernels.h"
 #include "exec/cuda/quant_linear.h"
 #include "exec/model_runner.h"
@@ -182,8 +183,8 @@ class CudaModelRunner : public ModelRunner {
     // Device formats of qkv, o, gate_up, down (bf16 unless kept quantized).
     LinearLayout qkv_fmt, o_fmt, gate_up_fmt, down_fmt;
     // A mixture-of-experts layer (exec/arch/moe_ffn.h) has these instead of gate_up, down
-    // (Ie: the experts' intermediate size), stacked per layer, bf16 or (experts_mxfp4_)
-    // MXFP4 blocks (formats/mxfp4.h), expert e at e * moe_gu_stride_ / moe_down_stride_ bytes:
+    // (Ie: the experts' intermediate size), stacked per layer in expert_format_ (bf16, GGUF
+    // blocks, FP8 or MXFP4; expert_format.h says where expert e's matrices lie):
     DeviceBuffer router;           // [E, H] bf16
     DeviceBuffer experts_gate_up;  // [E, 2 Ie, H]: each expert's gate rows, then its up rows
     DeviceBuffer experts_down;     // [E, H, Ie]
@@ -402,31 +403,19 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer moe_host_starts_;  // [E + 1] the group starts, for the GEMM path
   Event moe_starts_ready_;
   DeviceBuffer moe_counter_;  // u32: launch_moe_decode_router's finished blocks (zero between)
-  // Routed experts kept MXFP4 on the device (cuda_runner_moe.cpp): decode runs one GEMV
-  // row per (token, expert) slot; larger steps run the low-bit grouped GEMM
-  // (moe_lowbit_gemm_), or, where it cannot, dequantize the nonempty experts of a matrix
-  // into moe_wscratch_ and run the same grouped GEMM as bf16 experts.
-  bool experts_mxfp4_ = false;
-  // Or kept FP8 e4m3 (qwen3_moe FP8 releases): per expert, gate_up holds [gate Ie x H |
-  // up Ie x H] e4m3 then the gate and up scale grids (k_fp8.h), down [H x Ie] then its grid;
-  // each expert's part padded to 16 bytes. Row blocks of the scale grids:
-  bool experts_fp8_ = false;
-  std::int64_t fp8_gu_block_rows_ = 0, fp8_down_block_rows_ = 0;
-  // Or GGUF blocks (Q8_0 / Q4_0 / Q4_K / Q5_K / Q6_K; k_quant.h): gate|up of one format,
-  // down of one format, each expert's part padded to 16 bytes.
-  bool experts_gguf_ = false;
-  QuantFormat experts_gu_q_ = QuantFormat::kQ8_0, experts_down_q_ = QuantFormat::kQ8_0;
-  bool experts_lowbit() const { return experts_mxfp4_ || experts_fp8_ || experts_gguf_; }
-  // The FP8 experts of layer L: 0 gate, 1 up, 2 down.
-  Fp8Experts fp8_experts(const Layer &L, int which) const;
-  std::size_t moe_gu_stride_ = 0, moe_down_stride_ = 0;  // bytes per expert
+  // The routed experts' device format (plan_weight_formats, or the random-weights
+  // constructor; the same in every sparse layer). Low-bit experts (cuda_runner_moe.cpp): decode
+  // runs one GEMV row per (token, expert) slot; larger steps run the low-bit grouped GEMM
+  // (moe_lowbit_gemm_), or, where it cannot, dequantize the nonempty experts of a matrix into
+  // moe_wscratch_ and run the same grouped GEMM as bf16 experts.
+  ExpertFormat expert_format_;
+  // Layer L's stacked experts: gate|up, or (down) down.
+  StackedExperts layer_experts(const Layer &L, bool down) const;
   DeviceBuffer moe_gu32_;         // [min(T, moe_gemv_max_) k, 2 Ie] f32: the slot GEMV's sums
   DeviceBuffer moe_wscratch_;     // [E, 2 Ie, H] bf16: one matrix's dequantized experts
   int moe_gemm_rows_ = 0;         // CudaKernelChoices::moe_gemm_rows
   bool moe_lowbit_gemm_ = false;  // low-bit experts on launch_moe_grouped_gemm_lowbit
-  // Layer L's experts for launch_moe_grouped_gemm_lowbit: gate|up, or (down) down.
-  MoeLowbitWeights lowbit_weights(const Layer &L, bool down) const;
-  // cuda_runner_moe.cpp: the experts of a step on the slot-ordered MXFP4 / FP8 GEMVs.
+  // cuda_runner_moe.cpp: the experts of a step on the slot-ordered low-bit GEMVs.
   void launch_moe_lowbit_slots(const Layer &L, std::int32_t T, const MoeExpertAct &ea);
 };
 

@@ -13,7 +13,6 @@
 #include "exec/cuda/cuda_runner_detail.h"
 #include "exec/cuda/k_moe.h"
 #include "exec/cuda/k_moe_decode.h"
-#include "exec/cuda/k_mxfp4.h"
 
 namespace keel::cuda {
 
@@ -42,15 +41,15 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   moe_gemm_rows_ = moe_gemm_rows_valid(opts.kernels.moe_gemm_rows) ? opts.kernels.moe_gemm_rows : 0;
   // Low-bit experts decoded inside the grouped GEMM where every sparse layer's shapes and
   // formats allow it (the layers share formats and strides: checking each is cheap).
-  moe_lowbit_gemm_ = experts_lowbit() && moe_grouped_ && opts.kernels.moe_lowbit_gemm;
+  moe_lowbit_gemm_ = expert_format_.low_bit() && moe_grouped_ && opts.kernels.moe_lowbit_gemm;
   for (std::int64_t l = 0; l < config_.num_layers && moe_lowbit_gemm_; ++l) {
     if (!m.sparse(l)) continue;
     const Layer &L = layers_[static_cast<std::size_t>(l)];
     moe_lowbit_gemm_ =
-        moe_grouped_lowbit_supported(lowbit_weights(L, false), static_cast<int>(2 * moe_I_),
-                                     static_cast<int>(H_)) &&
-        moe_grouped_lowbit_supported(lowbit_weights(L, true), static_cast<int>(H_),
-                                     static_cast<int>(moe_I_));
+        moe_grouped_lowbit_supported(grouped_lowbit_weights(layer_experts(L, false)),
+                                     static_cast<int>(2 * moe_I_), static_cast<int>(H_)) &&
+        moe_grouped_lowbit_supported(grouped_lowbit_weights(layer_experts(L, true)),
+                                     static_cast<int>(H_), static_cast<int>(moe_I_));
   }
   // Low-bit experts' slot GEMVs read an expert once per (token, expert) pair. Past E / k
   // tokens a step (about one slot an expert) the grouped GEMM that decodes their blocks
@@ -58,7 +57,7 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   // 256 seqs 929 / 3,316 / 7,801 tok/s against the GEMVs' 898 / 1,033 (to 64 tokens) and
   // the dequantizing path's 5,108 (256). Without it, dequantizing the step's experts to
   // bf16 pays off only past about 8 E / k tokens.
-  if (experts_lowbit()) {
+  if (expert_format_.low_bit()) {
     const std::int64_t slots_per_expert = moe_lowbit_gemm_ ? 1 : 8;
     moe_gemv_max_ =
         opts.kernels.moe_lowbit_gemv_max_tokens >= 0
@@ -80,7 +79,7 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   }
   moe_act_ = DeviceBuffer(rows * bf16_bytes(moe_I_));
   moe_out_ = DeviceBuffer(rows * bf16_bytes(H_));
-  if (experts_lowbit()) {
+  if (expert_format_.low_bit()) {
     // The slot GEMVs' f32 gate|up sums (act and out above hold >= S rows), and, only where
     // the GEMM path cannot decode the blocks itself, one matrix's experts in bf16 (gate|up
     // is the larger): 4.2 GB for gpt-oss-120b.
@@ -102,7 +101,7 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
     return moe_decode_supported(rows, static_cast<int>(H_), static_cast<int>(moe_E_),
                                 static_cast<int>(moe_k_), static_cast<int>(moe_I_));
   };
-  const bool fused_moe = !experts_lowbit() && m.scoring == MoeConfig::Scoring::kSoftmax &&
+  const bool fused_moe = !expert_format_.low_bit() && m.scoring == MoeConfig::Scoring::kSoftmax &&
                          !m.router_bias && m.shared_intermediate == 0 && moe_rows_fit(1);
   if (!fused_moe) fused_max_m_ = 0;
   while (fused_max_m_ > 0 && !moe_rows_fit(fused_max_m_)) --fused_max_m_;
@@ -180,7 +179,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   run_linear(gemm_, s, router_fmt, L.router.data(), normed, moe_logits_.data(), true, T, nullptr);
   launch_moe_router(L, T, moe_logits_.as<float>(), ids, weights);  // cuda_runner_moe_route.cpp
   const MoeExpertAct ea = expert_act(L);
-  if (gemv && experts_lowbit()) {  // slot-ordered: no grouping
+  if (gemv && expert_format_.low_bit()) {  // slot-ordered: no grouping
     profiler_.mark(s, StepProfiler::kOther);
     launch_moe_lowbit_slots(L, T, ea);
     return;
@@ -189,27 +188,16 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kOther);
 
   bf16 *act = moe_act_.as<bf16>(), *out = moe_out_.as<bf16>();
-  // The experts' bf16 weights: as stored, or (MXFP4) this step's nonempty experts of one
+  // The experts' bf16 weights: as stored, or (low-bit) this step's nonempty experts of one
   // matrix dequantized into moe_wscratch_, indexed by expert like the stored tensor. The
   // down matrix reuses the scratch once the gate|up GEMM before it (same stream) has read it.
   const int max_active = std::min(E, S);
-  auto expert_weights = [&](const DeviceBuffer &w, std::size_t stride,
-                            std::int64_t n) -> const bf16 * {
-    if (!experts_lowbit()) return w.as<bf16>();
+  auto bf16_weights = [&](bool down) -> const bf16 * {
+    const StackedExperts W = layer_experts(L, down);
+    if (!expert_format_.low_bit()) return static_cast<const bf16 *>(W.parts[0].data);
     bf16 *dq = moe_wscratch_.as<bf16>();
-    const std::int32_t *active = group + layout.active(), *n_active = group + layout.n_active();
-    if (experts_mxfp4_) {
-      launch_dequantize_mxfp4_experts(s, w.data(), stride, n, active, n_active, max_active, dq);
-    } else if (experts_gguf_) {
-      launch_dequantize_quant_experts(s, &w == &L.experts_down ? experts_down_q_ : experts_gu_q_,
-                                      w.data(), stride, n, active, n_active, max_active, dq);
-    } else if (&w == &L.experts_down) {
-      launch_dequantize_fp8_experts(s, fp8_experts(L, 2), active, n_active, max_active, dq, n);
-    } else {  // gate rows then up rows of each expert, as the stacked bf16 tensor has them
-      launch_dequantize_fp8_experts(s, fp8_experts(L, 0), active, n_active, max_active, dq, n);
-      launch_dequantize_fp8_experts(s, fp8_experts(L, 1), active, n_active, max_active, dq + n / 2,
-                                    n);
-    }
+    launch_expert_dequantize(s, W, group + layout.active(), group + layout.n_active(), max_active,
+                             dq);
     return dq;
   };
   if (gemv) {
@@ -221,17 +209,15 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     bf16 *xg = moe_xg_.as<bf16>(), *gu = moe_gu_.as<bf16>();
     launch_moe_gather(s, normed, H, group, layout, xg);
     if (moe_lowbit_gemm_) {  // the blocks decoded in shared memory: no bf16 copy
-      launch_moe_grouped_gemm_lowbit(s, xg, lowbit_weights(L, false), 2 * Ie, H, group, layout, gu,
-                                     align);
+      launch_moe_grouped_gemm_lowbit(s, xg, grouped_lowbit_weights(layer_experts(L, false)), 2 * Ie,
+                                     H, group, layout, gu, align);
       launch_moe_act(s, gu, Ie, group, layout, ea, act);
-      launch_moe_grouped_gemm_lowbit(s, act, lowbit_weights(L, true), H, Ie, group, layout, out,
-                                     align);
+      launch_moe_grouped_gemm_lowbit(s, act, grouped_lowbit_weights(layer_experts(L, true)), H, Ie,
+                                     group, layout, out, align);
     } else {
-      const bf16 *wgu = expert_weights(L.experts_gate_up, moe_gu_stride_, 2 * Ie * H);
-      launch_moe_grouped_gemm(s, xg, wgu, 2 * Ie, H, group, layout, gu, align);
+      launch_moe_grouped_gemm(s, xg, bf16_weights(false), 2 * Ie, H, group, layout, gu, align);
       launch_moe_act(s, gu, Ie, group, layout, ea, act);
-      const bf16 *wd = expert_weights(L.experts_down, moe_down_stride_, std::int64_t(H) * Ie);
-      launch_moe_grouped_gemm(s, act, wd, H, Ie, group, layout, out, align);
+      launch_moe_grouped_gemm(s, act, bf16_weights(true), H, Ie, group, layout, out, align);
     }
   } else {
     launch_moe_gather(s, normed, H, group, layout, moe_xg_.as<bf16>());
@@ -249,7 +235,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
       throw Error(ErrorCode::kInternal, "cuda runner: moe groups out of range");
     const bf16 *xg = moe_xg_.as<bf16>();
     bf16 *gu = moe_gu_.as<bf16>();
-    const bf16 *wgu = expert_weights(L.experts_gate_up, moe_gu_stride_, 2 * Ie * H);
+    const bf16 *wgu = bf16_weights(false);
     for (int e = 0; e < E; ++e) {
       const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
       if (M == 0) continue;
@@ -261,7 +247,7 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
       launch_moe_act(s, gu, Ie, group, layout, ea, act);
     else
       launch_swiglu(s, gu, act, starts[E], Ie);
-    const bf16 *wd = expert_weights(L.experts_down, moe_down_stride_, std::int64_t(H) * Ie);
+    const bf16 *wd = bf16_weights(true);
     for (int e = 0; e < E; ++e) {
       const std::int64_t r0 = starts[e], M = starts[e + 1] - starts[e];
       if (M == 0) continue;
@@ -274,47 +260,9 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
   profiler_.mark(s, StepProfiler::kOther);
 }
 
-MoeLowbitWeights CudaModelRunner::lowbit_weights(const Layer &L, bool down) const {
-  MoeLowbitWeights w;
-  if (experts_fp8_) {
-    if (down) {
-      w.fp8_parts = 1;
-      w.fp8[0] = fp8_experts(L, 2);
-    } else {  // gate rows then up rows, each part with its own scale grid
-      w.fp8_parts = 2;
-      w.fp8[0] = fp8_experts(L, 0);
-      w.fp8[1] = fp8_experts(L, 1);
-    }
-    return w;
-  }
-  w.format = experts_mxfp4_ ? QuantFormat::kMXFP4 : down ? experts_down_q_ : experts_gu_q_;
-  w.w = (down ? L.experts_down : L.experts_gate_up).data();
-  w.stride = down ? moe_down_stride_ : moe_gu_stride_;
-  return w;
-}
-
-Fp8Experts CudaModelRunner::fp8_experts(const Layer &L, int which) const {
-  const std::int64_t Ie = moe_I_, H = H_;
-  Fp8Experts w;
-  w.experts = static_cast<int>(moe_E_);
-  if (which == 2) {
-    w.w = L.experts_down.data();
-    w.scales = reinterpret_cast<const float *>(L.experts_down.as<std::byte>() + H * Ie);
-    w.stride = moe_down_stride_;
-    w.block_rows = fp8_down_block_rows_;
-    w.N = H, w.K = Ie;
-    return w;
-  }
-  // gate_up per expert: [gate Ie x H | up Ie x H] e4m3, then the gate grid, then the up grid.
-  const std::int64_t grid = (Ie + fp8_gu_block_rows_ - 1) / fp8_gu_block_rows_ *
-                            ((H + kFp8ScaleCols - 1) / kFp8ScaleCols) * 4;
-  const std::byte *base = L.experts_gate_up.as<std::byte>();
-  w.w = base + which * Ie * H;
-  w.scales = reinterpret_cast<const float *>(base + 2 * Ie * H + which * grid);
-  w.stride = moe_gu_stride_;
-  w.block_rows = fp8_gu_block_rows_;
-  w.N = Ie, w.K = H;
-  return w;
+StackedExperts CudaModelRunner::layer_experts(const Layer &L, bool down) const {
+  return down ? expert_format_.down(L.experts_down.data())
+              : expert_format_.gate_up(L.experts_gate_up.data());
 }
 
 void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
@@ -328,26 +276,10 @@ void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
   // Slot t k + j: token t's j-th expert. gate|up rows of expert ids[slot] against x[t], f32
   // sums so the activation sees them unrounded (as the bf16 gather-GEMV's epilogue does);
   // then the down rows against the slot's activation, bf16 like the bf16 path's output.
-  const bf16 *x = normed_.as<bf16>();
-  if (experts_mxfp4_) {
-    launch_gemv_mxfp4_experts(s, x, H, k, L.experts_gate_up.data(), moe_gu_stride_, E, ids, S, gu,
-                              true, 2 * Ie, 2 * Ie, H);
-  } else if (experts_gguf_) {
-    launch_gemv_quant_experts(s, experts_gu_q_, x, H, k, L.experts_gate_up.data(), moe_gu_stride_,
-                              E, ids, S, gu, true, 2 * Ie, 2 * Ie, H);
-  } else {  // FP8: gate and up have their own scale grids, so one launch each
-    launch_gemv_fp8_experts(s, fp8_experts(L, 0), x, H, k, ids, S, gu, true, 2 * Ie);
-    launch_gemv_fp8_experts(s, fp8_experts(L, 1), x, H, k, ids, S, gu + Ie, true, 2 * Ie);
-  }
+  launch_expert_slot_gemv(s, layer_experts(L, false), normed_.as<bf16>(), H, k, ids, S, gu, true,
+                          2 * Ie);
   launch_moe_slot_act(s, gu, Ie, ids, S, ea, act);
-  if (experts_mxfp4_)
-    launch_gemv_mxfp4_experts(s, act, Ie, 1, L.experts_down.data(), moe_down_stride_, E, ids, S,
-                              out, false, H, H, Ie);
-  else if (experts_gguf_)
-    launch_gemv_quant_experts(s, experts_down_q_, act, Ie, 1, L.experts_down.data(),
-                              moe_down_stride_, E, ids, S, out, false, H, H, Ie);
-  else
-    launch_gemv_fp8_experts(s, fp8_experts(L, 2), act, Ie, 1, ids, S, out, false, H);
+  launch_expert_slot_gemv(s, layer_experts(L, true), act, Ie, 1, ids, S, out, false, H);
   profiler_.mark(s, StepProfiler::kGemm);
   launch_moe_combine(s, out, ids, moe_weights_.as<float>(), T, k, H, nullptr,
                      MoeGroupLayout{E, S, S}, proj_.as<bf16>(), ea.down_bias);

@@ -30,15 +30,6 @@ bool is_block_quantized(DType t) {
          t == DType::kQ6_K || t == DType::kMXFP4;
 }
 
-// Bytes of an FP8 scale grid of `rows` rows in blocks of block_rows, K columns (k_fp8.h).
-std::int64_t fp8_grid_bytes(std::int64_t rows, std::int64_t block_rows, std::int64_t K) {
-  return (rows + block_rows - 1) / block_rows * ((K + kFp8ScaleCols - 1) / kFp8ScaleCols) * 4;
-}
-// An expert's part (FP8 or GGUF blocks) padded to 16 bytes: every expert stays 16-byte aligned.
-std::size_t padded_part_bytes(std::int64_t bytes) {
-  return static_cast<std::size_t>((bytes + 15) / 16 * 16);
-}
-
 std::string layer_name(std::int64_t i, const char *rest) {
   return "model.layers." + std::to_string(i) + "." + rest;
 }
@@ -126,30 +117,9 @@ void CudaModelRunner::allocate_weights() {
           l.shared_gate_up = alloc(2 * S * H_);
           l.shared_down = alloc(H_ * S);
         }
-        if (experts_mxfp4_) {  // as stored: 17 bytes per 32 weights
-          moe_gu_stride_ = static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, 2 * Ie * H_));
-          moe_down_stride_ = static_cast<std::size_t>(dtype_bytes(DType::kMXFP4, H_ * Ie));
-          l.experts_gate_up = buffer(E * moe_gu_stride_);
-          l.experts_down = buffer(E * moe_down_stride_);
-        } else if (experts_gguf_) {  // the blocks as stored, each expert 16-byte aligned
-          auto bytes = [](QuantFormat f, std::int64_t rows, std::int64_t K) {
-            return rows * (K / quant_block_elems(f)) * quant_block_bytes(f);
-          };
-          moe_gu_stride_ = padded_part_bytes(bytes(experts_gu_q_, 2 * Ie, H_));
-          moe_down_stride_ = padded_part_bytes(bytes(experts_down_q_, H_, Ie));
-          l.experts_gate_up = buffer(E * moe_gu_stride_);
-          l.experts_down = buffer(E * moe_down_stride_);
-        } else if (experts_fp8_) {  // e4m3 bytes, then the f32 scale grids (k_fp8.h)
-          moe_gu_stride_ =
-              padded_part_bytes(2 * Ie * H_ + 2 * fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_));
-          moe_down_stride_ =
-              padded_part_bytes(H_ * Ie + fp8_grid_bytes(H_, fp8_down_block_rows_, Ie));
-          l.experts_gate_up = buffer(E * moe_gu_stride_);
-          l.experts_down = buffer(E * moe_down_stride_);
-        } else {
-          l.experts_gate_up = alloc(E * 2 * Ie * H_);
-          l.experts_down = alloc(E * H_ * Ie);
-        }
+        // As expert_format_ stacks them (bf16, or the blocks / e4m3 bytes as stored).
+        l.experts_gate_up = buffer(E * expert_format_.gate_up_stride());
+        l.experts_down = buffer(E * expert_format_.down_stride());
         if (c.moe->expert_bias) {  // f32, so the biases add exactly as the CPU adds them
           l.experts_gate_up_bias = DeviceBuffer(E * 2 * Ie * sizeof(float));
           l.experts_down_bias = DeviceBuffer(E * H_ * sizeof(float));
@@ -280,19 +250,20 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
-  // Copies the MXFP4 tensor `name` ([rows, cols], experts_mxfp4_) to dst + byte offset as
-  // stored (GGML blocks; gpt-oss's _blocks / _scales already repacked by ModelWeights).
-  // (Also GGUF blocks of `dt`, experts_gguf_.)
-  auto put_mxfp4 = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
-                       const DeviceBuffer &dst, std::size_t offset, DType dt = DType::kMXFP4) {
+  // Copies the expert tensor `name` of blocks (MXFP4 or GGUF, as `w` says) to dst + byte
+  // offset as stored (GGML blocks; gpt-oss's _blocks / _scales already repacked by
+  // ModelWeights).
+  auto put_blocks = [&](const std::string &name, const DeviceWeight &w, const DeviceBuffer &dst,
+                        std::size_t offset) {
     const TensorView t = weights(name);
-    if (t.shape.size() != 2 || t.shape[0] != rows || t.shape[1] != cols)
+    if (t.shape.size() != 2 || t.shape[0] != w.rows || t.shape[1] != w.cols)
       throw Error(ErrorCode::kFormat, "weights: " + name + ": unexpected shape for this config");
-    if (t.dtype != dt)
-      throw Error(ErrorCode::kFormat, "weights: " + name + ": expected " +
-                                          std::string(dtype_name(dt)) + " like the other " +
-                                          "experts, found " + std::string(dtype_name(t.dtype)));
-    const auto bytes = static_cast<std::size_t>(dtype_bytes(dt, rows * cols));
+    const QuantFormat blocks = w.format == WeightFormat::kMxfp4 ? QuantFormat::kMXFP4 : w.blocks;
+    if (device_quant_format(t.dtype) != blocks)
+      throw Error(ErrorCode::kFormat, "weights: " + name + ": expected " + w.name() +
+                                          " like the other experts, found " +
+                                          std::string(dtype_name(t.dtype)));
+    const std::size_t bytes = w.bytes();
     if (t.data == nullptr || t.nbytes < bytes)
       throw Error(ErrorCode::kFormat, "weights: " + name + ": data shorter than its shape");
     KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<std::byte>() + offset, t.data, bytes,
@@ -301,7 +272,7 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());  // the host mapping may be released after the upload
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
-  // Copies the FP8 tensor `name` ([rows, cols], experts_fp8_) to dst + w_offset bytes as
+  // Copies the FP8 tensor `name` ([rows, cols], FP8 experts) to dst + w_offset bytes as
   // stored, and its scales as the device grid holds them to dst + s_offset bytes.
   std::vector<float> grid;
   auto put_fp8 = [&](const std::string &name, std::int64_t rows, std::int64_t cols,
@@ -417,39 +388,28 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
         put(moe_shared_name(m, i, ExpertMatrix::kDown), H_, S, l.shared_down, 0);
       }
       for (std::int64_t e = 0; e < E; ++e) {
-        if (experts_mxfp4_) {
-          const std::size_t at = e * moe_gu_stride_;
-          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at);
-          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up,
-                    at + moe_gu_stride_ / 2);
-          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
-                    e * moe_down_stride_);
-        } else if (experts_gguf_) {
-          const std::size_t at = e * moe_gu_stride_;
-          const DType gt = weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)).dtype;
-          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at,
-                    gt);
-          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up,
-                    at + dtype_bytes(gt, Ie * H_), gt);
-          put_mxfp4(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
-                    e * moe_down_stride_,
-                    weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)).dtype);
-        } else if (experts_fp8_) {
-          const std::size_t at = e * moe_gu_stride_, w = Ie * H_,
-                            g = fp8_grid_bytes(Ie, fp8_gu_block_rows_, H_);
-          put_fp8(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at,
-                  at + 2 * w);
-          put_fp8(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up, at + w,
-                  at + 2 * w + g);
-          put_fp8(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
-                  e * moe_down_stride_, e * moe_down_stride_ + H_ * Ie);
-        } else {
-          const std::size_t at = bf16_bytes(e * 2 * Ie * H_);
-          put(moe_expert_name(m, i, e, ExpertMatrix::kGate), Ie, H_, l.experts_gate_up, at);
-          put(moe_expert_name(m, i, e, ExpertMatrix::kUp), Ie, H_, l.experts_gate_up,
-              at + bf16_bytes(Ie * H_));
-          put(moe_expert_name(m, i, e, ExpertMatrix::kDown), H_, Ie, l.experts_down,
-              bf16_bytes(e * H_ * Ie));
+        for (const ExpertMatrix x : {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown}) {
+          // Expert e's matrix x where expert_format_ puts it, in that format.
+          const DeviceBuffer &dst = x == ExpertMatrix::kDown ? l.experts_down : l.experts_gate_up;
+          const DeviceWeight w = expert_format_.matrix(x, dst.data());
+          const auto offset = [&](const void *p) {
+            return static_cast<std::size_t>(static_cast<const std::byte *>(p) -
+                                            dst.as<std::byte>()) +
+                   e * w.expert_stride;
+          };
+          const std::string name = moe_expert_name(m, i, e, x);
+          switch (w.format) {
+            case WeightFormat::kBf16:
+              put(name, w.rows, w.cols, dst, offset(w.data));
+              break;
+            case WeightFormat::kGguf:
+            case WeightFormat::kMxfp4:
+              put_blocks(name, w, dst, offset(w.data));
+              break;
+            case WeightFormat::kFp8:
+              put_fp8(name, w.rows, w.cols, dst, offset(w.data), offset(w.scales));
+              break;
+          }
         }
         if (m.expert_bias) {
           put_f32(moe_expert_bias_name(m, i, e, ExpertMatrix::kGate), Ie, l.experts_gate_up_bias,
@@ -530,7 +490,7 @@ void CudaModelRunner::randomize_weights(std::uint64_t seed) {
         fill(l.shared_gate_up, H_);
         fill(l.shared_down, config_.moe->shared_intermediate);
       }
-      if (experts_mxfp4_) {
+      if (expert_format_.format == WeightFormat::kMxfp4) {
         launch_fill_mxfp4(s, l.experts_gate_up.data(),
                           static_cast<std::int64_t>(l.experts_gate_up.bytes() / 17), seed + (n++),
                           H_);

@@ -35,10 +35,11 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
                        &scales);
   };
   layers_.resize(c.num_layers);
+  expert_format_ = bf16_experts(c);
+  ExpertFormat &xf = expert_format_;
   // Routed experts stay MXFP4 when every one of them is MXFP4 in the file (gpt-oss's
   // _blocks / _scales, GGUF type 39): 0.53 bytes a weight against bf16's 2 (gpt-oss-120b
   // fits on one GPU only so). Anything else, or kOff, converts them to bf16 at load.
-  experts_mxfp4_ = false;
   if (c.moe && mode != QuantizedWeights::kOff) {
     const MoeConfig &m = *c.moe;
     bool any = false, all = c.hidden_size % 32 == 0 && m.expert_intermediate % 32 == 0;
@@ -49,13 +50,11 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
         for (const ExpertMatrix x : {ExpertMatrix::kGate, ExpertMatrix::kUp, ExpertMatrix::kDown})
           all = all && weights(moe_expert_name(m, i, e, x)).dtype == DType::kMXFP4;
     }
-    experts_mxfp4_ = any && all;
+    if (any && all) xf.format = WeightFormat::kMxfp4;
   }
   // FP8 experts stay FP8 on the same terms as FP8 linear weights (scales the device grid
   // holds, K % 16 == 0), with one row block per matrix kind across the experts.
-  experts_fp8_ = false;
-  fp8_gu_block_rows_ = fp8_down_block_rows_ = 0;
-  if (c.moe && mode != QuantizedWeights::kOff && !experts_mxfp4_) {
+  if (c.moe && mode != QuantizedWeights::kOff && !xf.low_bit()) {
     const MoeConfig &m = *c.moe;
     const std::int64_t H = c.hidden_size, Ie = m.expert_intermediate;
     bool any = false, all = H % 16 == 0 && Ie % 16 == 0;
@@ -69,24 +68,25 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
       br = s.block_rows;
       return true;
     };
+    std::int64_t gu_rows = 0, down_rows = 0;
     for (std::int64_t i = 0; i < c.num_layers && all; ++i) {
       if (!m.sparse(i)) continue;
       any = true;
       for (std::int64_t e = 0; e < m.num_experts && all; ++e)
-        all =
-            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)), Ie, H,
-                 fp8_gu_block_rows_) &&
-            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kUp)), Ie, H, fp8_gu_block_rows_) &&
-            fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)), H, Ie,
-                 fp8_down_block_rows_);
+        all = fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kGate)), Ie, H, gu_rows) &&
+              fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kUp)), Ie, H, gu_rows) &&
+              fits(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)), H, Ie, down_rows);
     }
-    experts_fp8_ = any && all;
+    if (any && all) {
+      xf.format = WeightFormat::kFp8;
+      xf.gate_up_block_rows = gu_rows;
+      xf.down_block_rows = down_rows;
+    }
   }
   // GGUF K-quant / Q8_0 / Q4_0 experts: one format for every gate and up, one for every
   // down. Like GGUF linear weights, kept under kAuto only when the bf16 form (experts
   // included) would not fit; kOn keeps them always.
-  experts_gguf_ = false;
-  if (c.moe && !experts_mxfp4_ && !experts_fp8_) {
+  if (c.moe && !xf.low_bit()) {
     const MoeConfig &m = *c.moe;
     const std::int64_t Ie = m.expert_intermediate;
     std::int64_t sparse = 0;
@@ -112,9 +112,9 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
               same(weights(moe_expert_name(m, i, e, ExpertMatrix::kDown)).dtype, down, Ie);
     }
     if (all) {
-      experts_gguf_ = true;
-      experts_gu_q_ = *gu;
-      experts_down_q_ = *down;
+      xf.format = WeightFormat::kGguf;
+      xf.gate_up_blocks = *gu;
+      xf.down_blocks = *down;
     }
   }
   for (std::int64_t i = 0; i < c.num_layers; ++i) {
@@ -126,7 +126,7 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
           {q, kv, kv}, H);
       l.o_fmt = plan({layer_tensor(i, "self_attn.o_proj.weight")}, {H}, q);
     }
-    if (c.moe && c.moe->sparse(i)) continue;  // experts: experts_mxfp4_ or bf16
+    if (c.moe && c.moe->sparse(i)) continue;  // experts: expert_format_
     l.gate_up_fmt =
         plan({layer_tensor(i, "mlp.gate_proj.weight"), layer_tensor(i, "mlp.up_proj.weight")},
              {I, I}, H);
@@ -154,12 +154,9 @@ std::string CudaModelRunner::weight_format() const {
     add(l.down_fmt);
   }
   add(lm_head_fmt_);
-  if (experts_mxfp4_) seen.insert("mxfp4");
-  if (experts_fp8_) seen.insert("fp8");
-  if (experts_gguf_) {
-    static constexpr const char *kNames[] = {"q8_0", "q4_0", "q4_k", "q5_k", "q6_k", "mxfp4"};
-    seen.insert(kNames[static_cast<int>(experts_gu_q_)]);
-    seen.insert(kNames[static_cast<int>(experts_down_q_)]);
+  if (expert_format_.low_bit()) {
+    seen.insert(expert_format_.name(ExpertMatrix::kGate));
+    seen.insert(expert_format_.name(ExpertMatrix::kDown));
   }
   std::string out;
   for (const auto &s : seen) out += (out.empty() ? "" : "+") + s;
