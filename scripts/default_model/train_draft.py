@@ -28,8 +28,8 @@ Usage (GPU machine):
   python3 scripts/default_model/train_draft.py --train .devcarry/default_model/train.txt.xz \\
       --teacher models/default --out $OUT/draft --train-seconds 150 --deadline-seconds 330
 Smoke test on a CPU (tiny draft, a few steps, held-out text as training text unless --train is
-given; without the `tokenizers` package it falls back to train.py's byte tokenizer, whose ids
-mean nothing to the teacher, so only the control flow is exercised):
+given; without the `tokenizers` package it reads the teacher's tokenizer.json in plain Python,
+JsonBpeTokenizer below, slow but the same ids):
   python3 scripts/default_model/train_draft.py --smoke --out /tmp/draft-smoke
 """
 
@@ -37,6 +37,7 @@ import argparse
 import json
 import math
 import random
+import re
 import shutil
 import sys
 import time
@@ -51,12 +52,13 @@ from train import BOS_ID, log  # noqa: E402
 
 HERE = T.HERE
 ROOT = HERE.parents[1]
-SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32}
+SAFETENSORS_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
+                      "I64": torch.int64, "BOOL": torch.bool}
 
 
 def load_safetensors(path):
     """Reads a safetensors file (8-byte header length, JSON header, raw data) without the
-    `safetensors` package: BF16, F16 and F32 tensors."""
+    `safetensors` package: BF16, F16, F32, I64 and BOOL tensors."""
     raw = Path(path).read_bytes()
     n = int.from_bytes(raw[:8], "little")
     header = json.loads(raw[8:8 + n])
@@ -88,14 +90,107 @@ def load_teacher(path, device):
     return model, c
 
 
+class JsonBpeTokenizer:
+    """The teacher's tokenizer.json in plain Python, for CPU smoke tests where `tokenizers` is
+    missing: byte-level BPE (train.py's tokenizer: GPT-2 split, no normalizer), added tokens
+    split out of the text. Without the `regex` module the split's letter / number classes are
+    approximated with `re` (the same on ASCII). Answers what train.py and this file ask of a
+    `tokenizers.Tokenizer`."""
+
+    class _Encoding:
+        def __init__(self, ids):
+            self.ids = ids
+
+    def __init__(self, path):
+        j = json.loads(Path(path).read_text(encoding="utf-8"))
+        m = j["model"]
+        assert m["type"] == "BPE" and j["normalizer"] is None and j["pre_tokenizer"]["type"] == "ByteLevel"
+        self.vocab = m["vocab"]
+        self.ranks = {tuple(x) if isinstance(x, list) else tuple(x.split(" ", 1)): i
+                      for i, x in enumerate(m["merges"])}
+        self.added = {t["content"]: t["id"] for t in j["added_tokens"]}
+        self.inv = {i: t for t, i in self.vocab.items()}
+        self.inv.update({i: t for t, i in self.added.items()})
+        bs = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))  # GPT-2's byte map
+        rest = [b for b in range(256) if b not in bs]
+        self.byte_char = {b: chr(c) for b, c in zip(bs + rest, bs + [256 + n for n in range(len(rest))])}
+        self.char_byte = {c: b for b, c in self.byte_char.items()}
+        try:
+            import regex
+            self.split = regex.compile(
+                r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
+        except ImportError:
+            self.split = re.compile(
+                r"""'s|'t|'re|'ve|'m|'ll|'d| ?[^\W\d_]+| ?\d+| ?(?:(?![^\W\d_]|\d)\S)+|\s+(?!\S)|\s+""")
+        self.specials = re.compile(
+            "(" + "|".join(re.escape(t) for t in sorted(self.added, key=len, reverse=True)) + ")")
+        self.cache = {}
+
+    def get_vocab_size(self):
+        return max(self.inv) + 1
+
+    def token_to_id(self, token):
+        return self.added.get(token, self.vocab.get(token))
+
+    def _bpe(self, piece):
+        word = tuple(self.byte_char[b] for b in piece.encode("utf-8"))
+        while len(word) > 1:
+            pairs = [(self.ranks.get(p, math.inf), i) for i, p in enumerate(zip(word, word[1:]))]
+            rank, i = min(pairs)
+            if rank == math.inf:
+                break
+            a, b = word[i], word[i + 1]
+            out, j = [], 0
+            while j < len(word):  # merge every occurrence of (a, b), left to right
+                if j + 1 < len(word) and word[j] == a and word[j + 1] == b:
+                    out.append(a + b)
+                    j += 2
+                else:
+                    out.append(word[j])
+                    j += 1
+            word = tuple(out)
+        return [self.vocab[w] for w in word]
+
+    def encode_ids(self, text):
+        ids = []
+        for part in self.specials.split(text):
+            if part in self.added:
+                ids.append(self.added[part])
+                continue
+            for piece in self.split.findall(part):
+                if piece not in self.cache:
+                    self.cache[piece] = self._bpe(piece)
+                ids += self.cache[piece]
+        return ids
+
+    def encode_batch(self, texts, add_special_tokens=False):
+        assert not add_special_tokens
+        return [self._Encoding(self.encode_ids(t)) for t in texts]
+
+    def decode(self, ids, skip_special_tokens=False):
+        out, raw = [], bytearray()
+        for i in ids:
+            t = self.inv[i]
+            if i in self.added.values():
+                out.append(raw.decode("utf-8", "replace"))
+                raw = bytearray()
+                if not skip_special_tokens:
+                    out.append(t)
+            else:
+                raw += bytes(self.char_byte[c] for c in t)
+        return "".join(out) + raw.decode("utf-8", "replace")
+
+
 def load_tokenizer(path, smoke):
     try:
         from tokenizers import Tokenizer
     except ImportError:
         if not smoke:
             raise
-        log("`tokenizers` missing: byte tokenizer stand-in (smoke test only)")
-        return T.ByteTokenizer()
+        log("`tokenizers` missing: the plain-Python reader of tokenizer.json (smoke test only)")
+        tok = JsonBpeTokenizer(path / "tokenizer.json")
+        assert tok.token_to_id("<|bos|>") == BOS_ID and tok.token_to_id("<|eos|>") == T.EOS_ID
+        return tok
     tok = Tokenizer.from_file(str(path / "tokenizer.json"))
     assert tok.token_to_id("<|bos|>") == BOS_ID and tok.token_to_id("<|eos|>") == T.EOS_ID
     return tok
@@ -117,16 +212,19 @@ def teacher_greedy(teacher, prompts, n_new, device, batch=256):
     return torch.cat(outs)
 
 
-def simulate(match, k):
-    """match[p]: the draft's teacher-forced argmax equals the teacher's token p. Returns
-    (steps, tokens, per-position [tried, accepted]) for greedy speculative decoding with k drafts."""
-    n, p, steps, pos = len(match), 0, 0, [[0, 0] for _ in range(k)]
+def simulate(match, k, by_state=False):
+    """match[p]: the draft's teacher-forced argmax equals the teacher's token p (a draft model:
+    its a-th draft from state p is that at p + a); with by_state, match[a][p]: the a-th draft
+    proposed at state p (p tokens of the continuation known) is the teacher's token p + a (a
+    head whose chained drafts depend on where the chain starts). Returns (steps, tokens,
+    per-position [tried, accepted]) for greedy speculative decoding with k drafts."""
+    n, p, steps, pos = len(match[0] if by_state else match), 0, 0, [[0, 0] for _ in range(k)]
     while p < n:
         k_eff = min(k, n - p)  # no drafting past the teacher's last token
         a = 0
         while a < k_eff:
             pos[a][0] += 1
-            if not match[p + a]:
+            if not (match[a][p] if by_state else match[p + a]):
                 break
             pos[a][1] += 1
             a += 1
@@ -156,6 +254,24 @@ def literal_steps(draft, prompt, cont, k, device):
     return steps
 
 
+def tabulate(matches, max_k, by_state=False):
+    """acceptance.json's "k": for k = 1..max_k, tokens per step and per-position acceptance over
+    the prompts' match lists (simulate's, one per prompt)."""
+    out = {}
+    for k in range(1, max_k + 1):
+        steps, toks, pos = 0, 0, [[0, 0] for _ in range(k)]
+        for m in matches:
+            s, t, ps = simulate(m, k, by_state)
+            steps, toks = steps + s, toks + t
+            for i in range(k):
+                pos[i][0] += ps[i][0]
+                pos[i][1] += ps[i][1]
+        out[str(k)] = {
+            "tokens_per_step": round(toks / steps, 4), "steps": steps,
+            "position_acceptance": [round(a / t, 4) if t else None for t, a in pos]}
+    return out
+
+
 @torch.no_grad()
 def measure_acceptance(teacher, draft, held_ids, n_prompts, prompt_len, n_new, max_k, device, n_literal):
     t0 = time.time()
@@ -179,19 +295,8 @@ def measure_acceptance(teacher, draft, held_ids, n_prompts, prompt_len, n_new, m
         "prompts": len(prompts), "prompt_tokens": prompt_len, "new_tokens": n_new,
         "prompt_source": "held-out text, evenly spaced windows, each after <|bos|>",
         "top1_agreement": round(sum(map(sum, match)) / (len(match) * n_new), 4),
-        "k": {},
+        "k": tabulate(match, max_k),
     }
-    for k in range(1, max_k + 1):
-        steps, toks, pos = 0, 0, [[0, 0] for _ in range(k)]
-        for m in match:
-            s, t, ps = simulate(m, k)
-            steps, toks = steps + s, toks + t
-            for i in range(k):
-                pos[i][0] += ps[i][0]
-                pos[i][1] += ps[i][1]
-        result["k"][str(k)] = {
-            "tokens_per_step": round(toks / steps, 4), "steps": steps,
-            "position_acceptance": [round(a / t, 4) if t else None for t, a in pos]}
     # The shortcut (one teacher-forced draft pass) against literal step-by-step drafting.
     agree = 0
     n_lit = min(n_literal, len(prompts))
