@@ -212,24 +212,37 @@ class Llama(nn.Module):
                 nn.init.normal_(p, 0.0, s)
 
     def forward(self, ids):  # ids [B, T] -> logits [B, T, V]
+        return self.forward_layers(ids, ())[0]
+
+    def forward_layers(self, ids, layers):
+        """The logits and the outputs of the decoder layers `layers` (the residual stream after
+        each, [B, T, D]; what an EAGLE-3 head reads), in that order."""
         T = ids.shape[1]
         x = self.model.embed_tokens(ids)
         cos, sin = self.cos[:T].to(x.dtype), self.sin[:T].to(x.dtype)
-        for layer in self.model.layers:
+        kept = {}
+        for i, layer in enumerate(self.model.layers):
             x = layer(x, cos, sin)
+            if i in layers:
+                kept[i] = x
         x = self.model.norm(x)
-        return x @ self.model.embed_tokens.weight.t()
+        return x @ self.model.embed_tokens.weight.t(), [kept[i] for i in layers]
+
+
+SAFETENSORS_NAMES = {torch.bfloat16: "BF16", torch.int64: "I64", torch.bool: "BOOL"}
 
 
 def save_safetensors(state, path):
-    """The safetensors layout (8-byte header length, JSON header, raw data), bf16 only;
-    written here so the smoke test needs no `safetensors` package."""
+    """The safetensors layout (8-byte header length, JSON header, raw data): bf16 weights, and
+    int64 / bool index tensors (an EAGLE-3 head's d2t, t2d); written here so the smoke test
+    needs no `safetensors` package."""
     header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
     for name in sorted(state):
-        t = state[name]
-        assert t.dtype == torch.bfloat16
-        raw = t.contiguous().view(torch.int16).numpy().tobytes()
-        header[name] = {"dtype": "BF16", "shape": list(t.shape), "data_offsets": [off, off + len(raw)]}
+        t = state[name].contiguous()
+        assert t.dtype in SAFETENSORS_NAMES, f"{name}: {t.dtype}"
+        raw = (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy().tobytes()
+        header[name] = {"dtype": SAFETENSORS_NAMES[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(raw)]}
         blobs.append(raw)
         off += len(raw)
     h = json.dumps(header, separators=(",", ":")).encode()
