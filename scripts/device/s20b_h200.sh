@@ -16,7 +16,8 @@ trap cleanup EXIT
 
 if [ -f scripts/device/s20_eagle3.sh ] && [ "${SKIP_EAGLE3:-0}" != 1 ]; then
   stamp "EAGLE-3 head for the default model"
-  timeout "$(cap 300)" bash scripts/device/s20_eagle3.sh >"$out/eagle3.log" 2>&1; echo "exit $?"
+  timeout "$(cap 250)" bash scripts/device/s20_eagle3.sh --train-seconds 120 --deadline-seconds 220 \
+    >"$out/eagle3.log" 2>&1; echo "exit $?"
   tail -30 "$out/eagle3.log"
 fi
 
