@@ -4,7 +4,8 @@
 //   q_idx     = wq_b q_lat                        -> dsa_q_  [T, Hi Di] f32
 //   k | w     = [wk; weights_proj] h              -> dsa_kw_ [T, Di + Hi] f32 (one GEMM)
 //   row tail  = rope(LayerNorm(k))                (launch_dsa_key_write, each token's slot)
-//   scores    -> dsa_scores_, in passes of dsa_rows_ queries (rows of max_model_len floats)
+//   scores    -> dsa_scores_, in passes of dsa_rows_ queries (rows of max_model_len floats;
+//                on the tensor cores for GLM-5's Di 128, k_dsa_scores_mma.h)
 //   selection -> dsa_sel_ [T, index_topk]         (launch_dsa_topk, per pass)
 // and the latent attention reads dsa_sel_ (this layer's, or for a "shared" layer the last
 // selecting layer's). Every launch's shape depends on the step's StepShape alone (the
@@ -74,14 +75,10 @@ void CudaModelRunner::launch_dsa_indexer(const Layer &L, int layer, const StepSh
   p.T = T;
   p.scores = dsa_scores_.as<float>();
   p.stride = max_model_len_;
-  // Enough blocks for ~3 a SM (80 registers: 3 resident) whatever the context (latency: each block
-  // walks its keys in chunks of 32) (the keys of a row are split evenly over its blocks at run
-  // time, so the grid need not know the positions).
-  const int max_chunks = (max_model_len_ + 31) / 32;
   for (std::int32_t t0 = 0; t0 < T; t0 += dsa_rows_) {
     p.t0 = t0;
     p.rows = std::min(dsa_rows_, T - t0);
-    p.ctas_per_row = std::clamp((3 * ctx_.num_sms() + p.rows - 1) / p.rows, 1, max_chunks);
+    p.ctas_per_row = dsa_scores_ctas_per_row(p, max_model_len_, ctx_.num_sms());
     launch_dsa_scores(s, p);
     launch_dsa_topk(s, p.scores, p.stride, tokens, T, t0, p.rows, topk, dsa_sel_.as<std::int32_t>(),
                     dsa_topk_scratch_.data(), dsa_topk_rows_);

@@ -1,10 +1,12 @@
 // DeepSeek Sparse Attention's indexer kernels (k_dsa_indexer.h).
 //
-// dsa_scores_kernel: grid (ctas_per_row, rows), a row's keys [0, p] split evenly over its
-// blocks. A block stages q_idx[t] (roped) and the scaled weights in shared memory, then
-// chunks of kKeyChunk index keys (bf16 -> f32); each warp scores 4 keys at a time with one
-// head per lane (q rows padded by 4 floats: float4 loads of 32 heads fall in distinct banks,
-// the key's float4 is a broadcast), relu-weights them and sums the heads over the warp.
+// dsa_scores_kernel (fp32 on CUDA cores: the shapes that k_dsa_scores_mma.cu's tensor-core
+// kernel does not take, and the comparisons): grid (ctas_per_row, rows), a row's keys [0, p]
+// split evenly over its blocks. A block stages q_idx[t] (roped) and the scaled weights in
+// shared memory, then chunks of kKeyChunk index keys (bf16 -> f32); each warp scores 4 keys at
+// a time with one head per lane (q rows padded by 4 floats: float4 loads of 32 heads fall in
+// distinct banks, the key's float4 is a broadcast), relu-weights them and sums the heads over
+// the warp.
 //
 // dsa_topk_kernel: one block per row. The scores' bits as ordered unsigned keys (larger
 // float, larger key; -0 as +0 so that zero scores tie as on the CPU), then four 8-bit radix
@@ -17,6 +19,8 @@
 #include "core/error.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_dsa_indexer.h"
+#include "exec/cuda/k_dsa_scores_keys.cuh"
+#include "exec/cuda/k_dsa_scores_mma.h"
 #include "exec/cuda/k_mla_rope.cuh"
 #include "exec/cuda/k_reduce.cuh"
 
@@ -96,17 +100,9 @@ __global__ void __launch_bounds__(kThreads) dsa_scores_kernel(DsaScoreParams p) 
   float *qs = reinterpret_cast<float *>(smem4);  // [Hi][Di + 4] roped q
   float *ks = qs + p.Hi * q_pitch(p.Di);         // [kKeyChunk][Di] keys
   float *ws = ks + kKeyChunk * p.Di;             // [Hi] weights * Hi^-1/2
-  const int r = blockIdx.y, t = p.t0 + r;
-  if (r >= p.rows || t >= p.T) return;
-  const DsaToken tok = p.tokens[t];
-  const int n = tok.pos + 1;
-  if (n <= p.topk) return;  // every position is kept: nothing to score
-  // This block's keys: an even share of [0, n) in whole chunks.
-  const int chunks = (n + kKeyChunk - 1) / kKeyChunk;
-  const int per = (chunks + p.ctas_per_row - 1) / p.ctas_per_row;
-  const int k_begin = blockIdx.x * per * kKeyChunk;
-  const int k_end = min(n, k_begin + per * kKeyChunk);
-  if (k_begin >= k_end) return;
+  int t, k_begin, k_end;
+  DsaToken tok;
+  if (!dsa_detail::scores_block_keys(p, kKeyChunk, t, tok, k_begin, k_end)) return;
 
   const int Hi = p.Hi, Di = p.Di, pitch = q_pitch(Di);
   const float *q = p.q + std::int64_t(t) * Hi * Di;
@@ -125,7 +121,7 @@ __global__ void __launch_bounds__(kThreads) dsa_scores_kernel(DsaScoreParams p) 
   const float scale = 1.0f / sqrtf(static_cast<float>(Di));
   const int bs = p.layout.block_size, vecs = Di / 8;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  float *row_scores = p.scores + std::int64_t(r) * p.stride;
+  float *row_scores = p.scores + std::int64_t(blockIdx.y) * p.stride;
 
   // Each thread's share of a chunk's 16-byte key vectors, loaded one chunk ahead into
   // registers so that the table -> key loads overlap the previous chunk's arithmetic.
@@ -495,19 +491,39 @@ void launch_dsa_key_write(StreamRef s_ref, const float *k, int T, int k_stride, 
   KEEL_CUDA_CHECK_LAUNCH("dsa_key_write");
 }
 
+bool dsa_scores_uses_mma(const DsaScoreParams &p) {
+  return p.mma && dsa_scores_mma_supported(p.Hi, p.Di, p.rope);
+}
+
+int dsa_scores_ctas_per_row(const DsaScoreParams &p, int max_keys, int num_sms) {
+  const int rows = std::max(p.rows, 1);
+  if (!dsa_scores_uses_mma(p))  // ~3 blocks a SM (80 registers), chunks of 32 keys
+    return std::clamp((3 * num_sms + rows - 1) / rows, 1, std::max(1, (max_keys + 31) / 32));
+  // One wave of the blocks that are resident at once, rounded down (a block more a row would
+  // start a second wave that runs alone), at least a 32-key tile for each of a block's 4 warps.
+  const int resident = kDsaScoresMmaBlocksPerSm * num_sms;
+  return std::clamp(resident / rows, 1, std::max(1, (max_keys + 127) / 128));
+}
+
 void launch_dsa_scores(StreamRef s_ref, const DsaScoreParams &p) {
   const cudaStream_t s = s_ref.get("launch_dsa_scores");
-  const std::size_t smem = dsa_scores_smem(p.Hi, p.Di);
-  if (p.layout.planes != 1 || p.Hi <= 0 || p.Di <= 0 || p.Di % 8 != 0 || p.rope % 2 != 0 ||
-      p.rope > p.Di || p.key_at % 8 != 0 || p.layout.slot_elems() % 8 != 0 ||
-      p.key_at + p.Di > p.layout.slot_elems() || p.topk <= 0 || p.ctas_per_row <= 0 || p.Di > 256 ||
-      smem > 48 * 1024 || p.rows > 65535)
+  const bool mma = dsa_scores_uses_mma(p);
+  const std::size_t smem =
+      mma ? dsa_scores_mma_smem(p.Hi, p.Di, p.rope) : dsa_scores_smem(p.Hi, p.Di);
+  if (p.layout.planes != 1 || p.Hi <= 0 || p.Di <= 0 || p.Di % 8 != 0 || p.rope < 0 ||
+      p.rope % 2 != 0 || p.rope > p.Di || p.key_at % 8 != 0 || p.layout.slot_elems() % 8 != 0 ||
+      p.key_at + p.Di > p.layout.slot_elems() || p.topk <= 0 || p.ctas_per_row <= 0 ||
+      (!mma && (p.Di > 256 || smem > 48 * 1024)) || p.rows > 65535)
     throw Error(ErrorCode::kInvalidArgument,
                 "launch_dsa_scores: bad shape (Hi " + std::to_string(p.Hi) + ", Di " +
                     std::to_string(p.Di) + ", rope " + std::to_string(p.rope) + ", key at " +
                     std::to_string(p.key_at) + " of " + std::to_string(p.layout.slot_elems()) +
                     ", " + std::to_string(smem) + " bytes of shared memory)");
   if (p.rows <= 0) return;
+  if (mma) {
+    launch_dsa_scores_mma(s, p);
+    return;
+  }
   dsa_scores_kernel<<<dim3(p.ctas_per_row, p.rows), kThreads, smem, s>>>(p);
   KEEL_CUDA_CHECK_LAUNCH("dsa_scores");
 }

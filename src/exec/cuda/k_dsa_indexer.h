@@ -54,14 +54,27 @@ struct DsaScoreParams {
   float *scores = nullptr;
   std::int64_t stride = 0;
   int ctas_per_row = 1;  // the keys of a row split over this many blocks
+  // The tensor-core kernel where it takes the shape (k_dsa_scores_mma.h: Di 128, Hi a multiple
+  // of 16 up to 128); false: the fp32 one everywhere (cuda_mla_bench's comparison, the tests).
+  bool mma = true;
 };
 
-// Bytes of the scores kernel's dynamic shared memory (the staged q, weights and keys).
+// Bytes of the fp32 scores kernel's dynamic shared memory (the staged q, weights and keys).
 std::size_t dsa_scores_smem(int Hi, int Di);
 
-// scores[r, s] for s in [0, p] of each token t0 + r that selects. Throws
-// Error(kInvalidArgument) on shapes it does not take (Di not a multiple of 8 or over 256, rope odd
-// or over Di, shared memory over 48 KB).
+// Whether launch_dsa_scores runs p on the tensor-core kernel.
+bool dsa_scores_uses_mma(const DsaScoreParams &p);
+
+// DsaScoreParams::ctas_per_row for a pass of p.rows rows of at most max_keys positions: about
+// as many blocks as are resident at once on num_sms SMs (the keys split at run time, so the
+// grid does not depend on the positions: graph-safe), no more than there are key tiles.
+int dsa_scores_ctas_per_row(const DsaScoreParams &p, int max_keys, int num_sms);
+
+// scores[r, s] for s in [0, p] of each token t0 + r that selects; positions past p and tokens
+// whose p + 1 <= topk are not written. On the tensor cores (q split into bf16 hi + lo: about
+// fp32's precision) where dsa_scores_uses_mma, else the fp32 kernel on CUDA cores. Throws
+// Error(kInvalidArgument) on shapes neither takes (Di not a multiple of 8, rope odd or over Di;
+// the fp32 kernel: Di over 256, shared memory over 48 KB).
 void launch_dsa_scores(StreamRef s, const DsaScoreParams &p);
 
 // For each token t = t0 + r (r < rows, t < T) with n = tokens[t].pos + 1 > topk: sel[t * topk
