@@ -5,12 +5,17 @@
 // query, each row counted once per query) against --bw.
 //
 //   cuda_mla_bench [--model deepseek-v3|glm-5] [--contexts 2048,32768,131072] [--queries 1,64]
-//     [--topk 0|2048] [--splits N] [--iters 20] [--bw 3.35e12] [--simple]
+//     [--topk 0|2048] [--splits N] [--iters 20] [--bw 3.35e12] [--simple] [--dsa-fp32]
+//     [--dsa-ctas N]
 //   --topk K: each query reads a random selection of K of its positions (DSA); 0: all.
 //   --splits N: force the split factor; --simple: also time the simple kernel (slow at 128k).
 //   With --model glm-5 and --topk K: also the DSA indexer alone per layer (launch_dsa_scores,
 //   then launch_dsa_topk over those scores; 32 index heads of 128, random keys), as the
-//   runner launches them (rows = queries, ~3 blocks a SM for the scores).
+//   runner launches them (rows = queries, dsa_scores_ctas_per_row blocks a row, or
+//   --dsa-ctas N, in the splits column). The scores' row gives their time in us (each launch
+//   after a 256 MB write that evicts the L2: the keys of one query at 128k, 32 MB, would
+//   otherwise stay there from launch to launch), the keys' GB/s (Di bf16 a key and query) and
+//   the bytes floor at --bw in us; --dsa-fp32 also times the fp32 kernel (the fallback).
 #include <cstdio>
 
 #if !defined(KEEL_WITH_CUDA)
@@ -52,6 +57,31 @@ DeviceBuffer upload(const CudaContext &ctx, const std::vector<T> &h) {
   return d;
 }
 
+// Seconds a launch, each timed alone by events after a write of `flush` (larger than the
+// L2) has evicted what the previous one read: the keys come from HBM as in a model step.
+template <typename F>
+double time_cold(const CudaContext &ctx, int iters, DeviceBuffer &flush, F &&launch) {
+  const cudaStream_t s = ctx.compute().get("time_cold");
+  launch();
+  cudaEvent_t e0, e1;
+  KEEL_CUDA_CHECK(cudaEventCreate(&e0));
+  KEEL_CUDA_CHECK(cudaEventCreate(&e1));
+  double total = 0;
+  for (int i = 0; i < iters; ++i) {
+    KEEL_CUDA_CHECK(cudaMemsetAsync(flush.data(), i & 0xff, flush.bytes(), s));
+    KEEL_CUDA_CHECK(cudaEventRecord(e0, s));
+    launch();
+    KEEL_CUDA_CHECK(cudaEventRecord(e1, s));
+    KEEL_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    KEEL_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    total += ms * 1e-3;
+  }
+  KEEL_CUDA_CHECK(cudaEventDestroy(e0));
+  KEEL_CUDA_CHECK(cudaEventDestroy(e1));
+  return total / iters;
+}
+
 // Seconds a launch, averaged over `iters` back-to-back launches after one warm-up.
 template <typename F>
 double time_launches(const CudaContext &ctx, int iters, F &&launch) {
@@ -68,7 +98,8 @@ int run(int argc, char **argv) {
   std::vector<int> contexts = {2048, 32768, 131072}, queries = {1, 64};
   int topk = 0, force_splits = 0, iters = 20;
   double bw = 3.35e12;
-  bool simple = false;
+  bool simple = false, dsa_fp32 = false;
+  int dsa_ctas = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -91,6 +122,10 @@ int run(int argc, char **argv) {
       bw = std::stod(next());
     else if (a == "--simple")
       simple = true;
+    else if (a == "--dsa-fp32")
+      dsa_fp32 = true;
+    else if (a == "--dsa-ctas")
+      dsa_ctas = std::stoi(next());
     else
       throw Error(ErrorCode::kInvalidArgument, "cuda_mla_bench: unknown flag " + a);
   }
@@ -210,16 +245,25 @@ int run(int argc, char **argv) {
         dp.T = dp.rows = n;
         dp.scores = scores.as<float>();
         dp.stride = context;
-        dp.ctas_per_row = std::clamp((3 * ctx.num_sms() + n - 1) / n, 1, (context + 31) / 32);
-        const double sc = time_launches(ctx, iters, [&] { launch_dsa_scores(s, dp); });
+        const double key_bytes = double(n) * context * Di * 2;
+        DeviceBuffer flush(std::size_t(256) << 20);
+        for (const bool mma : {true, false}) {
+          if (!mma && !dsa_fp32) continue;
+          dp.mma = mma;
+          dp.ctas_per_row =
+              dsa_ctas > 0 ? dsa_ctas : dsa_scores_ctas_per_row(dp, context, ctx.num_sms());
+          const double sc = time_cold(ctx, iters, flush, [&] { launch_dsa_scores(s, dp); });
+          std::printf(
+              "| %s | %d | %d | %d | %d | dsa scores %s (bytes floor %.1f us) | %.1f | %.0f | "
+              "%.0f%% |\n",
+              model.c_str(), context, n, topk, dp.ctas_per_row,
+              dsa_scores_uses_mma(dp) ? "mma" : "fp32", key_bytes / bw * 1e6, sc * 1e6,
+              key_bytes / sc / 1e9, 100.0 * key_bytes / sc / bw);
+        }
         const double tk_sec = time_launches(ctx, iters, [&] {
           launch_dsa_topk(s, dp.scores, dp.stride, dp.tokens, n, 0, n, topk,
                           isel.as<std::int32_t>(), tk.data(), topk_rows);
         });
-        std::printf("| %s | %d | %d | %d | - | dsa scores | %.1f | %.0f | %.0f%% |\n",
-                    model.c_str(), context, n, topk, sc * 1e6,
-                    double(n) * context * Di * 2 / sc / 1e9,
-                    100.0 * double(n) * context * Di * 2 / sc / bw);
         std::printf("| %s | %d | %d | %d | - | dsa top-k | %.1f | - | - |\n", model.c_str(),
                     context, n, topk, tk_sec * 1e6);
         std::fflush(stdout);
