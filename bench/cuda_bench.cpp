@@ -30,9 +30,9 @@
 //     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
 //     reads: k of E per token, the expected distinct experts of n tokens)
 //   cuda_bench --model glm-5 --layers N [--context 131072] [--attention both|dsa|dense]
-//     [--decode-steps 16] [--profile]   (GLM-5's real dims, DSA on the latent cache: batch-1
-//     decode steps at position --context over a latent cache filled with random values
-//     (no prefill), with the indexer's top index_topk (2048) and with index_topk raised past
+//     [--decode-steps 16] [--profile] [--dsa-mma on|off]   (GLM-5's real dims, DSA on the latent
+//     cache: batch-1 decode steps at position --context over a latent cache filled with random
+//     values (no prefill), with the indexer's top index_topk (2048) and with index_topk raised past
 //     the context (dense attention, the indexer projections still run); ms a step each and
 //     their ratio. Without --context, the usual prefill / decode table.)
 #include <cstdio>
@@ -705,6 +705,7 @@ int run(int argc, char **argv) {
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
   int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.kernels.qgemv_mma_min_m;  // --qgemv-mma-min-m N
   int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;          // --qgemm-max-m N
+  bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;          // --dsa-mma on|off
   int split_cap = 0;         // attention split-K cap (0: auto)
   bool pdl = true;           // programmatic dependent launch of the fused kernels
   bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -808,6 +809,8 @@ int run(int argc, char **argv) {
       experts_fmt = val();
     else if (a == "--context")
       context = std::stoi(val());
+    else if (a == "--dsa-mma")
+      dsa_mma = val() == "on";
     else if (a == "--attention")
       attention = val();
     else
@@ -832,6 +835,7 @@ int run(int argc, char **argv) {
   o.kernels.fused_gemv_waves = fused_waves;
   o.kernels.qgemv_mma_min_m = qgemv_mma_min_m;
   o.kernels.qgemm_max_m = qgemm_max_m;
+  o.kernels.dsa_scores_mma = dsa_mma;
   o.programmatic_launch = pdl;
   o.kernels.attn_split_cap = split_cap;
   o.kernels.moe_gemv_max_tokens = moe_gemv_max;

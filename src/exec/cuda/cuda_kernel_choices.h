@@ -70,6 +70,11 @@ struct CudaKernelChoices {
   // verify steps, small prefills) run the split-K tensor-core kernel (k_mla_split.cu);
   // larger steps, and 0 (for A/B measurement and tests), the simple kernel.
   int mla_split_max_rows = 256;
+  // DSA indexer scores on the tensor cores (k_dsa_scores_mma.h, q split into bf16 hi + lo)
+  // where the shape allows, else the fp32 kernel. Off by default until a GPU has run its
+  // tests and timed it against the fp32 kernel (it was written without one); its own tests
+  // and cuda_mla_bench run it regardless.
+  bool dsa_scores_mma = false;
 };
 
 }  // namespace keel::cuda

@@ -377,6 +377,7 @@ class CudaModelRunner : public ModelRunner {
   // mla_split_rows_ token rows; 0 rows: the shapes are not the split path's.
   DeviceBuffer mla_split_;
   std::int32_t mla_split_rows_ = 0;
+  bool dsa_scores_mma_ = false;  // CudaKernelChoices::dsa_scores_mma
   // DSA's indexer (config_.mla->dsa()), max_batch_tokens rows; the selection of the last
   // layer that ran its indexer, which the "shared" layers after it reuse.
   DeviceBuffer dsa_q_;       // [T, Hi Di] f32: wq_b q_lat

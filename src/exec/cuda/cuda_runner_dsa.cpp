@@ -75,6 +75,7 @@ void CudaModelRunner::launch_dsa_indexer(const Layer &L, int layer, const StepSh
   p.T = T;
   p.scores = dsa_scores_.as<float>();
   p.stride = max_model_len_;
+  p.mma = dsa_scores_mma_;
   for (std::int32_t t0 = 0; t0 < T; t0 += dsa_rows_) {
     p.t0 = t0;
     p.rows = std::min(dsa_rows_, T - t0);

@@ -56,6 +56,7 @@ void CudaModelRunner::allocate_mla_buffers(const CudaRunnerOptions &opts) {
   // qa and the partials of mla_split_max_rows rows x splits (so a step's split factor is
   // capped at those rows / the step's).
   const int R = static_cast<int>(m.kv_lora_rank), H = static_cast<int>(nh_);
+  dsa_scores_mma_ = opts.kernels.dsa_scores_mma;
   if (opts.kernels.mla_split_max_rows > 0 &&
       mla_split_supported(R, static_cast<int>(m.qk_rope_head_dim),
                           static_cast<int>(kv_values_per_token_layer(config_)))) {
