@@ -76,6 +76,16 @@ timeout "$(cap 40)" "$B/cuda_bench" --model deepseek-v3 --layers 4 --seqs 64 --d
   --no-long-prefill --profile >"$out/dsv3_4l_profile.log" 2>&1; echo "exit $?"
 grep -E '^\|' "$out/dsv3_4l_profile.log" | grep -v '^|--' | head -12
 
+stamp "DSA tensor-core scores (first GPU run): tests, then alone against the fp32 kernel"
+timeout "$(cap 40)" "$B/keel_test_cuda" --gtest_filter='DsaScores.*:DsaTopk.*:CudaDsaVsCpu.*' \
+  >"$out/dsa_tests.log" 2>&1; echo "exit $?"; summary "$out/dsa_tests.log" 8
+timeout "$(cap 30)" "$B/cuda_mla_bench" --model glm-5 --topk 2048 --contexts 32768,131072 \
+  --queries 1,8,64 --dsa-fp32 --bw 4.8e12 >"$out/dsa_alone.log" 2>&1; echo "exit $?"
+grep -i "dsa" "$out/dsa_alone.log" | head -16
+stamp "glm-5 128k, dsa (tensor-core scores) vs dense, profiled"
+timeout "$(cap 40)" "$B/cuda_bench" --no-long-prefill --model glm-5 --layers 3 --context 131072 \
+  --decode-steps 8 --profile --dsa-mma on >"$out/glm5_128k_mma.log" 2>&1; echo "exit $?"
+grep -vE '^#|^\|--' "$out/glm5_128k_mma.log" | tail -14
 stamp "glm-5 128k, dsa vs dense, profiled"
 timeout "$(cap 40)" "$B/cuda_bench" --no-long-prefill --model glm-5 --layers 3 --context 131072 \
   --decode-steps 8 --profile >"$out/glm5_128k.log" 2>&1; echo "exit $?"
