@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 20, call C (s20a and s20b folded into one call, device starts being scarce):
+# Session 20, call C (everything of the unrun call A, and call B's EAGLE-3 training, in one call;
+# device starts being scarce).
 #   t = 0, side by side: the default model's EAGLE-3 head training (issue 30; a small
 #   model, it does not disturb correctness tests), `keel make-model` of the DeepSeek-V3
 #   shape cut to 4 layers (3 dense + 1 MoE, bf16), and the whole CUDA suite (first GPU run
