@@ -2,8 +2,8 @@
 // stored as decoder layer num_hidden_layers) on the CPU, as a drafter runs it
 // (exec/mtp_step.h): GLM-4.5's (glm4_moe, a GQA block), DeepSeek-V3's (deepseek_v3 and
 // Kimi K2, an MLA block, exec/arch/mla.h) or GLM-5's (glm_moe_dsa: an MLA block with its
-// own DSA indexer, selecting over the MTP positions' own index keys). For position t, with the
-// target's last hidden state h_t and the next token x_{t+1}:
+// own DSA indexer, selecting over the MTP positions' own index keys). For position t, with
+// the target's last hidden state h_t and the next token x_{t+1}:
 //   e = enorm(embed(x_{t+1})) (zero at position 0, as vLLM and SGLang mask it),
 //   g = hnorm(norm(h_t)), norm the target's final RMSNorm (model.norm.weight): the MTP
 //   layer reads the vector the target's LM head reads, as vLLM, SGLang and Megatron's MTP
@@ -30,8 +30,7 @@ namespace keel::arch {
 class MtpHead {
  public:
   // Throws Error(kUnsupported) when `cfg` has no MTP layer, Error(kFormat) naming the
-  // tensor (GLM-5's: its indexer's too) that is
-  // missing or mis-shaped.
+  // tensor (GLM-5's: its indexer's too) that is missing or mis-shaped.
   MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const TensorView &target_embed,
           const TensorView &target_head);
 
