@@ -22,6 +22,8 @@
 //     cuBLASLt vs the GEMV kernel vs the fused decode GEMV on CUDA cores and on tensor
 //     cores, alone, and as the runner picks 8 back to back)
 //   cuda_bench --model 8b --kv-transfer [--tokens 8192]   (KV block save/restore over PCIe)
+//   cuda_bench --model deepseek-v3|glm-5 ... [--mla-prefill chunks|simple]   (steps over the MLA
+//     split path's 256 rows: its tensor-core kernel in chunks of 256 rows, or the simple kernel)
 //   cuda_bench --model qwen3-30b-a3b|qwen3-moe-small|mixtral-8x7b|gpt-oss-20b|gpt-oss-120b
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
 //     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off]
@@ -706,6 +708,7 @@ int run(int argc, char **argv) {
   int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.kernels.qgemv_mma_min_m;  // --qgemv-mma-min-m N
   int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;          // --qgemm-max-m N
   bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;          // --dsa-mma on|off
+  bool mla_chunks = cuda::CudaRunnerOptions{}.kernels.mla_prefill_chunks;   // --mla-prefill
   int split_cap = 0;         // attention split-K cap (0: auto)
   bool pdl = true;           // programmatic dependent launch of the fused kernels
   bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -811,6 +814,8 @@ int run(int argc, char **argv) {
       context = std::stoi(val());
     else if (a == "--dsa-mma")
       dsa_mma = val() == "on";
+    else if (a == "--mla-prefill")
+      mla_chunks = val() == "chunks";
     else if (a == "--attention")
       attention = val();
     else
@@ -836,6 +841,7 @@ int run(int argc, char **argv) {
   o.kernels.qgemv_mma_min_m = qgemv_mma_min_m;
   o.kernels.qgemm_max_m = qgemm_max_m;
   o.kernels.dsa_scores_mma = dsa_mma;
+  o.kernels.mla_prefill_chunks = mla_chunks;
   o.programmatic_launch = pdl;
   o.kernels.attn_split_cap = split_cap;
   o.kernels.moe_gemv_max_tokens = moe_gemv_max;

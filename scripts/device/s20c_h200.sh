@@ -77,6 +77,11 @@ timeout "$(cap 40)" "$B/cuda_bench" --model deepseek-v3 --layers 4 --seqs 64 --d
   --no-long-prefill --profile >"$out/dsv3_4l_profile.log" 2>&1; echo "exit $?"
 grep -E '^\|' "$out/dsv3_4l_profile.log" | grep -v '^|--' | head -12
 
+stamp "MLA prefill on the simple kernel (the chunked split path's A/B; the rows above are chunks)"
+timeout "$(cap 40)" "$B/cuda_bench" --model deepseek-v3 --layers 4 --seqs 64 --decode-steps 4 \
+  --no-long-prefill --mla-prefill simple --profile >"$out/dsv3_4l_simple.log" 2>&1; echo "exit $?"
+grep -E '^\|' "$out/dsv3_4l_simple.log" | grep -v '^|--' | head -8
+
 stamp "DSA tensor-core scores (first GPU run): tests, then alone against the fp32 kernel"
 timeout "$(cap 40)" "$B/keel_test_cuda" --gtest_filter='DsaScores.*:DsaTopk.*:CudaDsaVsCpu.*' \
   >"$out/dsa_tests.log" 2>&1; echo "exit $?"; summary "$out/dsa_tests.log" 8

@@ -4,6 +4,7 @@
 // every prompt over 16 tokens selects), with the bounds of moe_vs_cpu.h:
 // - alone (a 29-token prefill, then decode) and batched with 31 others of other lengths;
 // - the same with a scores scratch of one row, so every step is scored one query a pass;
+// - the same with prefills in chunks of 8 rows on the split kernel, and on the simple kernel;
 // - a 45-token prompt prefilled in chunks after a cached 32-token prefix, then decode; the
 //   prefix moved through copy_block and through save_block / load_block into a second
 //   runner gives the same logits;
@@ -79,6 +80,11 @@ TEST_F(CudaDsaVsCpu, OneQueryAScoringPass) {
   moe_vs_cpu::alone_and_batched(*gpu, *cpu_, V_, kBlocks, e);
   if (HasFatalFailure()) return;
   expect_row_bounds(e, 150, "one query a scoring pass");
+}
+
+// mla_vs_cpu.h: a prefill's selections [T, topk] are read a chunk of rows at a time.
+TEST_F(CudaDsaVsCpu, PrefillInSplitChunksAndOnTheSimpleKernel) {
+  prefill_in_split_chunks_and_on_the_simple_kernel(dsa_options());
 }
 
 // The latent rows of a 40-token prompt (3 blocks) as each runner stores them: the CPU's f32

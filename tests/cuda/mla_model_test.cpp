@@ -7,6 +7,7 @@
 //   latent cache against the CPU's f32 ones; each row's top-20 logprobs within 0.2, the
 //   same greedy token where the CPU's margin is over 0.1, the whole-row error's median
 //   and 90th percentile);
+// - the same with prefills in chunks of 8 rows on the split kernel, and on the simple kernel;
 // - a prompt prefilled in chunks after a cached prefix, then decode; the same prefix
 //   moved through copy_block, and through save_block / load_block into a second runner,
 //   gives the same logits as computing it (the latent block image round-trips);
@@ -67,6 +68,10 @@ TEST_F(CudaMlaVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   if (HasFatalFailure()) return;
   expect_row_bounds(e, 150, "alone and batched");
   EXPECT_GT(gpu_->graphs_captured(), 0u);  // the decode steps replayed CUDA graphs
+}
+
+TEST_F(CudaMlaVsCpu, PrefillInSplitChunksAndOnTheSimpleKernel) {
+  prefill_in_split_chunks_and_on_the_simple_kernel(mla_options());
 }
 
 // mla_vs_cpu.h: the prefix computed, copied (copy_block) and restored into a second runner

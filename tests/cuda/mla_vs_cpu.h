@@ -84,6 +84,28 @@ class Fixture : public ::testing::Test {
     mla_vs_cpu::expect_row_bounds(e, min_rows, arch_, what);
   }
 
+  // moe_vs_cpu::alone_and_batched on a second GPU runner opened with `o`.
+  void alone_and_batched_with(const CudaRunnerOptions &o, const char *what) {
+    auto gpu = CudaModelRunner::open(dir_, *cctx_, o);
+    moe_vs_cpu::RowErrors e;
+    moe_vs_cpu::alone_and_batched(*gpu, *cpu_, V_, kBlocks, e);
+    if (::testing::Test::HasFatalFailure()) return;
+    expect_row_bounds(e, 150, what);
+  }
+
+  // Prefills over the split path's rows (the batched step's ~390 rows; with 8, every prompt
+  // over 8 tokens) run the split kernel in chunks of that many rows, a query a tile, DSA's
+  // selections offset per chunk; and with mla_prefill_chunks off, the simple kernel.
+  void prefill_in_split_chunks_and_on_the_simple_kernel(CudaRunnerOptions o) {
+    o.kernels.mla_split_max_rows = 8;
+    o.kernels.mla_prefill_chunks = true;
+    alone_and_batched_with(o, "prefill in chunks of 8 rows");
+    if (::testing::Test::HasFatalFailure()) return;
+    o.kernels.mla_split_max_rows = 256;
+    o.kernels.mla_prefill_chunks = false;
+    alone_and_batched_with(o, "prefill on the simple kernel");
+  }
+
   // A 45-token prompt: the first 32 (two blocks) computed and cached, then the rest in
   // chunks of 5 and 3 decode steps, on the CPU and three ways on the GPU: over the prefix
   // as computed, over copies of its blocks (copy_block), and in a second runner that

@@ -70,6 +70,10 @@ struct CudaKernelChoices {
   // verify steps, small prefills) run the split-K tensor-core kernel (k_mla_split.cu);
   // larger steps, and 0 (for A/B measurement and tests), the simple kernel.
   int mla_split_max_rows = 256;
+  // Larger steps (prefills) too run the split kernel, in chunks of mla_split_max_rows token
+  // rows with one query a tile (the chunk's rows x head groups fill the device), instead of
+  // the simple kernel's one CTA per (tile, head) on CUDA cores; false: the simple kernel.
+  bool mla_prefill_chunks = true;
   // DSA indexer scores on the tensor cores (k_dsa_scores_mma.h, q split into bf16 hi + lo)
   // where the shape allows, else the fp32 kernel. Off by default until a GPU has run its
   // tests and timed it against the fp32 kernel (it was written without one); its own tests

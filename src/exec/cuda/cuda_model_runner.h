@@ -220,6 +220,11 @@ class CudaModelRunner : public ModelRunner {
     // MLA: the split path's factor (launch_mla_attention's num_splits); 0: the simple
     // kernel (steps of more than mla_split_rows_ token rows, or shapes it does not take).
     int splits_mla = 0;
+    // MLA over mla_split_rows_ rows (CudaKernelChoices::mla_prefill_chunks): i32 offset in
+    // dev_in_ of one single-query tile a token row, q_start relative to its chunk of
+    // mla_split_rows_ rows (launch_mla_attention_block runs the split path chunk by
+    // chunk); 0: none.
+    std::size_t mla_chunk_tiles_at = 0;
   };
 
   void stage_masks(std::span<const DeviceSampleRow> rows, int R);  // cuda_sampling.cpp
@@ -377,7 +382,8 @@ class CudaModelRunner : public ModelRunner {
   // mla_split_rows_ token rows; 0 rows: the shapes are not the split path's.
   DeviceBuffer mla_split_;
   std::int32_t mla_split_rows_ = 0;
-  bool dsa_scores_mma_ = false;  // CudaKernelChoices::dsa_scores_mma
+  bool dsa_scores_mma_ = false;      // CudaKernelChoices::dsa_scores_mma
+  bool mla_prefill_chunks_ = false;  // CudaKernelChoices::mla_prefill_chunks (and a split path)
   // DSA's indexer (config_.mla->dsa()), max_batch_tokens rows; the selection of the last
   // layer that ran its indexer, which the "shared" layers after it reuse.
   DeviceBuffer dsa_q_;       // [T, Hi Di] f32: wq_b q_lat

@@ -117,7 +117,9 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   partial_entries_ = 8 * ctx_.num_sms();
 
   const std::size_t T = max_tokens_;
-  const std::size_t in_ints = 3 * T + max_rows_ + 4 * T + max_table_;
+  // [tokens][positions][slots][rows][tiles][block table], then MLA's chunk tiles
+  // (StepShape::mla_chunk_tiles_at).
+  const std::size_t in_ints = 3 * T + max_rows_ + 4 * T + max_table_ + (config_.mla ? 4 * T : 0);
   host_in_ = PinnedBuffer(in_ints * sizeof(std::int32_t));
   dev_in_ = DeviceBuffer(in_ints * sizeof(std::int32_t));
   residual_ = DeviceBuffer(T * H_ * sizeof(float));

@@ -98,7 +98,21 @@ CudaModelRunner::StepShape CudaModelRunner::stage_inputs(const ForwardBatch &b, 
   std::memcpy(h + tiles_at, tiles.data(), tiles.size() * sizeof(AttnTile));
   const std::size_t table_at = tiles_at + 4 * tiles.size();
   std::copy(b.block_table.begin(), b.block_table.end(), h + table_at);
-  const std::size_t n_ints = table_at + b.block_table.size();
+  std::size_t n_ints = table_at + b.block_table.size();
+  // MLA prefills over the split path's rows: a single-query tile a row, q_start relative
+  // to its chunk of mla_split_rows_ rows (launch_mla_attention_block).
+  std::size_t mla_chunk_tiles_at = 0;
+  if (mla_ && mla_prefill_chunks_ && !graph && mla_split_rows_ > 0 && Tp > mla_split_rows_) {
+    mla_chunk_tiles_at = n_ints;
+    auto *chunk = reinterpret_cast<AttnTile *>(h + n_ints);
+    std::fill(chunk, chunk + Tp, AttnTile{0, 0, 0, 0});  // rows no sequence claims: no query
+    for (const SequenceSlice &q : b.seqs)
+      for (std::int32_t j = 0; j < q.num_tokens; ++j) {
+        const std::int32_t t = q.token_offset + j;
+        chunk[t] = AttnTile{t % mla_split_rows_, 1, q.start_pos + j, q.block_offset};
+      }
+    n_ints += 4 * std::size_t(Tp);
+  }
 
   const StreamRef s = ctx_.compute();
   KEEL_CUDA_CHECK(cudaMemcpyAsync(dev_in_.data(), h, n_ints * sizeof(std::int32_t),
@@ -114,6 +128,7 @@ CudaModelRunner::StepShape CudaModelRunner::stage_inputs(const ForwardBatch &b, 
   shape.n_flash = attn.num_flash();
   shape.tiles_at = tiles_at;
   shape.table_at = table_at;
+  shape.mla_chunk_tiles_at = mla_chunk_tiles_at;
   shape.splits_single = attn.splits_single(graph);
   shape.splits_multi = attn.splits_multi(graph);
   shape.splits_single_narrow = attn.splits_single(graph, attn_path_.narrow_window);

@@ -7,9 +7,11 @@
 //   proj_ = o_proj attn
 // through the same staged inputs (positions, slots, tiles, block table) as the split K/V
 // attention; GLM-5's DSA indexer (cuda_runner_dsa.cpp) between the cache write and the
-// attention, which then reads each query's selection. Decode and verify steps replay CUDA
-// graphs like every model's (a padding row's tile reads position 0 of the step's first block
-// table entry; its output is never used); no fused decode kernels yet (allocate_buffers).
+// attention, which then reads each query's selection. A step over the split path's rows (a
+// prefill) runs it a chunk of those rows at a time, one query a tile (mla_prefill_chunks). Decode
+// and verify steps replay CUDA graphs like every model's (a padding row's tile reads position 0 of
+// the step's first block table entry; its output is never used); no fused decode kernels yet
+// (allocate_buffers).
 #include <algorithm>
 #include <string>
 
@@ -62,6 +64,7 @@ void CudaModelRunner::allocate_mla_buffers(const CudaRunnerOptions &opts) {
                           static_cast<int>(kv_values_per_token_layer(config_)))) {
     mla_split_rows_ = std::min<std::int32_t>(max_tokens_, opts.kernels.mla_split_max_rows);
     mla_split_ = DeviceBuffer(mla_split_scratch_bytes(mla_split_rows_, H, R, 1));
+    mla_prefill_chunks_ = opts.kernels.mla_prefill_chunks;
   }
 }
 
@@ -126,7 +129,26 @@ void CudaModelRunner::launch_mla_attention_block(const Layer &L, int layer,
   p.num_splits = shape.splits_mla;
   p.T = T;
   p.scratch = mla_split_.data();
-  launch_mla_attention(s, p);
+  if (shape.mla_chunk_tiles_at > 0) {
+    // A prefill: the split path a chunk of mla_split_rows_ rows at a time (its scratch's
+    // rows, one split), each row its own tile, q_start relative to the chunk.
+    const auto *chunk_tiles = reinterpret_cast<const AttnTile *>(d + shape.mla_chunk_tiles_at);
+    const int H = static_cast<int>(nh_), qk = static_cast<int>(m.qk_nope_head_dim) + rope;
+    for (std::int32_t r0 = 0; r0 < T; r0 += mla_split_rows_) {
+      const std::int32_t n = std::min(mla_split_rows_, T - r0);
+      MlaAttnParams c = p;
+      c.q = q + std::int64_t(r0) * H * qk;
+      c.out = p.out + std::int64_t(r0) * H * p.v;
+      if (c.sel) c.sel += std::int64_t(r0) * p.topk;
+      c.tiles = chunk_tiles + r0;
+      c.num_tiles = n;
+      c.T = n;
+      c.num_splits = 1;
+      launch_mla_attention(s, c);
+    }
+  } else {
+    launch_mla_attention(s, p);
+  }
   profiler_.mark(s, StepProfiler::kAttention);
 
   run_linear(gemm_, s, L.o_fmt, L.o.data(), mla_attn_.as<bf16>(), proj_.data(), false, T,

@@ -3,8 +3,9 @@
 // of one layer is [c (kv_lora) | k_rope (rope) | DSA index key, if any] bf16). Two attention
 // paths, the same math: the split one (MlaAttnParams::num_splits > 0; k_mla_split.cu) for
 // decode-size steps, heads in groups of 16 on the tensor cores sharing each latent row read,
-// the keys split over CTAs (flash-decoding), then a combine; and the simple one (one CTA
-// per (tile, head), fp32 online softmax on CUDA cores) for larger steps.
+// the keys split over CTAs (flash-decoding), then a combine, which the runner also gives
+// prefills a chunk of rows at a time (CudaKernelChoices::mla_prefill_chunks); and the simple
+// one (one CTA per (tile, head), fp32 online softmax on CUDA cores).
 #pragma once
 
 #include <cstddef>
