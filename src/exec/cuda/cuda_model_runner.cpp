@@ -133,9 +133,10 @@ void CudaModelRunner::validate_config() const {
 }
 
 int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &row_seq,
-                             std::vector<std::int32_t> &row_pos) {
+                             std::vector<std::int32_t> &row_pos, bool hidden) {
   ctx_.check_owner("CudaModelRunner::forward");
   ctx_.activate();
+  prepare_hidden(hidden ? &b : nullptr);
   const bool graph = graph_eligible(b);
   int rows = 0;
   const StepShape shape = stage_inputs(b, graph, row_seq, row_pos, rows);
@@ -144,7 +145,7 @@ int CudaModelRunner::enqueue(const ForwardBatch &b, std::vector<std::int32_t> &r
 }
 
 void CudaModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
-  const int R = enqueue(batch, out.row_seq, out.row_pos);
+  const int R = enqueue(batch, out.row_seq, out.row_pos, true);
   out.vocab_size = static_cast<std::int32_t>(V_);
   out.logits.resize(static_cast<std::size_t>(R) * V_);
   const std::size_t bytes = static_cast<std::size_t>(R) * V_ * sizeof(float);
@@ -160,13 +161,14 @@ void CudaModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
   } else {
     compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
   }
+  copy_hidden(batch.total_tokens(), out.hidden);
   profiler_.collect();
 }
 
 void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
                                      std::vector<std::int32_t> *row_seq) {
   std::vector<std::int32_t> seqs, pos;
-  const int R = enqueue(batch, seqs, pos);
+  const int R = enqueue(batch, seqs, pos, false);
   if (R > 0)
     launch_argmax(ctx_.compute(), logits_.as<float>(), R, static_cast<int>(V_),
                   argmax_.as<std::int32_t>(), argmax_scratch_.data(), ctx_.num_sms());

@@ -16,6 +16,7 @@
 // cuda_runner_fused.cpp (the fused decode path), cuda_runner_moe.cpp (mixture-of-experts
 // layers, k_moe.h), cuda_runner_moe_route.cpp (their routing rules and shared expert),
 // cuda_runner_mla.cpp / cuda_runner_dsa.cpp (latent attention, GLM-5's indexer),
+// cuda_runner_hidden.cpp (hidden rows for drafters that read them),
 // cuda_kernel_choices.h (which kernel runs which step), cuda_step_profiler.h (profiling),
 // cuda_sampling.cpp (device sampling).
 #pragma once
@@ -129,7 +130,8 @@ class CudaModelRunner : public ModelRunner {
   void forward(const ForwardBatch &batch, ForwardOutput &out) override;
 
   // Greedy decoding helper: argmax of each logits row on the device; only the token ids
-  // come back (no logits copy). next[i] belongs to the i-th requested row.
+  // come back (no logits copy). next[i] belongs to the i-th requested row. Never returns
+  // hidden rows (ForwardBatch::want_hidden is ignored here).
   void forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
                       std::vector<std::int32_t> *row_seq = nullptr);
   // Samples every requested logits row on the device (launch_sample, the CPU Sampler's
@@ -147,6 +149,18 @@ class CudaModelRunner : public ModelRunner {
                       ForwardOutput &out) override;
 
   CudaKvStore &kv_store() { return *kv_; }
+  // Hidden rows (ForwardBatch::want_hidden; forward and forward_sample return them as the
+  // CPU runner does, cuda_runner_hidden.cpp) are written on the device into one buffer of
+  // [max_batch_tokens, hidden x layers] f32 and copied back once a step. A drafter that
+  // reads them reserves room for rows of `layers` hidden states when it opens, so no step
+  // allocates; a forward that asks for more first allocates there. Throws
+  // Error(kResourceExhausted) when the device cannot hold it.
+  void reserve_hidden(std::int32_t layers);
+  std::int64_t hidden_bytes() const { return static_cast<std::int64_t>(hidden_.bytes()); }
+  CudaContext &context() const { return ctx_; }
+  // The token embedding on the device ([vocab, hidden] bf16): a drafting head without its
+  // own reads it (cuda_eagle3_head.h).
+  const DeviceBuffer &embedding() const { return embed_; }
   // Milliseconds of device time per phase summed over steps since the last call (only
   // with CudaRunnerOptions::profile): {gemm, attention, other}.
   std::array<double, 3> take_profile() { return profiler_.take(); }
@@ -237,8 +251,17 @@ class CudaModelRunner : public ModelRunner {
   void randomize_weights(std::uint64_t seed);
   void allocate_buffers(const CudaRunnerOptions &opts);  // cuda_runner_buffers.cpp
   // Validates and stages the batch, enqueues the whole pass; returns the logits rows.
+  // `hidden`: write the hidden rows the batch asks for (ForwardBatch::want_hidden).
   int enqueue(const ForwardBatch &batch, std::vector<std::int32_t> &row_seq,
-              std::vector<std::int32_t> &row_pos);
+              std::vector<std::int32_t> &row_pos, bool hidden);
+  // cuda_runner_hidden.cpp: checks the layers `batch` asks for (null: none) and makes them
+  // this step's (hidden_layers_, hidden_key_); capture_hidden, at the end of each layer in
+  // launch_step, writes the residual stream after it (with the pending add, when the
+  // eager path has not folded it in yet) into the columns of the slots that name it;
+  // copy_hidden, after compute_done_ is recorded, brings this step's T rows back.
+  void prepare_hidden(const ForwardBatch *batch);
+  void capture_hidden(int layer, const bf16 *pending, std::int32_t T);
+  void copy_hidden(std::int32_t T, std::vector<float> &out);
   // cuda_runner_inputs.cpp: checks the batch against the runner's limits, writes its
   // inputs and attention tiles to host_in_ and copies them to dev_in_ on compute.
   // `graph`: pad a decode-only batch to its graph bucket. Returns the shape; `rows` the
@@ -358,11 +381,23 @@ class CudaModelRunner : public ModelRunner {
   AttentionPathConfig attn_path_;  // set by allocate_buffers
   StepProfiler profiler_;
   bool graphs_enabled_ = true;
-  // Key: bucket, attention tiles (single, multi, flash), split-K factors x 4, MLA's split.
-  using GraphKey = std::array<std::int32_t, 9>;
+  // Key: bucket, attention tiles (single, multi, flash), split-K factors x 4, MLA's split,
+  // the hidden rows' layer list (hidden_key_).
+  using GraphKey = std::array<std::int32_t, 10>;
   std::map<GraphKey, GraphExec> graphs_;
   // A verify step replays a graph with at most this many drafts a sequence.
   static constexpr std::int32_t kMaxGraphDrafts = 8;
+
+  // Hidden rows (cuda_runner_hidden.cpp). A step that asks for them is captured and
+  // replayed as any other, its copies inside the graph: the graph key names the layer list
+  // (hidden_key_: 1 + its index in hidden_sets_, 0 for none), and the copies write into
+  // hidden_, which stays put until reserve_hidden grows it (then those graphs are dropped).
+  DeviceBuffer hidden_;                                 // [max_tokens_, H x hidden_cap_] f32
+  PinnedBuffer host_hidden_;                            // staging of the copy back, in chunks
+  std::int32_t hidden_cap_ = 0;                         // hidden states a row holds at most
+  std::vector<std::int32_t> hidden_layers_;             // this step's; empty: none
+  std::vector<std::vector<std::int32_t>> hidden_sets_;  // every list seen, for the graph key
+  std::int32_t hidden_key_ = 0;
 
   // A shared expert's scratch (GLM-4.5; cuda_runner_moe_route.cpp), max_batch_tokens rows.
   std::int64_t moe_S_ = 0;       // its intermediate size; 0: none

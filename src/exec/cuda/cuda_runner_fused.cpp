@@ -80,13 +80,16 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     profiler_.mark(s, StepProfiler::kGemm);
     if (plans_[li].has(arch::LayerStep::kMoeFfn)) {
       launch_moe_decode(L, T);  // post norm, router, experts, residual add (k_moe_decode.h)
-      continue;
+    } else {
+      gemv(L.gate_up, L.gate_up_fmt, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(),
+           GemvOut::kSwiglu, act_.data(), T);
+      gemv(L.down, L.down_fmt, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual,
+           T);
+      profiler_.mark(s, StepProfiler::kGemm);
     }
-    gemv(L.gate_up, L.gate_up_fmt, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(),
-         GemvOut::kSwiglu, act_.data(), T);
-    gemv(L.down, L.down_fmt, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual,
-         T);
-    profiler_.mark(s, StepProfiler::kGemm);
+    // The residual holds the layer's output (the epilogues added into it). A plain launch
+    // between programmatic dependents: the next one waits for it to finish.
+    capture_hidden(layer, nullptr, T);
   }
   if (R > 0) {
     const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;

@@ -2,7 +2,9 @@
 // verify's 1 + k, every token a logits row) is padded to a bucket size and replays the
 // graph captured for its shape (bucket, attention tiles per kernel and split-K factors),
 // captured on first use; every other step (prefill chunks, prompt logprobs), and every
-// profiled one, runs eagerly.
+// profiled one, runs eagerly. A step that returns hidden rows replays its own graph, the
+// rows' copies captured in it (cuda_runner_hidden.cpp): with a drafter that reads them
+// every step does, so running those eagerly would give up the graphs altogether.
 #include <algorithm>
 
 #include "exec/cuda/cuda_model_runner.h"
@@ -44,6 +46,7 @@ void CudaModelRunner::run_step(const StepShape &shape, bool graph) {
   const int sp[] = {shape.splits_single, shape.splits_multi, shape.splits_single_narrow,
                     shape.splits_multi_narrow};
   GraphKey key{shape.T, shape.n_single, shape.n_multi, shape.n_flash, 0, 0, 0, 0, shape.splits_mla};
+  key[9] = hidden_key_;
   for (int i = 0; i < 4; ++i) {
     graph = graph && sp[i] > 0 && sp[i] < 1024;
     key[4 + i] = sp[i];

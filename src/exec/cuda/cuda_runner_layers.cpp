@@ -171,6 +171,7 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
           break;
       }
     }
+    capture_hidden(layer, pending, T);
   }
   if (R > 0) {
     // The final norm is cheap next to the LM head: norm every row, then only the

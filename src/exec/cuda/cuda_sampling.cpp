@@ -99,7 +99,7 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
     throw Error(ErrorCode::kInvalidArgument, "sampling: " + std::to_string(rows.size()) +
                                                  " rows given for " + std::to_string(want) +
                                                  " logits rows");
-  const int R = enqueue(batch, out.row_seq, out.row_pos);
+  const int R = enqueue(batch, out.row_seq, out.row_pos, true);
   // The forward is on the device: now the caller's masks, made while it was enqueued and
   // runs, must be ready (before any staging buffer is written).
   for (const DeviceSampleRow &r : rows)
@@ -147,6 +147,7 @@ void CudaModelRunner::forward_sample(const ForwardBatch &batch,
   } else {
     compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
   }
+  copy_hidden(batch.total_tokens(), out.hidden);
   profiler_.collect();
 }
 

@@ -60,6 +60,17 @@ void launch_qkv_bias_norm(StreamRef s, bf16 *qkv, int T, int num_q_heads, int nu
 // experts' sum (GLM-4.5). y [rows, cols] bf16; x [rows, cols] or [cols] bf16.
 void launch_add_bf16(StreamRef s, bf16 *y, const bf16 *x, int rows, int cols, bool broadcast);
 
+// ---- k_rows.cu ----
+// The residual stream's rows as they stand after a layer: out[t * out_stride + i] =
+// residual[t, i] + f32(pending[t, i]), the pending add (an o_proj or down_proj output
+// that launch_add_rmsnorm folds into the next norm) included when given, without changing
+// the residual. residual [T, H] f32, pending [T, H] bf16 (nullable), out [T, out_stride] f32.
+void launch_residual_rows(StreamRef s, const float *residual, const bf16 *pending, int T, int H,
+                          float *out, std::int64_t out_stride);
+// out[i] = bf16(in[i]) (round to nearest even) and out[i] = f32(in[i]), n elements.
+void launch_f32_to_bf16(StreamRef s, const float *in, bf16 *out, std::int64_t n);
+void launch_bf16_to_f32(StreamRef s, const bf16 *in, float *out, std::int64_t n);
+
 // ---- k_swiglu.cu ----
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]; gate_up [T, 2I] bf16, out [T, I] bf16.
 void launch_swiglu(StreamRef s, const bf16 *gate_up, bf16 *out, int T, int I);
