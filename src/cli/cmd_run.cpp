@@ -231,7 +231,7 @@ int cmd_run(int argc, char **argv) {
   // As in the engine, n-gram lookup is simply off where the runner cannot verify.
   std::unique_ptr<Drafter> drafter;
   if (runner->verifies_drafts() || draft_model_path(spec.method) || eagle3_head_path(spec.method))
-    drafter = make_drafter(spec, runner.get(), &ctx);
+    drafter = make_drafter(spec, runner.get());
   const ModelConfig &cfg = runner->config();
   for (TokenId t : ids)
     if (t < 0 || t >= cfg.vocab_size)

@@ -1,22 +1,14 @@
 #include "engine/eagle3_drafter.h"
 
-#include <algorithm>
 #include <cstdio>
 
 #include "core/error.h"
-#include "exec/cpu/cpu_model_runner.h"
 
 namespace keel {
 
 std::unique_ptr<Eagle3Drafter> Eagle3Drafter::open(const std::filesystem::path &path,
-                                                   ModelRunner &target, ExecContext *ctx) {
+                                                   ModelRunner &target) {
   const std::string flag = "--speculative eagle3:" + path.string();
-  auto *cpu_runner = dynamic_cast<cpu::CpuModelRunner *>(&target);
-  if (ctx == nullptr || cpu_runner == nullptr)
-    throw Error(ErrorCode::kUnsupported,
-                flag + ": " + arch_name(target.config().arch) +
-                    ": an EAGLE-3 head runs beside the CPU runner only (the CUDA and "
-                    "tensor-parallel runners cannot hand it the target's hidden states yet)");
   if (target.config().kv_layout == KvLayout::kLatent)
     throw Error(ErrorCode::kUnsupported,
                 flag + ": " + arch_name(target.config().arch) +
@@ -25,16 +17,18 @@ std::unique_ptr<Eagle3Drafter> Eagle3Drafter::open(const std::filesystem::path &
   std::error_code ec;
   if (!std::filesystem::is_directory(path, ec))
     throw Error(ErrorCode::kNotFound, flag + ": not a directory (config.json and safetensors)");
-  std::unique_ptr<arch::Eagle3Head> head;
+  std::unique_ptr<Eagle3Runner> head;
   try {
-    head = std::make_unique<arch::Eagle3Head>(path, target.config(), cpu_runner->model().embed());
+    head = target.open_eagle3_head(path);
   } catch (const Error &e) {
     throw Error(e.code(), flag + ": " + e.what());
   }
-  auto d = std::make_unique<Eagle3Drafter>(std::move(head), *ctx);
+  auto d = std::make_unique<Eagle3Drafter>(std::move(head));
   std::string layers;
-  for (const std::int32_t l : d->head_->aux_layers())
-    layers += (layers.empty() ? "" : ",") + std::to_string(l);
+  for (const std::int32_t l : d->head_->aux_layers()) {
+    if (!layers.empty()) layers += ',';
+    layers += std::to_string(l);
+  }
   std::fprintf(stderr,
                "keel engine: EAGLE-3 head %s: %.1f MiB of weights, draft vocabulary %lld, "
                "target layers %s\n",
@@ -43,9 +37,7 @@ std::unique_ptr<Eagle3Drafter> Eagle3Drafter::open(const std::filesystem::path &
   return d;
 }
 
-Eagle3Drafter::Eagle3Drafter(std::unique_ptr<arch::Eagle3Head> head, ExecContext &ctx)
-    : HiddenStateDrafter(head->aux_width(), head->hidden_size()),
-      head_(std::move(head)),
-      ctx_(ctx) {}
+Eagle3Drafter::Eagle3Drafter(std::unique_ptr<Eagle3Runner> head)
+    : HiddenStateDrafter(head->aux_width(), head->hidden_size()), head_(std::move(head)) {}
 
 }  // namespace keel

@@ -102,7 +102,7 @@ Engine::Engine(BackendFactory factory, EngineConfig config) : config_(std::move(
       if (backend_.runner->verifies_drafts() ||
           (!config_.speculative.method.empty() && config_.speculative.method != "off" &&
            config_.speculative.method != "ngram")) {
-        drafter_ = make_drafter(config_.speculative, backend_.runner.get(), backend_.context.get());
+        drafter_ = make_drafter(config_.speculative, backend_.runner.get());
         if (drafter_) spec_accepted_at_.assign(config_.speculative.num_speculative_tokens, 0);
       }
       const std::int64_t capacity = static_cast<std::int64_t>(kc.num_blocks) * kc.block_size;

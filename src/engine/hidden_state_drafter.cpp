@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace keel {
 
 std::int32_t HiddenStateDrafter::pending_rows(RequestId id) const {
@@ -16,9 +18,23 @@ std::int32_t HiddenStateDrafter::cached_positions(RequestId id) const {
 
 std::int64_t HiddenStateDrafter::cache_bytes() const {
   std::int64_t bytes = 0;
-  for (const auto &[id, s] : state_)
+  for (const auto &[id, s] : state_) {
     bytes += static_cast<std::int64_t>(s.cache.rows.capacity() * sizeof(float));
+    if (s.cache.device) bytes += s.cache.device->bytes();
+  }
   return bytes;
+}
+
+bool HiddenStateDrafter::run(State &s, const MtpInput &in) {
+  try {
+    run_head(s.cache, in, out_);
+    return true;
+  } catch (const Error &e) {
+    if (e.code() != ErrorCode::kResourceExhausted) throw;
+    s = State{};  // frees its cache for the others
+    s.refused = true;
+    return false;
+  }
 }
 
 void HiddenStateDrafter::observe_hidden(RequestId id, std::span<const TokenId> tokens,
@@ -26,6 +42,7 @@ void HiddenStateDrafter::observe_hidden(RequestId id, std::span<const TokenId> t
                                         std::span<const float> rows) {
   if (static_cast<std::int64_t>(rows.size()) != static_cast<std::int64_t>(n) * row_width_) return;
   State &s = state_[id];
+  if (s.refused) return;
   const std::int32_t base = s.cache.length;
   for (std::int32_t j = 0; j < n; ++j) {
     const std::int32_t at = start_pos + j - base;  // row index in `pending`
@@ -50,7 +67,7 @@ bool HiddenStateDrafter::advance(State &s, std::span<const TokenId> tokens, std:
   in.hidden = std::span<const float>(s.pending.data(), static_cast<std::size_t>(rows * row_width_));
   in.tokens = tokens.subspan(static_cast<std::size_t>(start + 1), static_cast<std::size_t>(rows));
   in.head = head ? MtpInput::Head::kLast : MtpInput::Head::kNone;
-  run_head(s.cache, in, out_);
+  if (!run(s, in)) return false;
   s.pending.erase(s.pending.begin(), s.pending.begin() + rows * row_width_);
   s.pending_rows -= rows;
   return true;
@@ -80,7 +97,7 @@ void HiddenStateDrafter::propose(RequestId id, std::span<const TokenId> tokens,
     chain.hidden = h;
     chain.chained = true;
     chain.tokens = std::span<const TokenId>(&guess, 1);
-    run_head(s.cache, chain, out_);
+    if (!run(s, chain)) return;  // the drafts so far stand
     h.assign(out_.hidden.begin(), out_.hidden.end());
     guess = out_.argmax.back();
     out.push_back(guess);

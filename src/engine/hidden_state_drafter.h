@@ -8,7 +8,9 @@
 // guess feed the next position (MtpInput::chained). Chained positions never stay in the
 // cache (their input is a guess), so a rejected draft needs no rollback. Positions served
 // from the prefix cache bring no rows; zero rows stand in for them (weaker drafts, never
-// wrong output: the target verifies every draft).
+// wrong output: the target verifies every draft). A head whose cache cannot grow (a device
+// head's pool is full: Error(kResourceExhausted)) leaves that request without drafts
+// until it ends, as a draft model does one whose blocks its pool cannot hold.
 #pragma once
 
 #include <cstdint>
@@ -39,7 +41,8 @@ class HiddenStateDrafter : public Drafter {
   // output h' (what a chained position is fed).
   HiddenStateDrafter(std::int64_t row_width, std::int64_t out_width)
       : row_width_(row_width), out_width_(out_width) {}
-  // One forward of the head over `in` with `cache`.
+  // One forward of the head over `in` with `cache`; Error(kResourceExhausted), thrown before
+  // it changes anything, when the cache cannot hold the positions.
   virtual void run_head(MtpCache &cache, const MtpInput &in, MtpOutput &out) = 0;
   // After chained drafts: forget the positions from `kept` on.
   virtual void truncate(MtpCache &cache, std::int32_t kept) { cache.length = kept; }
@@ -52,7 +55,10 @@ class HiddenStateDrafter : public Drafter {
     // The target's rows of positions [cache.length, cache.length + pending_rows).
     std::vector<float> pending;
     std::int32_t pending_rows = 0;
+    bool refused = false;  // the head's cache could not grow: no more drafts for it
   };
+  // run_head; false (the state dropped, `refused` set) when the cache could not grow.
+  bool run(State &s, const MtpInput &in);
   // Runs the head over the pending positions before `end` (their next tokens known), the
   // last of them through its output head when `head`; false when there is none.
   bool advance(State &s, std::span<const TokenId> tokens, std::int32_t end, bool head);

@@ -60,8 +60,7 @@ std::string parse_speculative_method(const std::string &method) {
                                                "' (off, ngram, mtp, draft:PATH or eagle3:PATH)");
 }
 
-std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunner *runner,
-                                      ExecContext *ctx) {
+std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunner *runner) {
   const std::string method = parse_speculative_method(config.method);
   if (config.num_speculative_tokens > 16)
     throw Error(ErrorCode::kInvalidArgument, "speculative: num_speculative_tokens above 16");
@@ -79,9 +78,9 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunn
     if (runner == nullptr || !runner->verifies_drafts())
       throw Error(ErrorCode::kUnsupported,
                   "--speculative " + method +
-                      ": this runner does not verify drafts (an EAGLE-3 head runs beside the CPU "
-                      "runner only; the tensor-parallel runner cannot verify drafts yet)");
-    return Eagle3Drafter::open(*path, *runner, ctx);
+                      ": this runner does not verify drafts (the tensor-parallel runner cannot "
+                      "verify drafts yet)");
+    return Eagle3Drafter::open(*path, *runner);
   }
   if (method == "mtp") {
     const std::string model =

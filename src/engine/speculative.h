@@ -27,7 +27,6 @@
 namespace keel {
 
 class Drafter;
-class ExecContext;
 class ModelRunner;
 
 struct SpeculativeConfig {
@@ -98,10 +97,10 @@ class Drafter {
 // The drafter `config` names, or null when speculation is off. "mtp" needs `runner`,
 // whose MTP layer it loads (ModelRunner::load_mtp's errors, prefixed with the flag).
 // "draft:PATH" opens the draft model beside `runner` (ModelRunner::open_sibling: CPU or
-// CUDA); "eagle3:PATH" needs the target's CPU runner and its context `ctx`, on which the
-// head runs (errors name the flag and the path).
+// CUDA); "eagle3:PATH" the head on `runner`'s device (ModelRunner::open_eagle3_head: CPU
+// or CUDA; errors name the flag and the path).
 std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config,
-                                      ModelRunner *runner = nullptr, ExecContext *ctx = nullptr);
+                                      ModelRunner *runner = nullptr);
 
 // One request's recent acceptance: drafting pauses, for a doubling number of steps,
 // while fewer than a quarter of its drafts are accepted.

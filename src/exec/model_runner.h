@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/sampling_params.h"
+#include "exec/eagle3_runner.h"
 #include "exec/forward_batch.h"
 #include "exec/mtp_step.h"
 #include "formats/model_config.h"
@@ -96,6 +97,16 @@ class ModelRunner {
   // keys and values go into `cache` at input.start_pos (<= cache.length) onwards.
   virtual void mtp_forward(MtpCache &, const MtpInput &, MtpOutput &) {
     throw Error(ErrorCode::kUnsupported, "this runner cannot run MTP heads yet");
+  }
+
+  // The EAGLE-3 head in directory `dir` bound to this runner's device and model
+  // (exec/eagle3_runner.h), run between this runner's steps on the same thread; a runner
+  // that can also fills ForwardOutput::hidden with the layers ForwardBatch::hidden_layers
+  // names. Destroy it before this runner. Throws Error(kUnsupported) where this runner
+  // cannot run one, Error(kFormat) naming the tensor or config field at fault.
+  virtual std::unique_ptr<Eagle3Runner> open_eagle3_head(const std::filesystem::path &dir) {
+    (void)dir;
+    throw Error(ErrorCode::kUnsupported, "this runner cannot run an EAGLE-3 head");
   }
 };
 

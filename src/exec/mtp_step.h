@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -18,9 +19,19 @@
 
 namespace keel {
 
+// A head's per-sequence cache where it lives on a device (a CUDA head's keys and values:
+// exec/cuda/cuda_eagle3_head.h), owned by the MtpCache and freed with it; what it is, only
+// the head that made it knows.
+class MtpDeviceCache {
+ public:
+  virtual ~MtpDeviceCache() = default;
+  virtual std::int64_t bytes() const = 0;  // device memory it holds
+};
+
 struct MtpCache {
   std::vector<float> rows;  // the runner's per-position entries, positions [0, length)
   std::int32_t length = 0;  // positions held; a step at start_pos <= length drops the rest
+  std::unique_ptr<MtpDeviceCache> device;  // a device head's entries instead of `rows`
 };
 
 struct MtpInput {

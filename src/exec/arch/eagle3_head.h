@@ -34,43 +34,61 @@ class SafetensorsModel;
 
 namespace keel::arch {
 
-class Eagle3Head {
- public:
+// The files of an EAGLE-3 head, loaded and checked against its target: what the CPU head
+// computes with and the CUDA head (exec/cuda/cuda_eagle3_head.h) uploads.
+struct Eagle3Weights {
   // Opens the head in directory `dir` for a target of config `target` whose token
-  // embedding is `target_embed` (kept by the caller; used when the head stores none).
+  // embedding is `target_embed` (used when the head stores none; only its shape is read
+  // here, so a runner whose embedding lives on a device passes a view without data).
   // Throws Error(kFormat) naming the tensor that is missing or mis-shaped (fc not
   // [hidden, aux x target hidden], d2t not [draft_vocab_size], ...), or the config field
   // that does not fit the target (hidden_size, vocab_size, aux layers).
-  Eagle3Head(const std::filesystem::path &dir, const ModelConfig &target,
-             const TensorView &target_embed);
-  ~Eagle3Head();
+  Eagle3Weights(const std::filesystem::path &dir, const ModelConfig &target,
+                const TensorView &target_embed);
+  ~Eagle3Weights();
+  Eagle3Weights(const Eagle3Weights &) = delete;
+  Eagle3Weights &operator=(const Eagle3Weights &) = delete;
 
-  const Eagle3Config &config() const { return cfg_; }
-  // The target layers whose outputs feed fc, in order (ForwardBatch::hidden_layers).
-  const std::vector<std::int32_t> &aux_layers() const { return aux_; }
-  std::int64_t hidden_size() const { return cfg_.layer.hidden_size; }
-  std::int64_t aux_width() const { return fc_.shape[1]; }
-  // Entries of MtpCache::rows per position: the layer's K then V.
-  std::int64_t cache_row_floats() const {
-    return 2 * cfg_.layer.num_kv_heads * cfg_.layer.head_dim;
-  }
-  // Bytes of the head's own tensors (the target's embedding, when borrowed, not counted).
-  std::int64_t weights_bytes() const { return weights_bytes_; }
   // The target id of draft id d.
   TokenId target_id(std::int64_t d) const {
-    return static_cast<TokenId>(d + d2t_[static_cast<std::size_t>(d)]);
+    return static_cast<TokenId>(d + d2t[static_cast<std::size_t>(d)]);
   }
+
+  Eagle3Config cfg;
+  std::unique_ptr<SafetensorsModel> files;  // what the views below point into
+  std::vector<std::int32_t> aux;            // the target layers feeding fc, in order
+  // embed is the head's embed_tokens when own_embed, else target_embed.
+  TensorView embed, fc, wq, wk, wv, wo, w_gate, w_up, w_down, lm_head;
+  bool own_embed = false;
+  std::vector<float> input_norm, hidden_norm, post_norm, norm;  // [hidden] each
+  std::vector<std::int64_t> d2t;                                // [draft_vocab]
+  std::int64_t bytes = 0;  // the head's own tensors as stored (a borrowed embedding not counted)
+};
+
+class Eagle3Head {
+ public:
+  // Opens the head (Eagle3Weights; `target_embed` kept by the caller).
+  Eagle3Head(const std::filesystem::path &dir, const ModelConfig &target,
+             const TensorView &target_embed);
+
+  const Eagle3Config &config() const { return w_.cfg; }
+  // The target layers whose outputs feed fc, in order (ForwardBatch::hidden_layers).
+  const std::vector<std::int32_t> &aux_layers() const { return w_.aux; }
+  std::int64_t hidden_size() const { return w_.cfg.layer.hidden_size; }
+  std::int64_t aux_width() const { return w_.fc.shape[1]; }
+  // Entries of MtpCache::rows per position: the layer's K then V.
+  std::int64_t cache_row_floats() const {
+    return 2 * w_.cfg.layer.num_kv_heads * w_.cfg.layer.head_dim;
+  }
+  // Bytes of the head's own tensors (the target's embedding, when borrowed, not counted).
+  std::int64_t weights_bytes() const { return w_.bytes; }
+  // The target id of draft id d.
+  TokenId target_id(std::int64_t d) const { return w_.target_id(d); }
 
   void forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecContext &ctx);
 
  private:
-  Eagle3Config cfg_;
-  std::unique_ptr<SafetensorsModel> files_;
-  std::vector<std::int32_t> aux_;
-  TensorView embed_, fc_, wq_, wk_, wv_, wo_, w_gate_, w_up_, w_down_, lm_head_;
-  std::vector<float> input_norm_, hidden_norm_, post_norm_, norm_;
-  std::vector<std::int64_t> d2t_;  // [draft_vocab]
-  std::int64_t weights_bytes_ = 0;
+  Eagle3Weights w_;
   cpu::RopeTable rope_;
   cpu::LinearScratch scratch_;
 };

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "exec/arch/eagle3_head.h"
 
 namespace keel::cpu {
 
@@ -43,6 +44,42 @@ void CpuModelRunner::mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput 
   ctx_.check_owner("CpuModelRunner::mtp_forward");
   if (!mtp_) throw Error(ErrorCode::kInternal, "cpu runner: mtp_forward before load_mtp");
   mtp_->forward(cache, in, out, ctx_);
+}
+
+namespace {
+// The CPU head (arch::Eagle3Head) on the runner's ExecContext.
+class CpuEagle3Runner final : public Eagle3Runner {
+ public:
+  CpuEagle3Runner(std::unique_ptr<arch::Eagle3Head> head, ExecContext &ctx)
+      : head_(std::move(head)), ctx_(ctx) {}
+  const Eagle3Config &config() const override { return head_->config(); }
+  const std::vector<std::int32_t> &aux_layers() const override { return head_->aux_layers(); }
+  std::int64_t weights_bytes() const override { return head_->weights_bytes(); }
+  void forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override {
+    ctx_.check_owner("eagle3 head");
+    head_->forward(cache, in, out, ctx_);
+  }
+  void truncate(MtpCache &cache, std::int32_t kept) override {
+    cache.length = kept;
+    cache.rows.resize(static_cast<std::size_t>(kept * head_->cache_row_floats()));
+  }
+
+ private:
+  std::unique_ptr<arch::Eagle3Head> head_;
+  ExecContext &ctx_;
+};
+}  // namespace
+
+std::unique_ptr<Eagle3Runner> CpuModelRunner::open_eagle3_head(const std::filesystem::path &dir) {
+  ctx_.check_owner("CpuModelRunner::open_eagle3_head");
+  if (comm_)
+    throw Error(ErrorCode::kUnsupported, "a tensor-parallel rank cannot run an EAGLE-3 head yet");
+  if (mla_)
+    throw Error(ErrorCode::kUnsupported,
+                "multi-head latent attention targets do not return their layers' hidden states "
+                "yet");
+  return std::make_unique<CpuEagle3Runner>(
+      std::make_unique<arch::Eagle3Head>(dir, config(), llama_->embed()), ctx_);
 }
 
 const arch::LlamaModel &CpuModelRunner::model() const {

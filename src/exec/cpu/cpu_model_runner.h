@@ -59,6 +59,9 @@ class CpuModelRunner final : public ModelRunner {
                                             std::int32_t num_blocks) override;
   void load_mtp() override;
   void mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override;
+  // The CPU EAGLE-3 head (exec/arch/eagle3_head.h) on this runner's ExecContext; tensor-
+  // parallel ranks and MLA models refuse by name.
+  std::unique_ptr<Eagle3Runner> open_eagle3_head(const std::filesystem::path &dir) override;
 
   // The Llama-family model (Error kInternal for an MLA model, which has no tensor-parallel
   // path).

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "cpu_engine_util.h"
 #include "engine/eagle3_drafter.h"
+#include "exec/arch/eagle3_head.h"
 #include "exec/arch/weight_binding.h"
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
@@ -103,7 +104,7 @@ EngineConfig eagle3_config(const std::filesystem::path &h, std::int32_t k = 3) {
   if (!h.empty()) {
     cfg.speculative.method = parse_speculative_method("eagle3:" + h.string());
     cfg.speculative.num_speculative_tokens = k;
-    cfg.speculative.max_running = 0;  // draft at any batch size
+    cfg.speculative.max_running = 0;   // draft at any batch size
     cfg.speculative.adaptive = false;  // whenever allowed: these tests are about the step
   }
   return cfg;
@@ -162,7 +163,7 @@ TEST(EngineEagle3, AcceptedDraftsKeepTheOutput) {
 TEST(EngineEagle3, DrafterFollowsTheTargetAndForgets) {
   ExecContext ctx(2);
   auto runner = cpu::CpuModelRunner::open(target(), ctx, {64, 16});
-  auto d = Eagle3Drafter::open(random_head(), *runner, &ctx);
+  auto d = Eagle3Drafter::open(random_head(), *runner);
   const std::vector<std::int32_t> layers = d->hidden_layers();
   ASSERT_EQ(layers, (std::vector<std::int32_t>{0, 1, 1}));  // make_eagle3_head's for 2 layers
   const std::size_t width = 3 * static_cast<std::size_t>(runner->config().hidden_size);
@@ -190,7 +191,9 @@ TEST(EngineEagle3, DrafterFollowsTheTargetAndForgets) {
   ASSERT_EQ(draft.size(), 3u);
   EXPECT_EQ(d->pending_rows(id), 0);
   EXPECT_EQ(d->cached_positions(id), 12);  // chained positions dropped
-  EXPECT_GE(d->kv_bytes(), static_cast<std::int64_t>(12 * d->head().cache_row_floats() * 4));
+  const Eagle3Config &hc = d->head().config();
+  EXPECT_GE(d->kv_bytes(),
+            static_cast<std::int64_t>(12 * 2 * hc.layer.num_kv_heads * hc.layer.head_dim * 4));
   for (const TokenId t : draft) {  // target ids of the draft vocabulary
     EXPECT_GE(t, 0);
     EXPECT_LT(t, runner->config().vocab_size);
@@ -202,7 +205,7 @@ TEST(EngineEagle3, DrafterFollowsTheTargetAndForgets) {
   EXPECT_TRUE(again.empty());
   tokens.pop_back();
   // A fresh drafter over the same rows: the same drafts.
-  auto d2 = Eagle3Drafter::open(random_head(), *runner, &ctx);
+  auto d2 = Eagle3Drafter::open(random_head(), *runner);
   d2->observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, s.num_tokens, out.hidden);
   std::vector<TokenId> draft2;
   d2->propose(id, tokens, 3, draft2);
@@ -254,7 +257,7 @@ TEST(EngineEagle3, DrafterFollowsTheTargetAndForgets) {
 TEST(EngineEagle3, CopyingHeadDraftsTheTargetsPrediction) {
   ExecContext ctx(2);
   auto runner = cpu::CpuModelRunner::open(target(), ctx, {64, 16});
-  auto d = Eagle3Drafter::open(copying_head(), *runner, &ctx);
+  auto d = Eagle3Drafter::open(copying_head(), *runner);
   const std::int64_t V = runner->config().vocab_size;
   int differs = 0;
   for (int p = 0; p < 6; ++p) {
@@ -287,6 +290,73 @@ TEST(EngineEagle3, CopyingHeadDraftsTheTargetsPrediction) {
     d->forget(id);
   }
   EXPECT_GT(differs, 0);  // not merely repeating the prompt's last token
+}
+
+// A head whose cache holds `cap` positions (as a device head's pool does): past them it
+// throws Error(kResourceExhausted) before changing anything. Its guess: the last token + 1.
+class CappedHead final : public Eagle3Runner {
+ public:
+  explicit CappedHead(std::int32_t cap) : cap_(cap) {
+    cfg_.layer.hidden_size = 4;
+    cfg_.target_hidden_size = 4;
+    cfg_.draft_vocab_size = 8;
+  }
+  const Eagle3Config &config() const override { return cfg_; }
+  const std::vector<std::int32_t> &aux_layers() const override { return aux_; }
+  std::int64_t weights_bytes() const override { return 0; }
+  void forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override {
+    const auto n = static_cast<std::int32_t>(in.tokens.size());
+    if (in.start_pos + n > cap_) throw Error(ErrorCode::kResourceExhausted, "capped head: full");
+    cache.length = in.start_pos + n;
+    cache.rows.assign(static_cast<std::size_t>(cache.length), 0.0f);
+    out.hidden.assign(static_cast<std::size_t>(n) * 4, 0.0f);
+    out.argmax.clear();
+    if (in.head != MtpInput::Head::kNone) out.argmax.push_back(in.tokens.back() + 1);
+  }
+  void truncate(MtpCache &cache, std::int32_t kept) override { cache.length = kept; }
+
+ private:
+  Eagle3Config cfg_;
+  std::vector<std::int32_t> aux_{0};
+  std::int32_t cap_;
+};
+
+// A request whose head cache cannot grow gets no more drafts (and holds nothing) until it
+// ends; the others are not affected.
+TEST(EngineEagle3, AHeadCacheThatCannotGrowEndsTheRequestsDrafts) {
+  Eagle3Drafter d(std::make_unique<CappedHead>(10));
+  const RequestId a{1}, b{2};
+  std::vector<TokenId> tokens{1, 2, 3, 4, 5, 6};
+  const std::vector<float> rows(16 * 4, 0.0f);
+  auto rows_of = [&](std::int32_t n) { return std::span<const float>(rows).first(n * 4); };
+  d.observe_hidden(a, tokens, 0, 6, rows_of(6));
+  d.observe_hidden(b, tokens, 0, 6, rows_of(6));
+  EXPECT_EQ(d.cached_positions(a), 5);
+  tokens.push_back(7);
+  std::vector<TokenId> draft;
+  d.propose(a, tokens, 4, draft);  // position 5, then chained 6, 7, 8: within the 10
+  EXPECT_EQ(draft, (std::vector<TokenId>{8, 9, 10, 11}));
+  EXPECT_EQ(d.cached_positions(a), 6);
+  // The next step's rows (positions 6..10, all five next tokens known) reach past the
+  // cache: the request is refused from now on.
+  for (const TokenId t : {8, 9, 10, 11, 12}) tokens.push_back(t);
+  d.observe_hidden(a, tokens, 6, 5, rows_of(5));
+  EXPECT_EQ(d.cached_positions(a), 0);
+  EXPECT_EQ(d.pending_rows(a), 0);
+  draft.clear();
+  d.propose(a, tokens, 4, draft);
+  EXPECT_TRUE(draft.empty());
+  d.observe_hidden(a, tokens, 11, 1, rows_of(1));
+  EXPECT_EQ(d.pending_rows(a), 0);
+  // b drafts as before, and a chain that runs out of room keeps the drafts made so far.
+  std::vector<TokenId> tb{1, 2, 3, 4, 5, 6, 7};
+  d.propose(b, tb, 8, draft);
+  EXPECT_EQ(draft, (std::vector<TokenId>{8, 9, 10, 11, 12}));  // chained 6..9 fit
+  EXPECT_EQ(d.cached_positions(b), 0);                         // refused at chained position 10
+  EXPECT_EQ(d.num_tracked(), 2u);
+  d.forget(a);
+  d.forget(b);
+  EXPECT_EQ(d.num_tracked(), 0u);
 }
 
 TEST(EngineEagle3, BadHeadsAreRefusedNamingTheFault) {
@@ -326,14 +396,15 @@ TEST(EngineEagle3, RefusesRunnersThatCannotRunAHead) {
   refused([&] { parse_speculative_method("eagle3:" + missing.string()); },
           missing.string() + ": no such file or directory");
   refused([] { parse_speculative_method("eagle3:"); }, "eagle3:PATH");
-  // A runner that does not verify drafts (as tensor parallelism today), one that is not the
-  // CPU runner (as CUDA), and the CUDA device named up front.
+  // A runner that does not verify drafts (as tensor parallelism today), one that cannot run
+  // a head, and the CUDA device named up front.
   refused(
       [] {
         ToyEngine e(64, 4, eagle3_config(random_head()), [](ToyRunner &r) { r.verify = false; });
       },
       "does not verify drafts");
-  refused([] { ToyEngine e(64, 4, eagle3_config(random_head())); }, "CPU runner only");
+  refused([] { ToyEngine e(64, 4, eagle3_config(random_head())); },
+          "this runner cannot run an EAGLE-3 head");
   refused([] { check_draft_device("eagle3:" + random_head().string(), "cuda:0"); },
           "CPU runner only");
   EXPECT_NO_THROW(check_draft_device("eagle3:" + random_head().string(), "cpu"));
