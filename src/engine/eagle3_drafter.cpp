@@ -30,9 +30,10 @@ std::unique_ptr<Eagle3Drafter> Eagle3Drafter::open(const std::filesystem::path &
     layers += std::to_string(l);
   }
   std::fprintf(stderr,
-               "keel engine: EAGLE-3 head %s: %.1f MiB of weights, draft vocabulary %lld, "
-               "target layers %s\n",
+               "keel engine: EAGLE-3 head %s: %.1f MiB of weights (%.1f MiB more set aside), "
+               "draft vocabulary %lld, target layers %s\n",
                path.string().c_str(), static_cast<double>(d->weights_bytes()) / (1 << 20),
+               static_cast<double>(d->head_->reserved_bytes()) / (1 << 20),
                static_cast<long long>(d->head_->config().draft_vocab_size), layers.c_str());
   return d;
 }

@@ -28,6 +28,9 @@ class Eagle3Runner {
   // Bytes of the head's own tensors where they are held (the target's embedding, when
   // borrowed, not counted).
   virtual std::int64_t weights_bytes() const = 0;
+  // Memory it set aside beside them at open (a device head's cache pool and scratch, and
+  // the target's hidden-rows buffer), for the log.
+  virtual std::int64_t reserved_bytes() const { return 0; }
   // One step of the head over `in` (MtpInput::hidden: [n, aux_width()], or [n, hidden_size()]
   // when chained), its keys and values into `cache`; MtpOutput::argmax holds target ids.
   virtual void forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) = 0;

@@ -3,8 +3,10 @@
 // n-gram drafts on a copy-heavy prompt, greedy output of the built-in default model is
 // the output without drafts, one request at a time and eight at once, sampled on the
 // device and on the host, and drafts are accepted. A draft model on the target's CUDA
-// context (ModelRunner::open_sibling) keeps it up to bf16 near ties (see below).
+// context (ModelRunner::open_sibling) keeps it up to bf16 near ties (see below). An EAGLE-3
+// head on the device (ModelRunner::open_eagle3_head, the runner's hidden rows) keeps it too.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,6 +16,8 @@
 #include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "exec/cuda/cuda_engine_runner.h"
+#include "formats/make_eagle3_head.h"
+#include "formats/model_config.h"
 #include "support/paths.h"
 #include "unit/engine/collector.h"
 
@@ -203,6 +207,56 @@ TEST(CudaEngineSpeculative, DraftModelOnTheDeviceKeepsTheGreedyOutputUpToTies) {
       }
     }
   }
+}
+
+// `--speculative eagle3:PATH` on the device with a random head for the default model: its
+// drafts are nearly all rejected, so nearly every step is a verify of 1 + k rows whose first
+// row is the token, as with n-gram drafts; greedy output is the output without drafts (as
+// the n-gram test checks it), drafts are proposed, and the head's cache shows in the status.
+// Host-sampled runs also ask for logprobs, so that a parting reports whether it fell on a
+// near tie of the verify rows' bf16 rounding (compare_at_ties) or is a bug.
+TEST(CudaEngineSpeculative, Eagle3HeadOnTheDeviceKeepsTheGreedyOutput) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = keel::test::source_dir() / "models" / "default";
+  if (!std::filesystem::exists(dir / "model.safetensors"))
+    GTEST_SKIP() << "no default model at " << dir;
+  const auto head = std::filesystem::temp_directory_path() /
+                    ("keel-cuda-eagle3-default-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(head);
+  MakeEagle3Options o;
+  o.target = load_hf_config(dir);
+  o.seed = 7;
+  o.out = head;
+  make_eagle3_head(o);
+  for (const bool device : {true, false}) {
+    for (const int at_once : {1, 8}) {
+      const int logprobs = device ? -1 : 5;
+      const Outputs off = run(dir, "", device, at_once, logprobs);
+      const Outputs on = run(dir, "eagle3:" + head.string(), device, at_once, logprobs);
+      TieReport t;
+      for (std::size_t i = 0; i < off.out.size(); ++i) {
+        ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
+        ASSERT_EQ(on.out[i].tokens.size(), 40u) << on.out[i].error;
+        EXPECT_EQ(on.out[i].tokens, off.out[i].tokens)
+            << "request " << i << (device ? ", device" : ", host") << " sampling, " << at_once
+            << " at once";
+        if (!device) compare_at_ties(off.out[i], on.out[i], 0.1f, t);
+      }
+      EXPECT_EQ(t.failures, "");
+      EXPECT_EQ(on.status.spec_method, "eagle3");
+      EXPECT_GT(on.status.spec_drafted, 0);
+      EXPECT_GT(on.status.spec_steps, 0);
+      EXPECT_GT(on.status.spec_draft_weights_bytes, 0);
+      std::printf(
+          "[ spec ] eagle3 random head, %s sampling, %d at once: %lld verify steps, %lld of "
+          "%lld drafts accepted%s\n",
+          device ? "device" : "host", at_once, static_cast<long long>(on.status.spec_steps),
+          static_cast<long long>(on.status.spec_accepted),
+          static_cast<long long>(on.status.spec_drafted),
+          device ? "" : (", " + std::to_string(t.parted_at_ties) + " parted at ties").c_str());
+    }
+  }
+  std::filesystem::remove_all(head);
 }
 
 // Without drafts, eight requests at once against one at a time: the same kind of

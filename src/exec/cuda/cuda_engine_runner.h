@@ -46,6 +46,10 @@ class OwningCudaRunner final : public ModelRunner {
   // at most this runner's count). Destroy it before this runner.
   std::unique_ptr<ModelRunner> open_sibling(const std::filesystem::path &path,
                                             std::int32_t num_blocks) override;
+  // The EAGLE-3 head on this context and stream (CudaModelRunner::open_eagle3_head).
+  std::unique_ptr<Eagle3Runner> open_eagle3_head(const std::filesystem::path &dir) override {
+    return runner_->open_eagle3_head(dir);
+  }
 
   CudaContext &context() { return *ctx_; }
   CudaModelRunner &runner() { return *runner_; }

@@ -158,6 +158,10 @@ class CudaModelRunner : public ModelRunner {
   void reserve_hidden(std::int32_t layers);
   std::int64_t hidden_bytes() const { return static_cast<std::int64_t>(hidden_.bytes()); }
   CudaContext &context() const { return ctx_; }
+  std::int32_t max_model_len() const { return max_model_len_; }
+  // The EAGLE-3 head on this device and stream (cuda_eagle3_head.h); it reserves the hidden
+  // rows of its aux layers here. MLA models refuse by name.
+  std::unique_ptr<Eagle3Runner> open_eagle3_head(const std::filesystem::path &dir) override;
   // The token embedding on the device ([vocab, hidden] bf16): a drafting head without its
   // own reads it (cuda_eagle3_head.h).
   const DeviceBuffer &embedding() const { return embed_; }

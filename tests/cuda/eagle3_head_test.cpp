@@ -1,0 +1,409 @@
+// The CUDA EAGLE-3 head (exec/cuda/cuda_eagle3_head.h) against the CPU head
+// (exec/arch/eagle3_head.h), both opened through their runners (ModelRunner::open_eagle3_head)
+// on a tiny random llama target and a tiny random head whose weights are bf16 values (so
+// both compute with the same numbers; the device rounds activations to bf16 where the CPU
+// keeps f32): 200 positions in one step (two passes of kChunk), the same positions in split
+// steps after a rolled-back detour, and 3 chained drafts, with the target's own aux rows;
+// with norm_before_residual too. Through the drafter (engine/eagle3_drafter.h) on the CUDA
+// runner's hidden rows, a head wired to copy the target's prediction drafts it. h' and the draft
+// logits within a stated bf16 bound, the argmax the same wherever the CPU's top two logits are
+// apart by more than the device's rounding can move them. And the head's KV pool: blocks taken per
+// request, given back with the cache, and a request past the pool refused before anything changes.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "core/half.h"
+#include "cuda_test_util.h"
+#include "engine/eagle3_drafter.h"
+#include "exec/arch/weight_binding.h"
+#include "exec/cpu/cpu_model_runner.h"
+#include "exec/cuda/cuda_eagle3_head.h"
+#include "exec/cuda/cuda_model_runner.h"
+#include "formats/make_eagle3_head.h"
+#include "formats/make_model.h"
+
+namespace keel::cuda {
+namespace {
+
+using test::rel_err;
+
+std::filesystem::path scratch() {
+  return std::filesystem::temp_directory_path() /
+         ("keel-cuda-eagle3-" + std::to_string(::getpid()));
+}
+
+const std::filesystem::path &target_dir() {
+  static const auto p = [] {
+    const auto d = scratch() / "target";
+    std::filesystem::remove_all(d);
+    MakeModelOptions o;
+    o.arch = "llama";
+    o.shape = "tiny";  // hidden 64, 4 heads of 16 over 2 KV heads, vocabulary 512
+    o.layers = 2;
+    o.dtype = DType::kBF16;
+    o.seed = 5;
+    o.out = d;
+    o.threads = 2;
+    make_model(o);
+    return d;
+  }();
+  return p;
+}
+
+// A random head for the target, every weight a bf16 value; with norm_before_residual in
+// its config when asked.
+std::filesystem::path head_dir(bool norm_before_residual) {
+  const auto d = scratch() / (norm_before_residual ? "head-nbr" : "head");
+  std::filesystem::remove_all(d);
+  ExecContext ctx(1);
+  MakeEagle3Options o;
+  o.target = cpu::CpuModelRunner::open(target_dir(), ctx, {4, 16})->config();
+  o.seed = 11;
+  o.out = d;
+  o.edit = [](const std::string &, std::vector<float> &v) {
+    for (float &x : v) x = bf16_to_f32(f32_to_bf16(x));
+  };
+  make_eagle3_head(o);
+  if (norm_before_residual) {
+    std::ifstream in(d / "config.json");
+    nlohmann::ordered_json j = nlohmann::ordered_json::parse(in);
+    j["norm_before_residual"] = true;
+    std::ofstream(d / "config.json") << j.dump(2);
+  }
+  return d;
+}
+
+CudaRunnerOptions runner_options(std::int32_t kv_blocks) {
+  CudaRunnerOptions o;
+  o.block_size = 16;
+  o.num_kv_blocks = kv_blocks;
+  o.max_batch_tokens = 256;
+  o.max_seqs = 4;
+  o.max_logits_rows = 16;
+  o.max_model_len = 256;
+  return o;
+}
+
+struct Heads {
+  ExecContext cpu_ctx{2};
+  std::unique_ptr<cpu::CpuModelRunner> cpu;
+  CudaContext ctx;
+  std::unique_ptr<CudaModelRunner> gpu;
+  std::unique_ptr<Eagle3Runner> cpu_head, gpu_head;
+  std::vector<TokenId> tokens;  // the prompt
+  std::vector<float> aux;       // the target's aux rows of every prompt position
+  explicit Heads(const std::filesystem::path &head, std::int32_t kv_blocks = 32) {
+    cpu = cpu::CpuModelRunner::open(target_dir(), cpu_ctx, {32, 16});
+    gpu = CudaModelRunner::open(target_dir(), ctx, runner_options(kv_blocks));
+    cpu_head = cpu->open_eagle3_head(head);
+    gpu_head = gpu->open_eagle3_head(head);
+    // A prompt of 201 tokens and the target's own aux rows for it (the CPU runner's).
+    std::mt19937 rng(3);
+    std::uniform_int_distribution<TokenId> tok(0, 511);
+    for (int i = 0; i < 201; ++i) tokens.push_back(tok(rng));
+    ForwardBatch b;
+    b.tokens = tokens;
+    b.want_hidden = true;
+    b.hidden_layers = cpu_head->aux_layers();
+    SequenceSlice s;
+    s.num_tokens = static_cast<std::int32_t>(tokens.size());
+    s.num_blocks = 13;
+    s.logits = SequenceSlice::Logits::kNone;
+    b.seqs.push_back(s);
+    for (int i = 0; i < 13; ++i) b.block_table.push_back(i);
+    ForwardOutput out;
+    cpu->forward(b, out);
+    aux = std::move(out.hidden);
+  }
+  // The input of positions [from, from + n): aux rows and x_{t+1}.
+  MtpInput input(std::size_t from, std::size_t n) const {
+    const auto w = static_cast<std::size_t>(cpu_head->aux_width());
+    MtpInput in;
+    in.start_pos = static_cast<std::int32_t>(from);
+    in.hidden = std::span<const float>(aux).subspan(from * w, n * w);
+    in.tokens = std::span<const TokenId>(tokens).subspan(from + 1, n);
+    in.head = MtpInput::Head::kAll;
+    in.want_logits = true;
+    return in;
+  }
+};
+
+// The device rounds every GEMM's input to bf16 (a relative 2^-9 each: the aux rows, the
+// [e ; g] concatenation, the attention output, the MLP's activations) and accumulates in
+// f32; the CPU keeps f32 throughout. h' rows and logit rows agree within 2e-2 of their
+// norm; a wrong norm, a swapped concatenation or a missed residual is off by far more.
+constexpr double kTol = 2e-2;
+// Logits are about unit-sized, so the device moves each by ~1e-2 at most: the argmax must
+// agree wherever the CPU's best two are further apart than this.
+constexpr float kMargin = 0.1f;
+
+struct Compared {
+  double worst_hidden = 0, worst_logits = 0;
+  int argmax_checked = 0, argmax_differs = 0;
+};
+
+// Rows [0, rows) of `got` against rows [ref_row, ref_row + rows) of `want` (same input).
+void compare(const MtpOutput &got, const MtpOutput &want, std::size_t ref_row, std::size_t rows,
+             std::int64_t H, std::int64_t Vd, Compared &c) {
+  ASSERT_EQ(got.hidden.size(), rows * H);
+  ASSERT_EQ(got.argmax.size(), rows);
+  ASSERT_EQ(got.logits.size(), rows * Vd);
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::size_t w = ref_row + r;
+    auto slice = [](const std::vector<float> &v, std::size_t at, std::int64_t n) {
+      return std::vector<float>(v.begin() + at * n, v.begin() + (at + 1) * n);
+    };
+    c.worst_hidden =
+        std::max(c.worst_hidden, rel_err(slice(got.hidden, r, H), slice(want.hidden, w, H)));
+    const std::vector<float> wl = slice(want.logits, w, Vd);
+    c.worst_logits = std::max(c.worst_logits, rel_err(slice(got.logits, r, Vd), wl));
+    std::vector<float> sorted = wl;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    if (sorted[0] - sorted[1] > kMargin) {
+      ++c.argmax_checked;
+      if (got.argmax[r] != want.argmax[w]) ++c.argmax_differs;
+    }
+  }
+}
+
+void run_against_cpu(bool norm_before_residual) {
+  Heads h(head_dir(norm_before_residual));
+  ASSERT_EQ(h.gpu_head->config().norm_before_residual, norm_before_residual);
+  ASSERT_EQ(h.gpu_head->aux_layers(), h.cpu_head->aux_layers());
+  ASSERT_EQ(h.gpu_head->aux_width(), h.cpu_head->aux_width());
+  const std::int64_t H = h.gpu_head->hidden_size(), Vd = h.gpu_head->config().draft_vocab_size;
+  const std::size_t n = h.tokens.size() - 1;  // 200 positions: two passes of kChunk
+  ASSERT_GT(n, static_cast<std::size_t>(CudaEagle3Head::kChunk));
+
+  // One step over every position.
+  MtpCache cpu_cache, gpu_cache;
+  MtpOutput want, got;
+  h.cpu_head->forward(cpu_cache, h.input(0, n), want);
+  h.gpu_head->forward(gpu_cache, h.input(0, n), got);
+  EXPECT_EQ(gpu_cache.length, static_cast<std::int32_t>(n));
+  Compared one;
+  compare(got, want, 0, n, H, Vd, one);
+  EXPECT_LT(one.worst_hidden, kTol);
+  EXPECT_LT(one.worst_logits, kTol);
+  EXPECT_GT(one.argmax_checked, static_cast<int>(n / 2));  // not vacuous
+  EXPECT_EQ(one.argmax_differs, 0);
+
+  // The same positions in split steps (5, then 4 rolled back, 3 again, the rest): each
+  // step's rows against the one-step reference.
+  MtpCache split;
+  Compared parts;
+  auto step = [&](std::size_t from, std::size_t len) {
+    MtpOutput o;
+    h.gpu_head->forward(split, h.input(from, len), o);
+    compare(o, want, from, len, H, Vd, parts);
+  };
+  step(0, 5);
+  step(5, 4);
+  h.gpu_head->truncate(split, 5);  // a detour: positions 5..8 computed again below
+  EXPECT_EQ(split.length, 5);
+  step(5, 3);
+  step(8, n - 8);
+  EXPECT_LT(parts.worst_hidden, kTol);
+  EXPECT_LT(parts.worst_logits, kTol);
+  EXPECT_EQ(parts.argmax_differs, 0);
+
+  // k = 3 chained drafts from the last position: h' and the guess fed back (the CPU's, to
+  // both heads, so each step compares one step), never kept.
+  std::vector<float> hp(want.hidden.end() - H, want.hidden.end());
+  TokenId guess = want.argmax.back();
+  const std::int32_t kept = split.length;
+  Compared chain;
+  for (int i = 0; i < 3; ++i) {
+    MtpInput c;
+    c.start_pos = split.length;
+    c.hidden = hp;
+    c.chained = true;
+    c.tokens = std::span<const TokenId>(&guess, 1);
+    c.want_logits = true;
+    MtpOutput cw, cg;
+    h.cpu_head->forward(cpu_cache, c, cw);
+    h.gpu_head->forward(split, c, cg);
+    compare(cg, cw, 0, 1, H, Vd, chain);
+    hp = cw.hidden;
+    guess = cw.argmax[0];
+  }
+  EXPECT_LT(chain.worst_hidden, kTol);
+  EXPECT_LT(chain.worst_logits, kTol);
+  EXPECT_EQ(chain.argmax_differs, 0);
+  h.gpu_head->truncate(split, kept);
+  EXPECT_EQ(split.length, kept);
+  std::printf(
+      "[ eagle3 ] norm_before_residual %d: h' within %.2e, logits within %.2e; argmax checked "
+      "at %d + %d + %d rows (margin > %.2f), %d + %d + %d differ\n",
+      norm_before_residual, std::max({one.worst_hidden, parts.worst_hidden, chain.worst_hidden}),
+      std::max({one.worst_logits, parts.worst_logits, chain.worst_logits}), one.argmax_checked,
+      parts.argmax_checked, chain.argmax_checked, kMargin, one.argmax_differs, parts.argmax_differs,
+      chain.argmax_differs);
+}
+
+TEST(CudaEagle3Head, MatchesTheCpuHead) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  run_against_cpu(false);
+}
+
+TEST(CudaEagle3Head, MatchesTheCpuHeadWithNormBeforeResidual) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  run_against_cpu(true);
+}
+
+// Only the last row through lm_head (a draft) and none (catching up): the same h', the
+// last row's argmax as kAll's.
+TEST(CudaEagle3Head, HeadRowsAsAsked) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  Heads h(head_dir(false));
+  MtpCache all, last, none;
+  MtpOutput oa, ol, on;
+  h.gpu_head->forward(all, h.input(0, 9), oa);
+  MtpInput in = h.input(0, 9);
+  in.head = MtpInput::Head::kLast;
+  in.want_logits = false;
+  h.gpu_head->forward(last, in, ol);
+  in.head = MtpInput::Head::kNone;
+  h.gpu_head->forward(none, in, on);
+  ASSERT_EQ(ol.argmax.size(), 1u);
+  EXPECT_EQ(ol.argmax[0], oa.argmax.back());
+  EXPECT_TRUE(ol.logits.empty());
+  EXPECT_TRUE(on.argmax.empty());
+  EXPECT_LT(rel_err(ol.hidden, oa.hidden), 1e-6);
+  EXPECT_LT(rel_err(on.hidden, oa.hidden), 1e-6);
+  for (const TokenId t : oa.argmax) {  // target ids of the draft vocabulary
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, 512);
+  }
+}
+
+// The pool: as many blocks as the target's KV pool (4 of 16 positions here); a cache takes
+// blocks as its positions grow and gives them back when destroyed; a step past what is left
+// is refused with Error(kResourceExhausted) before anything changes.
+TEST(CudaEagle3Head, KvPoolTakesAndGivesBackBlocks) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  Heads h(head_dir(false), 4);
+  auto *head = dynamic_cast<CudaEagle3Head *>(h.gpu_head.get());
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->pool_blocks(), 4);
+  // The pool, the scratch and the target's hidden rows of 3 layers ([256, 3 x 64] f32).
+  EXPECT_GT(head->reserved_bytes(), head->pool_bytes() + 256 * 3 * 64 * 4);
+  {
+    MtpCache a;
+    MtpOutput o;
+    h.gpu_head->forward(a, h.input(0, 20), o);  // positions 0..19: 2 blocks
+    EXPECT_EQ(head->free_blocks(), 2);
+    ASSERT_NE(a.device, nullptr);
+    EXPECT_EQ(a.device->bytes(), 2 * head->pool_bytes() / 4);
+    MtpCache b;
+    try {
+      h.gpu_head->forward(b, h.input(0, 40), o);  // 3 blocks: one too many
+      ADD_FAILURE() << "a step past the pool was accepted";
+    } catch (const Error &e) {
+      EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
+    }
+    EXPECT_EQ(b.length, 0);
+    EXPECT_EQ(head->free_blocks(), 2);
+    h.gpu_head->forward(b, h.input(0, 30), o);  // 2 blocks: fits
+    EXPECT_EQ(head->free_blocks(), 0);
+    h.gpu_head->truncate(b, 3);  // lowering the length keeps the blocks
+    EXPECT_EQ(head->free_blocks(), 0);
+  }
+  EXPECT_EQ(head->free_blocks(), 4);
+}
+
+// A head whose guess is the target's own prediction at the position before (as the CPU
+// engine test's copying head): fc passes the last aux row (the target's last layer's
+// output, its final hidden state) through, the block adds nothing, norm and lm_head are the
+// target's, the draft vocabulary the whole one. Through Eagle3Drafter on the CUDA runner:
+// the runner's hidden rows of the aux layers, the head on the device, the first draft is
+// the argmax of the runner's own logits at the last prompt position; the chained one
+// repeats it.
+TEST(CudaEagle3Head, CopyingHeadDraftsTheTargetsPrediction) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = scratch() / "copying";
+  {
+    std::filesystem::remove_all(dir);
+    ExecContext cpu_ctx(1);
+    auto cpu = cpu::CpuModelRunner::open(target_dir(), cpu_ctx, {4, 16});
+    const std::vector<float> lm_head = arch::tensor_f32(cpu->model().lm_head());
+    MakeEagle3Options o;
+    o.target = cpu->config();
+    o.seed = 11;
+    o.out = dir;
+    o.draft_vocab = o.target.vocab_size;
+    const std::int64_t H = o.target.hidden_size;
+    o.edit = [lm_head, H](const std::string &name, std::vector<float> &v) {
+      if (name == "fc.weight") {
+        std::fill(v.begin(), v.end(), 0.0f);
+        for (std::int64_t i = 0; i < H; ++i) v[static_cast<std::size_t>(i * 3 * H + 2 * H + i)] = 1;
+      } else if (name == "midlayer.self_attn.o_proj.weight" ||
+                 name == "midlayer.mlp.down_proj.weight") {
+        std::fill(v.begin(), v.end(), 0.0f);
+      } else if (name == "norm.weight") {
+        std::fill(v.begin(), v.end(), 1.0f);  // make_model's model.norm.weight is ones
+      } else if (name == "lm_head.weight") {
+        v = lm_head;
+      } else {
+        for (float &x : v) x = bf16_to_f32(f32_to_bf16(x));
+      }
+    };
+    make_eagle3_head(o);
+  }
+  CudaContext ctx;
+  auto gpu = CudaModelRunner::open(target_dir(), ctx, runner_options(32));
+  auto d = Eagle3Drafter::open(dir, *gpu);
+  ASSERT_EQ(d->hidden_layers().size(), 3u);
+  ASSERT_EQ(d->hidden_layers().back(), 1);  // the last layer: its output is the final hidden
+  const std::int64_t V = gpu->config().vocab_size;
+  std::mt19937 rng(21);
+  std::uniform_int_distribution<TokenId> tok(0, static_cast<TokenId>(V - 1));
+  int checked = 0;
+  for (int p = 0; p < 8; ++p) {
+    std::vector<TokenId> tokens;
+    for (int i = 0; i < 9 + p; ++i) tokens.push_back(tok(rng));
+    ForwardBatch b;
+    b.tokens = tokens;
+    b.want_hidden = true;
+    b.hidden_layers = d->hidden_layers();
+    SequenceSlice s;
+    s.num_tokens = static_cast<std::int32_t>(tokens.size());
+    s.num_blocks = 1;
+    s.logits = SequenceSlice::Logits::kLast;
+    b.seqs.push_back(s);
+    b.block_table = {0};
+    ForwardOutput out;
+    gpu->forward(b, out);
+    ASSERT_EQ(out.hidden.size(),
+              tokens.size() * 3 * static_cast<std::size_t>(gpu->config().hidden_size));
+    const RequestId id{static_cast<std::uint64_t>(100 + p)};
+    d->observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+    std::vector<float> sorted = out.logits;
+    std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+    const auto want = static_cast<TokenId>(std::max_element(out.logits.begin(), out.logits.end()) -
+                                           out.logits.begin());
+    tokens.push_back((want + 1 + p) % static_cast<TokenId>(V));  // any sampled token
+    std::vector<TokenId> draft;
+    d->propose(id, tokens, 2, draft);
+    ASSERT_EQ(draft.size(), 2u);
+    EXPECT_EQ(draft[1], draft[0]) << "prompt " << p;  // h' == g: the chain repeats it
+    // The head reads bf16 of the hidden state the runner's norm reads in f32: its logits
+    // (about 0.16 in size, make_model's lm_head over 64 dimensions) move by ~1e-3 at most.
+    if (sorted[0] - sorted[1] > 1e-2f) {
+      ++checked;
+      EXPECT_EQ(draft[0], want) << "prompt " << p;
+    }
+    d->forget(id);
+  }
+  EXPECT_GE(checked, 5);
+  EXPECT_EQ(d->kv_bytes(), 0);
+}
+
+}  // namespace
+}  // namespace keel::cuda
