@@ -123,8 +123,8 @@ int cmd_engine(int argc, char **argv) {
   int num_speculative_tokens = 4, spec_max_running = 4;
   bool spec_adaptive = true;
   app.add_option("--speculative", speculative,
-                 "draft tokens to verify several per step: off, ngram, mtp, draft:PATH or "
-                 "eagle3:PATH (EAGLE-3: CPU runner only)");
+                 "draft tokens to verify several per step: off, ngram, mtp (CPU runner only), "
+                 "draft:PATH or eagle3:PATH (an EAGLE-3 head, on the CPU or CUDA runner)");
   app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
       ->check(CLI::Range(1, 16));
   app.add_option("--speculative-max-running", spec_max_running,
@@ -182,7 +182,6 @@ int cmd_engine(int argc, char **argv) {
     cfg.max_model_len = max_model_len;
     cfg.device_sampling = !host_sampling;
     cfg.speculative.method = parse_speculative_method(speculative);
-    check_draft_device(cfg.speculative.method, device);
     if (draft_model_path(cfg.speculative.method))
       check_draft_tokenizer(model, cfg.speculative.method);
     cfg.speculative.num_speculative_tokens = num_speculative_tokens;

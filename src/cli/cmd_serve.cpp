@@ -91,7 +91,7 @@ int cmd_serve(int argc, char **argv) {
                  "prompt and output), mtp (the checkpoint's multi-token-prediction layer: "
                  "GLM-4.5, DeepSeek-V3), draft:PATH (a smaller model with the same tokenizer, HF "
                  "directory or GGUF, drafting greedily with its own KV cache) or eagle3:PATH (an "
-                 "EAGLE-3 head's directory, reading the target's hidden states; CPU runner only); "
+                 "EAGLE-3 head's directory, reading the target's hidden states; CPU or CUDA); "
                  "verified several tokens a step")
       ->envname("KEEL_SPECULATIVE");
   app.add_option("--num-speculative-tokens", num_speculative_tokens,
@@ -288,7 +288,6 @@ int cmd_serve(int argc, char **argv) {
     else
       model_fractions.emplace_back(spec.substr(0, eq), f);
   }
-  check_draft_device(parse_speculative_method(speculative), device);
   if (!parse_speculative_method(speculative).empty())
     ro.engine_args.insert(
         ro.engine_args.end(),

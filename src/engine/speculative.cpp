@@ -42,15 +42,6 @@ std::optional<std::filesystem::path> eagle3_head_path(const std::string &method)
   return std::filesystem::path(method.substr(kEagle3Prefix.size()));
 }
 
-void check_draft_device(const std::string &method, const std::string &device) {
-  if (device == "cpu") return;
-  if (eagle3_head_path(method))
-    throw Error(ErrorCode::kUnsupported,
-                "--speculative " + method + ": --device " + device +
-                    ": an EAGLE-3 head runs beside the CPU runner only (the CUDA runner cannot "
-                    "return its layers' hidden states yet)");
-}
-
 std::string parse_speculative_method(const std::string &method) {
   if (method.empty() || method == "off") return "";
   if (method == "ngram" || method == "mtp") return method;

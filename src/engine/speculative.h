@@ -59,11 +59,6 @@ std::string parse_speculative_method(const std::string &method);
 std::optional<std::filesystem::path> draft_model_path(const std::string &method);
 // The head an "eagle3:PATH" method names; none for any other method.
 std::optional<std::filesystem::path> eagle3_head_path(const std::string &method);
-// Throws Error(kUnsupported) naming the flag when `method` is an EAGLE-3 head and
-// `device` ("cpu", "cuda[:N]") is not the CPU: the CUDA runner cannot return its layers'
-// hidden states yet. (A draft model runs beside either runner: ModelRunner::open_sibling.)
-void check_draft_device(const std::string &method, const std::string &device);
-
 // One interface for every way of drafting (engine thread only).
 class Drafter {
  public:
