@@ -27,6 +27,7 @@
 #include "exec/cuda/cuda_model_runner.h"
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
+#include "support/copying_eagle3_head.h"
 
 namespace keel::cuda {
 namespace {
@@ -90,6 +91,22 @@ CudaRunnerOptions runner_options(std::int32_t kv_blocks) {
   return o;
 }
 
+// One sequence from position 0 (blocks 0, 1, ...), asking for the rows of `layers`.
+ForwardBatch one_sequence(const std::vector<TokenId> &tokens, std::vector<std::int32_t> layers,
+                          SequenceSlice::Logits logits) {
+  ForwardBatch b;
+  b.tokens = tokens;
+  b.want_hidden = true;
+  b.hidden_layers = std::move(layers);
+  SequenceSlice s;
+  s.num_tokens = static_cast<std::int32_t>(tokens.size());
+  s.num_blocks = (s.num_tokens + 15) / 16;
+  s.logits = logits;
+  b.seqs.push_back(s);
+  for (int i = 0; i < s.num_blocks; ++i) b.block_table.push_back(i);
+  return b;
+}
+
 struct Heads {
   ExecContext cpu_ctx{2};
   std::unique_ptr<cpu::CpuModelRunner> cpu;
@@ -107,18 +124,8 @@ struct Heads {
     std::mt19937 rng(3);
     std::uniform_int_distribution<TokenId> tok(0, 511);
     for (int i = 0; i < 201; ++i) tokens.push_back(tok(rng));
-    ForwardBatch b;
-    b.tokens = tokens;
-    b.want_hidden = true;
-    b.hidden_layers = cpu_head->aux_layers();
-    SequenceSlice s;
-    s.num_tokens = static_cast<std::int32_t>(tokens.size());
-    s.num_blocks = 13;
-    s.logits = SequenceSlice::Logits::kNone;
-    b.seqs.push_back(s);
-    for (int i = 0; i < 13; ++i) b.block_table.push_back(i);
     ForwardOutput out;
-    cpu->forward(b, out);
+    cpu->forward(one_sequence(tokens, cpu_head->aux_layers(), SequenceSlice::Logits::kNone), out);
     aux = std::move(out.hidden);
   }
   // The input of positions [from, from + n): aux rows and x_{t+1}.
@@ -318,10 +325,9 @@ TEST(CudaEagle3Head, KvPoolTakesAndGivesBackBlocks) {
   EXPECT_EQ(head->free_blocks(), 4);
 }
 
-// A head whose guess is the target's own prediction at the position before (as the CPU
-// engine test's copying head): fc passes the last aux row (the target's last layer's
-// output, its final hidden state) through, the block adds nothing, norm and lm_head are the
-// target's, the draft vocabulary the whole one. Through Eagle3Drafter on the CUDA runner:
+// A head whose guess is the target's own prediction at the position before
+// (support/copying_eagle3_head.h, as the CPU engine test's). Through Eagle3Drafter on the
+// CUDA runner:
 // the runner's hidden rows of the aux layers, the head on the device, the first draft is
 // the argmax of the runner's own logits at the last prompt position; the chained one
 // repeats it.
@@ -332,28 +338,11 @@ TEST(CudaEagle3Head, CopyingHeadDraftsTheTargetsPrediction) {
     std::filesystem::remove_all(dir);
     ExecContext cpu_ctx(1);
     auto cpu = cpu::CpuModelRunner::open(target_dir(), cpu_ctx, {4, 16});
-    const std::vector<float> lm_head = arch::tensor_f32(cpu->model().lm_head());
     MakeEagle3Options o;
     o.target = cpu->config();
     o.seed = 11;
     o.out = dir;
-    o.draft_vocab = o.target.vocab_size;
-    const std::int64_t H = o.target.hidden_size;
-    o.edit = [lm_head, H](const std::string &name, std::vector<float> &v) {
-      if (name == "fc.weight") {
-        std::fill(v.begin(), v.end(), 0.0f);
-        for (std::int64_t i = 0; i < H; ++i) v[static_cast<std::size_t>(i * 3 * H + 2 * H + i)] = 1;
-      } else if (name == "midlayer.self_attn.o_proj.weight" ||
-                 name == "midlayer.mlp.down_proj.weight") {
-        std::fill(v.begin(), v.end(), 0.0f);
-      } else if (name == "norm.weight") {
-        std::fill(v.begin(), v.end(), 1.0f);  // make_model's model.norm.weight is ones
-      } else if (name == "lm_head.weight") {
-        v = lm_head;
-      } else {
-        for (float &x : v) x = bf16_to_f32(f32_to_bf16(x));
-      }
-    };
+    keel::test::make_copying(o, arch::tensor_f32(cpu->model().lm_head()), true);
     make_eagle3_head(o);
   }
   CudaContext ctx;
@@ -368,22 +357,12 @@ TEST(CudaEagle3Head, CopyingHeadDraftsTheTargetsPrediction) {
   for (int p = 0; p < 8; ++p) {
     std::vector<TokenId> tokens;
     for (int i = 0; i < 9 + p; ++i) tokens.push_back(tok(rng));
-    ForwardBatch b;
-    b.tokens = tokens;
-    b.want_hidden = true;
-    b.hidden_layers = d->hidden_layers();
-    SequenceSlice s;
-    s.num_tokens = static_cast<std::int32_t>(tokens.size());
-    s.num_blocks = 1;
-    s.logits = SequenceSlice::Logits::kLast;
-    b.seqs.push_back(s);
-    b.block_table = {0};
     ForwardOutput out;
-    gpu->forward(b, out);
+    gpu->forward(one_sequence(tokens, d->hidden_layers(), SequenceSlice::Logits::kLast), out);
     ASSERT_EQ(out.hidden.size(),
               tokens.size() * 3 * static_cast<std::size_t>(gpu->config().hidden_size));
     const RequestId id{static_cast<std::uint64_t>(100 + p)};
-    d->observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+    d->observe_hidden(id, tokens, 0, static_cast<std::int32_t>(tokens.size()), out.hidden);
     std::vector<float> sorted = out.logits;
     std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
     const auto want = static_cast<TokenId>(std::max_element(out.logits.begin(), out.logits.end()) -

@@ -15,6 +15,7 @@
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
 #include "formats/model_weights.h"
+#include "support/copying_eagle3_head.h"
 #include "support/paths.h"
 
 namespace keel::test {
@@ -84,7 +85,7 @@ TEST(KeelRun, BadInputIsAnErrorNotACrash) {
 }
 
 // keel run --speculative eagle3:PATH over a tiny random llama: a random head and one wired
-// to copy the target's prediction (engine_eagle3_test's copying head: fc passes the last aux
+// to copy the target's prediction (support/copying_eagle3_head.h: fc passes the last aux
 // layer, the target's final hidden state, through, the block adds nothing, lm_head is the
 // target's) print the same text as no drafts, greedy and seeded; the copying head's
 // drafts are accepted where the target repeats itself (as it does after this prompt).
@@ -110,22 +111,8 @@ TEST(KeelRun, Eagle3HeadKeepsTheOutput) {
   e.seed = 5;
   e.out = work / "random";
   make_eagle3_head(e);
-  const std::int64_t H = e.target.hidden_size;
   e.out = work / "copying";
-  e.draft_vocab = e.target.vocab_size;
-  e.edit = [&](const std::string &name, std::vector<float> &v) {
-    if (name == "fc.weight") {
-      std::fill(v.begin(), v.end(), 0.0f);
-      for (std::int64_t i = 0; i < H; ++i) v[static_cast<std::size_t>(i * 3 * H + 2 * H + i)] = 1;
-    } else if (name == "midlayer.self_attn.o_proj.weight" ||
-               name == "midlayer.mlp.down_proj.weight") {
-      std::fill(v.begin(), v.end(), 0.0f);
-    } else if (name == "norm.weight") {
-      std::fill(v.begin(), v.end(), 1.0f);  // make_model's model.norm.weight is ones
-    } else if (name == "lm_head.weight") {
-      v = lm_head;
-    }
-  };
+  make_copying(e, lm_head);
   make_eagle3_head(e);
   const std::string err = (work / "stderr.txt").string();
   auto run = [&](const std::string &extra, std::string *log) {

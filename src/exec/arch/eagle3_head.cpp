@@ -145,12 +145,7 @@ void Eagle3Head::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, Ex
                      I = c.intermediate_size, V = c.vocab_size;
   const std::int64_t width = in.chained ? H : aux_width();
   const std::int64_t row = cache_row_floats();
-  if (static_cast<std::int64_t>(in.hidden.size()) != n * width)
-    throw Error(ErrorCode::kInvalidArgument, "eagle3: hidden rows do not match the tokens");
-  if (in.start_pos < 0 || in.start_pos > cache.length)
-    throw Error(ErrorCode::kInvalidArgument, "eagle3: start_pos past the cached positions");
-  for (const TokenId t : in.tokens)
-    if (t < 0 || t >= V) throw Error(ErrorCode::kInvalidArgument, "eagle3: token id out of range");
+  check_head_input(cache, in, width, V, "eagle3");
   if (n == 0) {
     out.hidden.clear();
     out.argmax.clear();

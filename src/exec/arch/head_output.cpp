@@ -1,8 +1,24 @@
 #include "exec/arch/head_output.h"
 
+#include <string>
+
+#include "core/error.h"
 #include "exec/cpu/norm.h"
 
 namespace keel::arch {
+
+void check_head_input(const MtpCache &cache, const MtpInput &in, std::int64_t width,
+                      std::int64_t vocab, const char *head) {
+  const auto fail = [&](const char *why) {
+    throw Error(ErrorCode::kInvalidArgument, std::string(head) + ": " + why);
+  };
+  if (static_cast<std::int64_t>(in.hidden.size()) !=
+      static_cast<std::int64_t>(in.tokens.size()) * width)
+    fail("hidden rows do not match the tokens");
+  if (in.start_pos < 0 || in.start_pos > cache.length) fail("start_pos past the cached positions");
+  for (const TokenId t : in.tokens)
+    if (t < 0 || t >= vocab) fail("token id out of range");
+}
 
 void head_output(const float *x, std::int64_t n, std::int64_t hidden, const MtpInput &in,
                  const std::vector<float> &norm, float eps, const TensorView &head,

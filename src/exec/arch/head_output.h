@@ -14,6 +14,12 @@
 
 namespace keel::arch {
 
+// Throws Error(kInvalidArgument), the message led by `head` ("mtp", "eagle3"), when `in`
+// does not fit: hidden rows other than tokens x `width` floats, a start past the cached
+// positions, a token outside [0, vocab). Every head (CPU or device) checks its input so.
+void check_head_input(const MtpCache &cache, const MtpInput &in, std::int64_t width,
+                      std::int64_t vocab, const char *head);
+
 // x: [n, hidden] h'; norm: [hidden]; head: [vocab, hidden].
 void head_output(const float *x, std::int64_t n, std::int64_t hidden, const MtpInput &in,
                  const std::vector<float> &norm, float eps, const TensorView &head,

@@ -117,12 +117,7 @@ void MtpHead::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out, ExecC
   const std::int64_t n = static_cast<std::int64_t>(in.tokens.size());
   const std::int64_t hidden = cfg_.hidden_size, V = cfg_.vocab_size;
   const std::int64_t row = cache_row_floats();
-  if (static_cast<std::int64_t>(in.hidden.size()) != n * hidden)
-    throw Error(ErrorCode::kInvalidArgument, "mtp: hidden rows do not match the tokens");
-  if (in.start_pos < 0 || in.start_pos > cache.length)
-    throw Error(ErrorCode::kInvalidArgument, "mtp: start_pos past the cached positions");
-  for (const TokenId t : in.tokens)
-    if (t < 0 || t >= V) throw Error(ErrorCode::kInvalidArgument, "mtp: token id out of range");
+  check_head_input(cache, in, hidden, V, "mtp");
   ThreadPool &pool = ctx.pool();
   Workspace &ws = ctx.workspace();
   ws.reset();

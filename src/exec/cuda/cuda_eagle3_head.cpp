@@ -7,6 +7,7 @@
 
 #include "core/half.h"
 #include "exec/arch/eagle3_head.h"
+#include "exec/arch/head_output.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/cuda_runner_detail.h"
@@ -201,14 +202,7 @@ std::int32_t CudaEagle3Head::free_blocks() const {
 void CudaEagle3Head::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) {
   ctx_.check_owner("CudaEagle3Head::forward");
   const auto n = static_cast<std::int64_t>(in.tokens.size());
-  const std::int64_t width = in.chained ? H_ : aux_w_;
-  // As the CPU head checks its input (exec/arch/eagle3_head.cpp).
-  if (static_cast<std::int64_t>(in.hidden.size()) != n * width)
-    throw Error(ErrorCode::kInvalidArgument, "eagle3: hidden rows do not match the tokens");
-  if (in.start_pos < 0 || in.start_pos > cache.length)
-    throw Error(ErrorCode::kInvalidArgument, "eagle3: start_pos past the cached positions");
-  for (const TokenId t : in.tokens)
-    if (t < 0 || t >= V_) throw Error(ErrorCode::kInvalidArgument, "eagle3: token id out of range");
+  arch::check_head_input(cache, in, in.chained ? H_ : aux_w_, V_, "eagle3");  // as the CPU head
   out.hidden.clear();
   out.argmax.clear();
   out.logits.clear();

@@ -19,6 +19,7 @@
 #include "exec/arch/weight_binding.h"
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
+#include "support/copying_eagle3_head.h"
 #include "toy_runner.h"
 
 namespace keel::test {
@@ -79,22 +80,7 @@ const std::filesystem::path &copying_head() {
   static const auto p = head("copying", [](MakeEagle3Options &o) {
     ExecContext ctx(1);
     auto runner = cpu::CpuModelRunner::open(target(), ctx, {4, 16});
-    const std::vector<float> lm_head = arch::tensor_f32(runner->model().lm_head());
-    const std::int64_t H = o.target.hidden_size;
-    o.draft_vocab = o.target.vocab_size;
-    o.edit = [lm_head, H](const std::string &name, std::vector<float> &v) {
-      if (name == "fc.weight") {
-        std::fill(v.begin(), v.end(), 0.0f);
-        for (std::int64_t i = 0; i < H; ++i) v[static_cast<std::size_t>(i * 3 * H + 2 * H + i)] = 1;
-      } else if (name == "midlayer.self_attn.o_proj.weight" ||
-                 name == "midlayer.mlp.down_proj.weight") {
-        std::fill(v.begin(), v.end(), 0.0f);
-      } else if (name == "norm.weight") {
-        std::fill(v.begin(), v.end(), 1.0f);  // make_model's model.norm.weight is ones
-      } else if (name == "lm_head.weight") {
-        v = lm_head;
-      }
-    };
+    make_copying(o, arch::tensor_f32(runner->model().lm_head()));
   });
   return p;
 }
