@@ -66,6 +66,28 @@ serve() {
 }
 
 wait $eagle; stamp "EAGLE-3 done"; tail -25 "$out/eagle3.log"
+
+# The trained head served on CUDA (issue 30, first GPU run of CudaEagle3Head): the default
+# model, batch 1, held-out English, off / eagle3 (adaptive) / eagle3 raw.
+port=8700
+spec() {  # label, keel serve args...
+  local label=$1; shift
+  port=$((port + 1))
+  "$B/keel" serve --device cuda --port $port "$@" models/default >"$out/serve-$label.log" 2>&1 &
+  local pid=$!
+  pids+=($pid)
+  for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
+  stamp "default model served on CUDA, batch 1: $label"
+  timeout "$(cap 40)" python3 bench/spec_served.py --url "http://127.0.0.1:$port" --label "$label" \
+    --num-prompts 12 --json "$out/spec_$label.json" | python3 -c "import json,sys; d=json.load(sys.stdin); print({k: d.get(k) for k in ('label', 'decode_tok_s_median', 'e2e_tok_s', 'verify_steps', 'acceptance_length', 'paused', 'speedup')})"
+  grep -iE "error|eagle" "$out/serve-$label.log" | head -3
+  kill $pid; wait $pid 2>/dev/null
+}
+if [ -f "$out/eagle3/model.safetensors" ]; then
+  spec off
+  spec eagle3 --speculative "eagle3:$out/eagle3"
+  spec eagle3_raw --speculative "eagle3:$out/eagle3" --speculative-adaptive off
+fi
 serve "$ds" deepseek_v3_4l 129000 "1:2048:3 64:2048:64"
 rm -rf "$ds"
 stamp "in-process: cuda_bench deepseek-v3 4 layers, 1 and 64 seqs"
