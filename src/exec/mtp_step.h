@@ -45,6 +45,11 @@ struct MtpInput {
   // last (a draft), or all (tests).
   enum class Head : std::uint8_t { kNone, kLast, kAll } head = Head::kLast;
   bool want_logits = false;  // also return the head's logits of those rows (tests)
+  // The first row through the head: rows [first_head_row(), tokens.size()) are.
+  std::int64_t first_head_row() const {
+    const auto n = static_cast<std::int64_t>(tokens.size());
+    return head == Head::kAll ? 0 : head == Head::kLast ? n - 1 : n;
+  }
 };
 
 struct MtpOutput {

@@ -27,6 +27,7 @@
 #include "exec/cuda/cuda_model_runner.h"
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
+#include "head_checks.h"
 #include "support/copying_eagle3_head.h"
 
 namespace keel::cuda {
@@ -80,33 +81,6 @@ std::filesystem::path head_dir(bool norm_before_residual) {
   return d;
 }
 
-CudaRunnerOptions runner_options(std::int32_t kv_blocks) {
-  CudaRunnerOptions o;
-  o.block_size = 16;
-  o.num_kv_blocks = kv_blocks;
-  o.max_batch_tokens = 256;
-  o.max_seqs = 4;
-  o.max_logits_rows = 16;
-  o.max_model_len = 256;
-  return o;
-}
-
-// One sequence from position 0 (blocks 0, 1, ...), asking for the rows of `layers`.
-ForwardBatch one_sequence(const std::vector<TokenId> &tokens, std::vector<std::int32_t> layers,
-                          SequenceSlice::Logits logits) {
-  ForwardBatch b;
-  b.tokens = tokens;
-  b.want_hidden = true;
-  b.hidden_layers = std::move(layers);
-  SequenceSlice s;
-  s.num_tokens = static_cast<std::int32_t>(tokens.size());
-  s.num_blocks = (s.num_tokens + 15) / 16;
-  s.logits = logits;
-  b.seqs.push_back(s);
-  for (int i = 0; i < s.num_blocks; ++i) b.block_table.push_back(i);
-  return b;
-}
-
 struct Heads {
   ExecContext cpu_ctx{2};
   std::unique_ptr<cpu::CpuModelRunner> cpu;
@@ -117,7 +91,7 @@ struct Heads {
   std::vector<float> aux;       // the target's aux rows of every prompt position
   explicit Heads(const std::filesystem::path &head, std::int32_t kv_blocks = 32) {
     cpu = cpu::CpuModelRunner::open(target_dir(), cpu_ctx, {32, 16});
-    gpu = CudaModelRunner::open(target_dir(), ctx, runner_options(kv_blocks));
+    gpu = CudaModelRunner::open(target_dir(), ctx, test::head_target_options(kv_blocks));
     cpu_head = cpu->open_eagle3_head(head);
     gpu_head = gpu->open_eagle3_head(head);
     // A prompt of 201 tokens and the target's own aux rows for it (the CPU runner's).
@@ -125,8 +99,18 @@ struct Heads {
     std::uniform_int_distribution<TokenId> tok(0, 511);
     for (int i = 0; i < 201; ++i) tokens.push_back(tok(rng));
     ForwardOutput out;
-    cpu->forward(one_sequence(tokens, cpu_head->aux_layers(), SequenceSlice::Logits::kNone), out);
+    cpu->forward(test::one_sequence(tokens, cpu_head->aux_layers(), SequenceSlice::Logits::kNone),
+                 out);
     aux = std::move(out.hidden);
+  }
+  // The CPU and device heads as head_checks.h drives them.
+  test::HeadUnderTest host_head() {
+    return {[this](MtpCache &c, const MtpInput &in, MtpOutput &o) { cpu_head->forward(c, in, o); },
+            [this](std::size_t from, std::size_t n) { return input(from, n); }};
+  }
+  test::HeadUnderTest device_head() {
+    return {[this](MtpCache &c, const MtpInput &in, MtpOutput &o) { gpu_head->forward(c, in, o); },
+            [this](std::size_t from, std::size_t n) { return input(from, n); }};
   }
   // The input of positions [from, from + n): aux rows and x_{t+1}.
   MtpInput input(std::size_t from, std::size_t n) const {
@@ -188,63 +172,18 @@ void run_against_cpu(bool norm_before_residual) {
   const std::size_t n = h.tokens.size() - 1;  // 200 positions: two passes of kChunk
   ASSERT_GT(n, static_cast<std::size_t>(CudaEagle3Head::kChunk));
 
-  // One step over every position.
-  MtpCache cpu_cache, gpu_cache;
-  MtpOutput want, got;
-  h.cpu_head->forward(cpu_cache, h.input(0, n), want);
-  h.gpu_head->forward(gpu_cache, h.input(0, n), got);
-  EXPECT_EQ(gpu_cache.length, static_cast<std::int32_t>(n));
-  Compared one;
-  compare(got, want, 0, n, H, Vd, one);
-  EXPECT_LT(one.worst_hidden, kTol);
-  EXPECT_LT(one.worst_logits, kTol);
-  EXPECT_GT(one.argmax_checked, static_cast<int>(n / 2));  // not vacuous
-  EXPECT_EQ(one.argmax_differs, 0);
-
-  // The same positions in split steps (5, then 4 rolled back, 3 again, the rest): each
-  // step's rows against the one-step reference.
-  MtpCache split;
-  Compared parts;
-  auto step = [&](std::size_t from, std::size_t len) {
-    MtpOutput o;
-    h.gpu_head->forward(split, h.input(from, len), o);
-    compare(o, want, from, len, H, Vd, parts);
-  };
-  step(0, 5);
-  step(5, 4);
-  h.gpu_head->truncate(split, 5);  // a detour: positions 5..8 computed again below
-  EXPECT_EQ(split.length, 5);
-  step(5, 3);
-  step(8, n - 8);
-  EXPECT_LT(parts.worst_hidden, kTol);
-  EXPECT_LT(parts.worst_logits, kTol);
-  EXPECT_EQ(parts.argmax_differs, 0);
-
-  // k = 3 chained drafts from the last position: h' and the guess fed back (the CPU's, to
-  // both heads, so each step compares one step), never kept.
-  std::vector<float> hp(want.hidden.end() - H, want.hidden.end());
-  TokenId guess = want.argmax.back();
-  const std::int32_t kept = split.length;
-  Compared chain;
-  for (int i = 0; i < 3; ++i) {
-    MtpInput c;
-    c.start_pos = split.length;
-    c.hidden = hp;
-    c.chained = true;
-    c.tokens = std::span<const TokenId>(&guess, 1);
-    c.want_logits = true;
-    MtpOutput cw, cg;
-    h.cpu_head->forward(cpu_cache, c, cw);
-    h.gpu_head->forward(split, c, cg);
-    compare(cg, cw, 0, 1, H, Vd, chain);
-    hp = cw.hidden;
-    guess = cw.argmax[0];
+  Compared one, parts, chain;
+  Compared *phases[] = {&one, &parts, &chain};
+  test::run_against_cpu(
+      h.host_head(), h.device_head(), n, H,
+      [&](const MtpOutput &got, const MtpOutput &want, std::size_t ref_row, std::size_t rows,
+          int phase) { compare(got, want, ref_row, rows, H, Vd, *phases[phase]); });
+  for (const Compared *c : phases) {
+    EXPECT_LT(c->worst_hidden, kTol);
+    EXPECT_LT(c->worst_logits, kTol);
+    EXPECT_EQ(c->argmax_differs, 0);
   }
-  EXPECT_LT(chain.worst_hidden, kTol);
-  EXPECT_LT(chain.worst_logits, kTol);
-  EXPECT_EQ(chain.argmax_differs, 0);
-  h.gpu_head->truncate(split, kept);
-  EXPECT_EQ(split.length, kept);
+  EXPECT_GT(one.argmax_checked, static_cast<int>(n / 2));  // not vacuous
   std::printf(
       "[ eagle3 ] norm_before_residual %d: h' within %.2e, logits within %.2e; argmax checked "
       "at %d + %d + %d rows (margin > %.2f), %d + %d + %d differ\n",
@@ -269,21 +208,7 @@ TEST(CudaEagle3Head, MatchesTheCpuHeadWithNormBeforeResidual) {
 TEST(CudaEagle3Head, HeadRowsAsAsked) {
   KEEL_REQUIRE_CUDA_DEVICE();
   Heads h(head_dir(false));
-  MtpCache all, last, none;
-  MtpOutput oa, ol, on;
-  h.gpu_head->forward(all, h.input(0, 9), oa);
-  MtpInput in = h.input(0, 9);
-  in.head = MtpInput::Head::kLast;
-  in.want_logits = false;
-  h.gpu_head->forward(last, in, ol);
-  in.head = MtpInput::Head::kNone;
-  h.gpu_head->forward(none, in, on);
-  ASSERT_EQ(ol.argmax.size(), 1u);
-  EXPECT_EQ(ol.argmax[0], oa.argmax.back());
-  EXPECT_TRUE(ol.logits.empty());
-  EXPECT_TRUE(on.argmax.empty());
-  EXPECT_LT(rel_err(ol.hidden, oa.hidden), 1e-6);
-  EXPECT_LT(rel_err(on.hidden, oa.hidden), 1e-6);
+  const MtpOutput oa = test::expect_head_rows_as_asked(h.device_head());
   for (const TokenId t : oa.argmax) {  // target ids of the draft vocabulary
     EXPECT_GE(t, 0);
     EXPECT_LT(t, 512);
@@ -301,28 +226,8 @@ TEST(CudaEagle3Head, KvPoolTakesAndGivesBackBlocks) {
   EXPECT_EQ(head->pool_blocks(), 4);
   // The pool, the scratch and the target's hidden rows of 3 layers ([256, 3 x 64] f32).
   EXPECT_GT(head->reserved_bytes(), head->pool_bytes() + 256 * 3 * 64 * 4);
-  {
-    MtpCache a;
-    MtpOutput o;
-    h.gpu_head->forward(a, h.input(0, 20), o);  // positions 0..19: 2 blocks
-    EXPECT_EQ(head->free_blocks(), 2);
-    ASSERT_NE(a.device, nullptr);
-    EXPECT_EQ(a.device->bytes(), 2 * head->pool_bytes() / 4);
-    MtpCache b;
-    try {
-      h.gpu_head->forward(b, h.input(0, 40), o);  // 3 blocks: one too many
-      ADD_FAILURE() << "a step past the pool was accepted";
-    } catch (const Error &e) {
-      EXPECT_EQ(e.code(), ErrorCode::kResourceExhausted) << e.what();
-    }
-    EXPECT_EQ(b.length, 0);
-    EXPECT_EQ(head->free_blocks(), 2);
-    h.gpu_head->forward(b, h.input(0, 30), o);  // 2 blocks: fits
-    EXPECT_EQ(head->free_blocks(), 0);
-    h.gpu_head->truncate(b, 3);  // lowering the length keeps the blocks
-    EXPECT_EQ(head->free_blocks(), 0);
-  }
-  EXPECT_EQ(head->free_blocks(), 4);
+  test::expect_pool_takes_and_gives_back(
+      h.device_head(), [&] { return head->free_blocks(); }, head->pool_bytes());
 }
 
 // A head whose guess is the target's own prediction at the position before
@@ -346,7 +251,7 @@ TEST(CudaEagle3Head, CopyingHeadDraftsTheTargetsPrediction) {
     make_eagle3_head(o);
   }
   CudaContext ctx;
-  auto gpu = CudaModelRunner::open(target_dir(), ctx, runner_options(32));
+  auto gpu = CudaModelRunner::open(target_dir(), ctx, test::head_target_options(32));
   auto d = Eagle3Drafter::open(dir, *gpu);
   ASSERT_EQ(d->hidden_layers().size(), 3u);
   ASSERT_EQ(d->hidden_layers().back(), 1);  // the last layer: its output is the final hidden
@@ -358,7 +263,7 @@ TEST(CudaEagle3Head, CopyingHeadDraftsTheTargetsPrediction) {
     std::vector<TokenId> tokens;
     for (int i = 0; i < 9 + p; ++i) tokens.push_back(tok(rng));
     ForwardOutput out;
-    gpu->forward(one_sequence(tokens, d->hidden_layers(), SequenceSlice::Logits::kLast), out);
+    gpu->forward(test::one_sequence(tokens, d->hidden_layers(), SequenceSlice::Logits::kLast), out);
     ASSERT_EQ(out.hidden.size(),
               tokens.size() * 3 * static_cast<std::size_t>(gpu->config().hidden_size));
     const RequestId id{static_cast<std::uint64_t>(100 + p)};

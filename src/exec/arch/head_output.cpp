@@ -20,14 +20,19 @@ void check_head_input(const MtpCache &cache, const MtpInput &in, std::int64_t wi
     if (t < 0 || t >= vocab) fail("token id out of range");
 }
 
+void require_mtp_layer(const ModelConfig &cfg) {
+  if (!cfg.moe || cfg.moe->nextn_predict_layers <= 0)
+    throw Error(ErrorCode::kUnsupported,
+                std::string(arch_name(cfg.arch)) +
+                    ": the model has no MTP layer (num_nextn_predict_layers is 0)");
+}
+
 void head_output(const float *x, std::int64_t n, std::int64_t hidden, const MtpInput &in,
                  const std::vector<float> &norm, float eps, const TensorView &head,
                  std::int64_t vocab, ExecContext &ctx, cpu::LinearScratch &scratch,
                  MtpOutput &out) {
   out.hidden.assign(x, x + n * hidden);
-  const std::int64_t first = in.head == MtpInput::Head::kAll    ? 0
-                             : in.head == MtpInput::Head::kLast ? n - 1
-                                                                : n;
+  const std::int64_t first = in.first_head_row();
   const std::int64_t R = n - first;
   out.argmax.assign(static_cast<std::size_t>(R), 0);
   out.logits.clear();

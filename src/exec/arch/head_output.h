@@ -11,6 +11,7 @@
 #include "exec/cpu/linear.h"
 #include "exec/exec_context.h"
 #include "exec/mtp_step.h"
+#include "formats/model_config.h"
 
 namespace keel::arch {
 
@@ -19,6 +20,10 @@ namespace keel::arch {
 // positions, a token outside [0, vocab). Every head (CPU or device) checks its input so.
 void check_head_input(const MtpCache &cache, const MtpInput &in, std::int64_t width,
                       std::int64_t vocab, const char *head);
+
+// Throws Error(kUnsupported) naming the architecture when `cfg` has no MTP layer
+// (num_nextn_predict_layers 0): every MTP layer (CPU or device) refuses so.
+void require_mtp_layer(const ModelConfig &cfg);
 
 // x: [n, hidden] h'; norm: [hidden]; head: [vocab, hidden].
 void head_output(const float *x, std::int64_t n, std::int64_t hidden, const MtpInput &in,

@@ -34,10 +34,7 @@ void add_bias(float *y, const std::vector<float> &b, std::int64_t rows) {
 MtpHead::MtpHead(const ModelConfig &cfg, const WeightLookup &lookup, const TensorView &target_embed,
                  const TensorView &target_head)
     : cfg_(cfg), layer_(cfg.num_layers) {
-  if (!cfg.moe || cfg.moe->nextn_predict_layers <= 0)
-    throw Error(ErrorCode::kUnsupported,
-                std::string(arch_name(cfg.arch)) +
-                    ": the model has no MTP layer (num_nextn_predict_layers is 0)");
+  require_mtp_layer(cfg);
   const std::int64_t hidden = cfg.hidden_size, V = cfg.vocab_size;
   const std::string p = "model.layers." + std::to_string(layer_) + ".";
   enorm_ = need_vector(lookup, p + "enorm.weight", hidden);

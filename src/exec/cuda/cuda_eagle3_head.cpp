@@ -5,42 +5,20 @@
 #include <cstring>
 #include <string>
 
-#include "core/half.h"
 #include "exec/arch/eagle3_head.h"
 #include "exec/arch/head_output.h"
+#include "exec/cuda/bf16_upload.h"
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/cuda/cuda_runner_detail.h"
+#include "exec/cuda/head_block_pool.h"
 #include "exec/cuda/rope_table.h"
-#include "formats/quant.h"
 
 namespace keel::cuda {
 
 using runner_detail::bf16_bytes;
 
-// The pool's free blocks, shared with the caches that hold the others (a cache may outlive
-// the head: the drafter's per-request state is destroyed after its head).
-struct HeadBlockPool {
-  std::vector<std::int32_t> free;
-};
-
 namespace {
-
-// One request's blocks of the head's pool, in position order (MtpCache::device).
-class HeadCache final : public MtpDeviceCache {
- public:
-  HeadCache(std::shared_ptr<HeadBlockPool> pool, std::int64_t block_bytes)
-      : pool_(std::move(pool)), block_bytes_(block_bytes) {}
-  ~HeadCache() override { pool_->free.insert(pool_->free.end(), blocks.rbegin(), blocks.rend()); }
-  std::int64_t bytes() const override {
-    return static_cast<std::int64_t>(blocks.size()) * block_bytes_;
-  }
-  std::vector<std::int32_t> blocks;
-
- private:
-  std::shared_ptr<HeadBlockPool> pool_;
-  std::int64_t block_bytes_;
-};
 
 constexpr std::size_t align4(std::size_t n) { return (n + 3) / 4 * 4; }
 
@@ -134,52 +112,30 @@ CudaEagle3Head::CudaEagle3Head(const std::filesystem::path &dir, CudaModelRunner
     (void)cudaGetLastError();  // a failed allocation's error, which a launch check would see
     throw;
   }
-  free_ = std::make_shared<HeadBlockPool>();
-  for (std::int32_t b = pool_blocks_ - 1; b >= 0; --b) free_->free.push_back(b);
+  free_ = std::make_shared<HeadBlockPool>(
+      pool_blocks_, layout_.block_elems() * static_cast<std::int64_t>(sizeof(bf16)));
 
   // The weights, as bf16 (the files' f32 / f16 / bf16 / FP8 values rounded once).
-  std::vector<std::uint16_t> staged;
-  auto upload = [&](const DeviceBuffer &dst, std::int64_t at_elems) {
-    KEEL_CUDA_CHECK(cudaMemcpyAsync(dst.as<bf16>() + at_elems, staged.data(),
-                                    bf16_bytes(static_cast<std::int64_t>(staged.size())),
-                                    cudaMemcpyHostToDevice,
-                                    ctx_.copy_h2d().get("cudaMemcpyAsync")));
-    copied_.record(ctx_.copy_h2d());  // `staged` is refilled next: wait for the copy to read it
-    copied_.wait(ctx_.wait_timeout(), "eagle3 head: weight upload");
-  };
-  auto put = [&](const TensorView &t, const DeviceBuffer &dst, std::int64_t at_elems = 0) {
-    const std::int64_t rows = t.shape[0], cols = t.shape[1];
-    const std::int64_t chunk = std::max<std::int64_t>(1, (std::int64_t(1) << 22) / cols);
-    std::vector<float> f;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += chunk) {
-      const std::int64_t nr = std::min(chunk, rows - r0);
-      f.resize(static_cast<std::size_t>(nr * cols));
-      dequantize_rows(t, r0, nr, f.data());
-      staged.resize(f.size());
-      for (std::size_t i = 0; i < f.size(); ++i) staged[i] = f32_to_bf16(f[i]);
-      upload(dst, at_elems + r0 * cols);
-    }
-  };
-  put(w.fc, fc_);
-  put(w.wq, qkv_);
-  put(w.wk, qkv_, NH_ * D_ * 2 * H_);
-  put(w.wv, qkv_, (NH_ + G_) * D_ * 2 * H_);
-  put(w.wo, o_);
-  put(w.w_gate, gate_up_);
-  put(w.w_up, gate_up_, I_ * H_);
-  put(w.w_down, down_);
-  put(w.lm_head, lm_head_);
-  if (w.own_embed) put(w.embed, embed_);
+  Bf16Upload up(ctx_);
+  up.put(w.fc, fc_);
+  up.put(w.wq, qkv_);
+  up.put(w.wk, qkv_, NH_ * D_ * 2 * H_);
+  up.put(w.wv, qkv_, (NH_ + G_) * D_ * 2 * H_);
+  up.put(w.wo, o_);
+  up.put(w.w_gate, gate_up_);
+  up.put(w.w_up, gate_up_, I_ * H_);
+  up.put(w.w_down, down_);
+  up.put(w.lm_head, lm_head_);
+  if (w.own_embed) up.put(w.embed, embed_);
   embed_table_ = w.own_embed ? embed_.as<bf16>() : target.embedding().as<bf16>();
-  staged.clear();
-  for (const std::vector<float> *n : {&w.input_norm, &w.hidden_norm, &w.post_norm, &w.norm})
-    for (const float v : *n) staged.push_back(f32_to_bf16(v));
-  upload(norms_, 0);
+  std::int64_t at = 0;
+  for (const std::vector<float> *n : {&w.input_norm, &w.hidden_norm, &w.post_norm, &w.norm}) {
+    up.put(*n, norms_, at);
+    at += H_;
+  }
   KEEL_CUDA_CHECK(cudaMemcpyAsync(inv_freq_.data(), rope.inv_freq.data(), inv_freq_.bytes(),
                                   cudaMemcpyHostToDevice, ctx_.copy_h2d().get("cudaMemcpyAsync")));
-  copied_.record(ctx_.copy_h2d());
-  copied_.make_wait(ctx_.compute());  // the first step's kernels see every weight
-  copied_.wait(ctx_.wait_timeout(), "eagle3 head: weight upload");
+  up.finish();  // the first step's kernels see every weight
   gemm_.set_gemv_max_m(CudaKernelChoices{}.gemv_max_m);  // as the runner's measured default
   for (const DeviceBuffer *b : {&fc_, &qkv_, &o_, &gate_up_, &down_, &lm_head_, &norms_, &embed_})
     weights_bytes_ += static_cast<std::int64_t>(b->bytes());
@@ -207,40 +163,19 @@ void CudaEagle3Head::forward(MtpCache &cache, const MtpInput &in, MtpOutput &out
   out.argmax.clear();
   out.logits.clear();
   if (n == 0) return;
-  auto *held = dynamic_cast<HeadCache *>(cache.device.get());
-  if (held == nullptr) {
-    if (cache.device || !cache.rows.empty())
-      throw Error(ErrorCode::kInternal, "eagle3: the cache was made by another head");
-    auto made = std::make_unique<HeadCache>(
-        free_, layout_.block_elems() * static_cast<std::int64_t>(sizeof(bf16)));
-    held = made.get();
-    cache.device = std::move(made);
-  }
   // Blocks for positions [0, start + n), taken before anything runs.
-  const std::int64_t bs = layout_.block_size;
-  const std::int64_t need = (in.start_pos + n + bs - 1) / bs,
-                     have = static_cast<std::int64_t>(held->blocks.size());
-  if (need > max_blocks_)
-    throw Error(ErrorCode::kResourceExhausted, "eagle3 head: positions past max_model_len");
-  if (need - have > static_cast<std::int64_t>(free_->free.size()))
-    throw Error(ErrorCode::kResourceExhausted,
-                "eagle3 head: its KV pool of " + std::to_string(pool_blocks_) + " blocks is full");
-  for (std::int64_t b = have; b < need; ++b) {
-    held->blocks.push_back(free_->free.back());
-    free_->free.pop_back();
-  }
+  const std::vector<std::int32_t> &blocks =
+      head_blocks(cache, free_, in.start_pos + n, layout_.block_size, max_blocks_, "eagle3 head");
   ctx_.activate();
   cache.length = in.start_pos + static_cast<std::int32_t>(n);
   out.hidden.resize(static_cast<std::size_t>(n * H_));
   // The rows whose argmax (and logits) are asked for: [head_from, n).
-  const std::int64_t head_from = in.head == MtpInput::Head::kAll    ? 0
-                                 : in.head == MtpInput::Head::kLast ? n - 1
-                                                                    : n;
+  const std::int64_t head_from = in.first_head_row();
   for (std::int64_t first = 0; first < n; first += kChunk) {
     const std::int64_t m = std::min<std::int64_t>(kChunk, n - first);
     const std::int64_t from = std::clamp<std::int64_t>(head_from - first, 0, m);
-    run_chunk(held->blocks, in, static_cast<int>(first), static_cast<int>(m),
-              static_cast<int>(from), out);
+    run_chunk(blocks, in, static_cast<int>(first), static_cast<int>(m), static_cast<int>(from),
+              out);
   }
 }
 
@@ -299,12 +234,7 @@ void CudaEagle3Head::run_chunk(const std::vector<std::int32_t> &blocks, const Mt
   launch_add_rmsnorm(s, nullptr, e_.as<float>(), norms, en_.as<bf16>(), m, H, eps_);
   launch_add_rmsnorm(s, nullptr, x, norms + H_, gn_.as<bf16>(), m, H, eps_);
   if (cfg_.norm_before_residual) launch_bf16_to_f32(s, gn_.as<bf16>(), x, m * H_);
-  // cat = [e ; gn], row by row.
-  const std::size_t row = bf16_bytes(H_);
-  KEEL_CUDA_CHECK(cudaMemcpy2DAsync(cat_.data(), 2 * row, en_.data(), row, row, m,
-                                    cudaMemcpyDeviceToDevice, s.get("eagle3 head: concat")));
-  KEEL_CUDA_CHECK(cudaMemcpy2DAsync(cat_.as<bf16>() + H_, 2 * row, gn_.data(), row, row, m,
-                                    cudaMemcpyDeviceToDevice, s.get("eagle3 head: concat")));
+  launch_concat_rows(s, en_.as<bf16>(), gn_.as<bf16>(), m, H, cat_.as<bf16>());  // [e ; gn]
 
   // Attention over the head's own positions [0, pos], through its paged pool.
   bf16 *qkv = qkv_act_.as<bf16>();

@@ -34,7 +34,7 @@
 namespace keel::cuda {
 
 class CudaModelRunner;
-struct HeadBlockPool;  // the pool's free blocks (cuda_eagle3_head.cpp)
+struct HeadBlockPool;  // the pool's free blocks (head_block_pool.h)
 
 class CudaEagle3Head final : public Eagle3Runner {
  public:

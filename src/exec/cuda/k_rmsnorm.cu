@@ -1,4 +1,5 @@
-// Fused residual add + RMSNorm: one block per row, the residual stream kept in f32.
+// Fused residual add + RMSNorm (and an f32-out RMSNorm): one block per row, the residual
+// stream kept in f32.
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/kernels.h"
 
@@ -37,7 +38,27 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < H; i += kThreads)
     out[base + i] = __float2bfloat16(r[i] * inv * __bfloat162float(weight[i]));
 }
+
+__global__ void __launch_bounds__(kThreads)
+    rmsnorm_f32_kernel(const float *in, const bf16 *weight, float *out, int H, float eps) {
+  __shared__ float partial[kThreads / 32];
+  const std::int64_t base = std::int64_t(blockIdx.x) * H;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < H; i += kThreads) ss += in[base + i] * in[base + i];
+  const float inv = rsqrtf(block_sum(ss, partial) / H + eps);
+  // Each thread writes only the elements it read itself: in and out may alias.
+  for (int i = threadIdx.x; i < H; i += kThreads)
+    out[base + i] = in[base + i] * inv * __bfloat162float(weight[i]);
+}
 }  // namespace
+
+void launch_rmsnorm_f32(StreamRef s_ref, const float *in, const bf16 *weight, float *out, int rows,
+                        int H, float eps) {
+  const cudaStream_t s = s_ref.get("launch_rmsnorm_f32");
+  if (rows <= 0) return;
+  rmsnorm_f32_kernel<<<rows, kThreads, 0, s>>>(in, weight, out, H, eps);
+  KEEL_CUDA_CHECK_LAUNCH("rmsnorm_f32");
+}
 
 void launch_add_rmsnorm(StreamRef s_ref, const bf16 *x, float *residual, const bf16 *weight,
                         bf16 *out, int rows, int H, float eps) {

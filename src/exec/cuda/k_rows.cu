@@ -1,6 +1,6 @@
 // Row copies between the runner's f32 and bf16 activations: the residual stream read out
-// as the hidden rows a drafter asks for (ForwardBatch::want_hidden), and the conversions a
-// drafting head's inputs need (cuda_eagle3_head.h).
+// as the hidden rows a drafter asks for (ForwardBatch::want_hidden), and the conversions and
+// concatenation a drafting head's inputs need (cuda_eagle3_head.h, cuda_mtp_layer.h).
 #include <algorithm>
 
 #include "exec/cuda/cuda_check.h"
@@ -58,6 +58,14 @@ void launch_bf16_to_f32(StreamRef s_ref, const bf16 *in, float *out, std::int64_
   if (n <= 0) return;
   bf16_to_f32_kernel<<<grid_for(n), 256, 0, s>>>(in, out, n);
   KEEL_CUDA_CHECK_LAUNCH("bf16_to_f32");
+}
+
+void launch_concat_rows(StreamRef s_ref, const bf16 *a, const bf16 *b, int T, int H, bf16 *out) {
+  const cudaStream_t s = s_ref.get("launch_concat_rows");
+  if (T <= 0) return;
+  const std::size_t row = std::size_t(H) * sizeof(bf16);
+  KEEL_CUDA_CHECK(cudaMemcpy2DAsync(out, 2 * row, a, row, row, T, cudaMemcpyDeviceToDevice, s));
+  KEEL_CUDA_CHECK(cudaMemcpy2DAsync(out + H, 2 * row, b, row, row, T, cudaMemcpyDeviceToDevice, s));
 }
 
 }  // namespace keel::cuda

@@ -33,6 +33,11 @@ void launch_gather_rows(StreamRef s, const bf16 *in, const std::int32_t *rows, i
 // bf16.
 void launch_add_rmsnorm(StreamRef s, const bf16 *x, float *residual, const bf16 *weight, bf16 *out,
                         int rows, int H, float eps);
+// out = in * rsqrt(mean(in^2) + eps) * weight in f32 (a norm whose output another norm
+// reads: the MTP layer's hnorm(norm(h)), cuda_mtp_layer.h). in, out [rows, H] f32 (may
+// alias), weight [H] bf16.
+void launch_rmsnorm_f32(StreamRef s, const float *in, const bf16 *weight, float *out, int rows,
+                        int H, float eps);
 
 // ---- k_rope.cu ----
 // Rotates q and k in place inside a fused qkv activation. Row t of qkv (stride
@@ -70,6 +75,9 @@ void launch_residual_rows(StreamRef s, const float *residual, const bf16 *pendin
 // out[i] = bf16(in[i]) (round to nearest even) and out[i] = f32(in[i]), n elements.
 void launch_f32_to_bf16(StreamRef s, const float *in, bf16 *out, std::int64_t n);
 void launch_bf16_to_f32(StreamRef s, const bf16 *in, float *out, std::int64_t n);
+// out[t, :] = [a[t, :] ; b[t, :]]: a drafting head's concatenated input. a, b [T, H] bf16,
+// out [T, 2H] bf16.
+void launch_concat_rows(StreamRef s, const bf16 *a, const bf16 *b, int T, int H, bf16 *out);
 
 // ---- k_swiglu.cu ----
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, I + i]; gate_up [T, 2I] bf16, out [T, I] bf16.
