@@ -123,8 +123,8 @@ int cmd_engine(int argc, char **argv) {
   int num_speculative_tokens = 4, spec_max_running = 4;
   bool spec_adaptive = true;
   app.add_option("--speculative", speculative,
-                 "draft tokens to verify several per step: off, ngram, mtp (CPU runner only), "
-                 "draft:PATH or eagle3:PATH (an EAGLE-3 head, on the CPU or CUDA runner)");
+                 "draft tokens to verify several per step: off, ngram, mtp, draft:PATH or "
+                 "eagle3:PATH (an EAGLE-3 head); each on the CPU or CUDA runner");
   app.add_option("--num-speculative-tokens", num_speculative_tokens, "drafts per step at most")
       ->check(CLI::Range(1, 16));
   app.add_option("--speculative-max-running", spec_max_running,

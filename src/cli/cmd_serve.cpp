@@ -89,7 +89,8 @@ int cmd_serve(int argc, char **argv) {
   app.add_option("--speculative", speculative,
                  "speculative decoding: off, ngram (prompt lookup: drafts copied from the "
                  "prompt and output), mtp (the checkpoint's multi-token-prediction layer: "
-                 "GLM-4.5, DeepSeek-V3), draft:PATH (a smaller model with the same tokenizer, HF "
+                 "GLM-4.5, DeepSeek-V3, GLM-5; CPU or CUDA), draft:PATH (a smaller model with the "
+                 "same tokenizer, HF "
                  "directory or GGUF, drafting greedily with its own KV cache) or eagle3:PATH (an "
                  "EAGLE-3 head's directory, reading the target's hidden states; CPU or CUDA); "
                  "verified several tokens a step")

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "engine/hidden_state_drafter.h"
 #include "exec/model_runner.h"
@@ -14,9 +15,16 @@ namespace keel {
 
 class MtpDrafter final : public HiddenStateDrafter {
  public:
+  // Loads `runner`'s MTP layer (ModelRunner::load_mtp: on the CPU runner, or on the CUDA
+  // runner's device), its errors prefixed with `--speculative mtp` and the model's
+  // architecture; logs the device memory it holds, if any.
+  static std::unique_ptr<MtpDrafter> open(ModelRunner &runner);
   // `runner` must have loaded its MTP layer (ModelRunner::load_mtp) and outlive this.
   explicit MtpDrafter(ModelRunner &runner);
   const char *name() const override { return "mtp"; }
+  std::int64_t weights_bytes() const override { return runner_.mtp_weights_bytes(); }
+  // The layer's caches over every request it tracks (a device layer's blocks).
+  std::int64_t kv_bytes() const override { return cache_bytes(); }
 
  private:
   void run_head(MtpCache &cache, const MtpInput &in, MtpOutput &out) override {

@@ -74,19 +74,14 @@ std::unique_ptr<Drafter> make_drafter(const SpeculativeConfig &config, ModelRunn
     return Eagle3Drafter::open(*path, *runner);
   }
   if (method == "mtp") {
-    const std::string model =
-        runner ? std::string(arch_name(runner->config().arch)) : std::string("no model");
     if (runner == nullptr || !runner->verifies_drafts())
-      throw Error(ErrorCode::kUnsupported,
-                  "--speculative mtp: " + model +
-                      ": this runner does not verify drafts (MTP heads run on the CPU runner "
-                      "only; the CUDA and tensor-parallel runners cannot run them yet)");
-    try {
-      runner->load_mtp();
-    } catch (const Error &e) {
-      throw Error(e.code(), "--speculative mtp: " + model + ": " + e.what());
-    }
-    return std::make_unique<MtpDrafter>(*runner);
+      throw Error(
+          ErrorCode::kUnsupported,
+          "--speculative mtp: " +
+              (runner ? std::string(arch_name(runner->config().arch)) : std::string("no model")) +
+              ": this runner does not verify drafts (the tensor-parallel runner cannot "
+              "run MTP heads yet)");
+    return MtpDrafter::open(*runner);
   }
   return std::make_unique<NgramDrafter>(config.ngram_max, config.ngram_min);
 }

@@ -98,6 +98,11 @@ class ModelRunner {
   virtual void mtp_forward(MtpCache &, const MtpInput &, MtpOutput &) {
     throw Error(ErrorCode::kUnsupported, "this runner cannot run MTP heads yet");
   }
+  // Bytes of the loaded MTP layer's tensors where it holds them apart from the model's (a
+  // device copy; the CPU reads the mapped files), and of the memory it set aside beside
+  // them (a device layer's KV pool and scratch, the target's hidden rows), for the log.
+  virtual std::int64_t mtp_weights_bytes() const { return 0; }
+  virtual std::int64_t mtp_reserved_bytes() const { return 0; }
 
   // The EAGLE-3 head in directory `dir` bound to this runner's device and model
   // (exec/eagle3_runner.h), run between this runner's steps on the same thread; a runner

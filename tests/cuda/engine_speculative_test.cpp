@@ -4,7 +4,8 @@
 // the output without drafts, one request at a time and eight at once, sampled on the
 // device and on the host, and drafts are accepted. A draft model on the target's CUDA
 // context (ModelRunner::open_sibling) keeps it up to bf16 near ties (see below). An EAGLE-3
-// head on the device (ModelRunner::open_eagle3_head, the runner's hidden rows) keeps it too.
+// head on the device (ModelRunner::open_eagle3_head, the runner's hidden rows) keeps it too, and
+// so does the checkpoint's MTP layer on the device (ModelRunner::load_mtp) on tiny MoE models.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,19 +18,22 @@
 #include "engine/engine.h"
 #include "exec/cuda/cuda_engine_runner.h"
 #include "formats/make_eagle3_head.h"
+#include "formats/make_model.h"
 #include "formats/model_config.h"
+#include "support/copying_mtp_layer.h"
 #include "support/paths.h"
 #include "unit/engine/collector.h"
 
 namespace keel::cuda {
 namespace {
 
-GenerationRequest greedy(std::uint64_t id, int variant) {
+// `tokens`: ids drawn from [5, 5 + tokens).
+GenerationRequest greedy(std::uint64_t id, int variant, int tokens = 3000) {
   GenerationRequest r;
   r.id = RequestId{id};
   // A phrase said three times: the lookup finds what followed it before.
   std::vector<TokenId> phrase;
-  for (int k = 0; k < 17 + variant; ++k) phrase.push_back(5 + (k * 53 + variant * 211) % 3000);
+  for (int k = 0; k < 17 + variant; ++k) phrase.push_back(5 + (k * 53 + variant * 211) % tokens);
   for (int rep = 0; rep < 3; ++rep) r.prompt.insert(r.prompt.end(), phrase.begin(), phrase.end());
   r.sampling.max_tokens = 40;
   r.sampling.ignore_eos = true;
@@ -43,9 +47,9 @@ struct Outputs {
 };
 
 // `method`: empty for no speculation, else SpeculativeConfig::method.
-// `logprobs`: SamplingParams::logprobs of every request (-1: none).
+// `logprobs`: SamplingParams::logprobs of every request (-1: none). `tokens`: greedy()'s.
 Outputs run(const std::filesystem::path &dir, const std::string &method, bool device_sampling,
-            int at_once, int logprobs = -1) {
+            int at_once, int logprobs = -1, int tokens = 3000) {
   EngineConfig cfg;
   cfg.device_sampling = device_sampling;
   cfg.scheduler.max_num_seqs = 8;
@@ -75,7 +79,7 @@ Outputs run(const std::filesystem::path &dir, const std::string &method, bool de
   const int n = 8;
   for (int i = 0; i < n; i += at_once) {
     for (int j = i; j < i + at_once; ++j) {
-      GenerationRequest r = greedy(j + 1, j);
+      GenerationRequest r = greedy(j + 1, j, tokens);
       r.sampling.logprobs = logprobs;
       e.submit(std::move(r), c.sink());
     }
@@ -254,6 +258,62 @@ TEST(CudaEngineSpeculative, Eagle3HeadOnTheDeviceKeepsTheGreedyOutput) {
     }
   }
   std::filesystem::remove_all(head);
+}
+
+// `--speculative mtp` on the device (CudaModelRunner::load_mtp, exec/cuda/cuda_mtp_layer.h)
+// over tiny glm4_moe (GQA), deepseek_v3 (MLA) and glm_moe_dsa (MLA with its own DSA
+// indexer) models with an MTP layer: a random one (drafts proposed, nearly all rejected) and
+// one wired to copy the target (support/copying_mtp_layer.h; its head the target's LM head
+// on the device: drafts repeat the last token, and the target's repetitions accept some).
+// Greedy output is the output without drafts up to bf16 near ties (compare_at_ties: the tiny
+// models' logits are flat, so ties are common), drafts are proposed, and the layer's device
+// memory shows in the status.
+TEST(CudaEngineSpeculative, MtpLayerOnTheDeviceKeepsTheGreedyOutputUpToTies) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("keel-cuda-engine-mtp-" + std::to_string(::getpid()));
+  for (const char *arch : {"glm4_moe", "deepseek_v3", "glm_moe_dsa"}) {
+    for (const bool copying : {false, true}) {
+      std::filesystem::remove_all(dir);
+      MakeModelOptions o;
+      o.arch = arch;
+      o.shape = "tiny";  // vocabulary 512
+      o.layers = 2;
+      o.mtp_layers = 1;
+      o.dtype = DType::kF32;  // (rewritable)
+      o.seed = 3;
+      o.out = dir;
+      o.threads = 2;
+      make_model(o);
+      if (copying) keel::test::make_mtp_layer_copying(dir / "model.safetensors", 2);
+      std::int64_t accepted = 0;
+      for (const int at_once : {1, 8}) {
+        const Outputs off = run(dir, "", false, at_once, 5, 500);
+        const Outputs on = run(dir, "mtp", false, at_once, 5, 500);
+        TieReport t;
+        for (std::size_t i = 0; i < off.out.size(); ++i) {
+          ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
+          compare_at_ties(off.out[i], on.out[i], 0.1f, t);
+        }
+        EXPECT_EQ(t.failures, "") << arch << (copying ? " copying" : " random") << ", " << at_once
+                                  << " at once";
+        EXPECT_EQ(on.status.spec_method, "mtp");
+        EXPECT_GT(on.status.spec_drafted, 0);
+        EXPECT_GT(on.status.spec_draft_weights_bytes, 0);
+        accepted += on.status.spec_accepted;
+        std::printf(
+            "[ spec ] mtp %s (%s), %d at once: %lld verify steps, %lld of %lld drafts "
+            "accepted; %d of 8 identical, %d parted at ties (widest gap %.4f nats)\n",
+            arch, copying ? "copying" : "random", at_once,
+            static_cast<long long>(on.status.spec_steps),
+            static_cast<long long>(on.status.spec_accepted),
+            static_cast<long long>(on.status.spec_drafted), t.identical, t.parted_at_ties,
+            t.widest_gap);
+      }
+      if (copying) EXPECT_GT(accepted, 0) << arch;
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Without drafts, eight requests at once against one at a time: the same kind of

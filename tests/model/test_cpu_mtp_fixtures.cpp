@@ -12,13 +12,12 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "exec/cpu/cpu_model_runner.h"
 #include "formats/make_model.h"
-#include "support/paths.h"
+#include "support/mtp_fixture_model.h"
 #include "support/rewrite_safetensors.h"
 
 namespace keel::test {
@@ -29,48 +28,12 @@ std::filesystem::path temp_dir(const std::string &tag) {
          ("keel-mtp-" + tag + "-" + std::to_string(::getpid()));
 }
 
-nlohmann::json fixture(const std::string &name) {
-  std::ifstream f(fixtures_dir() / "mtp" / name);
-  if (!f) throw std::runtime_error("tests/fixtures/mtp/" + name + ": missing");
-  return nlohmann::json::parse(f);
-}
-
-// Merges `overrides` into the model's config.json (as the reference did into its copy).
-void patch_config(const std::filesystem::path &dir, const nlohmann::json &overrides) {
-  nlohmann::json cfg;
-  {
-    std::ifstream in(dir / "config.json");
-    cfg = nlohmann::json::parse(in);
-  }
-  for (const auto &[k, v] : overrides.items()) cfg[k] = v;
-  std::ofstream(dir / "config.json") << cfg.dump(2);
-}
-
 std::unique_ptr<cpu::CpuModelRunner> open_fixture_model(const nlohmann::json &fx,
                                                         ExecContext &ctx) {
-  const auto &m = fx["make_model"];
-  MakeModelOptions o;
-  o.arch = m["arch"];
-  o.shape = m["shape"];
-  o.layers = m["layers"].get<std::int64_t>();
-  o.mtp_layers = m["mtp_layers"];
-  o.dtype = m["dtype"] == "f32" ? DType::kF32 : DType::kBF16;
-  o.seed = m["seed"];
-  if (m.contains("q_lora_rank")) o.q_lora_rank = m["q_lora_rank"].get<std::int64_t>();
-  o.out = temp_dir("fx");
-  o.threads = 2;
-  std::filesystem::remove_all(o.out);
-  make_model(o);
-  if (fx.contains("config_overrides")) patch_config(o.out, fx["config_overrides"]);
-  // The target's final norm as the reference drew it (make-model writes ones, which leave
-  // a unit-RMS row nearly as it was: the head's input norm could not be told apart).
-  const std::vector<float> final_norm = fx["final_norm"].get<std::vector<float>>();
-  rewrite_safetensors(o.out / "model.safetensors", [&](const std::string &name, StoredTensor &t) {
-    if (name == "model.norm.weight") set_f32_values(t, final_norm);
-    return true;
-  });
-  auto runner = cpu::CpuModelRunner::open(o.out, ctx, {64, 16});
-  std::filesystem::remove_all(o.out);  // the mapping keeps the bytes
+  const auto dir = temp_dir("fx");
+  make_mtp_fixture_model(fx, dir);
+  auto runner = cpu::CpuModelRunner::open(dir, ctx, {64, 16});
+  std::filesystem::remove_all(dir);  // the mapping keeps the bytes
   return runner;
 }
 
@@ -86,7 +49,7 @@ void expect_logits(const std::vector<float> &got, std::size_t row, std::size_t V
 class CpuMtpFixture : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(CpuMtpFixture, MatchesTheFloat64Reference) {
-  const nlohmann::json fx = fixture(GetParam());
+  const nlohmann::json fx = mtp_fixture(GetParam());
   ExecContext ctx(2);
   auto runner = open_fixture_model(fx, ctx);
   runner->load_mtp();

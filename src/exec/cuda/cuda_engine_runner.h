@@ -46,6 +46,13 @@ class OwningCudaRunner final : public ModelRunner {
   // at most this runner's count). Destroy it before this runner.
   std::unique_ptr<ModelRunner> open_sibling(const std::filesystem::path &path,
                                             std::int32_t num_blocks) override;
+  // The MTP layer on this context and stream (CudaModelRunner::load_mtp).
+  void load_mtp() override { runner_->load_mtp(); }
+  void mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override {
+    runner_->mtp_forward(cache, in, out);
+  }
+  std::int64_t mtp_weights_bytes() const override { return runner_->mtp_weights_bytes(); }
+  std::int64_t mtp_reserved_bytes() const override { return runner_->mtp_reserved_bytes(); }
   // The EAGLE-3 head on this context and stream (CudaModelRunner::open_eagle3_head).
   std::unique_ptr<Eagle3Runner> open_eagle3_head(const std::filesystem::path &dir) override {
     return runner_->open_eagle3_head(dir);

@@ -8,6 +8,7 @@
 
 #include "core/half.h"
 #include "exec/cuda/cuda_check.h"
+#include "exec/cuda/cuda_mtp_layer.h"
 #include "exec/cuda/cuda_runner_detail.h"
 #include "exec/cuda/k_dsa_indexer.h"
 #include "exec/cuda/k_moe.h"
@@ -20,8 +21,18 @@ using runner_detail::device_memory;
 
 CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, const WeightSource &weights,
                                  const CudaRunnerOptions &opts)
-    : ctx_(ctx), config_(std::move(config)), gemm_(ctx) {
+    : CudaModelRunner(ctx, std::move(config), weights, opts, FedInput{}) {}
+
+// A fed runner (FedInput): rows in place of the embedding, maybe another runner's LM head.
+
+CudaModelRunner::CudaModelRunner(CudaContext &ctx, ModelConfig config, const WeightSource &weights,
+                                 const CudaRunnerOptions &opts, const FedInput &fed)
+    : ctx_(ctx), config_(std::move(config)), gemm_(ctx), fed_(fed) {
   ctx_.check_owner("CudaModelRunner");
+  if (fed_.head && !fed_.rows)
+    throw Error(ErrorCode::kInternal, "cuda runner: a borrowed LM head without fed rows");
+  if (fed_.rows && config_.tie_word_embeddings)
+    throw Error(ErrorCode::kInternal, "cuda runner: a fed runner has no embedding to tie");
   ctx_.activate();
   free_at_open_ = device_memory().free_now;
   validate_config();
@@ -51,8 +62,15 @@ std::unique_ptr<CudaModelRunner> CudaModelRunner::open(const std::filesystem::pa
                                                        CudaContext &ctx,
                                                        const CudaRunnerOptions &opts) {
   const auto weights = ModelWeights::open(path);
-  return std::make_unique<CudaModelRunner>(
+  auto runner = std::make_unique<CudaModelRunner>(
       ctx, weights->config(), [&](const std::string &name) { return weights->get(name); }, opts);
+  runner->source_ = path;
+  return runner;
+}
+
+const void *CudaModelRunner::lm_head_data() const {
+  if (fed_.head) return fed_.head;
+  return config_.tie_word_embeddings ? embed_.data() : lm_head_.data();
 }
 
 CudaModelRunner::~CudaModelRunner() {
@@ -166,9 +184,10 @@ void CudaModelRunner::forward(const ForwardBatch &batch, ForwardOutput &out) {
 }
 
 void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
-                                     std::vector<std::int32_t> *row_seq) {
+                                     std::vector<std::int32_t> *row_seq,
+                                     std::vector<float> *hidden) {
   std::vector<std::int32_t> seqs, pos;
-  const int R = enqueue(batch, seqs, pos, false);
+  const int R = enqueue(batch, seqs, pos, hidden != nullptr);
   if (R > 0)
     launch_argmax(ctx_.compute(), logits_.as<float>(), R, static_cast<int>(V_),
                   argmax_.as<std::int32_t>(), argmax_scratch_.data(), ctx_.num_sms());
@@ -185,6 +204,7 @@ void CudaModelRunner::forward_greedy(const ForwardBatch &batch, std::vector<Toke
   } else {
     compute_done_.wait(ctx_.wait_timeout(), "cuda runner: forward");
   }
+  if (hidden) copy_hidden(batch.total_tokens(), *hidden);
   profiler_.collect();
   if (row_seq) *row_seq = std::move(seqs);
 }

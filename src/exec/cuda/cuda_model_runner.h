@@ -16,7 +16,8 @@
 // cuda_runner_fused.cpp (the fused decode path), cuda_runner_moe.cpp (mixture-of-experts
 // layers, k_moe.h), cuda_runner_moe_route.cpp (their routing rules and shared expert),
 // cuda_runner_mla.cpp / cuda_runner_dsa.cpp (latent attention, GLM-5's indexer),
-// cuda_runner_hidden.cpp (hidden rows for drafters that read them),
+// cuda_runner_hidden.cpp (hidden rows for drafters that read them), cuda_mtp_layer.h (the
+// checkpoint's MTP layer, run as a one-layer runner fed its input rows),
 // cuda_kernel_choices.h (which kernel runs which step), cuda_step_profiler.h (profiling),
 // cuda_sampling.cpp (device sampling).
 #pragma once
@@ -111,11 +112,28 @@ SampleRow to_sample_row(const DeviceSampleRow &row, std::int64_t vocab, std::siz
 // Returns the named tensor (HF name); throws if absent. ModelWeights::get fits here.
 using WeightSource = std::function<TensorView(const std::string &hf_name)>;
 
+// A runner of decoder layers fed rows instead of token embeddings (the MTP layer's block,
+// cuda_mtp_layer.h): every step copies its T rows from `rows` ([max_batch_tokens, H] f32 on
+// the device, which the caller writes on the compute stream before the step) into the
+// residual stream; it holds no embedding. `head`, when set, is another runner's LM head
+// ([V, H] laid out as `head_fmt`), read in place of an lm_head.weight of its own and not
+// counted in weight_bytes.
+struct FedInput {
+  const float *rows = nullptr;
+  const void *head = nullptr;
+  LinearLayout head_fmt;
+};
+
+class CudaMtpLayer;
+
 class CudaModelRunner : public ModelRunner {
  public:
   // Uploads the weights named by `weights` (bf16, f16 or f32 on the host; stored bf16).
   CudaModelRunner(CudaContext &ctx, ModelConfig config, const WeightSource &weights,
                   const CudaRunnerOptions &opts);
+  // ... fed its rows (FedInput; `fed.rows` must be set).
+  CudaModelRunner(CudaContext &ctx, ModelConfig config, const WeightSource &weights,
+                  const CudaRunnerOptions &opts, const FedInput &fed);
   // Pseudo-random bf16 weights made on the device (benchmarks, tests): no host copy.
   CudaModelRunner(CudaContext &ctx, ModelConfig config, std::uint64_t seed,
                   const CudaRunnerOptions &opts);
@@ -130,10 +148,11 @@ class CudaModelRunner : public ModelRunner {
   void forward(const ForwardBatch &batch, ForwardOutput &out) override;
 
   // Greedy decoding helper: argmax of each logits row on the device; only the token ids
-  // come back (no logits copy). next[i] belongs to the i-th requested row. Never returns
-  // hidden rows (ForwardBatch::want_hidden is ignored here).
+  // come back (no logits copy). next[i] belongs to the i-th requested row. With `hidden`,
+  // also the hidden rows ForwardBatch::want_hidden asks for (as ForwardOutput::hidden).
   void forward_greedy(const ForwardBatch &batch, std::vector<TokenId> &next,
-                      std::vector<std::int32_t> *row_seq = nullptr);
+                      std::vector<std::int32_t> *row_seq = nullptr,
+                      std::vector<float> *hidden = nullptr);
   // Samples every requested logits row on the device (launch_sample, the CPU Sampler's
   // semantics): only the tokens and their raw-logit logprobs come back, not the logits.
   // Needs CudaRunnerOptions::gpu_sampling.
@@ -162,9 +181,20 @@ class CudaModelRunner : public ModelRunner {
   // The EAGLE-3 head on this device and stream (cuda_eagle3_head.h); it reserves the hidden
   // rows of its aux layers here. MLA models refuse by name.
   std::unique_ptr<Eagle3Runner> open_eagle3_head(const std::filesystem::path &dir) override;
+  // The checkpoint's MTP layer on this device and stream (cuda_mtp_layer.h), its tensors
+  // read again from the files this runner was opened from; it reserves the final hidden
+  // rows here. Refuses by name a model without one, or a runner not opened from a path.
+  void load_mtp() override;
+  void mtp_forward(MtpCache &cache, const MtpInput &in, MtpOutput &out) override;
+  std::int64_t mtp_weights_bytes() const override;
+  std::int64_t mtp_reserved_bytes() const override;
   // The token embedding on the device ([vocab, hidden] bf16): a drafting head without its
-  // own reads it (cuda_eagle3_head.h).
+  // own reads it (cuda_eagle3_head.h, cuda_mtp_layer.h).
   const DeviceBuffer &embedding() const { return embed_; }
+  // The LM head on the device ([vocab, hidden] as lm_head_format() lays it out; the
+  // embedding when tied): the MTP layer without its own reads it.
+  const void *lm_head_data() const;
+  const LinearLayout &lm_head_format() const { return lm_head_fmt_; }
   // Milliseconds of device time per phase summed over steps since the last call (only
   // with CudaRunnerOptions::profile): {gemm, attention, other}.
   std::array<double, 3> take_profile() { return profiler_.take(); }
@@ -326,6 +356,9 @@ class CudaModelRunner : public ModelRunner {
   CudaContext &ctx_;
   ModelConfig config_;
   Gemm gemm_;
+  FedInput fed_;                       // rows instead of the embedding (the MTP layer's block)
+  std::filesystem::path source_;       // what open() read (load_mtp reads it again)
+  std::unique_ptr<CudaMtpLayer> mtp_;  // after load_mtp
   std::int64_t H_, I_, nh_, nkv_, hd_, V_, qkv_width_;
   std::int32_t max_tokens_, max_seqs_, max_rows_, max_model_len_, max_table_, tile_q_,
       partial_entries_;

@@ -23,7 +23,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
   const float eps = static_cast<float>(config_.rms_norm_eps);
   float *residual = residual_.as<float>();
   // One GEMV: y = W x(in), M rows, W laid out as `fmt` (bf16 or GGUF ranges).
-  auto gemv = [&](const DeviceBuffer &w, const LinearLayout &fmt, GemvIn in, const void *x,
+  auto gemv = [&](const void *w, const LinearLayout &fmt, GemvIn in, const void *x,
                   const bf16 *norm_weight, GemvOut out, void *y, int M,
                   const std::int32_t *rows = nullptr) {
     FusedGemvParams p;
@@ -39,7 +39,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     p.pdl = pdl_;
     p.mma = fused_mma_;
     p.max_waves = fused_waves_;
-    launch_fused_linear(s, fmt, w.data(), p, sms, qgemv_mma_min_m_);
+    launch_fused_linear(s, fmt, w, p, sms, qgemv_mma_min_m_);
   };
   QkvRopeKvParams rk;
   rk.qkv = qkv_.as<bf16>();
@@ -60,8 +60,8 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     const Layer &L = layers_[li];
     const int layer = static_cast<int>(li);
     // residual (embedding, or the last down_proj's epilogue) -> input norm -> qkv.
-    gemv(L.qkv, L.qkv_fmt, GemvIn::kRmsNorm, nullptr, L.input_norm.as<bf16>(), GemvOut::kBf16,
-         qkv_.data(), T);
+    gemv(L.qkv.data(), L.qkv_fmt, GemvIn::kRmsNorm, nullptr, L.input_norm.as<bf16>(),
+         GemvOut::kBf16, qkv_.data(), T);
     profiler_.mark(s, StepProfiler::kGemm);
     rk.bias = L.qkv_bias.as<bf16>();
     rk.q_norm = L.q_norm.as<bf16>();
@@ -76,15 +76,16 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     profiler_.mark(s, StepProfiler::kAttention);
     // o_proj adds into the residual; post norm in gate_up's prologue and SwiGLU in its
     // epilogue (a warp computes a gate row and its up row); down adds into the residual.
-    gemv(L.o, L.o_fmt, GemvIn::kBf16, attn_.data(), nullptr, GemvOut::kAddResidual, residual, T);
+    gemv(L.o.data(), L.o_fmt, GemvIn::kBf16, attn_.data(), nullptr, GemvOut::kAddResidual, residual,
+         T);
     profiler_.mark(s, StepProfiler::kGemm);
     if (plans_[li].has(arch::LayerStep::kMoeFfn)) {
       launch_moe_decode(L, T);  // post norm, router, experts, residual add (k_moe_decode.h)
     } else {
-      gemv(L.gate_up, L.gate_up_fmt, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(),
+      gemv(L.gate_up.data(), L.gate_up_fmt, GemvIn::kRmsNorm, nullptr, L.post_norm.as<bf16>(),
            GemvOut::kSwiglu, act_.data(), T);
-      gemv(L.down, L.down_fmt, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual, residual,
-           T);
+      gemv(L.down.data(), L.down_fmt, GemvIn::kBf16, act_.data(), nullptr, GemvOut::kAddResidual,
+           residual, T);
       profiler_.mark(s, StepProfiler::kGemm);
     }
     // The residual holds the layer's output (the epilogues added into it). A plain launch
@@ -92,9 +93,8 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     capture_hidden(layer, nullptr, T);
   }
   if (R > 0) {
-    const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
-    gemv(head, lm_head_fmt_, GemvIn::kRmsNorm, nullptr, final_norm_.as<bf16>(), GemvOut::kF32,
-         logits_.data(), R, d_rows);
+    gemv(lm_head_data(), lm_head_fmt_, GemvIn::kRmsNorm, nullptr, final_norm_.as<bf16>(),
+         GemvOut::kF32, logits_.data(), R, d_rows);
     profiler_.mark(s, StepProfiler::kGemm);
   }
 }

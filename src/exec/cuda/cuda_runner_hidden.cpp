@@ -1,11 +1,12 @@
 // CudaModelRunner's hidden rows (ForwardBatch::want_hidden), as the CPU runner returns
 // them (exec/arch/llama.cpp): every token's output of the layers ForwardBatch::hidden_layers
 // names, concatenated in that order, or of the last layer (the final hidden state before
-// the final norm). The output of layer l is the residual stream after it: on the eager path
-// the residual plus the pending o_proj / down_proj output that launch_add_rmsnorm folds into
-// the next norm (added here in f32 the same way, so the value is the one the next layer
-// reads), on the fused path the residual the epilogues added into. A small kernel per named
-// layer writes it into hidden_ as the layer ends; one copy brings the step's rows back.
+// the final norm; MLA models return only this one). The output of layer l is the residual stream
+// after it: on the eager path the residual plus the pending o_proj / down_proj output that
+// launch_add_rmsnorm folds into the next norm (added here in f32 the same way, so the value is the
+// one the next layer reads), on the fused path the residual the epilogues added into. A small
+// kernel per named layer writes it into hidden_ as the layer ends; one copy brings the step's rows
+// back.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -42,10 +43,13 @@ void CudaModelRunner::prepare_hidden(const ForwardBatch *b) {
   hidden_layers_.clear();
   hidden_key_ = 0;
   if (b == nullptr || !b->want_hidden) return;
-  if (mla_)
+  // An MLA model's final hidden state (the MTP layer's input) is the residual stream as any
+  // model's; named layers are EAGLE-3's, which refuses MLA targets (not tested there).
+  if (mla_ && !b->hidden_layers.empty())
     throw Error(ErrorCode::kUnsupported,
                 std::string("cuda runner: ") + arch_name(config_.arch) +
-                    ": multi-head latent attention models do not return hidden rows on CUDA yet");
+                    ": multi-head latent attention models return only their final hidden state "
+                    "on CUDA");
   for (const std::int32_t l : b->hidden_layers)
     if (l < 0 || l >= config_.num_layers)
       throw Error(ErrorCode::kInvalidArgument, "forward batch: hidden_layers names layer " +

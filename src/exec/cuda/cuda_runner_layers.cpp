@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "exec/cuda/cuda_check.h"
 #include "exec/cuda/cuda_model_runner.h"
 
 namespace keel::cuda {
@@ -72,7 +73,11 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
   const float eps = static_cast<float>(config_.rms_norm_eps);
   bf16 *normed = normed_.as<bf16>(), *qkv = qkv_.as<bf16>(), *proj = proj_.as<bf16>();
   float *residual = residual_.as<float>();
-  launch_embedding(s, d_tokens, T, embed_.as<bf16>(), V_, static_cast<int>(H_), residual);
+  if (fed_.rows)  // the MTP layer's block: the caller's rows, not the tokens' embedding
+    KEEL_CUDA_CHECK(cudaMemcpyAsync(residual, fed_.rows, std::size_t(T) * H_ * sizeof(float),
+                                    cudaMemcpyDeviceToDevice, s.get("cuda runner: fed rows")));
+  else
+    launch_embedding(s, d_tokens, T, embed_.as<bf16>(), V_, static_cast<int>(H_), residual);
   AttnParams ap, ap_multi, ap_flash;
   attention_params(shape, ap, ap_multi, ap_flash);
   profiler_.begin(s);
@@ -179,9 +184,8 @@ void CudaModelRunner::launch_step(const StepShape &shape) {
     launch_add_rmsnorm(s, pending, residual, final_norm_.as<bf16>(), normed, T,
                        static_cast<int>(H_), eps);
     launch_gather_rows(s, normed, d_rows, R, static_cast<int>(H_), rows_in_.as<bf16>());
-    const DeviceBuffer &head = config_.tie_word_embeddings ? embed_ : lm_head_;
     profiler_.mark(s, StepProfiler::kOther);
-    run_linear(gemm_, s, lm_head_fmt_, head.data(), rows_in_.as<bf16>(), logits_.data(), true, R,
+    run_linear(gemm_, s, lm_head_fmt_, lm_head_data(), rows_in_.as<bf16>(), logits_.data(), true, R,
                dequant_scratch_.data());
     profiler_.mark(s, StepProfiler::kGemm);
   }

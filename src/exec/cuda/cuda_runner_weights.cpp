@@ -70,8 +70,8 @@ void CudaModelRunner::allocate_weights() {
   for (int pass = 0; pass < 2; ++pass) {
     real = pass == 1;
     weight_bytes_ = 0;
-    embed_ = alloc(V_ * H_);
-    if (!c.tie_word_embeddings) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
+    if (!fed_.rows) embed_ = alloc(V_ * H_);  // a fed runner reads rows, not tokens
+    if (!c.tie_word_embeddings && !fed_.head) lm_head_ = alloc_linear(lm_head_fmt_, V_, H_);
     if (c.tie_word_embeddings) lm_head_fmt_ = LinearLayout{V_, H_, {}, {}, {}};
     final_norm_ = alloc(H_);
     for (auto &l : layers_) {
@@ -325,8 +325,9 @@ void CudaModelRunner::upload_weights(const WeightSource &weights) {
     done.record(ctx_.copy_h2d());  // `floats` is reused by the next bias
     done.wait(ctx_.wait_timeout(), "cuda runner: weight upload");
   };
-  put("model.embed_tokens.weight", V_, H_, embed_, 0);
-  if (!config_.tie_word_embeddings) put("lm_head.weight", V_, H_, lm_head_, 0, &lm_head_fmt_);
+  if (!fed_.rows) put("model.embed_tokens.weight", V_, H_, embed_, 0);
+  if (!config_.tie_word_embeddings && !fed_.head)
+    put("lm_head.weight", V_, H_, lm_head_, 0, &lm_head_fmt_);
   put("model.norm.weight", H_, 0, final_norm_, 0);
   for (std::int64_t i = 0; i < config_.num_layers; ++i) {
     Layer &l = layers_[i];

@@ -132,7 +132,10 @@ void CudaModelRunner::plan_weight_formats(const WeightSource &weights, Quantized
              {I, I}, H);
     l.down_fmt = plan({layer_tensor(i, "mlp.down_proj.weight")}, {H}, I);
   }
-  if (!c.tie_word_embeddings) lm_head_fmt_ = plan({"lm_head.weight"}, {c.vocab_size}, H);
+  if (fed_.head)
+    lm_head_fmt_ = fed_.head_fmt;  // borrowed: laid out as its owner planned it
+  else if (!c.tie_word_embeddings)
+    lm_head_fmt_ = plan({"lm_head.weight"}, {c.vocab_size}, H);
 }
 
 std::string CudaModelRunner::weight_format() const {

@@ -14,7 +14,7 @@
 #include "cpu_engine_util.h"
 #include "engine/mtp_drafter.h"
 #include "formats/make_model.h"
-#include "support/rewrite_safetensors.h"
+#include "support/copying_mtp_layer.h"
 #include "toy_runner.h"
 
 namespace keel::test {
@@ -42,33 +42,14 @@ std::filesystem::path mtp_model(const std::string &arch) {
   return made[arch] = d;
 }
 
-// mtp_model(arch) with its MTP layer rewired to copy the target: eh_proj passes hnorm(h_t)
-// through, the block adds nothing (o_proj and every down_proj zero) and the head is the
-// target's lm_head (shared_head.head dropped, so the fallback is used): its guess for
-// x_{t+2} is the target's own for x_{t+1}, i.e. drafts repeat the last token, and the
-// target's repetitions accept them.
+// mtp_model(arch) with its MTP layer rewired to copy the target
+// (support/copying_mtp_layer.h): drafts repeat the last token.
 std::filesystem::path copying_mtp_model(const std::string &arch) {
   const auto d = std::filesystem::temp_directory_path() /
                  ("keel-engine-mtp-copy-" + arch + "-" + std::to_string(::getpid()));
   std::filesystem::remove_all(d);
   std::filesystem::copy(mtp_model(arch), d);
-  const std::string p = "model.layers.2.";  // the MTP layer of the 2-layer model
-  rewrite_safetensors(d / "model.safetensors", [&](const std::string &name, StoredTensor &t) {
-    if (name == p + "shared_head.head.weight") return false;
-    std::vector<float> v = f32_values(t);
-    if (name == p + "eh_proj.weight") {
-      const std::int64_t h = t.shape[0];
-      std::fill(v.begin(), v.end(), 0.0f);
-      for (std::int64_t i = 0; i < h; ++i) v[static_cast<std::size_t>(i * 2 * h + h + i)] = 1.0f;
-    } else if (name == p + "self_attn.o_proj.weight" ||
-               (name.starts_with(p + "mlp.") && name.ends_with("down_proj.weight"))) {
-      std::fill(v.begin(), v.end(), 0.0f);
-    } else {
-      return true;
-    }
-    set_f32_values(t, v);
-    return true;
-  });
+  make_mtp_layer_copying(d / "model.safetensors", 2);  // the MTP layer of the 2-layer model
   return d;
 }
 
@@ -77,7 +58,7 @@ EngineConfig mtp_config(bool on, std::int32_t k = 3) {
   if (on) {
     cfg.speculative.method = "mtp";
     cfg.speculative.num_speculative_tokens = k;
-    cfg.speculative.max_running = 0;  // draft at any batch size
+    cfg.speculative.max_running = 0;   // draft at any batch size
     cfg.speculative.adaptive = false;  // whenever allowed: these tests are about the step
   }
   return cfg;
@@ -218,7 +199,7 @@ TEST(EngineMtpRefusal, RefusesRunnersAndModelsThatCannotDraftSo) {
   auto refused = [](auto make, const std::string &needle) {
     expect_refusal(make, "--speculative mtp", needle);
   };
-  // A runner that does not verify drafts (as CUDA and tensor parallelism today).
+  // A runner that does not verify drafts (as tensor parallelism today).
   refused([] { ToyEngine e(64, 4, mtp_config(true), [](ToyRunner &r) { r.verify = false; }); },
           "does not verify drafts");
   // One that verifies but has no MTP layer to run.
