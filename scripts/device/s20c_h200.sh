@@ -12,6 +12,9 @@
 #   here:  KEEL_DEVCARRY=.devcarry-s20 scripts/device/package.sh build-cuda keel \
 #            tests/keel_test_cuda bench/cuda_bench bench/cuda_mla_bench
 #   carry: .devcarry-s20 .devcarry-data/default_model/train.txt.xz
+# Ran on an H100 in session 21 (2026-12-07). Only 8 files of $OUT came back: the trained
+# head in $OUT/eagle3 did not (a second call retrained it and sent one tar back). Put what
+# must come back into one archive.
 set -uo pipefail
 carry=.devcarry-s20; out=${OUT:-/tmp/o}; budget=${BUDGET:-585}
 here=$(cd "$(dirname "$0")" && pwd)
