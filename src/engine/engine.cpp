@@ -558,7 +558,7 @@ bool Engine::run_step() {
     batch_.tokens.clear();
     batch_.seqs.clear();
     batch_.block_table.clear();
-    batch_.want_hidden = drafter_ && drafter_->wants_hidden();
+    batch_.want_hidden = drafter_ && drafter_->wants_hidden() && hidden_next_step_;
     if (batch_.want_hidden) batch_.hidden_layers = drafter_->hidden_layers();
     for (const ScheduledSeq &s : plan.seqs) {
       const SchedRequest *r = sched_->find(s.id);
@@ -1041,12 +1041,15 @@ void Engine::govern_and_propose(const StepPlan &plan, std::int64_t start_ns,
                           static_cast<std::int32_t>(decode_tokens_ - decode_before));
   step_drafting_.reset();
   const std::int32_t running = sched_->num_running();
+  // No running sequence: the next step admits new ones, which may draft.
+  hidden_next_step_ = running == 0;
   if (running == 0 || (sc.max_running > 0 && running >= sc.max_running)) return;
   if (sc.adaptive) {
     step_drafting_ = governor_.should_draft(running);
     step_running_ = running;
     if (!*step_drafting_) return;
   }
+  hidden_next_step_ = true;
   const std::int64_t t0 = now_ns();
   if (propose_drafts(plan) > 0 && sc.adaptive)
     governor_.record_proposal(running, (now_ns() - t0) * 1e-9);

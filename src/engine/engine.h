@@ -273,6 +273,12 @@ class Engine final : public EngineApi {
   SpeculationGovernor governor_;
   std::optional<bool> step_drafting_;
   std::int32_t step_running_ = 0;
+  // Whether the next step asks the runner for hidden rows (a drafter that wants them): only
+  // when it may draft after it. Past max_running, or where the governor chose not to draft,
+  // the head's catch-up and the rows' copies would cost every step for nothing, and the
+  // governor's plain steps must be plain. Positions computed meanwhile reach the head as
+  // zero rows (HiddenStateDrafter), as prefix-cache hits do.
+  bool hidden_next_step_ = true;
   std::uint64_t steps_ = 0;
   double last_step_seconds_ = 0.0;
 
