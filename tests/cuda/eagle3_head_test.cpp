@@ -99,8 +99,9 @@ struct Heads {
     std::uniform_int_distribution<TokenId> tok(0, 511);
     for (int i = 0; i < 201; ++i) tokens.push_back(tok(rng));
     ForwardOutput out;
-    cpu->forward(test::one_sequence(tokens, cpu_head->aux_layers(), SequenceSlice::Logits::kNone),
-                 out);
+    cpu->forward(
+        keel::test::hidden_batch(tokens, cpu_head->aux_layers(), SequenceSlice::Logits::kNone),
+        out);
     aux = std::move(out.hidden);
   }
   // The CPU and device heads as head_checks.h drives them.
@@ -266,7 +267,8 @@ TEST(CudaEagle3Head, CopyingHeadDraftsTheTargetsPrediction) {
     std::vector<TokenId> tokens;
     for (int i = 0; i < 9 + p; ++i) tokens.push_back(tok(rng));
     ForwardOutput out;
-    gpu->forward(test::one_sequence(tokens, d->hidden_layers(), SequenceSlice::Logits::kLast), out);
+    gpu->forward(keel::test::hidden_batch(tokens, d->hidden_layers(), SequenceSlice::Logits::kLast),
+                 out);
     ASSERT_EQ(out.hidden.size(),
               tokens.size() * 3 * static_cast<std::size_t>(gpu->config().hidden_size));
     const RequestId id{static_cast<std::uint64_t>(100 + p)};

@@ -14,6 +14,7 @@
 #include "cuda_test_util.h"
 #include "exec/cuda/cuda_model_runner.h"
 #include "exec/mtp_step.h"
+#include "support/hidden_batch.h"
 
 namespace keel::cuda::test {
 
@@ -27,22 +28,6 @@ inline CudaRunnerOptions head_target_options(std::int32_t kv_blocks) {
   o.max_logits_rows = 16;
   o.max_model_len = 256;
   return o;
-}
-
-// One sequence from position 0 (blocks 0, 1, ...), asking for the rows of `layers`.
-inline ForwardBatch one_sequence(const std::vector<TokenId> &tokens,
-                                 std::vector<std::int32_t> layers, SequenceSlice::Logits logits) {
-  ForwardBatch b;
-  b.tokens = tokens;
-  b.want_hidden = true;
-  b.hidden_layers = std::move(layers);
-  SequenceSlice s;
-  s.num_tokens = static_cast<std::int32_t>(tokens.size());
-  s.num_blocks = (s.num_tokens + 15) / 16;
-  s.logits = logits;
-  b.seqs.push_back(s);
-  for (int i = 0; i < s.num_blocks; ++i) b.block_table.push_back(i);
-  return b;
 }
 
 struct HeadUnderTest {

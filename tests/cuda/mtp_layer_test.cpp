@@ -61,7 +61,7 @@ struct Layers {
     std::uniform_int_distribution<TokenId> tok(0, static_cast<TokenId>(V - 1));
     for (int i = 0; i < 41; ++i) tokens.push_back(tok(rng));
     ForwardOutput out;
-    cpu->forward(test::one_sequence(tokens, {}, SequenceSlice::Logits::kNone), out);
+    cpu->forward(keel::test::hidden_batch(tokens, {}, SequenceSlice::Logits::kNone), out);
     hidden = std::move(out.hidden);
   }
   ~Layers() {

@@ -21,6 +21,7 @@
 #include "formats/eagle3_config.h"
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
+#include "support/hidden_batch.h"
 #include "support/paths.h"
 
 namespace keel::test {
@@ -168,17 +169,8 @@ TEST(CpuEagle3Fixture, RunnerReturnsTheAuxLayersOutputs) {
   auto r2 = cpu::CpuModelRunner::open(two, ctx, {8, 16});
   const std::vector<TokenId> tokens{3, 17, 99, 4, 250, 8, 77};
   auto run = [&](cpu::CpuModelRunner &r, std::vector<std::int32_t> layers) {
-    ForwardBatch b;
-    b.tokens = tokens;
-    b.want_hidden = true;
-    b.hidden_layers = std::move(layers);
-    SequenceSlice s;
-    s.num_tokens = static_cast<std::int32_t>(tokens.size());
-    s.num_blocks = 1;
-    b.seqs.push_back(s);
-    b.block_table = {0};
     ForwardOutput out;
-    r.forward(b, out);
+    r.forward(keel::test::hidden_batch(tokens, std::move(layers)), out);
     return out.hidden;
   };
   const std::vector<float> aux = run(*r3, {2, 0, 1});

@@ -20,6 +20,7 @@
 #include "formats/make_eagle3_head.h"
 #include "formats/make_model.h"
 #include "support/copying_eagle3_head.h"
+#include "support/hidden_batch.h"
 #include "toy_runner.h"
 
 namespace keel::test {
@@ -154,20 +155,12 @@ TEST(EngineEagle3, DrafterFollowsTheTargetAndForgets) {
   ASSERT_EQ(layers, (std::vector<std::int32_t>{0, 1, 1}));  // make_eagle3_head's for 2 layers
   const std::size_t width = 3 * static_cast<std::size_t>(runner->config().hidden_size);
   std::vector<TokenId> tokens = random_prompt(9, 12);
-  ForwardBatch b;
-  b.tokens = tokens;
-  b.want_hidden = true;
-  b.hidden_layers = layers;
-  SequenceSlice s;
-  s.num_tokens = static_cast<std::int32_t>(tokens.size());
-  s.num_blocks = 1;
-  b.seqs.push_back(s);
-  b.block_table = {0};
+  const ForwardBatch b = keel::test::hidden_batch(tokens, layers);
   ForwardOutput out;
   runner->forward(b, out);
   ASSERT_EQ(out.hidden.size(), tokens.size() * width);
   const RequestId id{5};
-  d->observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+  d->observe_hidden(id, tokens, 0, b.seqs[0].num_tokens, out.hidden);
   // Positions 0..10 (next tokens known) consumed at once: one row held.
   EXPECT_EQ(d->pending_rows(id), 1);
   EXPECT_EQ(d->cached_positions(id), 11);
@@ -192,7 +185,8 @@ TEST(EngineEagle3, DrafterFollowsTheTargetAndForgets) {
   tokens.pop_back();
   // A fresh drafter over the same rows: the same drafts.
   auto d2 = Eagle3Drafter::open(random_head(), *runner);
-  d2->observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, s.num_tokens, out.hidden);
+  d2->observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, b.seqs[0].num_tokens,
+                     out.hidden);
   std::vector<TokenId> draft2;
   d2->propose(id, tokens, 3, draft2);
   EXPECT_EQ(draft2, draft);
@@ -248,20 +242,12 @@ TEST(EngineEagle3, CopyingHeadDraftsTheTargetsPrediction) {
   int differs = 0;
   for (int p = 0; p < 6; ++p) {
     std::vector<TokenId> tokens = random_prompt(30 + p, 9 + p);
-    ForwardBatch b;
-    b.tokens = tokens;
-    b.want_hidden = true;
-    b.hidden_layers = d->hidden_layers();
-    SequenceSlice s;
-    s.num_tokens = static_cast<std::int32_t>(tokens.size());
-    s.num_blocks = 1;
-    s.logits = SequenceSlice::Logits::kAll;
-    b.seqs.push_back(s);
-    b.block_table = {0};
+    const ForwardBatch b =
+        keel::test::hidden_batch(tokens, d->hidden_layers(), SequenceSlice::Logits::kAll);
     ForwardOutput out;
     runner->forward(b, out);
     const RequestId id{static_cast<std::uint64_t>(100 + p)};
-    d->observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+    d->observe_hidden(id, tokens, 0, b.seqs[0].num_tokens, out.hidden);
     const std::size_t row = tokens.size() - 1;  // the last prompt position: predicts x_m
     const float *logits = out.logits.data() + row * V;
     const auto want = static_cast<TokenId>(std::max_element(logits, logits + V) - logits);

@@ -15,6 +15,7 @@
 #include "engine/mtp_drafter.h"
 #include "formats/make_model.h"
 #include "support/copying_mtp_layer.h"
+#include "support/hidden_batch.h"
 #include "toy_runner.h"
 
 namespace keel::test {
@@ -135,19 +136,12 @@ TEST_P(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   MtpDrafter d(*runner);
   const std::size_t hidden = static_cast<std::size_t>(runner->config().hidden_size);
   std::vector<TokenId> tokens = random_prompt(9, 12);
-  ForwardBatch b;
-  b.tokens = tokens;
-  b.want_hidden = true;
-  SequenceSlice s;
-  s.num_tokens = static_cast<std::int32_t>(tokens.size());
-  s.num_blocks = 1;
-  b.seqs.push_back(s);
-  b.block_table = {0};
+  const ForwardBatch b = keel::test::hidden_batch(tokens);
   ForwardOutput out;
   runner->forward(b, out);
   ASSERT_EQ(out.hidden.size(), tokens.size() * hidden);
   const RequestId id{5};
-  d.observe_hidden(id, tokens, 0, s.num_tokens, out.hidden);
+  d.observe_hidden(id, tokens, 0, b.seqs[0].num_tokens, out.hidden);
   // Positions 0..10 (next tokens known) consumed at once: one row held.
   EXPECT_EQ(d.pending_rows(id), 1);
   tokens.push_back(7);  // the sampled token: position 11 runs through the head
@@ -163,7 +157,8 @@ TEST_P(EngineMtp, DrafterFollowsTheTargetAndForgets) {
   // The same draft from a fresh drafter over the same rows: deterministic.
   MtpDrafter d2(*runner);
   tokens.pop_back();
-  d2.observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, s.num_tokens, out.hidden);
+  d2.observe_hidden(id, std::span<const TokenId>(tokens).first(12), 0, b.seqs[0].num_tokens,
+                    out.hidden);
   std::vector<TokenId> draft2;
   d2.propose(id, tokens, 3, draft2);
   EXPECT_EQ(draft2, draft);
