@@ -7,12 +7,13 @@
 #   ... run(...) ...
 #   scripts/device/slim_tree.sh in
 # While they are out the checkout looks modified: commit nothing, and helpers cannot merge.
-# (CudaVsTransformers reports itself uninstantiated on the device without tests/fixtures/models.)
+# (CudaVsTransformers reports itself uninstantiated on the device without tests/fixtures/models;
+# tests/fixtures/mtp stays: the CUDA MTP layer tests read it.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 hold=${KEEL_SLIM_HOLD:-/tmp/keel-slim-hold}
 paths=(tests/fuzz/corpus tests/fixtures/maskbench tests/fixtures/tokenizer tests/fixtures/templates
-       tests/fixtures/models tests/fixtures/moe_models tests/fixtures/mtp models/default/draft
+       tests/fixtures/models tests/fixtures/moe_models models/default/draft
        bench/RESULTS.md)
 case "${1:-}" in
   out)
