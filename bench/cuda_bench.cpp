@@ -8,8 +8,7 @@
 //     [--gemv-max-m N] [--profile] [--no-graphs] [--fused-max-m N] [--pdl on|off]
 //     [--fused-mma 0|1] [--fused-waves N]   (the fused GEMV's kernel and grid, A/B)
 //     [--qgemv-mma-min-m N]   (GGUF blocks kept quantized: steps of >= N rows on the integer
-//     GEMV's tensor-core kernel; default off) [--qgemv-l2-prefetch BYTES]   (the dp4a GEMV's
-//     L2 prefetch of a warp's rows before its input staging, A/B)
+//     GEMV's tensor-core kernel; default off)
 //     [--qgemm-max-m N]   (GGUF blocks kept quantized: steps of 9..N rows on the integer
 //     tensor-core GEMM, k_qgemm.h; 0: dequantize + cuBLASLt past 8 rows)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
@@ -707,10 +706,9 @@ int run(int argc, char **argv) {
   int fused_max_m = cuda::CudaRunnerOptions{}.kernels.fused_decode_max_m;  // fused decode kernels
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
   int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.kernels.qgemv_mma_min_m;  // --qgemv-mma-min-m N
-  int qgemv_l2_prefetch = 0;  // --qgemv-l2-prefetch BYTES (a warp's rows, dp4a GEMV)
-  int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;         // --qgemm-max-m N
-  bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;         // --dsa-mma on|off
-  bool mla_chunks = cuda::CudaRunnerOptions{}.kernels.mla_prefill_chunks;  // --mla-prefill
+  int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;          // --qgemm-max-m N
+  bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;          // --dsa-mma on|off
+  bool mla_chunks = cuda::CudaRunnerOptions{}.kernels.mla_prefill_chunks;   // --mla-prefill
   int split_cap = 0;         // attention split-K cap (0: auto)
   bool pdl = true;           // programmatic dependent launch of the fused kernels
   bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -784,8 +782,6 @@ int run(int argc, char **argv) {
       fused_waves = std::stoi(val());
     } else if (a == "--qgemv-mma-min-m") {
       qgemv_mma_min_m = std::stoi(val());
-    } else if (a == "--qgemv-l2-prefetch") {
-      qgemv_l2_prefetch = std::stoi(val());
     } else if (a == "--qgemm-max-m") {
       qgemm_max_m = std::stoi(val());
     } else if (a == "--max-splits") {
@@ -843,7 +839,6 @@ int run(int argc, char **argv) {
   o.kernels.fused_gemv_mma = fused_mma;
   o.kernels.fused_gemv_waves = fused_waves;
   o.kernels.qgemv_mma_min_m = qgemv_mma_min_m;
-  o.kernels.qgemv_l2_prefetch = qgemv_l2_prefetch;
   o.kernels.qgemm_max_m = qgemm_max_m;
   o.kernels.dsa_scores_mma = dsa_mma;
   o.kernels.mla_prefill_chunks = mla_chunks;

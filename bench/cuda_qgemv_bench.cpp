@@ -11,7 +11,7 @@
 //
 //   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8,16,32,64,128,256] [--waves 0,1,2]
 //     [--k-groups 0,2,4] [--norm on|off] [--kernels dp4a,mma,gemm,deq,bf16]
-//     [--shapes qkv,o_proj,gate_up,down,lm_head] [--l2-prefetch 0,16384]
+//     [--shapes qkv,o_proj,gate_up,down,lm_head]   (one launch per shape for ncu, say)
 //     (--norm on: the GEMVs' input is RMSNorm of an f32 residual row, as the fused decode path
 //     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap. M > 8 reads bf16
 //     rows and writes bf16, f32 for lm_head, as run_linear)
@@ -81,7 +81,6 @@ int run(int argc, char **argv) {
   std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256}, waves = {0, 1, 2}, k_groups = {0, 2, 4};
   std::vector<std::string> kernels = {"dp4a", "mma", "gemm", "deq", "bf16"};
   std::vector<std::string> shape_names = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
-  std::vector<int> prefetch = {0};  // QgemvParams::l2_prefetch_bytes, dp4a only
   bool norm = true;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -101,8 +100,6 @@ int run(int argc, char **argv) {
       kernels = bench::comma_list(v);
     else if (a == "--shapes")
       shape_names = bench::comma_list(v);
-    else if (a == "--l2-prefetch")
-      prefetch = bench::int_list(v);
     else
       throw Error(ErrorCode::kInvalidArgument, "unknown flag " + a);
   }
@@ -123,11 +120,10 @@ int run(int argc, char **argv) {
       throw Error(ErrorCode::kInvalidArgument, "--kernels: dp4a, mma, gemm, deq or bf16, not " + k);
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::Gemm gemm(ctx);
-  std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %6s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
-              "kern", "waves", "L2 pf", "us", "TB/s", "% copy");
+  std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
+              "kern", "waves", "us", "TB/s", "% copy");
   std::printf(
-      "|------|----------------------------|-----|------|-------|--------|-----------|--------|"
-      "--------|\n");
+      "|------|----------------------------|-----|------|-------|-----------|--------|--------|\n");
   for (const std::string &fname : formats) {
     const cuda::QuantFormat f = parse_format(fname);
     for (const Shape &sh : shapes) {
@@ -171,81 +167,78 @@ int run(int argc, char **argv) {
           const std::vector<int> &variants = kern == "gemm" ? k_groups
                                              : gemv         ? waves
                                                             : std::vector<int>{0};
-          for (const int wv : variants)
-            for (const int pf : kern == "dp4a" ? prefetch : std::vector<int>{0}) {
-              auto launch = [&](int r) {
-                const auto *wr = w.as<unsigned char>() + std::size_t(r % copies) * stride;
-                if (kern == "bf16") {
-                  gemm.run(s, cuda::GemmType::kBF16, yt, x.data(),
-                           wb.as<unsigned char>() + std::size_t(r % bcopies) * bbytes, y.data(), M,
-                           sh.N, sh.K);
-                  return;
-                }
-                if (kern == "deq") {
-                  cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
-                  gemm.run(s, cuda::GemmType::kBF16, yt, x.data(), dq.data(), y.data(), M, sh.N,
-                           sh.K);
-                  return;
-                }
-                if (kern == "gemm") {
-                  cuda::launch_qgemm_quantize_input(s, x.as<cuda::bf16>(), 0, M, sh.K,
-                                                    staged.data());
-                  cuda::QgemmParams p;
-                  p.format = f;
-                  p.w = wr;
-                  p.N = sh.N;
-                  p.K = sh.K;
-                  p.M = M;
-                  p.staged = staged.data();
-                  p.y_f32 = y_f32;
-                  p.y = y.data();
-                  p.k_groups = wv;
-                  cuda::launch_qgemm(s, p, ctx.num_sms());
-                  return;
-                }
-                cuda::QgemvParams p;
+          for (const int wv : variants) {
+            auto launch = [&](int r) {
+              const auto *wr = w.as<unsigned char>() + std::size_t(r % copies) * stride;
+              if (kern == "bf16") {
+                gemm.run(s, cuda::GemmType::kBF16, yt, x.data(),
+                         wb.as<unsigned char>() + std::size_t(r % bcopies) * bbytes, y.data(), M,
+                         sh.N, sh.K);
+                return;
+              }
+              if (kern == "deq") {
+                cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
+                gemm.run(s, cuda::GemmType::kBF16, yt, x.data(), dq.data(), y.data(), M, sh.N,
+                         sh.K);
+                return;
+              }
+              if (kern == "gemm") {
+                cuda::launch_qgemm_quantize_input(s, x.as<cuda::bf16>(), 0, M, sh.K, staged.data());
+                cuda::QgemmParams p;
                 p.format = f;
                 p.w = wr;
                 p.N = sh.N;
                 p.K = sh.K;
                 p.M = M;
-                if (norm && sh.out != cuda::GemvOut::kAddResidual) {
-                  p.in = cuda::GemvIn::kRmsNorm;
-                  p.residual = res.as<float>();
-                  p.norm_weight = nw.as<cuda::bf16>();
-                } else {
-                  p.in = cuda::GemvIn::kBf16;
-                  p.x = x.as<cuda::bf16>();
-                }
-                p.out = sh.out;
+                p.staged = staged.data();
+                p.y_f32 = y_f32;
                 p.y = y.data();
-                p.pdl = ctx.features().programmatic_launch;
-                p.max_waves = wv;
-                p.mma = kern == "mma";
-                p.l2_prefetch_bytes = pf;
-                cuda::launch_qgemv(s, p, ctx.num_sms());
-              };
-              // 8 launches back to back per timed span, as a decode step chains them (PDL
-              // overlaps one's prologue with the previous one's tail).
-              constexpr int kPer = 8;
-              std::vector<double> t;
-              cuda::Event a(true), b(true);
-              for (int r = 0; r < 33; ++r) {
-                a.record(s);
-                for (int i = 0; i < kPer; ++i) launch(r * kPer + i);
-                b.record(s);
-                b.wait(std::chrono::seconds(30), "qgemv bench");
-                if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / kPer);
+                p.k_groups = wv;
+                cuda::launch_qgemm(s, p, ctx.num_sms());
+                return;
               }
-              std::sort(t.begin(), t.end());
-              // TB/s of the format's bytes for every kernel (bf16 too): the same work, so the
-              // column compares them directly.
-              const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
-              std::printf("| %-4s | %-26s | %3d | %-4s | %5d | %6d | %9.1f | %6.2f | %5.1f%% |\n",
-                          kern == "bf16" ? "bf16" : fname.c_str(), sh.name, M, kern.c_str(), wv, pf,
-                          us, tbs, 100.0 * tbs * 1e12 / bw);
-              std::fflush(stdout);
+              cuda::QgemvParams p;
+              p.format = f;
+              p.w = wr;
+              p.N = sh.N;
+              p.K = sh.K;
+              p.M = M;
+              if (norm && sh.out != cuda::GemvOut::kAddResidual) {
+                p.in = cuda::GemvIn::kRmsNorm;
+                p.residual = res.as<float>();
+                p.norm_weight = nw.as<cuda::bf16>();
+              } else {
+                p.in = cuda::GemvIn::kBf16;
+                p.x = x.as<cuda::bf16>();
+              }
+              p.out = sh.out;
+              p.y = y.data();
+              p.pdl = ctx.features().programmatic_launch;
+              p.max_waves = wv;
+              p.mma = kern == "mma";
+              cuda::launch_qgemv(s, p, ctx.num_sms());
+            };
+            // 8 launches back to back per timed span, as a decode step chains them (PDL
+            // overlaps one's prologue with the previous one's tail).
+            constexpr int kPer = 8;
+            std::vector<double> t;
+            cuda::Event a(true), b(true);
+            for (int r = 0; r < 33; ++r) {
+              a.record(s);
+              for (int i = 0; i < kPer; ++i) launch(r * kPer + i);
+              b.record(s);
+              b.wait(std::chrono::seconds(30), "qgemv bench");
+              if (r >= 3) t.push_back(cuda::Event::elapsed_ms(a, b) * 1e3 / kPer);
             }
+            std::sort(t.begin(), t.end());
+            // TB/s of the format's bytes for every kernel (bf16 too): the same work, so the
+            // column compares them directly.
+            const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
+            std::printf("| %-4s | %-26s | %3d | %-4s | %5d | %9.1f | %6.2f | %5.1f%% |\n",
+                        kern == "bf16" ? "bf16" : fname.c_str(), sh.name, M, kern.c_str(), wv, us,
+                        tbs, 100.0 * tbs * 1e12 / bw);
+            std::fflush(stdout);
+          }
         }
       }
     }

@@ -8,6 +8,9 @@
 #   here:  KEEL_DEVCARRY=.devcarry-s22 scripts/device/package.sh build-cuda \
 #            tests/keel_test_cuda bench/cuda_bench bench/cuda_qgemv_bench
 #   carry: .devcarry-s22
+# Ran on an H100 (session 22) at db5c31a. The L2 prefetch lost at every shape and in the
+# model (bench/RESULTS.md) and was deleted after, with its flags (--l2-prefetch,
+# --qgemv-l2-prefetch).
 set -uo pipefail
 carry=.devcarry-s22; out=${OUT:-/tmp/o}; budget=${BUDGET:-570}
 here=$(cd "$(dirname "$0")" && pwd)

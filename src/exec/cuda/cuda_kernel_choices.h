@@ -62,9 +62,6 @@ struct CudaKernelChoices {
   // rows and Q8_0 / Q4_0 on its dp4a kernel. kQgemvMmaOff: dp4a everywhere. The default
   // was measured (k_qgemv.h: 8B Q4_K_M decode at 8 seqs 1.4x dp4a's).
   int qgemv_mma_min_m = kQgemvMmaDefaultMinM;
-  // The dp4a GEMV's L2 prefetch of each warp's rows on the fused decode path
-  // (QgemvParams::l2_prefetch_bytes), for cuda_bench's comparison; 0: none.
-  int qgemv_l2_prefetch = 0;
   // GGUF blocks kept quantized: steps of kQgemvMaxM < M <= this many rows run the integer
   // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
   // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).

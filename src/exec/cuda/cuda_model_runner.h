@@ -413,7 +413,6 @@ class CudaModelRunner : public ModelRunner {
   int fused_max_m_ = 0;                         // steps of <= this many rows take the fused kernels
   int fused_mma_ = -1, fused_waves_ = 0;        // CudaKernelChoices::fused_gemv_mma / _waves
   int qgemv_mma_min_m_ = kQgemvMmaDefaultMinM;  // CudaKernelChoices::qgemv_mma_min_m
-  int qgemv_l2_prefetch_ = 0;                   // CudaKernelChoices::qgemv_l2_prefetch
   bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
   int split_cap_ = 0;  // CudaKernelChoices::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers

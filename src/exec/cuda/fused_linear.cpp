@@ -16,8 +16,7 @@ bool fused_linear_supported(const LinearLayout &l, int M, GemvOut out, std::size
 }
 
 void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
-                         const FusedGemvParams &p, int num_sms, int qgemv_mma_min_m,
-                         int qgemv_l2_prefetch) {
+                         const FusedGemvParams &p, int num_sms, int qgemv_mma_min_m) {
   if (!l.quantized()) {
     FusedGemvParams b = p;
     b.w = static_cast<const bf16 *>(w);
@@ -53,7 +52,6 @@ void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
     q.ldy = p.out == GemvOut::kSwiglu ? 0 : l.N;
     q.pdl = p.pdl;
     q.mma = qgemv_use_mma(q.format, p.M, qgemv_mma_min_m);
-    q.l2_prefetch_bytes = qgemv_l2_prefetch;
     launch_qgemv(s, q, num_sms);
     n0 += r.rows;
   }

@@ -24,10 +24,8 @@ bool fused_linear_supported(const LinearLayout &l, int M, GemvOut out, std::size
 // (rows l.N apart; kSwiglu: l.N / 2); with several ranges each stages the input again.
 // Quantized ranges run the integer-dot GEMV's tensor-core kernel (QgemvParams::mma) when
 // qgemv_use_mma(format, p.M, qgemv_mma_min_m) (CudaKernelChoices::qgemv_mma_min_m; kQgemvMmaOff:
-// never). qgemv_l2_prefetch: QgemvParams::l2_prefetch_bytes (CudaKernelChoices). Throws
-// Error(kInvalidArgument) where fused_linear_supported is false.
+// never). Throws Error(kInvalidArgument) where fused_linear_supported is false.
 void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
-                         const FusedGemvParams &p, int num_sms, int qgemv_mma_min_m = kQgemvMmaOff,
-                         int qgemv_l2_prefetch = 0);
+                         const FusedGemvParams &p, int num_sms, int qgemv_mma_min_m = kQgemvMmaOff);
 
 }  // namespace keel::cuda

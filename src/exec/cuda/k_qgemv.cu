@@ -421,19 +421,6 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
   };
   typename T::Raw cur[kUnroll], nxt[kUnroll];
   if (total > 0) load_chunk(At{}, cur);
-  if (p.l2_prefetch_bytes > 0) {
-    std::int64_t budget = p.l2_prefetch_bytes;
-    for (std::int64_t r = 0; r < my_rows && budget > 0; ++r)
-      for (int part = 0; part < parts && budget > 0; ++part) {
-        const std::int64_t n = first + r * stride + part * rows;
-        const std::uint8_t *wr = w + static_cast<std::size_t>(n) * row_bytes;
-        const auto bytes = static_cast<std::int64_t>(row_bytes);
-        const std::int64_t span = budget < bytes ? budget : bytes;
-        for (std::int64_t b = std::int64_t(lane) * 128; b < span; b += 32 * 128)
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(wr + b));
-        budget -= span;
-      }
-  }
   wait_for_previous_kernel();
   allow_next_kernel();
   stage_input<F, M>(p, xq, xds, red);

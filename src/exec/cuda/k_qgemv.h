@@ -68,10 +68,6 @@ struct QgemvParams {
   // k_decode_fused.cu: under PDL that one was 30% slower in the model), but still lets the
   // kernel after it start early.
   bool mma = false;
-  // Bench-only tuning (dp4a kernel): each warp asks L2 for up to this many bytes of its rows
-  // (prefetch.global.L2, a 128-byte line a lane) before the PDL wait and the input staging,
-  // so the loads after its first chunk find their lines on chip; 0: none.
-  int l2_prefetch_bytes = 0;
 };
 
 // Shared memory the kernel stages its input in: M x K int8 and M x K / 32 (scale, sum).
