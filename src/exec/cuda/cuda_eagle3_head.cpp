@@ -102,11 +102,9 @@ CudaEagle3Head::CudaEagle3Head(const std::filesystem::path &dir, CudaModelRunner
     // can hold at once), at most what a quarter of the free memory holds.
     const std::int64_t block_bytes =
         layout_.block_elems() * static_cast<std::int64_t>(sizeof(bf16));
-    const std::int64_t fit = runner_detail::device_memory().free_now / 4 / block_bytes;
-    pool_blocks_ = static_cast<std::int32_t>(std::min<std::int64_t>(kv.num_blocks(), fit));
-    if (pool_blocks_ <= 0)
-      throw Error(ErrorCode::kResourceExhausted,
-                  "the CUDA EAGLE-3 head: no device memory left for its KV cache");
+    pool_blocks_ =
+        side_pool_blocks(runner_detail::device_memory().free_now, 4, block_bytes, kv.num_blocks(),
+                         "the CUDA EAGLE-3 head: no device memory left for its KV cache");
     pool_ = DeviceBuffer(static_cast<std::size_t>(pool_blocks_ * block_bytes));
   } catch (const Error &) {
     (void)cudaGetLastError();  // a failed allocation's error, which a launch check would see

@@ -55,11 +55,8 @@ std::unique_ptr<ModelRunner> OwningCudaRunner::open_sibling(const std::filesyste
   // from what is left, and never holds more blocks than the target can give sequences.
   const std::int32_t cap = runner_->kv().num_blocks();
   opts.kv_blocks_for = [cap](const DeviceMemory &mem, std::int64_t block_bytes) {
-    const std::int64_t fit = block_bytes > 0 ? mem.free_now / 2 / block_bytes : 0;
-    if (fit <= 0)
-      throw Error(ErrorCode::kResourceExhausted,
-                  "no device memory left for a second model's KV cache");
-    return static_cast<std::int32_t>(std::min<std::int64_t>(fit, cap));
+    return side_pool_blocks(mem.free_now, 2, block_bytes, cap,
+                            "no device memory left for a second model's KV cache");
   };
   return CudaModelRunner::open(path, *ctx_, opts);
 }

@@ -22,6 +22,7 @@
 // cuda_sampling.cpp (device sampling).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <filesystem>
@@ -33,6 +34,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "core/sampling_params.h"
 #include "core/tensor_view.h"
 #include "exec/arch/layer_plan.h"
@@ -58,6 +60,17 @@ struct DeviceMemory {
   std::int64_t free_at_open = 0;  // before the runner allocated anything
   std::int64_t free_now = 0;      // after weights and buffers, before the KV pool
 };
+
+// The blocks of a KV pool beside another model's (a second model, a drafting head): what
+// 1 / share of free_bytes holds, at most cap (the target's blocks: the positions its
+// sequences can hold at once). Throws Error(kResourceExhausted, refusal) when that is none.
+inline std::int32_t side_pool_blocks(std::int64_t free_bytes, int share, std::int64_t block_bytes,
+                                     std::int32_t cap, const char *refusal) {
+  const std::int64_t fit = block_bytes > 0 ? free_bytes / share / block_bytes : 0;
+  const std::int64_t blocks = std::min<std::int64_t>(fit, cap);
+  if (blocks <= 0) throw Error(ErrorCode::kResourceExhausted, refusal);
+  return static_cast<std::int32_t>(blocks);
+}
 
 struct CudaRunnerOptions {
   std::int32_t block_size = 16;

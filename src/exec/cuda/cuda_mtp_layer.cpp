@@ -132,11 +132,8 @@ CudaMtpLayer::CudaMtpLayer(CudaModelRunner &target, const ModelWeights &weights)
   // most what a quarter of the free memory holds.
   const std::int32_t cap = target.kv_store().num_blocks();
   o.kv_blocks_for = [cap](const DeviceMemory &mem, std::int64_t block_bytes) {
-    const std::int64_t fit = block_bytes > 0 ? mem.free_now / 4 / block_bytes : 0;
-    if (fit <= 0)
-      throw Error(ErrorCode::kResourceExhausted,
-                  "the CUDA MTP layer: no device memory left for its KV cache");
-    return static_cast<std::int32_t>(std::min<std::int64_t>(fit, cap));
+    return side_pool_blocks(mem.free_now, 4, block_bytes, cap,
+                            "the CUDA MTP layer: no device memory left for its KV cache");
   };
   try {
     block_ = std::make_unique<CudaModelRunner>(ctx_, block_config(c, sparse), renamed, o, fed);
