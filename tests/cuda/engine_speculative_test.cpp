@@ -176,6 +176,14 @@ void compare_at_ties(const keel::test::Collected &off, const keel::test::Collect
   }
 }
 
+// Each request of `off` (40 tokens) against the same request of `on`, into t.
+void compare_runs_at_ties(const Outputs &off, const Outputs &on, float tie, TieReport &t) {
+  for (std::size_t i = 0; i < off.out.size(); ++i) {
+    ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
+    compare_at_ties(off.out[i], on.out[i], tie, t);
+  }
+}
+
 // The default model drafting for itself (nearly every draft accepted, so nearly every
 // token comes from a verify row) and its trained draft, on the device. Greedy output is
 // the output without drafts wherever the target's choice is not a near tie
@@ -195,10 +203,7 @@ TEST(CudaEngineSpeculative, DraftModelOnTheDeviceKeepsTheGreedyOutputUpToTies) {
         const Outputs off = run(dir, "", device, at_once, 5);
         const Outputs on = run(dir, "draft:" + draft.string(), device, at_once, 5);
         TieReport t;
-        for (std::size_t i = 0; i < off.out.size(); ++i) {
-          ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
-          compare_at_ties(off.out[i], on.out[i], kTie, t);
-        }
+        ASSERT_NO_FATAL_FAILURE(compare_runs_at_ties(off, on, kTie, t));
         EXPECT_EQ(t.failures, "") << draft << (device ? ", device" : ", host") << " sampling, "
                                   << at_once << " at once";
         EXPECT_EQ(on.status.spec_method, "draft");
@@ -251,10 +256,7 @@ TEST(CudaEngineSpeculative, Eagle3HeadOnTheDeviceKeepsTheGreedyOutputUpToTies) {
         const Outputs off = run(dir, "", device, at_once, 5);
         const Outputs on = run(dir, "eagle3:" + head.string(), device, at_once, 5);
         TieReport t;
-        for (std::size_t i = 0; i < off.out.size(); ++i) {
-          ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
-          compare_at_ties(off.out[i], on.out[i], 0.1f, t);
-        }
+        ASSERT_NO_FATAL_FAILURE(compare_runs_at_ties(off, on, 0.1f, t));
         EXPECT_EQ(t.failures, "") << head << (device ? ", device" : ", host") << " sampling, "
                                   << at_once << " at once";
         EXPECT_EQ(on.status.spec_method, "eagle3");
@@ -306,10 +308,7 @@ TEST(CudaEngineSpeculative, MtpLayerOnTheDeviceKeepsTheGreedyOutputUpToTies) {
         const Outputs off = run(dir, "", false, at_once, 5, 500);
         const Outputs on = run(dir, "mtp", false, at_once, 5, 500);
         TieReport t;
-        for (std::size_t i = 0; i < off.out.size(); ++i) {
-          ASSERT_EQ(off.out[i].tokens.size(), 40u) << off.out[i].error;
-          compare_at_ties(off.out[i], on.out[i], 0.1f, t);
-        }
+        ASSERT_NO_FATAL_FAILURE(compare_runs_at_ties(off, on, 0.1f, t));
         EXPECT_EQ(t.failures, "") << arch << (copying ? " copying" : " random") << ", " << at_once
                                   << " at once";
         EXPECT_EQ(on.status.spec_method, "mtp");
