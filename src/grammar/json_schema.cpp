@@ -119,21 +119,31 @@ class SchemaCompiler {
   }
   ExprId lit(std::string_view s) { return b_.literal(s); }
 
-  // One character inside a JSON string: unescaped or a JSON escape.
+  // One character inside a JSON string: unescaped or a JSON escape. A \u escape names a
+  // scalar value: a surrogate half only as a high half followed by a low one (strict JSON
+  // parsers, the tool-call parser's among them, refuse a lone half, which has no UTF-8).
   ExprId string_char() { return json_string_char(b_); }
   static ExprId json_string_char(GrammarBuilder &b_) {
     ExprId plain = b_.char_class({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}, true);
     ExprId hex = b_.char_class({{'0', '9'}, {'a', 'f'}, {'A', 'F'}});
-    ExprId esc =
-        b_.seq({b_.literal("\\"), b_.alt({b_.char_class({{'"', '"'},
-                                                         {'\\', '\\'},
-                                                         {'/', '/'},
-                                                         {'b', 'b'},
-                                                         {'f', 'f'},
-                                                         {'n', 'n'},
-                                                         {'r', 'r'},
-                                                         {'t', 't'}}),
-                                          b_.seq({b_.literal("u"), b_.repeat(hex, 4, 4)})})});
+    ExprId d = b_.char_class({{'d', 'd'}, {'D', 'D'}});
+    ExprId not_surrogate =
+        b_.alt({b_.seq({b_.char_class({{'0', '9'}, {'a', 'c'}, {'A', 'C'}, {'e', 'f'}, {'E', 'F'}}),
+                        b_.repeat(hex, 3, 3)}),
+                b_.seq({d, b_.char_class({{'0', '7'}}), b_.repeat(hex, 2, 2)})});
+    ExprId pair = b_.seq({d, b_.char_class({{'8', '9'}, {'a', 'b'}, {'A', 'B'}}),
+                          b_.repeat(hex, 2, 2), b_.literal("\\u"), d,
+                          b_.char_class({{'c', 'f'}, {'C', 'F'}}), b_.repeat(hex, 2, 2)});
+    ExprId esc = b_.seq(
+        {b_.literal("\\"), b_.alt({b_.char_class({{'"', '"'},
+                                                  {'\\', '\\'},
+                                                  {'/', '/'},
+                                                  {'b', 'b'},
+                                                  {'f', 'f'},
+                                                  {'n', 'n'},
+                                                  {'r', 'r'},
+                                                  {'t', 't'}}),
+                                   b_.seq({b_.literal("u"), b_.alt({not_surrogate, pair})})})});
     return b_.alt({plain, esc});
   }
 

@@ -155,6 +155,20 @@ TEST(JsonSchema, AnyOfAndNullable) {
   EXPECT_TRUE(matches(n, "null"));
 }
 
+// A \u escape names a scalar value: a surrogate pair is one character, a lone half is
+// refused (strict parsers reject it; a forced tool call holding one went out as text).
+TEST(JsonSchema, StringEscapesNameScalarValues) {
+  auto s = schema(R"({"type": "string"})");
+  EXPECT_TRUE(matches(s, R"("\u0041\uD7FF\ue000\uFFFF\u00e9")"));
+  EXPECT_TRUE(matches(s, R"("\ud83d\ude00 \uDBFF\uDFFF")"));
+  EXPECT_FALSE(matches(s, R"("\udc95")"));
+  EXPECT_FALSE(matches(s, R"("\ud83d")"));
+  EXPECT_FALSE(matches(s, R"("\ud83dx")"));
+  EXPECT_FALSE(matches(s, R"("\ud83d\u0041")"));
+  auto one = schema(R"({"type": "string", "maxLength": 1})");
+  EXPECT_TRUE(matches(one, R"("\ud83d\ude00")"));
+}
+
 TEST(JsonSchema, StringLengthsPatternsAndFormats) {
   auto len = schema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
   EXPECT_FALSE(matches(len, R"("a")"));
