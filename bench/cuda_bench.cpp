@@ -9,6 +9,8 @@
 //     [--fused-mma 0|1] [--fused-waves N]   (the fused GEMV's kernel and grid, A/B)
 //     [--qgemv-mma-min-m N]   (GGUF blocks kept quantized: steps of >= N rows on the integer
 //     GEMV's tensor-core kernel; default off)
+//     [--qgemv-stream-stages N]   (GGUF blocks kept quantized: the dp4a GEMV streamed through
+//     N ring slots a warp in shared memory; 0: its register kernel)
 //     [--qgemm-max-m N]   (GGUF blocks kept quantized: steps of 9..N rows on the integer
 //     tensor-core GEMM, k_qgemm.h; 0: dequantize + cuBLASLt past 8 rows)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
@@ -707,8 +709,9 @@ int run(int argc, char **argv) {
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
   int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.kernels.qgemv_mma_min_m;  // --qgemv-mma-min-m N
   int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;          // --qgemm-max-m N
-  bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;          // --dsa-mma on|off
-  bool mla_chunks = cuda::CudaRunnerOptions{}.kernels.mla_prefill_chunks;   // --mla-prefill
+  int qgemv_stream_stages = cuda::CudaRunnerOptions{}.kernels.qgemv_stream_stages;
+  bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;         // --dsa-mma on|off
+  bool mla_chunks = cuda::CudaRunnerOptions{}.kernels.mla_prefill_chunks;  // --mla-prefill
   int split_cap = 0;         // attention split-K cap (0: auto)
   bool pdl = true;           // programmatic dependent launch of the fused kernels
   bool gemv = false;         // --gemv-bench: cuBLASLt vs GEMV kernel alone
@@ -782,6 +785,8 @@ int run(int argc, char **argv) {
       fused_waves = std::stoi(val());
     } else if (a == "--qgemv-mma-min-m") {
       qgemv_mma_min_m = std::stoi(val());
+    } else if (a == "--qgemv-stream-stages") {
+      qgemv_stream_stages = std::stoi(val());
     } else if (a == "--qgemm-max-m") {
       qgemm_max_m = std::stoi(val());
     } else if (a == "--max-splits") {
@@ -840,6 +845,7 @@ int run(int argc, char **argv) {
   o.kernels.fused_gemv_waves = fused_waves;
   o.kernels.qgemv_mma_min_m = qgemv_mma_min_m;
   o.kernels.qgemm_max_m = qgemm_max_m;
+  o.kernels.qgemv_stream_stages = qgemv_stream_stages;
   o.kernels.dsa_scores_mma = dsa_mma;
   o.kernels.mla_prefill_chunks = mla_chunks;
   o.programmatic_launch = pdl;
@@ -912,7 +918,8 @@ int run(int argc, char **argv) {
   std::printf(
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
       "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s, "
-      "quantized GEMV on tensor cores from M = %d, quantized GEMM up to M = %d, device "
+      "quantized GEMV on tensor cores from M = %d, streamed through %d slots, quantized GEMM "
+      "up to M = %d, device "
       "features %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? (o.random_experts_mxfp4 ? "random, experts mxfp4" : "random bf16")
@@ -920,7 +927,7 @@ int run(int argc, char **argv) {
       bench.runner().kv().num_blocks(), seconds(t_load, Clock::now()), graphs ? "on" : "off",
       gemv_max_m, bench.runner().fused_decode_max_m(),
       pdl && ctx.features().programmatic_launch ? "on" : "off", split_cap,
-      bench.runner().weight_format().c_str(), qgemv_mma_min_m, qgemm_max_m,
+      bench.runner().weight_format().c_str(), qgemv_mma_min_m, qgemv_stream_stages, qgemm_max_m,
       ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.

@@ -1,7 +1,9 @@
 // GGUF blocks kept quantized (issue 29) on the Llama 3.1 8B linear shapes at decode widths:
 // microseconds and TB/s of the format's weight bytes per launch, by format, M and kernel,
-// against the device's copy bandwidth. M <= 8: the integer-dot GEMV (k_qgemv.h; dp4a, or the
-// tensor cores: QgemvParams::mma) by grid cap (QgemvParams::max_waves). M > 8, the paths
+// against the device's copy bandwidth. M <= 8: the integer-dot GEMV (k_qgemv.h; dp4a, dp4a
+// streamed through shared memory: `dp4s`, QgemvParams::stream_stages, one row per ring depth
+// in --stages; or the tensor cores: QgemvParams::mma) by grid cap (QgemvParams::max_waves; the
+// waves column holds dp4s's ring depth instead). M > 8, the paths
 // run_linear chooses between: `gemm` the integer tensor-core GEMM (k_qgemm.h, its input
 // quantization included; the waves column is QgemmParams::k_groups, 0 its own choice), `deq`
 // dequantize to bf16 + cuBLASLt (what run_linear did past 8 rows), `bf16` cuBLASLt over a bf16
@@ -10,7 +12,7 @@
 // from L2.
 //
 //   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8,16,32,64,128,256] [--waves 0,1,2]
-//     [--k-groups 0,2,4] [--norm on|off] [--kernels dp4a,mma,gemm,deq,bf16]
+//     [--k-groups 0,2,4] [--stages 2,3,4,6] [--norm on|off] [--kernels dp4a,dp4s,mma,gemm,deq,bf16]
 //     [--shapes qkv,o_proj,gate_up,down,lm_head]   (one launch per shape for ncu, say)
 //     (--norm on: the GEMVs' input is RMSNorm of an f32 residual row, as the fused decode path
 //     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap. M > 8 reads bf16
@@ -78,7 +80,8 @@ double copy_bandwidth(cuda::StreamRef s) {
 
 int run(int argc, char **argv) {
   std::vector<std::string> formats = {"q4_k", "q6_k", "q8_0"};
-  std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256}, waves = {0, 1, 2}, k_groups = {0, 2, 4};
+  std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256}, waves = {0, 1, 2}, k_groups = {0, 2, 4},
+                   stages = {2, 3, 4, 6};
   std::vector<std::string> kernels = {"dp4a", "mma", "gemm", "deq", "bf16"};
   std::vector<std::string> shape_names = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
   bool norm = true;
@@ -92,6 +95,8 @@ int run(int argc, char **argv) {
       ms = bench::int_list(v);
     else if (a == "--waves")
       waves = bench::int_list(v);
+    else if (a == "--stages")
+      stages = bench::int_list(v);
     else if (a == "--k-groups")
       k_groups = bench::int_list(v);
     else if (a == "--norm")
@@ -116,8 +121,9 @@ int run(int argc, char **argv) {
       "# k_qgemv on %s, copy bandwidth %.2f TB/s, input %s; median of 30 spans of 8 launches\n",
       ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
   for (const std::string &k : kernels)
-    if (k != "dp4a" && k != "mma" && k != "gemm" && k != "deq" && k != "bf16")
-      throw Error(ErrorCode::kInvalidArgument, "--kernels: dp4a, mma, gemm, deq or bf16, not " + k);
+    if (k != "dp4a" && k != "dp4s" && k != "mma" && k != "gemm" && k != "deq" && k != "bf16")
+      throw Error(ErrorCode::kInvalidArgument,
+                  "--kernels: dp4a, dp4s, mma, gemm, deq or bf16, not " + k);
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::Gemm gemm(ctx);
   std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
@@ -162,12 +168,19 @@ int run(int argc, char **argv) {
       const cuda::GemmType yt = y_f32 ? cuda::GemmType::kF32 : cuda::GemmType::kBF16;
       for (const int M : ms) {
         for (const std::string &kern : kernels) {
-          const bool gemv = kern == "dp4a" || kern == "mma";
+          const bool gemv = kern == "dp4a" || kern == "dp4s" || kern == "mma";
           if (gemv != (M <= cuda::kQgemvMaxM) || (kern == "bf16" && !time_bf16)) continue;
-          const std::vector<int> &variants = kern == "gemm" ? k_groups
-                                             : gemv         ? waves
-                                                            : std::vector<int>{0};
+          const std::vector<int> &variants = kern == "gemm"   ? k_groups
+                                             : kern == "dp4s" ? stages
+                                             : gemv           ? waves
+                                                              : std::vector<int>{0};
           for (const int wv : variants) {
+            if (kern == "dp4s" &&
+                !cuda::qgemv_stream_supported(f, M, sh.K, wv, ctx.features().smem_per_block)) {
+              std::printf("| %-4s | %-26s | %3d | dp4s | %5d | (shape not streamed)  |\n",
+                          fname.c_str(), sh.name, M, wv);
+              continue;
+            }
             auto launch = [&](int r) {
               const auto *wr = w.as<unsigned char>() + std::size_t(r % copies) * stride;
               if (kern == "bf16") {
@@ -214,7 +227,8 @@ int run(int argc, char **argv) {
               p.out = sh.out;
               p.y = y.data();
               p.pdl = ctx.features().programmatic_launch;
-              p.max_waves = wv;
+              p.max_waves = kern == "dp4s" ? 0 : wv;
+              p.stream_stages = kern == "dp4s" ? wv : 0;
               p.mma = kern == "mma";
               cuda::launch_qgemv(s, p, ctx.num_sms());
             };

@@ -41,13 +41,14 @@ struct Case {
   std::int64_t N = 0, K = 0;
   bool with_rows = false, pdl = false;
   bool mma = false;  // QgemvParams::mma
+  int stages = 0;    // QgemvParams::stream_stages
 };
 
 void check(CudaContext &ctx, DType t, const Case &c, std::mt19937 &rng) {
   SCOPED_TRACE(std::string(dtype_name(t)) + " in " + std::to_string(int(c.in)) + " out " +
                std::to_string(int(c.out)) + " M " + std::to_string(c.M) + " N " +
                std::to_string(c.N) + " K " + std::to_string(c.K) + (c.pdl ? " pdl" : "") +
-               (c.mma ? " mma" : " dp4a"));
+               (c.mma ? " mma" : " dp4a") + " stages " + std::to_string(c.stages));
   const int M = c.M;
   const std::int64_t N = c.N, K = c.K;
   const QuantMatrix w = make_quant(t, N, K, rng);
@@ -106,6 +107,7 @@ void check(CudaContext &ctx, DType t, const Case &c, std::mt19937 &rng) {
   p.y = y.data();
   p.pdl = c.pdl;
   p.mma = c.mma;
+  p.stream_stages = c.stages;
   launch_qgemv(ctx.compute(), p, ctx.num_sms());
   std::vector<float> got, want(ref.size());
   for (std::size_t i = 0; i < ref.size(); ++i) want[i] = static_cast<float>(ref[i]);
@@ -241,6 +243,85 @@ TEST_P(Qgemv, TensorCoresAgreeWithDp4a) {
   }
 }
 
+// The streamed dp4a kernel (QgemvParams::stream_stages): every prologue and epilogue against
+// the float reference, at ring depths 2 and 4, rows a whole number of 16 bytes (K = 4,096: a
+// chunk a row; 4,608: a full chunk and a partial one).
+TEST_P(Qgemv, StreamedMatchesFloatReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(43);
+  const QuantFormat f = *device_quant_format(GetParam());
+  const std::size_t smem = ctx.features().smem_per_block;
+  for (int stages : {2, 4})
+    for (int M : {1, 2, 3, kQgemvMaxM}) {
+      ASSERT_TRUE(qgemv_stream_supported(f, M, 4096, stages, smem));
+      check(ctx, GetParam(),
+            {GemvIn::kRmsNorm, GemvOut::kBf16, M, 96, 4096, false, true, false, stages}, rng);
+      check(ctx, GetParam(),
+            {GemvIn::kBf16, GemvOut::kAddResidual, M, 64, 4096, false, false, false, stages}, rng);
+      check(ctx, GetParam(),
+            {GemvIn::kRmsNorm, GemvOut::kSwiglu, M, 2 * 72, 4096, true, true, false, stages}, rng);
+      if (qgemv_stream_supported(f, M, 4608, stages, smem))
+        check(ctx, GetParam(),
+              {GemvIn::kBf16, GemvOut::kF32, M, 77, 4608, false, true, false, stages}, rng);
+    }
+}
+
+// The streamed kernel runs the register kernel's dot products in the same order (the same
+// units a lane, the same reduction), so both give the same outputs up to the compiler's
+// contraction choices: a unit read from the wrong slot, chunk or offset would be off at the
+// scale of the outputs. Every ring depth, a partial last chunk, and more rows than the grid
+// has warps (each warp's ring then runs across rows and SwiGLU's gate / up parts).
+TEST_P(Qgemv, StreamedAgreesWithTheRegisterKernel) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(47);
+  const QuantFormat f = *device_quant_format(GetParam());
+  const std::size_t smem = ctx.features().smem_per_block;
+  struct Shape {
+    std::int64_t N, K;
+    GemvOut out;
+  };
+  for (const Shape sh : {Shape{200, 4096, GemvOut::kF32}, Shape{45, 14336, GemvOut::kF32},
+                         Shape{77, 4608, GemvOut::kF32}, Shape{6000, 4096, GemvOut::kF32},
+                         Shape{2 * 5000, 4096, GemvOut::kSwiglu}}) {
+    const QuantMatrix w = make_quant(GetParam(), sh.N, sh.K, rng);
+    const DeviceBuffer d_w = upload(ctx, w.bytes);
+    const std::int64_t cols = sh.out == GemvOut::kSwiglu ? sh.N / 2 : sh.N;
+    for (int M : {1, 2, 5, kQgemvMaxM}) {
+      if (!qgemv_supported(f, M, sh.K, smem)) continue;
+      const auto x = test::random_bf16_values(std::size_t(M) * sh.K, rng, -2.0f, 2.0f);
+      const DeviceBuffer d_x = upload(ctx, to_bf16(x));
+      auto run = [&](int stages) {
+        DeviceBuffer y(std::size_t(M) * cols * 4);
+        test::poison(ctx, y);
+        QgemvParams p;
+        p.format = f;
+        p.w = d_w.data();
+        p.N = sh.N;
+        p.K = sh.K;
+        p.M = M;
+        p.x = d_x.as<bf16>();
+        p.out = sh.out;
+        p.y = y.data();
+        p.pdl = ctx.features().programmatic_launch;
+        p.stream_stages = stages;
+        launch_qgemv(ctx.compute(), p, ctx.num_sms());
+        const std::size_t n = std::size_t(M) * cols;
+        return sh.out == GemvOut::kSwiglu ? from_bf16(download<std::uint16_t>(ctx, y, n))
+                                          : download<float>(ctx, y, n);
+      };
+      const std::vector<float> reg = run(0);
+      for (int stages = 2; stages <= kQgemvMaxStreamStages; ++stages) {
+        if (!qgemv_stream_supported(f, M, sh.K, stages, smem)) continue;
+        SCOPED_TRACE("N " + std::to_string(sh.N) + " K " + std::to_string(sh.K) + " M " +
+                     std::to_string(M) + " stages " + std::to_string(stages));
+        EXPECT_LT(rel_err(run(stages), reg), 1e-6);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, Qgemv,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                                            DType::kQ6_K),
@@ -257,6 +338,16 @@ TEST(Qgemv, RejectsWhatItCannotRun) {
   EXPECT_TRUE(qgemv_supported(QuantFormat::kQ4_0, 1, 320, smem));
   EXPECT_FALSE(qgemv_supported(QuantFormat::kQ8_0, 8, 1 << 16, smem));  // beyond shared memory
   EXPECT_FALSE(qgemv_mma_supported(QuantFormat::kMXFP4));
+  // The streamed kernel: rows of whole 16-byte runs (Q6_K's 210-byte blocks need an even
+  // count), 2..kQgemvMaxStreamStages slots, the rings and the staged input in shared memory.
+  EXPECT_TRUE(qgemv_stream_supported(QuantFormat::kQ4_K, 1, 4096, 4, smem));
+  EXPECT_TRUE(qgemv_stream_supported(QuantFormat::kQ6_K, 1, 4096, 3, smem));
+  EXPECT_FALSE(qgemv_stream_supported(QuantFormat::kQ6_K, 1, 2304, 3, smem));
+  EXPECT_FALSE(qgemv_stream_supported(QuantFormat::kQ4_K, 1, 4096, 1, smem));
+  EXPECT_FALSE(
+      qgemv_stream_supported(QuantFormat::kQ4_K, 1, 4096, kQgemvMaxStreamStages + 1, smem));
+  EXPECT_FALSE(qgemv_stream_supported(QuantFormat::kQ8_0, 1, 4096, 8, smem));  // 8 x 8 x 4,352 B
+  EXPECT_FALSE(qgemv_stream_supported(QuantFormat::kMXFP4, 1, 4096, 4, smem));
   for (QuantFormat f : {QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_K,
                         QuantFormat::kQ5_K, QuantFormat::kQ6_K})
     EXPECT_TRUE(qgemv_mma_supported(f));

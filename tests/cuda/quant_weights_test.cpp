@@ -163,13 +163,16 @@ TEST(QuantLinear, FewRowsTakeTheIntegerDotGemvWhereItRuns) {
     std::vector<std::uint8_t> bytes = a.bytes;
     bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
     const DeviceBuffer w = upload(ctx, bytes);
-    // Gemm::set_qgemv_mma_min_m: off, and from 5 rows on (the tensor-core kernel at 5 and 8).
-    for (int mma_min : {kQgemvMmaOff, 5})
+    // Gemm::set_qgemv_choice: dp4a; the tensor-core kernel from 5 rows on (at 5 and 8); dp4a
+    // streamed through 3 ring slots.
+    for (const QgemvChoice choice :
+         {QgemvChoice{kQgemvMmaOff, 0}, QgemvChoice{5, 0}, QgemvChoice{kQgemvMmaOff, 3}})
       for (int M : {1, 5, kQgemvMaxM})
         for (bool y_f32 : {true, false}) {
           SCOPED_TRACE("M=" + std::to_string(M) + (y_f32 ? " f32" : " bf16") + " mma from " +
-                       std::to_string(mma_min));
-          gemm.set_qgemv_mma_min_m(mma_min);
+                       std::to_string(choice.mma_min_m) + " stages " +
+                       std::to_string(choice.stream_stages));
+          gemm.set_qgemv_choice(choice);
           ASSERT_TRUE(qgemv_supported(QuantFormat::kQ4_K, M, K, smem));
           const DeviceBuffer dx = upload(ctx, to_bf16(random_bf16_values(M * K, rng)));
           const std::size_t bytes_out = std::size_t(M) * 32 * (y_f32 ? 4 : 2);
@@ -190,7 +193,7 @@ TEST(QuantLinear, FewRowsTakeTheIntegerDotGemvWhereItRuns) {
             p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
             p.y = static_cast<std::byte *>(want.data()) + n0 * (y_f32 ? 4 : 2);
             p.ldy = 32;
-            p.mma = qgemv_use_mma(r.format, M, mma_min);
+            choice.apply(p);
             launch_qgemv(ctx.compute(), p, ctx.num_sms());
             n0 += r.rows;
           }

@@ -62,6 +62,11 @@ struct CudaKernelChoices {
   // rows and Q8_0 / Q4_0 on its dp4a kernel. kQgemvMmaOff: dp4a everywhere. The default
   // was measured (k_qgemv.h: 8B Q4_K_M decode at 8 seqs 1.4x dp4a's).
   int qgemv_mma_min_m = kQgemvMmaDefaultMinM;
+  // GGUF blocks kept quantized: the dp4a GEMV (steps below qgemv_mma_min_m rows, and Q8_0 /
+  // Q4_0) of Q6_K / Q8_0 / Q4_0 weights streams them through a ring of this many chunks a
+  // warp in shared memory (QgemvParams::stream_stages, qgemv_stream_format); 0: the register
+  // kernel. The default was measured (k_qgemv.h).
+  int qgemv_stream_stages = kQgemvStreamDefaultStages;
   // GGUF blocks kept quantized: steps of kQgemvMaxM < M <= this many rows run the integer
   // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
   // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).

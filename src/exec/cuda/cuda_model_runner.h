@@ -420,12 +420,12 @@ class CudaModelRunner : public ModelRunner {
   PinnedBuffer host_mask_in_;  // staging of mask_in_
   std::int64_t penalty_cap_ = 0;
   Event compute_done_, out_copied_;
-  bool decode_kernel_ = false;                  // the decode attention kernel supports this shape
-  bool flash_ = false;                          // the flash kernel runs multi-query tiles
-  std::int32_t flash_tile_q_ = 1;               // query tokens per flash tile
-  int fused_max_m_ = 0;                         // steps of <= this many rows take the fused kernels
-  int fused_mma_ = -1, fused_waves_ = 0;        // CudaKernelChoices::fused_gemv_mma / _waves
-  int qgemv_mma_min_m_ = kQgemvMmaDefaultMinM;  // CudaKernelChoices::qgemv_mma_min_m
+  bool decode_kernel_ = false;            // the decode attention kernel supports this shape
+  bool flash_ = false;                    // the flash kernel runs multi-query tiles
+  std::int32_t flash_tile_q_ = 1;         // query tokens per flash tile
+  int fused_max_m_ = 0;                   // steps of <= this many rows take the fused kernels
+  int fused_mma_ = -1, fused_waves_ = 0;  // CudaKernelChoices::fused_gemv_mma / _waves
+  QgemvChoice qgemv_choice_;              // CudaKernelChoices::qgemv_mma_min_m, qgemv_stream_stages
   bool pdl_ = false;   // CudaRunnerOptions::programmatic_launch and CudaFeatures (sm_90+)
   int split_cap_ = 0;  // CudaKernelChoices::attn_split_cap
   AttentionPathConfig attn_path_;  // set by allocate_buffers

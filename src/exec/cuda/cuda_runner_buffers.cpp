@@ -62,8 +62,8 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
                                      static_cast<int>(hd_));
   flash_tile_q_ = static_cast<std::int32_t>(std::max<std::int64_t>(1, kFlashRows / G));
   gemm_.set_gemv_max_m(opts.kernels.gemv_max_m);
-  qgemv_mma_min_m_ = opts.kernels.qgemv_mma_min_m;
-  gemm_.set_qgemv_mma_min_m(qgemv_mma_min_m_);
+  qgemv_choice_ = {opts.kernels.qgemv_mma_min_m, opts.kernels.qgemv_stream_stages};
+  gemm_.set_qgemv_choice(qgemv_choice_);
   gemm_.set_qgemm_max_m(opts.kernels.qgemm_max_m);
   // The fused path stages M rows of H bf16 in shared memory (and of nh hd and I on the CUDA
   // cores).

@@ -39,7 +39,7 @@ void CudaModelRunner::launch_fused_layers(const StepShape &shape, AttnParams ap,
     p.pdl = pdl_;
     p.mma = fused_mma_;
     p.max_waves = fused_waves_;
-    launch_fused_linear(s, fmt, w, p, sms, qgemv_mma_min_m_);
+    launch_fused_linear(s, fmt, w, p, sms, qgemv_choice_);
   };
   QkvRopeKvParams rk;
   rk.qkv = qkv_.as<bf16>();

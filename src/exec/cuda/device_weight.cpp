@@ -61,7 +61,7 @@ int device_weight_gemv_max_m(const DeviceWeight &w) {
 }
 
 void device_weight_gemv(StreamRef s, const DeviceWeight &w, const bf16 *x, void *y, bool y_f32,
-                        std::int64_t ldy, int M, bool qgemv_mma) {
+                        std::int64_t ldy, int M, const QgemvChoice &qgemv) {
   switch (w.format) {
     case WeightFormat::kGguf:
       // The integer-dot GEMV (k_qgemv.h) wherever it runs the shape: the float GEMV
@@ -79,7 +79,7 @@ void device_weight_gemv(StreamRef s, const DeviceWeight &w, const bf16 *x, void 
         p.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
         p.y = y;
         p.ldy = ldy;
-        p.mma = qgemv_mma;
+        qgemv.apply(p);
         launch_qgemv(s, p, 0);
         return;
       }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "exec/cuda/k_fp8.h"
+#include "exec/cuda/k_qgemv.h"
 #include "exec/cuda/k_quant.h"
 
 namespace keel::cuda {
@@ -36,10 +37,10 @@ int device_weight_gemv_max_m(const DeviceWeight &w);
 // [M, cols] bf16 rows cols apart (16-byte aligned), y f32 when y_f32 else bf16. Each
 // format's GEMV: GGUF blocks on k_qgemv.h's integer-dot GEMV where qgemv_supported says so
 // (its error is the input's int8 rounding, ~5e-3 of the output's norm), else on k_quant.h's
-// float GEMV; bf16 throws (the bf16 GEMV / cuBLASLt live behind gemm.h). `qgemv_mma`: the
-// integer-dot GEMV's tensor-core kernel (QgemvParams::mma) where it takes the format.
+// float GEMV; bf16 throws (the bf16 GEMV / cuBLASLt live behind gemm.h). `qgemv`: which of
+// the integer-dot GEMV's kernels runs it (tensor cores, dp4a streamed or not).
 void device_weight_gemv(StreamRef s, const DeviceWeight &w, const bf16 *x, void *y, bool y_f32,
-                        std::int64_t ldy, int M, bool qgemv_mma = false);
+                        std::int64_t ldy, int M, const QgemvChoice &qgemv = {});
 
 // W as bf16 [rows, cols] to dst (16-byte aligned), equal to the CPU reference's
 // dequantization rounded once to bf16.

@@ -16,7 +16,7 @@ bool fused_linear_supported(const LinearLayout &l, int M, GemvOut out, std::size
 }
 
 void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
-                         const FusedGemvParams &p, int num_sms, int qgemv_mma_min_m) {
+                         const FusedGemvParams &p, int num_sms, const QgemvChoice &qgemv) {
   if (!l.quantized()) {
     FusedGemvParams b = p;
     b.w = static_cast<const bf16 *>(w);
@@ -51,7 +51,7 @@ void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
     q.y = static_cast<std::byte *>(p.y) + static_cast<std::size_t>(n0) * elem;
     q.ldy = p.out == GemvOut::kSwiglu ? 0 : l.N;
     q.pdl = p.pdl;
-    q.mma = qgemv_use_mma(q.format, p.M, qgemv_mma_min_m);
+    qgemv.apply(q);
     launch_qgemv(s, q, num_sms);
     n0 += r.rows;
   }

@@ -22,10 +22,10 @@ bool fused_linear_supported(const LinearLayout &l, int M, GemvOut out, std::size
 // y = W x(in) as launch_fused_gemv with `p` (p.w, p.N, p.K are taken from w and l), W's
 // bytes at w laid out as `l`. Quantized ranges write their columns of each output row
 // (rows l.N apart; kSwiglu: l.N / 2); with several ranges each stages the input again.
-// Quantized ranges run the integer-dot GEMV's tensor-core kernel (QgemvParams::mma) when
-// qgemv_use_mma(format, p.M, qgemv_mma_min_m) (CudaKernelChoices::qgemv_mma_min_m; kQgemvMmaOff:
-// never). Throws Error(kInvalidArgument) where fused_linear_supported is false.
+// Quantized ranges run the integer-dot GEMV kernel `qgemv` picks (CudaKernelChoices: the
+// tensor cores from qgemv_mma_min_m rows, dp4a streamed or not). Throws
+// Error(kInvalidArgument) where fused_linear_supported is false.
 void launch_fused_linear(StreamRef s, const LinearLayout &l, const void *w,
-                         const FusedGemvParams &p, int num_sms, int qgemv_mma_min_m = kQgemvMmaOff);
+                         const FusedGemvParams &p, int num_sms, const QgemvChoice &qgemv = {});
 
 }  // namespace keel::cuda

@@ -34,11 +34,11 @@ class Gemm {
   // bf16 products with M <= m (and no accumulate) go to the GEMV kernel (k_gemv.h) instead
   // of cuBLASLt; 0 (default) keeps every shape on cuBLASLt. m is capped at kGemvMaxM.
   void set_gemv_max_m(int m) { gemv_max_m_ = m; }
-  // run_linear's quantized GEMVs (k_qgemv.h) with at least this many rows take the
-  // tensor-core kernel (QgemvParams::mma); the default, past kQgemvMaxM (8), never does.
-  // Kept here beside gemv_max_m: the runner's one object every linear layer is run through.
-  void set_qgemv_mma_min_m(int m) { qgemv_mma_min_m_ = m; }
-  int qgemv_mma_min_m() const { return qgemv_mma_min_m_; }
+  // Which kernel runs run_linear's quantized GEMVs (k_qgemv.h): the default never takes the
+  // tensor cores (mma_min_m past kQgemvMaxM) nor streams. Kept here beside gemv_max_m: the
+  // runner's one object every linear layer is run through.
+  void set_qgemv_choice(const QgemvChoice &c) { qgemv_choice_ = c; }
+  const QgemvChoice &qgemv_choice() const { return qgemv_choice_; }
   // run_linear's quantized weights at kQgemvMaxM < M <= m rows take the integer tensor-core
   // GEMM (k_qgemm.h) instead of dequantize + cuBLASLt; the default (kQgemmOff) never does.
   void set_qgemm_max_m(int m) { qgemm_max_m_ = m; }
@@ -56,7 +56,7 @@ class Gemm {
   const CudaContext &ctx_;
   std::map<Key, Plan> plans_;
   int gemv_max_m_ = 0;
-  int qgemv_mma_min_m_ = kQgemvMmaOff;
+  QgemvChoice qgemv_choice_;
   int qgemm_max_m_ = kQgemmOff;
 };
 

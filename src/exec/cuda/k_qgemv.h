@@ -68,6 +68,36 @@ struct QgemvParams {
   // k_decode_fused.cu: under PDL that one was 30% slower in the model), but still lets the
   // kernel after it start early.
   bool mma = false;
+  // The dp4a kernel with its weights streamed through a ring of this many chunks a warp in
+  // shared memory (k_qgemv_stream.cu) where qgemv_stream_supported holds; 0 (or a shape it
+  // does not take): the register kernel. Not under `mma`.
+  int stream_stages = 0;
+};
+
+// The runner's ring depth for the streamed dp4a kernel, and the formats it streams. Measured
+// on an H100 (session 25, cuda_qgemv_bench at the 8B shapes, M = 1-3, bench/RESULTS.md):
+// streamed through 2 slots Q6_K and Q8_0 are faster at every shape (Q6_K lm_head 232 -> 155
+// us at M = 1, 414 -> 207 at 3; Q8_0 lm_head 233 -> 193): their 2-byte aligned blocks cost
+// the register kernel two 2-byte loads a word from global memory, the streamed one 16-byte
+// copies and 2-byte loads from shared memory. Q4_K, whose blocks the register kernel loads
+// as 16-byte words, is as fast or slower streamed below the LM head (qkv 10.6 -> 12.7 us), so
+// Q4_K / Q5_K stay on registers. Q4_0 has Q8_0's 2-byte aligned blocks.
+constexpr int kQgemvStreamDefaultStages = 2;
+constexpr bool qgemv_stream_format(QuantFormat f) {
+  return f == QuantFormat::kQ8_0 || f == QuantFormat::kQ4_0 || f == QuantFormat::kQ6_K;
+}
+
+// Which of the kernels runs a GEMV (CudaKernelChoices -> Gemm, the fused decode path): the
+// tensor-core kernel for K-quants from mma_min_m rows (qgemv_use_mma), else the dp4a kernel,
+// streamed through `stream_stages` ring slots for the qgemv_stream_format formats where the
+// shape allows (0: never).
+struct QgemvChoice {
+  int mma_min_m = kQgemvMmaOff;
+  int stream_stages = 0;
+  void apply(QgemvParams &p) const {
+    p.mma = qgemv_use_mma(p.format, p.M, mma_min_m);
+    p.stream_stages = qgemv_stream_format(p.format) ? stream_stages : 0;
+  }
 };
 
 // Shared memory the kernel stages its input in: M x K int8 and M x K / 32 (scale, sum).
@@ -77,6 +107,16 @@ std::size_t qgemv_smem_bytes(int M, std::int64_t K);
 bool qgemv_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block);
 // True for the formats the tensor-core kernel implements (QgemvParams::mma).
 bool qgemv_mma_supported(QuantFormat f);
+// The streamed dp4a kernel (QgemvParams::stream_stages): at most this many ring slots a warp.
+constexpr int kQgemvMaxStreamStages = 8;
+// Bytes of one ring slot (a chunk: 4,096 weights of a row in format f), and the streamed
+// kernel's shared memory (8 warps' rings, then the staged input).
+std::size_t qgemv_stream_slot_bytes(QuantFormat f);
+std::size_t qgemv_stream_smem_bytes(QuantFormat f, int M, std::int64_t K, int stages);
+// True where the streamed kernel runs the shape: qgemv_supported, 2 <= stages <=
+// kQgemvMaxStreamStages, rows a multiple of 16 bytes (cp.async), and its shared memory fits.
+bool qgemv_stream_supported(QuantFormat f, int M, std::int64_t K, int stages,
+                            std::size_t smem_per_block);
 // The shared memory a block may opt into on the current device: the smem_per_block
 // launch_qgemv checks shapes against, for callers without a CudaContext (device_weight.h).
 std::size_t qgemv_device_smem();

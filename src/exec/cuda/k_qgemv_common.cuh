@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "exec/cuda/k_bf16x8.cuh"
 #include "exec/cuda/k_qgemv.h"
@@ -156,7 +157,52 @@ __device__ __forceinline__ void store_output(const QgemvParams &p, std::int64_t 
   }
 }
 
+// fn(std::integral_constant<QuantFormat, f>{}) for the GGUF format f (nothing for MXFP4, which
+// no integer-dot GEMV takes): one place that turns the run-time format into a kernel's.
+template <typename Fn>
+void dispatch_format(QuantFormat f, Fn &&fn) {
+  switch (f) {
+    case QuantFormat::kQ8_0:
+      return fn(std::integral_constant<QuantFormat, QuantFormat::kQ8_0>{});
+    case QuantFormat::kQ4_0:
+      return fn(std::integral_constant<QuantFormat, QuantFormat::kQ4_0>{});
+    case QuantFormat::kQ4_K:
+      return fn(std::integral_constant<QuantFormat, QuantFormat::kQ4_K>{});
+    case QuantFormat::kQ5_K:
+      return fn(std::integral_constant<QuantFormat, QuantFormat::kQ5_K>{});
+    case QuantFormat::kQ6_K:
+      return fn(std::integral_constant<QuantFormat, QuantFormat::kQ6_K>{});
+    case QuantFormat::kMXFP4:
+      return;
+  }
+}
+// fn(std::integral_constant<int, M>{}) for 1 <= M <= kQgemvMaxM (larger M: kQgemvMaxM).
+template <typename Fn>
+void dispatch_rows(int M, Fn &&fn) {
+  static_assert(kQgemvMaxM == 8);
+  switch (M) {
+    case 1:
+      return fn(std::integral_constant<int, 1>{});
+    case 2:
+      return fn(std::integral_constant<int, 2>{});
+    case 3:
+      return fn(std::integral_constant<int, 3>{});
+    case 4:
+      return fn(std::integral_constant<int, 4>{});
+    case 5:
+      return fn(std::integral_constant<int, 5>{});
+    case 6:
+      return fn(std::integral_constant<int, 6>{});
+    case 7:
+      return fn(std::integral_constant<int, 7>{});
+    default:
+      return fn(std::integral_constant<int, 8>{});
+  }
+}
+
 // The tensor-core kernel (k_qgemv_mma.cu) for a shape launch_qgemv has checked.
 void launch_qgemv_mma(cudaStream_t s, const QgemvParams &p, int num_sms);
+// The streamed dp4a kernel (k_qgemv_stream.cu) for a shape qgemv_stream_supported takes.
+void launch_qgemv_stream(cudaStream_t s, const QgemvParams &p, int num_sms);
 
 }  // namespace keel::cuda::qgemv_detail

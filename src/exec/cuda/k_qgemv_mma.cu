@@ -449,20 +449,7 @@ void launch_f(cudaStream_t s, const QgemvParams &p, int num_sms) {
 }  // namespace
 
 void launch_qgemv_mma(cudaStream_t s, const QgemvParams &p, int num_sms) {
-  switch (p.format) {
-    case QuantFormat::kQ8_0:
-      return launch_f<QuantFormat::kQ8_0>(s, p, num_sms);
-    case QuantFormat::kQ4_0:
-      return launch_f<QuantFormat::kQ4_0>(s, p, num_sms);
-    case QuantFormat::kQ4_K:
-      return launch_f<QuantFormat::kQ4_K>(s, p, num_sms);
-    case QuantFormat::kQ5_K:
-      return launch_f<QuantFormat::kQ5_K>(s, p, num_sms);
-    case QuantFormat::kQ6_K:
-      return launch_f<QuantFormat::kQ6_K>(s, p, num_sms);
-    case QuantFormat::kMXFP4:  // qgemv_mma_supported rejects it
-      break;
-  }
+  dispatch_format(p.format, [&](auto f) { launch_f<decltype(f)::value>(s, p, num_sms); });
 }
 
 }  // namespace keel::cuda::qgemv_detail

@@ -203,7 +203,7 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
       void *yr = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
                        : static_cast<void *>(static_cast<bf16 *>(y) + n0);
       device_weight_gemv(s, range_weight(layout, r, w), x, yr, y_f32, layout.N, static_cast<int>(M),
-                         qgemv_use_mma(r.format, static_cast<int>(M), gemm.qgemv_mma_min_m()));
+                         gemm.qgemv_choice());
       n0 += r.rows;
     }
     return;
