@@ -75,13 +75,15 @@ struct Mxfp4Tile {
     for (int i = 0; i < 5; ++i) words[i] = w[i];
     unsigned e, q[4];
     mxfp4::split_block(words, (at & 3) * 8, e, q);
-    float v[32];
-    mxfp4::decode_block(q, v);
-    const float hs = mxfp4::e8m0_half(e);
+    // Straight to bf16 pairs (byte permutes, one bf16x2 multiply a pair): the kernel is bound
+    // by its instructions (ncu, bench/RESULTS.md), and the float decode spent an
+    // integer-to-float conversion, a multiply and half a pack a value.
+    unsigned v[16];
+    mxfp4::decode_block_bf16(q, e, v);
 #pragma unroll
-    for (int i = 0; i < 32; ++i) v[i] = __fmul_rn(v[i], hs);
-#pragma unroll
-    for (int g = 0; g < 4; ++g) store8(out + 8 * g, v + 8 * g);
+    for (int g = 0; g < 4; ++g)
+      *reinterpret_cast<uint4 *>(out + 8 * g) =
+          make_uint4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]);
   }
 };
 
