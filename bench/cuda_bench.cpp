@@ -30,6 +30,7 @@
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
 //     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off]
 //     [--moe-lowbit-gemm on|off] (off: low-bit experts dequantized to bf16 for the grouped GEMM)
+//     [--moe-gguf-qgemv on|off] (on: GGUF experts' slot GEMVs on the integer-dot GEMV)
 //     [--moe-gemm-rows 0|16|32|64] (the grouped GEMM's row tile; 0 picks it by the step)
 //     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
 //     reads: k of E per token, the expected distinct experts of n tokens)
@@ -726,10 +727,11 @@ int run(int argc, char **argv) {
   int layers = 0;  // --layers N: a MoE shape with fewer layers
   int moe_gemv_max = cuda::CudaRunnerOptions{}.kernels.moe_gemv_max_tokens;
   int moe_lowbit_gemv_max = cuda::CudaRunnerOptions{}.kernels.moe_lowbit_gemv_max_tokens;
-  bool moe_grouped = true;           // --moe-grouped on|off: the experts' grouped GEMM for prefill
-  int context = 0;                   // --context N: GLM-5's long-context decode (DSA vs dense)
-  std::string attention = "both";    // --attention both|dsa|dense (with --context)
-  bool moe_lowbit_gemm = true;       // --moe-lowbit-gemm on|off: low-bit tiles decoded in the GEMM
+  bool moe_grouped = true;         // --moe-grouped on|off: the experts' grouped GEMM for prefill
+  int context = 0;                 // --context N: GLM-5's long-context decode (DSA vs dense)
+  std::string attention = "both";  // --attention both|dsa|dense (with --context)
+  bool moe_lowbit_gemm = true;     // --moe-lowbit-gemm on|off: low-bit tiles decoded in the GEMM
+  bool moe_gguf_qgemv = cuda::CudaRunnerOptions{}.kernels.moe_gguf_qgemv;  // --moe-gguf-qgemv
   int moe_gemm_rows = 0;             // --moe-gemm-rows 0|16|32|64: the grouped GEMM's row tile
   std::string experts_fmt = "auto";  // --experts auto|mxfp4|bf16: routed experts, random weights
   for (int i = 1; i < argc; ++i) {
@@ -811,6 +813,8 @@ int run(int argc, char **argv) {
       moe_grouped = val() == "on";
     else if (a == "--moe-lowbit-gemm")
       moe_lowbit_gemm = val() == "on";
+    else if (a == "--moe-gguf-qgemv")
+      moe_gguf_qgemv = val() == "on";
     else if (a == "--moe-gemm-rows")
       moe_gemm_rows = std::stoi(val());
     else if (a == "--experts")
@@ -854,6 +858,7 @@ int run(int argc, char **argv) {
   o.kernels.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
   o.kernels.moe_grouped_gemm = moe_grouped;
   o.kernels.moe_lowbit_gemm = moe_lowbit_gemm;
+  o.kernels.moe_gguf_qgemv = moe_gguf_qgemv;
   o.kernels.moe_gemm_rows = moe_gemm_rows;
   if (context > 0) {
     if (attention != "both" && attention != "dsa" && attention != "dense")

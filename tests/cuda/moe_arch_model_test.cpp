@@ -210,6 +210,8 @@ struct ArchCase {
   // experts kept FP8 the same way.
   DType dtype = DType::kBF16;
   bool gguf = false;  // a GGUF file (qwen3_moe's stacked experts; MXFP4 as type 39)
+  // GGUF experts' slot GEMVs on the integer-dot GEMV (CudaKernelChoices::moe_gguf_qgemv)
+  bool gguf_qgemv = false;
 };
 class CudaMoeArchVsCpu : public ::testing::TestWithParam<ArchCase> {};
 INSTANTIATE_TEST_SUITE_P(
@@ -227,6 +229,7 @@ INSTANTIATE_TEST_SUITE_P(
         ArchCase{"qwen3_moe", 64, "qwen3_moe_fp8_mixed", DType::kF8_E4M3},
         ArchCase{"qwen3_moe", 0, "qwen3_moe_fp8_gemm_only", DType::kF8_E4M3},
         ArchCase{"qwen3_moe", 64, "qwen3_moe_q8_0_gguf_mixed", DType::kQ8_0, true},
+        ArchCase{"qwen3_moe", 64, "qwen3_moe_q8_0_gguf_qgemv_mixed", DType::kQ8_0, true, true},
         ArchCase{"qwen3_moe", 0, "qwen3_moe_q4_0_gguf_gemm_only", DType::kQ4_0, true}),
     [](const auto &info) { return std::string(info.param.name); });
 
@@ -251,6 +254,7 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
   // GGUF blocks stay so on the device only when asked (kAuto keeps what fits as bf16).
   const bool gguf_blocks = ac.dtype == DType::kQ8_0 || ac.dtype == DType::kQ4_0;
   if (gguf_blocks) go.quantized_weights = QuantizedWeights::kOn;
+  go.kernels.moe_gguf_qgemv = ac.gguf_qgemv;
   auto gpu = CudaModelRunner::open(o.out, cctx, go);
   ExecContext xctx(2);
   auto cpu = cpu::CpuModelRunner::open(o.out, xctx, {512, 16});

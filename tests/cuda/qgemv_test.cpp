@@ -322,6 +322,95 @@ TEST_P(Qgemv, StreamedAgreesWithTheRegisterKernel) {
   }
 }
 
+// Expert slots (QgemvParams::expert_ids, the MoE decode's routed experts): slot s runs expert
+// ids[s] on input row s / slots_per_x into output row s, and equals the GEMV of that expert
+// alone bit for bit (the same kernel arithmetic a row); an id outside [0, experts) gives a
+// zero row. Register and streamed kernels, f32 and bf16 out, output rows wider than N.
+TEST_P(Qgemv, ExpertSlotsEqualThePerExpertGemv) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(53);
+  const QuantFormat f = *device_quant_format(GetParam());
+  constexpr int E = 3, S = 6, kPerX = 2;
+  const std::vector<std::int32_t> ids = {1, 2, -1, 0, 2, 3};  // 3: past the experts
+  for (const std::int64_t K : {std::int64_t{512}, std::int64_t{4096}}) {
+    const std::int64_t N = 40, ldy = 48;
+    const std::int64_t bytes =
+        static_cast<std::int64_t>(quant_block_bytes(f)) * N * (K / quant_block_elems(f));
+    const std::int64_t stride = (bytes + 15) / 16 * 16;
+    std::vector<std::uint8_t> w(std::size_t(E * stride));
+    for (int e = 0; e < E; ++e) {
+      const QuantMatrix q = make_quant(GetParam(), N, K, rng);
+      std::copy(q.bytes.begin(), q.bytes.end(), w.begin() + e * stride);
+    }
+    const auto x = test::random_bf16_values(std::size_t(S / kPerX) * K, rng, -2.0f, 2.0f);
+    const DeviceBuffer dw = upload(ctx, w), dx = upload(ctx, to_bf16(x)), di = upload(ctx, ids);
+    for (const bool f32 : {true, false})
+      for (const int stages : {0, kQgemvStreamDefaultStages}) {
+        SCOPED_TRACE("K " + std::to_string(K) + (f32 ? " f32" : " bf16") + " stages " +
+                     std::to_string(stages));
+        const std::size_t esize = f32 ? 4 : 2;
+        DeviceBuffer y(S * ldy * esize), one(N * esize);
+        test::poison(ctx, y);
+        QgemvParams p;
+        p.format = f;
+        p.w = dw.data();
+        p.N = N;
+        p.K = K;
+        p.M = 1;
+        p.x = dx.as<bf16>();
+        p.out = f32 ? GemvOut::kF32 : GemvOut::kBf16;
+        p.y = y.data();
+        p.ldy = ldy;
+        p.stream_stages = stages;
+        p.expert_ids = di.as<std::int32_t>();
+        p.expert_stride = stride;
+        p.experts = E;
+        p.slots = S;
+        p.slots_per_x = kPerX;
+        launch_qgemv(ctx.compute(), p, ctx.num_sms());
+        const auto got = download<std::uint8_t>(ctx, y, S * ldy * esize);
+        for (int sl = 0; sl < S; ++sl) {
+          std::vector<std::uint8_t> want(N * esize, 0);  // zeros for an unknown expert
+          if (ids[sl] >= 0 && ids[sl] < E) {
+            QgemvParams q = p;
+            q.w = dw.as<std::uint8_t>() + ids[sl] * stride;
+            q.x = dx.as<bf16>() + (sl / kPerX) * K;
+            q.y = one.data();
+            q.ldy = 0;
+            q.expert_ids = nullptr;
+            launch_qgemv(ctx.compute(), q, ctx.num_sms());
+            want = download<std::uint8_t>(ctx, one, N * esize);
+          }
+          const std::vector<std::uint8_t> row(got.begin() + sl * ldy * esize,
+                                              got.begin() + (sl * ldy + N) * esize);
+          EXPECT_EQ(row, want) << "slot " << sl;
+        }
+      }
+  }
+  // What the expert slots refuse: M > 1, pdl, the tensor-core kernel, a misaligned stride.
+  QgemvParams p;
+  p.format = f;
+  p.N = 8;
+  p.K = 512;
+  p.M = 2;
+  const DeviceBuffer dw(4096), dx(4096), dy(4096), di(64);
+  p.w = dw.data();
+  p.x = dx.as<bf16>();
+  p.y = dy.data();
+  p.out = GemvOut::kF32;
+  p.expert_ids = di.as<std::int32_t>();
+  p.expert_stride = 1024;
+  p.experts = 1;
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  p.M = 1;
+  p.pdl = true;
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+  p.pdl = false;
+  p.expert_stride = 1000;
+  EXPECT_THROW(launch_qgemv(ctx.compute(), p, ctx.num_sms()), Error);
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, Qgemv,
                          ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
                                            DType::kQ6_K),

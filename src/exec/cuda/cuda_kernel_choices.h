@@ -52,6 +52,11 @@ struct CudaKernelChoices {
   // false: low-bit experts above the GEMV bound are dequantized to a bf16 scratch and run
   // the bf16 grouped GEMM, as before the low-bit GEMM existed (cuda_bench's comparison).
   bool moe_lowbit_gemm = true;
+  // GGUF routed experts' slot GEMVs (decode steps up to the GEMV bound) on the integer-dot
+  // GEMV's expert slots (k_qgemv.h, QgemvParams::expert_ids) instead of the float slot GEMV
+  // (k_quant.h, ~6 instructions a weight). Off until measured: written in session 25 after
+  // the device time ran out (cuda_bench --moe-gguf-qgemv on, scripts/device/s25d_h200.sh).
+  bool moe_gguf_qgemv = false;
   // Kernel variants of the fused GEMV, for cuda_bench's comparisons only
   // (FusedGemvParams::mma and max_waves): -1 / 0 are the kernels' own choices.
   int fused_gemv_mma = -1;

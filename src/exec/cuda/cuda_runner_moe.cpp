@@ -42,6 +42,7 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   // Low-bit experts decoded inside the grouped GEMM where every sparse layer's shapes and
   // formats allow it (the layers share formats and strides: checking each is cheap).
   moe_lowbit_gemm_ = expert_format_.low_bit() && moe_grouped_ && opts.kernels.moe_lowbit_gemm;
+  moe_gguf_qgemv_ = opts.kernels.moe_gguf_qgemv;
   for (std::int64_t l = 0; l < config_.num_layers && moe_lowbit_gemm_; ++l) {
     if (!m.sparse(l)) continue;
     const Layer &L = layers_[static_cast<std::size_t>(l)];
@@ -277,9 +278,10 @@ void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
   // sums so the activation sees them unrounded (as the bf16 gather-GEMV's epilogue does);
   // then the down rows against the slot's activation, bf16 like the bf16 path's output.
   launch_expert_slot_gemv(s, layer_experts(L, false), normed_.as<bf16>(), H, k, ids, S, gu, true,
-                          2 * Ie);
+                          2 * Ie, moe_gguf_qgemv_);
   launch_moe_slot_act(s, gu, Ie, ids, S, ea, act);
-  launch_expert_slot_gemv(s, layer_experts(L, true), act, Ie, 1, ids, S, out, false, H);
+  launch_expert_slot_gemv(s, layer_experts(L, true), act, Ie, 1, ids, S, out, false, H,
+                          moe_gguf_qgemv_);
   profiler_.mark(s, StepProfiler::kGemm);
   launch_moe_combine(s, out, ids, moe_weights_.as<float>(), T, k, H, nullptr,
                      MoeGroupLayout{E, S, S}, proj_.as<bf16>(), ea.down_bias);

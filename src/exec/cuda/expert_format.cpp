@@ -101,7 +101,7 @@ std::string ExpertFormat::name(ExpertMatrix which) const { return shape_of(*this
 
 void launch_expert_slot_gemv(StreamRef s, const StackedExperts &W, const bf16 *x, std::int64_t ldx,
                              int slots_per_x, const std::int32_t *ids, int slots, void *y,
-                             bool y_f32, std::int64_t ldy) {
+                             bool y_f32, std::int64_t ldy, bool gguf_qgemv) {
   std::int64_t row0 = 0;  // part p's outputs start at column row0 of y
   for (int p = 0; p < W.num_parts; ++p) {
     const DeviceWeight &w = W.parts[p];
@@ -113,8 +113,32 @@ void launch_expert_slot_gemv(StreamRef s, const StackedExperts &W, const bf16 *x
                                   slots, yp, y_f32, ldy, w.rows, w.cols);
         break;
       case WeightFormat::kGguf:
-        launch_gemv_quant_experts(s, w.blocks, x, ldx, slots_per_x, w.data, w.expert_stride,
-                                  W.experts, ids, slots, yp, y_f32, ldy, w.rows, w.cols);
+        // The integer-dot GEMV's expert slots (k_qgemv.h) where asked and it takes the shape:
+        // the float GEMV (k_quant.h) spends ~6 instructions a weight.
+        if (gguf_qgemv && qgemv_supported(w.blocks, 1, w.cols, qgemv_device_smem()) &&
+            slots <= 65535 && w.expert_stride % 16 == 0) {
+          QgemvParams q;
+          q.format = w.blocks;
+          q.w = w.data;
+          q.N = w.rows;
+          q.K = w.cols;
+          q.M = 1;
+          q.x = x;
+          q.ldx = ldx;
+          q.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
+          q.y = yp;
+          q.ldy = ldy;
+          q.stream_stages = qgemv_stream_format(w.blocks) ? kQgemvStreamDefaultStages : 0;
+          q.expert_ids = ids;
+          q.expert_stride = static_cast<std::int64_t>(w.expert_stride);
+          q.experts = W.experts;
+          q.slots = slots;
+          q.slots_per_x = slots_per_x;
+          launch_qgemv(s, q, 0);
+        } else {
+          launch_gemv_quant_experts(s, w.blocks, x, ldx, slots_per_x, w.data, w.expert_stride,
+                                    W.experts, ids, slots, yp, y_f32, ldy, w.rows, w.cols);
+        }
         break;
       case WeightFormat::kFp8:
         launch_gemv_fp8_experts(s, fp8_of(w, W.experts), x, ldx, slots_per_x, ids, slots, yp, y_f32,

@@ -35,7 +35,8 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
   const std::int64_t ldy = p.ldy > 0 ? p.ldy : rows;
   const std::int64_t units = K / T::kElems * T::kUnits;
   const std::size_t row_bytes = static_cast<std::size_t>(K / T::kElems) * T::kBytes;
-  const auto *w = static_cast<const std::uint8_t *>(p.w);
+  const SlotView sv = slot_view(p);
+  const std::uint8_t *w = sv.w;
   const std::int64_t first = std::int64_t(blockIdx.x) * kWarps + warp;
   const std::int64_t stride = std::int64_t(gridDim.x) * kWarps;
   // Chunk q + 1's loads are issued before chunk q's dot products, so a warp's loads stay in
@@ -54,11 +55,12 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
     for (int i = 0; i < kUnroll; ++i)
       if (u0 + 32 * i < units) dst[i] = T::load(wr, u0 + 32 * i);
   };
+  if (!sv.valid) return zero_slot(p, sv, first, stride);
   typename T::Raw cur[kUnroll], nxt[kUnroll];
   if (total > 0) load_chunk(At{}, cur);
   wait_for_previous_kernel();
   allow_next_kernel();
-  stage_input<F, M>(p, xq, xds, red);
+  stage_input<F, M>(p, xq, xds, red, sv.x_off);
   __syncthreads();
   const Staged x{xq, xds, static_cast<int>(K), static_cast<int>(K / 32)};
   float acc[M], gate[M];
@@ -77,7 +79,7 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
     const At done = at;
     at = next;
     advance(next);
-    finish_chunk<M>(p, seq, done, first + done.row * stride, ldy, acc, gate);
+    finish_chunk<M>(p, seq, done, sv.y_off + first + done.row * stride, ldy, acc, gate);
   }
 }
 
@@ -130,7 +132,11 @@ void launch_qgemv(StreamRef s_ref, const QgemvParams &p, int num_sms) {
       reinterpret_cast<std::uintptr_t>(p.w) % 16 != 0 ||
       (p.in == GemvIn::kBf16 && (!p.x || reinterpret_cast<std::uintptr_t>(p.x) % 16 != 0 ||
                                  (p.ldx > 0 && (p.ldx < p.K || p.ldx % 8 != 0)))) ||
-      (p.in == GemvIn::kRmsNorm && (!p.residual || !p.norm_weight)))
+      (p.in == GemvIn::kRmsNorm && (!p.residual || !p.norm_weight)) ||
+      (p.expert_ids &&
+       (p.M != 1 || p.in != GemvIn::kBf16 || (p.out != GemvOut::kF32 && p.out != GemvOut::kBf16) ||
+        p.pdl || p.mma || p.slots < 1 || p.slots > 65535 || p.slots_per_x < 1 || p.experts < 1 ||
+        p.expert_stride % 16 != 0)))
     throw Error(ErrorCode::kInvalidArgument, "qgemv: unsupported shape M=" + std::to_string(p.M) +
                                                  " N=" + std::to_string(p.N) +
                                                  " K=" + std::to_string(p.K));

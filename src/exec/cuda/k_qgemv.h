@@ -72,6 +72,13 @@ struct QgemvParams {
   // shared memory (k_qgemv_stream.cu) where qgemv_stream_supported holds; 0 (or a shape it
   // does not take): the register kernel. Not under `mma`.
   int stream_stages = 0;
+  // Expert slots (the MoE decode's routed experts, k_moe.h): when set, M = 1, in kBf16, out
+  // kF32 / kBf16, no pdl; blockIdx.y = slot s < slots runs expert expert_ids[s]'s weights (at
+  // w + expert_ids[s] * expert_stride bytes) on input row s / slots_per_x (rows ldx apart)
+  // into output row s (ldy apart); an id outside [0, experts) gives a zero row.
+  const std::int32_t *expert_ids = nullptr;
+  std::int64_t expert_stride = 0;
+  int experts = 0, slots = 1, slots_per_x = 1;
 };
 
 // The runner's ring depth for the streamed dp4a kernel, and the formats it streams. Measured

@@ -102,6 +102,31 @@ __device__ __forceinline__ void finish_chunk(const QgemvParams &p, const ChunkSe
   for (int m = 0; m < M; ++m) acc[m] = 0.0f;
 }
 
+// The block's weights, input row and output row: p's own, or its expert slot's
+// (QgemvParams::expert_ids; blockIdx.y = the slot). `valid` is false for an expert id outside
+// [0, experts): the slot's outputs are zeros.
+struct SlotView {
+  const std::uint8_t *w;
+  std::int64_t x_off, y_off;
+  bool valid;
+};
+__device__ __forceinline__ SlotView slot_view(const QgemvParams &p) {
+  const auto *w = static_cast<const std::uint8_t *>(p.w);
+  if (!p.expert_ids) return {w, 0, 0, true};
+  const int s = static_cast<int>(blockIdx.y);
+  const int e = p.expert_ids[s];
+  const bool valid = e >= 0 && e < p.experts;
+  const std::int64_t ldx = p.ldx > 0 ? p.ldx : p.K;
+  return {w + (valid ? e * p.expert_stride : 0), std::int64_t(s / p.slots_per_x) * ldx,
+          std::int64_t(s) * (p.ldy > 0 ? p.ldy : p.N), valid};
+}
+// An invalid slot's rows (those of this warp: first, first + stride, ...): zeros.
+__device__ __forceinline__ void zero_slot(const QgemvParams &p, const SlotView &v,
+                                          std::int64_t first, std::int64_t stride) {
+  if (threadIdx.x % 32 != 0) return;
+  for (std::int64_t n = first; n < p.N; n += stride) store_output(p, v.y_off + n, 0.0f, 0.0f);
+}
+
 // The staged input: xq [M][K] int8, then xds [M][K / 32] (scale d, d x the sum of the
 // 32 int8 codes).
 // The staged int8 input of one row is unit-major, not in element order: a lane reads its
@@ -377,7 +402,8 @@ struct QDot<QuantFormat::kQ6_K> {
 // Stages the M input rows as int8 blocks of 32 (all threads of the block). Values are the
 // bf16 the unfused path would feed the GEMM (a norm rounded as launch_add_rmsnorm does).
 template <QuantFormat F, int M>
-__device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, float (*red)[M]) {
+__device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, float (*red)[M],
+                            std::int64_t x_off = 0) {
   const std::int64_t K = p.K, kv = K / 8;
   const int kb = static_cast<int>(K / 32);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -433,7 +459,7 @@ __device__ void stage_input(const QgemvParams &p, std::int8_t *xq, float2 *xds, 
           for (int e = 0; e < 8; ++e)
             v[e] = __bfloat162float(__float2bfloat16(r[e] * inv[m] * wf[e]));
         } else {
-          bf16x8_to_float(reinterpret_cast<const uint4 *>(p.x + m * ldx)[j], v);
+          bf16x8_to_float(reinterpret_cast<const uint4 *>(p.x + x_off + m * ldx)[j], v);
         }
       }
       const Q8Lane q8 = quantize_q8_lane(v);
@@ -473,8 +499,11 @@ inline void launch_persistent(void (*kernel)(QgemvParams), std::size_t smem, cud
   }
   const int waves = p.max_waves > 0 ? p.max_waves : kWaves;
   const std::int64_t fit = std::int64_t(std::max(per_sm, 1)) * std::max(num_sms, 1) * waves;
-  launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(std::min(need, fit))), dim3(kThreads), smem,
-                   s, p.pdl, p);
+  // Expert slots share the one wave: a slot a grid row.
+  const int slots = p.expert_ids ? p.slots : 1;
+  const std::int64_t fit_x = std::max<std::int64_t>(1, fit / slots);
+  launch_maybe_pdl(kernel, dim3(static_cast<unsigned>(std::min(need, fit_x)), slots),
+                   dim3(kThreads), smem, s, p.pdl, p);
 }
 
 }  // namespace keel::cuda::qgemv_detail

@@ -70,7 +70,8 @@ __global__ void __launch_bounds__(kThreads) qgemv_stream_kernel(const QgemvParam
   const std::int64_t units = K / T::kElems * T::kUnits;
   const std::int64_t row_bytes = unit_bytes<F>(units);
   const std::int64_t slot_bytes = unit_bytes<F>(ChunkSeq::kPerChunk);
-  const auto *w = static_cast<const std::uint8_t *>(p.w);
+  const SlotView sv = slot_view(p);
+  const std::uint8_t *w = sv.w;
   // Shared memory: the warps' rings (16-byte multiples), then the staged input.
   auto *ring = reinterpret_cast<std::uint8_t *>(smem_raw) + warp * stages * slot_bytes;
   auto *xq = reinterpret_cast<std::int8_t *>(smem_raw) + kWarps * stages * slot_bytes;
@@ -94,6 +95,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_stream_kernel(const QgemvParam
     }
     cp_async_commit();
   };
+  if (!sv.valid) return zero_slot(p, sv, first, stride);
   ChunkPos ahead;
   for (int i = 0; i < stages - 1; ++i) {
     issue(ahead, i, i < seq.total);
@@ -101,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_stream_kernel(const QgemvParam
   }
   wait_for_previous_kernel();
   allow_next_kernel();
-  stage_input<F, M>(p, xq, xds, red);
+  stage_input<F, M>(p, xq, xds, red, sv.x_off);
   __syncthreads();
   const Staged x{xq, xds, static_cast<int>(K), static_cast<int>(K / 32)};
   float acc[M], gate[M];
@@ -129,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) qgemv_stream_kernel(const QgemvParam
     slot = slot + 1 == stages ? 0 : slot + 1;
     const ChunkPos done = at;
     seq.advance(at);
-    finish_chunk<M>(p, seq, done, first + done.row * stride, ldy, acc, gate);
+    finish_chunk<M>(p, seq, done, sv.y_off + first + done.row * stride, ldy, acc, gate);
   }
   cp_async_wait<0>();  // no copy outlives the block (the groups past the end are empty)
 }
