@@ -5,7 +5,10 @@
 # Qwen3-30B-A3B-shaped Q4_K_M GGUF of 8 layers decoded at 1 / 4 seqs, kept quantized, with
 # the expert slots on (`--moe-gguf-qgemv on`) and off (the float slot GEMV, the default).
 #   here:  KEEL_DEVCARRY=.devcarry-s25d scripts/device/package.sh build-cuda \
-#            tests/keel_test_cuda bench/cuda_bench keel   (xz -9: the binaries share a lot)
+#            tests/keel_test_cuda bench/cuda_bench bench/cuda_qgemv_bench keel
+#          (pack with xz -9: the binaries share most of their bytes; -6 gave 57 MB, -9e 29 MB)
+# Last, Q4_K on the streamed GEMV against the register kernel (session 25 measured it slower on
+# an H100; on an H200, which needs more bytes in flight, it may not be).
 #   carry: .devcarry-s25d
 set -uo pipefail
 carry=.devcarry-s25d; out=${OUT:-/tmp/o}; budget=${BUDGET:-570}
@@ -32,5 +35,9 @@ for i in 1 2; do
     grep -E 'decode' "$r/q3_${on}_$i.log" | head -4
   done
 done
+stamp "k_qgemv alone, q4_k M = 1 / 2: register vs streamed (2 / 3 slots)"
+timeout "$(cap 60)" "$B/cuda_qgemv_bench" --formats q4_k --m 1,2 --waves 0 --kernels dp4a,dp4s \
+  --stages 2,3 >"$r/qgemv_q4k.log" 2>&1; echo "exit $?"
+grep -E '^\||^#' "$r/qgemv_q4k.log"
 tar -czf "$out/s25d.tgz" -C "$out" r 2>/dev/null
 stamp "done"
