@@ -9,6 +9,8 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "engine/engine_api.h"
 #include "registry/model_text.h"
@@ -93,6 +95,10 @@ class ScriptEngine final : public EngineApi {
       cv_.wait_for(l, step_, [&] { return stop_; });
       if (stop_) break;
       ++steps_;
+      // The step's events are made under the lock and delivered after it: a sink may
+      // submit (a push_back into live_, which invalidates every iterator of a deque), so
+      // no iterator may live across an unlocked sink call.
+      std::vector<std::pair<EventSink, RequestEvent>> out;
       for (auto it = live_.begin(); it != live_.end();) {
         RequestEvent e;
         e.id = it->req.id;
@@ -103,16 +109,12 @@ class ScriptEngine final : public EngineApi {
           if (it->req.sampling.logprobs >= 0) e.sampled_logprobs.push_back({e.tokens[0], -0.5f});
           if (++it->emitted >= it->req.sampling.max_tokens) e.finish = FinishReason::kLength;
         }
-        auto sink = it->sink;
-        const bool done = e.finish.has_value();
-        if (done)
-          it = live_.erase(it);
-        else
-          ++it;
-        l.unlock();
-        sink(e);
-        l.lock();
+        out.emplace_back(it->sink, e);
+        it = e.finish.has_value() ? live_.erase(it) : std::next(it);
       }
+      l.unlock();
+      for (auto &[sink, e] : out) sink(e);
+      l.lock();
     }
     for (auto &lv : live_) {
       RequestEvent e;
