@@ -278,10 +278,10 @@ void CudaModelRunner::launch_moe_lowbit_slots(const Layer &L, std::int32_t T,
   // sums so the activation sees them unrounded (as the bf16 gather-GEMV's epilogue does);
   // then the down rows against the slot's activation, bf16 like the bf16 path's output.
   launch_expert_slot_gemv(s, layer_experts(L, false), normed_.as<bf16>(), H, k, ids, S, gu, true,
-                          2 * Ie, moe_gguf_qgemv_);
+                          2 * Ie, moe_gguf_qgemv_ ? &qgemv_choice_ : nullptr);
   launch_moe_slot_act(s, gu, Ie, ids, S, ea, act);
   launch_expert_slot_gemv(s, layer_experts(L, true), act, Ie, 1, ids, S, out, false, H,
-                          moe_gguf_qgemv_);
+                          moe_gguf_qgemv_ ? &qgemv_choice_ : nullptr);
   profiler_.mark(s, StepProfiler::kGemm);
   launch_moe_combine(s, out, ids, moe_weights_.as<float>(), T, k, H, nullptr,
                      MoeGroupLayout{E, S, S}, proj_.as<bf16>(), ea.down_bias);

@@ -101,7 +101,7 @@ std::string ExpertFormat::name(ExpertMatrix which) const { return shape_of(*this
 
 void launch_expert_slot_gemv(StreamRef s, const StackedExperts &W, const bf16 *x, std::int64_t ldx,
                              int slots_per_x, const std::int32_t *ids, int slots, void *y,
-                             bool y_f32, std::int64_t ldy, bool gguf_qgemv) {
+                             bool y_f32, std::int64_t ldy, const QgemvChoice *gguf_qgemv) {
   std::int64_t row0 = 0;  // part p's outputs start at column row0 of y
   for (int p = 0; p < W.num_parts; ++p) {
     const DeviceWeight &w = W.parts[p];
@@ -128,7 +128,8 @@ void launch_expert_slot_gemv(StreamRef s, const StackedExperts &W, const bf16 *x
           q.out = y_f32 ? GemvOut::kF32 : GemvOut::kBf16;
           q.y = yp;
           q.ldy = ldy;
-          q.stream_stages = qgemv_stream_format(w.blocks) ? kQgemvStreamDefaultStages : 0;
+          gguf_qgemv->apply(q);
+          q.mma = false;  // expert slots run the dp4a kernels only
           q.expert_ids = ids;
           q.expert_stride = static_cast<std::int64_t>(w.expert_stride);
           q.experts = W.experts;

@@ -60,11 +60,12 @@ ExpertFormat bf16_experts(const ModelConfig &config);
 // Slot i < slots: y[i, :] (rows ldy apart; f32 when y_f32, else bf16) = x[i / slots_per_x,
 // :] (rows ldx apart) . W[ids[i]]^T over all of W's rows, ids on the device (a fixed launch
 // shape, so graphs capture it). Low-bit W only: bf16 experts run k_moe.h's gather-GEMVs.
-// gguf_qgemv: GGUF blocks on the integer-dot GEMV's expert slots (k_qgemv.h) where it takes
-// the shape (CudaKernelChoices::moe_gguf_qgemv), else on k_quant.h's float slot GEMV.
+// gguf_qgemv (CudaKernelChoices::moe_gguf_qgemv: the runner's QgemvChoice, or null): GGUF
+// blocks on the integer-dot GEMV's expert slots (k_qgemv.h), streamed as that choice says,
+// where it takes the shape; else (and when null) on k_quant.h's float slot GEMV.
 void launch_expert_slot_gemv(StreamRef s, const StackedExperts &W, const bf16 *x, std::int64_t ldx,
                              int slots_per_x, const std::int32_t *ids, int slots, void *y,
-                             bool y_f32, std::int64_t ldy, bool gguf_qgemv = false);
+                             bool y_f32, std::int64_t ldy, const QgemvChoice *gguf_qgemv = nullptr);
 
 // For g < *n_active (on the device), e = active[g]: W[e] in bf16 to dst + e * rows * cols
 // (the stacked bf16 tensor's layout), equal to the CPU's dequantization rounded once.

@@ -21,4 +21,27 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+// The same for a run-time n (0..7; a larger n waits as 7 does): a ring whose depth is a launch
+// parameter.
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n) {
+    case 0:
+      return cp_async_wait<0>();
+    case 1:
+      return cp_async_wait<1>();
+    case 2:
+      return cp_async_wait<2>();
+    case 3:
+      return cp_async_wait<3>();
+    case 4:
+      return cp_async_wait<4>();
+    case 5:
+      return cp_async_wait<5>();
+    case 6:
+      return cp_async_wait<6>();
+    default:
+      return cp_async_wait<7>();
+  }
+}
+
 }  // namespace keel::cuda::async_copy

@@ -45,9 +45,7 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
   // overlaps both.
   const ChunkSeq seq(units, rows, first, stride, swiglu);
   const std::int64_t per_chunk = ChunkSeq::kPerChunk, total = seq.total;
-  using At = ChunkPos;
-  auto advance = [&](At &a) { seq.advance(a); };
-  auto load_chunk = [&](const At &a, typename T::Raw(&dst)[kUnroll]) {
+  auto load_chunk = [&](const ChunkPos &a, typename T::Raw(&dst)[kUnroll]) {
     const std::int64_t n = first + a.row * stride + a.part * rows;
     const std::uint8_t *wr = w + static_cast<std::size_t>(n) * row_bytes;
     const std::int64_t u0 = lane + a.c * per_chunk;
@@ -57,7 +55,7 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
   };
   if (!sv.valid) return zero_slot(p, sv, first, stride);
   typename T::Raw cur[kUnroll], nxt[kUnroll];
-  if (total > 0) load_chunk(At{}, cur);
+  if (total > 0) load_chunk(ChunkPos{}, cur);
   wait_for_previous_kernel();
   allow_next_kernel();
   stage_input<F, M>(p, xq, xds, red, sv.x_off);
@@ -66,8 +64,8 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
   float acc[M], gate[M];
 #pragma unroll
   for (int m = 0; m < M; ++m) acc[m] = gate[m] = 0.0f;
-  At at, next;
-  advance(next);
+  ChunkPos at, next;
+  seq.advance(next);
   for (std::int64_t q = 0; q < total; ++q) {
     if (q + 1 < total) load_chunk(next, nxt);
     const std::int64_t u0 = lane + at.c * per_chunk;
@@ -76,9 +74,9 @@ __device__ __forceinline__ void qgemv_body(const QgemvParams &p) {
       if (u0 + 32 * i < units) T::template dot<M>(cur[i], u0 + 32 * i, x, acc);
 #pragma unroll
     for (int i = 0; i < kUnroll; ++i) cur[i] = nxt[i];
-    const At done = at;
+    const ChunkPos done = at;
     at = next;
-    advance(next);
+    seq.advance(next);
     finish_chunk<M>(p, seq, done, sv.y_off + first + done.row * stride, ldy, acc, gate);
   }
 }

@@ -34,28 +34,6 @@ __device__ __forceinline__ std::int64_t unit_bytes(std::int64_t units) {
   return units / T::kUnits * T::kBytes;
 }
 
-// Waits until at most n of this thread's committed copy groups are in flight (n < 8).
-__device__ __forceinline__ void cp_async_wait_upto(int n) {
-  switch (n) {
-    case 0:
-      return cp_async_wait<0>();
-    case 1:
-      return cp_async_wait<1>();
-    case 2:
-      return cp_async_wait<2>();
-    case 3:
-      return cp_async_wait<3>();
-    case 4:
-      return cp_async_wait<4>();
-    case 5:
-      return cp_async_wait<5>();
-    case 6:
-      return cp_async_wait<6>();
-    default:
-      return cp_async_wait<7>();
-  }
-}
-
 template <QuantFormat F, int M>
 __global__ void __launch_bounds__(kThreads) qgemv_stream_kernel(const QgemvParams p) {
   using T = QDot<F>;
