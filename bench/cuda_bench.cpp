@@ -13,6 +13,8 @@
 //     N ring slots a warp in shared memory; 0: its register kernel)
 //     [--qgemm-max-m N]   (GGUF blocks kept quantized: steps of 9..N rows on the integer
 //     tensor-core GEMM, k_qgemm.h; 0: dequantize + cuBLASLt past 8 rows)
+//     [--qgemm-bf16 on|off]   (those steps' K-quants on the dequantizing bf16 GEMM, or the
+//     integer one)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
 //     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
@@ -710,6 +712,7 @@ int run(int argc, char **argv) {
   int fused_mma = -1, fused_waves = 0;  // --fused-mma 0|1, --fused-waves N: kernel variants
   int qgemv_mma_min_m = cuda::CudaRunnerOptions{}.kernels.qgemv_mma_min_m;  // --qgemv-mma-min-m N
   int qgemm_max_m = cuda::CudaRunnerOptions{}.kernels.qgemm_max_m;          // --qgemm-max-m N
+  bool qgemm_bf16 = cuda::CudaRunnerOptions{}.kernels.qgemm_bf16;           // --qgemm-bf16
   int qgemv_stream_stages = cuda::CudaRunnerOptions{}.kernels.qgemv_stream_stages;
   bool dsa_mma = cuda::CudaRunnerOptions{}.kernels.dsa_scores_mma;         // --dsa-mma on|off
   bool mla_chunks = cuda::CudaRunnerOptions{}.kernels.mla_prefill_chunks;  // --mla-prefill
@@ -791,6 +794,8 @@ int run(int argc, char **argv) {
       qgemv_stream_stages = std::stoi(val());
     } else if (a == "--qgemm-max-m") {
       qgemm_max_m = std::stoi(val());
+    } else if (a == "--qgemm-bf16") {
+      qgemm_bf16 = choice("on", "off") == "on";
     } else if (a == "--max-splits") {
       split_cap = std::stoi(val());
     } else if (a == "--pdl") {
@@ -849,6 +854,7 @@ int run(int argc, char **argv) {
   o.kernels.fused_gemv_waves = fused_waves;
   o.kernels.qgemv_mma_min_m = qgemv_mma_min_m;
   o.kernels.qgemm_max_m = qgemm_max_m;
+  o.kernels.qgemm_bf16 = qgemm_bf16;
   o.kernels.qgemv_stream_stages = qgemv_stream_stages;
   o.kernels.dsa_scores_mma = dsa_mma;
   o.kernels.mla_prefill_chunks = mla_chunks;
@@ -924,7 +930,7 @@ int run(int argc, char **argv) {
       "# %s on %s: weights %.2f GB (%s), KV blocks %d, set up in %.1f s, graphs %s, GEMV for "
       "M <= %d, fused decode for M <= %d, PDL %s, attention splits cap %d, linear weights %s, "
       "quantized GEMV on tensor cores from M = %d, streamed through %d slots, quantized GEMM "
-      "up to M = %d, device "
+      "up to M = %d (%s), device "
       "features %s\n",
       model.c_str(), ctx.device_name().c_str(), weight_bytes / 1e9,
       weights.empty() ? (o.random_experts_mxfp4 ? "random, experts mxfp4" : "random bf16")
@@ -933,7 +939,7 @@ int run(int argc, char **argv) {
       gemv_max_m, bench.runner().fused_decode_max_m(),
       pdl && ctx.features().programmatic_launch ? "on" : "off", split_cap,
       bench.runner().weight_format().c_str(), qgemv_mma_min_m, qgemv_stream_stages, qgemm_max_m,
-      ctx.features().describe().c_str());
+      qgemm_bf16 ? "bf16 MMA for K-quants" : "int8 MMA", ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

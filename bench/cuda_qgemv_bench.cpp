@@ -5,14 +5,17 @@
 // in --stages; or the tensor cores: QgemvParams::mma) by grid cap (QgemvParams::max_waves; the
 // waves column holds dp4s's ring depth instead). M > 8, the paths
 // run_linear chooses between: `gemm` the integer tensor-core GEMM (k_qgemm.h, its input
-// quantization included; the waves column is QgemmParams::k_groups, 0 its own choice), `deq`
+// quantization included; the waves column is QgemmParams::k_groups, 0 its own choice), `gemm16`
+// the dequantizing bf16 tensor-core GEMM for K-quants (launch_qgemm_bf16; the waves column is
+// QgemmBf16Params::splits from --splits, 0 its own choice, its reduce launch included), `deq`
 // dequantize to bf16 + cuBLASLt (what run_linear did past 8 rows), `bf16` cuBLASLt over a bf16
 // copy of the weight (what the model costs dequantized at load; timed once per shape, with the
 // first format). The weights are rotated over enough copies (>= 400 MB) that no launch reads
 // from L2.
 //
 //   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8,16,32,64,128,256] [--waves 0,1,2]
-//     [--k-groups 0,2,4] [--stages 2,3,4,6] [--norm on|off] [--kernels dp4a,dp4s,mma,gemm,deq,bf16]
+//     [--k-groups 0,2,4] [--stages 2,3,4,6] [--splits 0,1,4,8] [--norm on|off]
+//     [--kernels dp4a,dp4s,mma,gemm,gemm16,deq,bf16]
 //     [--shapes qkv,o_proj,gate_up,down,lm_head]   (one launch per shape for ncu, say)
 //     (--norm on: the GEMVs' input is RMSNorm of an f32 residual row, as the fused decode path
 //     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap. M > 8 reads bf16
@@ -81,7 +84,7 @@ double copy_bandwidth(cuda::StreamRef s) {
 int run(int argc, char **argv) {
   std::vector<std::string> formats = {"q4_k", "q6_k", "q8_0"};
   std::vector<int> ms = {1, 2, 4, 8, 16, 32, 64, 128, 256}, waves = {0, 1, 2}, k_groups = {0, 2, 4},
-                   stages = {2, 3, 4, 6};
+                   stages = {2, 3, 4, 6}, splits = {0};
   std::vector<std::string> kernels = {"dp4a", "mma", "gemm", "deq", "bf16"};
   std::vector<std::string> shape_names = {"qkv", "o_proj", "gate_up", "down", "lm_head"};
   bool norm = true;
@@ -97,6 +100,8 @@ int run(int argc, char **argv) {
       waves = bench::int_list(v);
     else if (a == "--stages")
       stages = bench::int_list(v);
+    else if (a == "--splits")
+      splits = bench::int_list(v);
     else if (a == "--k-groups")
       k_groups = bench::int_list(v);
     else if (a == "--norm")
@@ -121,9 +126,10 @@ int run(int argc, char **argv) {
       "# k_qgemv on %s, copy bandwidth %.2f TB/s, input %s; median of 30 spans of 8 launches\n",
       ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
   for (const std::string &k : kernels)
-    if (k != "dp4a" && k != "dp4s" && k != "mma" && k != "gemm" && k != "deq" && k != "bf16")
+    if (k != "dp4a" && k != "dp4s" && k != "mma" && k != "gemm" && k != "gemm16" && k != "deq" &&
+        k != "bf16")
       throw Error(ErrorCode::kInvalidArgument,
-                  "--kernels: dp4a, dp4s, mma, gemm, deq or bf16, not " + k);
+                  "--kernels: dp4a, dp4s, mma, gemm, gemm16, deq or bf16, not " + k);
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::Gemm gemm(ctx);
   std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
@@ -144,7 +150,9 @@ int run(int argc, char **argv) {
       cuda::DeviceBuffer w(stride * copies), x(rows_max * sh.K * 2), res(std::size_t(8) * sh.K * 4),
           nw(std::size_t(sh.K) * 2), y(rows_max * sh.N * 4),
           staged(cuda::qgemm_input_bytes(static_cast<int>(rows_max), sh.K)),
-          dq(std::size_t(sh.N) * sh.K * 2);
+          dq(std::size_t(sh.N) * sh.K * 2),
+          ws(std::max<std::size_t>(
+              16, cuda::qgemm_bf16_workspace_bytes(static_cast<int>(rows_max), sh.N)));
       // Small random values everywhere: the blocks' f16 scales stay finite.
       cuda::launch_fill_uniform(s, w.as<cuda::bf16>(), std::int64_t(stride / 2) * copies, 7, -0.05f,
                                 0.05f);
@@ -170,10 +178,12 @@ int run(int argc, char **argv) {
         for (const std::string &kern : kernels) {
           const bool gemv = kern == "dp4a" || kern == "dp4s" || kern == "mma";
           if (gemv != (M <= cuda::kQgemvMaxM) || (kern == "bf16" && !time_bf16)) continue;
-          const std::vector<int> &variants = kern == "gemm"   ? k_groups
-                                             : kern == "dp4s" ? stages
-                                             : gemv           ? waves
-                                                              : std::vector<int>{0};
+          if (kern == "gemm16" && !cuda::qgemm_bf16_supported(f, M, sh.K)) continue;
+          const std::vector<int> &variants = kern == "gemm"     ? k_groups
+                                             : kern == "gemm16" ? splits
+                                             : kern == "dp4s"   ? stages
+                                             : gemv             ? waves
+                                                                : std::vector<int>{0};
           for (const int wv : variants) {
             if (kern == "dp4s" &&
                 !cuda::qgemv_stream_supported(f, M, sh.K, wv, ctx.features().smem_per_block)) {
@@ -193,6 +203,22 @@ int run(int argc, char **argv) {
                 cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
                 gemm.run(s, cuda::GemmType::kBF16, yt, x.data(), dq.data(), y.data(), M, sh.N,
                          sh.K);
+                return;
+              }
+              if (kern == "gemm16") {
+                cuda::QgemmBf16Params p;
+                p.format = f;
+                p.w = wr;
+                p.N = sh.N;
+                p.K = sh.K;
+                p.M = M;
+                p.x = x.as<cuda::bf16>();
+                p.y_f32 = y_f32;
+                p.y = y.data();
+                p.workspace = ws.data();
+                p.workspace_bytes = ws.bytes();
+                p.splits = wv;
+                cuda::launch_qgemm_bf16(s, p, ctx.num_sms());
                 return;
               }
               if (kern == "gemm") {

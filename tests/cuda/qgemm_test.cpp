@@ -122,6 +122,114 @@ INSTANTIATE_TEST_SUITE_P(Formats, Qgemm,
                                            DType::kQ6_K),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
+// y = x W^T through launch_qgemm_bf16 with `splits` (0: its choice) and a workspace for any.
+std::vector<float> run_qgemm_bf16(CudaContext &ctx, QuantFormat f, const DeviceBuffer &w,
+                                  const DeviceBuffer &x, int M, std::int64_t N, std::int64_t K,
+                                  bool y_f32, int splits) {
+  DeviceBuffer y(std::size_t(M) * N * (y_f32 ? 4 : 2));
+  test::poison(ctx, y);
+  DeviceBuffer ws(std::max<std::size_t>(16, std::size_t(16) * M * N * 4));
+  test::poison(ctx, ws);
+  QgemmBf16Params p;
+  p.format = f;
+  p.w = w.data();
+  p.N = N;
+  p.K = K;
+  p.M = M;
+  p.x = x.as<bf16>();
+  p.y_f32 = y_f32;
+  p.y = y.data();
+  p.workspace = ws.data();
+  p.workspace_bytes = ws.bytes();
+  p.splits = splits;
+  launch_qgemm_bf16(ctx.compute(), p, ctx.num_sms());
+  if (y_f32) return download<float>(ctx, y, std::size_t(M) * N);
+  return from_bf16(download<std::uint16_t>(ctx, y, std::size_t(M) * N));
+}
+
+// The dequantizing bf16 GEMM (launch_qgemm_bf16): the K-quants at the same M as the integer one
+// (a partial column tile, several 64-column blocks, a last block of a few columns), N past a
+// 128-row block and below one, K of one super-block, nine (Q6_K's odd super-blocks 2 bytes off
+// a 4-byte boundary) and 14,336, bf16 and f32 out, one split, three and the launch's own choice,
+// against the double-precision reference. Its error is the weights' bf16 rounding (value, scale
+// and min each rounded: ~3e-3 of the output's norm), so the bound is tighter than the integer
+// GEMM's; the splits' f32 sums differ in order only.
+class QgemmBf16 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QgemmBf16, MatchesFloatReference) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  std::mt19937 rng(59);
+  const DType t = GetParam();
+  const QuantFormat f = *device_quant_format(t);
+  for (const auto &[N, K] :
+       std::vector<std::array<std::int64_t, 2>>{{77, 256}, {300, 2304}, {131, 14336}}) {
+    const QuantMatrix w = make_quant(t, N, K, rng);
+    const DeviceBuffer d_w = upload(ctx, w.bytes);
+    for (int M : {9, 16, 33, 64, 200}) {
+      if (K == 14336 && M > 64) continue;  // the reference's time
+      const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
+      std::vector<float> want(std::size_t(M) * N);
+      for (int m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) {
+          double acc = 0;
+          for (std::int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * w.values[n * K + k];
+          want[m * N + n] = static_cast<float>(acc);
+        }
+      const DeviceBuffer d_x = upload(ctx, to_bf16(x));
+      for (bool y_f32 : {true, false}) {
+        std::vector<std::vector<float>> got;
+        for (int splits : {1, 3, 0}) {
+          SCOPED_TRACE(std::string(dtype_name(t)) + " M " + std::to_string(M) + " N " +
+                       std::to_string(N) + " K " + std::to_string(K) + (y_f32 ? " f32" : " bf16") +
+                       " splits " + std::to_string(splits));
+          got.push_back(run_qgemm_bf16(ctx, f, d_w, d_x, M, N, K, y_f32, splits));
+          const double e = rel_err(got.back(), want);
+          std::printf(
+              "qgemm_bf16 %s M %3d N %3lld K %5lld %s splits %d: rel err %.3g, max |d| %.3g\n",
+              std::string(dtype_name(t)).c_str(), M, static_cast<long long>(N),
+              static_cast<long long>(K), y_f32 ? "f32 " : "bf16", splits, e,
+              max_abs_diff(got.back(), want));
+          EXPECT_LT(e, 1e-2);
+        }
+        // f32 sums of 56 steps in another order: ~1e-5 apart at K = 14,336.
+        for (std::size_t i = 1; i < got.size(); ++i)
+          EXPECT_LT(rel_err(got[i], got[0]), y_f32 ? 5e-5 : 1e-2)
+              << dtype_name(t) << " M " << M << " N " << N << " K " << K;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QgemmBf16,
+                         ::testing::Values(DType::kQ4_K, DType::kQ5_K, DType::kQ6_K),
+                         [](const auto &info) { return std::string(dtype_name(info.param)); });
+
+TEST(QgemmBf16, RejectsWhatItCannotRun) {
+  KEEL_REQUIRE_CUDA_DEVICE();
+  CudaContext ctx;
+  EXPECT_FALSE(qgemm_bf16_supported(QuantFormat::kQ8_0, 16, 256));
+  EXPECT_FALSE(qgemm_bf16_supported(QuantFormat::kMXFP4, 16, 256));
+  EXPECT_FALSE(qgemm_bf16_supported(QuantFormat::kQ4_K, 0, 256));
+  EXPECT_TRUE(qgemm_bf16_supported(QuantFormat::kQ6_K, 64, 14336));
+  DeviceBuffer buf(1 << 16);
+  QgemmBf16Params p;
+  p.format = QuantFormat::kQ4_K;
+  p.w = buf.data();
+  p.x = buf.as<bf16>();
+  p.y = buf.data();
+  p.N = 4;
+  p.K = 320;  // not whole super-blocks
+  p.M = 16;
+  EXPECT_THROW(launch_qgemm_bf16(ctx.compute(), p, ctx.num_sms()), Error);
+  p.K = 256;
+  p.x = buf.as<bf16>() + 4;  // misaligned
+  EXPECT_THROW(launch_qgemm_bf16(ctx.compute(), p, ctx.num_sms()), Error);
+  p.x = buf.as<bf16>();
+  p.format = QuantFormat::kQ4_0;
+  EXPECT_THROW(launch_qgemm_bf16(ctx.compute(), p, ctx.num_sms()), Error);
+}
+
 // The staged input alone: launch_qgemm_quantize_input's codes and (scale, sum) pairs equal a
 // host quantization of the same bf16 rows (ties at .5 aside: |code difference| <= 1), padded
 // rows are zero. Tells a staging bug from a GEMM one.
@@ -186,6 +294,10 @@ TEST(QuantLinear, BatchedRowsTakeTheQuantizedGemm) {
   EXPECT_TRUE(run_linear_uses_qgemm(layout, kQgemvMaxM + 1));
   EXPECT_TRUE(run_linear_uses_qgemm(layout, 256));
   EXPECT_FALSE(run_linear_uses_qgemm(plan_linear({{"w", DType::kQ4_K}}, {48}, K, false), 16));
+  EXPECT_FALSE(run_linear_uses_qgemm_bf16(layout, kQgemvMaxM));
+  EXPECT_TRUE(run_linear_uses_qgemm_bf16(layout, kQgemvMaxM + 1));
+  EXPECT_FALSE(run_linear_uses_qgemm_bf16(plan_linear({{"w", DType::kQ8_0}}, {48}, K, true), 16));
+  gemm.set_qgemm_bf16(false);  // the integer GEMM first
   std::vector<std::uint8_t> bytes = a.bytes;
   bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
   const DeviceBuffer w = upload(ctx, bytes);
@@ -231,6 +343,37 @@ TEST(QuantLinear, BatchedRowsTakeTheQuantizedGemm) {
       std::printf("run_linear M %d %s: GEMM vs dequantize + cuBLASLt rel err %.3g\n", M,
                   y_f32 ? "f32" : "bf16", e);
       EXPECT_LT(e, kBound);
+      // The dequantizing bf16 GEMM (the runner's default for K-quants): bit for bit its
+      // launches per range, with the workspace run_linear grants it (the bf16 weight's size).
+      gemm.set_qgemm_max_m(256);
+      gemm.set_qgemm_bf16(true);
+      DeviceBuffer got16(out), want16(out), ws(layout.bf16_bytes());
+      for (const DeviceBuffer *b : {&got16, &want16}) test::poison(ctx, *b);
+      run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got16.data(), y_f32, M,
+                 scratch.data());
+      n0 = 0;
+      for (const WeightRange &r : layout.ranges) {
+        QgemmBf16Params p;
+        p.format = r.format;
+        p.w = static_cast<const std::byte *>(w.data()) + r.offset;
+        p.N = r.rows;
+        p.K = K;
+        p.M = M;
+        p.x = dx.as<bf16>();
+        p.y_f32 = y_f32;
+        p.y = static_cast<std::byte *>(want16.data()) + n0 * (y_f32 ? 4 : 2);
+        p.ldy = N;
+        p.workspace = ws.data();
+        p.workspace_bytes = ws.bytes();
+        launch_qgemm_bf16(ctx.compute(), p, 0);
+        n0 += r.rows;
+      }
+      EXPECT_EQ(download<std::uint8_t>(ctx, got16, out), download<std::uint8_t>(ctx, want16, out));
+      const double e16 = rel_err(as_float(got16), as_float(deq));
+      std::printf("run_linear M %d %s: bf16 GEMM vs dequantize + cuBLASLt rel err %.3g\n", M,
+                  y_f32 ? "f32" : "bf16", e16);
+      EXPECT_LT(e16, 1e-2);
+      gemm.set_qgemm_bf16(false);
     }
 }
 

@@ -76,6 +76,9 @@ struct CudaKernelChoices {
   // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
   // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).
   int qgemm_max_m = kQgemmDefaultMaxM;
+  // Those steps run K-quant weights on the dequantizing bf16 tensor-core GEMM
+  // (launch_qgemm_bf16) instead of the integer one (false, for A/B measurement).
+  bool qgemm_bf16 = true;
   // Multi-head latent attention: steps of at most this many token rows (decode buckets,
   // verify steps, small prefills) run the split-K tensor-core kernel (k_mla_split.cu);
   // larger steps, and 0 (for A/B measurement and tests), the simple kernel.

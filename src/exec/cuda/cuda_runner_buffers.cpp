@@ -65,6 +65,7 @@ void CudaModelRunner::allocate_buffers(const CudaRunnerOptions &opts) {
   qgemv_choice_ = {opts.kernels.qgemv_mma_min_m, opts.kernels.qgemv_stream_stages};
   gemm_.set_qgemv_choice(qgemv_choice_);
   gemm_.set_qgemm_max_m(opts.kernels.qgemm_max_m);
+  gemm_.set_qgemm_bf16(opts.kernels.qgemm_bf16);
   // The fused path stages M rows of H bf16 in shared memory (and of nh hd and I on the CUDA
   // cores).
   fused_max_m_ = std::clamp(opts.kernels.fused_decode_max_m, 0, kFusedGemvMaxM);

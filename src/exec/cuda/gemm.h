@@ -43,6 +43,10 @@ class Gemm {
   // GEMM (k_qgemm.h) instead of dequantize + cuBLASLt; the default (kQgemmOff) never does.
   void set_qgemm_max_m(int m) { qgemm_max_m_ = m; }
   int qgemm_max_m() const { return qgemm_max_m_; }
+  // Those GEMM steps take the dequantizing bf16 tensor-core GEMM (launch_qgemm_bf16) where
+  // every range is a K-quant, else the integer one.
+  void set_qgemm_bf16(bool on) { qgemm_bf16_ = on; }
+  bool qgemm_bf16() const { return qgemm_bf16_; }
 
  private:
   struct Plan {
@@ -58,6 +62,7 @@ class Gemm {
   int gemv_max_m_ = 0;
   QgemvChoice qgemv_choice_;
   int qgemm_max_m_ = kQgemmOff;
+  bool qgemm_bf16_ = true;
 };
 
 }  // namespace keel::cuda

@@ -115,29 +115,11 @@ struct GemmFmt;
 // 2i, high nibbles 2i + 1 (Q5_K: their fifth bits 2i, 2i + 1 of qh[value]).
 template <bool kQ5>
 struct GemmK4 {
-  static constexpr int kElems = 256, kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
-  struct Raw {
-    uint4 head[2];
-    unsigned qs[2][4][2];
-    unsigned qh[2][2];  // Q5_K only
-  };
+  static constexpr int kElems = 256, kBytes = K4Lane<kQ5>::kBytes;
+  using Raw = K4Lane<kQ5>;
   __device__ static void load(Raw &r, const std::uint8_t *const (&rows)[2], int step, int /*units*/,
                               int t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::uint8_t *b = rows[h] + static_cast<std::size_t>(step) * kBytes;
-      r.head[h] = __ldg(reinterpret_cast<const uint4 *>(b));
-      if constexpr (kQ5)
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-          r.qh[h][k] = __ldg(reinterpret_cast<const unsigned *>(b + 16 + 16 * k + 4 * t));
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-          r.qs[h][i][k] =
-              __ldg(reinterpret_cast<const unsigned *>(b + kQs + 32 * i + 16 * k + 4 * t));
-    }
+    r.load(rows, step, t);
   }
   __device__ static void compute(const Raw &r, const Chunk &x, int jj0, int g, int t, int nts,
                                  int /*units*/, float (&acc)[kNT][4]) {
@@ -149,17 +131,12 @@ struct GemmK4 {
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const unsigned w[4] = {r.qs[0][i][0], r.qs[1][i][0], r.qs[0][i][1], r.qs[1][i][1]};
+      // A words: row g then g + 8, values 4t.. then 16 + 4t.. (k_mma.cuh).
       std::uint32_t lo[4], hi[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        lo[e] = w[e] & 0x0F0F0F0Fu;
-        hi[e] = (w[e] >> 4) & 0x0F0F0F0Fu;
-        if constexpr (kQ5) {
-          const unsigned qh = r.qh[e % 2][e / 2];
-          lo[e] |= ((qh >> (2 * i)) & 0x01010101u) << 4;
-          hi[e] |= ((qh >> (2 * i + 1)) & 0x01010101u) << 4;
-        }
+        lo[e] = r.codes(e % 2, i, e / 2, 0);
+        hi[e] = r.codes(e % 2, i, e / 2, 1);
       }
       float d0[2], m0[2], d1[2], m1[2];
 #pragma unroll

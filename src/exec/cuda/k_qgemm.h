@@ -64,4 +64,40 @@ bool qgemm_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_
 // on a shape qgemm_supported rejects or a misaligned pointer.
 void launch_qgemm(StreamRef s, const QgemmParams &p, int num_sms);
 
+// The dequantizing tensor-core GEMM (k_qgemm_bf16.cu): y[M, N] = x[M, K] W[N, K]^T for the
+// K-quants (Q4_K / Q5_K / Q6_K), reading the bf16 input as it is -- no quantized copy, no
+// second launch for it. A lane decodes its weight codes to bf16 in registers, scale and min
+// folded in (value = d sc q - dmin m per 32 / 16 values, the codes exact in bf16, two bf16
+// roundings past the one a bf16 copy has), and runs them as the A operand of mma.sync m16n8k16
+// bf16 against the input staged in shared memory; a decoded A fragment serves every 8-column
+// tile of the block (up to 8), so the decode's cost falls as M grows, where the integer GEMM
+// scales every product per 32 values. Error: the weights' bf16 rounding (~3e-3 of the output's
+// norm), not the input's int8 rounding. Split-K over blocks where N gives too few: each split
+// writes f32 partial sums to `workspace`, a second launch adds them in split order
+// (deterministic).
+struct QgemmBf16Params {
+  QuantFormat format = QuantFormat::kQ4_K;  // a K-quant
+  const void *w = nullptr;                  // N rows of K in blocks, 16-byte aligned
+  std::int64_t N = 0, K = 0;
+  int M = 0;
+  const bf16 *x = nullptr;  // [M, K], rows ldx apart (0: K), 16-byte aligned, ldx % 8 == 0
+  std::int64_t ldx = 0;
+  bool y_f32 = false;    // y f32, else bf16
+  void *y = nullptr;     // element (m, n) at m * ldy + n
+  std::int64_t ldy = 0;  // 0: N
+  // f32 partial sums of the splits (16-byte aligned); a split count that needs more than
+  // workspace_bytes is lowered to what fits (1: none needed).
+  void *workspace = nullptr;
+  std::size_t workspace_bytes = 0;
+  int splits = 0;  // K splits over blocks; 0: launch_qgemm_bf16's choice (the benchmark's knob)
+};
+
+// True for the K-quants at M >= 1 and K a positive multiple of 256.
+bool qgemm_bf16_supported(QuantFormat f, int M, std::int64_t K);
+// Workspace that lets launch_qgemm_bf16 take any split count it would choose for M x N.
+std::size_t qgemm_bf16_workspace_bytes(int M, std::int64_t N);
+// num_sms: CudaContext::num_sms() (0: the current device's). Throws Error(kInvalidArgument)
+// on an unsupported shape or a misaligned pointer.
+void launch_qgemm_bf16(StreamRef s, const QgemmBf16Params &p, int num_sms);
+
 }  // namespace keel::cuda

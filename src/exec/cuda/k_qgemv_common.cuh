@@ -89,6 +89,42 @@ __device__ __forceinline__ Q8Lane quantize_q8_lane(const float v[8]) {
   return r;
 }
 
+// A Q4_K / Q5_K super-block (144 / 176 bytes, 16-byte aligned) as a lane of the tensor-core
+// GEMMs (k_qgemm.cu, k_qgemm_bf16.cu) holds it for its rows g and g + 8 (h = 0, 1): the head
+// (d, dmin, the 12 scale bytes), qs bytes 32i + 16k + 4t (run i = 0..3, k = 0..1) -- low nibbles
+// values 64i + 16k + 4t..+3 (sub-block 2i), high nibbles the same + 32 (sub-block 2i + 1) -- and
+// for Q5_K qh bytes 16k + 4t, whose bits 2i / 2i + 1 are those values' fifth bits.
+template <bool kQ5>
+struct K4Lane {
+  static constexpr int kBytes = kQ5 ? 176 : 144, kQs = kQ5 ? 48 : 16;
+  uint4 head[2];
+  unsigned qs[2][4][2];
+  unsigned qh[2][2];  // Q5_K only
+  __device__ __forceinline__ void load(const std::uint8_t *const (&rows)[2], int step, int t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t *b = rows[h] + static_cast<std::size_t>(step) * kBytes;
+      head[h] = __ldg(reinterpret_cast<const uint4 *>(b));
+      if constexpr (kQ5)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          qh[h][k] = __ldg(reinterpret_cast<const unsigned *>(b + 16 + 16 * k + 4 * t));
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          qs[h][i][k] =
+              __ldg(reinterpret_cast<const unsigned *>(b + kQs + 32 * i + 16 * k + 4 * t));
+    }
+  }
+  // Row h's codes (0..15, Q5_K 0..31 a byte) of run i, half k, sub-block 2i + hi.
+  __device__ __forceinline__ unsigned codes(int h, int i, int k, int hi) const {
+    unsigned c = hi ? (qs[h][i][k] >> 4) & 0x0F0F0F0Fu : qs[h][i][k] & 0x0F0F0F0Fu;
+    if constexpr (kQ5) c |= ((qh[h][k] >> (2 * i + hi)) & 0x01010101u) << 4;
+    return c;
+  }
+};
+
 // A Q6_K block (210 bytes, 2-byte aligned) as a lane of the tensor-core kernels (k_qgemv_mma.cu,
 // k_qgemm.cu) holds it for its rows g and g + 8 (h = 0, 1): ql bytes 16j + 4t (j = 0..7), qh
 // bytes 128 + 16j + 4t (j = 0..3), the 16 scales and d. Run (n, r, hh) -- values 128n + 32r +
@@ -111,10 +147,14 @@ struct Q6kLane {
       d[h] = ld_u16(b + 208);
     }
   }
-  __device__ __forceinline__ unsigned codes(int h, int n, int r, int hh) const {
+  // The codes as stored (0..63 a byte).
+  __device__ __forceinline__ unsigned ucodes(int h, int n, int r, int hh) const {
     const unsigned wl = ql[h][4 * n + 2 * (r % 2) + hh], wh = qh[h][2 * n + hh];
     const unsigned lo = r < 2 ? wl & 0x0F0F0F0Fu : (wl >> 4) & 0x0F0F0F0Fu;
-    return __vsub4(lo | (((wh >> (2 * r)) & 0x03030303u) << 4), 0x20202020u);
+    return lo | (((wh >> (2 * r)) & 0x03030303u) << 4);
+  }
+  __device__ __forceinline__ unsigned codes(int h, int n, int r, int hh) const {
+    return __vsub4(ucodes(h, n, r, hh), 0x20202020u);
   }
   __device__ __forceinline__ int scale(int h, int n, int r, int hh) const {
     return static_cast<std::int8_t>(byte_of(sc[h][2 * n + r / 2], 2 * (r % 2) + hh));

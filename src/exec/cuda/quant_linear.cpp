@@ -181,6 +181,13 @@ bool run_linear_uses_qgemm(const LinearLayout &layout, std::int64_t M) {
   return true;
 }
 
+bool run_linear_uses_qgemm_bf16(const LinearLayout &layout, std::int64_t M) {
+  if (!layout.quantized() || M <= kQuantGemvMaxM || M > 65535) return false;
+  for (const auto &r : layout.ranges)
+    if (r.fp8 || !qgemm_bf16_supported(r.format, static_cast<int>(M), layout.K)) return false;
+  return true;
+}
+
 std::size_t run_linear_scratch_bytes(const LinearLayout &layout, int max_gemm_rows) {
   std::size_t b = layout.quantized() ? layout.bf16_bytes() : 0;
   if (max_gemm_rows > kQuantGemvMaxM && layout.quantized())
@@ -204,6 +211,31 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
                        : static_cast<void *>(static_cast<bf16 *>(y) + n0);
       device_weight_gemv(s, range_weight(layout, r, w), x, yr, y_f32, layout.N, static_cast<int>(M),
                          gemm.qgemv_choice());
+      n0 += r.rows;
+    }
+    return;
+  }
+  // Batched decode, K-quants: the dequantizing bf16 GEMM per range, on x as it is. Its split-K
+  // partial sums take at most the scratch's bf16 weight size (run_linear_scratch_bytes), which
+  // the launch fits its splits to.
+  if (scratch && M <= gemm.qgemm_max_m() && gemm.qgemm_bf16() &&
+      run_linear_uses_qgemm_bf16(layout, M)) {
+    std::int64_t n0 = 0;
+    for (const auto &r : layout.ranges) {
+      QgemmBf16Params p;
+      p.format = r.format;
+      p.w = static_cast<const std::byte *>(w) + r.offset;
+      p.N = r.rows;
+      p.K = layout.K;
+      p.M = static_cast<int>(M);
+      p.x = x;
+      p.y_f32 = y_f32;
+      p.y = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
+                  : static_cast<void *>(static_cast<bf16 *>(y) + n0);
+      p.ldy = layout.N;
+      p.workspace = scratch;
+      p.workspace_bytes = layout.bf16_bytes();
+      launch_qgemm_bf16(s, p, 0);
       n0 += r.rows;
     }
     return;

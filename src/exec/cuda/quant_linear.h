@@ -70,6 +70,9 @@ std::vector<float> fp8_device_scales(const TensorScale &s, std::int64_t K);
 // Whether run_linear runs M rows of `layout` on the quantized GEMM (k_qgemm.h) when
 // gemm.qgemm_max_m() allows it: every range GGUF blocks qgemm_supported takes, M past the GEMV's.
 bool run_linear_uses_qgemm(const LinearLayout &layout, std::int64_t M);
+// The same for the dequantizing bf16 tensor-core GEMM (launch_qgemm_bf16), which
+// gemm.qgemm_bf16() prefers: every range a K-quant.
+bool run_linear_uses_qgemm_bf16(const LinearLayout &layout, std::int64_t M);
 // The scratch run_linear needs for steps of up to max_gemm_rows rows on the quantized GEMM (and
 // any number on dequantize + cuBLASLt): the larger of the bf16 weight and the GEMM's int8 input.
 std::size_t run_linear_scratch_bytes(const LinearLayout &layout, int max_gemm_rows);
@@ -77,7 +80,9 @@ std::size_t run_linear_scratch_bytes(const LinearLayout &layout, int max_gemm_ro
 // y[M, N] = x[M, K] @ W^T, y bf16 (or f32 when y_f32). Quantized weights with
 // M <= kQuantGemvMaxM take the quantized GEMV, from gemm.qgemv_mma_min_m() rows on its
 // tensor-core kernel for K-quants (qgemv_use_mma); up to gemm.qgemm_max_m() rows the quantized
-// GEMM (run_linear_uses_qgemm: x quantized once into `scratch`, one GEMM per range); larger M
+// GEMM (with gemm.qgemm_bf16() and K-quant ranges the dequantizing bf16 one, its split-K
+// partial sums in `scratch`; else run_linear_uses_qgemm: x quantized once into `scratch`, one
+// GEMM per range); larger M
 // dequantize into `scratch` and run gemm. `scratch`: run_linear_scratch_bytes(layout, M) at
 // least. Like every launcher it takes a StreamRef and checks the owner thread
 // (get("run_linear")) before launching.

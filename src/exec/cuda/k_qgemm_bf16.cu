@@ -1,0 +1,358 @@
+// The dequantizing tensor-core GEMM over K-quant blocks (k_qgemm.h, QgemmBf16Params). A block
+// of 8 warps owns kRows = 128 weight rows (16 a warp) and up to 64 input columns, over the
+// steps (super-blocks of 256 values) of its K split. Per step:
+//   - the input's 256 values of each column are staged in shared memory by cp.async, a ring of
+//     kStages steps (one launch staging of x per block: 128 rows share it);
+//   - each lane holds its rows g and g + 8's bytes of the step (K4Lane / Q6kLane, loaded one
+//     step ahead into registers), turns each 4-code word into two bf16 pairs -- 0x4300 | code
+//     is 128 + code exactly, minus 128 + zero is the code minus the format's zero, exactly --
+//     then one bf16x2 FMA / multiply applies the sub-block's scale (and Q4_K / Q5_K's min);
+//   - the 16 k16 tiles of the step (the lane's values 4t..4t+3 of a 16-value run as the MMA's
+//     slots 2t, 2t + 1, 2t + 8, 2t + 9, and the input read at the same positions: one 8-byte
+//     shared load a column tile) run against every column tile of the block.
+// A decoded A fragment is used NT (2, 4 or 8: the block's column tiles, a template parameter so
+// the shared loads and MMAs of a tile issue without branches) times, so the decode's ~14
+// instructions a tile matter at small M only, where the weights' bytes bound the kernel anyway.
+//
+// Shared memory: kStages x cols x 544 bytes (a column's 512 bytes padded by 32, so the 16 lanes
+// of a half-warp -- 4 columns x 4 offsets 8 bytes apart -- hit distinct banks): 104 KB at 64
+// columns, two blocks an SM.
+//
+// Split-K: where ceil(M / 64) x ceil(N / 128) blocks leave SMs idle (N = 4,096: 32 blocks), the
+// grid's z splits the steps; each split stores f32 partial sums, and a second launch adds them
+// in split order.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "exec/cuda/cuda_check.h"
+#include "exec/cuda/k_cp_async.cuh"
+#include "exec/cuda/k_mma.cuh"
+#include "exec/cuda/k_qgemm.h"
+#include "exec/cuda/k_qgemv.h"
+#include "exec/cuda/k_qgemv_common.cuh"
+
+namespace keel::cuda {
+
+namespace {
+
+using namespace qgemv_detail;
+using async_copy::cp_async16;
+using async_copy::cp_async_commit;
+using async_copy::cp_async_wait;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kCols = 64;                  // columns a block owns, at most (8 column tiles)
+constexpr int kRows = 16 * kWarps;         // weight rows a block owns
+constexpr int kStep = 256;                 // values a step: one super-block
+constexpr int kColBytes = 2 * kStep + 32;  // a staged column, padded (see the top)
+constexpr int kStages = 3;
+constexpr int kMaxSplits = 16;
+// Split counts are bounded for devices of up to this many SMs (qgemm_bf16_workspace_bytes).
+constexpr int kMaxSms = 256;
+
+std::size_t smem_bytes(int cols) { return std::size_t(kStages) * cols * kColBytes; }
+std::int64_t grid_blocks(int M, std::int64_t N) {
+  return std::int64_t((M + kCols - 1) / kCols) * ((N + kRows - 1) / kRows);
+}
+// Enough splits for two blocks an SM, at least two steps a split.
+int wanted_splits(int M, std::int64_t N, std::int64_t K, int num_sms) {
+  const std::int64_t blocks = grid_blocks(M, N), steps = K / kStep;
+  std::int64_t s = (2 * std::int64_t(num_sms) + blocks - 1) / blocks;
+  s = std::min<std::int64_t>({s, kMaxSplits, std::max<std::int64_t>(1, steps / 2)});
+  return static_cast<int>(std::max<std::int64_t>(1, s));
+}
+
+__device__ __forceinline__ unsigned bits_of(__nv_bfloat162 v) {
+  return *reinterpret_cast<const unsigned *>(&v);
+}
+__device__ __forceinline__ __nv_bfloat162 bf162_of(unsigned u) {
+  return *reinterpret_cast<const __nv_bfloat162 *>(&u);
+}
+// Bytes 0, 1 (p01) and 2, 3 (p23) of `codes` (each < 128) as bf16 pairs minus `off` (128 + the
+// format's zero): exact small integers.
+__device__ __forceinline__ void codes_to_bf16(unsigned codes, __nv_bfloat162 off,
+                                              __nv_bfloat162 &p01, __nv_bfloat162 &p23) {
+  p01 = __hsub2(bf162_of(__byte_perm(codes, 0x43434343u, 0x4140)), off);
+  p23 = __hsub2(bf162_of(__byte_perm(codes, 0x43434343u, 0x4342)), off);
+}
+
+// The step's input, staged: column c's values at x + c * kColBytes. Adds the products of a k16
+// tile at `base` (A words a) into the block's NT column tiles (a compile-time count: no branch
+// between the shared loads and the MMAs, so they issue back to back).
+template <int NT>
+__device__ __forceinline__ void tile_products(const std::uint8_t *x, int base, int g, int t,
+                                              const std::uint32_t (&a)[4], float (&acc)[NT][4]) {
+  const std::uint8_t *xb = x + g * kColBytes + (base + 4 * t) * 2;
+  uint2 b[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) b[nt] = *reinterpret_cast<const uint2 *>(xb + nt * 8 * kColBytes);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) mma_bf16(acc[nt], a, b[nt].x, b[nt].y);
+}
+
+template <QuantFormat F>
+struct Bf16Fmt;
+
+// Q4_K / Q5_K: value = d sc q - dmin m per 32-value sub-block.
+template <bool kQ5>
+struct Bf16K4 {
+  using Raw = K4Lane<kQ5>;
+  static constexpr int kBytes = Raw::kBytes;
+  template <int NT>
+  __device__ static void compute(const Raw &r, const std::uint8_t *x, int g, int t,
+                                 float (&acc)[NT][4]) {
+    const __nv_bfloat162 off = __float2bfloat162_rn(128.0f);
+    float d[2], dmin[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      d[h] = f16_bits(r.head[h].x);
+      dmin[h] = f16_bits(r.head[h].x >> 16);
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        __nv_bfloat162 s2[2], m2[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          int sc, mn;
+          k_scale_min(r.head[h], 2 * i + hi, sc, mn);
+          s2[h] = __float2bfloat162_rn(d[h] * static_cast<float>(sc));
+          m2[h] = __float2bfloat162_rn(-dmin[h] * static_cast<float>(mn));
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          std::uint32_t a[4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            __nv_bfloat162 p01, p23;
+            codes_to_bf16(r.codes(h, i, k, hi), off, p01, p23);
+            a[h] = bits_of(__hfma2(p01, s2[h], m2[h]));
+            a[2 + h] = bits_of(__hfma2(p23, s2[h], m2[h]));
+          }
+          tile_products<NT>(x, 64 * i + 32 * hi + 16 * k, g, t, a, acc);
+        }
+      }
+  }
+};
+template <>
+struct Bf16Fmt<QuantFormat::kQ4_K> : Bf16K4<false> {};
+template <>
+struct Bf16Fmt<QuantFormat::kQ5_K> : Bf16K4<true> {};
+
+// Q6_K: value = d sc (q - 32) per 16-value run, one run a k16 tile.
+template <>
+struct Bf16Fmt<QuantFormat::kQ6_K> {
+  using Raw = Q6kLane;
+  static constexpr int kBytes = 210;
+  template <int NT>
+  __device__ static void compute(const Raw &r, const std::uint8_t *x, int g, int t,
+                                 float (&acc)[NT][4]) {
+    const __nv_bfloat162 off = __float2bfloat162_rn(160.0f);
+    const float dh[2] = {f16_bits(r.d[0]), f16_bits(r.d[1])};
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int rr = 0; rr < 4; ++rr)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+          std::uint32_t a[4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const __nv_bfloat162 s2 =
+                __float2bfloat162_rn(dh[h] * static_cast<float>(r.scale(h, n, rr, hh)));
+            __nv_bfloat162 p01, p23;
+            codes_to_bf16(r.ucodes(h, n, rr, hh), off, p01, p23);
+            a[h] = bits_of(__hmul2(p01, s2));
+            a[2 + h] = bits_of(__hmul2(p23, s2));
+          }
+          tile_products<NT>(x, 128 * n + 32 * rr + 16 * hh, g, t, a, acc);
+        }
+  }
+};
+
+// Grid: x = 64-column blocks (fastest: the blocks sharing weight rows run together), y =
+// 128-row blocks, z = K splits of steps_per_split steps. `partials`: null, or f32 [splits][M][N].
+template <QuantFormat F, int NT>
+__global__ void __launch_bounds__(kThreads, 2)
+    qgemm_bf16_kernel(const QgemmBf16Params p, int steps_per_split, float *partials) {
+  using T = Bf16Fmt<F>;
+  constexpr int cols = 8 * NT;
+  extern __shared__ uint4 smem_raw[];
+  auto *smem = reinterpret_cast<std::uint8_t *>(smem_raw);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const int steps = static_cast<int>(p.K / kStep);
+  const int s0 = blockIdx.z * steps_per_split, n = min(steps, s0 + steps_per_split) - s0;
+  const int m0 = blockIdx.x * kCols;
+  const int mcols = min(p.M - m0, cols);
+  const std::int64_t row0 = std::int64_t(blockIdx.y) * kRows + warp * 16 + g;
+  const std::size_t row_bytes = static_cast<std::size_t>(steps) * T::kBytes;
+  const auto *w = static_cast<const std::uint8_t *>(p.w);
+  // Rows past N read row 0 (their outputs are never stored).
+  const std::uint8_t *const rows[2] = {
+      w + static_cast<std::size_t>(row0 < p.N ? row0 : 0) * row_bytes,
+      w + static_cast<std::size_t>(row0 + 8 < p.N ? row0 + 8 : 0) * row_bytes};
+  const std::int64_t ldx = p.ldx > 0 ? p.ldx : p.K;
+  const int stage_bytes = cols * kColBytes;
+  // Step s's values of the block's columns into ring slot `buf`; columns past M are zeros.
+  auto stage = [&](int s, int buf) {
+    std::uint8_t *dst = smem + buf * stage_bytes;
+    const bf16 *src = p.x + std::int64_t(m0) * ldx + std::int64_t(s) * kStep;
+    for (int i = threadIdx.x; i < cols * 32; i += kThreads) {
+      const int c = i / 32, j = i % 32;
+      if (c < mcols)
+        cp_async16(dst + c * kColBytes + 16 * j, src + c * ldx + 8 * j);
+      else
+        *reinterpret_cast<uint4 *>(dst + c * kColBytes + 16 * j) = make_uint4(0, 0, 0, 0);
+    }
+  };
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
+      // One commit group a ring slot, empty past the split's last step, so wait<kStages - 2>
+      // always means "step i has landed".
+#pragma unroll
+  for (int k = 0; k < kStages - 1; ++k) {
+    if (k < n) stage(s0 + k, k);
+    cp_async_commit();
+  }
+  typename T::Raw cur, nxt;
+  cur.load(rows, s0, t);
+  for (int i = 0; i < n; ++i) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // step i staged by every thread; slot (i - 1) % kStages read by all
+    if (i + kStages - 1 < n) stage(s0 + i + kStages - 1, (i + kStages - 1) % kStages);
+    cp_async_commit();
+    if (i + 1 < n) nxt.load(rows, s0 + i + 1, t);  // in flight during this step's math
+    T::template compute<NT>(cur, smem + (i % kStages) * stage_bytes, g, t, acc);
+    if (i + 1 < n) cur = nxt;
+  }
+  const std::int64_t ldy = p.ldy > 0 ? p.ldy : p.N;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const std::int64_t row = row0 + 8 * h;
+        const int m = m0 + nt * 8 + 2 * t + e;
+        if (row >= p.N || m >= p.M) continue;
+        const float v = acc[nt][2 * h + e];
+        if (partials)
+          partials[(std::int64_t(blockIdx.z) * p.M + m) * p.N + row] = v;
+        else if (p.y_f32)
+          static_cast<float *>(p.y)[std::int64_t(m) * ldy + row] = v;
+        else
+          static_cast<bf16 *>(p.y)[std::int64_t(m) * ldy + row] = __float2bfloat16(v);
+      }
+  }
+}
+
+// y = the splits' partial sums added in split order.
+__global__ void qgemm_bf16_reduce_kernel(const float *partials, int splits, int M, std::int64_t N,
+                                         void *y, std::int64_t ldy, bool y_f32) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= std::int64_t(M) * N) return;
+  const std::int64_t m = i / N, row = i % N, plane = std::int64_t(M) * N;
+  float v = 0.0f;
+  for (int z = 0; z < splits; ++z) v += partials[z * plane + i];
+  if (y_f32)
+    static_cast<float *>(y)[m * ldy + row] = v;
+  else
+    static_cast<bf16 *>(y)[m * ldy + row] = __float2bfloat16(v);
+}
+
+template <QuantFormat F, int NT>
+void launch_fn(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_per_split,
+               float *partials) {
+  const auto kernel = qgemm_bf16_kernel<F, NT>;
+  // The same value for every launch, so two engines' threads never race over the attribute.
+  KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem_bytes(8 * NT))));
+  const dim3 grid(static_cast<unsigned>((p.M + kCols - 1) / kCols),
+                  static_cast<unsigned>((p.N + kRows - 1) / kRows), static_cast<unsigned>(splits));
+  kernel<<<grid, kThreads, smem_bytes(8 * NT), s>>>(p, steps_per_split, partials);
+}
+
+// Column tiles a block: the fewest of 2, 4, 8 that covers M (64 columns past 32 rows).
+template <QuantFormat F>
+void launch_f(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_per_split,
+              float *partials) {
+  if (p.M <= 16) return launch_fn<F, 2>(s, p, splits, steps_per_split, partials);
+  if (p.M <= 32) return launch_fn<F, 4>(s, p, splits, steps_per_split, partials);
+  launch_fn<F, 8>(s, p, splits, steps_per_split, partials);
+}
+
+bool k_quant(QuantFormat f) {
+  return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
+}
+
+}  // namespace
+
+bool qgemm_bf16_supported(QuantFormat f, int M, std::int64_t K) {
+  return k_quant(f) && M >= 1 && M <= 65535 && K > 0 && K % kStep == 0 &&
+         K <= (std::int64_t(1) << 24) && smem_bytes(kCols) <= qgemv_device_smem();
+}
+
+std::size_t qgemm_bf16_workspace_bytes(int M, std::int64_t N) {
+  // wanted_splits' most on any device of up to kMaxSms SMs, for any K.
+  const std::int64_t blocks = grid_blocks(M, N);
+  const std::int64_t s =
+      std::min<std::int64_t>(kMaxSplits, (2 * std::int64_t(kMaxSms) + blocks - 1) / blocks);
+  return s > 1 ? static_cast<std::size_t>(s * M * N) * sizeof(float) : 0;
+}
+
+void launch_qgemm_bf16(StreamRef s_ref, const QgemmBf16Params &p, int num_sms) {
+  const cudaStream_t s = s_ref.get("launch_qgemm_bf16");
+  if (p.N <= 0 || p.M <= 0) return;
+  const std::int64_t ldx = p.ldx > 0 ? p.ldx : p.K;
+  auto misaligned = [](const void *q) { return reinterpret_cast<std::uintptr_t>(q) % 16 != 0; };
+  if (!qgemm_bf16_supported(p.format, p.M, p.K) || ldx < p.K || ldx % 8 != 0 ||
+      (p.ldy > 0 && p.ldy < p.N) || !p.w || !p.x || !p.y || misaligned(p.w) || misaligned(p.x) ||
+      (p.workspace && misaligned(p.workspace)) || p.splits < 0 || (p.N + kRows - 1) / kRows > 65535)
+    throw Error(ErrorCode::kInvalidArgument,
+                "qgemm_bf16: unsupported shape M=" + std::to_string(p.M) +
+                    " N=" + std::to_string(p.N) + " K=" + std::to_string(p.K));
+  if (num_sms <= 0) {
+    int device = 0;
+    KEEL_CUDA_CHECK(cudaGetDevice(&device));
+    KEEL_CUDA_CHECK(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  }
+  const int steps = static_cast<int>(p.K / kStep);
+  int splits = p.splits > 0 ? std::min(p.splits, steps) : wanted_splits(p.M, p.N, p.K, num_sms);
+  const std::size_t plane = static_cast<std::size_t>(p.M) * p.N * sizeof(float);
+  if (!p.workspace) splits = 1;
+  while (splits > 1 && std::size_t(splits) * plane > p.workspace_bytes) --splits;
+  const int per = (steps + splits - 1) / splits;
+  splits = (steps + per - 1) / per;  // no empty split
+  float *partials = splits > 1 ? static_cast<float *>(p.workspace) : nullptr;
+  switch (p.format) {
+    case QuantFormat::kQ4_K:
+      launch_f<QuantFormat::kQ4_K>(s, p, splits, per, partials);
+      break;
+    case QuantFormat::kQ5_K:
+      launch_f<QuantFormat::kQ5_K>(s, p, splits, per, partials);
+      break;
+    case QuantFormat::kQ6_K:
+      launch_f<QuantFormat::kQ6_K>(s, p, splits, per, partials);
+      break;
+    default:  // rejected above
+      break;
+  }
+  KEEL_CUDA_CHECK_LAUNCH("qgemm_bf16");
+  if (!partials) return;
+  const std::int64_t total = std::int64_t(p.M) * p.N;
+  constexpr int kReduceThreads = 256;
+  qgemm_bf16_reduce_kernel<<<static_cast<unsigned>((total + kReduceThreads - 1) / kReduceThreads),
+                             kReduceThreads, 0, s>>>(partials, splits, p.M, p.N, p.y,
+                                                     p.ldy > 0 ? p.ldy : p.N, p.y_f32);
+  KEEL_CUDA_CHECK_LAUNCH("qgemm_bf16_reduce");
+}
+
+}  // namespace keel::cuda
