@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Session 26, call B (issue 29): the dequantizing bf16 GEMM with its column tiles a template
+# parameter and its weights staged through shared memory by cp.async (`gemm16`) or loaded into
+# registers (`gemm16r`); as before a template
 # parameter (no branch between a tile's shared loads and MMAs): its tests, the GEMMs alone on
 # the 8B shapes, 8B Q4_K_M kept quantized at 16 / 64 seqs with the bf16 GEMM on and off, 8B
 # Q4_K_M served at 64 streams kept quantized and with default flags; then the Qwen3-30B-A3B
@@ -25,8 +27,8 @@ grep -B3 -A12 'Failure' "$r/tests.log" | grep -vE '^\s*$' | head -30
 
 stamp "GEMMs alone, q4_k / q6_k, M = 16 / 32 / 64"
 timeout "$(cap 100)" "$B/cuda_qgemv_bench" --formats q4_k,q6_k --m 16,32,64 \
-  --kernels gemm,gemm16,bf16 --k-groups 0 --splits 0 >"$r/gemm.log" 2>&1; echo "exit $?"
-grep -E '^\|' "$r/gemm.log" | grep -E 'gemm16|bf16 \|' | head -40
+  --kernels gemm,gemm16,gemm16r,bf16 --k-groups 0 --splits 0 >"$r/gemm.log" 2>&1; echo "exit $?"
+grep -E '^\|' "$r/gemm.log" | grep -E 'gemm16|bf16 \|' | head -80
 
 g=/tmp/q4_k_m.gguf
 for on in on off; do

@@ -49,12 +49,13 @@ constexpr int kCols = 64;                  // columns a block owns, at most (8 c
 constexpr int kRows = 16 * kWarps;         // weight rows a block owns
 constexpr int kStep = 256;                 // values a step: one super-block
 constexpr int kColBytes = 2 * kStep + 32;  // a staged column, padded (see the top)
-constexpr int kStages = 3;
+constexpr int kStages = 3;                 // ring slots of the input alone
+// The most shared memory a variant takes: Q6_K, 8 column tiles, weights staged, two slots.
+constexpr std::size_t kSmemMost = 2 * (8 * 8 * kColBytes + kRows * 240);
 constexpr int kMaxSplits = 16;
 // Split counts are bounded for devices of up to this many SMs (qgemm_bf16_workspace_bytes).
 constexpr int kMaxSms = 256;
 
-std::size_t smem_bytes(int cols) { return std::size_t(kStages) * cols * kColBytes; }
 std::int64_t grid_blocks(int M, std::int64_t N) {
   return std::int64_t((M + kCols - 1) / kCols) * ((N + kRows - 1) / kRows);
 }
@@ -102,6 +103,10 @@ template <bool kQ5>
 struct Bf16K4 {
   using Raw = K4Lane<kQ5>;
   static constexpr int kBytes = Raw::kBytes;
+  // Staged weights: a row's step is its own 16-byte aligned block.
+  static constexpr int kWindow = kBytes, kWStride = kBytes;
+  __device__ static std::size_t window_start(int s) { return std::size_t(s) * kBytes; }
+  __device__ static int window_offset(int /*s*/) { return 0; }
   template <int NT>
   __device__ static void compute(const Raw &r, const std::uint8_t *x, int g, int t,
                                  float (&acc)[NT][4]) {
@@ -149,6 +154,14 @@ template <>
 struct Bf16Fmt<QuantFormat::kQ6_K> {
   using Raw = Q6kLane;
   static constexpr int kBytes = 210;
+  // Staged weights (rows 16-byte aligned: K a multiple of 2,048): the 16-byte aligned window of
+  // 224 bytes around a block (it starts 2s % 16 bytes in, and ends at or before the row's end),
+  // rows 240 bytes apart in shared memory (60 words: lanes g = 0..7 on distinct banks).
+  static constexpr int kWindow = 224, kWStride = 240;
+  __device__ static std::size_t window_start(int s) {
+    return std::size_t(s) * kBytes & ~std::size_t(15);
+  }
+  __device__ static int window_offset(int s) { return (s * kBytes) & 15; }
   template <int NT>
   __device__ static void compute(const Raw &r, const std::uint8_t *x, int g, int t,
                                  float (&acc)[NT][4]) {
@@ -175,13 +188,32 @@ struct Bf16Fmt<QuantFormat::kQ6_K> {
   }
 };
 
+bool weights_stageable(QuantFormat f, std::int64_t K);
+
+// Shared memory a ring slot: the input's columns, then (kStagedW) the block's weight rows.
+template <QuantFormat F, int NT, bool kStagedW>
+constexpr int slot_bytes() {
+  return 8 * NT * kColBytes + (kStagedW ? kRows * Bf16Fmt<F>::kWStride : 0);
+}
+// Ring slots: as many as fit two blocks an SM (~110 KB each), 2..4; 3 for the input alone.
+template <QuantFormat F, int NT, bool kStagedW>
+constexpr int ring_slots() {
+  if (!kStagedW) return kStages;
+  const int fit = 110 * 1024 / slot_bytes<F, NT, kStagedW>();
+  return fit < 2 ? 2 : fit > 4 ? 4 : fit;
+}
+
 // Grid: x = 64-column blocks (fastest: the blocks sharing weight rows run together), y =
 // 128-row blocks, z = K splits of steps_per_split steps. `partials`: null, or f32 [splits][M][N].
-template <QuantFormat F, int NT>
+// kStagedW: the weights too go through the ring by cp.async (deep copies in flight without
+// registers), each lane reading its bytes from shared memory; else each lane loads its bytes of
+// the next step into registers during this step's math.
+template <QuantFormat F, int NT, bool kStagedW>
 __global__ void __launch_bounds__(kThreads, 2)
     qgemm_bf16_kernel(const QgemmBf16Params p, int steps_per_split, float *partials) {
   using T = Bf16Fmt<F>;
   constexpr int cols = 8 * NT;
+  constexpr int kSlots = ring_slots<F, NT, kStagedW>();
   extern __shared__ uint4 smem_raw[];
   auto *smem = reinterpret_cast<std::uint8_t *>(smem_raw);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
@@ -197,8 +229,10 @@ __global__ void __launch_bounds__(kThreads, 2)
       w + static_cast<std::size_t>(row0 < p.N ? row0 : 0) * row_bytes,
       w + static_cast<std::size_t>(row0 + 8 < p.N ? row0 + 8 : 0) * row_bytes};
   const std::int64_t ldx = p.ldx > 0 ? p.ldx : p.K;
-  const int stage_bytes = cols * kColBytes;
+  constexpr int stage_bytes = slot_bytes<F, NT, kStagedW>();
+  const std::int64_t block_row0 = std::int64_t(blockIdx.y) * kRows;
   // Step s's values of the block's columns into ring slot `buf`; columns past M are zeros.
+  // kStagedW: then the step's window of each of the block's rows (rows past N: row 0's).
   auto stage = [&](int s, int buf) {
     std::uint8_t *dst = smem + buf * stage_bytes;
     const bf16 *src = p.x + std::int64_t(m0) * ldx + std::int64_t(s) * kStep;
@@ -209,29 +243,55 @@ __global__ void __launch_bounds__(kThreads, 2)
       else
         *reinterpret_cast<uint4 *>(dst + c * kColBytes + 16 * j) = make_uint4(0, 0, 0, 0);
     }
+    if constexpr (kStagedW) {
+      constexpr int kChunks = T::kWindow / 16;
+      std::uint8_t *wd = dst + cols * kColBytes;
+      const std::size_t at = T::window_start(s);
+      for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+        const int rr = i / kChunks, c = i % kChunks;
+        const std::int64_t row = block_row0 + rr < p.N ? block_row0 + rr : 0;
+        cp_async16(wd + rr * T::kWStride + 16 * c, w + std::size_t(row) * row_bytes + at + 16 * c);
+      }
+    }
   };
   float acc[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-      // One commit group a ring slot, empty past the split's last step, so wait<kStages - 2>
+      // One commit group a ring slot, empty past the split's last step, so wait<kSlots - 2>
       // always means "step i has landed".
 #pragma unroll
-  for (int k = 0; k < kStages - 1; ++k) {
+  for (int k = 0; k < kSlots - 1; ++k) {
     if (k < n) stage(s0 + k, k);
     cp_async_commit();
   }
-  typename T::Raw cur, nxt;
-  cur.load(rows, s0, t);
-  for (int i = 0; i < n; ++i) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // step i staged by every thread; slot (i - 1) % kStages read by all
-    if (i + kStages - 1 < n) stage(s0 + i + kStages - 1, (i + kStages - 1) % kStages);
-    cp_async_commit();
-    if (i + 1 < n) nxt.load(rows, s0 + i + 1, t);  // in flight during this step's math
-    T::template compute<NT>(cur, smem + (i % kStages) * stage_bytes, g, t, acc);
-    if (i + 1 < n) cur = nxt;
+  if constexpr (kStagedW) {
+    for (int i = 0; i < n; ++i) {
+      cp_async_wait<kSlots - 2>();
+      __syncthreads();  // step i staged by every thread; slot (i - 1) % kSlots read by all
+      if (i + kSlots - 1 < n) stage(s0 + i + kSlots - 1, (i + kSlots - 1) % kSlots);
+      cp_async_commit();
+      const std::uint8_t *slot = smem + (i % kSlots) * stage_bytes;
+      const std::uint8_t *wr = slot + cols * kColBytes + T::window_offset(s0 + i);
+      const std::uint8_t *const srows[2] = {wr + (warp * 16 + g) * T::kWStride,
+                                            wr + (warp * 16 + g + 8) * T::kWStride};
+      typename T::Raw raw;
+      raw.load_shared(srows, t);
+      T::template compute<NT>(raw, slot, g, t, acc);
+    }
+  } else {
+    typename T::Raw cur, nxt;
+    cur.load(rows, s0, t);
+    for (int i = 0; i < n; ++i) {
+      cp_async_wait<kSlots - 2>();
+      __syncthreads();  // step i staged by every thread; slot (i - 1) % kSlots read by all
+      if (i + kSlots - 1 < n) stage(s0 + i + kSlots - 1, (i + kSlots - 1) % kSlots);
+      cp_async_commit();
+      if (i + 1 < n) nxt.load(rows, s0 + i + 1, t);  // in flight during this step's math
+      T::template compute<NT>(cur, smem + (i % kSlots) * stage_bytes, g, t, acc);
+      if (i + 1 < n) cur = nxt;
+    }
   }
   const std::int64_t ldy = p.ldy > 0 ? p.ldy : p.N;
 #pragma unroll
@@ -268,16 +328,26 @@ __global__ void qgemm_bf16_reduce_kernel(const float *partials, int splits, int 
     static_cast<bf16 *>(y)[m * ldy + row] = __float2bfloat16(v);
 }
 
+template <QuantFormat F, int NT, bool kStagedW>
+void launch_fns(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_per_split,
+                float *partials) {
+  const auto kernel = qgemm_bf16_kernel<F, NT, kStagedW>;
+  constexpr int smem = ring_slots<F, NT, kStagedW>() * slot_bytes<F, NT, kStagedW>();
+  // The same value for every launch, so two engines' threads never race over the attribute.
+  KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  const dim3 grid(static_cast<unsigned>((p.M + kCols - 1) / kCols),
+                  static_cast<unsigned>((p.N + kRows - 1) / kRows), static_cast<unsigned>(splits));
+  kernel<<<grid, kThreads, smem, s>>>(p, steps_per_split, partials);
+}
+
+// Weights staged through shared memory where the rows allow it (Q6_K: K a multiple of 2,048)
+// and p.stage_weights asks for it.
 template <QuantFormat F, int NT>
 void launch_fn(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_per_split,
                float *partials) {
-  const auto kernel = qgemm_bf16_kernel<F, NT>;
-  // The same value for every launch, so two engines' threads never race over the attribute.
-  KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem_bytes(8 * NT))));
-  const dim3 grid(static_cast<unsigned>((p.M + kCols - 1) / kCols),
-                  static_cast<unsigned>((p.N + kRows - 1) / kRows), static_cast<unsigned>(splits));
-  kernel<<<grid, kThreads, smem_bytes(8 * NT), s>>>(p, steps_per_split, partials);
+  if (p.stage_weights && weights_stageable(F, p.K))
+    return launch_fns<F, NT, true>(s, p, splits, steps_per_split, partials);
+  launch_fns<F, NT, false>(s, p, splits, steps_per_split, partials);
 }
 
 // Column tiles a block: the fewest of 2, 4, 8 that covers M (64 columns past 32 rows).
@@ -289,6 +359,10 @@ void launch_f(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_pe
   launch_fn<F, 8>(s, p, splits, steps_per_split, partials);
 }
 
+bool weights_stageable(QuantFormat f, std::int64_t K) {
+  return f != QuantFormat::kQ6_K || K % 2048 == 0;
+}
+
 bool k_quant(QuantFormat f) {
   return f == QuantFormat::kQ4_K || f == QuantFormat::kQ5_K || f == QuantFormat::kQ6_K;
 }
@@ -297,7 +371,7 @@ bool k_quant(QuantFormat f) {
 
 bool qgemm_bf16_supported(QuantFormat f, int M, std::int64_t K) {
   return k_quant(f) && M >= 1 && M <= 65535 && K > 0 && K % kStep == 0 &&
-         K <= (std::int64_t(1) << 24) && smem_bytes(kCols) <= qgemv_device_smem();
+         K <= (std::int64_t(1) << 24) && kSmemMost <= qgemv_device_smem();
 }
 
 std::size_t qgemm_bf16_workspace_bytes(int M, std::int64_t N) {

@@ -117,6 +117,23 @@ struct K4Lane {
               __ldg(reinterpret_cast<const unsigned *>(b + kQs + 32 * i + 16 * k + 4 * t));
     }
   }
+  // The same from a copy of the step's bytes in shared memory (16-byte aligned rows).
+  __device__ __forceinline__ void load_shared(const std::uint8_t *const (&rows)[2], int t) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t *b = rows[h];
+      head[h] = *reinterpret_cast<const uint4 *>(b);
+      if constexpr (kQ5)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          qh[h][k] = *reinterpret_cast<const unsigned *>(b + 16 + 16 * k + 4 * t);
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int k = 0; k < 2; ++k)
+          qs[h][i][k] = *reinterpret_cast<const unsigned *>(b + kQs + 32 * i + 16 * k + 4 * t);
+    }
+  }
   // Row h's codes (0..15, Q5_K 0..31 a byte) of run i, half k, sub-block 2i + hi.
   __device__ __forceinline__ unsigned codes(int h, int i, int k, int hi) const {
     unsigned c = hi ? (qs[h][i][k] >> 4) & 0x0F0F0F0Fu : qs[h][i][k] & 0x0F0F0F0Fu;
@@ -145,6 +162,28 @@ struct Q6kLane {
         sc[h][j] = ld_u32_a2(b + 192 + 4 * j);
       }
       d[h] = ld_u16(b + 208);
+    }
+  }
+  // The same from a copy of the block in shared memory at a 2-byte aligned address.
+  __device__ __forceinline__ void load_shared(const std::uint8_t *const (&rows)[2], int t) {
+    auto u32 = [](const std::uint8_t *q) {
+      return (reinterpret_cast<std::uintptr_t>(q) & 3) == 0
+                 ? *reinterpret_cast<const unsigned *>(q)
+                 : static_cast<unsigned>(*reinterpret_cast<const unsigned short *>(q)) |
+                       (static_cast<unsigned>(*reinterpret_cast<const unsigned short *>(q + 2))
+                        << 16);
+    };
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const std::uint8_t *b = rows[h];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) ql[h][j] = u32(b + 16 * j + 4 * t);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        qh[h][j] = u32(b + 128 + 16 * j + 4 * t);
+        sc[h][j] = u32(b + 192 + 4 * j);
+      }
+      d[h] = *reinterpret_cast<const unsigned short *>(b + 208);
     }
   }
   // The codes as stored (0..63 a byte).
