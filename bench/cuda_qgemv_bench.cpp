@@ -7,8 +7,7 @@
 // run_linear chooses between: `gemm` the integer tensor-core GEMM (k_qgemm.h, its input
 // quantization included; the waves column is QgemmParams::k_groups, 0 its own choice), `gemm16`
 // the dequantizing bf16 tensor-core GEMM for K-quants (launch_qgemm_bf16; the waves column is
-// QgemmBf16Params::splits from --splits, 0 its own choice, its reduce launch included; `gemm16r`
-// the same with the weights loaded into registers, not staged), `deq`
+// QgemmBf16Params::splits from --splits, 0 its own choice, its reduce launch included), `deq`
 // dequantize to bf16 + cuBLASLt (what run_linear did past 8 rows), `bf16` cuBLASLt over a bf16
 // copy of the weight (what the model costs dequantized at load; timed once per shape, with the
 // first format). The weights are rotated over enough copies (>= 400 MB) that no launch reads
@@ -16,7 +15,7 @@
 //
 //   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8,16,32,64,128,256] [--waves 0,1,2]
 //     [--k-groups 0,2,4] [--stages 2,3,4,6] [--splits 0,1,4,8] [--norm on|off]
-//     [--kernels dp4a,dp4s,mma,gemm,gemm16,gemm16r,deq,bf16]
+//     [--kernels dp4a,dp4s,mma,gemm,gemm16,deq,bf16]
 //     [--shapes qkv,o_proj,gate_up,down,lm_head]   (one launch per shape for ncu, say)
 //     (--norm on: the GEMVs' input is RMSNorm of an f32 residual row, as the fused decode path
 //     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap. M > 8 reads bf16
@@ -127,10 +126,10 @@ int run(int argc, char **argv) {
       "# k_qgemv on %s, copy bandwidth %.2f TB/s, input %s; median of 30 spans of 8 launches\n",
       ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
   for (const std::string &k : kernels)
-    if (k != "dp4a" && k != "dp4s" && k != "mma" && k != "gemm" && k != "gemm16" &&
-        k != "gemm16r" && k != "deq" && k != "bf16")
+    if (k != "dp4a" && k != "dp4s" && k != "mma" && k != "gemm" && k != "gemm16" && k != "deq" &&
+        k != "bf16")
       throw Error(ErrorCode::kInvalidArgument,
-                  "--kernels: dp4a, dp4s, mma, gemm, gemm16, gemm16r, deq or bf16, not " + k);
+                  "--kernels: dp4a, dp4s, mma, gemm, gemm16, deq or bf16, not " + k);
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::Gemm gemm(ctx);
   std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
@@ -179,7 +178,7 @@ int run(int argc, char **argv) {
         for (const std::string &kern : kernels) {
           const bool gemv = kern == "dp4a" || kern == "dp4s" || kern == "mma";
           if (gemv != (M <= cuda::kQgemvMaxM) || (kern == "bf16" && !time_bf16)) continue;
-          const bool gemm16 = kern == "gemm16" || kern == "gemm16r";
+          const bool gemm16 = kern == "gemm16";
           if (gemm16 && !cuda::qgemm_bf16_supported(f, M, sh.K)) continue;
           const std::vector<int> &variants = kern == "gemm"   ? k_groups
                                              : gemm16         ? splits
@@ -220,7 +219,6 @@ int run(int argc, char **argv) {
                 p.workspace = ws.data();
                 p.workspace_bytes = ws.bytes();
                 p.splits = wv;
-                p.stage_weights = kern == "gemm16";
                 cuda::launch_qgemm_bf16(s, p, ctx.num_sms());
                 return;
               }

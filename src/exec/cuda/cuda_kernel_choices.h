@@ -54,9 +54,10 @@ struct CudaKernelChoices {
   bool moe_lowbit_gemm = true;
   // GGUF routed experts' slot GEMVs (decode steps up to the GEMV bound) on the integer-dot
   // GEMV's expert slots (k_qgemv.h, QgemvParams::expert_ids) instead of the float slot GEMV
-  // (k_quant.h, ~6 instructions a weight). Off until measured: written in session 25 after
-  // the device time ran out (cuda_bench --moe-gguf-qgemv on, scripts/device/s25d_h200.sh).
-  bool moe_gguf_qgemv = false;
+  // (k_quant.h, ~6 instructions a weight). Measured (session 26, H100, Qwen3-30B-A3B Q4_K_M of
+  // 8 layers, batch 1): 1,090-1,105 tok/s against the float slot GEMV's 983-985
+  // (cuda_bench --moe-gguf-qgemv on|off, scripts/device/s26b_h200.sh).
+  bool moe_gguf_qgemv = true;
   // Kernel variants of the fused GEMV, for cuda_bench's comparisons only
   // (FusedGemvParams::mma and max_waves): -1 / 0 are the kernels' own choices.
   int fused_gemv_mma = -1;

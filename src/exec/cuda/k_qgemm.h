@@ -90,9 +90,6 @@ struct QgemmBf16Params {
   void *workspace = nullptr;
   std::size_t workspace_bytes = 0;
   int splits = 0;  // K splits over blocks; 0: launch_qgemm_bf16's choice (the benchmark's knob)
-  // The weights go through shared memory by cp.async with the input (Q6_K: where K is a
-  // multiple of 2,048), else each lane loads its bytes into registers a step ahead.
-  bool stage_weights = true;
 };
 
 // True for the K-quants at M >= 1 and K a positive multiple of 256.

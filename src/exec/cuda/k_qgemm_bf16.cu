@@ -340,14 +340,18 @@ void launch_fns(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_
   kernel<<<grid, kThreads, smem, s>>>(p, steps_per_split, partials);
 }
 
-// Weights staged through shared memory where the rows allow it (Q6_K: K a multiple of 2,048)
-// and p.stage_weights asks for it.
+// Weights staged through shared memory where the rows allow it: always for Q4_K / Q5_K, for
+// Q6_K where K is a multiple of 2,048. Loading them into registers instead lost on every 8B
+// shape at M = 16 / 32 / 64 (H100, session 26: e.g. the q4_k LM head 158 / 195 / 283 us staged
+// against 204 / 253 / 367), so only Q6_K's other widths keep that path.
 template <QuantFormat F, int NT>
 void launch_fn(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_per_split,
                float *partials) {
-  if (p.stage_weights && weights_stageable(F, p.K))
-    return launch_fns<F, NT, true>(s, p, splits, steps_per_split, partials);
-  launch_fns<F, NT, false>(s, p, splits, steps_per_split, partials);
+  if constexpr (F == QuantFormat::kQ6_K) {
+    if (!weights_stageable(F, p.K))
+      return launch_fns<F, NT, false>(s, p, splits, steps_per_split, partials);
+  }
+  launch_fns<F, NT, true>(s, p, splits, steps_per_split, partials);
 }
 
 // Column tiles a block: the fewest of 2, 4, 8 that covers M (64 columns past 32 rows).
