@@ -45,6 +45,19 @@ double max_abs_diff(const std::vector<float> &a, const std::vector<float> &b) {
   return m;
 }
 
+// y = x W^T in double precision over the CPU's dequantization of W, rounded to f32.
+std::vector<float> reference_product(const std::vector<float> &x, const QuantMatrix &w, int M,
+                                     std::int64_t N, std::int64_t K) {
+  std::vector<float> y(std::size_t(M) * N);
+  for (int m = 0; m < M; ++m)
+    for (std::int64_t n = 0; n < N; ++n) {
+      double acc = 0;
+      for (std::int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * w.values[n * K + k];
+      y[m * N + n] = static_cast<float>(acc);
+    }
+  return y;
+}
+
 // y = x W^T through launch_qgemm_quantize_input + launch_qgemm (rows ldy apart: 0 is N).
 std::vector<float> run_qgemm(CudaContext &ctx, QuantFormat f, const DeviceBuffer &w,
                              const DeviceBuffer &x, int M, std::int64_t N, std::int64_t K,
@@ -86,13 +99,7 @@ TEST_P(Qgemm, MatchesFloatReference) {
     for (int M : {9, 16, 33, 64, 200}) {
       if (K == 14336 && M > 64) continue;  // the reference's time
       const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
-      std::vector<float> want(std::size_t(M) * N);
-      for (int m = 0; m < M; ++m)
-        for (std::int64_t n = 0; n < N; ++n) {
-          double acc = 0;
-          for (std::int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * w.values[n * K + k];
-          want[m * N + n] = static_cast<float>(acc);
-        }
+      const std::vector<float> want = reference_product(x, w, M, N, K);
       const DeviceBuffer d_x = upload(ctx, to_bf16(x));
       for (bool y_f32 : {true, false}) {
         std::vector<float> got[2];
@@ -171,13 +178,7 @@ TEST_P(QgemmBf16, MatchesFloatReference) {
     for (int M : {9, 16, 33, 64, 200}) {
       if (K == 14336 && M > 64) continue;  // the reference's time
       const auto x = test::random_bf16_values(std::size_t(M) * K, rng, -2.0f, 2.0f);
-      std::vector<float> want(std::size_t(M) * N);
-      for (int m = 0; m < M; ++m)
-        for (std::int64_t n = 0; n < N; ++n) {
-          double acc = 0;
-          for (std::int64_t k = 0; k < K; ++k) acc += double(x[m * K + k]) * w.values[n * K + k];
-          want[m * N + n] = static_cast<float>(acc);
-        }
+      const std::vector<float> want = reference_product(x, w, M, N, K);
       const DeviceBuffer d_x = upload(ctx, to_bf16(x));
       for (bool y_f32 : {true, false}) {
         std::vector<std::vector<float>> got;

@@ -1,22 +1,28 @@
 // The dequantizing tensor-core GEMM over K-quant blocks (k_qgemm.h, QgemmBf16Params). A block
-// of 8 warps owns kRows = 128 weight rows (16 a warp) and up to 64 input columns, over the
-// steps (super-blocks of 256 values) of its K split. Per step:
-//   - the input's 256 values of each column are staged in shared memory by cp.async, a ring of
-//     kStages steps (one launch staging of x per block: 128 rows share it);
-//   - each lane holds its rows g and g + 8's bytes of the step (K4Lane / Q6kLane, loaded one
-//     step ahead into registers), turns each 4-code word into two bf16 pairs -- 0x4300 | code
-//     is 128 + code exactly, minus 128 + zero is the code minus the format's zero, exactly --
-//     then one bf16x2 FMA / multiply applies the sub-block's scale (and Q4_K / Q5_K's min);
+// of 8 warps owns kRows = 128 weight rows (16 a warp) and 8 NT input columns (NT = 2, 4 or 8
+// column tiles, a template parameter, so a tile's shared loads and MMAs issue without
+// branches), over the steps (super-blocks of 256 values) of its K split. Per step:
+//   - a ring slot receives by cp.async the input's 256 values of each column (one staging a
+//     block: its 128 rows share it) and the step's bytes of each of the block's rows (Q6_K: the
+//     16-byte aligned 224-byte window around its 210-byte block, which needs 16-byte aligned
+//     rows, K % 2,048 == 0; otherwise each lane loads its bytes into registers a step ahead);
+//     the ring is 2-4 slots deep, as many as leave two blocks an SM;
+//   - each lane reads its rows g and g + 8's bytes of the step from the slot (K4Lane /
+//     Q6kLane::load_shared), turns each 4-code word into two bf16 pairs -- 0x4300 | code is
+//     128 + code exactly, minus 128 + zero is the code minus the format's zero, exactly -- and
+//     one bf16x2 FMA / multiply applies the sub-block's scale (and Q4_K / Q5_K's min);
 //   - the 16 k16 tiles of the step (the lane's values 4t..4t+3 of a 16-value run as the MMA's
 //     slots 2t, 2t + 1, 2t + 8, 2t + 9, and the input read at the same positions: one 8-byte
-//     shared load a column tile) run against every column tile of the block.
-// A decoded A fragment is used NT (2, 4 or 8: the block's column tiles, a template parameter so
-// the shared loads and MMAs of a tile issue without branches) times, so the decode's ~14
-// instructions a tile matter at small M only, where the weights' bytes bound the kernel anyway.
+//     shared load a column tile) run against the block's NT column tiles.
+// A decoded A fragment serves NT MMAs, so the decode's ~14 instructions a tile matter at small
+// M only, where the weights' bytes bound the kernel anyway. Staging the weights keeps 1-3 steps
+// of them in flight an SM without registers: loading them into registers (one step ahead, all
+// 128 registers spent) lost on every 8B shape at M = 16-64 (session 26, bench/RESULTS.md).
 //
-// Shared memory: kStages x cols x 544 bytes (a column's 512 bytes padded by 32, so the 16 lanes
-// of a half-warp -- 4 columns x 4 offsets 8 bytes apart -- hit distinct banks): 104 KB at 64
-// columns, two blocks an SM.
+// Shared memory a slot: 8 NT columns x 544 bytes (a column's 512 bytes padded by 32, so the 16
+// lanes of a half-warp -- 4 columns x 4 offsets 8 bytes apart -- hit distinct banks), then 128
+// rows x 144 / 176 / 240 bytes (Q4_K / Q5_K / Q6_K; 36 / 44 / 60 words a row: lanes g = 0..7 on
+// distinct banks).
 //
 // Split-K: where ceil(M / 64) x ceil(N / 128) blocks leave SMs idle (N = 4,096: 32 blocks), the
 // grid's z splits the steps; each split stores f32 partial sums, and a second launch adds them

@@ -203,16 +203,21 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
     gemm.run(s, GemmType::kBF16, out, x, w, y, M, layout.N, layout.K);
     return;
   }
-  // Few rows: each range's GEMV (every format's max M is at least kQuantGemvMaxM).
-  if (M <= kQuantGemvMaxM) {
+  // Each weight range with its output columns (rows of y are layout.N apart).
+  auto each_range = [&](auto &&fn) {
     std::int64_t n0 = 0;
     for (const auto &r : layout.ranges) {
-      void *yr = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
-                       : static_cast<void *>(static_cast<bf16 *>(y) + n0);
-      device_weight_gemv(s, range_weight(layout, r, w), x, yr, y_f32, layout.N, static_cast<int>(M),
-                         gemm.qgemv_choice());
+      fn(r, y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
+                  : static_cast<void *>(static_cast<bf16 *>(y) + n0));
       n0 += r.rows;
     }
+  };
+  // Few rows: each range's GEMV (every format's max M is at least kQuantGemvMaxM).
+  if (M <= kQuantGemvMaxM) {
+    each_range([&](const WeightRange &r, void *yr) {
+      device_weight_gemv(s, range_weight(layout, r, w), x, yr, y_f32, layout.N, static_cast<int>(M),
+                         gemm.qgemv_choice());
+    });
     return;
   }
   // Batched decode, K-quants: the dequantizing bf16 GEMM per range, on x as it is. Its split-K
@@ -220,8 +225,7 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
   // the launch fits its splits to.
   if (scratch && M <= gemm.qgemm_max_m() && gemm.qgemm_bf16() &&
       run_linear_uses_qgemm_bf16(layout, M)) {
-    std::int64_t n0 = 0;
-    for (const auto &r : layout.ranges) {
+    each_range([&](const WeightRange &r, void *yr) {
       QgemmBf16Params p;
       p.format = r.format;
       p.w = static_cast<const std::byte *>(w) + r.offset;
@@ -230,21 +234,18 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
       p.M = static_cast<int>(M);
       p.x = x;
       p.y_f32 = y_f32;
-      p.y = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
-                  : static_cast<void *>(static_cast<bf16 *>(y) + n0);
+      p.y = yr;
       p.ldy = layout.N;
       p.workspace = scratch;
       p.workspace_bytes = layout.bf16_bytes();
       launch_qgemm_bf16(s, p, 0);
-      n0 += r.rows;
-    }
+    });
     return;
   }
   // Batched decode: x quantized to int8 once, then the integer tensor-core GEMM per range.
   if (scratch && M <= gemm.qgemm_max_m() && run_linear_uses_qgemm(layout, M)) {
     launch_qgemm_quantize_input(s, x, 0, static_cast<int>(M), layout.K, scratch);
-    std::int64_t n0 = 0;
-    for (const auto &r : layout.ranges) {
+    each_range([&](const WeightRange &r, void *yr) {
       QgemmParams p;
       p.format = r.format;
       p.w = static_cast<const std::byte *>(w) + r.offset;
@@ -253,12 +254,10 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
       p.M = static_cast<int>(M);
       p.staged = scratch;
       p.y_f32 = y_f32;
-      p.y = y_f32 ? static_cast<void *>(static_cast<float *>(y) + n0)
-                  : static_cast<void *>(static_cast<bf16 *>(y) + n0);
+      p.y = yr;
       p.ldy = layout.N;
       launch_qgemm(s, p, 0);
-      n0 += r.rows;
-    }
+    });
     return;
   }
   bf16 *dq = static_cast<bf16 *>(scratch);
