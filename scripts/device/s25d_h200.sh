@@ -24,7 +24,7 @@ summary "$r/tests.log" 10
 grep -B3 -A12 'Failure' "$r/tests.log" | grep -vE '^\s*$' | head -40
 g=/tmp/q3moe.gguf
 stamp "make-model qwen3-30b-a3b q4_k_m, 8 layers"
-timeout "$(cap 120)" "$B/keel" make-model --shape qwen3-30b-a3b --layers 8 --dtype q4_k_m \
+timeout "$(cap 120)" "$B/keel" make-model --arch qwen3_moe --shape qwen3-30b-a3b --layers 8 --dtype q4_k_m \
   --format gguf --out $g 2>&1 | tail -1
 for i in 1 2; do
   for on in off on; do
