@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -186,6 +187,23 @@ static void apply_gpt_oss_shape(ModelConfig &c, MoeConfig &m, const std::string 
   c.intermediate_size = m.expert_intermediate;
 }
 
+// For a dense architecture given a mixture-of-experts shape: the --arch that has it.
+static std::string moe_shape_hint(const std::string &shape) {
+  static constexpr std::pair<const char *, const char *> kArchOf[] = {
+      {"small", "qwen3_moe, mixtral, glm4_moe or gpt_oss"},
+      {"qwen3-30b-a3b", "qwen3_moe"},
+      {"mixtral-8x7b", "mixtral"},
+      {"glm-4.5-air", "glm4_moe"},
+      {"gpt-oss-20b", "gpt_oss"},
+      {"gpt-oss-120b", "gpt_oss"},
+      {"deepseek-v3", "deepseek_v3"},
+      {"glm-5", "glm_moe_dsa"}};
+  for (const auto &[name, arch] : kArchOf)
+    if (shape == name)
+      return " (" + shape + " is a mixture-of-experts shape: add --arch " + arch + ")";
+  return "";
+}
+
 // The MoE shapes: "tiny" for tests, "small" for CPU benchmarks, and released models.
 static void apply_moe_shape(ModelConfig &c, const std::string &shape) {
   MoeConfig m;
@@ -293,7 +311,7 @@ ModelConfig make_model_config(const MakeModelOptions &o) {
     if (llama) c.rope_scaling = llama3_scaling(8.0);
   } else {
     throw Error(ErrorCode::kInvalidArgument,
-                "--shape: expected tiny, 100m, 1b or 8b, got " + o.shape);
+                "--shape: expected tiny, 100m, 1b or 8b, got " + o.shape + moe_shape_hint(o.shape));
   }
   if (o.hidden) c.hidden_size = *o.hidden;
   if (o.intermediate) c.intermediate_size = *o.intermediate;

@@ -336,6 +336,27 @@ TEST(MakeModel, RejectsBadOptions) {
   EXPECT_FALSE(std::filesystem::exists(dir / "x.gguf"));
 }
 
+// A mixture-of-experts shape under a dense --arch (the default llama) names the --arch to add.
+TEST(MakeModel, MoeShapeWithADenseArchNamesTheArch) {
+  test::TempDir dir;
+  auto o = tiny("llama", DType::kF32, false, dir / "x");
+  o.shape = "qwen3-30b-a3b";
+  try {
+    make_model(o);
+    ADD_FAILURE() << "a MoE shape under llama was accepted";
+  } catch (const Error &e) {
+    EXPECT_NE(std::string(e.what()).find("add --arch qwen3_moe"), std::string::npos) << e.what();
+  }
+  o.shape = "huge";
+  try {
+    make_model(o);
+    ADD_FAILURE() << "an unknown shape was accepted";
+  } catch (const Error &e) {
+    EXPECT_EQ(std::string(e.what()).find("--arch"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "x"));
+}
+
 TEST(MakeModel, ConfigThatLiesAboutShapesIsRejected) {
   test::TempDir dir;
   make_model(tiny("llama", DType::kF32, false, dir / "hf"));
