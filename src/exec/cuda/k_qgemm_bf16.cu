@@ -262,42 +262,38 @@ __global__ void __launch_bounds__(kThreads, 2)
   };
   float acc[NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc[nt][e] = 0.0f;
-      // One commit group a ring slot, empty past the split's last step, so wait<kSlots - 2>
-      // always means "step i has landed".
+  }
+  // One commit group a ring slot, empty past the split's last step, so wait<kSlots - 2>
+  // always means "step i has landed".
 #pragma unroll
   for (int k = 0; k < kSlots - 1; ++k) {
     if (k < n) stage(s0 + k, k);
     cp_async_commit();
   }
-  if constexpr (kStagedW) {
-    for (int i = 0; i < n; ++i) {
-      cp_async_wait<kSlots - 2>();
-      __syncthreads();  // step i staged by every thread; slot (i - 1) % kSlots read by all
-      if (i + kSlots - 1 < n) stage(s0 + i + kSlots - 1, (i + kSlots - 1) % kSlots);
-      cp_async_commit();
-      const std::uint8_t *slot = smem + (i % kSlots) * stage_bytes;
+  // Staged weights: read from the slot before the step's math. Else: loaded into registers,
+  // the next step's during this step's math.
+  typename T::Raw cur, nxt;
+  if constexpr (!kStagedW) cur.load(rows, s0, t);
+  for (int i = 0; i < n; ++i) {
+    cp_async_wait<kSlots - 2>();
+    __syncthreads();  // step i staged by every thread; slot (i - 1) % kSlots read by all
+    if (i + kSlots - 1 < n) stage(s0 + i + kSlots - 1, (i + kSlots - 1) % kSlots);
+    cp_async_commit();
+    const std::uint8_t *slot = smem + (i % kSlots) * stage_bytes;
+    if constexpr (kStagedW) {
       const std::uint8_t *wr = slot + cols * kColBytes + T::window_offset(s0 + i);
       const std::uint8_t *const srows[2] = {wr + (warp * 16 + g) * T::kWStride,
                                             wr + (warp * 16 + g + 8) * T::kWStride};
-      typename T::Raw raw;
-      raw.load_shared(srows, t);
-      T::template compute<NT>(raw, slot, g, t, acc);
+      cur.load_shared(srows, t);
+    } else if (i + 1 < n) {
+      nxt.load(rows, s0 + i + 1, t);
     }
-  } else {
-    typename T::Raw cur, nxt;
-    cur.load(rows, s0, t);
-    for (int i = 0; i < n; ++i) {
-      cp_async_wait<kSlots - 2>();
-      __syncthreads();  // step i staged by every thread; slot (i - 1) % kSlots read by all
-      if (i + kSlots - 1 < n) stage(s0 + i + kSlots - 1, (i + kSlots - 1) % kSlots);
-      cp_async_commit();
-      if (i + 1 < n) nxt.load(rows, s0 + i + 1, t);  // in flight during this step's math
-      T::template compute<NT>(cur, smem + (i % kSlots) * stage_bytes, g, t, acc);
+    T::template compute<NT>(cur, slot, g, t, acc);
+    if constexpr (!kStagedW)
       if (i + 1 < n) cur = nxt;
-    }
   }
   const std::int64_t ldy = p.ldy > 0 ? p.ldy : p.N;
 #pragma unroll
