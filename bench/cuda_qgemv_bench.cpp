@@ -4,18 +4,20 @@
 // streamed through shared memory: `dp4s`, QgemvParams::stream_stages, one row per ring depth
 // in --stages; or the tensor cores: QgemvParams::mma) by grid cap (QgemvParams::max_waves; the
 // waves column holds dp4s's ring depth instead). M > 8, the paths
-// run_linear chooses between: `gemm` the integer tensor-core GEMM (k_qgemm.h, its input
-// quantization included; the waves column is QgemmParams::k_groups, 0 its own choice), `gemm16`
-// the dequantizing bf16 tensor-core GEMM for K-quants (launch_qgemm_bf16; the waves column is
-// QgemmBf16Params::splits from --splits, 0 its own choice, its reduce launch included), `deq`
-// dequantize to bf16 + cuBLASLt (what run_linear did past 8 rows), `bf16` cuBLASLt over a bf16
+// run_linear chooses between: `gemm` the integer tensor-core GEMM (Q8_0 / Q4_0; k_qgemm.h, its
+// input quantization included; the waves column is QgemmParams::k_groups, 0 its own choice),
+// `gemm16` the dequantizing bf16 tensor-core GEMM for K-quants (launch_qgemm_bf16; the waves column
+// is QgemmBf16Params::splits from --splits, 0 its own choice, its reduce launch included), `deq`
+// dequantize to bf16 + cuBLASLt (what run_linear does past qgemm_max_m rows), `dq` the
+// dequantize alone (once a shape; its TB/s and % copy count the bytes read and written),
+// `bf16` cuBLASLt over a bf16
 // copy of the weight (what the model costs dequantized at load; timed once per shape, with the
 // first format). The weights are rotated over enough copies (>= 400 MB) that no launch reads
 // from L2.
 //
 //   cuda_qgemv_bench [--formats q4_k,q6_k,q8_0] [--m 1,2,4,8,16,32,64,128,256] [--waves 0,1,2]
-//     [--k-groups 0,2,4] [--stages 2,3,4,6] [--splits 0,1,4,8] [--norm on|off]
-//     [--kernels dp4a,dp4s,mma,gemm,gemm16,deq,bf16]
+//     [--k-groups 0,2,4] [--stages 2,3,4,6] [--splits 0,1,4,8]
+//     [--norm on|off] [--kernels dp4a,dp4s,mma,gemm,gemm16,deq,dq,bf16]
 //     [--shapes qkv,o_proj,gate_up,down,lm_head]   (one launch per shape for ncu, say)
 //     (--norm on: the GEMVs' input is RMSNorm of an f32 residual row, as the fused decode path
 //     feeds the qkv and gate/up GEMVs; 0 waves: the kernel's default grid cap. M > 8 reads bf16
@@ -127,9 +129,9 @@ int run(int argc, char **argv) {
       ctx.device_name().c_str(), bw / 1e12, norm ? "RMSNorm of f32 rows" : "bf16 rows");
   for (const std::string &k : kernels)
     if (k != "dp4a" && k != "dp4s" && k != "mma" && k != "gemm" && k != "gemm16" && k != "deq" &&
-        k != "bf16")
+        k != "dq" && k != "bf16")
       throw Error(ErrorCode::kInvalidArgument,
-                  "--kernels: dp4a, dp4s, mma, gemm, gemm16, deq or bf16, not " + k);
+                  "--kernels: dp4a, dp4s, mma, gemm, gemm16, deq, dq or bf16, not " + k);
   const int max_m = *std::max_element(ms.begin(), ms.end());
   cuda::Gemm gemm(ctx);
   std::printf("| %-4s | %-26s | %3s | %-4s | %5s | %9s | %6s | %6s |\n", "fmt", "shape", "M",
@@ -177,9 +179,14 @@ int run(int argc, char **argv) {
       for (const int M : ms) {
         for (const std::string &kern : kernels) {
           const bool gemv = kern == "dp4a" || kern == "dp4s" || kern == "mma";
-          if (gemv != (M <= cuda::kQgemvMaxM) || (kern == "bf16" && !time_bf16)) continue;
+          const bool dq_only = kern == "dq";
+          if (dq_only ? M != ms.front()
+                      : gemv != (M <= cuda::kQgemvMaxM) || (kern == "bf16" && !time_bf16))
+            continue;
           const bool gemm16 = kern == "gemm16";
           if (gemm16 && !cuda::qgemm_bf16_supported(f, M, sh.K)) continue;
+          if (kern == "gemm" && !cuda::qgemm_supported(f, M, sh.K, ctx.features().smem_per_block))
+            continue;  // the integer GEMM: Q8_0 / Q4_0
           const std::vector<int> &variants = kern == "gemm"   ? k_groups
                                              : gemm16         ? splits
                                              : kern == "dp4s" ? stages
@@ -198,6 +205,10 @@ int run(int argc, char **argv) {
                 gemm.run(s, cuda::GemmType::kBF16, yt, x.data(),
                          wb.as<unsigned char>() + std::size_t(r % bcopies) * bbytes, y.data(), M,
                          sh.N, sh.K);
+                return;
+              }
+              if (dq_only) {
+                cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
                 return;
               }
               if (kern == "deq") {
@@ -274,7 +285,9 @@ int run(int argc, char **argv) {
             std::sort(t.begin(), t.end());
             // TB/s of the format's bytes for every kernel (bf16 too): the same work, so the
             // column compares them directly.
-            const double us = t[t.size() / 2], tbs = wbytes / (us * 1e-6) / 1e12;
+            // dq: the bytes it reads and writes.
+            const double bytes = dq_only ? wbytes + double(sh.N) * sh.K * 2 : double(wbytes);
+            const double us = t[t.size() / 2], tbs = bytes / (us * 1e-6) / 1e12;
             std::printf("| %-4s | %-26s | %3d | %-4s | %5d | %9.1f | %6.2f | %5.1f%% |\n",
                         kern == "bf16" ? "bf16" : fname.c_str(), sh.name, M, kern.c_str(), wv, us,
                         tbs, 100.0 * tbs * 1e12 / bw);

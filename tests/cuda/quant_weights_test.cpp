@@ -46,6 +46,19 @@ TEST_P(QuantWeights, DequantizeEqualsCpuReferenceBitForBit) {
   const auto got16 = download<std::uint16_t>(ctx, b16, n);
   ASSERT_EQ(std::memcmp(got.data(), q.values.data(), n * sizeof(float)), 0);
   EXPECT_EQ(got16, to_bf16(q.values));
+  // From the second block on: a K-quant's 144 / 176 bytes keep 16-byte alignment, Q6_K's 210
+  // start 2 bytes past a 4-byte boundary (its loads are 2-byte), Q8_0 / Q4_0 as any row.
+  if (f == QuantFormat::kMXFP4) return;
+  const std::int64_t block = quant_block_elems(f), rest = n - block;
+  const auto *from = src.as<std::uint8_t>() + quant_block_bytes(f);
+  test::poison(ctx, f32);
+  test::poison(ctx, b16);
+  launch_dequantize_f32(ctx.compute(), f, from, f32.as<float>(), rest);
+  launch_dequantize(ctx.compute(), f, from, b16.as<bf16>(), rest);
+  const std::vector<float> tail(q.values.begin() + block, q.values.end());
+  const auto got_tail = download<float>(ctx, f32, rest);
+  ASSERT_EQ(std::memcmp(got_tail.data(), tail.data(), rest * sizeof(float)), 0);
+  EXPECT_EQ(download<std::uint16_t>(ctx, b16, rest), to_bf16(tail));
 }
 
 TEST_P(QuantWeights, LinearMatchesFloatReference) {

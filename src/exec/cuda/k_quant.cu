@@ -8,6 +8,7 @@
 
 #include "exec/cuda/cuda_check.h"
 #include "exec/cuda/k_bf16x8.cuh"
+#include "exec/cuda/k_dequant_kquant.h"
 #include "exec/cuda/k_mxfp4.h"
 #include "exec/cuda/k_quant.h"
 
@@ -365,6 +366,8 @@ template <QuantFormat F>
 void dequant_experts_f(cudaStream_t s, const void *w, std::size_t stride, std::int64_t n,
                        const std::int32_t *active, const std::int32_t *n_active, int max_active,
                        bf16 *dst) {
+  if (launch_dequantize_kquant_experts(s, F, w, stride, n, active, n_active, max_active, dst))
+    return;
   const std::int64_t chunks = n / kChunk;
   const dim3 grid(static_cast<unsigned>((chunks + 255) / 256), static_cast<unsigned>(max_active));
   dequantize_experts_kernel<F><<<grid, 256, 0, s>>>(static_cast<const std::uint8_t *>(w), stride,
@@ -405,8 +408,11 @@ void gemv_f(cudaStream_t s, const bf16 *x, const void *w, void *y, bool y_f32, s
   }
 }
 
+// K-quants take the warp-per-super-block kernel (k_dequant_kquant.h) where it runs the
+// addresses; the rest, the chunk kernel.
 template <QuantFormat F, typename Out>
 void dequant_f(cudaStream_t s, const void *src, Out *dst, std::int64_t n) {
+  if (launch_dequantize_kquant(s, F, src, dst, n)) return;
   const std::int64_t chunks = n / kChunk;
   const unsigned grid = static_cast<unsigned>((chunks + 255) / 256);
   dequantize_kernel<F, Out>
