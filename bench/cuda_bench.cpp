@@ -11,10 +11,10 @@
 //     GEMV's tensor-core kernel; default off)
 //     [--qgemv-stream-stages N]   (GGUF blocks kept quantized: the dp4a GEMV streamed through
 //     N ring slots a warp in shared memory; 0: its register kernel)
-//     [--qgemm-max-m N]   (GGUF blocks kept quantized: steps of 9..N rows on the integer
-//     tensor-core GEMM, k_qgemm.h; 0: dequantize + cuBLASLt past 8 rows)
-//     [--qgemm-bf16 on|off]   (those steps' K-quants on the dequantizing bf16 GEMM, or the
-//     integer one)
+//     [--qgemm-max-m N]   (GGUF blocks kept quantized: steps of 9..N rows on a tensor-core
+//     GEMM over the blocks, k_qgemm.h; 0: dequantize + cuBLASLt past 8 rows)
+//     [--qgemm-bf16 on|off]   (those steps' K-quants on the dequantizing bf16 GEMM, or
+//     dequantized for cuBLASLt)
 //     [--max-splits N] [--block-size N] [--make-model DIR]
 //   cuda_bench --model 8b --weights m.gguf [--keep-quantized on|off]   (a model file, e.g.
 //     keel make-model --shape 8b --dtype q4_k_m --format gguf; GGUF blocks stay quantized)
@@ -939,7 +939,8 @@ int run(int argc, char **argv) {
       gemv_max_m, bench.runner().fused_decode_max_m(),
       pdl && ctx.features().programmatic_launch ? "on" : "off", split_cap,
       bench.runner().weight_format().c_str(), qgemv_mma_min_m, qgemv_stream_stages, qgemm_max_m,
-      qgemm_bf16 ? "bf16 MMA for K-quants" : "int8 MMA", ctx.features().describe().c_str());
+      qgemm_bf16 ? "bf16 MMA for K-quants" : "K-quants dequantized",
+      ctx.features().describe().c_str());
   // Bytes one decode token reads: every weight except the embedding table (one row), plus
   // the tied or untied LM head.
   const double embed = double(cfg.vocab_size) * cfg.hidden_size * 2;

@@ -1,15 +1,16 @@
-// The integer tensor-core GEMM over GGUF blocks (k_qgemm.h) for batched decode: every
-// format at M = 9..200 rows (one partial column tile, several 64-column blocks, a last block of
-// a few columns), odd N (rows past the last 32- or 64-row block), K of one super-block, nine
-// (odd super-blocks start 2 bytes off a 4-byte boundary for Q6_K / Q8_0 / Q4_0), 2,560 (Q8_0 /
-// Q4_0: a last step of 2 blocks, K % 256 = 0 not required) and down_proj's 14,336, bf16 and f32
-// out, both K splits (k_groups 2 and 4), against a double-precision reference over the CPU's
-// dequantization of the same blocks (formats/quant.cpp) and the bf16 input. The bound is the
-// GEMVs' (qgemv_test.cpp): the input's int8 rounding, 1.5e-2 of the output's norm, where a wrong
-// nibble, scale, permutation or column gives errors of order 1. Each case prints its error so one
-// device run shows which shapes drift; the two K splits differ only in f32 summation order.
-// Then run_linear: steps of 9..qgemm_max_m rows take the GEMM (bit for bit the launches here,
-// per range of a Q4_K | Q6_K stacked weight), others keep the GEMV or dequantize + cuBLASLt.
+// The tensor-core GEMMs over GGUF blocks (k_qgemm.h) for batched decode. The integer one (Q8_0 /
+// Q4_0) at M = 9..200 rows (one partial column tile, several 64-column blocks, a last block of a
+// few columns), odd N (rows past the last 32- or 64-row block), K of 256 values, 2,304 (odd
+// blocks start 2 bytes off a 4-byte boundary), 2,560 + 64 (a last step of 2 blocks, K % 256 = 0
+// not required) and down_proj's 14,336, bf16 and f32 out, both K splits (k_groups 2 and 4),
+// against a double-precision reference over the CPU's dequantization of the same blocks
+// (formats/quant.cpp) and the bf16 input. The bound is the GEMVs' (qgemv_test.cpp): the input's
+// int8 rounding, 1.5e-2 of the output's norm, where a wrong nibble, scale, permutation or column
+// gives errors of order 1. Each case prints its error so one device run shows which shapes
+// drift; the two K splits differ only in f32 summation order. The dequantizing bf16 one (the
+// K-quants) the same way, tighter. Then run_linear: steps of 9..qgemm_max_m rows take them (bit
+// for bit their launches here, per range of a stacked weight), others keep the GEMV or
+// dequantize + cuBLASLt.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -132,9 +133,8 @@ TEST_P(Qgemm, MatchesFloatReference) {
   std::mt19937 rng(43);
   const DType t = GetParam();
   const QuantFormat f = *device_quant_format(t);
-  const bool small_blocks = t == DType::kQ8_0 || t == DType::kQ4_0;
-  Shapes shapes = {{77, 256}, {45, 2304}, {131, 14336}};
-  if (small_blocks) shapes.push_back({33, 2560 + 64});  // a last step of 2 blocks
+  // The last shape's last step has 2 blocks.
+  const Shapes shapes = {{77, 256}, {45, 2304}, {131, 14336}, {33, 2560 + 64}};
   // The two K splits (k_groups 2 and 4).
   check_against_reference(
       ctx, t, rng, shapes, "qgemm", "k_groups", {2, 4}, kBound, 1e-5,
@@ -142,9 +142,7 @@ TEST_P(Qgemm, MatchesFloatReference) {
           bool y_f32, int kg) { return run_qgemm(ctx, f, d_w, d_x, M, N, K, y_f32, kg); });
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, Qgemm,
-                         ::testing::Values(DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ5_K,
-                                           DType::kQ6_K),
+INSTANTIATE_TEST_SUITE_P(Formats, Qgemm, ::testing::Values(DType::kQ8_0, DType::kQ4_0),
                          [](const auto &info) { return std::string(dtype_name(info.param)); });
 
 // y = x W^T through launch_qgemm_bf16 with `splits` (0: its choice) and a workspace for any.
@@ -273,51 +271,71 @@ TEST(Qgemm, QuantizedInputMatchesHostQuantization) {
   EXPECT_LT(worst_d, 1e-6);
 }
 
-// run_linear: with Gemm::set_qgemm_max_m(m) steps of kQgemvMaxM < M <= m rows run the GEMM,
-// bit for bit the launches above per range of a Q4_K | Q6_K stacked weight (columns of each row
-// N apart); past m, or with kQgemmOff, dequantize + cuBLASLt (within the int8 bound of each
-// other). M = 8 stays on the GEMV.
+// run_linear: with Gemm::set_qgemm_max_m(m) steps of kQgemvMaxM < M <= m rows run a GEMM over
+// the blocks, bit for bit its launches above per range of a stacked weight (columns of each row
+// N apart): the integer one for a Q8_0 | Q4_0 weight, the dequantizing bf16 one for a Q4_K |
+// Q6_K weight (which, with Gemm::set_qgemm_bf16(false), dequantizes for cuBLASLt instead). Past
+// m, dequantize + cuBLASLt, within each GEMM's bound of it. M = 8 stays on the GEMV.
 TEST(QuantLinear, BatchedRowsTakeTheQuantizedGemm) {
   KEEL_REQUIRE_CUDA_DEVICE();
   CudaContext ctx;
   Gemm gemm(ctx);
   std::mt19937 rng(53);
   const std::int64_t K = 1024, N = 48 + 32;
-  const QuantMatrix a = make_quant(DType::kQ4_K, 48, K, rng),
-                    c = make_quant(DType::kQ6_K, 32, K, rng);
-  const LinearLayout layout =
-      plan_linear({{"q", DType::kQ4_K}, {"v", DType::kQ6_K}}, {48, 32}, K, true);
-  ASSERT_EQ(layout.ranges.size(), 2u);
-  EXPECT_FALSE(run_linear_uses_qgemm(layout, kQgemvMaxM));
-  EXPECT_TRUE(run_linear_uses_qgemm(layout, kQgemvMaxM + 1));
-  EXPECT_TRUE(run_linear_uses_qgemm(layout, 256));
-  EXPECT_FALSE(run_linear_uses_qgemm(plan_linear({{"w", DType::kQ4_K}}, {48}, K, false), 16));
-  EXPECT_FALSE(run_linear_uses_qgemm_bf16(layout, kQgemvMaxM));
-  EXPECT_TRUE(run_linear_uses_qgemm_bf16(layout, kQgemvMaxM + 1));
-  EXPECT_FALSE(run_linear_uses_qgemm_bf16(plan_linear({{"w", DType::kQ8_0}}, {48}, K, true), 16));
-  gemm.set_qgemm_bf16(false);  // the integer GEMM first
-  std::vector<std::uint8_t> bytes = a.bytes;
-  bytes.insert(bytes.end(), c.bytes.begin(), c.bytes.end());
-  const DeviceBuffer w = upload(ctx, bytes);
-  DeviceBuffer scratch(run_linear_scratch_bytes(layout, 256));
+  // A weight of two ranges in `formats`, its device bytes.
+  struct Stacked {
+    LinearLayout layout;
+    DeviceBuffer w;
+  };
+  auto stacked = [&](DType a, DType b) {
+    const QuantMatrix qa = make_quant(a, 48, K, rng), qb = make_quant(b, 32, K, rng);
+    std::vector<std::uint8_t> bytes = qa.bytes;
+    bytes.insert(bytes.end(), qb.bytes.begin(), qb.bytes.end());
+    return Stacked{plan_linear({{"q", a}, {"v", b}}, {48, 32}, K, true), upload(ctx, bytes)};
+  };
+  const Stacked ints = stacked(DType::kQ8_0, DType::kQ4_0),
+                kq = stacked(DType::kQ4_K, DType::kQ6_K);
+  ASSERT_EQ(ints.layout.ranges.size(), 2u);
+  ASSERT_EQ(kq.layout.ranges.size(), 2u);
+  EXPECT_FALSE(run_linear_uses_qgemm(ints.layout, kQgemvMaxM));
+  EXPECT_TRUE(run_linear_uses_qgemm(ints.layout, kQgemvMaxM + 1));
+  EXPECT_TRUE(run_linear_uses_qgemm(ints.layout, 256));
+  EXPECT_FALSE(run_linear_uses_qgemm(kq.layout, kQgemvMaxM + 1));  // K-quants: the bf16 GEMM
+  EXPECT_FALSE(run_linear_uses_qgemm(plan_linear({{"w", DType::kQ8_0}}, {48}, K, false), 16));
+  EXPECT_FALSE(run_linear_uses_qgemm_bf16(kq.layout, kQgemvMaxM));
+  EXPECT_TRUE(run_linear_uses_qgemm_bf16(kq.layout, kQgemvMaxM + 1));
+  EXPECT_FALSE(run_linear_uses_qgemm_bf16(ints.layout, 16));
+  DeviceBuffer scratch(std::max(run_linear_scratch_bytes(ints.layout, 256),
+                                run_linear_scratch_bytes(kq.layout, 256)));
   ASSERT_GE(scratch.bytes(), qgemm_input_bytes(200, K));
   for (int M : {16, 200})
     for (bool y_f32 : {true, false}) {
       SCOPED_TRACE("M=" + std::to_string(M) + (y_f32 ? " f32" : " bf16"));
       const DeviceBuffer dx = upload(ctx, to_bf16(test::random_bf16_values(M * K, rng)));
       const std::size_t out = std::size_t(M) * N * (y_f32 ? 4 : 2);
-      DeviceBuffer got(out), want(out), deq(out);
-      for (const DeviceBuffer *b : {&got, &want, &deq}) test::poison(ctx, *b);
-      gemm.set_qgemm_max_m(256);  // past the default (64): the mechanism, not the choice
-      run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got.data(), y_f32, M,
-                 scratch.data());
-      DeviceBuffer staged(qgemm_input_bytes(M, K));
+      auto as_float = [&](const DeviceBuffer &b) {
+        return y_f32 ? download<float>(ctx, b, std::size_t(M) * N)
+                     : from_bf16(download<std::uint16_t>(ctx, b, std::size_t(M) * N));
+      };
+      // y through run_linear with qgemm_max_m `max_m`, poisoned first.
+      auto linear = [&](const Stacked &st, int max_m) {
+        DeviceBuffer y(out);
+        test::poison(ctx, y);
+        gemm.set_qgemm_max_m(max_m);
+        run_linear(gemm, ctx.compute(), st.layout, st.w.data(), dx.as<bf16>(), y.data(), y_f32, M,
+                   scratch.data());
+        return y;
+      };
+      // The integer GEMM (max_m past the default 64: the mechanism, not the choice).
+      const DeviceBuffer got = linear(ints, 256);
+      DeviceBuffer staged(qgemm_input_bytes(M, K)), want(out);
+      test::poison(ctx, want);
       launch_qgemm_quantize_input(ctx.compute(), dx.as<bf16>(), 0, M, K, staged.data());
       std::int64_t n0 = 0;
-      for (const WeightRange &r : layout.ranges) {
+      for (const WeightRange &r : ints.layout.ranges) {
         QgemmParams p;
         p.format = r.format;
-        p.w = static_cast<const std::byte *>(w.data()) + r.offset;
+        p.w = static_cast<const std::byte *>(ints.w.data()) + r.offset;
         p.N = r.rows;
         p.K = K;
         p.M = M;
@@ -330,30 +348,20 @@ TEST(QuantLinear, BatchedRowsTakeTheQuantizedGemm) {
       }
       EXPECT_EQ(download<std::uint8_t>(ctx, got, out), download<std::uint8_t>(ctx, want, out));
       // Past the threshold: dequantize + cuBLASLt, which sees the unrounded input.
-      gemm.set_qgemm_max_m(M - 1);
-      run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), deq.data(), y_f32, M,
-                 scratch.data());
-      auto as_float = [&](const DeviceBuffer &b) {
-        return y_f32 ? download<float>(ctx, b, std::size_t(M) * N)
-                     : from_bf16(download<std::uint16_t>(ctx, b, std::size_t(M) * N));
-      };
-      const double e = rel_err(as_float(got), as_float(deq));
+      const double e = rel_err(as_float(got), as_float(linear(ints, M - 1)));
       std::printf("run_linear M %d %s: GEMM vs dequantize + cuBLASLt rel err %.3g\n", M,
                   y_f32 ? "f32" : "bf16", e);
       EXPECT_LT(e, kBound);
-      // The dequantizing bf16 GEMM (the runner's default for K-quants): bit for bit its
-      // launches per range, with the workspace run_linear grants it (the bf16 weight's size).
-      gemm.set_qgemm_max_m(256);
-      gemm.set_qgemm_bf16(true);
-      DeviceBuffer got16(out), want16(out), ws(layout.bf16_bytes());
-      for (const DeviceBuffer *b : {&got16, &want16}) test::poison(ctx, *b);
-      run_linear(gemm, ctx.compute(), layout, w.data(), dx.as<bf16>(), got16.data(), y_f32, M,
-                 scratch.data());
+      // The dequantizing bf16 GEMM: bit for bit its launches per range, with the workspace
+      // run_linear grants it (the bf16 weight's size).
+      const DeviceBuffer got16 = linear(kq, 256);
+      DeviceBuffer want16(out), ws(kq.layout.bf16_bytes());
+      test::poison(ctx, want16);
       n0 = 0;
-      for (const WeightRange &r : layout.ranges) {
+      for (const WeightRange &r : kq.layout.ranges) {
         QgemmBf16Params p;
         p.format = r.format;
-        p.w = static_cast<const std::byte *>(w.data()) + r.offset;
+        p.w = static_cast<const std::byte *>(kq.w.data()) + r.offset;
         p.N = r.rows;
         p.K = K;
         p.M = M;
@@ -367,11 +375,16 @@ TEST(QuantLinear, BatchedRowsTakeTheQuantizedGemm) {
         n0 += r.rows;
       }
       EXPECT_EQ(download<std::uint8_t>(ctx, got16, out), download<std::uint8_t>(ctx, want16, out));
-      const double e16 = rel_err(as_float(got16), as_float(deq));
+      const DeviceBuffer deq16 = linear(kq, M - 1);
+      const double e16 = rel_err(as_float(got16), as_float(deq16));
       std::printf("run_linear M %d %s: bf16 GEMM vs dequantize + cuBLASLt rel err %.3g\n", M,
                   y_f32 ? "f32" : "bf16", e16);
       EXPECT_LT(e16, 1e-2);
+      // Off: the K-quants dequantize for cuBLASLt below the threshold too.
       gemm.set_qgemm_bf16(false);
+      EXPECT_EQ(download<std::uint8_t>(ctx, linear(kq, 256), out),
+                download<std::uint8_t>(ctx, deq16, out));
+      gemm.set_qgemm_bf16(true);
     }
 }
 
@@ -380,10 +393,11 @@ TEST(Qgemm, RejectsWhatItCannotRun) {
   CudaContext ctx;
   const std::size_t smem = ctx.features().smem_per_block;
   EXPECT_FALSE(qgemm_supported(QuantFormat::kMXFP4, 16, 256, smem));
-  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ4_K, 0, 256, smem));
-  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ4_K, 16, 320, smem));  // not whole super-blocks
+  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ6_K, 16, 256, smem));  // the bf16 GEMM's
+  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ8_0, 0, 256, smem));
+  EXPECT_FALSE(qgemm_supported(QuantFormat::kQ8_0, 16, 336, smem));  // not whole blocks
   EXPECT_TRUE(qgemm_supported(QuantFormat::kQ4_0, 16, 320, smem));
-  EXPECT_TRUE(qgemm_supported(QuantFormat::kQ6_K, 256, 14336, smem));
+  EXPECT_TRUE(qgemm_supported(QuantFormat::kQ8_0, 256, 14336, smem));
   DeviceBuffer buf(1 << 16);
   QgemmParams p;
   p.format = QuantFormat::kQ4_K;
@@ -391,8 +405,11 @@ TEST(Qgemm, RejectsWhatItCannotRun) {
   p.staged = buf.data();
   p.y = buf.data();
   p.N = 4;
-  p.K = 320;
+  p.K = 256;
   p.M = 16;
+  EXPECT_THROW(launch_qgemm(ctx.compute(), p, ctx.num_sms()), Error);
+  p.format = QuantFormat::kQ8_0;
+  p.K = 336;
   EXPECT_THROW(launch_qgemm(ctx.compute(), p, ctx.num_sms()), Error);
   p.K = 256;
   p.staged = buf.as<std::uint8_t>() + 8;  // misaligned

@@ -73,12 +73,13 @@ struct CudaKernelChoices {
   // warp in shared memory (QgemvParams::stream_stages, qgemv_stream_format); 0: the register
   // kernel. The default was measured (k_qgemv.h).
   int qgemv_stream_stages = kQgemvStreamDefaultStages;
-  // GGUF blocks kept quantized: steps of kQgemvMaxM < M <= this many rows run the integer
-  // tensor-core GEMM (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
+  // GGUF blocks kept quantized: steps of kQgemvMaxM < M <= this many rows run a tensor-core
+  // GEMM over the blocks (k_qgemm.h) in run_linear; more rows dequantize to bf16 for cuBLASLt.
   // kQgemmOff: dequantize past the GEMV's rows, as before the GEMM (for A/B measurement).
   int qgemm_max_m = kQgemmDefaultMaxM;
   // Those steps run K-quant weights on the dequantizing bf16 tensor-core GEMM
-  // (launch_qgemm_bf16) instead of the integer one (false, for A/B measurement).
+  // (launch_qgemm_bf16); false: on dequantize + cuBLASLt (for A/B measurement; the integer
+  // GEMM takes Q8_0 / Q4_0 only).
   bool qgemm_bf16 = true;
   // Multi-head latent attention: steps of at most this many token rows (decode buckets,
   // verify steps, small prefills) run the split-K tensor-core kernel (k_mla_split.cu);

@@ -44,7 +44,8 @@ class Gemm {
   void set_qgemm_max_m(int m) { qgemm_max_m_ = m; }
   int qgemm_max_m() const { return qgemm_max_m_; }
   // Those GEMM steps take the dequantizing bf16 tensor-core GEMM (launch_qgemm_bf16) where
-  // every range is a K-quant, else the integer one.
+  // every range is a K-quant, the integer one where every range is Q8_0 / Q4_0; off: K-quants
+  // dequantize for cuBLASLt.
   void set_qgemm_bf16(bool on) { qgemm_bf16_ = on; }
   bool qgemm_bf16() const { return qgemm_bf16_; }
 

@@ -1,16 +1,18 @@
-// Integer tensor-core GEMM over GGUF blocks (k_qgemm.h). A block of 8 warps owns kRows = 64
-// (KG = 2) or 32 (KG = 4) weight rows and 64 input columns: warp w computes the 16-row tile
-// w % (8 / KG) for every column tile of the block, over the super-blocks (K-quants) or runs of 8
-// blocks (Q8_0 / Q4_0) -- "steps" of 256 values -- c KG + w / (8 / KG) of each chunk c; the KG
-// groups' sums meet through shared memory at the end, in a fixed order. Per step a lane loads its
-// two rows' (g, g + 8) bytes for the step into registers (the tensor-core GEMV's fragments,
-// k_qgemv_mma.cu, but every code at 4t and 16 + 4t of a 32-value run: the staged input has one
-// layout, the permuted one, for every format), unpacks each 32-value sub-block's codes once and
-// runs them against up to 8 column tiles.
+// Integer tensor-core GEMM over Q8_0 / Q4_0 blocks (k_qgemm.h). A block of 8 warps owns kRows =
+// 64 (KG = 2) or 32 (KG = 4) weight rows and 64 input columns: warp w computes the 16-row tile
+// w % (8 / KG) for every column tile of the block, over the runs of 8 blocks -- "steps" of 256
+// values -- c KG + w / (8 / KG) of each chunk c; the KG groups' sums meet through shared memory
+// at the end, in a fixed order. Per step a lane loads its two rows' (g, g + 8) bytes for the step
+// into registers (the tensor-core GEMV's fragments, k_qgemv_mma.cu, but every code at 4t and
+// 16 + 4t of a 32-value run: the staged input has one layout, the permuted one), unpacks each
+// block's codes once and runs them against up to 8 column tiles. K-quants take the dequantizing
+// bf16 GEMM (k_qgemm_bf16.cu) instead: their K-quant paths here lost to it on 8B Q4_K_M at every
+// width measured (H100 session 27: 2,009 / 4,239 against 2,932 / 7,063 tok/s at 16 / 64 seqs;
+// H200 session 26 likewise) and were deleted.
 //
 // Cost model (H100, 132 SMs, 4 warp instructions a clock an SM): an m16n8k32 is 4,096 MACs,
 // and each of its 4 int32 results a lane holds needs a conversion, the scale product and an
-// FMA, plus the min term's FMA for Q4_K / Q5_K, and the B operand 2 shared loads: ~20 issue
+// FMA (Q4_0 another for its offset), and the B operand 2 shared loads: ~20 issue
 // slots, so ~5 clocks an MMA an SM -- ~350 TOPS, the limit from M ~ 64 on (o_proj at M = 256:
 // ~25 us). I2F runs at a quarter rate (16 / clock / SM), so conversions of dots that fit 22
 // bits take an integer add and a float subtract instead (small_int_to_float). Memory: a block
@@ -110,119 +112,6 @@ struct Chunk {
 // a[2] / a[3] values 16 + 4t.. (k_mma.cuh).
 template <QuantFormat F>
 struct GemmFmt;
-
-// Q4_K / Q5_K: one super-block a step. Run i (0..3) of 32 qs bytes: low nibbles are sub-block
-// 2i, high nibbles 2i + 1 (Q5_K: their fifth bits 2i, 2i + 1 of qh[value]).
-template <bool kQ5>
-struct GemmK4 {
-  static constexpr int kElems = 256, kBytes = K4Lane<kQ5>::kBytes;
-  using Raw = K4Lane<kQ5>;
-  __device__ static void load(Raw &r, const std::uint8_t *const (&rows)[2], int step, int /*units*/,
-                              int t) {
-    r.load(rows, step, t);
-  }
-  __device__ static void compute(const Raw &r, const Chunk &x, int jj0, int g, int t, int nts,
-                                 int /*units*/, float (&acc)[kNT][4]) {
-    float d[2], dmin[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      d[h] = f16_bits(r.head[h].x);
-      dmin[h] = f16_bits(r.head[h].x >> 16);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // A words: row g then g + 8, values 4t.. then 16 + 4t.. (k_mma.cuh).
-      std::uint32_t lo[4], hi[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        lo[e] = r.codes(e % 2, i, e / 2, 0);
-        hi[e] = r.codes(e % 2, i, e / 2, 1);
-      }
-      float d0[2], m0[2], d1[2], m1[2];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        int sc0, mn0, sc1, mn1;
-        k_scale_min(r.head[h], 2 * i, sc0, mn0);
-        k_scale_min(r.head[h], 2 * i + 1, sc1, mn1);
-        d0[h] = d[h] * static_cast<float>(sc0);
-        m0[h] = dmin[h] * static_cast<float>(mn0);
-        d1[h] = d[h] * static_cast<float>(sc1);
-        m1[h] = dmin[h] * static_cast<float>(mn1);
-      }
-      const int jj = jj0 + 2 * i;
-#pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        if (nt >= nts) break;  // uniform over the block
-        const uint2 bl = x.b(jj, nt, g, t), bh = x.b(jj + 1, nt, g, t);
-        int cl[4], ch[4];
-        mma_s8_k32(cl, lo, bl.x, bl.y);
-        mma_s8_k32(ch, hi, bh.x, bh.y);
-        const float4 xl = x.ds2(jj, nt, t), xh = x.ds2(jj + 1, nt, t);
-        const float ld[2] = {xl.x, xl.z}, ls[2] = {xl.y, xl.w};
-        const float hd[2] = {xh.x, xh.z}, hs[2] = {xh.y, xh.w};
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-#pragma unroll
-          for (int e = 0; e < 2; ++e)
-            acc[nt][2 * h + e] += d0[h] * ld[e] * small_int_to_float(cl[2 * h + e]) +
-                                  d1[h] * hd[e] * small_int_to_float(ch[2 * h + e]) -
-                                  (m0[h] * ls[e] + m1[h] * hs[e]);
-      }
-    }
-  }
-};
-template <>
-struct GemmFmt<QuantFormat::kQ4_K> : GemmK4<false> {};
-template <>
-struct GemmFmt<QuantFormat::kQ5_K> : GemmK4<true> {};
-
-// Q6_K: one super-block a step, the lane's bytes and codes as Q6kLane (k_qgemv_common.cuh).
-// Run (n, r, hh) is one k16 MMA; the two runs of a sub-block share its input scale, so they
-// meet in integers first (at most 2 x 65,024 x 128 < 2^24: exact in I2F).
-template <>
-struct GemmFmt<QuantFormat::kQ6_K> {
-  static constexpr int kElems = 256, kBytes = 210;
-  using Raw = Q6kLane;
-  __device__ static void load(Raw &r, const std::uint8_t *const (&rows)[2], int step, int /*units*/,
-                              int t) {
-    r.load(rows, step, t);
-  }
-  __device__ static void compute(const Raw &r, const Chunk &x, int jj0, int g, int t, int nts,
-                                 int /*units*/, float (&acc)[kNT][4]) {
-    const float dh[2] = {f16_bits(r.d[0]), f16_bits(r.d[1])};
-#pragma unroll
-    for (int n = 0; n < 2; ++n)
-#pragma unroll
-      for (int rr = 0; rr < 4; ++rr) {
-        unsigned a[2][2];  // [hh][row]
-        int s0[2], s1[2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh) a[hh][h] = r.codes(h, n, rr, hh);
-          s0[h] = r.scale(h, n, rr, 0);
-          s1[h] = r.scale(h, n, rr, 1);
-        }
-        const int jj = jj0 + 4 * n + rr;
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-          if (nt >= nts) break;
-          const uint2 bx = x.b(jj, nt, g, t);
-          int c0[4], c1[4];
-          mma_s8_k16(c0, a[0][0], a[0][1], bx.x);
-          mma_s8_k16(c1, a[1][0], a[1][1], bx.y);
-          const float4 xv = x.ds2(jj, nt, t);
-          const float xd[2] = {xv.x, xv.z};
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              acc[nt][2 * h + e] +=
-                  dh[h] * xd[e] * static_cast<float>(c0[2 * h + e] * s0[h] + c1[2 * h + e] * s1[h]);
-        }
-      }
-  }
-};
 
 // Q8_0 / Q4_0: 8 blocks a step (34 / 18 bytes, 2-byte aligned); `units` of them are inside K
 // (fewer in a last step when K is not a multiple of 256). d as two f16 a word.
@@ -451,8 +340,8 @@ void launch_qgemm_quantize_input(StreamRef s_ref, const bf16 *x, std::int64_t ld
 }
 
 bool qgemm_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block) {
-  return f != QuantFormat::kMXFP4 && M >= 1 && padded_m(M) <= 65535 && K > 0 &&
-         K % quant_block_elems(f) == 0 && K <= (std::int64_t(1) << 24) &&
+  return (f == QuantFormat::kQ8_0 || f == QuantFormat::kQ4_0) && M >= 1 && padded_m(M) <= 65535 &&
+         K > 0 && K % quant_block_elems(f) == 0 && K <= (std::int64_t(1) << 24) &&
          smem_bytes(2, block_cols(M)) <= std::min(kMaxSmem, smem_per_block);
 }
 
@@ -487,16 +376,7 @@ void launch_qgemm(StreamRef s_ref, const QgemmParams &p, int num_sms) {
     case QuantFormat::kQ4_0:
       launch_f<QuantFormat::kQ4_0>(s, p, kg);
       break;
-    case QuantFormat::kQ4_K:
-      launch_f<QuantFormat::kQ4_K>(s, p, kg);
-      break;
-    case QuantFormat::kQ5_K:
-      launch_f<QuantFormat::kQ5_K>(s, p, kg);
-      break;
-    case QuantFormat::kQ6_K:
-      launch_f<QuantFormat::kQ6_K>(s, p, kg);
-      break;
-    case QuantFormat::kMXFP4:  // rejected above
+    default:  // rejected above
       break;
   }
   KEEL_CUDA_CHECK_LAUNCH("qgemm");

@@ -1,16 +1,17 @@
-// Integer tensor-core GEMM over GGUF blocks for batched decode (issue #29): y[M, N] = x[M, K]
-// W[N, K]^T for 8 < M <= a few hundred rows with W in Q4_K / Q5_K / Q6_K / Q8_0 / Q4_0 blocks
-// as stored, so a model kept quantized needs no bf16 copy of its weights for those steps.
+// Tensor-core GEMMs over GGUF blocks for batched decode (issue #29): y[M, N] = x[M, K]
+// W[N, K]^T for 8 < M <= a few hundred rows with W in its blocks as stored, so a model kept
+// quantized needs no bf16 copy of its weights for those steps: the integer GEMM for Q8_0 / Q4_0
+// (launch_qgemm), the dequantizing bf16 GEMM for Q4_K / Q5_K / Q6_K (launch_qgemm_bf16, below).
 //
 // Two launches. launch_qgemm_quantize_input writes x once, quantized to int8 per 32 values
 // (k_qgemv's q8 with the sum of the int8 codes), into a scratch buffer in the tensor-core
 // GEMV's record layout; launch_qgemm then runs one GEMM per weight range over it (a stacked
-// weight of Q4_K and Q6_K ranges quantizes its input once). Each block owns 64 (or 32) weight
+// weight of several ranges quantizes its input once). Each block owns 64 (or 32) weight
 // rows and 64 input columns: its warps hold a 16-row tile's integer codes as the A operand of
 // mma.sync m16n8k32 s8 and loop over the column tiles of 8, the block's input chunk staged in
 // shared memory by cp.async (double-buffered); each int32 dot is scaled by weight scale x input
-// scale per 32 values in f32, the K-quant min (and Q4_0's offset of 8) through the staged block
-// sums, as the GEMVs (k_qgemv.h). The error is theirs: the input's int8 rounding, ~5e-3 of the
+// scale per 32 values in f32, Q4_0's offset of 8 through the staged block sums, as the GEMVs
+// (k_qgemv.h). The error is theirs: the input's int8 rounding, ~5e-3 of the
 // output's norm for Gaussian inputs.
 #pragma once
 
@@ -23,11 +24,11 @@ namespace keel::cuda {
 
 // The runner's default largest M for the GEMM (CudaKernelChoices::qgemm_max_m); larger steps
 // (prefill, large decode batches) dequantize to bf16 and run cuBLASLt. Measured on the H200
-// (session 19, bench/RESULTS.md): the GEMM alone against dequantize + cuBLAS, q6_k down
-// 4096x14336 at M = 16 / 64 / 256: 85.5 / 129.5 / 297 us against 80.5 / 83.7 / 93.7; the
-// q6_k lm_head 382 / 663 / 2,392 against 629 / 659 / 768. The cost model's ~350 TOPS is not
-// reached (about 58 at M = 64): past 64 rows the dequantizing path is faster, below it the
-// GEMM (8B Q4_K_M at 16 seqs 2,038 tok/s where the dequantizing path gave 869 on an H100).
+// (session 19, bench/RESULTS.md, the integer GEMM then also ran K-quants): the GEMM alone
+// against dequantize + cuBLAS, q6_k down 4096x14336 at M = 16 / 64 / 256: 85.5 / 129.5 / 297 us
+// against 80.5 / 83.7 / 93.7; the q6_k lm_head 382 / 663 / 2,392 against 629 / 659 / 768. Past
+// 64 rows the dequantizing path is faster, below it the GEMMs (8B Q4_K_M at 16 seqs 2,038 tok/s
+// where the dequantizing path gave 869 on an H100; the bf16 GEMM since: 2,932).
 constexpr int kQgemmDefaultMaxM = 64;
 // A qgemm_max_m of this: run_linear never takes the GEMM (Gemm's default, so a Gemm made
 // outside a runner keeps dequantize + cuBLASLt).
@@ -43,7 +44,7 @@ void launch_qgemm_quantize_input(StreamRef s, const bf16 *x, std::int64_t ldx, i
                                  std::int64_t K, void *staged);
 
 struct QgemmParams {
-  QuantFormat format = QuantFormat::kQ4_K;  // not kMXFP4
+  QuantFormat format = QuantFormat::kQ8_0;  // kQ8_0 or kQ4_0
   const void *w = nullptr;                  // N rows of K in blocks, 16-byte aligned
   std::int64_t N = 0, K = 0;
   int M = 0;
@@ -57,8 +58,8 @@ struct QgemmParams {
   int k_groups = 0;
 };
 
-// True when launch_qgemm runs the shape: a GGUF format other than MXFP4, M >= 1, K a
-// positive multiple of the format's block, and the block's staging fits smem_per_block.
+// True when launch_qgemm runs the shape: Q8_0 or Q4_0, M >= 1, K a positive multiple of the
+// format's block, and the block's staging fits smem_per_block.
 bool qgemm_supported(QuantFormat f, int M, std::int64_t K, std::size_t smem_per_block);
 // num_sms: CudaContext::num_sms() (0: the current device's). Throws Error(kInvalidArgument)
 // on a shape qgemm_supported rejects or a misaligned pointer.

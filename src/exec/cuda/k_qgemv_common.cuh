@@ -89,8 +89,8 @@ __device__ __forceinline__ Q8Lane quantize_q8_lane(const float v[8]) {
   return r;
 }
 
-// A Q4_K / Q5_K super-block (144 / 176 bytes, 16-byte aligned) as a lane of the tensor-core
-// GEMMs (k_qgemm.cu, k_qgemm_bf16.cu) holds it for its rows g and g + 8 (h = 0, 1): the head
+// A Q4_K / Q5_K super-block (144 / 176 bytes, 16-byte aligned) as a lane of the dequantizing
+// tensor-core GEMM (k_qgemm_bf16.cu) holds it for its rows g and g + 8 (h = 0, 1): the head
 // (d, dmin, the 12 scale bytes), qs bytes 32i + 16k + 4t (run i = 0..3, k = 0..1) -- low nibbles
 // values 64i + 16k + 4t..+3 (sub-block 2i), high nibbles the same + 32 (sub-block 2i + 1) -- and
 // for Q5_K qh bytes 16k + 4t, whose bits 2i / 2i + 1 are those values' fifth bits.
@@ -100,24 +100,7 @@ struct K4Lane {
   uint4 head[2];
   unsigned qs[2][4][2];
   unsigned qh[2][2];  // Q5_K only
-  __device__ __forceinline__ void load(const std::uint8_t *const (&rows)[2], int step, int t) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const std::uint8_t *b = rows[h] + static_cast<std::size_t>(step) * kBytes;
-      head[h] = __ldg(reinterpret_cast<const uint4 *>(b));
-      if constexpr (kQ5)
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-          qh[h][k] = __ldg(reinterpret_cast<const unsigned *>(b + 16 + 16 * k + 4 * t));
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int k = 0; k < 2; ++k)
-          qs[h][i][k] =
-              __ldg(reinterpret_cast<const unsigned *>(b + kQs + 32 * i + 16 * k + 4 * t));
-    }
-  }
-  // The same from a copy of the step's bytes in shared memory (16-byte aligned rows).
+  // From a copy of the step's bytes in shared memory (16-byte aligned rows).
   __device__ __forceinline__ void load_shared(const std::uint8_t *const (&rows)[2], int t) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -143,7 +126,7 @@ struct K4Lane {
 };
 
 // A Q6_K block (210 bytes, 2-byte aligned) as a lane of the tensor-core kernels (k_qgemv_mma.cu,
-// k_qgemm.cu) holds it for its rows g and g + 8 (h = 0, 1): ql bytes 16j + 4t (j = 0..7), qh
+// k_qgemm_bf16.cu) holds it for its rows g and g + 8 (h = 0, 1): ql bytes 16j + 4t (j = 0..7), qh
 // bytes 128 + 16j + 4t (j = 0..3), the 16 scales and d. Run (n, r, hh) -- values 128n + 32r +
 // 16hh + [0, 16), scale sc[8n + 2r + hh] -- is, for the lane, the codes of values 4t..4t+3 of
 // the run: ql word 4n + 2 (r % 2) + hh (nibble r / 2), qh word 2n + hh (bits 2r, 2r + 1), minus

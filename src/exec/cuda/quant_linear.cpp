@@ -242,7 +242,8 @@ void run_linear(Gemm &gemm, StreamRef s, const LinearLayout &layout, const void 
     });
     return;
   }
-  // Batched decode: x quantized to int8 once, then the integer tensor-core GEMM per range.
+  // Batched decode, Q8_0 / Q4_0: x quantized to int8 once, then the integer tensor-core GEMM
+  // per range.
   if (scratch && M <= gemm.qgemm_max_m() && run_linear_uses_qgemm(layout, M)) {
     launch_qgemm_quantize_input(s, x, 0, static_cast<int>(M), layout.K, scratch);
     each_range([&](const WeightRange &r, void *yr) {

@@ -67,8 +67,8 @@ LinearLayout plan_linear(const std::vector<std::pair<std::string, DType>> &parts
 // column blocks of the file repeated over the 128-column blocks they cover.
 std::vector<float> fp8_device_scales(const TensorScale &s, std::int64_t K);
 
-// Whether run_linear runs M rows of `layout` on the quantized GEMM (k_qgemm.h) when
-// gemm.qgemm_max_m() allows it: every range GGUF blocks qgemm_supported takes, M past the GEMV's.
+// Whether run_linear runs M rows of `layout` on the integer GEMM (k_qgemm.h) when
+// gemm.qgemm_max_m() allows it: every range Q8_0 / Q4_0 (qgemm_supported), M past the GEMV's.
 bool run_linear_uses_qgemm(const LinearLayout &layout, std::int64_t M);
 // The same for the dequantizing bf16 tensor-core GEMM (launch_qgemm_bf16), which
 // gemm.qgemm_bf16() prefers: every range a K-quant.
