@@ -31,3 +31,28 @@ sanitize() {
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | sort | uniq -c
   summary "$out/$tool.log" 4
 }
+# serve_one LABEL STREAMS GGUF [VAR=VALUE ...]: `keel serve --device cuda GGUF` with those
+# environment assignments, STREAMS concurrent streams of 512 in / 128 out (2 requests a stream
+# after a warm-up wave) by serve_load.py, then the server stopped. Logs: $r/serve_LABEL.log (the
+# server), $r/served_LABEL.log (the load). Expects r (log folder) and pids (an array the
+# caller's exit trap kills) set; ports from SERVE_PORT (default 18600) up.
+up() { python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; }
+serve_one() {
+  local label=$1 streams=$2 g=$3
+  shift 3
+  SERVE_PORT=$((${SERVE_PORT:-18600} + 1))
+  local port=$SERVE_PORT
+  env "$@" "$B/keel" serve --device cuda --port $port "$g" >"$r/serve_$label.log" 2>&1 &
+  local pid=$!
+  pids+=($pid)
+  for _ in $(seq 1 600); do up "http://127.0.0.1:$port/health" && break; sleep 0.2; done
+  local id
+  id=$(basename "$g" .gguf)
+  stamp "served $id ($label): $streams streams, 512 in / 128 out"
+  timeout "$(cap 120)" python3 "$(dirname "${BASH_SOURCE[0]}")/serve_load.py" \
+    "http://127.0.0.1:$port" "$id" --streams "$streams" --input 512 --output 128 \
+    --requests $((streams * 2)) --vocab 128000 --warmup | tee "$r/served_$label.log" | head -6
+  grep -iE 'weights|quantized' "$r/serve_$label.log" | head -2
+  kill $pid
+  wait $pid 2>/dev/null
+}
