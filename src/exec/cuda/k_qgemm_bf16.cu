@@ -7,6 +7,11 @@
 //     16-byte aligned 224-byte window around its 210-byte block, which needs 16-byte aligned
 //     rows, K % 2,048 == 0; otherwise each lane loads its bytes into registers a step ahead);
 //     the ring is 2-4 slots deep, as many as leave two blocks an SM;
+//   - Q4_K / Q5_K: the block decodes the step's 8 scales and mins of each row once, into a
+//     table after the ring (4 KB: a bf16 pair a sub-block and row), then a barrier; otherwise
+//     each of the 4 lanes sharing a row decodes them itself, ~180 of a warp's ~575
+//     instructions a step at 16 columns (the kernel is issue-bound): 1-6% faster on Q4_K
+//     (H100, session 27), not taken where it would leave one block an SM (uses_table);
 //   - each lane reads its rows g and g + 8's bytes of the step from the slot (K4Lane /
 //     Q6kLane::load_shared), turns each 4-code word into two bf16 pairs -- 0x4300 | code is
 //     128 + code exactly, minus 128 + zero is the code minus the format's zero, exactly -- and
@@ -22,7 +27,7 @@
 // Shared memory a slot: 8 NT columns x 544 bytes (a column's 512 bytes padded by 32, so the 16
 // lanes of a half-warp -- 4 columns x 4 offsets 8 bytes apart -- hit distinct banks), then 128
 // rows x 144 / 176 / 240 bytes (Q4_K / Q5_K / Q6_K; 36 / 44 / 60 words a row: lanes g = 0..7 on
-// distinct banks).
+// distinct banks). After the ring, Q4_K / Q5_K's scale table.
 //
 // Split-K: where ceil(M / 64) x ceil(N / 128) blocks leave SMs idle (N = 4,096: 32 blocks), the
 // grid's z splits the steps; each split stores f32 partial sums, and a second launch adds them
@@ -51,6 +56,7 @@ using async_copy::cp_async_wait;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+static_assert(kThreads == 2 * 16 * kWarps, "a scale table row a pair of threads (fill_table)");
 constexpr int kCols = 64;                  // columns a block owns, at most (8 column tiles)
 constexpr int kRows = 16 * kWarps;         // weight rows a block owns
 constexpr int kStep = 256;                 // values a step: one super-block
@@ -113,15 +119,39 @@ struct Bf16K4 {
   static constexpr int kWindow = kBytes, kWStride = kBytes;
   __device__ static std::size_t window_start(int s) { return std::size_t(s) * kBytes; }
   __device__ static int window_offset(int /*s*/) { return 0; }
-  template <int NT>
-  __device__ static void compute(const Raw &r, const std::uint8_t *x, int g, int t,
-                                 float (&acc)[NT][4]) {
+  // The step's scales and mins, decoded once a block instead of by each of the 4 lanes that
+  // share a row: row r's sub-block j as the bf16 pair (d sc, -dmin m) at table[8 r + j]. Thread
+  // i decodes row i % 128's sub-blocks 4 (i / 128)..+3 (a warp's sub-blocks alike: no branch
+  // apart) from the staged head; `rows` = the slot's staged weights.
+  static constexpr bool kTable = true;
+  static constexpr int kTableBytes = kRows * 8 * 4;
+  __device__ static void fill_table(const std::uint8_t *rows, std::uint32_t *table, int i) {
+    const int row = i % kRows, j0 = 4 * (i / kRows);
+    const uint4 head = *reinterpret_cast<const uint4 *>(rows + row * kWStride);
+    const float d = f16_bits(head.x), dmin = f16_bits(head.x >> 16);
+    std::uint32_t e[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      int sc, mn;
+      k_scale_min(head, j0 + q, sc, mn);
+      e[q] = bits_of(
+          __floats2bfloat162_rn(d * static_cast<float>(sc), -dmin * static_cast<float>(mn)));
+    }
+    *reinterpret_cast<uint4 *>(table + 8 * row + j0) = make_uint4(e[0], e[1], e[2], e[3]);
+  }
+  // kFromTable: pairs[h][j] is row g + 8h's table entry for sub-block j; else each lane decodes
+  // its rows' scales from the heads itself (the same values).
+  template <int NT, bool kFromTable>
+  __device__ static void compute(const Raw &r, const std::uint32_t (&pairs)[2][8],
+                                 const std::uint8_t *x, int g, int t, float (&acc)[NT][4]) {
     const __nv_bfloat162 off = __float2bfloat162_rn(128.0f);
     float d[2], dmin[2];
+    if constexpr (!kFromTable) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      d[h] = f16_bits(r.head[h].x);
-      dmin[h] = f16_bits(r.head[h].x >> 16);
+      for (int h = 0; h < 2; ++h) {
+        d[h] = f16_bits(r.head[h].x);
+        dmin[h] = f16_bits(r.head[h].x >> 16);
+      }
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -130,10 +160,16 @@ struct Bf16K4 {
         __nv_bfloat162 s2[2], m2[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          int sc, mn;
-          k_scale_min(r.head[h], 2 * i + hi, sc, mn);
-          s2[h] = __float2bfloat162_rn(d[h] * static_cast<float>(sc));
-          m2[h] = __float2bfloat162_rn(-dmin[h] * static_cast<float>(mn));
+          if constexpr (kFromTable) {
+            const std::uint32_t e = pairs[h][2 * i + hi];
+            s2[h] = bf162_of(__byte_perm(e, 0, 0x1010));
+            m2[h] = bf162_of(__byte_perm(e, 0, 0x3232));
+          } else {
+            int sc, mn;
+            k_scale_min(r.head[h], 2 * i + hi, sc, mn);
+            s2[h] = __float2bfloat162_rn(d[h] * static_cast<float>(sc));
+            m2[h] = __float2bfloat162_rn(-dmin[h] * static_cast<float>(mn));
+          }
         }
 #pragma unroll
         for (int k = 0; k < 2; ++k) {
@@ -160,6 +196,8 @@ template <>
 struct Bf16Fmt<QuantFormat::kQ6_K> {
   using Raw = Q6kLane;
   static constexpr int kBytes = 210;
+  static constexpr bool kTable = false;  // its scales: one byte each, decoded where used
+  static constexpr int kTableBytes = 0;
   // Staged weights (rows 16-byte aligned: K a multiple of 2,048): the 16-byte aligned window of
   // 224 bytes around a block (it starts 2s % 16 bytes in, and ends at or before the row's end),
   // rows 240 bytes apart in shared memory (60 words: lanes g = 0..7 on distinct banks).
@@ -168,9 +206,10 @@ struct Bf16Fmt<QuantFormat::kQ6_K> {
     return std::size_t(s) * kBytes & ~std::size_t(15);
   }
   __device__ static int window_offset(int s) { return (s * kBytes) & 15; }
-  template <int NT>
-  __device__ static void compute(const Raw &r, const std::uint8_t *x, int g, int t,
-                                 float (&acc)[NT][4]) {
+  template <int NT, bool kFromTable>
+  __device__ static void compute(const Raw &r, const std::uint32_t (&)[2][8], const std::uint8_t *x,
+                                 int g, int t, float (&acc)[NT][4]) {
+    static_assert(!kFromTable);
     const __nv_bfloat162 off = __float2bfloat162_rn(160.0f);
     const float dh[2] = {f16_bits(r.d[0]), f16_bits(r.d[1])};
 #pragma unroll
@@ -207,6 +246,17 @@ constexpr int ring_slots() {
   if (!kStagedW) return kStages;
   const int fit = 110 * 1024 / slot_bytes<F, NT, kStagedW>();
   return fit < 2 ? 2 : fit > 4 ? 4 : fit;
+}
+
+// Whether the block decodes the step's scales into a table (Q4_K / Q5_K, weights staged): only
+// where ring and table still leave two blocks an SM (<= 112 KB). Q5_K at 8 column tiles (two
+// 57 KB slots) would fit one: it ran 8-11% slower with the table (H100, session 27), so it
+// decodes its scales a lane at a time, as before.
+template <QuantFormat F, int NT, bool kStagedW>
+constexpr bool uses_table() {
+  return kStagedW && Bf16Fmt<F>::kTable &&
+         ring_slots<F, NT, kStagedW>() * slot_bytes<F, NT, kStagedW>() + Bf16Fmt<F>::kTableBytes <=
+             112 * 1024;
 }
 
 // Grid: x = 64-column blocks (fastest: the blocks sharing weight rows run together), y =
@@ -273,8 +323,12 @@ __global__ void __launch_bounds__(kThreads, 2)
     if (k < n) stage(s0 + k, k);
     cp_async_commit();
   }
-  // Staged weights: read from the slot before the step's math. Else: loaded into registers,
-  // the next step's during this step's math.
+  // Staged weights: read from the slot before the step's math (and, kTable, the step's scales
+  // decoded into the table after the ring: the barrier at the top of the next step keeps it
+  // until every warp is done with it). Else: loaded into registers, the next step's during this
+  // step's math.
+  constexpr bool kTable = uses_table<F, NT, kStagedW>();
+  auto *table = reinterpret_cast<std::uint32_t *>(smem + kSlots * stage_bytes);
   typename T::Raw cur, nxt;
   if constexpr (!kStagedW) cur.load(rows, s0, t);
   for (int i = 0; i < n; ++i) {
@@ -285,13 +339,28 @@ __global__ void __launch_bounds__(kThreads, 2)
     const std::uint8_t *slot = smem + (i % kSlots) * stage_bytes;
     if constexpr (kStagedW) {
       const std::uint8_t *wr = slot + cols * kColBytes + T::window_offset(s0 + i);
+      if constexpr (kTable) {
+        T::fill_table(wr, table, threadIdx.x);
+        __syncthreads();
+      }
       const std::uint8_t *const srows[2] = {wr + (warp * 16 + g) * T::kWStride,
                                             wr + (warp * 16 + g + 8) * T::kWStride};
       cur.load_shared(srows, t);
     } else if (i + 1 < n) {
       nxt.load(rows, s0 + i + 1, t);
     }
-    T::template compute<NT>(cur, slot, g, t, acc);
+    std::uint32_t pairs[2][8] = {};  // the rows' table entries (kTable)
+    if constexpr (kTable) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4 *e = reinterpret_cast<const uint4 *>(table + 8 * (warp * 16 + g + 8 * h));
+        const uint4 a = e[0], b = e[1];
+        const std::uint32_t v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+        for (int j = 0; j < 8; ++j) pairs[h][j] = v[j];
+      }
+    }
+    T::template compute<NT, kTable>(cur, pairs, slot, g, t, acc);
     if constexpr (!kStagedW)
       if (i + 1 < n) cur = nxt;
   }
@@ -334,7 +403,8 @@ template <QuantFormat F, int NT, bool kStagedW>
 void launch_fns(cudaStream_t s, const QgemmBf16Params &p, int splits, int steps_per_split,
                 float *partials) {
   const auto kernel = qgemm_bf16_kernel<F, NT, kStagedW>;
-  constexpr int smem = ring_slots<F, NT, kStagedW>() * slot_bytes<F, NT, kStagedW>();
+  constexpr int smem = ring_slots<F, NT, kStagedW>() * slot_bytes<F, NT, kStagedW>() +
+                       (uses_table<F, NT, kStagedW>() ? Bf16Fmt<F>::kTableBytes : 0);
   // The same value for every launch, so two engines' threads never race over the attribute.
   KEEL_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const dim3 grid(static_cast<unsigned>((p.M + kCols - 1) / kCols),
