@@ -31,11 +31,15 @@ sanitize() {
   grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | sort | uniq -c
   summary "$out/$tool.log" 4
 }
+# Background servers a script starts (serve_one adds to it) are stopped when it exits.
+pids=()
+stop_servers() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
+trap stop_servers EXIT
 # serve_one LABEL STREAMS GGUF [VAR=VALUE ...]: `keel serve --device cuda GGUF` with those
 # environment assignments, STREAMS concurrent streams of 512 in / 128 out (2 requests a stream
 # after a warm-up wave) by serve_load.py, then the server stopped. Logs: $r/serve_LABEL.log (the
-# server), $r/served_LABEL.log (the load). Expects r (log folder) and pids (an array the
-# caller's exit trap kills) set; ports from SERVE_PORT (default 18600) up.
+# server), $r/served_LABEL.log (the load). Expects r (log folder) set; ports from SERVE_PORT
+# (default 18600) up.
 up() { python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$1" 2>/dev/null; }
 serve_one() {
   local label=$1 streams=$2 g=$3

@@ -15,9 +15,6 @@ set -uo pipefail
 carry=.devcarry-s27a; out=${OUT:-/tmp/o}; budget=${BUDGET:-570}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/budget_lib.sh"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 mkdir -p "$out/r"
 r=$out/r

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Session 27, call B (issue 29), the tree to land: Q4_K / Q5_K dequantized a warp a super-block
 # (k_dequant_kquant.cu; Q6_K kept on the chunk kernel), the integer GEMM's K-quant paths deleted
-# (the bf16 GEMM's changes of call A reverted: they lost). The whole CUDA suite; the dequantize
-# alone and with cuBLASLt per format, after and (q5_k) before; 8B Q4_K_M and Qwen3-30B-A3B
+# (the bf16 GEMM's changes of call A reverted: they lost), the bf16 GEMM's Q4_K / Q5_K scales
+# decoded once a block into a table. The whole CUDA suite; the dequantize alone and with
+# cuBLASLt, and the bf16 GEMM, after and before; 8B Q4_K_M and Qwen3-30B-A3B
 # Q4_K_M (8 layers) decode and prefill after / before; 8B Q4_K_M served at 16 and 64 streams
 # kept quantized (after, before at 64) and with default flags (bf16).
 #   here:  KEEL_DEVCARRY=.devcarry-s27b scripts/device/package.sh build-cuda \
@@ -13,9 +14,6 @@ set -uo pipefail
 carry=.devcarry-s27b; out=${OUT:-/tmp/o}; budget=${BUDGET:-560}
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/budget_lib.sh"
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; }
-trap cleanup EXIT
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 mkdir -p "$out/r"
 r=$out/r
@@ -26,12 +24,13 @@ echo "exit $?"
 summary "$r/tests_all.log" 12
 grep -B3 -A10 'Failure' "$r/tests_all.log" | grep -vE '^\s*$' | head -30
 
-stamp "dequantize alone and + cuBLASLt, M = 16: after; q5_k before"
-timeout "$(cap 40)" "$B/cuda_qgemv_bench" --formats q4_k,q5_k,q6_k --m 16 --kernels dq,deq,bf16 \
-  >"$r/dq_new.log" 2>&1; echo "exit $?"
-timeout "$(cap 30)" "$O/cuda_qgemv_bench" --formats q5_k --m 16 --kernels deq >"$r/dq_old.log" 2>&1
+stamp "dequantize alone and + cuBLASLt; the bf16 GEMM at M = 16 / 32 / 64: after, before"
+timeout "$(cap 60)" "$B/cuda_qgemv_bench" --formats q4_k,q5_k,q6_k --m 16,32,64 \
+  --kernels dq,deq,gemm16,bf16 >"$r/dq_new.log" 2>&1; echo "exit $?"
+timeout "$(cap 50)" "$O/cuda_qgemv_bench" --formats q4_k,q5_k,q6_k --m 16,32,64 \
+  --kernels deq,gemm16 >"$r/dq_old.log" 2>&1
 echo "exit $?"
-grep -E '^\|' "$r/dq_new.log" "$r/dq_old.log" | grep -vE '\-\-\-|fmt'
+grep -E '^\|' "$r/dq_new.log" "$r/dq_old.log" | grep -vE '\-\-\-|fmt' | grep -E ' 16 \|| 64 \|'
 
 g=/tmp/q4_k_m.gguf
 for v in new old; do
