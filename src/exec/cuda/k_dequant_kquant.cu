@@ -7,7 +7,7 @@
 // ran the q4_k 8B gate_up at 0.34x the copy bandwidth's bytes; this one at 0.94x (H100, session
 // 27, bench/RESULTS.md). Q6_K stays on the chunk kernel: its 210-byte blocks are only 2-byte
 // aligned, so a lane's 8 values took five 2-byte loads here and the kernel ran slower (0.65x
-// against the chunk kernel's ~0.8x on the qkv shape).
+// against the chunk kernel's 0.83x on the qkv shape).
 // Values are formats/quant.cpp's, computed with the same IEEE operations (explicit _rn
 // intrinsics, no contraction), so they equal the CPU reference bit for bit.
 #include <cuda_fp16.h>
