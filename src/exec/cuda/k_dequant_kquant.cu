@@ -13,38 +13,26 @@
 #include <cuda_fp16.h>
 
 #include "exec/cuda/k_dequant_kquant.h"
+#include "exec/cuda/k_qgemv_common.cuh"
 
 namespace keel::cuda {
 
 namespace {
 
+using qgemv_detail::f16_bits;
+using qgemv_detail::k_scale_min;
+
 constexpr int kWarps = 8;
 constexpr int kPerWarp = 4;  // super-blocks a warp loads before decoding
 constexpr int kBlocksPerCta = kWarps * kPerWarp;
 
-__device__ __forceinline__ float f16_to_float(unsigned bits) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits & 0xFFFF)));
-}
 // A small non-negative integer (< 2^23) as a float, exactly: its bits under the exponent of
 // 2^23, minus 2^23.
-__device__ __forceinline__ float small_int_to_float(unsigned q) {
-  return __fsub_rn(__uint_as_float(0x4B000000u | q), 8388608.0f);
+__device__ __forceinline__ float small_int_to_float(int q) {
+  return __fsub_rn(__uint_as_float(0x4B000000u | static_cast<unsigned>(q)), 8388608.0f);
 }
 __device__ __forceinline__ unsigned byte_at(uint2 v, int e) {
   return ((e < 4 ? v.x : v.y) >> (8 * (e % 4))) & 0xFFu;
-}
-
-// Sub-block j's (0..7) 6-bit scale and min of a Q4_K / Q5_K head (d, dmin, scales[12]).
-__device__ __forceinline__ void k_scale_min(const uint4 &head, int j, unsigned &sc, unsigned &mn) {
-  const unsigned s[3] = {head.y, head.z, head.w};  // scales[0..3], [4..7], [8..11]
-  auto byte = [&](int i) { return (s[i / 4] >> (8 * (i % 4))) & 0xFFu; };
-  if (j < 4) {
-    sc = byte(j) & 63;
-    mn = byte(j + 4) & 63;
-  } else {
-    sc = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
-    mn = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
-  }
 }
 
 // A lane's bytes of one super-block, loaded ahead of its decode.
@@ -65,13 +53,14 @@ struct Lane<QuantFormat::kQ4_K> {
   }
   __device__ void decode(int l, float v[8]) const {
     const int j = 2 * (l / 8) + (l % 8) / 4, shift = 4 * ((l % 8) / 4);
-    unsigned sc, mn;
+    int sc, mn;
     k_scale_min(head, j, sc, mn);
-    const float dd = __fmul_rn(f16_to_float(head.x), small_int_to_float(sc));
-    const float mm = __fmul_rn(f16_to_float(head.x >> 16), small_int_to_float(mn));
+    const float dd = __fmul_rn(f16_bits(head.x), small_int_to_float(sc));
+    const float mm = __fmul_rn(f16_bits(head.x >> 16), small_int_to_float(mn));
 #pragma unroll
     for (int e = 0; e < 8; ++e)
-      v[e] = __fsub_rn(__fmul_rn(dd, small_int_to_float((byte_at(qs, e) >> shift) & 0xF)), mm);
+      v[e] = __fsub_rn(
+          __fmul_rn(dd, small_int_to_float(static_cast<int>((byte_at(qs, e) >> shift) & 0xF))), mm);
   }
 };
 
@@ -89,13 +78,14 @@ struct Lane<QuantFormat::kQ5_K> {
   }
   __device__ void decode(int l, float v[8]) const {
     const int hi = (l % 8) / 4, j = 2 * (l / 8) + hi, shift = 4 * hi;
-    unsigned sc, mn;
+    int sc, mn;
     k_scale_min(head, j, sc, mn);
-    const float dd = __fmul_rn(f16_to_float(head.x), small_int_to_float(sc));
-    const float mm = __fmul_rn(f16_to_float(head.x >> 16), small_int_to_float(mn));
+    const float dd = __fmul_rn(f16_bits(head.x), small_int_to_float(sc));
+    const float mm = __fmul_rn(f16_bits(head.x >> 16), small_int_to_float(mn));
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
-      const unsigned q = ((byte_at(qs, e) >> shift) & 0xF) | (((byte_at(qh, e) >> j) & 1) << 4);
+      const int q =
+          static_cast<int>(((byte_at(qs, e) >> shift) & 0xF) | (((byte_at(qh, e) >> j) & 1) << 4));
       v[e] = __fsub_rn(__fmul_rn(dd, small_int_to_float(q)), mm);
     }
   }
