@@ -12,6 +12,8 @@
 // intrinsics, no contraction), so they equal the CPU reference bit for bit.
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "exec/cuda/k_dequant_kquant.h"
 #include "exec/cuda/k_qgemv_common.cuh"
 
@@ -21,16 +23,12 @@ namespace {
 
 using qgemv_detail::f16_bits;
 using qgemv_detail::k_scale_min;
+using qgemv_detail::small_int_to_float;
 
 constexpr int kWarps = 8;
 constexpr int kPerWarp = 4;  // super-blocks a warp loads before decoding
 constexpr int kBlocksPerCta = kWarps * kPerWarp;
 
-// A small non-negative integer (< 2^23) as a float, exactly: its bits under the exponent of
-// 2^23, minus 2^23.
-__device__ __forceinline__ float small_int_to_float(int q) {
-  return __fsub_rn(__uint_as_float(0x4B000000u | static_cast<unsigned>(q)), 8388608.0f);
-}
 __device__ __forceinline__ unsigned byte_at(uint2 v, int e) {
   return ((e < 4 ? v.x : v.y) >> (8 * (e % 4))) & 0xFFu;
 }
@@ -154,23 +152,30 @@ unsigned grid_for(std::int64_t blocks) {
   return static_cast<unsigned>((blocks + kBlocksPerCta - 1) / kBlocksPerCta);
 }
 
-template <typename Out>
-bool launch_any(cudaStream_t s, QuantFormat f, const void *src, Out *dst, std::int64_t n) {
-  const auto *b = static_cast<const std::uint8_t *>(src);
-  const std::int64_t blocks = n / 256;
-  const unsigned grid = grid_for(blocks);
+// fn(std::integral_constant<QuantFormat, F>{}) for F = f when f is Q4_K or Q5_K (the formats
+// with a Lane); false, calling nothing, otherwise.
+template <typename Fn>
+bool with_k4_format(QuantFormat f, Fn &&fn) {
   switch (f) {
     case QuantFormat::kQ4_K:
-      dequantize_kquant_kernel<QuantFormat::kQ4_K, Out>
-          <<<grid, kWarps * 32, 0, s>>>(b, dst, blocks);
+      fn(std::integral_constant<QuantFormat, QuantFormat::kQ4_K>{});
       return true;
     case QuantFormat::kQ5_K:
-      dequantize_kquant_kernel<QuantFormat::kQ5_K, Out>
-          <<<grid, kWarps * 32, 0, s>>>(b, dst, blocks);
+      fn(std::integral_constant<QuantFormat, QuantFormat::kQ5_K>{});
       return true;
     default:
       return false;
   }
+}
+
+template <typename Out>
+bool launch_any(cudaStream_t s, QuantFormat f, const void *src, Out *dst, std::int64_t n) {
+  const auto *b = static_cast<const std::uint8_t *>(src);
+  const std::int64_t blocks = n / 256;
+  return with_k4_format(f, [&](auto fc) {
+    dequantize_kquant_kernel<decltype(fc)::value, Out>
+        <<<grid_for(blocks), kWarps * 32, 0, s>>>(b, dst, blocks);
+  });
 }
 
 }  // namespace
@@ -201,18 +206,10 @@ bool launch_dequantize_kquant_experts(cudaStream_t s, QuantFormat f, const void 
   const auto *b = static_cast<const std::uint8_t *>(w);
   const std::int64_t blocks = n / 256;
   const dim3 grid(grid_for(blocks), static_cast<unsigned>(max_active));
-  switch (f) {
-    case QuantFormat::kQ4_K:
-      dequantize_kquant_experts_kernel<QuantFormat::kQ4_K>
-          <<<grid, kWarps * 32, 0, s>>>(b, stride, active, n_active, dst, n, blocks);
-      return true;
-    case QuantFormat::kQ5_K:
-      dequantize_kquant_experts_kernel<QuantFormat::kQ5_K>
-          <<<grid, kWarps * 32, 0, s>>>(b, stride, active, n_active, dst, n, blocks);
-      return true;
-    default:
-      return false;
-  }
+  return with_k4_format(f, [&](auto fc) {
+    dequantize_kquant_experts_kernel<decltype(fc)::value>
+        <<<grid, kWarps * 32, 0, s>>>(b, stride, active, n_active, dst, n, blocks);
+  });
 }
 
 }  // namespace keel::cuda

@@ -61,12 +61,6 @@ using async_copy::cp_async16;
 using async_copy::cp_async_commit;
 using async_copy::cp_async_wait;
 
-// Exact for |c| < 2^22: 1.5 x 2^23 + c keeps c in the mantissa. An integer add and a float
-// subtract (full-rate pipes) instead of I2F (a quarter of the FMA rate on sm_80-sm_90).
-__device__ __forceinline__ float small_int_to_float(int c) {
-  return __int_as_float(0x4B400000 + c) - 12582912.0f;
-}
-
 // x [M, K] bf16 -> staged [K / 32][Mp][32] int8 (permuted records) + [K / 32][Mp] (d, d x sum
 // of codes). Thread j of row blockIdx.y quantizes values 8j..8j+7; 4 consecutive threads make a
 // block of 32 (K / 8 is a multiple of 4, so a group is whole or wholly past the row). Rows M..Mp
