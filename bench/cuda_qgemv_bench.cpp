@@ -207,14 +207,11 @@ int run(int argc, char **argv) {
                          sh.N, sh.K);
                 return;
               }
-              if (dq_only) {
+              if (dq_only || kern == "deq") {
                 cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
-                return;
-              }
-              if (kern == "deq") {
-                cuda::launch_dequantize(s, f, wr, dq.as<cuda::bf16>(), sh.N * sh.K);
-                gemm.run(s, cuda::GemmType::kBF16, yt, x.data(), dq.data(), y.data(), M, sh.N,
-                         sh.K);
+                if (!dq_only)
+                  gemm.run(s, cuda::GemmType::kBF16, yt, x.data(), dq.data(), y.data(), M, sh.N,
+                           sh.K);
                 return;
               }
               if (gemm16) {
