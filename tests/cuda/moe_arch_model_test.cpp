@@ -291,8 +291,8 @@ TEST_P(CudaMoeArchVsCpu, LogprobsAndGreedyAloneAndBatchedWith31) {
 // Low-bit experts above the GEMV bound (moe_lowbit_gemv_max_tokens 0: every step) on the
 // grouped GEMM that decodes their blocks in shared memory, against the same model on the
 // path it replaces (the active experts dequantized to a bf16 scratch, then the bf16
-// grouped GEMM). Both multiply the same bf16 weights in the same MMA order, so the logits
-// are expected to agree bit for bit; the bound is a bf16 one (1e-3 of a row's spread).
+// grouped GEMM). Both multiply the same bf16 weights (MXFP4's A-operand kernel in another
+// order of its MMAs' products), so the bound is a bf16 one (1e-3 of a row's spread).
 struct LowbitCase {
   const char *arch;
   const char *name;

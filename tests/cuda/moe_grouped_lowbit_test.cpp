@@ -1,7 +1,8 @@
 // The experts' grouped GEMM over low-bit weights (launch_moe_grouped_gemm_lowbit) against a
 // host reference: the same stored bytes dequantized on the host (formats/quant.h, equal to
-// the device's decode bit for bit), rounded to bf16 as the kernel's shared-memory tile is,
-// times the bf16 inputs in double. Every format (MXFP4, FP8 with one and two scale-grid
+// the device's decode bit for bit), rounded to bf16 as the kernels' decoded tiles or MMA
+// fragments are, times the bf16 inputs in double (MXFP4 runs the A-operand kernel,
+// k_moe_grouped_mxfp4.cu). Every format (MXFP4, FP8 with one and two scale-grid
 // parts, Q8_0, Q4_K, Q5_K, Q6_K), the row tiles 16 / 32 / 64, group patterns (empty
 // experts, one row, exactly a tile, a tile + 1, every slot on one expert) and shapes like
 // gpt-oss's and Qwen3-30B-A3B's, scaled down. Each element must lie within

@@ -15,6 +15,7 @@
 #include "exec/cuda/k_fp8_decode.cuh"
 #include "exec/cuda/k_moe_gemm_tile.cuh"
 #include "exec/cuda/k_moe_grouped_lowbit.h"
+#include "exec/cuda/k_moe_grouped_mxfp4.h"
 #include "exec/cuda/k_mxfp4_decode.cuh"
 
 namespace keel::cuda {
@@ -436,7 +437,11 @@ void launch_moe_grouped_gemm_lowbit(StreamRef s_ref, const bf16 *A, const MoeLow
   } else {
     switch (W.format) {
       case QuantFormat::kMXFP4:
-        launch_f<Mxfp4Tile>(s, tile_rows, grid, A, a, N, K, group, layout, C);
+        if (W.mxfp4_tiles)
+          launch_f<Mxfp4Tile>(s, tile_rows, grid, A, a, N, K, group, layout, C);
+        else
+          moe_mxfp4::launch(s, A, static_cast<const std::uint8_t *>(W.w), W.stride, N, K, group,
+                            layout, C, tile_rows);
         break;
       case QuantFormat::kQ8_0:
         launch_f<Q8_0Tile>(s, tile_rows, grid, A, a, N, K, group, layout, C);

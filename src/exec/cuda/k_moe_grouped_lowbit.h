@@ -27,6 +27,9 @@ struct MoeLowbitWeights {
   std::size_t stride = 0;
   int fp8_parts = 0;  // > 0: FP8, the parts below; `format`, w, stride unused
   Fp8Experts fp8[2];
+  // MXFP4 on the first kernel's decoded bf16 tiles and WMMA instead of the A-operand kernel
+  // (k_moe_grouped_mxfp4.h): cuda_bench's comparison only (CudaKernelChoices).
+  bool mxfp4_tiles = false;
 };
 
 // Whether launch_moe_grouped_gemm_lowbit runs W as an N x K matrix: N % 8 == 0, K % 32 ==

@@ -63,39 +63,57 @@ __device__ inline void decode_block(const unsigned q[4], float v[32]) {
 constexpr unsigned kBf16LoA = 0xC0800000u, kBf16LoB = 0xC0804000u;
 constexpr unsigned kBf16HiA = 0x3F3F3F00u, kBf16HiB = 0x40404040u;
 
-// The bf16 value of every element of a block, e2m1 times 2^(e - 127), as 16 words of bf16
-// pairs (word j: elements 2j, 2j + 1): the magnitudes' bf16 bits looked up with byte permutes
-// (no integer-to-float conversion), the signs or-ed in, and one bf16x2 multiply by the
-// scale a pair. Every product is exact in bf16 (an e2m1 value has at most two significant
-// bits, the scale is a power of two, bf16 subnormals reach 2^-133), so the bits equal
-// decode_block's values times e8m0_half(e), rounded to bf16.
-__device__ inline void decode_block_bf16(const unsigned q[4], unsigned e, unsigned out[16]) {
-  // 2^(e - 127) in bf16: the exponent field is e (e = 0: the subnormal 2^-127; 255: NaN).
+// 2^(e - 127) in bf16, in both halves: the exponent field is e (e = 0: the subnormal 2^-127;
+// 255: NaN).
+__device__ inline __nv_bfloat162 scale_bf16x2(unsigned e) {
   const unsigned sbits = e == 0 ? 0x0040u : e == 255 ? 0x7FC0u : e << 7;
-  const __nv_bfloat162 scale =
-      __halves2bfloat162(__ushort_as_bfloat16(sbits), __ushort_as_bfloat16(sbits));
+  return __halves2bfloat162(__ushort_as_bfloat16(sbits), __ushort_as_bfloat16(sbits));
+}
+
+// The bf16 values, e2m1 times the scale, of the 8 codes of one nibble word q (byte b: code
+// b in its low nibble, code 16 + b in its high one, as a block's bytes hold them): out[2h] =
+// the low nibbles of bytes 2h, 2h + 1, out[2h + 1] = their high nibbles, each a bf16 pair
+// (the first byte's value in the low half). The magnitudes' bf16 bits are looked up with
+// byte permutes (no integer-to-float conversion), the signs or-ed in, and one bf16x2 multiply
+// by the power-of-two scale a pair: every product is exact in bf16 (an e2m1 value has at
+// most two significant bits, bf16 subnormals reach 2^-133), so the bits equal decode_block's
+// values times e8m0_half(e), rounded to bf16.
+__device__ __forceinline__ void decode_word_bf16(unsigned q, __nv_bfloat162 scale,
+                                                 unsigned out[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    // Selector h covers bytes 2h, 2h + 1: nibbles lo(2h), hi(2h), lo(2h + 1), hi(2h + 1).
+    const unsigned sg = q >> (16 * h);
+    const unsigned sel = sg & 0x7777u;
+    const unsigned lo = __byte_perm(kBf16LoA, kBf16LoB, sel);
+    const unsigned hi = __byte_perm(kBf16HiA, kBf16HiB, sel);
+    // Sign bits: nibble n of the 16 bits (bit 4n + 3) to bit 15 (n even) or 31 (n odd).
+    const unsigned lo_pair =
+        __byte_perm(lo, hi, 0x6240) | ((sg << 12) & 0x8000u) | ((sg << 20) & 0x80000000u);
+    const unsigned hi_pair =
+        __byte_perm(lo, hi, 0x7351) | ((sg << 8) & 0x8000u) | ((sg << 16) & 0x80000000u);
+    __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(&lo_pair);
+    __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&hi_pair);
+    a = __hmul2(a, scale);
+    b = __hmul2(b, scale);
+    out[2 * h] = *reinterpret_cast<const unsigned *>(&a);
+    out[2 * h + 1] = *reinterpret_cast<const unsigned *>(&b);
+  }
+}
+
+// The bf16 value of every element of a block, e2m1 times 2^(e - 127), as 16 words of bf16
+// pairs (word j: elements 2j, 2j + 1), by decode_word_bf16.
+__device__ inline void decode_block_bf16(const unsigned q[4], unsigned e, unsigned out[16]) {
+  const __nv_bfloat162 scale = scale_bf16x2(e);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     // Word i's bytes b = 0..3 hold elements 4i + b (low nibble) and 16 + 4i + b (high).
-    // Selector h covers bytes 2h, 2h + 1: nibbles lo(2h), hi(2h), lo(2h + 1), hi(2h + 1).
+    unsigned w[4];
+    decode_word_bf16(q[i], scale, w);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const unsigned sel = (q[i] >> (16 * h)) & 0x7777u;
-      const unsigned lo = __byte_perm(kBf16LoA, kBf16LoB, sel);
-      const unsigned hi = __byte_perm(kBf16HiA, kBf16HiB, sel);
-      // Sign bits: nibble n of the 16 bits (bit 4n + 3) to bit 15 (n even) or 31 (n odd).
-      const unsigned sg = q[i] >> (16 * h);
-      const unsigned lo_pair =
-          __byte_perm(lo, hi, 0x6240) | ((sg << 12) & 0x8000u) | ((sg << 20) & 0x80000000u);
-      const unsigned hi_pair =
-          __byte_perm(lo, hi, 0x7351) | ((sg << 8) & 0x8000u) | ((sg << 16) & 0x80000000u);
-      // lo_pair: elements 4i + 2h, 4i + 2h + 1; hi_pair: 16 + 4i + 2h, 16 + 4i + 2h + 1.
-      __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(&lo_pair);
-      __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&hi_pair);
-      a = __hmul2(a, scale);
-      b = __hmul2(b, scale);
-      out[2 * i + h] = *reinterpret_cast<const unsigned *>(&a);
-      out[8 + 2 * i + h] = *reinterpret_cast<const unsigned *>(&b);
+      out[2 * i + h] = w[2 * h];          // elements 4i + 2h, 4i + 2h + 1
+      out[8 + 2 * i + h] = w[2 * h + 1];  // elements 16 + 4i + 2h, + 1
     }
   }
 }
