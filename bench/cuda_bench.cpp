@@ -32,7 +32,6 @@
 //     [--layers N] [--experts auto|mxfp4|bf16] (auto: MXFP4 for gpt-oss, as released)
 //     [--moe-gemv-max N] [--moe-lowbit-gemv-max N] [--moe-grouped on|off]
 //     [--moe-lowbit-gemm on|off] (off: low-bit experts dequantized to bf16 for the grouped GEMM)
-//     [--moe-mxfp4-mma on|off] (off: MXFP4 in that GEMM on the first kernel's WMMA tiles)
 //     [--moe-gguf-qgemv on|off] (on: GGUF experts' slot GEMVs on the integer-dot GEMV)
 //     [--moe-gemm-rows 0|16|32|64] (the grouped GEMM's row tile; 0 picks it by the step)
 //     (mixture of experts, make_model's shapes; the roofline counts only the expert weights a step
@@ -735,7 +734,6 @@ int run(int argc, char **argv) {
   int context = 0;                 // --context N: GLM-5's long-context decode (DSA vs dense)
   std::string attention = "both";  // --attention both|dsa|dense (with --context)
   bool moe_lowbit_gemm = true;     // --moe-lowbit-gemm on|off: low-bit tiles decoded in the GEMM
-  bool moe_mxfp4_mma = true;       // --moe-mxfp4-mma on|off: MXFP4 decoded into MMA fragments
   bool moe_gguf_qgemv = cuda::CudaRunnerOptions{}.kernels.moe_gguf_qgemv;  // --moe-gguf-qgemv
   int moe_gemm_rows = 0;             // --moe-gemm-rows 0|16|32|64: the grouped GEMM's row tile
   std::string experts_fmt = "auto";  // --experts auto|mxfp4|bf16: routed experts, random weights
@@ -820,8 +818,6 @@ int run(int argc, char **argv) {
       moe_grouped = val() == "on";
     else if (a == "--moe-lowbit-gemm")
       moe_lowbit_gemm = val() == "on";
-    else if (a == "--moe-mxfp4-mma")
-      moe_mxfp4_mma = val() == "on";
     else if (a == "--moe-gguf-qgemv")
       moe_gguf_qgemv = val() == "on";
     else if (a == "--moe-gemm-rows")
@@ -868,7 +864,6 @@ int run(int argc, char **argv) {
   o.kernels.moe_lowbit_gemv_max_tokens = moe_lowbit_gemv_max;
   o.kernels.moe_grouped_gemm = moe_grouped;
   o.kernels.moe_lowbit_gemm = moe_lowbit_gemm;
-  o.kernels.moe_mxfp4_mma = moe_mxfp4_mma;
   o.kernels.moe_gguf_qgemv = moe_gguf_qgemv;
   o.kernels.moe_gemm_rows = moe_gemm_rows;
   if (context > 0) {

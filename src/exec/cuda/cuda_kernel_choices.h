@@ -52,9 +52,6 @@ struct CudaKernelChoices {
   // false: low-bit experts above the GEMV bound are dequantized to a bf16 scratch and run
   // the bf16 grouped GEMM, as before the low-bit GEMM existed (cuda_bench's comparison).
   bool moe_lowbit_gemm = true;
-  // false: MXFP4 experts in that GEMM on the first kernel's decoded bf16 tiles and WMMA
-  // (k_moe_grouped_lowbit.cu) instead of the A-operand kernel (k_moe_grouped_mxfp4.cu).
-  bool moe_mxfp4_mma = true;
   // GGUF routed experts' slot GEMVs (decode steps up to the GEMV bound) on the integer-dot
   // GEMV's expert slots (k_qgemv.h, QgemvParams::expert_ids) instead of the float slot GEMV
   // (k_quant.h, ~6 instructions a weight). Measured (session 26, H100, Qwen3-30B-A3B Q4_K_M of

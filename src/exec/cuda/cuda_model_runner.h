@@ -507,7 +507,6 @@ class CudaModelRunner : public ModelRunner {
   DeviceBuffer moe_wscratch_;     // [E, 2 Ie, H] bf16: one matrix's dequantized experts
   int moe_gemm_rows_ = 0;         // CudaKernelChoices::moe_gemm_rows
   bool moe_lowbit_gemm_ = false;  // low-bit experts on launch_moe_grouped_gemm_lowbit
-  bool moe_mxfp4_mma_ = true;     // CudaKernelChoices::moe_mxfp4_mma
   bool moe_gguf_qgemv_ = false;   // CudaKernelChoices::moe_gguf_qgemv
   // cuda_runner_moe.cpp: the experts of a step on the slot-ordered low-bit GEMVs.
   void launch_moe_lowbit_slots(const Layer &L, std::int32_t T, const MoeExpertAct &ea);

@@ -42,7 +42,6 @@ void CudaModelRunner::allocate_moe_buffers(const CudaRunnerOptions &opts) {
   // Low-bit experts decoded inside the grouped GEMM where every sparse layer's shapes and
   // formats allow it (the layers share formats and strides: checking each is cheap).
   moe_lowbit_gemm_ = expert_format_.low_bit() && moe_grouped_ && opts.kernels.moe_lowbit_gemm;
-  moe_mxfp4_mma_ = opts.kernels.moe_mxfp4_mma;
   moe_gguf_qgemv_ = opts.kernels.moe_gguf_qgemv;
   for (std::int64_t l = 0; l < config_.num_layers && moe_lowbit_gemm_; ++l) {
     if (!m.sparse(l)) continue;
@@ -211,12 +210,11 @@ void CudaModelRunner::launch_moe(const Layer &L, std::int32_t T) {
     bf16 *xg = moe_xg_.as<bf16>(), *gu = moe_gu_.as<bf16>();
     launch_moe_gather(s, normed, H, group, layout, xg);
     if (moe_lowbit_gemm_) {  // the blocks decoded in shared memory: no bf16 copy
-      MoeLowbitWeights gate_up = grouped_lowbit_weights(layer_experts(L, false)),
-                       down = grouped_lowbit_weights(layer_experts(L, true));
-      gate_up.mxfp4_tiles = down.mxfp4_tiles = !moe_mxfp4_mma_;
-      launch_moe_grouped_gemm_lowbit(s, xg, gate_up, 2 * Ie, H, group, layout, gu, align);
+      launch_moe_grouped_gemm_lowbit(s, xg, grouped_lowbit_weights(layer_experts(L, false)), 2 * Ie,
+                                     H, group, layout, gu, align);
       launch_moe_act(s, gu, Ie, group, layout, ea, act);
-      launch_moe_grouped_gemm_lowbit(s, act, down, H, Ie, group, layout, out, align);
+      launch_moe_grouped_gemm_lowbit(s, act, grouped_lowbit_weights(layer_experts(L, true)), H, Ie,
+                                     group, layout, out, align);
     } else {
       launch_moe_grouped_gemm(s, xg, bf16_weights(false), 2 * Ie, H, group, layout, gu, align);
       launch_moe_act(s, gu, Ie, group, layout, ea, act);

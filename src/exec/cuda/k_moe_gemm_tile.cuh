@@ -23,6 +23,11 @@ using async_copy::cp_async4;
 using async_copy::cp_async_commit;
 using async_copy::cp_async_wait;
 
+// The low 32 bits of an address (its alignment: the kernels' copies of unaligned blocks).
+__device__ __forceinline__ unsigned addr_low(const void *p) {
+  return static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(p));
+}
+
 // The expert of the row tile at row0: the last whose group starts at or before row0 (the
 // groups are padded to the tile's rows, so the whole tile is in it).
 __device__ __forceinline__ int tile_expert(const std::int32_t *__restrict__ group,

@@ -7,8 +7,10 @@
 //   threads into a bf16 [128][72] tile, then the WMMA MMAs of k_moe_gemm_tile.cuh run.
 // Nothing of B is read twice by a block and no bf16 copy of it goes through global memory;
 // the raw copies of the next two steps are in flight while a step decodes and multiplies.
-// Blocks of 17 (MXFP4), 34 (Q8_0) or 210 (Q6_K) bytes are not 16-byte aligned: those
-// copy the 4-byte words covering the bytes they need, and decode from the word offset.
+// Blocks of 34 (Q8_0) or 210 (Q6_K) bytes are not 16-byte aligned: those copy the 4-byte
+// words covering the bytes they need, and decode from the word offset. MXFP4 runs
+// k_moe_grouped_mxfp4.cu instead (decoded into the MMA's fragments in registers: 1.24x this
+// skeleton's speed on gpt-oss-20b, bench/RESULTS.md session 28).
 #include <algorithm>
 
 #include "exec/cuda/cuda_check.h"
@@ -16,7 +18,6 @@
 #include "exec/cuda/k_moe_gemm_tile.cuh"
 #include "exec/cuda/k_moe_grouped_lowbit.h"
 #include "exec/cuda/k_moe_grouped_mxfp4.h"
-#include "exec/cuda/k_mxfp4_decode.cuh"
 
 namespace keel::cuda {
 
@@ -35,10 +36,6 @@ struct RowRef {
   const std::uint8_t *w;
   const float *scale;
 };
-
-__device__ __forceinline__ std::uint32_t addr_low(const void *p) {
-  return static_cast<std::uint32_t>(reinterpret_cast<std::uintptr_t>(p));
-}
 
 // Copy word c of the aligned 4-byte words covering bytes [p, p + len) to dst + 4 c, if it
 // holds any of them (nothing past the word holding the last byte is read).
@@ -59,34 +56,6 @@ __device__ __forceinline__ void store8(bf16 *dst, const float v[8]) {
 __device__ __forceinline__ float f16_at(const std::uint8_t *p) {  // 2-byte aligned
   return __half2float(__ushort_as_half(*reinterpret_cast<const unsigned short *>(p)));
 }
-
-// MXFP4: two 17-byte blocks a step (bytes 34 kt.. of the row), any alignment: 10 words.
-struct Mxfp4Tile {
-  static constexpr int kRawRow = 40, kCopies = 10;
-  __device__ static void copy(std::uint8_t *dst, const RowRef &r, int kt, int c, int units) {
-    copy_words(dst, r.w + 34 * kt, 17 * units, c);
-  }
-  // Unit u: block u of the step, 32 values, as launch_dequantize_mxfp4 writes them.
-  __device__ static void decode(const std::uint8_t *raw, const RowRef &r, int kt, int u,
-                                bf16 *out) {
-    const unsigned at = (addr_low(r.w + 34 * kt) & 3) + 17u * u;
-    const unsigned *w = reinterpret_cast<const unsigned *>(raw) + at / 4;
-    unsigned words[5];
-#pragma unroll
-    for (int i = 0; i < 5; ++i) words[i] = w[i];
-    unsigned e, q[4];
-    mxfp4::split_block(words, (at & 3) * 8, e, q);
-    // Straight to bf16 pairs (byte permutes, one bf16x2 multiply a pair): the kernel is bound
-    // by its instructions (ncu, bench/RESULTS.md), and the float decode spent an
-    // integer-to-float conversion, a multiply and half a pack a value.
-    unsigned v[16];
-    mxfp4::decode_block_bf16(q, e, v);
-#pragma unroll
-    for (int g = 0; g < 4; ++g)
-      *reinterpret_cast<uint4 *>(out + 8 * g) =
-          make_uint4(v[4 * g], v[4 * g + 1], v[4 * g + 2], v[4 * g + 3]);
-  }
-};
 
 // FP8 e4m3: 64 bytes a step (16-byte aligned rows: K % 16 == 0), one scale per 128 columns.
 struct Fp8Tile {
@@ -437,11 +406,8 @@ void launch_moe_grouped_gemm_lowbit(StreamRef s_ref, const bf16 *A, const MoeLow
   } else {
     switch (W.format) {
       case QuantFormat::kMXFP4:
-        if (W.mxfp4_tiles)
-          launch_f<Mxfp4Tile>(s, tile_rows, grid, A, a, N, K, group, layout, C);
-        else
-          moe_mxfp4::launch(s, A, static_cast<const std::uint8_t *>(W.w), W.stride, N, K, group,
-                            layout, C, tile_rows);
+        moe_mxfp4::launch(s, A, static_cast<const std::uint8_t *>(W.w), W.stride, N, K, group,
+                          layout, C, tile_rows);
         break;
       case QuantFormat::kQ8_0:
         launch_f<Q8_0Tile>(s, tile_rows, grid, A, a, N, K, group, layout, C);

@@ -2,8 +2,9 @@
 // as launch_moe_grouped_gemm (k_moe.h), but each 128-row B tile is copied to shared memory
 // in its stored bytes (cp.async, three stages in flight) and decoded there to bf16 just
 // before the tensor-core MMA, so a MoE step above the GEMV threshold reads every active
-// expert's blocks once and writes no bf16 copy of them. Values decoded equal the
-// dequantize kernels' (k_mxfp4.h, k_fp8.h, k_quant.h) bit for bit.
+// expert's blocks once and writes no bf16 copy of them (MXFP4: decoded in registers into the
+// MMA's fragments instead, k_moe_grouped_mxfp4.h). Values decoded equal the dequantize kernels'
+// (k_mxfp4.h, k_fp8.h, k_quant.h) bit for bit.
 #pragma once
 
 #include <cstddef>
@@ -27,9 +28,6 @@ struct MoeLowbitWeights {
   std::size_t stride = 0;
   int fp8_parts = 0;  // > 0: FP8, the parts below; `format`, w, stride unused
   Fp8Experts fp8[2];
-  // MXFP4 on the first kernel's decoded bf16 tiles and WMMA instead of the A-operand kernel
-  // (k_moe_grouped_mxfp4.h): cuda_bench's comparison only (CudaKernelChoices).
-  bool mxfp4_tiles = false;
 };
 
 // Whether launch_moe_grouped_gemm_lowbit runs W as an N x K matrix: N % 8 == 0, K % 32 ==

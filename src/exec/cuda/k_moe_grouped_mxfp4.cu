@@ -39,6 +39,7 @@ using async_copy::cp_async16;
 using async_copy::cp_async4;
 using async_copy::cp_async_commit;
 using async_copy::cp_async_wait;
+using moe_gemm::addr_low;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -55,10 +56,6 @@ constexpr int kSlots = 4;
 template <int BM>
 constexpr int slot_bytes() {
   return BM * kXStride + kRows * kRawStride;
-}
-
-__device__ __forceinline__ unsigned addr_low(const void *p) {
-  return static_cast<unsigned>(reinterpret_cast<std::uintptr_t>(p));
 }
 
 template <int BM>
