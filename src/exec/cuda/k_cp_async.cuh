@@ -9,6 +9,11 @@ __device__ __forceinline__ void cp_async16(void *dst, const void *src) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src));
 }
+// 8 bytes (.ca): both addresses 8-byte aligned.
+__device__ __forceinline__ void cp_async8(void *dst, const void *src) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(a), "l"(src));
+}
 // 4 bytes (.ca: .cg takes only 16): both addresses 4-byte aligned.
 __device__ __forceinline__ void cp_async4(void *dst, const void *src) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(dst));

@@ -3,7 +3,7 @@
 // and one row tile of BM grouped input rows (NT = BM / 8 column tiles of the MMA), over K in
 // steps of 64 values (two MXFP4 blocks of each row; the last step may be one block):
 //   - a ring of kSlots slots receives by cp.async the step's input rows (BM x 64 bf16) and
-//     each weight row's 34 bytes as the aligned 4-byte words covering them (blocks are 17
+//     each weight row's 34 bytes as the aligned 8-byte words covering them (blocks are 17
 //     bytes, so rows have any alignment), kSlots - 1 steps ahead; one barrier a step;
 //   - each lane reads, for its rows g and g + 8, each block's scale byte and the nibble word
 //     of code bytes 4t..4t+3 (codes 4t.. in the low nibbles, 16 + 4t.. in the high ones)
@@ -18,8 +18,9 @@
 // 64 seqs, bench/RESULTS.md session 22).
 //
 // Shared memory a slot: BM input rows of 160 bytes (64 bf16 + 32: the four rows a half-warp
-// reads start 8 banks apart), then 128 weight rows of 48 bytes (12 words: rows g = 0..7 of a
-// warp start on banks 12 g mod 32, 4 apart, so the lanes' words rarely share a bank).
+// reads start 8 banks apart), then 128 weight rows of 48 bytes (6 copies of 8 bytes; 12 words:
+// rows g = 0..7 of a warp start on banks 12 g mod 32, 4 apart, so the lanes' words rarely share
+// a bank).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -36,7 +37,7 @@ namespace keel::cuda::moe_mxfp4 {
 namespace {
 
 using async_copy::cp_async16;
-using async_copy::cp_async4;
+using async_copy::cp_async8;
 using async_copy::cp_async_commit;
 using async_copy::cp_async_wait;
 using moe_gemm::addr_low;
@@ -46,12 +47,12 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kRows = 16 * kWarps;  // weight rows a block
 constexpr int kStep = 64;           // K values a step: two blocks of each row
 constexpr int kBlockBytes = mxfp4::kBlockBytes;
-constexpr int kWords = 10;              // aligned words covering a row's 2 x 17 bytes of a step
-constexpr int kCopyWords = kWords / 2;  // words a thread copies: two threads a row
-static_assert(kRows * 2 == kThreads, "two copying threads a weight row");
-constexpr int kRawStride = 48;  // bytes a staged weight row (kWords words, padded)
-constexpr int kXStride = 160;   // bytes a staged input row (kStep bf16, padded)
-constexpr int kSlots = 4;
+constexpr int kWords = 6;  // aligned 8-byte words covering a row's 2 x 17 bytes of a step
+constexpr int kCopies = kRows * kWords / kThreads;  // words a thread copies a step
+static_assert(kCopies * kThreads == kRows * kWords, "whole copies a thread");
+constexpr int kRawStride = 8 * kWords;  // bytes a staged weight row
+constexpr int kXStride = 160;           // bytes a staged input row (kStep bf16, padded)
+constexpr int kSlots = 6;               // registers, not shared memory, bound the blocks an SM
 
 template <int BM>
 constexpr int slot_bytes() {
@@ -75,9 +76,17 @@ __global__ void __launch_bounds__(kThreads)
   const std::uint8_t *const expert = w + e * stride;
   // Rows past N read row N - 1 (their outputs are never stored).
   auto row_ptr = [&](int r) { return expert + std::size_t(min(n0 + r, N - 1)) * row_bytes; };
-  // The copies: thread tid stages words kCopyWords (tid % 2).. of row tid / 2.
-  const int crow = tid / 2, cw0 = kCopyWords * (tid % 2);
-  const std::uint8_t *const csrc = row_ptr(crow);
+  // The copies: word i % kWords of row i / kWords for i = tid + j kThreads, so a warp's
+  // copies run along five rows' contiguous bytes (a warp over 16 rows' words touched 16
+  // lines an instruction). Each packed as row << 12 | source row << 4 | word, the source row
+  // clamped below N.
+  int copy_at[kCopies];
+#pragma unroll
+  for (int j = 0; j < kCopies; ++j) {
+    const int i = tid + j * kThreads, r = i / kWords;
+    copy_at[j] = r << 12 | min(r, N - 1 - n0) << 4 | i % kWords;
+  }
+  const std::uint8_t *const tile_rows = expert + std::size_t(n0) * row_bytes;
   // The math: this lane's rows g and g + 8 of the warp's 16.
   const std::uint8_t *const mrow[2] = {row_ptr(warp * 16 + g), row_ptr(warp * 16 + g + 8)};
   const int steps = (K + kStep - 1) / kStep;
@@ -95,14 +104,14 @@ __global__ void __launch_bounds__(kThreads)
       else
         *reinterpret_cast<uint4 *>(d) = make_uint4(0, 0, 0, 0);
     }
-    const std::uint8_t *p = csrc + std::size_t(kt) * 2 * kBlockBytes;
-    const std::uint8_t *a0 = p - (addr_low(p) & 3);
-    const std::uint8_t *end = p + kBlockBytes * u;
-    std::uint8_t *wd = dst + BM * kXStride + crow * kRawStride;
+    const std::size_t at = std::size_t(kt) * 2 * kBlockBytes;
+    std::uint8_t *wd = dst + BM * kXStride;
 #pragma unroll
-    for (int j = 0; j < kCopyWords; ++j) {
-      const int c = cw0 + j;
-      if (a0 + 4 * c < end) cp_async4(wd + 4 * c, a0 + 4 * c);
+    for (int j = 0; j < kCopies; ++j) {
+      const int r = copy_at[j] >> 12, rs = (copy_at[j] >> 4) & 255, c = copy_at[j] & 15;
+      const std::uint8_t *p = tile_rows + std::size_t(rs) * row_bytes + at;
+      const std::uint8_t *a0 = p - (addr_low(p) & 7);
+      if (a0 + 8 * c < p + kBlockBytes * u) cp_async8(wd + r * kRawStride + 8 * c, a0 + 8 * c);
     }
   };
 
@@ -129,7 +138,7 @@ __global__ void __launch_bounds__(kThreads)
     // Where each of the lane's rows' step bytes start in its staged words.
     unsigned ph[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) ph[h] = addr_low(mrow[h] + std::size_t(kt) * 2 * kBlockBytes) & 3;
+    for (int h = 0; h < 2; ++h) ph[h] = addr_low(mrow[h] + std::size_t(kt) * 2 * kBlockBytes) & 7;
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
       if (b >= u) break;

@@ -83,15 +83,14 @@ __device__ __forceinline__ void decode_word_bf16(unsigned q, __nv_bfloat162 scal
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     // Selector h covers bytes 2h, 2h + 1: nibbles lo(2h), hi(2h), lo(2h + 1), hi(2h + 1).
-    const unsigned sg = q >> (16 * h);
-    const unsigned sel = sg & 0x7777u;
+    const unsigned sel = (q >> (16 * h)) & 0x7777u;
     const unsigned lo = __byte_perm(kBf16LoA, kBf16LoB, sel);
     const unsigned hi = __byte_perm(kBf16HiA, kBf16HiB, sel);
-    // Sign bits: nibble n of the 16 bits (bit 4n + 3) to bit 15 (n even) or 31 (n odd).
-    const unsigned lo_pair =
-        __byte_perm(lo, hi, 0x6240) | ((sg << 12) & 0x8000u) | ((sg << 20) & 0x80000000u);
-    const unsigned hi_pair =
-        __byte_perm(lo, hi, 0x7351) | ((sg << 8) & 0x8000u) | ((sg << 16) & 0x80000000u);
+    // Bytes 2h, 2h + 1 at bytes 0, 2 (zeros between): the low nibbles' sign bits (3, 19) go to
+    // 15, 31 shifted by 12, the high nibbles' (7, 23) shifted by 8.
+    const unsigned sg = __byte_perm(q, 0, h ? 0x4342u : 0x4140u);
+    const unsigned lo_pair = __byte_perm(lo, hi, 0x6240) | ((sg << 12) & 0x80008000u);
+    const unsigned hi_pair = __byte_perm(lo, hi, 0x7351) | ((sg << 8) & 0x80008000u);
     __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(&lo_pair);
     __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&hi_pair);
     a = __hmul2(a, scale);
