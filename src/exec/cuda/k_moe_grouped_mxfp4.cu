@@ -44,15 +44,17 @@ using moe_gemm::addr_low;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
-constexpr int kRows = 16 * kWarps;  // weight rows a block
-constexpr int kStep = 64;           // K values a step: two blocks of each row
+constexpr int kRows = 16 * kWarps;          // weight rows a block
+constexpr int kBlocksPerStep = 2;           // MXFP4 blocks of a row a step (4: not yet measured)
+constexpr int kStep = 32 * kBlocksPerStep;  // K values a step
 constexpr int kBlockBytes = mxfp4::kBlockBytes;
-constexpr int kWords = 6;  // aligned 8-byte words covering a row's 2 x 17 bytes of a step
+// Aligned 8-byte words covering a row's blocks of a step (from up to 7 bytes before them).
+constexpr int kWords = (kBlockBytes * kBlocksPerStep + 7 + 7) / 8;
 constexpr int kCopies = kRows * kWords / kThreads;  // words a thread copies a step
 static_assert(kCopies * kThreads == kRows * kWords, "whole copies a thread");
-constexpr int kRawStride = 8 * kWords;  // bytes a staged weight row
-constexpr int kXStride = 160;           // bytes a staged input row (kStep bf16, padded)
-constexpr int kSlots = 6;               // registers, not shared memory, bound the blocks an SM
+constexpr int kRawStride = 8 * kWords;    // bytes a staged weight row
+constexpr int kXStride = 2 * kStep + 32;  // bytes a staged input row (kStep bf16, padded)
+constexpr int kSlots = 6;                 // registers, not shared memory, bound the blocks an SM
 
 template <int BM>
 constexpr int slot_bytes() {
@@ -90,21 +92,21 @@ __global__ void __launch_bounds__(kThreads)
   // The math: this lane's rows g and g + 8 of the warp's 16.
   const std::uint8_t *const mrow[2] = {row_ptr(warp * 16 + g), row_ptr(warp * 16 + g + 8)};
   const int steps = (K + kStep - 1) / kStep;
-  auto units = [&](int kt) { return min(2, (K - kt * kStep) / mxfp4::kBlockElems); };
+  auto units = [&](int kt) { return min(kBlocksPerStep, (K - kt * kStep) / mxfp4::kBlockElems); };
   // Step kt's input rows and weight words into ring slot `slot` (a half step's second block is
   // neither copied nor read; its input columns are zeros).
   auto stage = [&](int kt, int slot) {
     std::uint8_t *dst = smem + slot * kSlotBytes;
     const int u = units(kt);
-    for (int i = tid; i < BM * 8; i += kThreads) {
-      const int r = i / 8, c = i % 8;
+    for (int i = tid; i < BM * (kStep / 8); i += kThreads) {
+      const int r = i / (kStep / 8), c = i % (kStep / 8);
       std::uint8_t *d = dst + r * kXStride + 16 * c;
       if (c < 4 * u)
         cp_async16(d, A + (row0 + r) * K + std::int64_t(kt) * kStep + 8 * c);
       else
         *reinterpret_cast<uint4 *>(d) = make_uint4(0, 0, 0, 0);
     }
-    const std::size_t at = std::size_t(kt) * 2 * kBlockBytes;
+    const std::size_t at = std::size_t(kt) * kBlocksPerStep * kBlockBytes;
     std::uint8_t *wd = dst + BM * kXStride;
 #pragma unroll
     for (int j = 0; j < kCopies; ++j) {
@@ -117,11 +119,12 @@ __global__ void __launch_bounds__(kThreads)
 
   float acc[NT][4];
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt)
+  for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
-      // One commit group a slot, empty past the last step, so wait<kSlots - 2> always means
-      // "step kt has landed".
+  }
+  // One commit group a slot, empty past the last step, so wait<kSlots - 2> always means
+  // "step kt has landed".
 #pragma unroll
   for (int s = 0; s < kSlots - 1; ++s) {
     if (s < steps) stage(s, s);
@@ -138,9 +141,10 @@ __global__ void __launch_bounds__(kThreads)
     // Where each of the lane's rows' step bytes start in its staged words.
     unsigned ph[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) ph[h] = addr_low(mrow[h] + std::size_t(kt) * 2 * kBlockBytes) & 7;
+    for (int h = 0; h < 2; ++h)
+      ph[h] = addr_low(mrow[h] + std::size_t(kt) * kBlocksPerStep * kBlockBytes) & 7;
 #pragma unroll
-    for (int b = 0; b < 2; ++b) {
+    for (int b = 0; b < kBlocksPerStep; ++b) {
       if (b >= u) break;
       unsigned f[2][4];  // row g + 8h: low nibbles' pairs [0], [2]; high nibbles' [1], [3]
 #pragma unroll
