@@ -8,6 +8,8 @@
 #   here:  KEEL_DEVCARRY=.devcarry-s28a scripts/device/package.sh build-cuda \
 #            tests/keel_test_cuda bench/cuda_bench bench/cuda_qgemv_bench keel   (then xz -9)
 #   carry: .devcarry-s28a
+# (`--moe-mxfp4-mma` went with the first kernel's MXFP4 path in 19d2855: this script ran
+# binaries of a112aa4, which still had it.)
 set -uo pipefail
 carry=.devcarry-s28a; out=${OUT:-/tmp/o}; budget=${BUDGET:-570}
 here=$(cd "$(dirname "$0")" && pwd)
