@@ -75,22 +75,22 @@ __global__ void __launch_bounds__(kThreads)
   const int n0 = blockIdx.x * kRows;
   const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32, g = lane / 4, t = lane % 4;
   const std::size_t row_bytes = std::size_t(K / mxfp4::kBlockElems) * kBlockBytes;
-  const std::uint8_t *const expert = w + e * stride;
-  // Rows past N read row N - 1 (their outputs are never stored).
-  auto row_ptr = [&](int r) { return expert + std::size_t(min(n0 + r, N - 1)) * row_bytes; };
+  const std::uint8_t *const tile_rows = w + e * stride + std::size_t(n0) * row_bytes;
+  // The stored row that tile row r reads: rows past N read row N - 1 (never stored).
+  auto source_row = [&](int r) { return min(r, N - 1 - n0); };
   // The copies: word i % kWords of row i / kWords for i = tid + j kThreads, so a warp's
   // copies run along five rows' contiguous bytes (a warp over 16 rows' words touched 16
-  // lines an instruction). Each packed as row << 12 | source row << 4 | word, the source row
-  // clamped below N.
+  // lines an instruction). Each packed as row << 12 | source row << 4 | word.
   int copy_at[kCopies];
 #pragma unroll
   for (int j = 0; j < kCopies; ++j) {
     const int i = tid + j * kThreads, r = i / kWords;
-    copy_at[j] = r << 12 | min(r, N - 1 - n0) << 4 | i % kWords;
+    copy_at[j] = r << 12 | source_row(r) << 4 | i % kWords;
   }
-  const std::uint8_t *const tile_rows = expert + std::size_t(n0) * row_bytes;
   // The math: this lane's rows g and g + 8 of the warp's 16.
-  const std::uint8_t *const mrow[2] = {row_ptr(warp * 16 + g), row_ptr(warp * 16 + g + 8)};
+  const std::uint8_t *const mrow[2] = {
+      tile_rows + std::size_t(source_row(warp * 16 + g)) * row_bytes,
+      tile_rows + std::size_t(source_row(warp * 16 + g + 8)) * row_bytes};
   const int steps = (K + kStep - 1) / kStep;
   auto units = [&](int kt) { return min(kBlocksPerStep, (K - kt * kStep) / mxfp4::kBlockElems); };
   // Step kt's input rows and weight words into ring slot `slot` (a half step's second block is
